@@ -1,0 +1,42 @@
+# Thin wrapper over CMake. The two commands a new user needs:
+#   make demo   install deps (if missing), build, train the quickstart recipe
+#   make test   install deps (if missing), build, run every test
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+MPIRUN ?= mpirun --oversubscribe
+# mpirun refuses root unless told; CI and containers run as root.
+export OMPI_ALLOW_RUN_AS_ROOT ?= 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
+
+.PHONY: all deps configure build test demo bench clean format
+
+all: build
+
+deps:
+	@./scripts/install_deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release
+
+configure: $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: deps
+	$(MAKE) build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+demo: deps
+	$(MAKE) build
+	$(MPIRUN) -n 1 $(BUILD_DIR)/bin/fdtrain train recipes/quickstart.yaml --run-dir runs/quickstart --overwrite
+
+bench: deps
+	$(MAKE) build
+	./bench/run_bench.sh $(BUILD_DIR)
+
+format:
+	find apps lib tests bench kernels -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,55 @@
+#include "lib/autograd/tape.h"
+
+namespace fd::autograd {
+namespace {
+thread_local Tape* t_current = nullptr;
+thread_local bool t_grad_enabled = true;
+
+Tape& default_tape() {
+  thread_local Tape tape;
+  return tape;
+}
+}  // namespace
+
+Tape& current_tape() { return t_current ? *t_current : default_tape(); }
+
+TapeScope::TapeScope(Tape& tape) : previous_(t_current) { t_current = &tape; }
+TapeScope::~TapeScope() { t_current = previous_; }
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+
+bool should_record(std::initializer_list<const Variable*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Variable* v : inputs)
+    if (v != nullptr && v->defined() && v->requires_grad()) return true;
+  return false;
+}
+
+void Tape::backward(const Variable& root, float seed) {
+  FD_CHECK(root.requires_grad(), "backward from a variable that does not require grad");
+  const Tensor& g = root.slot()->ensure_grad();
+  Tensor ones = Tensor::empty(g.shape(), g.dtype());
+  ones.fill_(seed);
+  // g += seed
+  std::vector<float> a = g.to_vector(), b = ones.to_vector();
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  g.copy_from(Tensor::from_vector(a, g.shape()));
+  run_backward();
+}
+
+void Tape::run_backward() {
+  NoGradGuard no_grad;  // backward closures never record
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    bool any = false;
+    for (const auto& s : it->outputs) any = any || s->has_grad();
+    if (any) it->backward();
+    for (const auto& s : it->outputs)
+      if (!s->is_leaf) s->grad = Tensor();  // consumed: free it now
+    it->backward = nullptr;                 // drop saved tensors early
+  }
+  nodes_.clear();
+}
+
+}  // namespace fd::autograd

@@ -1,0 +1,80 @@
+// The tape: ops recorded in forward order, run in reverse by backward().
+//
+// Each op pushes one Node holding a hand-written backward closure and the
+// gradient slots of its outputs. backward() seeds the loss gradient, runs
+// every node whose outputs received a gradient, and releases each non-leaf
+// output gradient as soon as its producer has consumed it. Leaf gradients
+// accumulate (+=) and are never released by the tape.
+//
+// Recording happens on the calling thread's current tape, only while grad
+// mode is enabled and only for ops with an input that requires grad.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lib/autograd/variable.h"
+
+namespace fd::autograd {
+
+struct Node {
+  const char* name;
+  std::vector<std::shared_ptr<GradSlot>> outputs;
+  std::function<void()> backward;
+};
+
+class Tape {
+ public:
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  void record(Node node) { nodes_.push_back(std::move(node)); }
+  size_t size() const { return nodes_.size(); }
+
+  // Adds `seed` to the gradient of `root` (a scalar or any shape, filled with
+  // seed), runs backward over the recorded nodes in reverse, then clears the tape.
+  void backward(const Variable& root, float seed = 1.0f);
+  // Runs backward assuming gradients were already placed in output slots.
+  void run_backward();
+  // Drops all recorded nodes (and the tensors they saved).
+  void clear() { nodes_.clear(); }
+
+ private:
+  std::vector<Node> nodes_;
+};
+
+// The calling thread's current tape (a per-thread default unless a TapeScope is active).
+Tape& current_tape();
+
+// Makes `tape` the current tape for the lifetime of the scope.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* previous_;
+};
+
+bool grad_enabled();
+
+// Disables recording for its lifetime (nests; restores the previous mode).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when an op over `inputs` must be recorded (grad mode on and some input requires grad).
+bool should_record(std::initializer_list<const Variable*> inputs);
+
+}  // namespace fd::autograd

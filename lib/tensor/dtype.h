@@ -1,0 +1,49 @@
+// Element types and their conversions.
+//
+// bf16 and f16 are storage formats: ops load them into fp32, compute in fp32
+// and store back with round-to-nearest-even (ties to even), as PyTorch's
+// .to(torch.bfloat16) / .half() do. NaN stays NaN; overflow becomes ±inf.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace fd {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32 };
+
+constexpr size_t dtype_size(DType t) {
+  return t == DType::kBF16 || t == DType::kF16 ? 2 : 4;
+}
+std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32"
+
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// fp32 -> bf16, round to nearest even.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
+
+// fp32 <-> IEEE binary16, round to nearest even, subnormals handled.
+uint16_t f32_to_f16(float f);
+float f16_to_f32(uint16_t h);
+
+// Bulk conversions (vectorisable loops).
+void convert_f32_to(DType to, const float* src, void* dst, size_t n);
+void convert_to_f32(DType from, const void* src, float* dst, size_t n);
+
+}  // namespace fd

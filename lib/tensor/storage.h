@@ -1,0 +1,56 @@
+// Storage: one allocation of bytes on a device, reported to the memory
+// accountant under a category.
+//
+// A Storage can release its bytes and re-acquire them later at the same size
+// (ZeRO-3 frees gathered parameters between uses); tensors viewing it stay
+// valid objects but must not be read while it is released. Contents after
+// acquire() are unspecified. CPU memory comes from a caching allocator, so a
+// training step that allocates the same sizes every step reaches a steady
+// state with no calls to the system allocator.
+#pragma once
+
+#include <cstddef>
+
+#include "lib/tensor/device.h"
+#include "lib/tensor/memory.h"
+
+namespace fd {
+
+class Storage {
+ public:
+  // Allocates `bytes` (contents unspecified) on `device`.
+  Storage(size_t bytes, MemCategory category, Device device = Device::cpu());
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const;  // requires resident()
+  size_t bytes() const { return bytes_; }
+  bool resident() const { return data_ != nullptr || bytes_ == 0; }
+  MemCategory category() const { return category_; }
+  Device device() const { return device_; }
+
+  // Frees the bytes (no-op if already released).
+  void release();
+  // Re-allocates the bytes after release() (no-op if resident).
+  void acquire();
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+  MemCategory category_;
+  Device device_;
+};
+
+// The CPU caching allocator behind Storage: 64-byte aligned blocks, freed
+// blocks kept for reuse by size. Exposed for tests and benchmarks.
+namespace cpu_allocator {
+void* allocate(size_t bytes);
+void deallocate(void* p, size_t bytes);
+// Number of times the system allocator was called (monotonic).
+size_t system_allocations();
+// Returns all cached blocks to the system.
+void empty_cache();
+}  // namespace cpu_allocator
+
+}  // namespace fd

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs fdtrain's build, test and demo dependencies from Debian packages.
+# Idempotent: packages already installed are skipped, and apt is not touched
+# at all when everything is present. Nothing is downloaded from elsewhere.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libopenblas-dev
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev hdf5-tools
+  libyaml-cpp-dev
+  libcli11-dev
+  libfmt-dev
+  libgtest-dev
+  nlohmann-json3-dev
+  fortunes fortunes-min
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install_deps: done"
