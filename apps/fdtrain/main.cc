@@ -1,0 +1,137 @@
+// fdtrain: the command-line front end. Parses arguments with CLI11 and calls
+// into lib/; no training logic lives here.
+//
+//   fdtrain train RECIPE [KEY=VALUE | ~KEY ...] [--run-dir DIR] [--overwrite] [--no-progress]
+//   fdtrain RECIPE ...                       (shorthand for train)
+//   fdtrain validate RECIPE [overrides...]   exit 0 when valid, 2 with every error
+//   fdtrain print-config RECIPE [overrides...]
+//
+// Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "lib/base/error.h"
+#include "lib/base/strings.h"
+#include "lib/config/load.h"
+#include "lib/engine/trainer.h"
+
+namespace {
+
+constexpr const char* kVersion = "fdtrain 0.1.0";
+
+void print_error(const std::string& message) {
+  for (const std::string& line : fd::split(message, '\n'))
+    if (!line.empty()) std::fprintf(stderr, "fdtrain: error: %s\n", line.c_str());
+}
+
+std::string join_command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    bool plain = a.find_first_of(" \t\"'$`\\") == std::string::npos && !a.empty();
+    s += (i ? " " : "") + (plain ? a : "'" + a + "'");
+  }
+  return s;
+}
+
+int run(int argc, char** argv) {
+  // `fdtrain RECIPE ...` is shorthand for `fdtrain train RECIPE ...`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  static const std::vector<std::string> kCommands = {"train", "validate", "print-config"};
+  if (!args.empty() && args[0].rfind("-", 0) != 0 &&
+      std::find(kCommands.begin(), kCommands.end(), args[0]) == kCommands.end()) {
+    args.insert(args.begin(), "train");
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+
+  CLI::App app{"fdtrain: memory-efficient distributed training of transformer language models "
+               "from a YAML recipe"};
+  app.set_version_flag("--version", kVersion);
+  app.require_subcommand(1);
+
+  std::string recipe;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+  bool overwrite = false;
+  bool no_progress = false;
+
+  auto add_recipe_args = [&](CLI::App* cmd) {
+    cmd->add_option("recipe", recipe, "recipe file (YAML)")->required();
+    cmd->add_option("overrides", overrides,
+                    "overrides: key.path=value (YAML scalar or flow list) or ~key.path to delete");
+  };
+  CLI::App* train = app.add_subcommand("train", "train a model from a recipe");
+  add_recipe_args(train);
+  train->add_option("--run-dir", run_dir, "run directory (default: runs/<recipe name>)");
+  train->add_flag("--overwrite", overwrite, "replace a run already in the run directory");
+  train->add_flag("--no-progress", no_progress, "no progress line on the terminal");
+  CLI::App* validate = app.add_subcommand("validate", "check a recipe; report every error");
+  add_recipe_args(validate);
+  CLI::App* print = app.add_subcommand("print-config", "print the fully resolved recipe as YAML");
+  add_recipe_args(print);
+
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    print_error(std::string(e.what()) + " (run 'fdtrain --help' for usage)");
+    return 2;
+  }
+
+  if (*validate) {
+    std::vector<std::string> errors = fd::config::try_load_recipe(recipe, overrides).errors;
+    if (errors.empty()) {
+      std::printf("%s: ok\n", recipe.c_str());
+      return 0;
+    }
+    for (const auto& e : errors) print_error(e);
+    std::fprintf(stderr, "fdtrain: %zu error%s in %s\n", errors.size(),
+                 errors.size() == 1 ? "" : "s", recipe.c_str());
+    return 2;
+  }
+  fd::config::Recipe r = fd::config::load_recipe(recipe, overrides);
+  if (*print) {
+    std::fputs(fd::config::to_yaml(r).c_str(), stdout);
+    return 0;
+  }
+  fd::engine::TrainOptions options;
+  options.recipe_path = recipe;
+  options.overrides = overrides;
+  options.run_dir = run_dir.empty()
+                        ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem())
+                              .string()
+                        : run_dir;
+  options.overwrite = overwrite;
+  options.progress = !no_progress;
+  options.command_line = join_command_line(argc, argv);
+  fd::engine::Trainer trainer(r, options);
+  trainer.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const fd::Error& e) {
+    print_error(e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    print_error("out of memory; lower batch.micro, data.seq_len or the model size");
+    return 1;
+  } catch (const std::exception& e) {
+    print_error(std::string("unexpected failure: ") + e.what());
+    return 1;
+  }
+}

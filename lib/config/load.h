@@ -1,0 +1,56 @@
+// Loading a recipe: YAML file -> includes -> overrides -> validated Recipe.
+//
+//   Recipe r = fd::config::load_recipe("recipes/quickstart.yaml", {"steps=10"});
+//
+// Every problem found is reported, not just the first, one line each:
+//   <file>:<line>:<col>: <key.path>: <what>[; did you mean '<nearest>'?]
+// with "override 'k=v'" in place of the file position for values set by an
+// override, and just "<file>" when there is no better place (a missing
+// required key). The include and override rules are in docs/RECIPE.md.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lib/config/recipe.h"
+
+namespace fd::config {
+
+// What to do with valid values of features this build does not have yet
+// (bf16, ZeRO 1-3, LoRA, ...). Training refuses them; tools that only read
+// or print recipes may allow them.
+enum class Unsupported { kRefuse, kAllow };
+
+// The outcome of reading a recipe.
+struct LoadResult {
+  Recipe recipe;                    // meaningful only when errors is empty
+  std::vector<std::string> errors;  // one complete message per problem
+  bool ok() const { return errors.empty(); }
+};
+
+// Reads the recipe at `path` (a path as the user gave it; relative to the
+// working directory), applies `overrides` ("key.path=value" sets a value,
+// parsed as YAML; "~key.path" deletes a key so its default applies) and
+// validates the result. Never throws for anything the user can cause.
+LoadResult try_load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
+                           Unsupported unsupported = Unsupported::kRefuse);
+
+// As try_load_recipe(), from YAML text (e.g. the resolved recipe stored in a
+// checkpoint). `name` stands in for the file name in messages; includes are
+// resolved from the working directory.
+LoadResult try_parse_recipe(std::string_view yaml, const std::string& name,
+                            const std::vector<std::string>& overrides = {},
+                            Unsupported unsupported = Unsupported::kRefuse);
+
+// As try_load_recipe(), but throws one fd::Error (ErrorKind::kUsage) whose
+// message is all the error lines joined by '\n'.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
+                   Unsupported unsupported = Unsupported::kRefuse);
+
+// The fully resolved recipe as YAML: includes inlined, every default written
+// out, data globs expanded to their files, numbers printed so that they read
+// back exactly. Loading it again yields an equal Recipe.
+std::string to_yaml(const Recipe& recipe);
+
+}  // namespace fd::config

@@ -1,0 +1,98 @@
+#include "lib/config/recipe.h"
+
+#include "lib/base/error.h"
+
+namespace fd::config {
+
+std::string_view to_string(Arch v) {
+  switch (v) {
+    case Arch::kGpt2:
+      return "gpt2";
+  }
+  return "?";
+}
+
+std::string_view to_string(DataFormat v) {
+  switch (v) {
+    case DataFormat::kText:
+      return "text";
+    case DataFormat::kTokens:
+      return "tokens";
+  }
+  return "?";
+}
+
+std::string_view to_string(OptimizerName v) {
+  switch (v) {
+    case OptimizerName::kAdamW:
+      return "adamw";
+  }
+  return "?";
+}
+
+std::string_view to_string(ScheduleName v) {
+  switch (v) {
+    case ScheduleName::kConstant:
+      return "constant";
+    case ScheduleName::kCosine:
+      return "cosine";
+  }
+  return "?";
+}
+
+std::string_view to_string(Precision v) {
+  switch (v) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+std::string_view to_string(DeviceName v) {
+  switch (v) {
+    case DeviceName::kCpu:
+      return "cpu";
+    case DeviceName::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+std::string Recipe::where(std::string_view key_path) const {
+  auto it = sources.by_key.find(key_path);
+  if (it != sources.by_key.end()) return it->second;
+  if (!key_path.empty() && key_path.back() == ']') {
+    size_t open = key_path.rfind('[');
+    if (open != std::string_view::npos) return where(key_path.substr(0, open));
+  }
+  return "<default>";
+}
+
+int64_t global_batch(const Recipe& recipe, int world_size) {
+  if (recipe.batch.global != 0) return recipe.batch.global;
+  return int64_t{recipe.batch.micro} * recipe.batch.accumulation * world_size;
+}
+
+void check_world_size(const Recipe& recipe, int world_size) {
+  const BatchOptions& b = recipe.batch;
+  const int64_t per_step = int64_t{b.micro} * b.accumulation * world_size;
+  if (b.global == 0 || b.global == per_step) return;
+  std::string hint;
+  const int64_t per_micro = int64_t{b.micro} * world_size;
+  if (b.global % per_micro == 0) {
+    hint = fmt::format("; set batch.accumulation to {}", b.global / per_micro);
+  } else {
+    hint = "; change batch.global or batch.micro, or set batch.global to 0";
+  }
+  usage_error(
+      "{}: batch.global: {} sequences per step do not fit {} rank(s): batch.micro * "
+      "batch.accumulation * ranks = {} * {} * {} = {}{}",
+      recipe.where("batch.global"), b.global, world_size, b.micro, b.accumulation, world_size,
+      per_step, hint);
+}
+
+}  // namespace fd::config

@@ -1,0 +1,194 @@
+// The recipe: everything one training run is told, as typed option structs.
+//
+// lib/config is the only code that reads YAML (load.h fills these structs and
+// validates them); every other module reads a Recipe. Each field carries its
+// default; docs/RECIPE.md is the user-facing reference for every key, and a
+// field here corresponds one-to-one to a recipe key of the same name.
+//
+// A Recipe returned by load_recipe() is valid: ranges and cross-field rules
+// (d_model divisible by n_head, seq_len <= max_seq_len, ...) hold, data globs
+// are expanded to existing files, and features not supported yet are refused.
+// The one check left to the engine is check_world_size() (load.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fd::config {
+
+enum class Arch { kGpt2 };
+enum class DataFormat {
+  kText,    // raw bytes, byte tokenizer (token = byte, vocab 256)
+  kTokens,  // llm.c / nanoGPT .bin token files
+};
+enum class OptimizerName { kAdamW };
+enum class ScheduleName { kConstant, kCosine };
+enum class Precision { kFp32, kBf16, kFp16 };
+enum class DeviceName { kCpu, kCuda };
+
+// The recipe spelling of each enum value ("gpt2", "text", "cosine", "bf16", ...).
+std::string_view to_string(Arch v);
+std::string_view to_string(DataFormat v);
+std::string_view to_string(OptimizerName v);
+std::string_view to_string(ScheduleName v);
+std::string_view to_string(Precision v);
+std::string_view to_string(DeviceName v);
+
+struct ModelOptions {
+  Arch arch = Arch::kGpt2;  // model family; gpt2 is the only one so far
+  int n_layer = 4;          // transformer blocks, >= 1
+  int n_head = 4;           // attention heads per block, >= 1
+  int d_model = 128;        // embedding width, >= 1, divisible by n_head
+  int vocab_size = 256;     // token vocabulary, >= 1 (>= 256 for data.format text)
+  int max_seq_len = 256;    // context length of the position embedding, >= 1
+  std::string init_from;    // base checkpoint to start from; "" = random init (only "" for now)
+  bool operator==(const ModelOptions&) const = default;
+};
+
+struct DataOptions {
+  DataFormat format = DataFormat::kText;  // how the files are read
+  // Training files: the recipe's paths and globs, expanded (glob(3)), each
+  // pattern's matches sorted, duplicates dropped. Paths are as written:
+  // relative ones are relative to the working directory. Never empty.
+  std::vector<std::string> train;
+  // Validation files, expanded the same way. Empty: the last val_fraction of
+  // the training tokens is held out for validation instead.
+  std::vector<std::string> val;
+  double val_fraction = 0.05;  // in [0, 0.5]; used only when val is empty
+  int seq_len = 128;           // tokens per training sequence, 1..model.max_seq_len
+  bool operator==(const DataOptions&) const = default;
+};
+
+struct BatchOptions {
+  int micro = 8;         // sequences per micro-batch per rank, >= 1
+  int accumulation = 1;  // micro-batches accumulated per optimizer step, >= 1
+  // Total sequences per step over all ranks; 0 = micro * accumulation *
+  // world_size. When set it must equal that product (check_world_size()).
+  int global = 0;
+  bool operator==(const BatchOptions&) const = default;
+};
+
+struct OptimizerOptions {
+  OptimizerName name = OptimizerName::kAdamW;
+  double lr = 3e-4;                            // peak learning rate, > 0
+  std::array<double, 2> betas = {0.9, 0.999};  // Adam beta1, beta2, each in [0, 1)
+  double eps = 1e-8;                           // Adam epsilon, > 0
+  double weight_decay = 0.0;                   // decoupled weight decay, >= 0
+  double grad_clip = 1.0;                      // max global grad norm, >= 0; 0 = no clipping
+  bool operator==(const OptimizerOptions&) const = default;
+};
+
+struct ScheduleOptions {
+  ScheduleName name = ScheduleName::kConstant;  // lr after warmup: constant, or cosine to min_lr
+  int warmup_steps = 0;                         // linear warmup from 0 to lr, >= 0
+  double min_lr = 0.0;  // cosine: lr reached at the last step, in [0, optimizer.lr]
+  bool operator==(const ScheduleOptions&) const = default;
+};
+
+// Dynamic loss scaling for fp16, with DeepSpeed's key names and semantics.
+struct LossScaleOptions {
+  double loss_scale = 0.0;              // fixed scale, >= 0; 0 = dynamic
+  int initial_scale_power = 16;         // dynamic: start at 2^power, >= 0
+  int loss_scale_window = 1000;         // dynamic: steps without overflow before doubling, >= 1
+  int hysteresis = 2;                   // dynamic: overflows tolerated before halving, >= 1
+  bool consecutive_hysteresis = false;  // dynamic: refill hysteresis on each good step
+  double min_loss_scale = 1.0;          // dynamic: the scale never drops below this, > 0
+  bool operator==(const LossScaleOptions&) const = default;
+};
+
+struct ZeroOptions {
+  int stage = 0;             // ZeRO stage 0..3 (only 0 for now)
+  double bucket_mb = 25.0;   // gradient bucket size in MiB, > 0
+  bool overlap_comm = true;  // reduce buckets while backward continues
+  bool operator==(const ZeroOptions&) const = default;
+};
+
+// LoRA adapters; present only when the recipe has a lora section.
+struct LoraOptions {
+  int r = 8;             // adapter rank, >= 1 (required in the recipe)
+  double alpha = 8.0;    // scaling numerator (scale = alpha / r), > 0; defaults to r
+  double dropout = 0.0;  // dropout on the adapter input, in [0, 1)
+  // Linear layers that get adapters, each one of c_attn, c_proj,
+  // attn.c_proj, c_fc, mlp.c_proj (c_proj names both projections). Non-empty.
+  std::vector<std::string> targets = {"c_attn"};
+  std::vector<int> layers;  // block indices that get adapters, sorted; empty = all blocks
+  bool operator==(const LoraOptions&) const = default;
+};
+
+struct ActivationCheckpointingOptions {
+  // Block indices whose activations are recomputed in backward, sorted and
+  // unique; empty = none. The recipe's "all" and {every: k} are expanded here
+  // ({every: k} = blocks 0, k, 2k, ...).
+  std::vector<int> layers;
+  bool operator==(const ActivationCheckpointingOptions&) const = default;
+};
+
+struct CheckpointOptions {
+  int every = 0;      // save every N steps, >= 0; 0 = never (only 0 for now)
+  int keep_last = 3;  // checkpoints kept on disk, >= 1
+  bool operator==(const CheckpointOptions&) const = default;
+};
+
+struct LoggingOptions {
+  int every = 10;                   // progress line and metrics every N steps, >= 1
+  int eval_every = 0;               // validation loss every N steps, >= 0; 0 = only at the end
+  int eval_batches = 8;             // micro-batches per validation pass, >= 1
+  int sample_tokens = 200;          // tokens generated after training, >= 0; 0 = no sample
+  std::string sample_prompt;        // text the sample continues ("" = start from nothing)
+  double sample_temperature = 0.8;  // sampling temperature, > 0
+  int sample_top_k = 40;            // sample among the k likeliest tokens, >= 0; 0 = all
+  bool operator==(const LoggingOptions&) const = default;
+};
+
+// Where each recipe value came from: "file:line:col", "override 'k=v'" or
+// "<default>". Not part of a recipe's value: all Sources compare equal.
+struct Sources {
+  std::map<std::string, std::string, std::less<>> by_key;  // key path -> location
+  friend bool operator==(const Sources&, const Sources&) { return true; }
+};
+
+struct Recipe {
+  ModelOptions model;
+  DataOptions data;
+  BatchOptions batch;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  Precision precision = Precision::kFp32;  // compute dtype (only fp32 for now)
+  LossScaleOptions loss_scale;             // used only with precision fp16
+  ZeroOptions zero;
+  std::optional<LoraOptions> lora;  // nullopt = full fine-tuning (only nullopt for now)
+  ActivationCheckpointingOptions activation_checkpointing;
+  CheckpointOptions checkpoint;
+  LoggingOptions logging;
+  DeviceName device = DeviceName::kCpu;  // where to train (only cpu for now)
+  int threads = 1;                       // BLAS threads per rank, >= 1
+  int64_t seed = 1337;                   // seeds init, data order, dropout, sampling; >= 0
+  int64_t steps = 0;                     // optimizer steps, >= 1 (required in the recipe)
+
+  Sources sources;  // filled by the loader; see where()
+
+  // Where the value of `key_path` ("data.train", "optimizer.lr") was set:
+  // "file:line:col", "override 'k=v'", or "<default>" when the recipe left
+  // it out (or the path is not a key). A section ("model") is where its key
+  // is written. "data.train[i]" is the location of the pattern that produced
+  // data.train[i] (likewise data.val[i]).
+  std::string where(std::string_view key_path) const;
+
+  bool operator==(const Recipe&) const = default;
+};
+
+// Sequences per optimizer step over all ranks: batch.global, or
+// micro * accumulation * world_size when global is 0.
+int64_t global_batch(const Recipe& recipe, int world_size);
+
+// The one check that needs the world size: a set batch.global must equal
+// micro * accumulation * world_size. Throws a usage fd::Error naming
+// batch.global's location and the accumulation that would fit.
+void check_world_size(const Recipe& recipe, int world_size);
+
+}  // namespace fd::config

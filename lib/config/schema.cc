@@ -1,0 +1,794 @@
+// The recipe schema and its validation. Every reader below reports a problem
+// and carries on, so one pass finds all of a recipe's errors. Cross-field
+// rules run only on fields that were themselves valid, so one mistake gives
+// one message.
+#include "lib/config/schema.h"
+
+#include <fmt/format.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "lib/base/strings.h"
+
+namespace fd::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Section {
+  std::string name;
+  std::vector<std::string> keys;
+};
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> s = {
+      {"model", {"arch", "n_layer", "n_head", "d_model", "vocab_size", "max_seq_len", "init_from"}},
+      {"data", {"format", "train", "val", "val_fraction", "seq_len"}},
+      {"batch", {"micro", "accumulation", "global"}},
+      {"optimizer", {"name", "lr", "betas", "eps", "weight_decay", "grad_clip"}},
+      {"schedule", {"name", "warmup_steps", "min_lr"}},
+      {"loss_scale",
+       {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+        "consecutive_hysteresis", "min_loss_scale"}},
+      {"zero", {"stage", "bucket_mb", "overlap_comm"}},
+      {"lora", {"r", "alpha", "dropout", "targets", "layers"}},
+      {"activation_checkpointing", {"layers"}},
+      {"checkpoint", {"every", "keep_last"}},
+      {"logging",
+       {"every", "eval_every", "eval_batches", "sample_tokens", "sample_prompt",
+        "sample_temperature", "sample_top_k"}},
+  };
+  return s;
+}
+
+const Section* find_section(std::string_view name) {
+  for (const auto& s : sections()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string> kLoraTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
+                                               "mlp.c_proj"};
+
+std::string unknown_key(std::string_view path, std::string_view key,
+                        const std::vector<std::string>& known) {
+  std::string near = nearest(key, known);
+  if (near.empty()) return fmt::format("{}: unknown key", path);
+  return fmt::format("{}: unknown key; did you mean '{}'?", path, near);
+}
+
+std::string join_path(std::string_view a, std::string_view b) {
+  return a.empty() ? std::string(b) : fmt::format("{}.{}", a, b);
+}
+
+// A numeric range; message() renders it as "must be >= 1", "must be in [0, 1)".
+struct Range {
+  std::optional<double> lo, hi;
+  bool lo_open = false, hi_open = false;
+
+  bool contains(double v) const {
+    if (lo && (lo_open ? v <= *lo : v < *lo)) return false;
+    if (hi && (hi_open ? v >= *hi : v > *hi)) return false;
+    return true;
+  }
+  std::string message() const {
+    if (lo && hi) {
+      return fmt::format("must be in {}{}, {}{}", lo_open ? '(' : '[', *lo, *hi,
+                         hi_open ? ')' : ']');
+    }
+    if (lo) return fmt::format("must be {} {}", lo_open ? ">" : ">=", *lo);
+    if (hi) return fmt::format("must be {} {}", hi_open ? "<" : "<=", *hi);
+    return "";
+  }
+};
+Range at_least(double v) { return {v, std::nullopt, false, false}; }
+Range above(double v) { return {v, std::nullopt, true, false}; }
+Range closed(double a, double b) { return {a, b, false, false}; }
+Range half_open(double a, double b) { return {a, b, false, true}; }
+
+std::optional<int64_t> parse_int(std::string_view s) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_double(std::string_view s) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<bool> parse_bool(std::string_view s) {
+  for (auto t : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"}) {
+    if (s == t) return true;
+  }
+  for (auto f : {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"}) {
+    if (s == f) return false;
+  }
+  return std::nullopt;
+}
+
+std::string current_dir() {
+  std::error_code ec;
+  fs::path p = fs::current_path(ec);
+  return ec ? std::string(".") : p.string();
+}
+
+class Builder {
+ public:
+  Builder(const std::string& recipe_file, Recipe* r, std::vector<std::string>* errors,
+          const std::set<std::string>& broken_sections)
+      : file_(recipe_file), r_(r), errors_(errors), bad_(broken_sections) {}
+
+  void build(const Node& root, bool refuse_unsupported);
+
+ private:
+  // --- reporting ---------------------------------------------------------------
+  void error(const std::string& loc, std::string_view path, std::string_view what) {
+    errors_->push_back(fmt::format("{}: {}: {}", loc, path, what));
+    bad_.insert(std::string(path));
+  }
+  void error(const Location& loc, std::string_view path, std::string_view what) {
+    error(loc.str(), path, what);
+  }
+  // True when a value at `path` or below it was reported bad.
+  bool bad(std::string_view path) const {
+    for (const auto& b : bad_) {
+      if (b == path || (b.size() > path.size() && b.compare(0, path.size(), path) == 0 &&
+                        (b[path.size()] == '.' || b[path.size()] == '['))) {
+        return true;
+      }
+    }
+    return false;
+  }
+  // Where `path` was set, or the recipe file when it was left at its default.
+  std::string loc_of(std::string_view path) const {
+    auto it = r_->sources.by_key.find(path);
+    return it == r_->sources.by_key.end() ? file_ : it->second;
+  }
+  bool is_set(std::string_view path) const { return r_->sources.by_key.contains(path); }
+  void record(const std::string& path, const Location& loc) {
+    r_->sources.by_key[path] = loc.str();
+  }
+
+  // --- structure ---------------------------------------------------------------
+  void check_keys(const Node& map, std::string_view path, const std::vector<std::string>& known) {
+    for (size_t i = 0; i < map.entries.size(); ++i) {
+      const std::string& key = map.entries[i].first;
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string full = join_path(path, key);
+        errors_->push_back(
+            fmt::format("{}: {}", map.key_locs[i].str(), unknown_key(full, key, known)));
+        bad_.insert(full);
+      }
+    }
+  }
+
+  // The map of section `name`, or nullptr when the recipe has none (or it is
+  // null, or not a map: an error). Records the section's location and reports
+  // unknown keys.
+  const Node* section(const Node& root, const std::string& name) {
+    const Node* n = root.find(name);
+    if (n == nullptr) return nullptr;
+    record(name, root.key_loc(name));
+    if (n->is_null()) return nullptr;
+    if (!n->is_map()) {
+      error(n->loc, name,
+            fmt::format("expected a map of {} keys (or the path of a .yaml fragment), got {}", name,
+                        n->describe()));
+      return nullptr;
+    }
+    check_keys(*n, name, find_section(name)->keys);
+    return n;
+  }
+
+  // The value of `key` in `map` (nullptr when absent); records its location.
+  const Node* field(const Node* map, std::string_view sec, const std::string& key,
+                    std::string* path) {
+    *path = join_path(sec, key);
+    if (map == nullptr) return nullptr;
+    const Node* n = map->find(key);
+    if (n != nullptr) record(*path, n->loc);
+    return n;
+  }
+
+  // --- typed readers: true when the key was present and valid --------------------
+  bool scalar_or_error(const Node& n, const std::string& path, std::string_view expected) {
+    if (n.is_scalar()) return true;
+    error(n.loc, path, fmt::format("expected {}, got {}", expected, n.describe()));
+    return false;
+  }
+
+  bool get_int64(const Node* map, std::string_view sec, const std::string& key, int64_t* out,
+                 Range range, int64_t max = INT64_MAX) {
+    std::string path;
+    const Node* n = field(map, sec, key, &path);
+    if (n == nullptr || !scalar_or_error(*n, path, "an integer")) return false;
+    std::optional<int64_t> v = parse_int(n->scalar);
+    if (!v) {
+      error(n->loc, path, fmt::format("expected an integer, got {}", n->describe()));
+      return false;
+    }
+    if (!range.contains(static_cast<double>(*v))) {
+      error(n->loc, path, fmt::format("{}, got {}", range.message(), n->scalar));
+      return false;
+    }
+    if (*v > max) {
+      error(n->loc, path, fmt::format("must be <= {}, got {}", max, n->scalar));
+      return false;
+    }
+    *out = *v;
+    return true;
+  }
+
+  bool get_int(const Node* map, std::string_view sec, const std::string& key, int* out,
+               Range range) {
+    int64_t v = 0;
+    if (!get_int64(map, sec, key, &v, range, INT_MAX)) return false;
+    *out = static_cast<int>(v);
+    return true;
+  }
+
+  bool number(const Node& n, const std::string& path, Range range, double* out) {
+    if (!scalar_or_error(n, path, "a number")) return false;
+    std::optional<double> v = parse_double(n.scalar);
+    if (!v) {
+      error(n.loc, path, fmt::format("expected a number, got {}", n.describe()));
+      return false;
+    }
+    if (!range.contains(*v)) {
+      error(n.loc, path, fmt::format("{}, got {}", range.message(), n.scalar));
+      return false;
+    }
+    *out = *v;
+    return true;
+  }
+
+  bool get_double(const Node* map, std::string_view sec, const std::string& key, double* out,
+                  Range range) {
+    std::string path;
+    const Node* n = field(map, sec, key, &path);
+    return n != nullptr && number(*n, path, range, out);
+  }
+
+  bool get_bool(const Node* map, std::string_view sec, const std::string& key, bool* out) {
+    std::string path;
+    const Node* n = field(map, sec, key, &path);
+    if (n == nullptr || !scalar_or_error(*n, path, "true or false")) return false;
+    std::optional<bool> v = parse_bool(n->scalar);
+    if (!v) {
+      error(n->loc, path, fmt::format("expected true or false, got {}", n->describe()));
+      return false;
+    }
+    *out = *v;
+    return true;
+  }
+
+  bool get_string(const Node* map, std::string_view sec, const std::string& key, std::string* out) {
+    std::string path;
+    const Node* n = field(map, sec, key, &path);
+    if (n == nullptr) return false;
+    if (n->is_null()) {  // "key:" or "key: null" is the empty string
+      out->clear();
+      return true;
+    }
+    if (!scalar_or_error(*n, path, "a string")) return false;
+    *out = n->scalar;
+    return true;
+  }
+
+  template <typename E>
+  bool get_enum(const Node* map, std::string_view sec, const std::string& key,
+                const std::vector<E>& values, E* out) {
+    std::string path;
+    const Node* n = field(map, sec, key, &path);
+    if (n == nullptr) return false;
+    std::vector<std::string> names;
+    for (E v : values) names.emplace_back(to_string(v));
+    std::string one_of = fmt::format("one of {}", fmt::join(names, ", "));
+    if (!scalar_or_error(*n, path, one_of)) return false;
+    for (E v : values) {
+      if (n->scalar == to_string(v)) {
+        *out = v;
+        return true;
+      }
+    }
+    std::string near = nearest(n->scalar, names);
+    error(n->loc, path,
+          fmt::format("expected {}, got {}{}", one_of, n->describe(),
+                      near.empty() ? "" : fmt::format("; did you mean '{}'?", near)));
+    return false;
+  }
+
+  // A path or list of paths/globs, expanded. Records "path[i]" per file.
+  bool get_files(const Node* map, std::string_view sec, const std::string& key,
+                 std::vector<std::string>* out) {
+    std::string path;
+    const Node* n = field(map, sec, key, &path);
+    if (n == nullptr) return false;
+    std::vector<const Node*> patterns;
+    if (n->is_scalar()) {
+      patterns.push_back(n);
+    } else if (n->is_list()) {
+      for (const Node& item : n->items) patterns.push_back(&item);
+    } else if (n->is_null()) {
+      out->clear();
+      return true;
+    } else {
+      error(n->loc, path, fmt::format("expected a path or a list of paths, got {}", n->describe()));
+      return false;
+    }
+    std::vector<std::string> files;
+    bool ok = true;
+    for (const Node* p : patterns) {
+      if (!p->is_scalar()) {
+        error(p->loc, path, fmt::format("expected a path, got {}", p->describe()));
+        ok = false;
+        continue;
+      }
+      std::string why;
+      std::vector<std::string> matches = expand(p->scalar, &why);
+      if (!why.empty()) {
+        error(p->loc, path, why);
+        ok = false;
+        continue;
+      }
+      for (auto& m : matches) {
+        if (std::find(files.begin(), files.end(), m) != files.end()) continue;
+        record(fmt::format("{}[{}]", path, files.size()), p->loc);
+        files.push_back(std::move(m));
+      }
+    }
+    if (!ok) return false;
+    *out = std::move(files);
+    return true;
+  }
+
+  // Expands one path or glob into existing regular files; sets *why on failure.
+  static std::vector<std::string> expand(const std::string& pattern, std::string* why) {
+    std::vector<std::string> out;
+    if (pattern.empty()) {
+      *why = "expected a path, got ''";
+      return out;
+    }
+    std::error_code ec;
+    if (fs::is_directory(pattern, ec)) {
+      *why =
+          fmt::format("'{}' is a directory; name the files in it (e.g. '{}/*')", pattern, pattern);
+      return out;
+    }
+    if (fs::is_regular_file(pattern, ec)) return {pattern};
+    glob_t g{};
+    if (glob(pattern.c_str(), GLOB_TILDE, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        if (fs::is_regular_file(g.gl_pathv[i], ec)) out.emplace_back(g.gl_pathv[i]);
+      }
+    }
+    globfree(&g);
+    std::sort(out.begin(), out.end());
+    if (out.empty()) {
+      *why =
+          fmt::format("no file matches '{}'; check the path (relative paths are resolved from {})",
+                      pattern, current_dir());
+    }
+    return out;
+  }
+
+  // A list of block indices >= 0, sorted and unique, each < model.n_layer.
+  bool index_list(const Node& n, const std::string& path, std::vector<int>* out) {
+    std::vector<int> v;
+    bool ok = true;
+    for (const Node& item : n.items) {
+      std::optional<int64_t> i = item.is_scalar() ? parse_int(item.scalar) : std::nullopt;
+      if (!i) {
+        error(item.loc, path, fmt::format("expected a block index, got {}", item.describe()));
+        ok = false;
+      } else if (*i < 0) {
+        error(item.loc, path, fmt::format("must be >= 0, got {}", item.scalar));
+        ok = false;
+      } else if (!bad("model.n_layer") && *i >= r_->model.n_layer) {
+        error(item.loc, path,
+              fmt::format("block {} does not exist (model.n_layer = {}, so blocks are 0..{})", *i,
+                          r_->model.n_layer, r_->model.n_layer - 1));
+        ok = false;
+      } else {
+        v.push_back(static_cast<int>(*i));
+      }
+    }
+    if (!ok) return false;
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    *out = std::move(v);
+    return true;
+  }
+
+  std::vector<int> all_blocks(int every) const {
+    std::vector<int> v;
+    for (int i = 0; i < r_->model.n_layer; i += every) v.push_back(i);
+    return v;
+  }
+
+  // --- sections ------------------------------------------------------------------
+  void model(const Node& root);
+  void data(const Node& root);
+  void batch(const Node& root);
+  void optimizer(const Node& root);
+  void schedule(const Node& root);
+  void loss_scale(const Node& root);
+  void zero(const Node& root);
+  void lora(const Node& root);
+  void activation_checkpointing(const Node& root);
+  void checkpoint(const Node& root);
+  void logging(const Node& root);
+  void top_level(const Node& root);
+  void cross_checks();
+  void unsupported();
+
+  const std::string& file_;
+  Recipe* r_;
+  std::vector<std::string>* errors_;
+  std::set<std::string> bad_;  // key paths reported bad
+};
+
+void Builder::build(const Node& root, bool refuse_unsupported) {
+  if (!root.is_map()) {
+    errors_->push_back(
+        fmt::format("{}: expected a map of recipe keys, got {}", root.loc.str(), root.describe()));
+    return;
+  }
+  check_keys(root, "", top_level_keys());
+  model(root);  // first: later sections check block indices against n_layer
+  data(root);
+  batch(root);
+  optimizer(root);
+  schedule(root);
+  loss_scale(root);
+  zero(root);
+  lora(root);
+  activation_checkpointing(root);
+  checkpoint(root);
+  logging(root);
+  top_level(root);
+  cross_checks();
+  if (refuse_unsupported) unsupported();
+}
+
+void Builder::model(const Node& root) {
+  const Node* s = section(root, "model");
+  auto& m = r_->model;
+  get_enum(s, "model", "arch", std::vector<Arch>{Arch::kGpt2}, &m.arch);
+  get_int(s, "model", "n_layer", &m.n_layer, at_least(1));
+  get_int(s, "model", "n_head", &m.n_head, at_least(1));
+  get_int(s, "model", "d_model", &m.d_model, at_least(1));
+  get_int(s, "model", "vocab_size", &m.vocab_size, at_least(1));
+  get_int(s, "model", "max_seq_len", &m.max_seq_len, at_least(1));
+  get_string(s, "model", "init_from", &m.init_from);
+}
+
+void Builder::data(const Node& root) {
+  const Node* s = section(root, "data");
+  auto& d = r_->data;
+  get_enum(s, "data", "format", std::vector<DataFormat>{DataFormat::kText, DataFormat::kTokens},
+           &d.format);
+  if (bad("data")) {
+    // Reported already: a failed include or a misspelt key in the section.
+  } else if (s == nullptr || s->find("train") == nullptr) {
+    error(s == nullptr ? file_ : loc_of("data"), "data.train", "required key is missing");
+  } else if (get_files(s, "data", "train", &d.train) && d.train.empty()) {
+    error(loc_of("data.train"), "data.train", "must name at least one file");
+  }
+  get_files(s, "data", "val", &d.val);
+  get_double(s, "data", "val_fraction", &d.val_fraction, closed(0, 0.5));
+  get_int(s, "data", "seq_len", &d.seq_len, at_least(1));
+}
+
+void Builder::batch(const Node& root) {
+  const Node* s = section(root, "batch");
+  auto& b = r_->batch;
+  get_int(s, "batch", "micro", &b.micro, at_least(1));
+  get_int(s, "batch", "accumulation", &b.accumulation, at_least(1));
+  get_int(s, "batch", "global", &b.global, at_least(0));
+}
+
+void Builder::optimizer(const Node& root) {
+  const Node* s = section(root, "optimizer");
+  auto& o = r_->optimizer;
+  get_enum(s, "optimizer", "name", std::vector<OptimizerName>{OptimizerName::kAdamW}, &o.name);
+  get_double(s, "optimizer", "lr", &o.lr, above(0));
+  std::string path;
+  if (const Node* n = field(s, "optimizer", "betas", &path)) {
+    if (!n->is_list() || n->items.size() != 2) {
+      error(
+          n->loc, path,
+          fmt::format("expected a list of two numbers [beta1, beta2], got {}",
+                      n->is_list() ? fmt::format("a list of {}", n->items.size()) : n->describe()));
+    } else {
+      std::array<double, 2> betas{};
+      bool ok = number(n->items[0], path, half_open(0, 1), &betas[0]);
+      ok = number(n->items[1], path, half_open(0, 1), &betas[1]) && ok;
+      if (ok) o.betas = betas;
+    }
+  }
+  get_double(s, "optimizer", "eps", &o.eps, above(0));
+  get_double(s, "optimizer", "weight_decay", &o.weight_decay, at_least(0));
+  get_double(s, "optimizer", "grad_clip", &o.grad_clip, at_least(0));
+}
+
+void Builder::schedule(const Node& root) {
+  const Node* s = section(root, "schedule");
+  auto& sc = r_->schedule;
+  get_enum(s, "schedule", "name",
+           std::vector<ScheduleName>{ScheduleName::kConstant, ScheduleName::kCosine}, &sc.name);
+  get_int(s, "schedule", "warmup_steps", &sc.warmup_steps, at_least(0));
+  get_double(s, "schedule", "min_lr", &sc.min_lr, at_least(0));
+}
+
+void Builder::loss_scale(const Node& root) {
+  const Node* s = section(root, "loss_scale");
+  auto& l = r_->loss_scale;
+  get_double(s, "loss_scale", "loss_scale", &l.loss_scale, at_least(0));
+  get_int(s, "loss_scale", "initial_scale_power", &l.initial_scale_power, closed(0, 126));
+  get_int(s, "loss_scale", "loss_scale_window", &l.loss_scale_window, at_least(1));
+  get_int(s, "loss_scale", "hysteresis", &l.hysteresis, at_least(1));
+  get_bool(s, "loss_scale", "consecutive_hysteresis", &l.consecutive_hysteresis);
+  get_double(s, "loss_scale", "min_loss_scale", &l.min_loss_scale, above(0));
+}
+
+void Builder::zero(const Node& root) {
+  const Node* s = section(root, "zero");
+  auto& z = r_->zero;
+  get_int(s, "zero", "stage", &z.stage, closed(0, 3));
+  get_double(s, "zero", "bucket_mb", &z.bucket_mb, above(0));
+  get_bool(s, "zero", "overlap_comm", &z.overlap_comm);
+}
+
+void Builder::lora(const Node& root) {
+  const Node* s = section(root, "lora");
+  if (s == nullptr) {
+    if (root.find("lora") == nullptr || root.find("lora")->is_null()) r_->lora.reset();
+    return;
+  }
+  LoraOptions l;
+  if (s->find("r") == nullptr) {
+    if (!bad("lora")) error(loc_of("lora"), "lora.r", "required key is missing");
+  } else {
+    get_int(s, "lora", "r", &l.r, at_least(1));
+  }
+  l.alpha = l.r;
+  get_double(s, "lora", "alpha", &l.alpha, above(0));
+  get_double(s, "lora", "dropout", &l.dropout, half_open(0, 1));
+  std::string path;
+  if (const Node* n = field(s, "lora", "targets", &path)) {
+    if (!n->is_list() || n->items.empty()) {
+      error(n->loc, path,
+            fmt::format("expected a non-empty list of layer names ({}), got {}",
+                        fmt::join(kLoraTargets, ", "), n->is_list() ? "[]" : n->describe()));
+    } else {
+      std::vector<std::string> targets;
+      for (const Node& t : n->items) {
+        if (t.is_scalar() &&
+            std::find(kLoraTargets.begin(), kLoraTargets.end(), t.scalar) != kLoraTargets.end()) {
+          if (std::find(targets.begin(), targets.end(), t.scalar) == targets.end()) {
+            targets.push_back(t.scalar);
+          }
+          continue;
+        }
+        std::string near = t.is_scalar() ? nearest(t.scalar, kLoraTargets) : "";
+        error(
+            t.loc, path,
+            fmt::format("expected one of {}, got {}{}", fmt::join(kLoraTargets, ", "), t.describe(),
+                        near.empty() ? "" : fmt::format("; did you mean '{}'?", near)));
+      }
+      if (!bad(path)) l.targets = std::move(targets);
+    }
+  }
+  if (const Node* n = field(s, "lora", "layers", &path)) {
+    if (n->is_scalar() && n->scalar == "all") {
+      l.layers.clear();
+    } else if (n->is_list() && !n->items.empty()) {
+      index_list(*n, path, &l.layers);
+    } else {
+      error(n->loc, path,
+            fmt::format("expected 'all' or a non-empty list of block indices, got {}",
+                        n->is_list() ? "[]" : n->describe()));
+    }
+  }
+  r_->lora = std::move(l);
+}
+
+void Builder::activation_checkpointing(const Node& root) {
+  const Node* s = section(root, "activation_checkpointing");
+  std::string path;
+  const Node* n = field(s, "activation_checkpointing", "layers", &path);
+  if (n == nullptr) return;
+  auto& layers = r_->activation_checkpointing.layers;
+  const char* expected = "expected none, all, a list of block indices or {every: k}";
+  if (n->is_scalar() && n->scalar == "none") {
+    layers.clear();
+  } else if (n->is_scalar() && n->scalar == "all") {
+    layers = all_blocks(1);
+  } else if (n->is_list()) {
+    index_list(*n, path, &layers);
+  } else if (n->is_map()) {
+    check_keys(*n, path, {"every"});
+    int every = 1;
+    if (n->find("every") == nullptr) {
+      error(n->loc, path + ".every", "required key is missing");
+    } else if (get_int(n, path, "every", &every, at_least(1))) {
+      layers = all_blocks(every);
+    }
+  } else {
+    error(n->loc, path, fmt::format("{}, got {}", expected, n->describe()));
+  }
+}
+
+void Builder::checkpoint(const Node& root) {
+  const Node* s = section(root, "checkpoint");
+  get_int(s, "checkpoint", "every", &r_->checkpoint.every, at_least(0));
+  get_int(s, "checkpoint", "keep_last", &r_->checkpoint.keep_last, at_least(1));
+}
+
+void Builder::logging(const Node& root) {
+  const Node* s = section(root, "logging");
+  auto& l = r_->logging;
+  get_int(s, "logging", "every", &l.every, at_least(1));
+  get_int(s, "logging", "eval_every", &l.eval_every, at_least(0));
+  get_int(s, "logging", "eval_batches", &l.eval_batches, at_least(1));
+  get_int(s, "logging", "sample_tokens", &l.sample_tokens, at_least(0));
+  get_string(s, "logging", "sample_prompt", &l.sample_prompt);
+  get_double(s, "logging", "sample_temperature", &l.sample_temperature, above(0));
+  get_int(s, "logging", "sample_top_k", &l.sample_top_k, at_least(0));
+}
+
+void Builder::top_level(const Node& root) {
+  get_enum(&root, "", "precision",
+           std::vector<Precision>{Precision::kFp32, Precision::kBf16, Precision::kFp16},
+           &r_->precision);
+  get_enum(&root, "", "device", std::vector<DeviceName>{DeviceName::kCpu, DeviceName::kCuda},
+           &r_->device);
+  get_int(&root, "", "threads", &r_->threads, at_least(1));
+  get_int64(&root, "", "seed", &r_->seed, at_least(0));
+  if (root.find("steps") == nullptr) {
+    error(file_, "steps", "required key is missing");
+  } else {
+    get_int64(&root, "", "steps", &r_->steps, at_least(1));
+  }
+}
+
+void Builder::cross_checks() {
+  const auto& m = r_->model;
+  if (!bad("model.d_model") && !bad("model.n_head") && m.d_model % m.n_head != 0) {
+    std::string at = is_set("model.d_model") ? "model.d_model" : "model.n_head";
+    error(loc_of(at), at,
+          fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model,
+                      m.n_head));
+  }
+  const auto& d = r_->data;
+  if (!bad("data.seq_len") && !bad("model.max_seq_len") && d.seq_len > m.max_seq_len) {
+    if (is_set("data.seq_len")) {
+      error(loc_of("data.seq_len"), "data.seq_len",
+            fmt::format("{} is longer than the model's context (model.max_seq_len = {})", d.seq_len,
+                        m.max_seq_len));
+    } else {
+      error(loc_of("model.max_seq_len"), "model.max_seq_len",
+            fmt::format("{} is shorter than data.seq_len ({} by default); set data.seq_len",
+                        m.max_seq_len, d.seq_len));
+    }
+  }
+  if (!bad("data.format") && !bad("model.vocab_size") && d.format == DataFormat::kText &&
+      m.vocab_size < 256) {
+    error(loc_of("model.vocab_size"), "model.vocab_size",
+          fmt::format("data.format text needs vocab_size >= 256 (one token per byte), got {}",
+                      m.vocab_size));
+  }
+  const auto& b = r_->batch;
+  if (!bad("batch") && b.global != 0 && b.global % (b.micro * b.accumulation) != 0) {
+    error(loc_of("batch.global"), "batch.global",
+          fmt::format("{} is not a multiple of batch.micro * batch.accumulation ({} * {} = {})",
+                      b.global, b.micro, b.accumulation, b.micro * b.accumulation));
+  }
+  const auto& s = r_->schedule;
+  if (s.name == ScheduleName::kCosine && !bad("schedule") && !bad("optimizer.lr") &&
+      s.min_lr > r_->optimizer.lr) {
+    error(loc_of("schedule.min_lr"), "schedule.min_lr",
+          fmt::format("{} is above optimizer.lr ({}); cosine decays from lr down to min_lr",
+                      s.min_lr, r_->optimizer.lr));
+  }
+}
+
+// Values that parse and validate but name features this build does not have.
+void Builder::unsupported() {
+  auto refuse_because = [&](std::string_view path, std::string_view what, std::string_view why) {
+    error(loc_of(path), path,
+          fmt::format("{} is not supported yet ({}; see docs/RECIPE.md)", what, why));
+  };
+  if (!bad("model.init_from") && !r_->model.init_from.empty()) {
+    refuse_because("model.init_from", "starting from a base checkpoint",
+                   "leave init_from empty to train from a random init");
+  }
+  if (!bad("precision") && r_->precision != Precision::kFp32) {
+    refuse_because("precision", fmt::format("{} training", to_string(r_->precision)),
+                   "this build trains in fp32");
+  }
+  if (!bad("zero.stage") && r_->zero.stage != 0) {
+    refuse_because("zero.stage", fmt::format("ZeRO stage {}", r_->zero.stage),
+                   "this build trains on one process");
+  }
+  if (!bad("lora") && r_->lora) {
+    refuse_because("lora", "LoRA fine-tuning", "remove the lora section or set it to null");
+  }
+  if (!bad("activation_checkpointing") && !r_->activation_checkpointing.layers.empty()) {
+    refuse_because("activation_checkpointing.layers", "activation checkpointing",
+                   "set layers to none");
+  }
+  if (!bad("checkpoint.every") && r_->checkpoint.every != 0) {
+    refuse_because("checkpoint.every", "saving checkpoints", "set every to 0");
+  }
+  if (!bad("device") && r_->device != DeviceName::kCpu) {
+    refuse_because("device", "training on CUDA", "this build trains on the CPU");
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& top_level_keys() {
+  static const std::vector<std::string> keys = {
+      "model",      "data",       "batch",  "optimizer", "schedule",
+      "precision",  "loss_scale", "zero",   "lora",      "activation_checkpointing",
+      "checkpoint", "logging",    "device", "threads",   "seed",
+      "steps"};
+  return keys;
+}
+
+bool is_section(std::string_view key) { return find_section(key) != nullptr; }
+
+std::string check_key_path(std::string_view key_path) {
+  std::vector<std::string> parts = split(key_path, '.');
+  const std::string& top = parts[0];
+  const auto& tops = top_level_keys();
+  if (std::find(tops.begin(), tops.end(), top) == tops.end()) {
+    return unknown_key(top, top, tops);
+  }
+  if (parts.size() == 1) return "";
+  const Section* s = find_section(top);
+  if (s == nullptr) {
+    return fmt::format("{}: unknown key ({} takes a value, not keys)", key_path, top);
+  }
+  std::string path = join_path(top, parts[1]);
+  if (std::find(s->keys.begin(), s->keys.end(), parts[1]) == s->keys.end()) {
+    return unknown_key(path, parts[1], s->keys);
+  }
+  if (parts.size() == 2) return "";
+  // The one nested key: activation_checkpointing.layers.every.
+  if (path == "activation_checkpointing.layers" && parts.size() == 3 && parts[2] == "every") {
+    return "";
+  }
+  if (path == "activation_checkpointing.layers") {
+    return unknown_key(join_path(path, parts[2]), parts[2], {"every"});
+  }
+  return fmt::format("{}: unknown key ({} takes a value, not keys)", key_path, path);
+}
+
+void build_recipe(const Node& root, const std::string& recipe_file,
+                  const std::set<std::string>& broken_sections, bool refuse_unsupported,
+                  Recipe* recipe, std::vector<std::string>* errors) {
+  Builder builder(recipe_file, recipe, errors, broken_sections);
+  builder.build(root, refuse_unsupported);
+}
+
+}  // namespace fd::config

@@ -1,0 +1,178 @@
+#include "lib/config/tree.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "lib/base/check.h"
+
+namespace fd::config {
+
+std::string Location::str() const {
+  if (!override.empty()) return fmt::format("override '{}'", override);
+  if (file.empty()) return "<default>";
+  if (line <= 0) return file;
+  return fmt::format("{}:{}:{}", file, line, col);
+}
+
+const Node* Node::find(std::string_view key) const {
+  for (const auto& [k, v] : entries) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+Node* Node::find(std::string_view key) {
+  return const_cast<Node*>(static_cast<const Node*>(this)->find(key));
+}
+
+const Location& Node::key_loc(std::string_view key) const {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].first == key) return key_locs[i];
+  }
+  FD_CHECK(false, "key_loc of a missing key {}", key);
+  return loc;
+}
+
+void Node::set(const std::string& key, Node value, Location kloc) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].first == key) {
+      entries[i].second = std::move(value);
+      key_locs[i] = std::move(kloc);
+      return;
+    }
+  }
+  entries.emplace_back(key, std::move(value));
+  key_locs.push_back(std::move(kloc));
+}
+
+bool Node::erase(std::string_view key) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].first == key) {
+      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+      key_locs.erase(key_locs.begin() + static_cast<std::ptrdiff_t>(i));
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string Node::describe() const {
+  switch (kind) {
+    case Kind::kNull:
+      return "null";
+    case Kind::kList:
+      return "a list";
+    case Kind::kMap:
+      return "a map";
+    case Kind::kScalar:
+      return fmt::format("'{}'", scalar);
+  }
+  return "?";
+}
+
+namespace {
+
+// Converts a yaml-cpp node. `fallback` is used when yaml-cpp gives no mark
+// (an empty value such as "key:" has none).
+Node convert(const YAML::Node& y, const std::string& file, const Location& fallback,
+             std::vector<std::string>* errors) {
+  Node n;
+  const YAML::Mark m = y.Mark();
+  n.loc = m.is_null() ? fallback : Location::in_file(file, m.line + 1, m.column + 1);
+  switch (y.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      n.kind = Node::Kind::kNull;
+      break;
+    case YAML::NodeType::Scalar:
+      n.kind = Node::Kind::kScalar;
+      n.scalar = y.Scalar();
+      n.quoted = y.Tag() == "!";  // yaml-cpp tags quoted scalars "!", plain ones "?"
+      break;
+    case YAML::NodeType::Sequence:
+      n.kind = Node::Kind::kList;
+      for (const auto& item : y) n.items.push_back(convert(item, file, n.loc, errors));
+      break;
+    case YAML::NodeType::Map:
+      n.kind = Node::Kind::kMap;
+      for (const auto& kv : y) {
+        const YAML::Mark km = kv.first.Mark();
+        Location kloc = km.is_null() ? n.loc : Location::in_file(file, km.line + 1, km.column + 1);
+        if (!kv.first.IsScalar()) {
+          errors->push_back(fmt::format("{}: map keys must be plain names, got {}", kloc.str(),
+                                        kv.first.IsMap() ? "a map" : "a list"));
+          continue;
+        }
+        const std::string key = kv.first.Scalar();
+        if (n.find(key) != nullptr) {
+          errors->push_back(fmt::format("{}: {}: duplicate key (first set at {})", kloc.str(), key,
+                                        n.key_loc(key).str()));
+          continue;
+        }
+        Node value = convert(kv.second, file, kloc, errors);
+        n.entries.emplace_back(key, std::move(value));
+        n.key_locs.push_back(std::move(kloc));
+      }
+      break;
+  }
+  return n;
+}
+
+void relocate(Node* n, const Location& loc) {
+  n->loc = loc;
+  for (auto& item : n->items) relocate(&item, loc);
+  for (auto& [k, v] : n->entries) relocate(&v, loc);
+  for (auto& kl : n->key_locs) kl = loc;
+}
+
+}  // namespace
+
+Node parse_yaml(std::string_view text, const std::string& file, std::vector<std::string>* errors) {
+  YAML::Node doc;
+  try {
+    doc = YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& e) {
+    Location loc = e.mark.is_null() ? Location::in_file(file)
+                                    : Location::in_file(file, e.mark.line + 1, e.mark.column + 1);
+    errors->push_back(fmt::format("{}: YAML syntax error: {}", loc.str(), e.msg));
+    return Node{};
+  } catch (const YAML::Exception& e) {
+    errors->push_back(fmt::format("{}: YAML error: {}", file, e.msg));
+    return Node{};
+  }
+  return convert(doc, file, Location::in_file(file, 1, 1), errors);
+}
+
+bool parse_override_value(std::string_view value, const std::string& text, Node* out,
+                          std::string* error) {
+  std::vector<std::string> errors;
+  Node n = parse_yaml(value, "<override>", &errors);
+  if (!errors.empty()) {
+    // "<override>:1:5: YAML syntax error: ..." -> "YAML syntax error: ..."
+    const std::string& e = errors.front();
+    size_t pos = e.find(": ");
+    *error = pos == std::string::npos ? e : e.substr(pos + 2);
+    return false;
+  }
+  relocate(&n, Location::from_override(text));
+  *out = std::move(n);
+  return true;
+}
+
+void merge_into(Node* base, Node over) {
+  if (!base->is_map() || !over.is_map()) {
+    *base = std::move(over);
+    return;
+  }
+  for (size_t i = 0; i < over.entries.size(); ++i) {
+    auto& [key, value] = over.entries[i];
+    Node* existing = base->find(key);
+    if (existing != nullptr && existing->is_map() && value.is_map()) {
+      merge_into(existing, std::move(value));
+    } else {
+      base->set(key, std::move(value), over.key_locs[i]);
+    }
+  }
+}
+
+}  // namespace fd::config

@@ -1,0 +1,44 @@
+#include "lib/data/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "lib/base/error.h"
+
+namespace fd::data {
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT)
+      usage_error("{}: no such file; check data.train_files / data.val_files", path);
+    usage_error("{}: cannot open data file: {}", path, std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    usage_error("{}: not a regular file; data files must be token or text files", path);
+  }
+  if (st.st_size == 0) {
+    ::close(fd);
+    usage_error("{}: empty file; remove it from the data files or regenerate it", path);
+  }
+  size_ = size_t(st.st_size);
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);  // the mapping keeps the file alive
+  if (p == MAP_FAILED) usage_error("{}: cannot map data file: {}", path, std::strerror(err));
+  data_ = static_cast<const uint8_t*>(p);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+}  // namespace fd::data

@@ -1,0 +1,66 @@
+// TokenFile: the tokens of one data file, validated once at open.
+//
+// Two formats:
+//  - text: the file's bytes are the tokens (ByteTokenizer), ids 0..255;
+//  - llmc: llm.c / nanoGPT token files: a 256 x int32 header ([0] magic
+//    20240520, [1] version 1, [2] token count) then count x uint16 tokens, the
+//    file exactly 1024 + 2 * count bytes.
+// Both are memory-mapped read-only, never copied. open() checks the header,
+// the size and that every id is below the model's vocab_size, so a sampler
+// reading the file later cannot meet a bad token.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lib/data/mapped_file.h"
+
+namespace fd::data {
+
+enum class TokenFormat {
+  kAuto,  // llmc if the file starts with the llm.c magic or is named *.bin, else text
+  kText,
+  kLlmc,
+};
+std::string_view token_format_name(TokenFormat f);  // "auto", "text", "llmc"
+// The format named `name`, or nullopt for an unknown name.
+std::optional<TokenFormat> token_format_from_name(std::string_view name);
+
+// llm.c token-file header constants.
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr int32_t kLlmcVersion = 1;
+constexpr int32_t kLlmcLlama3Magic = 20240801;  // uint32 tokens: not supported
+constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+class TokenFile {
+ public:
+  // Maps and validates `path`. vocab_size is the model's: every token id must
+  // be below it. Throws fd::Error (kUsage) with the file, the problem and the
+  // fix for every malformed, truncated, missing or empty file.
+  static TokenFile open(const std::string& path, TokenFormat format, int64_t vocab_size);
+
+  const std::string& path() const { return file_->path(); }
+  TokenFormat format() const { return format_; }  // kText or kLlmc, never kAuto
+  int64_t size() const { return size_; }          // number of tokens
+
+  int32_t operator[](int64_t i) const {
+    return width_ == 1 ? int32_t(tokens_[i]) : int32_t(u16_at(i));
+  }
+  // Writes tokens [begin, begin + count) to out; requires begin + count <= size().
+  void copy(int64_t begin, int64_t count, int32_t* out) const;
+
+ private:
+  TokenFile() = default;
+  uint16_t u16_at(int64_t i) const;
+
+  std::shared_ptr<const MappedFile> file_;
+  TokenFormat format_ = TokenFormat::kText;
+  const uint8_t* tokens_ = nullptr;  // first token byte
+  int width_ = 1;                    // bytes per token: 1 (text) or 2 (llmc)
+  int64_t size_ = 0;
+};
+
+}  // namespace fd::data

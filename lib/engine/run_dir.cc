@@ -1,0 +1,64 @@
+#include "lib/engine/run_dir.h"
+
+#include <fstream>
+#include <system_error>
+
+#include "lib/base/error.h"
+
+namespace fd::engine {
+
+namespace fs = std::filesystem;
+
+RunDirectory::RunDirectory(fs::path path, bool overwrite) : path_(std::move(path)) {
+  std::error_code ec;
+  if (fs::exists(path_ / "config.yaml", ec) && !overwrite) {
+    usage_error(
+        "{}: the run directory already holds a run; pass --overwrite to replace it or choose "
+        "another --run-dir",
+        path_.string());
+  }
+  if (fs::exists(path_, ec) && !fs::is_directory(path_, ec))
+    usage_error("{}: --run-dir exists and is not a directory", path_.string());
+  fs::create_directories(path_, ec);
+  if (ec) runtime_error("{}: cannot create the run directory: {}", path_.string(), ec.message());
+  for (const char* stale : {"metrics.jsonl", "summary.json", "command.txt"}) fs::remove(path_ / stale, ec);
+  metrics_ = std::fopen((path_ / "metrics.jsonl").c_str(), "w");
+  if (metrics_ == nullptr)
+    runtime_error("{}: cannot write metrics.jsonl in the run directory", path_.string());
+}
+
+RunDirectory::~RunDirectory() {
+  if (metrics_ != nullptr) std::fclose(metrics_);
+}
+
+void RunDirectory::write_file_atomically(const std::string& name, const std::string& content) {
+  fs::path final_path = path_ / name;
+  fs::path tmp = path_ / (name + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) runtime_error("{}: write failed (disk full or no permission?)", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, final_path, ec);
+  if (ec) runtime_error("{}: cannot rename into place: {}", final_path.string(), ec.message());
+}
+
+void RunDirectory::write_config(const std::string& yaml) { write_file_atomically("config.yaml", yaml); }
+
+void RunDirectory::write_command(const std::string& command_line) {
+  write_file_atomically("command.txt", command_line + "\n");
+}
+
+void RunDirectory::append_metrics(const nlohmann::json& record) {
+  std::string line = record.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), metrics_) != line.size() || std::fflush(metrics_) != 0)
+    runtime_error("{}: cannot append to metrics.jsonl", path_.string());
+}
+
+void RunDirectory::write_summary(const nlohmann::json& summary) {
+  write_file_atomically("summary.json", summary.dump(2) + "\n");
+}
+
+}  // namespace fd::engine

@@ -1,0 +1,42 @@
+// RunDirectory: the files a run leaves for people and scripts.
+//
+//   RUN/config.yaml      the fully resolved recipe (loadable again)
+//   RUN/command.txt      the exact command line
+//   RUN/metrics.jsonl    one JSON object per logged step (fields: docs/RUN_DIR.md)
+//   RUN/summary.json     written once at the end (atomically: temp file + rename)
+//
+// A directory that already holds a run (config.yaml present) is refused
+// unless overwrite is set, so an earlier run is never silently clobbered.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fd::engine {
+
+class RunDirectory {
+ public:
+  // Creates `path` (and parents). Throws fd::Error (usage) if it holds a run
+  // and !overwrite, or (runtime) if it cannot be created or written.
+  RunDirectory(std::filesystem::path path, bool overwrite);
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  void write_config(const std::string& yaml);
+  void write_command(const std::string& command_line);
+  // Appends one line to metrics.jsonl and flushes it.
+  void append_metrics(const nlohmann::json& record);
+  void write_summary(const nlohmann::json& summary);
+
+ private:
+  void write_file_atomically(const std::string& name, const std::string& content);
+  std::filesystem::path path_;
+  std::FILE* metrics_ = nullptr;
+};
+
+}  // namespace fd::engine

@@ -1,0 +1,71 @@
+// Gpt: a GPT-2 style decoder of any size, with Hugging Face GPT-2 parameter
+// names and layouts (Conv1D weights stored (in, out); lm head tied to wte).
+//
+// The model is a list of segments, each owning one FlatParamGroup:
+//   segment 0      "embed"  wte.weight (V, C), wpe.weight (T, C)
+//   segment 1..L   "h.i"    ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj
+//   segment L+1    "final"  ln_f
+// Segments are the unit of everything distributed (ZeRO partitions,
+// gradient buckets, activation checkpointing; see docs/ARCHITECTURE.md).
+// Forward records on the current autograd tape; parameter gradients
+// accumulate into the groups' flat gradient buffers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/autograd/variable.h"
+#include "lib/nn/parameter.h"
+
+namespace fd::nn {
+
+struct GptConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int d_model = 128;
+  int vocab_size = 256;
+  int max_seq_len = 256;
+
+  // Parameters of the model (wte counted once: the lm head is tied).
+  int64_t num_params() const;
+  // Training FLOPs per token, forward + backward: 6N + 12·L·T·C (nanoGPT/PaLM convention).
+  double flops_per_token(int seq_len) const;
+};
+
+class Gpt {
+ public:
+  // Allocates all segments (parameters zero) in `dtype`.
+  Gpt(const GptConfig& config, DType dtype = DType::kF32);
+
+  const GptConfig& config() const { return config_; }
+  // Segments in forward order: embed, h.0 .. h.{L-1}, final.
+  const std::vector<std::unique_ptr<FlatParamGroup>>& segments() const { return segments_; }
+  // Every parameter in canonical order (the order of Hugging Face's state_dict).
+  std::vector<const Parameter*> parameters() const;
+  // The parameter called `name`, or nullptr.
+  const Parameter* find(const std::string& name) const;
+
+  // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj,
+  // mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. Each element
+  // is a counter-based function of (seed, parameter name, index), so the
+  // result does not depend on layout, world size or order of construction.
+  void init_gpt2(uint64_t seed);
+
+  // tokens (B, T) i32 with T <= max_seq_len -> logits (B, T, V).
+  autograd::Variable forward(const Tensor& tokens) const;
+  // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore).
+  autograd::Variable loss(const Tensor& tokens, const Tensor& targets) const;
+
+  void zero_grads() const;
+
+ private:
+  autograd::Variable block_forward(int layer, const autograd::Variable& x) const;
+
+  GptConfig config_;
+  DType dtype_;
+  std::vector<std::unique_ptr<FlatParamGroup>> segments_;
+  mutable Tensor positions_;  // (B, T) i32 position ids, cached per shape
+};
+
+}  // namespace fd::nn

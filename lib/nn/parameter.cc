@@ -1,0 +1,35 @@
+#include "lib/nn/parameter.h"
+
+namespace fd::nn {
+
+FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype)
+    : name_(std::move(name)), dtype_(dtype) {
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const auto& s : specs) {
+    offsets.push_back(total);
+    param_numel_ += s.shape.numel();
+    total += (s.shape.numel() + kAlignElems - 1) / kAlignElems * kAlignElems;
+  }
+  flat_params_ = Tensor::zeros(Shape{total}, dtype, MemCategory::kParams);
+  flat_grads_ = Tensor::zeros(Shape{total}, dtype, MemCategory::kGrads);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Parameter p;
+    p.name = specs[i].name;
+    p.decay = specs[i].decay;
+    p.offset = offsets[i];
+    int64_t n = specs[i].shape.numel();
+    p.value = flat_params_.flat_slice(offsets[i], n).reshape(specs[i].shape);
+    p.grad = flat_grads_.flat_slice(offsets[i], n).reshape(specs[i].shape);
+    params_.push_back(std::move(p));
+  }
+}
+
+const Parameter& FlatParamGroup::param(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p;
+  FD_CHECK(false, "group '{}' has no parameter '{}'", name_, name);
+  __builtin_unreachable();
+}
+
+}  // namespace fd::nn

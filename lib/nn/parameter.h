@@ -1,0 +1,68 @@
+// Parameter and FlatParamGroup: named parameters living as views in one
+// contiguous buffer per segment, with a matching flat gradient buffer.
+//
+// A segment (the embedding, one transformer block, the final norm) declares
+// its parameters in order; the group lays them out back to back, each start
+// aligned to kAlignElems elements, and allocates one parameter buffer and one
+// gradient buffer. Optimizers, gradient clipping, and later ZeRO partitioning
+// and checkpoints work on these flat buffers, never on individual tensors.
+// Padding elements are zero in both buffers and stay zero.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lib/autograd/variable.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd::nn {
+
+struct Parameter {
+  std::string name;  // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
+  Tensor value;      // view into the group's flat parameter buffer
+  Tensor grad;       // view into the group's flat gradient buffer
+  bool decay = true;  // AdamW weight decay applies (2-D weights); off for biases and norms
+  int64_t offset = 0;  // element offset of `value` within the group's flat buffer
+
+  // A leaf Variable whose gradient accumulates into `grad`.
+  autograd::Variable var() const { return autograd::Variable::bound_leaf(value, grad); }
+};
+
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  bool decay;
+};
+
+class FlatParamGroup {
+ public:
+  static constexpr int64_t kAlignElems = 16;  // 64 bytes of fp32
+
+  // Lays out `specs` in order and allocates zeroed parameter and gradient buffers.
+  FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype);
+  FlatParamGroup(const FlatParamGroup&) = delete;
+  FlatParamGroup& operator=(const FlatParamGroup&) = delete;
+
+  const std::string& name() const { return name_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<Parameter>& params() const { return params_; }
+  // The parameter called `name`; FD_CHECK fails if there is none.
+  const Parameter& param(const std::string& name) const;
+  // Total elements including alignment padding.
+  int64_t numel() const { return flat_params_.numel(); }
+  // Elements that belong to parameters (no padding).
+  int64_t param_numel() const { return param_numel_; }
+  const Tensor& flat_params() const { return flat_params_; }
+  const Tensor& flat_grads() const { return flat_grads_; }
+  void zero_grads() const { flat_grads_.zero_(); }
+
+ private:
+  std::string name_;
+  DType dtype_;
+  std::vector<Parameter> params_;
+  Tensor flat_params_;
+  Tensor flat_grads_;
+  int64_t param_numel_ = 0;
+};
+
+}  // namespace fd::nn

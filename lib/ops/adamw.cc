@@ -1,0 +1,32 @@
+#include "lib/ops/adamw.h"
+
+#include <cmath>
+
+#include "lib/base/check.h"
+
+namespace fd::ops {
+
+// Note: g++ vectorises this loop only with -fno-math-errno (sqrt's errno path is a branch).
+void adamw_update(float* __restrict param, const float* __restrict grad, float* __restrict m,
+                  float* __restrict v, int64_t n, const AdamWStep& s) {
+  FD_CHECK(s.step >= 1, "adamw_update: step {} (must be >= 1)", s.step);
+  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+  const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
+  const float step_size = float(double(s.lr) / bc1);
+  const float bc2_sqrt = float(std::sqrt(bc2));
+  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps;
+  const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    // torch: exp_avg.lerp_(grad, 1 - beta1), i.e. m + (1 - b1) (g - m).
+    const float mi = m[i] + one_minus_b1 * (g - m[i]);
+    const float vi = b2 * v[i] + one_minus_b2 * g * g;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    param[i] = param[i] * decay - step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+}  // namespace fd::ops

@@ -1,0 +1,46 @@
+#include "lib/ops/elementwise.h"
+
+#include "lib/autograd/tape.h"
+#include "lib/ops/f32_buffer.h"
+
+namespace fd::ops {
+namespace {
+
+void add_into(const Tensor& dst, const Tensor& src) {
+  F32In S(src);
+  F32Out D = F32Out::accumulate(dst);
+  const float* __restrict s = S.get();
+  float* __restrict d = D.get();
+  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
+  D.store();
+}
+
+}  // namespace
+
+Variable add(const Variable& a, const Variable& b) {
+  FD_CHECK(a.shape() == b.shape(), "add: shapes {} and {}", a.shape().str(), b.shape().str());
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  {
+    F32In A(a.value()), B(b.value());
+    F32Out Y = F32Out::overwrite(out);
+    const float* __restrict pa = A.get();
+    const float* __restrict pb = B.get();
+    float* __restrict y = Y.get();
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = pa[i] + pb[i];
+    Y.store();
+  }
+  bool rec = autograd::should_record({&a, &b});
+  Variable y = Variable::op_output(out, rec);
+  if (rec) {
+    auto ys = y.slot();
+    auto as = a.slot();
+    auto bs = b.slot();
+    autograd::current_tape().record({"add", {ys}, [ys, as, bs] {
+                                       if (as->requires_grad) add_into(as->ensure_grad(), ys->grad);
+                                       if (bs->requires_grad) add_into(bs->ensure_grad(), ys->grad);
+                                     }});
+  }
+  return y;
+}
+
+}  // namespace fd::ops

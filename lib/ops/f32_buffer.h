@@ -1,0 +1,43 @@
+// F32In / F32Out: fp32 access to tensors of any float dtype.
+//
+// Every op computes in fp32. For f32 tensors these classes hand out the
+// tensor's own memory (no copy); for bf16/f16 they convert into a scratch
+// tensor from the caching allocator and, for outputs, convert back with
+// round-to-nearest-even in store(). Internal to lib/ops.
+#pragma once
+
+#include "lib/tensor/tensor.h"
+
+namespace fd::ops {
+
+// Read-only fp32 elements of `t` (f32, bf16 or f16).
+class F32In {
+ public:
+  explicit F32In(const Tensor& t);
+  const float* get() const { return p_; }
+
+ private:
+  Tensor copy_;  // defined only when t is not f32
+  const float* p_;
+};
+
+// fp32 memory whose contents end up in `dst` (f32, bf16 or f16).
+class F32Out {
+ public:
+  // Contents unspecified: the op overwrites every element.
+  static F32Out overwrite(const Tensor& dst) { return F32Out(dst, false); }
+  // Starts as dst's values, so the op can add (+=) into it (gradients).
+  static F32Out accumulate(const Tensor& dst) { return F32Out(dst, true); }
+
+  float* get() const { return p_; }
+  // Writes the fp32 values into dst (a no-op for f32). Call once, after computing.
+  void store() const;
+
+ private:
+  F32Out(const Tensor& dst, bool load);
+  Tensor dst_;
+  Tensor copy_;  // defined only when dst is not f32
+  float* p_;
+};
+
+}  // namespace fd::ops

@@ -1,0 +1,18 @@
+// Whole-tensor reductions and in-place scaling for the optimizer and the
+// loss scaler: gradient-norm clipping and the fp16 overflow check.
+#pragma once
+
+#include "lib/tensor/tensor.h"
+
+namespace fd::ops {
+
+// Sum of t[i]^2 over all elements, accumulated in double. t: f32, bf16 or f16.
+double sum_of_squares(const Tensor& t);
+
+// t[i] *= factor in place (16-bit results rounded to nearest even). t: f32, bf16 or f16.
+void scale_(const Tensor& t, float factor);
+
+// False if any element is inf or NaN. t: f32, bf16 or f16.
+bool all_finite(const Tensor& t);
+
+}  // namespace fd::ops

@@ -1,0 +1,292 @@
+#include "lib/tensor/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "lib/base/error.h"
+
+namespace fd {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors bytes are little-endian and are copied as-is");
+
+// Larger headers are refused, as the reference implementation does (100 MB):
+// a corrupt length must not make us allocate gigabytes.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Element size of every dtype the format defines (0: unknown).
+size_t element_size(const std::string& dtype) {
+  static const std::map<std::string, size_t> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
+  auto it = kSizes.find(dtype);
+  return it == kSizes.end() ? 0 : it->second;
+}
+
+bool to_dtype(const std::string& name, DType* out) {
+  if (name == "F32")
+    *out = DType::kF32;
+  else if (name == "BF16")
+    *out = DType::kBF16;
+  else if (name == "F16")
+    *out = DType::kF16;
+  else if (name == "I32")
+    *out = DType::kI32;
+  else
+    return false;
+  return true;
+}
+
+const char* file_dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+  }
+  return "?";
+}
+
+// Shape has no vector constructor; at most kMaxDims dims (checked by the caller).
+Shape make_shape(const std::vector<int64_t>& d) {
+  switch (d.size()) {
+    case 0:
+      return Shape{};
+    case 1:
+      return Shape{d[0]};
+    case 2:
+      return Shape{d[0], d[1]};
+    case 3:
+      return Shape{d[0], d[1], d[2]};
+    case 4:
+      return Shape{d[0], d[1], d[2], d[3]};
+    case 5:
+      return Shape{d[0], d[1], d[2], d[3], d[4]};
+    case 6:
+      return Shape{d[0], d[1], d[2], d[3], d[4], d[5]};
+    case 7:
+      return Shape{d[0], d[1], d[2], d[3], d[4], d[5], d[6]};
+    default:
+      return Shape{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]};
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", d[i]);
+  return s + "]";
+}
+
+// Parses one tensor entry of the header, validating its fields against the
+// size of the data section.
+SafetensorsFile::Entry parse_entry(const std::string& path, const std::string& name,
+                                   const nlohmann::json& j, uint64_t data_bytes) {
+  auto bad = [&](const std::string& what) {
+    usage_error("{}: tensor \"{}\": {}; the file is corrupt or not a safetensors file", path, name,
+                what);
+  };
+  if (!j.is_object()) bad("header entry is not a JSON object");
+  SafetensorsFile::Entry e;
+  auto dt = j.find("dtype");
+  if (dt == j.end() || !dt->is_string()) bad("missing or non-string \"dtype\"");
+  e.dtype = dt->get<std::string>();
+  size_t elem = element_size(e.dtype);
+  if (elem == 0) bad(fmt::format("unknown dtype \"{}\"", e.dtype));
+
+  auto sh = j.find("shape");
+  if (sh == j.end() || !sh->is_array()) bad("missing or non-array \"shape\"");
+  if (sh->size() > size_t(Shape::kMaxDims))
+    bad(fmt::format("{} dimensions, more than the {} fdtrain supports", sh->size(),
+                    Shape::kMaxDims));
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const auto& d : *sh) {
+    if (!d.is_number_unsigned()) bad("\"shape\" holds a value that is not a non-negative integer");
+    uint64_t v = d.get<uint64_t>();
+    if (v > uint64_t(std::numeric_limits<int64_t>::max())) bad("\"shape\" dimension too large");
+    e.shape.push_back(int64_t(v));
+    if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / v / elem) overflow = true;
+    numel *= v;
+  }
+
+  auto off = j.find("data_offsets");
+  if (off == j.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+      !(*off)[1].is_number_unsigned())
+    bad("\"data_offsets\" must be two non-negative integers [begin, end]");
+  e.begin = (*off)[0].get<uint64_t>();
+  e.end = (*off)[1].get<uint64_t>();
+  if (e.begin > e.end) bad(fmt::format("data_offsets [{}, {}] end before begin", e.begin, e.end));
+  if (e.end > data_bytes)
+    bad(fmt::format("data_offsets [{}, {}] run past the data section of {} bytes", e.begin, e.end,
+                    data_bytes));
+  if (overflow || numel * elem != e.end - e.begin)
+    bad(fmt::format("shape {} x {} ({} bytes each) does not match data_offsets [{}, {}] ({} bytes)",
+                    shape_str(e.shape), e.dtype, elem, e.begin, e.end, e.end - e.begin));
+  return e;
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) usage_error("{}: no such file; check the path", path);
+  if (std::filesystem::is_directory(status))
+    usage_error("{}: is a directory, expected a .safetensors file", path);
+  uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) usage_error("{}: cannot read its size: {}", path, ec.message());
+
+  std::ifstream in(path, std::ios::binary);
+  if (!in) usage_error("{}: cannot open for reading: {}", path, std::strerror(errno));
+  if (file_size < 8)
+    usage_error("{}: {} bytes, too short to be a safetensors file (8-byte header length first)",
+                path, file_size);
+  uint64_t n = 0;
+  if (!in.read(reinterpret_cast<char*>(&n), 8)) usage_error("{}: cannot read the header", path);
+  if (n > file_size - 8)
+    usage_error(
+        "{}: header length {} runs past the end of the file ({} bytes); the file is "
+        "truncated or not a safetensors file",
+        path, n, file_size);
+  if (n > kMaxHeaderBytes)
+    usage_error("{}: header length {} exceeds the {}-byte limit; not a safetensors file", path, n,
+                kMaxHeaderBytes);
+  std::string text(n, '\0');
+  if (!in.read(text.data(), std::streamsize(n))) usage_error("{}: cannot read the header", path);
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    usage_error("{}: header is not valid JSON ({}); the file is corrupt or not a safetensors file",
+                path, e.what());
+  }
+  if (!header.is_object())
+    usage_error("{}: header is not a JSON object; not a safetensors file", path);
+
+  SafetensorsFile f;
+  f.path_ = path;
+  f.data_start_ = 8 + n;
+  uint64_t data_bytes = file_size - f.data_start_;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object())
+        usage_error("{}: \"__metadata__\" is not a JSON object of strings", path);
+      for (const auto& [mk, mv] : value.items()) {
+        if (!mv.is_string())
+          usage_error("{}: \"__metadata__\" value for \"{}\" is not a string", path, mk);
+        f.metadata_[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    f.entries_[key] = parse_entry(path, key, value, data_bytes);
+  }
+
+  // No two tensors may share bytes (empty tensors occupy none).
+  std::vector<std::pair<const std::string*, const Entry*>> by_offset;
+  for (const auto& [name, e] : f.entries_)
+    if (e.end > e.begin) by_offset.emplace_back(&name, &e);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const auto& [pn, pe] = by_offset[i - 1];
+    const auto& [cn, ce] = by_offset[i];
+    if (ce->begin < pe->end)
+      usage_error("{}: tensors \"{}\" [{}, {}] and \"{}\" [{}, {}] overlap; the file is corrupt",
+                  path, *pn, pe->begin, pe->end, *cn, ce->begin, ce->end);
+  }
+  return f;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) usage_error("{}: no tensor named \"{}\"", path_, name);
+  return it->second;
+}
+
+Shape SafetensorsFile::shape(const std::string& name) const {
+  return make_shape(entry(name).shape);
+}
+
+DType SafetensorsFile::dtype(const std::string& name) const {
+  const Entry& e = entry(name);
+  DType t;
+  if (!to_dtype(e.dtype, &t))
+    usage_error(
+        "{}: tensor \"{}\" has dtype {}, which fdtrain cannot load (F32, BF16, F16, I32); "
+        "convert the file",
+        path_, name, e.dtype);
+  return t;
+}
+
+Tensor SafetensorsFile::load(const std::string& name, MemCategory category) const {
+  const Entry& e = entry(name);
+  Tensor t = Tensor::empty(make_shape(e.shape), dtype(name), category);
+  if (t.nbytes() == 0) return t;
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(std::streamoff(data_start_ + e.begin));
+  if (!in || !in.read(static_cast<char*>(t.raw()), std::streamsize(t.nbytes())))
+    runtime_error(
+        "{}: cannot read tensor \"{}\" ({} bytes at offset {}); was the file changed or "
+        "removed?",
+        path_, name, t.nbytes(), data_start_ + e.begin);
+  return t;
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__") usage_error("{}: \"__metadata__\" is not a tensor name", path);
+    if (header.contains(name)) usage_error("{}: tensor name \"{}\" given twice", path, name);
+    FD_CHECK(t.defined() && t.device().is_cpu(), "tensor {} must be a defined CPU tensor", name);
+    std::vector<int64_t> dims;
+    for (int i = 0; i < t.shape().ndim(); ++i) dims.push_back(t.shape()[i]);
+    header[name] = {{"dtype", file_dtype_name(t.dtype())},
+                    {"shape", dims},
+                    {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // 8-byte aligned data, as the reference does
+
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) runtime_error("{}: cannot open for writing: {}", tmp, std::strerror(errno));
+    uint64_t n = text.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(text.data(), std::streamsize(text.size()));
+    for (const auto& [name, t] : tensors)
+      out.write(static_cast<const char*>(t.raw()), std::streamsize(t.nbytes()));
+    out.flush();
+    if (!out) runtime_error("{}: write failed (disk full?): {}", tmp, std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    runtime_error("{}: cannot rename {} into place: {}", path, tmp, std::strerror(errno));
+}
+
+}  // namespace fd

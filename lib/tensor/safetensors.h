@@ -1,0 +1,75 @@
+// Reading and writing the safetensors format (Hugging Face checkpoints, PEFT
+// adapters, fdtrain's own exports and the PyTorch golden data).
+//
+// Layout: an 8-byte little-endian u64 header length n; n bytes of JSON
+// {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
+//  "__metadata__": {string: string}}; then the raw row-major little-endian
+// bytes, offsets relative to the first byte after the header.
+//
+// open() reads and validates the whole header up front (offsets in range,
+// non-overlapping, matching shape x dtype size, known dtypes), so a malformed
+// file is rejected with one fd::Error (kUsage) naming the file and the problem;
+// nothing here crashes on bad input. Tensor bytes are read on load(), so
+// opening a multi-GB checkpoint to list its names is cheap.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/tensor/tensor.h"
+
+namespace fd {
+
+class SafetensorsFile {
+ public:
+  // One tensor's header entry.
+  struct Entry {
+    std::string dtype;  // the file's dtype name: "F32", "BF16", "F16", "I32", "F64", ...
+    std::vector<int64_t> shape;
+    uint64_t begin = 0;  // byte offsets into the data section, [begin, end)
+    uint64_t end = 0;
+  };
+
+  // Reads and validates the header of `path`; throws fd::Error (kUsage) when
+  // the file is missing, unreadable or not a well-formed safetensors file.
+  static SafetensorsFile open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  // Tensor names in sorted order (without "__metadata__").
+  std::vector<std::string> names() const;
+  // The header entry of `name`; throws fd::Error (kUsage) if absent.
+  const Entry& entry(const std::string& name) const;
+  // Shape and dtype of `name`. dtype() throws fd::Error (kUsage) for dtypes
+  // fdtrain cannot hold (anything but F32, BF16, F16, I32).
+  Shape shape(const std::string& name) const;
+  DType dtype(const std::string& name) const;
+  // The "__metadata__" map (empty if the file has none).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // A new CPU tensor holding a copy of `name`, in the file's dtype. Throws
+  // fd::Error (kUsage) if absent or of an unsupported dtype, (kRuntime) if
+  // the file can no longer be read.
+  Tensor load(const std::string& name, MemCategory category = MemCategory::kOther) const;
+
+ private:
+  SafetensorsFile() = default;
+
+  std::string path_;
+  uint64_t data_start_ = 0;  // file offset of the data section: 8 + header length
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` (CPU tensors of any fdtrain dtype, unique names, in this
+// order in the data section) and `metadata` to `path`. The file is written to
+// path + ".tmp" and renamed, so a reader never sees a partial file. Throws
+// fd::Error (kRuntime) on I/O failure, (kUsage) on a duplicate or reserved name.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace fd

@@ -1,0 +1,333 @@
+// Loading recipes: values, locations, and one message per problem.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "lib/base/error.h"
+#include "tests/config/test_util.h"
+
+namespace fd::config {
+namespace {
+
+TEST_F(ConfigTest, ValidRecipeLoadsWithFragmentsAndGlobs) {
+  LoadResult r = try_load_recipe(fixture("valid.yaml"));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  const Recipe& x = r.recipe;
+  // model: from configs/models/gpt-nano.yaml, found in an ancestor directory.
+  EXPECT_EQ(x.model.n_layer, 4);
+  EXPECT_EQ(x.model.d_model, 128);
+  EXPECT_EQ(x.model.max_seq_len, 256);
+  // data: the glob expanded and sorted.
+  EXPECT_EQ(x.data.format, DataFormat::kText);
+  EXPECT_EQ(x.data.train, (std::vector<std::string>{"tests/config/data/shards/train_000.txt",
+                                                    "tests/config/data/shards/train_001.txt"}));
+  EXPECT_EQ(x.data.val, std::vector<std::string>{"tests/config/data/shards/val.txt"});
+  EXPECT_EQ(x.data.seq_len, 64);
+  EXPECT_EQ(x.batch.micro, 4);
+  EXPECT_EQ(x.batch.accumulation, 2);
+  // optimizer: from configs/optim/adamw.yaml.
+  EXPECT_EQ(x.optimizer.lr, 6e-4);
+  EXPECT_EQ(x.optimizer.betas[0], 0.9);
+  EXPECT_EQ(x.optimizer.betas[1], 0.95);
+  EXPECT_EQ(x.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(x.schedule.name, ScheduleName::kCosine);
+  EXPECT_EQ(x.schedule.min_lr, 6e-5);
+  EXPECT_EQ(x.logging.sample_prompt, "To be: \"or\" not\n");
+  EXPECT_EQ(x.steps, 100);
+  EXPECT_FALSE(x.lora.has_value());
+  // Defaults.
+  EXPECT_EQ(x.zero.bucket_mb, 25.0);
+  EXPECT_EQ(x.seed, 1337);
+  // Locations.
+  EXPECT_EQ(x.where("optimizer.lr"), "configs/optim/adamw.yaml:3:5");
+  EXPECT_EQ(x.where("optimizer"), "tests/config/data/valid.yaml:13:1");
+  EXPECT_EQ(x.where("data.train"), "tests/config/data/valid.yaml:7:10");
+  EXPECT_EQ(x.where("data.train[1]"), "tests/config/data/valid.yaml:7:10");
+  EXPECT_EQ(x.where("data.train[7]"), "tests/config/data/valid.yaml:7:10");
+  EXPECT_EQ(x.where("data.val[0]"), "tests/config/data/valid.yaml:8:9");
+  EXPECT_EQ(x.where("batch.global"), "<default>");
+  EXPECT_EQ(x.where("no.such.key"), "<default>");
+}
+
+TEST_F(ConfigTest, UnknownKeySuggestsTheNearest) {
+  EXPECT_EQ(errors_of("unknown_key.yaml"),
+            (Lines{"tests/config/data/unknown_key.yaml:4:3: optimizer.lrr: unknown key; "
+                   "did you mean 'lr'?"}));
+  LoadResult r = try_parse_recipe("optimiser: {lr: 1}\nstepz: 3\nzzzzzzzz: 1\n", "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:1: optimiser: unknown key; did you mean 'optimizer'?",
+                             "inline.yaml:2:1: stepz: unknown key; did you mean 'steps'?",
+                             "inline.yaml:3:1: zzzzzzzz: unknown key",
+                             "inline.yaml: data.train: required key is missing",
+                             "inline.yaml: steps: required key is missing"}));
+}
+
+TEST_F(ConfigTest, WrongType) {
+  EXPECT_EQ(errors_of("wrong_type.yaml"),
+            (Lines{"tests/config/data/wrong_type.yaml:4:7: optimizer.lr: expected a "
+                   "number, got 'fast'"}));
+  LoadResult r = try_parse_recipe(
+      "data: {train: tests/config/data/tiny.txt}\n"
+      "model: {n_layer: 2.5}\n"
+      "zero: {overlap_comm: maybe}\n"
+      "optimizer: {betas: 0.9}\n"
+      "schedule: {name: cosin}\n"
+      "logging: [1, 2]\n"
+      "steps: 10\n",
+      "inline.yaml");
+  EXPECT_EQ(
+      r.errors,
+      (Lines{"inline.yaml:2:18: model.n_layer: expected an integer, got '2.5'",
+             "inline.yaml:4:20: optimizer.betas: expected a list of two numbers [beta1, beta2], "
+             "got '0.9'",
+             "inline.yaml:5:18: schedule.name: expected one of constant, cosine, got 'cosin'; did "
+             "you mean 'cosine'?",
+             "inline.yaml:3:22: zero.overlap_comm: expected true or false, got 'maybe'",
+             "inline.yaml:6:10: logging: expected a map of logging keys (or the path of a .yaml "
+             "fragment), got a list"}));
+}
+
+TEST_F(ConfigTest, OutOfRange) {
+  EXPECT_EQ(errors_of("out_of_range.yaml"),
+            (Lines{"tests/config/data/out_of_range.yaml:4:10: batch.micro: must be >= 1, got 0"}));
+  LoadResult r = try_parse_recipe(
+      "data: {train: tests/config/data/tiny.txt, val_fraction: 0.6}\n"
+      "lora: {r: 4, dropout: 1.0}\n"
+      "zero: {stage: 4}\n"
+      "steps: 0\n",
+      "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:57: data.val_fraction: must be in [0, 0.5], got 0.6",
+                             "inline.yaml:3:15: zero.stage: must be in [0, 3], got 4",
+                             "inline.yaml:2:23: lora.dropout: must be in [0, 1), got 1.0",
+                             "inline.yaml:4:8: steps: must be >= 1, got 0"}));
+}
+
+TEST_F(ConfigTest, MissingRequiredKeys) {
+  EXPECT_EQ(errors_of("missing_steps.yaml"),
+            (Lines{"tests/config/data/missing_steps.yaml: steps: required key is missing"}));
+  LoadResult r = try_parse_recipe(
+      "data: {train: tests/config/data/tiny.txt}\nlora: {alpha: 2}\n"
+      "steps: 1\n",
+      "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:2:1: lora.r: required key is missing"}));
+}
+
+TEST_F(ConfigTest, YamlSyntaxErrorHasItsLocation) {
+  EXPECT_EQ(errors_of("syntax_error.yaml"),
+            (Lines{"tests/config/data/syntax_error.yaml:4:10: YAML syntax error: end of "
+                   "sequence flow not found"}));
+}
+
+TEST_F(ConfigTest, MissingRecipeFile) {
+  EXPECT_EQ(errors_of("no_such_recipe.yaml"),
+            (Lines{"tests/config/data/no_such_recipe.yaml: recipe file not found"}));
+}
+
+TEST_F(ConfigTest, DuplicateKeyIsAnError) {
+  LoadResult r = try_parse_recipe("steps: 1\ndata: {train: tests/config/data/tiny.txt}\nsteps: 2\n",
+                                  "inline.yaml");
+  EXPECT_EQ(r.errors,
+            (Lines{"inline.yaml:3:1: steps: duplicate key (first set at inline.yaml:1:1)"}));
+}
+
+TEST_F(ConfigTest, TopLevelMustBeAMap) {
+  LoadResult r = try_parse_recipe("- a\n- b\n", "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:1: expected a map of recipe keys, got a list"}));
+}
+
+TEST_F(ConfigTest, DataFilesThatDoNotExist) {
+  const std::string cwd = FD_SOURCE_DIR;
+  EXPECT_EQ(errors_of("missing_data.yaml"),
+            (Lines{"tests/config/data/missing_data.yaml:4:7: data.train: no file matches "
+                   "'tests/config/data/nope_*.txt'; check the path (relative paths are resolved "
+                   "from " +
+                       cwd + ")",
+                   "tests/config/data/missing_data.yaml:5:8: data.val: no file matches "
+                   "'tests/config/data/missing.txt'; check the path (relative paths are resolved "
+                   "from " +
+                       cwd + ")"}));
+  LoadResult r = try_parse_recipe("data: {train: tests/config/data}\nsteps: 1\n", "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:15: data.train: 'tests/config/data' is a "
+                             "directory; name the files in it (e.g. "
+                             "'tests/config/data/*')"}));
+}
+
+TEST_F(ConfigTest, GlobsAreSortedPerPatternAndDeduplicated) {
+  LoadResult r = try_parse_recipe(
+      "data:\n"
+      "  train: [tests/config/data/shards/train_001.txt,\n"
+      "          tests/config/data/shards/train_*.txt]\n"
+      "steps: 1\n",
+      "inline.yaml");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  EXPECT_EQ(r.recipe.data.train,
+            (std::vector<std::string>{"tests/config/data/shards/train_001.txt",
+                                      "tests/config/data/shards/train_000.txt"}));
+  EXPECT_EQ(r.recipe.where("data.train[0]"), "inline.yaml:2:11");
+  EXPECT_EQ(r.recipe.where("data.train[1]"), "inline.yaml:3:11");
+}
+
+TEST_F(ConfigTest, SeqLenLongerThanTheModelContext) {
+  EXPECT_EQ(errors_of("seq_too_long.yaml"),
+            (Lines{"tests/config/data/seq_too_long.yaml:5:12: data.seq_len: 512 is longer "
+                   "than the model's context (model.max_seq_len = 256)"}));
+  // With seq_len left at its default, the error points at max_seq_len.
+  LoadResult r = try_parse_recipe(
+      "model: {max_seq_len: 64}\ndata: {train: tests/config/data/tiny.txt}\nsteps: 1\n",
+      "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:22: model.max_seq_len: 64 is shorter than "
+                             "data.seq_len (128 by default); set data.seq_len"}));
+}
+
+TEST_F(ConfigTest, CrossFieldRules) {
+  LoadResult r = try_parse_recipe(
+      "model: {d_model: 130, n_layer: 2}\n"
+      "data: {train: tests/config/data/tiny.txt}\n"
+      "batch: {micro: 4, accumulation: 2, global: 12}\n"
+      "optimizer: {lr: 1.0e-4}\n"
+      "schedule: {name: cosine, min_lr: 1.0e-3}\n"
+      "activation_checkpointing: {layers: [0, 2]}\n"
+      "steps: 1\n",
+      "inline.yaml");
+  EXPECT_EQ(
+      r.errors,
+      (Lines{"inline.yaml:6:40: activation_checkpointing.layers: block 2 does not exist "
+             "(model.n_layer = 2, so blocks are 0..1)",
+             "inline.yaml:1:18: model.d_model: model.d_model (130) must be divisible by "
+             "model.n_head (4)",
+             "inline.yaml:3:44: batch.global: 12 is not a multiple of batch.micro * "
+             "batch.accumulation (4 * 2 = 8)",
+             "inline.yaml:5:34: schedule.min_lr: 0.001 is above optimizer.lr (0.0001); cosine "
+             "decays from lr down to min_lr"}));
+}
+
+TEST_F(ConfigTest, SeveralErrorsAreReportedAtOnce) {
+  const std::string f = "tests/config/data/many_errors.yaml";
+  EXPECT_EQ(
+      errors_of("many_errors.yaml"),
+      (Lines{f + ":6:3: data.formt: unknown key; did you mean 'format'?",
+             f + ":8:7: optimizer.lr: must be > 0, got -1",
+             f + ":9:16: optimizer.betas: must be in [0, 1), got 1.5",
+             f + ":11:9: schedule.name: expected one of constant, cosine, got 'linear'",
+             f + ":12:10: threads: must be >= 1, got 0", f + ": steps: required key is missing",
+             f + ":2:11: model.n_head: model.d_model (128) must be divisible by model.n_head (3)",
+             f + ":3:15: model.vocab_size: data.format text needs vocab_size >= 256 (one token "
+                 "per byte), got 100"}));
+}
+
+TEST_F(ConfigTest, LoadRecipeThrowsOneUsageErrorWithAllLines) {
+  try {
+    load_recipe(fixture("many_errors.yaml"));
+    FAIL() << "expected an fd::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_EQ(e.exit_code(), 2);
+    std::string joined;
+    for (const auto& line : errors_of("many_errors.yaml")) {
+      joined += (joined.empty() ? "" : "\n") + line;
+    }
+    EXPECT_EQ(e.what(), joined);
+  }
+}
+
+TEST_F(ConfigTest, EachUnsupportedFeatureIsRefusedWithItsLocation) {
+  const std::string f = "tests/config/data/unsupported.yaml";
+  EXPECT_EQ(
+      errors_of("unsupported.yaml"),
+      (Lines{f + ":2:14: model.init_from: starting from a base checkpoint is not supported yet "
+                 "(leave init_from empty to train from a random init; see docs/RECIPE.md)",
+             f + ":5:12: precision: bf16 training is not supported yet (this build trains in "
+                 "fp32; see docs/RECIPE.md)",
+             f + ":7:10: zero.stage: ZeRO stage 2 is not supported yet (this build trains on one "
+                 "process; see docs/RECIPE.md)",
+             f + ":8:1: lora: LoRA fine-tuning is not supported yet (remove the lora section or "
+                 "set it to null; see docs/RECIPE.md)",
+             f + ":12:11: activation_checkpointing.layers: activation checkpointing is not "
+                 "supported yet (set layers to none; see docs/RECIPE.md)",
+             f + ":14:10: checkpoint.every: saving checkpoints is not supported yet (set every to "
+                 "0; see docs/RECIPE.md)",
+             f + ":15:9: device: training on CUDA is not supported yet (this build trains on the "
+                 "CPU; see docs/RECIPE.md)"}));
+}
+
+TEST_F(ConfigTest, UnsupportedFeaturesParseWhenAllowed) {
+  LoadResult r = try_load_recipe(fixture("unsupported.yaml"), {}, Unsupported::kAllow);
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  const Recipe& x = r.recipe;
+  EXPECT_EQ(x.model.init_from, "base.safetensors");
+  EXPECT_EQ(x.precision, Precision::kBf16);
+  EXPECT_EQ(x.zero.stage, 2);
+  ASSERT_TRUE(x.lora.has_value());
+  EXPECT_EQ(x.lora->r, 8);
+  EXPECT_EQ(x.lora->alpha, 8.0);  // defaults to r
+  EXPECT_EQ(x.lora->targets, (std::vector<std::string>{"c_attn", "mlp.c_proj"}));
+  EXPECT_TRUE(x.lora->layers.empty());                                     // all
+  EXPECT_EQ(x.activation_checkpointing.layers, (std::vector<int>{0, 2}));  // every 2 of 4
+  EXPECT_EQ(x.checkpoint.every, 100);
+  EXPECT_EQ(x.device, DeviceName::kCuda);
+}
+
+TEST_F(ConfigTest, EachUnsupportedValueByOverride) {
+  struct Case {
+    const char* override;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"precision=fp16", "precision: fp16 training is not supported yet"},
+      {"zero.stage=1", "zero.stage: ZeRO stage 1 is not supported yet"},
+      {"zero.stage=3", "zero.stage: ZeRO stage 3 is not supported yet"},
+      {"lora={r: 4}", "lora: LoRA fine-tuning is not supported yet"},
+      {"activation_checkpointing.layers=all",
+       "activation_checkpointing.layers: activation checkpointing is not supported yet"},
+      {"activation_checkpointing.layers=[1]",
+       "activation_checkpointing.layers: activation checkpointing is not supported yet"},
+      {"activation_checkpointing.layers.every=3",
+       "activation_checkpointing.layers: activation checkpointing is not supported yet"},
+      {"checkpoint.every=10", "checkpoint.every: saving checkpoints is not supported yet"},
+      {"device=cuda", "device: training on CUDA is not supported yet"},
+      {"model.init_from=gpt2.safetensors",
+       "model.init_from: starting from a base checkpoint is not supported yet"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> errors = errors_of("valid.yaml", {c.override});
+    ASSERT_EQ(errors.size(), 1u) << c.override << ": " << ::testing::PrintToString(errors);
+    EXPECT_EQ(errors[0].rfind(fmt::format("override '{}': {}", c.override, c.message), 0), 0u)
+        << errors[0];
+  }
+  // The supported values of the same keys load.
+  EXPECT_TRUE(errors_of("valid.yaml", {"precision=fp32", "zero.stage=0", "lora=null",
+                                       "activation_checkpointing.layers=none", "checkpoint.every=0",
+                                       "device=cpu", "model.init_from="})
+                  .empty());
+}
+
+TEST_F(ConfigTest, InvalidLoraReportsItsErrorsNotUnsupported) {
+  EXPECT_EQ(errors_of("valid.yaml", {"lora={r: 0, targets: [c_atn], layers: [9]}"}),
+            (Lines{"override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.r: must "
+                   "be >= 1, got 0",
+                   "override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.targets: "
+                   "expected one of c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj, got "
+                   "'c_atn'; did you mean 'c_attn'?",
+                   "override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.layers: "
+                   "block 9 does not exist (model.n_layer = 4, so blocks are 0..3)"}));
+}
+
+TEST_F(ConfigTest, GlobalBatchMustFitTheWorldSize) {
+  Recipe r = load_recipe(fixture("valid.yaml"), {"batch.global=16"});
+  EXPECT_EQ(global_batch(r, 2), 16);
+  EXPECT_NO_THROW(check_world_size(r, 2));  // 4 * 2 * 2
+  try {
+    check_world_size(r, 4);
+    FAIL() << "expected an fd::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_STREQ(e.what(),
+                 "override 'batch.global=16': batch.global: 16 sequences per step do not fit 4 "
+                 "rank(s): batch.micro * batch.accumulation * ranks = 4 * 2 * 4 = 32; set "
+                 "batch.accumulation to 1");
+  }
+  Recipe d = load_recipe(fixture("valid.yaml"));
+  EXPECT_EQ(global_batch(d, 3), 4 * 2 * 3);
+  EXPECT_NO_THROW(check_world_size(d, 3));
+}
+
+}  // namespace
+}  // namespace fd::config

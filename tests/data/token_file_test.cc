@@ -1,0 +1,137 @@
+#include "lib/data/token_file.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/data/data_test_util.h"
+
+namespace fd::data {
+namespace {
+
+using test_util::expect_usage_error;
+using test_util::LlmcHeader;
+using test_util::write_bytes;
+using test_util::write_llmc;
+
+TEST(TokenFile, ReadsBackLlmcFile) {
+  std::vector<uint16_t> tokens = {0, 1, 50256, 65535, 7, 300};
+  std::string path = write_llmc("a.bin", tokens);
+  TokenFile f = TokenFile::open(path, TokenFormat::kLlmc, 65536);
+  EXPECT_EQ(f.format(), TokenFormat::kLlmc);
+  ASSERT_EQ(f.size(), 6);
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(f[int64_t(i)], int32_t(tokens[i]));
+  int32_t out[3];
+  f.copy(2, 3, out);
+  EXPECT_EQ(out[0], 50256);
+  EXPECT_EQ(out[1], 65535);
+  EXPECT_EQ(out[2], 7);
+}
+
+TEST(TokenFile, ReadsTextAsBytes) {
+  std::string path = write_bytes("t.txt", "ab\xFF\n");
+  TokenFile f = TokenFile::open(path, TokenFormat::kText, 256);
+  EXPECT_EQ(f.format(), TokenFormat::kText);
+  ASSERT_EQ(f.size(), 4);
+  EXPECT_EQ(f[0], 'a');
+  EXPECT_EQ(f[2], 255);
+  EXPECT_EQ(f[3], '\n');
+}
+
+TEST(TokenFile, AutoDetectsFormat) {
+  EXPECT_EQ(TokenFile::open(write_llmc("tokens.dat", {1, 2}), TokenFormat::kAuto, 300).format(),
+            TokenFormat::kLlmc);
+  EXPECT_EQ(TokenFile::open(write_bytes("notes.txt", "hello"), TokenFormat::kAuto, 256).format(),
+            TokenFormat::kText);
+  // A .bin without the magic is taken as a token file and rejected clearly.
+  expect_usage_error(
+      [&] {
+        TokenFile::open(write_bytes("x.bin", std::string(2000, 'a')), TokenFormat::kAuto, 256);
+      },
+      {"not an llm.c token file", "use data.format: text"});
+}
+
+TEST(TokenFile, FormatNames) {
+  EXPECT_EQ(token_format_from_name("llmc"), TokenFormat::kLlmc);
+  EXPECT_EQ(token_format_from_name("text"), TokenFormat::kText);
+  EXPECT_EQ(token_format_from_name("auto"), TokenFormat::kAuto);
+  EXPECT_EQ(token_format_from_name("bin"), std::nullopt);
+  EXPECT_EQ(token_format_name(TokenFormat::kLlmc), "llmc");
+}
+
+TEST(TokenFile, RejectsBadMagic) {
+  std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.magic = 12345});
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "not an llm.c token file (magic 12345, expected 20240520)",
+                      "prepare scripts", "data.format: text"});
+}
+
+TEST(TokenFile, RejectsLlama3Variant) {
+  std::string path = write_llmc("x.bin", {1, 2}, LlmcHeader{.magic = 20240801, .version = 7});
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "LLaMA-3", "uint32"});
+}
+
+TEST(TokenFile, RejectsBadVersion) {
+  std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.version = 2});
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "version 2, expected 1"});
+}
+
+TEST(TokenFile, RejectsTruncatedFile) {
+  std::vector<uint16_t> tokens(1000, 5);
+  std::string path = write_llmc("x.bin", tokens, {}, 4);  // 998 tokens left
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "header says 1000 tokens but the file holds 998",
+                      "file size 3020 bytes, expected 3024", "truncated"});
+}
+
+TEST(TokenFile, RejectsTrailingBytes) {
+  std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.count = 2});
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "header says 2 tokens but the file holds 3", "trailing bytes"});
+}
+
+TEST(TokenFile, RejectsZeroOrNegativeCount) {
+  std::string zero = write_llmc("zero.bin", {}, LlmcHeader{.count = 0});
+  expect_usage_error([&] { TokenFile::open(zero, TokenFormat::kLlmc, 50257); },
+                     {zero, "header says 0 tokens"});
+  std::string neg = write_llmc("neg.bin", {}, LlmcHeader{.count = -3});
+  expect_usage_error([&] { TokenFile::open(neg, TokenFormat::kLlmc, 50257); },
+                     {neg, "header says -3 tokens"});
+}
+
+TEST(TokenFile, RejectsFileShorterThanHeader) {
+  std::string path = write_bytes("short.bin", std::string(100, '\0'));
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "100 bytes, shorter than the 1024-byte"});
+}
+
+TEST(TokenFile, RejectsEmptyFile) {
+  for (TokenFormat fmt : {TokenFormat::kLlmc, TokenFormat::kText, TokenFormat::kAuto}) {
+    std::string path = write_bytes("empty.bin", "");
+    expect_usage_error([&] { TokenFile::open(path, fmt, 50257); }, {path, "empty file"});
+  }
+}
+
+TEST(TokenFile, RejectsMissingFileAndDirectory) {
+  std::string path = test_util::temp_path("missing.bin");
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kAuto, 50257); },
+                     {path, "no such file"});
+  std::string dir = test_util::temp_path("adir");
+  std::filesystem::create_directories(dir);
+  expect_usage_error([&] { TokenFile::open(dir, TokenFormat::kAuto, 50257); },
+                     {dir, "not a regular file"});
+}
+
+TEST(TokenFile, RejectsTokenIdAtOrAboveVocabSize) {
+  std::string path = write_llmc("x.bin", {1, 2, 99, 50257, 4, 60000});
+  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
+                     {path, "token id 50257 at position 3", "model.vocab_size = 50257"});
+  EXPECT_NO_THROW(TokenFile::open(path, TokenFormat::kLlmc, 60001));
+  // Text: bytes above a small vocabulary.
+  std::string text = write_bytes("t.txt", "abc\xC3\xA9");
+  expect_usage_error([&] { TokenFile::open(text, TokenFormat::kText, 128); },
+                     {text, "token id 195 at position 3", "model.vocab_size = 128", "byte tokens"});
+}
+
+}  // namespace
+}  // namespace fd::data

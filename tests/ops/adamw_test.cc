@@ -1,0 +1,64 @@
+#include "lib/ops/adamw.h"
+
+#include "tests/ops/op_test_util.h"
+
+namespace fd::ops {
+namespace {
+
+using namespace fd::ops::testing;
+
+// torch.optim.AdamW's formula, in double, for `steps` steps with gradients grads[step - 1].
+void reference(Vec& p, Vec& m, Vec& v, const std::vector<Vec>& grads, const AdamWStep& s) {
+  for (size_t t = 1; t <= grads.size(); ++t) {
+    const double bc1 = 1 - std::pow(double(s.beta1), double(t));
+    const double bc2 = 1 - std::pow(double(s.beta2), double(t));
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double g = grads[t - 1][i];
+      p[i] *= 1 - double(s.lr) * double(s.weight_decay);
+      m[i] = double(s.beta1) * m[i] + (1 - double(s.beta1)) * g;
+      v[i] = double(s.beta2) * v[i] + (1 - double(s.beta2)) * g * g;
+      const double denom = std::sqrt(v[i]) / std::sqrt(bc2) + double(s.eps);
+      p[i] -= double(s.lr) / bc1 * m[i] / denom;
+    }
+  }
+}
+
+TEST(AdamW, ThreeStepsMatchTorchFormula) {
+  const int64_t n = 37;  // not a multiple of any vector width
+  std::mt19937 rng(29);
+  const Vec p0 = rounded(randn(n, rng), DType::kF32);
+  std::vector<Vec> grads;
+  for (int t = 0; t < 3; ++t) grads.push_back(rounded(randn(n, rng, 0.1), DType::kF32));
+  grads[1][5] = 0.0;  // a zero gradient: only weight decay and momentum move it
+  AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
+
+  std::vector<float> p(p0.begin(), p0.end()), m(n, 0.0f), v(n, 0.0f);
+  for (int t = 0; t < 3; ++t) {
+    s.step = t + 1;
+    std::vector<float> g(grads[t].begin(), grads[t].end());
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, s);
+  }
+  Vec rp = p0, rm(n, 0.0), rv(n, 0.0);
+  reference(rp, rm, rv, grads, s);
+  std::printf("adamw 3 steps, n=37\n");
+  // Compare the change of the parameters, which is what the update computes.
+  Vec dp(n), rdp(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dp[i] = double(p[i]) - p0[i];
+    rdp[i] = rp[i] - p0[i];
+  }
+  expect_close("param - param0", dp, rdp, 1e-5);
+  expect_close("m", Vec(m.begin(), m.end()), rm, 1e-6);
+  expect_close("v", Vec(v.begin(), v.end()), rv, 1e-6);
+}
+
+// With bias correction the first step moves every parameter by about lr (sign of the gradient).
+TEST(AdamW, FirstStepIsLrTimesSignWithoutDecay) {
+  std::vector<float> p = {1.0f, 1.0f}, g = {0.5f, -3.0f}, m = {0, 0}, v = {0, 0};
+  adamw_update(p.data(), g.data(), m.data(), v.data(), 2, {0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1});
+  EXPECT_NEAR(p[0], 0.9f, 1e-6f);
+  EXPECT_NEAR(p[1], 1.1f, 1e-6f);
+}
+
+}  // namespace
+}  // namespace fd::ops

@@ -1,0 +1,60 @@
+#include "lib/ops/embedding.h"
+
+#include "tests/ops/op_test_util.h"
+
+namespace fd::ops {
+namespace {
+
+using namespace fd::ops::testing;
+
+constexpr int64_t kV = 37, kC = 12, kN = 3 * 7;
+
+// Ids with repeats, so the backward must sum several rows into one.
+std::vector<float> ids_values() {
+  std::vector<float> ids;
+  for (int64_t i = 0; i < kN; ++i) ids.push_back(float((i * 5) % 11 + (i % 3 == 0 ? 25 : 0)));
+  return ids;
+}
+
+RefFn reference(const std::vector<float>& ids) {
+  return [ids](const std::vector<Vec>& in) {
+    Vec out(kN * kC);
+    for (int64_t i = 0; i < kN; ++i)
+      for (int64_t c = 0; c < kC; ++c) out[i * kC + c] = in[0][int64_t(ids[i]) * kC + c];
+    return out;
+  };
+}
+
+void check(DType dt) {
+  std::printf("embedding %s\n", name_of(dt));
+  std::mt19937 rng(11);
+  std::vector<Vec> in = {rounded(randn(kV * kC, rng), dt)};
+  const Vec R = rounded(randn(kN * kC, rng), dt);
+  const std::vector<float> idv = ids_values();
+  Tensor ids = Tensor::from_vector(idv, Shape{3, 7}, DType::kI32);
+  Variable w(make_tensor(in[0], Shape{kV, kC}, dt), true);
+  autograd::Tape tape;
+  autograd::TapeScope scope(tape);
+  Variable y = embedding(w, ids);
+  EXPECT_EQ(y.shape(), (Shape{3, 7, kC}));
+  EXPECT_EQ(y.dtype(), dt);
+  ids.fill_(0.0f);  // the op keeps its own copy of the ids for backward
+  const double tol = tol_for(dt);
+  expect_close("out", values(y.value()), reference(idv)(in), dt == DType::kF32 ? 0.0 : tol);
+  backward_with(tape, y, R);
+  expect_close("grad weight", values(w.grad()), fd_grad(reference(idv), in, 0, R), tol);
+}
+
+TEST(Embedding, GradF32) { check(DType::kF32); }
+TEST(Embedding, GradBF16) { check(DType::kBF16); }
+TEST(Embedding, GradF16) { check(DType::kF16); }
+
+TEST(EmbeddingDeathTest, OutOfRangeIdFailsCheck) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Variable w(Tensor::zeros(Shape{4, 2}), true);
+  Tensor ids = Tensor::from_vector({1, 4}, Shape{2}, DType::kI32);
+  EXPECT_DEATH(embedding(w, ids), "outside");
+}
+
+}  // namespace
+}  // namespace fd::ops
