@@ -15,6 +15,7 @@
 #include "lib/autograd/tape.h"
 #include "lib/base/rng.h"
 #include "lib/nn/gpt.h"
+#include "lib/ops/blas_setup.h"
 #include "lib/optim/adamw.h"
 #include "lib/optim/clip.h"
 #include "lib/tensor/storage.h"
@@ -95,6 +96,7 @@ void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fd::ops::select_blas_kernel(argc, argv);
   int steps = 5, warmup = 1, threads = 1;
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {
@@ -105,7 +107,7 @@ int main(int argc, char** argv) {
     else names.push_back(a);
   }
   if (names.empty()) names = {"S", "M"};
-  openblas_set_num_threads(threads);
+  fd::ops::set_blas_threads(threads);
   const std::vector<BenchConfig> configs = {
       {"S", {4, 4, 256, 256, 256}, 8, 256},
       {"M", {6, 8, 512, 256, 256}, 4, 256},
@@ -114,7 +116,8 @@ int main(int argc, char** argv) {
   double peak = sgemm_gflops(2048);
   std::printf("fdtrain train_bench: fp32, %d BLAS thread(s), %d timed steps after %d warmup\n",
               threads, steps, warmup);
-  std::printf("sgemm 2048^3: %.1f GFLOP/s\n", peak);
+  std::printf("sgemm 2048^3: %.1f GFLOP/s (OpenBLAS kernel %s)\n", peak,
+              fd::ops::blas_kernel_name().c_str());
   std::printf("%-5s %10s %10s %9s %9s %9s %12s %14s\n", "cfg", "ms/step", "tok/s", "GFLOP/s",
               "%peak", "RSS MiB", "params (M)", "steady allocs");
   for (const std::string& n : names) {

@@ -19,6 +19,7 @@
 #include "lib/base/strings.h"
 #include "lib/config/load.h"
 #include "lib/engine/trainer.h"
+#include "lib/ops/blas_setup.h"
 
 namespace {
 
@@ -122,6 +123,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fd::ops::select_blas_kernel(argc, argv);
   try {
     return run(argc, argv);
   } catch (const fd::Error& e) {

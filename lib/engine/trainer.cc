@@ -1,6 +1,5 @@
 #include "lib/engine/trainer.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -21,6 +20,7 @@
 #include "lib/engine/run_dir.h"
 #include "lib/engine/weights_digest.h"
 #include "lib/nn/gpt.h"
+#include "lib/ops/blas_setup.h"
 #include "lib/optim/adamw.h"
 #include "lib/optim/clip.h"
 #include "lib/optim/schedule.h"
@@ -92,7 +92,7 @@ std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
     };
     std::string where = locate(o.train_files, "data.train");
     if (where.empty()) where = locate(o.val_files, "data.val");
-    if (where.empty()) where = fmt::format("{}: data: ", r.where("data"));
+    if (where.empty()) where = fmt::format("{}: ", r.where("data"));
     throw Error(ErrorKind::kUsage, where + e.what());
   }
 }
@@ -110,7 +110,7 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options)
         world_size_);
   }
   config::check_world_size(recipe_, world_size_);
-  openblas_set_num_threads(recipe_.threads);
+  ops::set_blas_threads(recipe_.threads);
 
   dataset_ = open_dataset(recipe_);
   sampler_ = std::make_unique<data::Sampler>(*dataset_, uint64_t(recipe_.seed));

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Every way a user can get a recipe or its data wrong ends in exit 2 and one
+# clear message naming file:line:col (where a file is involved) and the key.
+source "$(dirname "$0")/common.bash"
+
+R=$TMP/r.yaml
+
+# Unknown key, with the nearest valid key suggested (line 15 is `  lr:`).
+write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lrr: 1.0e-3/' "$R"
+expect_fail 2 "$R:15:3: optimizer.lrr: unknown key; did you mean 'lr'\\?" train "$R" --run-dir "$TMP/run"
+
+# Wrong type.
+write_recipe "$R"; sed -i 's/^  micro: 2/  micro: lots/' "$R"
+expect_fail 2 "$R:13:10: batch.micro: expected an integer" train "$R" --run-dir "$TMP/run"
+
+# Out-of-range value.
+write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lr: -1/' "$R"
+expect_fail 2 "$R:15:7: optimizer.lr: must be > 0" train "$R" --run-dir "$TMP/run"
+
+# Missing data file.
+write_recipe "$R"; sed -i 's#/usr/share/games/fortunes/fortunes#no/such/file.txt#' "$R"
+expect_fail 2 "$R:9:11: data.train.*no/such/file.txt" train "$R" --run-dir "$TMP/run"
+
+# Bad token-file header (all zeros: magic 0), reported at the recipe entry.
+head -c 2048 /dev/zero > "$TMP/bad.bin"
+write_recipe "$R"; sed -i "s#format: text#format: tokens#; s#/usr/share/games/fortunes/fortunes#$TMP/bad.bin#" "$R"
+expect_fail 2 "$R:9:11: data.train\\[0\\]: .*bad.bin.*magic" train "$R" --run-dir "$TMP/run"
+
+# Truncated token file: valid header claiming more tokens than the file holds.
+printf '\x88\xd8\x34\x01\x01\x00\x00\x00\xe8\x03\x00\x00' > "$TMP/short.bin"
+head -c 1012 /dev/zero >> "$TMP/short.bin"; head -c 100 /dev/zero >> "$TMP/short.bin"
+write_recipe "$R"; sed -i "s#format: text#format: tokens#; s#/usr/share/games/fortunes/fortunes#$TMP/short.bin#" "$R"
+expect_fail 2 "data.train\\[0\\]: .*short.bin.*1000 tokens" train "$R" --run-dir "$TMP/run"
+
+# Sequence longer than the model's context.
+write_recipe "$R"; sed -i 's/^  seq_len: 16/  seq_len: 64/' "$R"
+expect_fail 2 "$R:11:12: data.seq_len: 64 is longer than the model's context" train "$R" --run-dir "$TMP/run"
+
+# Override of an unknown key.
+write_recipe "$R"
+expect_fail 2 "override 'optimizer.lrr=1e-3': optimizer.lrr: unknown key; did you mean 'lr'\\?" \
+  train "$R" optimizer.lrr=1e-3 --run-dir "$TMP/run"
+
+# A value that needs a later feature is refused, never ignored.
+expect_fail 2 "zero.stage.*not supported yet" train "$R" zero.stage=2 --run-dir "$TMP/run"
+expect_fail 2 "precision.*not supported yet" train "$R" precision=bf16 --run-dir "$TMP/run"
+
+# validate reports every error at once.
+write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lrr: 1.0e-3/; s/^  micro: 2/  micro: 0/' "$R"
+expect_fail 2 "2 errors in" validate "$R"
+expect_fail 2 "batch.micro: must be >= 1, got 0" validate "$R"
+
+# Missing recipe file; unknown command-line flag.
+expect_fail 2 "no/such/recipe.yaml.*not found" train no/such/recipe.yaml
+expect_fail 2 "fdtrain --help" train "$R" --no-such-flag
+
+# A global batch that does not fit the world size.
+write_recipe "$R"
+expect_fail 2 "batch.global" train "$R" batch.global=6 --run-dir "$TMP/run"
+
+# An existing run is not overwritten without --overwrite; the first run's files survive.
+write_recipe "$R"
+"$FDTRAIN" train "$R" --run-dir "$TMP/done" --no-progress >/dev/null 2>&1 || { echo "FAIL: reference run"; FAILURES=$((FAILURES+1)); }
+sum_before=$(md5sum "$TMP/done/summary.json")
+expect_fail 2 "already holds a run; pass --overwrite" train "$R" --run-dir "$TMP/done"
+[ "$(md5sum "$TMP/done/summary.json")" = "$sum_before" ] || { echo "FAIL: summary.json changed"; FAILURES=$((FAILURES+1)); }
+
+# More ranks than this build supports: refused clearly by every rank (exit 2), no hang.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if command -v mpirun >/dev/null; then
+  out=$(timeout 60 mpirun --oversubscribe -n 2 "$FDTRAIN" train "$R" --run-dir "$TMP/mpi" 2>&1); rc=$?
+  if [ $rc -ne 2 ] || ! grep -q "trains on one process only" <<<"$out"; then
+    echo "FAIL: mpirun -n 2 gave exit $rc"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES+1))
+  else
+    echo "ok: mpirun -n 2 refused with exit 2"
+  fi
+fi
+
+finish

@@ -1,0 +1,59 @@
+# Helpers for the CLI tests: each test script sources this file, gets the
+# fdtrain binary as $1, and calls `expect_fail CODE PATTERN -- ARGS...`.
+set -u
+FDTRAIN=$(realpath "$1")
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+FAILURES=0
+
+# expect_fail CODE REGEX ARGS...: fdtrain ARGS must exit CODE and print a line matching REGEX.
+expect_fail() {
+  local code=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$("$FDTRAIN" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ]; then
+    echo "FAIL: fdtrain $* exited $rc, expected $code"; echo "$out" | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1)); return
+  fi
+  if ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: fdtrain $*: no line matches /$pattern/"; echo "$out" | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1)); return
+  fi
+  if grep -Eq "terminate called|Aborted|what\\(\\):|core dumped" <<<"$out"; then
+    echo "FAIL: fdtrain $*: raw crash output"; echo "$out" | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1)); return
+  fi
+  echo "ok: exit $code, /$pattern/"
+}
+
+finish() {
+  if [ "$FAILURES" -ne 0 ]; then echo "$FAILURES failure(s)"; exit 1; fi
+  echo "all passed"
+}
+
+# A small valid recipe; callers append or sed lines.
+write_recipe() {
+  cat > "$1" <<'YAML'
+model:
+  n_layer: 1
+  n_head: 2
+  d_model: 16
+  vocab_size: 256
+  max_seq_len: 32
+data:
+  format: text
+  train: [/usr/share/games/fortunes/fortunes]
+  val_fraction: 0.0
+  seq_len: 16
+batch:
+  micro: 2
+optimizer:
+  lr: 1.0e-3
+steps: 3
+logging:
+  every: 1
+  sample_tokens: 0
+YAML
+}
