@@ -31,7 +31,8 @@ demo: deps
 	$(MAKE) build
 	$(MPIRUN) -n 1 $(BUILD_DIR)/bin/fdtrain train recipes/quickstart.yaml --run-dir runs/quickstart --overwrite
 
-bench: deps
+bench:
+	@./scripts/install_deps.sh --bench
 	$(MAKE) build
 	./bench/run_bench.sh $(BUILD_DIR)
 

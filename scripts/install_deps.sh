@@ -16,6 +16,11 @@ PACKAGES=(
   nlohmann-json3-dev
   fortunes fortunes-min
 )
+# `install_deps.sh --bench` adds what only `make bench` needs: PyTorch for the
+# peer comparison (Debian's python3-torch, run with /usr/bin/python3).
+if [ "${1:-}" = "--bench" ]; then
+  PACKAGES+=(python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
