@@ -43,8 +43,8 @@ double sgemm_gflops(int n) {
   double best = 1e30;
   for (int r = 0; r < 3; ++r) {
     auto t = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
     best = std::min(best, seconds_since(t));
   }
   return 2.0 * n * double(n) * n / best / 1e9;
@@ -59,8 +59,7 @@ double peak_rss_mib() {
 void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
   fd::nn::Gpt model(c.model);
   model.init_gpt2(1);
-  std::vector<const fd::nn::FlatParamGroup*> groups;
-  for (const auto& s : model.segments()) groups.push_back(s.get());
+  const std::vector<const fd::nn::FlatParamGroup*> groups = model.groups();
   fd::optim::AdamW opt(groups, {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f});
   fd::Tensor tokens = fd::Tensor::empty(fd::Shape{c.batch, c.seq_len}, fd::DType::kI32);
   fd::Tensor targets = fd::Tensor::empty(fd::Shape{c.batch, c.seq_len}, fd::DType::kI32);
@@ -101,10 +100,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (a == "--warmup" && i + 1 < argc) warmup = std::atoi(argv[++i]);
-    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else names.push_back(a);
+    if (a == "--steps" && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc)
+      warmup = std::atoi(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else
+      names.push_back(a);
   }
   if (names.empty()) names = {"S", "M"};
   fd::ops::set_blas_threads(threads);

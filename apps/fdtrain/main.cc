@@ -8,7 +8,6 @@
 //
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -50,8 +49,9 @@ int run(int argc, char** argv) {
   }
   std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
 
-  CLI::App app{"fdtrain: memory-efficient distributed training of transformer language models "
-               "from a YAML recipe"};
+  CLI::App app{
+      "fdtrain: memory-efficient distributed training of transformer language models "
+      "from a YAML recipe"};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
 
@@ -108,10 +108,10 @@ int run(int argc, char** argv) {
   fd::engine::TrainOptions options;
   options.recipe_path = recipe;
   options.overrides = overrides;
-  options.run_dir = run_dir.empty()
-                        ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem())
-                              .string()
-                        : run_dir;
+  options.run_dir =
+      run_dir.empty()
+          ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem()).string()
+          : run_dir;
   options.overwrite = overwrite;
   options.progress = !no_progress;
   options.command_line = join_command_line(argc, argv);

@@ -10,11 +10,12 @@
 #include <string>
 
 namespace fd::detail {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 }  // namespace fd::detail
 
-#define FD_CHECK(cond, ...)                                                              \
-  do {                                                                                   \
-    if (!(cond)) [[unlikely]]                                                            \
+#define FD_CHECK(cond, ...)                                                                 \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]]                                                               \
       ::fd::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)); \
   } while (0)

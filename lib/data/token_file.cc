@@ -43,14 +43,14 @@ int64_t check_llmc_header(const MappedFile& f) {
         path, magic, kLlmcMagic);
   if (magic != kLlmcMagic)
     usage_error(
-        "{}: not an llm.c token file (magic {}, expected {}); write it with llm.c's / "
-        "nanoGPT's prepare scripts or use data.format: text",
+        "{}: not an llm.c token file (magic {}, expected {}); write it with llm.c's data scripts "
+        "(dev/data/*.py) or use data.format: text",
         path, magic, kLlmcMagic);
   int32_t version = header_word(f, 1);
   if (version != kLlmcVersion)
     usage_error(
         "{}: llm.c token file version {}, expected {} (uint16 tokens); regenerate it "
-        "with llm.c's / nanoGPT's prepare scripts",
+        "with llm.c's data scripts (dev/data/*.py)",
         path, version, kLlmcVersion);
   int64_t count = header_word(f, 2);
   if (count <= 0)

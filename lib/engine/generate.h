@@ -10,10 +10,10 @@
 namespace fd::engine {
 
 struct SampleOptions {
-  int max_new_tokens = 200;   // tokens to generate
-  float temperature = 0.8f;   // > 0; logits are divided by it
-  int top_k = 40;             // keep the k most likely tokens; 0 = all
-  uint64_t seed = 1337;       // sampling is a function of (seed, position)
+  int max_new_tokens = 200;  // tokens to generate
+  float temperature = 0.8f;  // > 0; logits are divided by it
+  int top_k = 40;            // keep the k most likely tokens; 0 = all
+  uint64_t seed = 1337;      // sampling is a function of (seed, position)
 };
 
 // Continues `prompt` (token ids; may be empty, then generation starts from

@@ -21,7 +21,8 @@ RunDirectory::RunDirectory(fs::path path, bool overwrite) : path_(std::move(path
     usage_error("{}: --run-dir exists and is not a directory", path_.string());
   fs::create_directories(path_, ec);
   if (ec) runtime_error("{}: cannot create the run directory: {}", path_.string(), ec.message());
-  for (const char* stale : {"metrics.jsonl", "summary.json", "command.txt"}) fs::remove(path_ / stale, ec);
+  for (const char* stale : {"metrics.jsonl", "summary.json", "command.txt"})
+    fs::remove(path_ / stale, ec);
   metrics_ = std::fopen((path_ / "metrics.jsonl").c_str(), "w");
   if (metrics_ == nullptr)
     runtime_error("{}: cannot write metrics.jsonl in the run directory", path_.string());
@@ -45,7 +46,9 @@ void RunDirectory::write_file_atomically(const std::string& name, const std::str
   if (ec) runtime_error("{}: cannot rename into place: {}", final_path.string(), ec.message());
 }
 
-void RunDirectory::write_config(const std::string& yaml) { write_file_atomically("config.yaml", yaml); }
+void RunDirectory::write_config(const std::string& yaml) {
+  write_file_atomically("config.yaml", yaml);
+}
 
 void RunDirectory::write_command(const std::string& command_line) {
   write_file_atomically("command.txt", command_line + "\n");
@@ -53,7 +56,8 @@ void RunDirectory::write_command(const std::string& command_line) {
 
 void RunDirectory::append_metrics(const nlohmann::json& record) {
   std::string line = record.dump() + "\n";
-  if (std::fwrite(line.data(), 1, line.size(), metrics_) != line.size() || std::fflush(metrics_) != 0)
+  if (std::fwrite(line.data(), 1, line.size(), metrics_) != line.size() ||
+      std::fflush(metrics_) != 0)
     runtime_error("{}: cannot append to metrics.jsonl", path_.string());
 }
 

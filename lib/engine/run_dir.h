@@ -11,9 +11,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace fd::engine {
 

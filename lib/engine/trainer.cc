@@ -48,12 +48,6 @@ int launcher_world_size() {
   return 1;
 }
 
-std::vector<const nn::FlatParamGroup*> groups_of(const nn::Gpt& model) {
-  std::vector<const nn::FlatParamGroup*> g;
-  for (const auto& s : model.segments()) g.push_back(s.get());
-  return g;
-}
-
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -130,7 +124,7 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options)
   ao.beta2 = float(recipe_.optimizer.betas[1]);
   ao.eps = float(recipe_.optimizer.eps);
   ao.weight_decay = float(recipe_.optimizer.weight_decay);
-  optimizer_ = std::make_unique<optim::AdamW>(groups_of(*model_), ao);
+  optimizer_ = std::make_unique<optim::AdamW>(model_->groups(), ao);
   schedule_.kind = recipe_.schedule.name == config::ScheduleName::kCosine
                        ? optim::ScheduleKind::kCosine
                        : optim::ScheduleKind::kConstant;
@@ -170,7 +164,7 @@ double Trainer::train_step(int64_t step) {
   }
   double loss = loss_sum / accum;
   if (!std::isfinite(loss)) return loss;  // caller stops the run before updating
-  auto groups = groups_of(*model_);
+  auto groups = model_->groups();
   last_grad_norm_ = optim::global_grad_norm(groups);
   optim::clip_grad_norm(groups, last_grad_norm_, float(recipe_.optimizer.grad_clip));
   optimizer_->step(optim::lr_at(schedule_, step));
@@ -216,6 +210,8 @@ nlohmann::json Trainer::run() {
   std::string exit_reason = "completed";
   int64_t done = 0;
 
+  double eval_seconds = 0.0;  // evaluation time, excluded from throughput
+  auto t_step = t_start;
   for (int64_t step = 0; step < steps; ++step) {
     const float lr = optim::lr_at(schedule_, step);
     loss = train_step(step);
@@ -227,6 +223,9 @@ nlohmann::json Trainer::run() {
     done = step + 1;
     const auto now = Clock::now();
     if (step == 0) t_after_first = now;
+    const double train_s = seconds_between(t_start, now) - eval_seconds;
+    progress.update(done, loss, double(tokens_per_step) / seconds_between(t_step, now),
+                    train_s / double(done) * double(steps - done));
     const bool last = done == steps;
     const bool eval_now =
         last || (recipe_.logging.eval_every > 0 && done % recipe_.logging.eval_every == 0);
@@ -240,29 +239,31 @@ nlohmann::json Trainer::run() {
                             {"tokens_per_s", tok_s},
                             {"elapsed_s", seconds_between(t_start, now)}};
       if (eval_now) {
+        const auto t_eval = Clock::now();
         eval_loss = evaluate();
+        eval_seconds += seconds_between(t_eval, Clock::now());
         rec["eval_loss"] = number_or_null(eval_loss);
       }
       run_dir_->append_metrics(rec);
-      const double per_step = seconds_between(t_start, now) / double(done);
-      if (progress.enabled()) {
-        progress.update(done, loss, tok_s, per_step * double(steps - done));
-      } else {
+      if (!progress.enabled()) {
         log::info("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}", done,
                   steps, loss, lr, last_grad_norm_, tok_s,
-                  eval_now && std::isfinite(eval_loss) ? fmt::format(" | eval loss {:.4f}", eval_loss)
-                                                       : std::string());
+                  eval_now && std::isfinite(eval_loss)
+                      ? fmt::format(" | eval loss {:.4f}", eval_loss)
+                      : std::string());
       }
-      t_window = Clock::now();  // exclude evaluation time from the next window
+      t_window = Clock::now();  // the next window starts after evaluation and logging
       window_steps = 0;
     }
+    t_step = Clock::now();
   }
   progress.finish();
   const auto t_end = Clock::now();
   const double elapsed = seconds_between(t_start, t_end);
   // Steady-state throughput excludes step 1 (allocator and cache warm-up)
   // when there is more than one step.
-  const double steady_s = done > 1 ? seconds_between(t_after_first, t_end) : elapsed;
+  const double steady_s =
+      (done > 1 ? seconds_between(t_after_first, t_end) : elapsed) - eval_seconds;
   const int64_t steady_steps = done > 1 ? done - 1 : done;
   const double tokens_per_s = double(tokens_per_step * steady_steps) / std::max(steady_s, 1e-9);
 
@@ -298,7 +299,8 @@ nlohmann::json Trainer::run() {
     so2.top_k = recipe_.logging.sample_top_k;
     so2.seed = uint64_t(recipe_.seed);
     std::vector<int32_t> prompt;
-    if (recipe_.data.format == config::DataFormat::kText) prompt = tok.encode(recipe_.logging.sample_prompt);
+    if (recipe_.data.format == config::DataFormat::kText)
+      prompt = tok.encode(recipe_.logging.sample_prompt);
     std::vector<int32_t> out = generate(*model_, prompt, so2);
     if (recipe_.data.format == config::DataFormat::kText) {
       std::string text = recipe_.logging.sample_prompt + tok.decode(out);
@@ -318,10 +320,11 @@ nlohmann::json Trainer::run() {
         "{}). Lower optimizer.lr, raise schedule.warmup_steps or set optimizer.grad_clip",
         loss, done + 1, run_dir_->path().string());
   }
-  log::info("done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {:.4f} | {:.0f} tok/s | "
-            "weights {}",
-            done, elapsed, loss, eval_loss, tokens_per_s,
-            summary["weights_sha256"].get<std::string>().substr(0, 16));
+  log::info(
+      "done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {:.4f} | {:.0f} tok/s | "
+      "weights {}",
+      done, elapsed, loss, eval_loss, tokens_per_s,
+      summary["weights_sha256"].get<std::string>().substr(0, 16));
   return summary;
 }
 

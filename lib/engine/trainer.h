@@ -10,10 +10,9 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "lib/config/recipe.h"
 #include "lib/optim/schedule.h"

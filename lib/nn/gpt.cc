@@ -19,8 +19,8 @@ using autograd::Variable;
 
 int64_t GptConfig::num_params() const {
   int64_t C = d_model;
-  int64_t per_block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) +
-                      (4 * C * C + C);
+  int64_t per_block =
+      2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
   return int64_t(vocab_size) * C + int64_t(max_seq_len) * C + n_layer * per_block + 2 * C;
 }
 
@@ -37,23 +37,23 @@ Gpt::Gpt(const GptConfig& config, DType dtype) : config_(config), dtype_(dtype) 
       dtype));
   for (int l = 0; l < config.n_layer; ++l) {
     auto n = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
-    segments_.push_back(std::make_unique<FlatParamGroup>(
-        fmt::format("h.{}", l),
-        std::vector<ParamSpec>{
-            {n("ln_1.weight"), Shape{C}, false},
-            {n("ln_1.bias"), Shape{C}, false},
-            {n("attn.c_attn.weight"), Shape{C, 3 * C}, true},
-            {n("attn.c_attn.bias"), Shape{3 * C}, false},
-            {n("attn.c_proj.weight"), Shape{C, C}, true},
-            {n("attn.c_proj.bias"), Shape{C}, false},
-            {n("ln_2.weight"), Shape{C}, false},
-            {n("ln_2.bias"), Shape{C}, false},
-            {n("mlp.c_fc.weight"), Shape{C, 4 * C}, true},
-            {n("mlp.c_fc.bias"), Shape{4 * C}, false},
-            {n("mlp.c_proj.weight"), Shape{4 * C, C}, true},
-            {n("mlp.c_proj.bias"), Shape{C}, false},
-        },
-        dtype));
+    segments_.push_back(
+        std::make_unique<FlatParamGroup>(fmt::format("h.{}", l),
+                                         std::vector<ParamSpec>{
+                                             {n("ln_1.weight"), Shape{C}, false},
+                                             {n("ln_1.bias"), Shape{C}, false},
+                                             {n("attn.c_attn.weight"), Shape{C, 3 * C}, true},
+                                             {n("attn.c_attn.bias"), Shape{3 * C}, false},
+                                             {n("attn.c_proj.weight"), Shape{C, C}, true},
+                                             {n("attn.c_proj.bias"), Shape{C}, false},
+                                             {n("ln_2.weight"), Shape{C}, false},
+                                             {n("ln_2.bias"), Shape{C}, false},
+                                             {n("mlp.c_fc.weight"), Shape{C, 4 * C}, true},
+                                             {n("mlp.c_fc.bias"), Shape{4 * C}, false},
+                                             {n("mlp.c_proj.weight"), Shape{4 * C, C}, true},
+                                             {n("mlp.c_proj.bias"), Shape{C}, false},
+                                         },
+                                         dtype));
   }
   segments_.push_back(std::make_unique<FlatParamGroup>(
       "final",
@@ -68,19 +68,18 @@ std::vector<const Parameter*> Gpt::parameters() const {
   return out;
 }
 
-const Parameter* Gpt::find(const std::string& name) const {
-  for (const auto& s : segments_)
-    for (const auto& p : s->params())
-      if (p.name == name) return &p;
-  return nullptr;
+std::vector<const FlatParamGroup*> Gpt::groups() const {
+  std::vector<const FlatParamGroup*> out;
+  for (const auto& s : segments_) out.push_back(s.get());
+  return out;
 }
 
 void Gpt::init_gpt2(uint64_t seed) {
   const float std_base = 0.02f;
   const float std_resid = 0.02f / std::sqrt(2.0f * float(config_.n_layer));
   auto ends_with = [](const std::string& s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(),
-                                                  suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   for (const Parameter* p : parameters()) {
     const int64_t n = p->value.numel();
@@ -99,10 +98,6 @@ void Gpt::init_gpt2(uint64_t seed) {
     }
     p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
   }
-}
-
-void Gpt::zero_grads() const {
-  for (const auto& s : segments_) s->zero_grads();
 }
 
 Variable Gpt::block_forward(int layer, const Variable& x) const {

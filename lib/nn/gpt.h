@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lib/autograd/variable.h"
+#include "lib/nn/module.h"
 #include "lib/nn/parameter.h"
 
 namespace fd::nn {
@@ -33,7 +34,7 @@ struct GptConfig {
   double flops_per_token(int seq_len) const;
 };
 
-class Gpt {
+class Gpt : public Module {
  public:
   // Allocates all segments (parameters zero) in `dtype`.
   Gpt(const GptConfig& config, DType dtype = DType::kF32);
@@ -42,9 +43,8 @@ class Gpt {
   // Segments in forward order: embed, h.0 .. h.{L-1}, final.
   const std::vector<std::unique_ptr<FlatParamGroup>>& segments() const { return segments_; }
   // Every parameter in canonical order (the order of Hugging Face's state_dict).
-  std::vector<const Parameter*> parameters() const;
-  // The parameter called `name`, or nullptr.
-  const Parameter* find(const std::string& name) const;
+  std::vector<const Parameter*> parameters() const override;
+  std::vector<const FlatParamGroup*> groups() const override;
 
   // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj,
   // mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. Each element
@@ -56,8 +56,6 @@ class Gpt {
   autograd::Variable forward(const Tensor& tokens) const;
   // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore).
   autograd::Variable loss(const Tensor& tokens, const Tensor& targets) const;
-
-  void zero_grads() const;
 
  private:
   autograd::Variable block_forward(int layer, const autograd::Variable& x) const;

@@ -18,10 +18,10 @@
 namespace fd::nn {
 
 struct Parameter {
-  std::string name;  // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
-  Tensor value;      // view into the group's flat parameter buffer
-  Tensor grad;       // view into the group's flat gradient buffer
-  bool decay = true;  // AdamW weight decay applies (2-D weights); off for biases and norms
+  std::string name;    // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
+  Tensor value;        // view into the group's flat parameter buffer
+  Tensor grad;         // view into the group's flat gradient buffer
+  bool decay = true;   // AdamW weight decay applies (2-D weights); off for biases and norms
   int64_t offset = 0;  // element offset of `value` within the group's flat buffer
 
   // A leaf Variable whose gradient accumulates into `grad`.

@@ -35,8 +35,8 @@ std::string blas_kernel_name() {
 }
 
 void select_blas_kernel(int /*argc*/, char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;      // the user decided
-  if (std::getenv("FDTRAIN_BLAS_REEXEC") != nullptr) return;    // already tried once
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;    // the user decided
+  if (std::getenv("FDTRAIN_BLAS_REEXEC") != nullptr) return;  // already tried once
   if (!is_generic_kernel(blas_kernel_name())) return;
   const char* best = best_kernel_for_this_cpu();
   if (best == nullptr) return;

@@ -34,8 +34,12 @@ void AdamW::step(float lr) {
     float* m = s.m.f32();
     float* v = s.v.f32();
     for (const Run& r : s.runs) {
-      ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
-                        r.decay ? options_.weight_decay : 0.0f, step_};
+      ops::AdamWStep hp{lr,
+                        options_.beta1,
+                        options_.beta2,
+                        options_.eps,
+                        r.decay ? options_.weight_decay : 0.0f,
+                        step_};
       ops::adamw_update(p + r.offset, g + r.offset, m + r.offset, v + r.offset, r.count, hp);
     }
   }

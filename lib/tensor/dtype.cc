@@ -6,10 +6,14 @@ namespace fd {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI32: return "i32";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
   }
   return "?";
 }
@@ -18,13 +22,13 @@ uint16_t f32_to_f16(float f) {
   uint32_t x = f32_bits(f);
   uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00;       // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00;      // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {                           // below 2^-14: subnormal or zero
-    if (abs < 0x33000000u) return sign;              // below half the smallest subnormal
+  if (abs > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {                       // below 2^-14: subnormal or zero
+    if (abs < 0x33000000u) return sign;          // below half the smallest subnormal
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    int e = int(abs >> 23);                          // 102..112
-    int shift = 126 - e;                             // 14..24
+    int e = int(abs >> 23);  // 102..112
+    int shift = 126 - e;     // 14..24
     uint32_t half = mant >> shift;
     uint32_t rem = mant & ((1u << shift) - 1);
     uint32_t mid = 1u << (shift - 1);

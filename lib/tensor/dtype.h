@@ -13,9 +13,7 @@ namespace fd {
 
 enum class DType : uint8_t { kF32, kBF16, kF16, kI32 };
 
-constexpr size_t dtype_size(DType t) {
-  return t == DType::kBF16 || t == DType::kF16 ? 2 : 4;
-}
+constexpr size_t dtype_size(DType t) { return t == DType::kBF16 || t == DType::kF16 ? 2 : 4; }
 std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32"
 
 inline uint32_t f32_bits(float f) {

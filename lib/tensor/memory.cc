@@ -4,14 +4,22 @@ namespace fd {
 
 std::string_view mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::kParams: return "params";
-    case MemCategory::kGrads: return "grads";
-    case MemCategory::kMaster: return "master";
-    case MemCategory::kOptimizer: return "optimizer";
-    case MemCategory::kActivations: return "activations";
-    case MemCategory::kComm: return "comm";
-    case MemCategory::kOther: return "other";
-    case MemCategory::kCount: break;
+    case MemCategory::kParams:
+      return "params";
+    case MemCategory::kGrads:
+      return "grads";
+    case MemCategory::kMaster:
+      return "master";
+    case MemCategory::kOptimizer:
+      return "optimizer";
+    case MemCategory::kActivations:
+      return "activations";
+    case MemCategory::kComm:
+      return "comm";
+    case MemCategory::kOther:
+      return "other";
+    case MemCategory::kCount:
+      break;
   }
   return "?";
 }

@@ -60,30 +60,6 @@ const char* file_dtype_name(DType t) {
   return "?";
 }
 
-// Shape has no vector constructor; at most kMaxDims dims (checked by the caller).
-Shape make_shape(const std::vector<int64_t>& d) {
-  switch (d.size()) {
-    case 0:
-      return Shape{};
-    case 1:
-      return Shape{d[0]};
-    case 2:
-      return Shape{d[0], d[1]};
-    case 3:
-      return Shape{d[0], d[1], d[2]};
-    case 4:
-      return Shape{d[0], d[1], d[2], d[3]};
-    case 5:
-      return Shape{d[0], d[1], d[2], d[3], d[4]};
-    case 6:
-      return Shape{d[0], d[1], d[2], d[3], d[4], d[5]};
-    case 7:
-      return Shape{d[0], d[1], d[2], d[3], d[4], d[5], d[6]};
-    default:
-      return Shape{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]};
-  }
-}
-
 std::string shape_str(const std::vector<int64_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", d[i]);
@@ -224,9 +200,7 @@ const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) co
   return it->second;
 }
 
-Shape SafetensorsFile::shape(const std::string& name) const {
-  return make_shape(entry(name).shape);
-}
+Shape SafetensorsFile::shape(const std::string& name) const { return Shape(entry(name).shape); }
 
 DType SafetensorsFile::dtype(const std::string& name) const {
   const Entry& e = entry(name);
@@ -241,7 +215,7 @@ DType SafetensorsFile::dtype(const std::string& name) const {
 
 Tensor SafetensorsFile::load(const std::string& name, MemCategory category) const {
   const Entry& e = entry(name);
-  Tensor t = Tensor::empty(make_shape(e.shape), dtype(name), category);
+  Tensor t = Tensor::empty(Shape(e.shape), dtype(name), category);
   if (t.nbytes() == 0) return t;
   std::ifstream in(path_, std::ios::binary);
   in.seekg(std::streamoff(data_start_ + e.begin));

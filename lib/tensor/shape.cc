@@ -6,7 +6,10 @@
 
 namespace fd {
 
-Shape::Shape(std::initializer_list<int64_t> dims) {
+Shape::Shape(std::initializer_list<int64_t> dims)
+    : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+
+Shape::Shape(std::span<const int64_t> dims) {
   FD_CHECK(dims.size() <= kMaxDims, "too many dimensions: {}", dims.size());
   for (int64_t d : dims) {
     FD_CHECK(d >= 0, "negative dimension {}", d);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 namespace fd {
@@ -14,6 +15,8 @@ class Shape {
 
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims);
+  // From a list of dimensions (at most kMaxDims, each >= 0).
+  explicit Shape(std::span<const int64_t> dims);
 
   int ndim() const { return ndim_; }
   int64_t operator[](int i) const { return dims_[i < 0 ? ndim_ + i : i]; }

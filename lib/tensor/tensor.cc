@@ -5,8 +5,7 @@
 namespace fd {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category) {
-  auto storage =
-      std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), category);
+  auto storage = std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), category);
   return view_of(std::move(storage), 0, shape, dtype);
 }
 

@@ -43,9 +43,7 @@ class Tensor {
   size_t offset() const { return offset_; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
-  void* raw() const {
-    return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_);
-  }
+  void* raw() const { return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_); }
   template <typename T>
   T* data() const {
     return static_cast<T*>(raw());

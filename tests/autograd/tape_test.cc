@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "lib/autograd/tape.h"
+
+#include <gtest/gtest.h>
 
 namespace fd::autograd {
 namespace {
@@ -36,7 +36,7 @@ TEST(Tape, AccumulatesIntoBoundLeafAndFreesIntermediates) {
   tape.backward(z);
   EXPECT_EQ(tape.size(), 0u);
   for (float g : buf.to_vector()) EXPECT_EQ(g, 10.0f);  // 1 + 9
-  EXPECT_FALSE(y.slot()->has_grad());                  // intermediate freed
+  EXPECT_FALSE(y.slot()->has_grad());                   // intermediate freed
 }
 
 TEST(Tape, NoGradGuardStopsRecording) {

@@ -61,7 +61,7 @@ TEST(TokenFile, RejectsBadMagic) {
   std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.magic = 12345});
   expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
                      {path, "not an llm.c token file (magic 12345, expected 20240520)",
-                      "prepare scripts", "data.format: text"});
+                      "llm.c's data scripts", "data.format: text"});
 }
 
 TEST(TokenFile, RejectsLlama3Variant) {

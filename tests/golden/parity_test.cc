@@ -58,11 +58,7 @@ class Parity : public ::testing::Test {
     targets_ = file_.load("batch.targets");
   }
 
-  std::vector<const nn::FlatParamGroup*> groups() const {
-    std::vector<const nn::FlatParamGroup*> g;
-    for (const auto& s : model_->segments()) g.push_back(s.get());
-    return g;
-  }
+  std::vector<const nn::FlatParamGroup*> groups() const { return model_->groups(); }
 
   SafetensorsFile file_ = SafetensorsFile::open(kGolden);
   std::unique_ptr<nn::Gpt> model_;

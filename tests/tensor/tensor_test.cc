@@ -1,9 +1,9 @@
+#include "lib/tensor/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
-
-#include "lib/tensor/tensor.h"
 
 namespace fd {
 namespace {
@@ -28,7 +28,7 @@ TEST(DType, F16RoundTripAndRounding) {
   }
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                          // rounds to inf
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));             // smallest subnormal

@@ -1,0 +1,191 @@
+// generate(): determinism in the seed, greedy and top-k decoding checked
+// against the model's own logits, the context window, and the sampling
+// distribution against softmax(logits / temperature) on a model whose logits
+// do not depend on the context.
+#include "lib/engine/generate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "lib/autograd/tape.h"
+
+namespace fd::engine {
+namespace {
+
+nn::GptConfig tiny() {
+  nn::GptConfig c;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.vocab_size = 32;
+  c.max_seq_len = 16;
+  return c;
+}
+
+// Logits of the last position for `seq`, cropped to the model's context as generate() does.
+std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq) {
+  autograd::NoGradGuard no_grad;
+  const int64_t ctx = m.config().max_seq_len, V = m.config().vocab_size;
+  const int64_t start = std::max<int64_t>(0, int64_t(seq.size()) - ctx);
+  const int64_t T = int64_t(seq.size()) - start;
+  Tensor tokens = Tensor::empty(Shape{1, T}, DType::kI32);
+  std::copy(seq.begin() + start, seq.end(), tokens.i32());
+  std::vector<float> all = m.forward(tokens).value().to_vector();
+  return std::vector<float>(all.end() - V, all.end());
+}
+
+class Generate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_.init_gpt2(3);
+    // Larger weights than GPT-2 init so that logits are well separated.
+    for (const nn::Parameter* p : model_.parameters())
+      if (p->decay)
+        for (int64_t i = 0; i < p->value.numel(); ++i) p->value.f32()[i] *= 20.0f;
+  }
+  nn::Gpt model_{tiny()};
+};
+
+TEST_F(Generate, DeterministicInSeedAndInRange) {
+  SampleOptions o;
+  o.max_new_tokens = 24;
+  o.temperature = 1.0f;
+  o.top_k = 0;
+  o.seed = 77;
+  const std::vector<int32_t> prompt = {4, 5, 6};
+  std::vector<int32_t> a = generate(model_, prompt, o);
+  std::vector<int32_t> b = generate(model_, prompt, o);
+  ASSERT_EQ(a.size(), 24u);
+  EXPECT_EQ(a, b);
+  for (int32_t t : a) {
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, tiny().vocab_size);
+  }
+  o.seed = 78;
+  EXPECT_NE(generate(model_, prompt, o), a);
+  o.max_new_tokens = 0;
+  EXPECT_TRUE(generate(model_, prompt, o).empty());
+}
+
+// top_k = 1 is greedy: each token is the argmax of the last position's logits
+// of the sequence so far. 16 new tokens after a 3-token prompt run past the
+// 16-token context, so cropping is checked too. Several prompts, so that
+// greedy picks more than one token overall.
+TEST_F(Generate, TopOneIsArgmaxOfTheModelsLogits) {
+  SampleOptions o;
+  o.max_new_tokens = 16;
+  o.top_k = 1;
+  o.temperature = 0.8f;
+  std::vector<bool> picked(size_t(tiny().vocab_size), false);
+  for (int32_t first = 0; first < 8; ++first) {
+    std::vector<int32_t> seq = {first, 2 * first + 1, 31 - first};
+    std::vector<int32_t> out = generate(model_, seq, o);
+    ASSERT_EQ(out.size(), 16u);
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<float> l = last_logits(model_, seq);
+      const int32_t want = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      EXPECT_EQ(out[i], want) << "prompt " << first << " token " << i;
+      picked[size_t(out[i])] = true;
+      seq.push_back(out[i]);
+    }
+  }
+  EXPECT_GE(std::count(picked.begin(), picked.end(), true), 2);  // the check has teeth
+}
+
+// top_k = 3: every token is one of the three largest logits at its step.
+TEST_F(Generate, TopKSamplesOnlyFromTheKLargest) {
+  SampleOptions o;
+  o.max_new_tokens = 40;
+  o.top_k = 3;
+  o.temperature = 5.0f;  // flat enough that all three get picked
+  o.seed = 9;
+  std::vector<int32_t> seq = {7};
+  std::vector<int32_t> out = generate(model_, seq, o);
+  int not_argmax = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<float> l = last_logits(model_, seq);
+    std::vector<float> sorted = l;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    EXPECT_GE(l[size_t(out[i])], sorted[2]) << "token " << i << " outside the top 3";
+    not_argmax += l[size_t(out[i])] < sorted[0] ? 1 : 0;
+    seq.push_back(out[i]);
+  }
+  EXPECT_GT(not_argmax, 0);
+}
+
+TEST_F(Generate, EmptyPromptStartsFromNewline) {
+  SampleOptions o;
+  o.max_new_tokens = 10;
+  o.top_k = 0;
+  o.temperature = 1.0f;
+  EXPECT_EQ(generate(model_, {}, o), generate(model_, {10}, o));
+}
+
+// A model whose logits are the same for every context: ln_f maps everything
+// to e_0 (weight 0, bias e_0), so logits[v] = wte[v, 0]. Generation then draws
+// i.i.d. from softmax(logits / temperature) restricted to the top k.
+class Sampling : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_.init_gpt2(1);
+    model_.find("ln_f.weight")->value.zero_();
+    Tensor bias = model_.find("ln_f.bias")->value;
+    bias.zero_();
+    bias.f32()[0] = 1.0f;
+    const int64_t C = model_.config().d_model;
+    for (int v = 0; v < kV; ++v) model_.find("wte.weight")->value.f32()[v * C] = logits_[v];
+  }
+
+  // Frequencies of N generated tokens against p = softmax(logits / T) over the top k.
+  void check(float temperature, int top_k, int n) {
+    std::vector<double> p(kV, 0.0);
+    double z = 0;
+    for (int v = 0; v < kV; ++v) {
+      // logits_ are increasing, so the top k are the last k.
+      if (top_k > 0 && v < kV - top_k) continue;
+      p[v] = std::exp(double(logits_[v]) / temperature);
+      z += p[v];
+    }
+    SampleOptions o;
+    o.max_new_tokens = n;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.seed = 2024;
+    std::vector<int32_t> out = generate(model_, {0}, o);
+    std::vector<int> count(kV, 0);
+    for (int32_t t : out) ++count[size_t(t)];
+    for (int v = 0; v < kV; ++v) {
+      p[v] /= z;
+      const double f = double(count[v]) / n;
+      const double sigma = std::sqrt(p[v] * (1 - p[v]) / n);
+      std::printf("  T %.1f k %d token %d: freq %.4f  p %.4f  (%.1f sigma)\n", temperature, top_k,
+                  v, f, p[v], sigma > 0 ? std::fabs(f - p[v]) / sigma : 0.0);
+      if (p[v] == 0)
+        EXPECT_EQ(count[v], 0) << "token " << v << " is outside the top " << top_k;
+      else
+        EXPECT_LE(std::fabs(f - p[v]), 5 * sigma) << "token " << v;
+    }
+  }
+
+  static constexpr int kV = 8;
+  const float logits_[kV] = {-1.0f, -0.5f, 0.0f, 0.25f, 0.5f, 1.0f, 1.5f, 2.0f};
+  nn::Gpt model_{nn::GptConfig{1, 1, 8, kV, 4}};
+};
+
+TEST_F(Sampling, LogitsDoNotDependOnContext) {
+  for (const std::vector<int32_t>& seq : {std::vector<int32_t>{0}, {3, 1, 7}, {6, 6, 6, 6, 2}}) {
+    std::vector<float> l = last_logits(model_, seq);
+    for (int v = 0; v < kV; ++v) ASSERT_NEAR(l[size_t(v)], logits_[v], 1e-6f);
+  }
+}
+
+TEST_F(Sampling, FullSoftmaxAtTemperatureTwo) { check(2.0f, 0, 4000); }
+
+TEST_F(Sampling, TopThreeAtTemperatureOne) { check(1.0f, 3, 4000); }
+
+}  // namespace
+}  // namespace fd::engine

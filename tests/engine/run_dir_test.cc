@@ -1,0 +1,175 @@
+// RunDirectory: an existing run is refused without overwrite (usage error,
+// exit code 2) and left intact; files are written atomically; metrics lines
+// are on disk as soon as append_metrics returns.
+#include "lib/engine/run_dir.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lib/base/error.h"
+
+namespace fd::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Names of files in `dir` ending in ".tmp".
+std::vector<std::string> tmp_files(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".tmp") out.push_back(e.path().filename().string());
+  return out;
+}
+
+class RunDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            ("fd_run_dir_test_" + std::to_string(getpid()) + "_" + info->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+TEST_F(RunDir, CreatesNestedDirectoryAndWritesFiles) {
+  const fs::path dir = root_ / "a" / "b" / "run";
+  RunDirectory rd(dir, false);
+  EXPECT_EQ(rd.path(), dir);
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_TRUE(fs::exists(dir / "metrics.jsonl"));
+  rd.write_config("model:\n  n_layer: 2\n");
+  rd.write_command("fdtrain --recipe r.yaml");
+  EXPECT_EQ(read(dir / "config.yaml"), "model:\n  n_layer: 2\n");
+  EXPECT_EQ(read(dir / "command.txt"), "fdtrain --recipe r.yaml\n");
+  EXPECT_TRUE(tmp_files(dir).empty());
+}
+
+TEST_F(RunDir, RefusesAnExistingRunAndLeavesItIntact) {
+  const fs::path dir = root_ / "run";
+  {
+    RunDirectory rd(dir, false);
+    rd.write_config("old: 1\n");
+    rd.append_metrics({{"step", 1}});
+    rd.write_summary({{"final_loss", 2.5}});
+  }
+  try {
+    RunDirectory again(dir, false);
+    FAIL() << "an existing run was not refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_EQ(e.exit_code(), 2);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;   // where
+    EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;  // what to do
+  }
+  EXPECT_EQ(read(dir / "config.yaml"), "old: 1\n");
+  EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 1u);
+  EXPECT_TRUE(fs::exists(dir / "summary.json"));
+}
+
+TEST_F(RunDir, OverwriteReplacesTheOldRunsOutputs) {
+  const fs::path dir = root_ / "run";
+  {
+    RunDirectory rd(dir, false);
+    rd.write_config("old: 1\n");
+    rd.write_command("old command");
+    rd.append_metrics({{"step", 1}});
+    rd.write_summary({{"final_loss", 2.5}});
+  }
+  RunDirectory rd(dir, true);
+  EXPECT_EQ(read(dir / "metrics.jsonl"), "");  // no line of the old run survives
+  EXPECT_FALSE(fs::exists(dir / "summary.json"));
+  EXPECT_FALSE(fs::exists(dir / "command.txt"));
+  rd.write_config("new: 2\n");
+  EXPECT_EQ(read(dir / "config.yaml"), "new: 2\n");
+}
+
+// A directory with other files but no config.yaml is not a run.
+TEST_F(RunDir, DirectoryWithoutConfigIsNotARun) {
+  const fs::path dir = root_ / "run";
+  fs::create_directories(dir);
+  write(dir / "notes.txt", "keep me");
+  RunDirectory rd(dir, false);
+  EXPECT_EQ(read(dir / "notes.txt"), "keep me");
+}
+
+TEST_F(RunDir, PathThatIsAFileIsAUsageError) {
+  write(root_ / "file", "x");
+  try {
+    RunDirectory rd(root_ / "file", false);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
+  }
+}
+
+TEST_F(RunDir, UncreatableDirectoryIsARuntimeError) {
+  write(root_ / "file", "x");
+  try {
+    RunDirectory rd(root_ / "file" / "sub", false);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRuntime) << e.what();
+    EXPECT_EQ(e.exit_code(), 1);
+  }
+}
+
+TEST_F(RunDir, MetricsLinesAreOnDiskImmediately) {
+  RunDirectory rd(root_ / "run", false);
+  std::vector<nlohmann::json> records;
+  for (int step = 1; step <= 3; ++step) {
+    records.push_back({{"step", step}, {"loss", 4.0 / step}, {"lr", 1e-3}});
+    rd.append_metrics(records.back());
+    // Read back while rd is alive: every record so far, one compact JSON per line.
+    std::vector<std::string> got = lines(read(root_ / "run" / "metrics.jsonl"));
+    ASSERT_EQ(got.size(), records.size()) << "after step " << step;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(nlohmann::json::parse(got[i]), records[i]) << got[i];
+      EXPECT_EQ(got[i].find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_EQ(read(root_ / "run" / "metrics.jsonl").back(), '\n');
+}
+
+TEST_F(RunDir, SummaryIsWrittenAtomicallyAndReplaced) {
+  const fs::path dir = root_ / "run";
+  RunDirectory rd(dir, false);
+  nlohmann::json s1 = {{"final_loss", 1.25}, {"weights_sha256", "ab"}, {"steps", 10}};
+  rd.write_summary(s1);
+  EXPECT_EQ(nlohmann::json::parse(read(dir / "summary.json")), s1);
+  EXPECT_TRUE(tmp_files(dir).empty());
+  nlohmann::json s2 = {{"final_loss", 0.5}};
+  rd.write_summary(s2);
+  EXPECT_EQ(nlohmann::json::parse(read(dir / "summary.json")), s2);
+  EXPECT_TRUE(tmp_files(dir).empty());
+}
+
+}  // namespace
+}  // namespace fd::engine
