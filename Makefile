@@ -37,7 +37,7 @@ bench:
 	./bench/run_bench.sh $(BUILD_DIR)
 
 format:
-	find apps lib tests bench kernels -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format -i
+	find apps lib tests bench $$(ls -d kernels 2>/dev/null) \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD_DIR)
