@@ -27,9 +27,14 @@ test: deps
 	$(MAKE) build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
+# The progress line is forced on when make's stderr is a terminal: under mpirun
+# a rank's stderr is a pipe.
+PROGRESS := $(shell [ -t 2 ] && echo --progress)
+
 demo: deps
 	$(MAKE) build
-	$(MPIRUN) -n 1 $(BUILD_DIR)/bin/fdtrain train recipes/quickstart.yaml --run-dir runs/quickstart --overwrite
+	$(MPIRUN) --bind-to none -n 2 $(BUILD_DIR)/bin/fdtrain train recipes/quickstart.yaml \
+	  --run-dir runs/quickstart --overwrite $(PROGRESS)
 
 bench:
 	@./scripts/install_deps.sh --bench

@@ -95,7 +95,7 @@ void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fd::ops::select_blas_kernel(argc, argv);
+  fd::ops::select_blas_kernel(argv);
   int steps = 5, warmup = 1, threads = 1;
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {

@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/base/strings.h"
 #include "lib/config/load.h"
+#include "lib/dist/fault.h"
+#include "lib/dist/init.h"
 #include "lib/engine/trainer.h"
 #include "lib/ops/blas_setup.h"
 
@@ -71,6 +74,9 @@ int run(int argc, char** argv) {
   train->add_option("--run-dir", run_dir, "run directory (default: runs/<recipe name>)");
   train->add_flag("--overwrite", overwrite, "replace a run already in the run directory");
   train->add_flag("--no-progress", no_progress, "no progress line on the terminal");
+  bool force_progress = false;
+  train->add_flag("--progress", force_progress,
+                  "show the progress line even when stderr is not a terminal (e.g. under mpirun)");
   CLI::App* validate = app.add_subcommand("validate", "check a recipe; report every error");
   add_recipe_args(validate);
   CLI::App* print = app.add_subcommand("print-config", "print the fully resolved recipe as YAML");
@@ -108,26 +114,52 @@ int run(int argc, char** argv) {
   fd::engine::TrainOptions options;
   options.recipe_path = recipe;
   options.overrides = overrides;
-  options.run_dir =
-      run_dir.empty()
-          ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem()).string()
-          : run_dir;
+  options.run_dir = run_dir.empty()
+                        ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem())
+                              .string()
+                        : run_dir;
   options.overwrite = overwrite;
   options.progress = !no_progress;
+  options.force_progress = force_progress;
   options.command_line = join_command_line(argc, argv);
-  fd::engine::Trainer trainer(r, options);
-  trainer.run();
-  return 0;
+  options.fault = fd::dist::fault_from_env();
+
+  std::unique_ptr<fd::dist::Communicator> comm = fd::dist::init(&argc, &argv);
+  if (comm->rank() != 0) fd::log::set_rank(comm->rank());
+  int code = 0;
+  {
+    // Setup errors are agreed by every rank (Trainer's constructor) and end
+    // the job cleanly; a failure while training is local to one rank and must
+    // take the whole job down, or its peers would wait for it forever.
+    fd::engine::Trainer trainer(r, options, *comm);
+    try {
+      nlohmann::json summary = trainer.run();
+      if (summary["exit_reason"] == "diverged") {
+        if (comm->rank() == 0) print_error(summary["error"].get<std::string>());
+        code = 1;
+      }
+    } catch (const std::exception& e) {
+      if (comm->size() == 1) throw;
+      const auto* fe = dynamic_cast<const fd::Error*>(&e);
+      comm->abort(fe ? fe->exit_code() : 1,
+                  fmt::format("rank {} failed at step {}: {}", comm->rank(),
+                              trainer.current_step() + 1, e.what()));
+    }
+  }
+  comm.reset();
+  fd::dist::finalize();
+  return code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  fd::ops::select_blas_kernel(argc, argv);
+  fd::ops::select_blas_kernel(argv);
   try {
     return run(argc, argv);
   } catch (const fd::Error& e) {
-    print_error(e.what());
+    print_error(e.what());  // empty on ranks that only learnt that another rank failed
+    fd::dist::finalize();
     return e.exit_code();
   } catch (const std::bad_alloc&) {
     print_error("out of memory; lower batch.micro, data.seq_len or the model size");

@@ -30,12 +30,9 @@ bool should_record(std::initializer_list<const Variable*> inputs) {
 void Tape::backward(const Variable& root, float seed) {
   FD_CHECK(root.requires_grad(), "backward from a variable that does not require grad");
   const Tensor& g = root.slot()->ensure_grad();
-  Tensor ones = Tensor::empty(g.shape(), g.dtype());
-  ones.fill_(seed);
-  // g += seed
-  std::vector<float> a = g.to_vector(), b = ones.to_vector();
-  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
-  g.copy_from(Tensor::from_vector(a, g.shape()));
+  std::vector<float> v = g.to_vector();  // the root is a scalar loss: a few elements at most
+  for (float& x : v) x += seed;
+  g.copy_from(Tensor::from_vector(v, g.shape()));
   run_backward();
 }
 

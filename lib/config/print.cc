@@ -117,8 +117,8 @@ std::string to_yaml(const Recipe& r) {
   fmt::format_to(out, "  consecutive_hysteresis: {}\n  min_loss_scale: {}\n",
                  l.consecutive_hysteresis, number(l.min_loss_scale));
   const auto& z = r.zero;
-  fmt::format_to(out, "zero:\n  stage: {}\n  bucket_mb: {}\n  overlap_comm: {}\n", z.stage,
-                 number(z.bucket_mb), z.overlap_comm);
+  fmt::format_to(out, "zero:\n  stage: {}\n  overlap_comm: {}\n", z.stage, z.overlap_comm);
+  fmt::format_to(out, "dist:\n  timeout_s: {}\n", number(r.dist.timeout_s));
   if (!r.lora) {
     fmt::format_to(out, "lora: null\n");
   } else {

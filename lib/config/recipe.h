@@ -102,13 +102,18 @@ struct LossScaleOptions {
 };
 
 struct ZeroOptions {
-  int stage = 0;             // ZeRO stage 0..3 (only 0 for now)
-  double bucket_mb = 25.0;   // gradient bucket size in MiB, > 0
+  int stage = 0;             // ZeRO stage 0..3: 1 shards optimizer state, 2 also gradients, 3 also parameters
   bool overlap_comm = true;  // reduce buckets while backward continues
   bool operator==(const ZeroOptions&) const = default;
 };
 
 // LoRA adapters; present only when the recipe has a lora section.
+// Multi-rank behaviour.
+struct DistOptions {
+  double timeout_s = 600.0;  // a collective that takes longer aborts the job, > 0
+  bool operator==(const DistOptions&) const = default;
+};
+
 struct LoraOptions {
   int r = 8;             // adapter rank, >= 1 (required in the recipe)
   double alpha = 8.0;    // scaling numerator (scale = alpha / r), > 0; defaults to r
@@ -161,6 +166,7 @@ struct Recipe {
   Precision precision = Precision::kFp32;  // compute dtype (only fp32 for now)
   LossScaleOptions loss_scale;             // used only with precision fp16
   ZeroOptions zero;
+  DistOptions dist;
   std::optional<LoraOptions> lora;  // nullopt = full fine-tuning (only nullopt for now)
   ActivationCheckpointingOptions activation_checkpointing;
   CheckpointOptions checkpoint;

@@ -38,7 +38,8 @@ const std::vector<Section>& sections() {
       {"loss_scale",
        {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
         "consecutive_hysteresis", "min_loss_scale"}},
-      {"zero", {"stage", "bucket_mb", "overlap_comm"}},
+      {"zero", {"stage", "overlap_comm"}},
+      {"dist", {"timeout_s"}},
       {"lora", {"r", "alpha", "dropout", "targets", "layers"}},
       {"activation_checkpointing", {"layers"}},
       {"checkpoint", {"every", "keep_last"}},
@@ -431,6 +432,7 @@ class Builder {
   void schedule(const Node& root);
   void loss_scale(const Node& root);
   void zero(const Node& root);
+  void dist(const Node& root);
   void lora(const Node& root);
   void activation_checkpointing(const Node& root);
   void checkpoint(const Node& root);
@@ -459,6 +461,7 @@ void Builder::build(const Node& root, bool refuse_unsupported) {
   schedule(root);
   loss_scale(root);
   zero(root);
+  dist(root);
   lora(root);
   activation_checkpointing(root);
   checkpoint(root);
@@ -553,8 +556,12 @@ void Builder::zero(const Node& root) {
   const Node* s = section(root, "zero");
   auto& z = r_->zero;
   get_int(s, "zero", "stage", &z.stage, closed(0, 3));
-  get_double(s, "zero", "bucket_mb", &z.bucket_mb, above(0));
   get_bool(s, "zero", "overlap_comm", &z.overlap_comm);
+}
+
+void Builder::dist(const Node& root) {
+  const Node* s = section(root, "dist");
+  get_double(s, "dist", "timeout_s", &r_->dist.timeout_s, above(0));
 }
 
 void Builder::lora(const Node& root) {
@@ -690,6 +697,12 @@ void Builder::cross_checks() {
                         m.max_seq_len, d.seq_len));
     }
   }
+  if (!bad("data.format") && !bad("logging.sample_prompt") && d.format == DataFormat::kTokens &&
+      !r_->logging.sample_prompt.empty()) {
+    error(loc_of("logging.sample_prompt"), "logging.sample_prompt",
+          "a text prompt needs data.format text (fdtrain has no tokenizer for token files); "
+          "remove the prompt to sample from <|endoftext|>");
+  }
   if (!bad("data.format") && !bad("model.vocab_size") && d.format == DataFormat::kText &&
       m.vocab_size < 256) {
     error(loc_of("model.vocab_size"), "model.vocab_size",
@@ -725,10 +738,6 @@ void Builder::unsupported() {
     refuse_because("precision", fmt::format("{} training", to_string(r_->precision)),
                    "this build trains in fp32");
   }
-  if (!bad("zero.stage") && r_->zero.stage != 0) {
-    refuse_because("zero.stage", fmt::format("ZeRO stage {}", r_->zero.stage),
-                   "this build trains on one process");
-  }
   if (!bad("lora") && r_->lora) {
     refuse_because("lora", "LoRA fine-tuning", "remove the lora section or set it to null");
   }
@@ -749,7 +758,7 @@ void Builder::unsupported() {
 const std::vector<std::string>& top_level_keys() {
   static const std::vector<std::string> keys = {
       "model",      "data",       "batch",  "optimizer", "schedule",
-      "precision",  "loss_scale", "zero",   "lora",      "activation_checkpointing",
+      "precision",  "loss_scale", "zero",   "dist",      "lora",      "activation_checkpointing",
       "checkpoint", "logging",    "device", "threads",   "seed",
       "steps"};
   return keys;

@@ -14,7 +14,7 @@ std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& 
   autograd::NoGradGuard no_grad;
   const int V = model.config().vocab_size;
   const int ctx = model.config().max_seq_len;
-  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{10} : prompt;
+  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
   std::vector<int32_t> out;
   std::vector<float> probs(static_cast<size_t>(V));
   std::vector<int> order(static_cast<size_t>(V));
@@ -35,13 +35,12 @@ std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& 
     }
     double total = std::accumulate(probs.begin(), probs.end(), 0.0);
     double u = uniform01(hash_words(options.seed, 0x5a3b1e, uint64_t(i))) * total;
-    int pick = V - 1;
+    int pick = -1;
     for (int v = 0; v < V; ++v) {
+      if (probs[v] <= 0.0f) continue;
+      pick = v;  // rounding can leave u >= 0 at the end: keep the last possible token
       u -= probs[v];
-      if (u < 0) {
-        pick = v;
-        break;
-      }
+      if (u < 0) break;
     }
     seq.push_back(pick);
     out.push_back(pick);

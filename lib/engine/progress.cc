@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
 namespace fd::engine {
 
-Progress::Progress(bool enabled, int64_t total_steps)
-    : enabled_(enabled && isatty(fileno(stderr))), total_(total_steps) {}
+Progress::Progress(bool enabled, int64_t total_steps, bool force)
+    : enabled_(enabled && (force || isatty(fileno(stderr)))), total_(total_steps) {}
 
 Progress::~Progress() { finish(); }
 
@@ -23,6 +24,10 @@ std::string format_duration(double s) {
 
 void Progress::update(int64_t step, double loss, double tokens_per_s, double eta_s) {
   if (!enabled_) return;
+  // At most about 10 redraws a second (tiny models run thousands of steps a second).
+  const auto now = std::chrono::steady_clock::now();
+  if (drawn_ && step != total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
   std::string line = fmt::format("step {}/{} | loss {:.4f} | {:.0f} tok/s | ETA {}", step, total_,
                                  loss, tokens_per_s, format_duration(eta_s));
   std::fprintf(stderr, "\r\033[2K%s", line.c_str());

@@ -3,6 +3,7 @@
 // Disabled when stderr is not a TTY or the user passed --no-progress.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -10,7 +11,9 @@ namespace fd::engine {
 
 class Progress {
  public:
-  Progress(bool enabled, int64_t total_steps);
+  // enabled: draw when stderr is a terminal; force: draw even when it is not
+  // (under mpirun, whose output forwarding hides the terminal from ranks).
+  Progress(bool enabled, int64_t total_steps, bool force = false);
   ~Progress();
   bool enabled() const { return enabled_; }
   // Redraws the line after `step` (1-based count of finished steps).
@@ -22,6 +25,7 @@ class Progress {
   bool enabled_;
   int64_t total_;
   bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
 };
 
 // "1h02m", "3m05s", "42s"

@@ -1,5 +1,7 @@
 #include "lib/engine/run_dir.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <system_error>
 
@@ -20,12 +22,13 @@ RunDirectory::RunDirectory(fs::path path, bool overwrite) : path_(std::move(path
   if (fs::exists(path_, ec) && !fs::is_directory(path_, ec))
     usage_error("{}: --run-dir exists and is not a directory", path_.string());
   fs::create_directories(path_, ec);
-  if (ec) runtime_error("{}: cannot create the run directory: {}", path_.string(), ec.message());
+  if (ec) usage_error("{}: cannot create the run directory: {}; choose another --run-dir", path_.string(), ec.message());
   for (const char* stale : {"metrics.jsonl", "summary.json", "command.txt"})
     fs::remove(path_ / stale, ec);
   metrics_ = std::fopen((path_ / "metrics.jsonl").c_str(), "w");
   if (metrics_ == nullptr)
-    runtime_error("{}: cannot write metrics.jsonl in the run directory", path_.string());
+    usage_error("{}: cannot write metrics.jsonl in the run directory: {}; choose another --run-dir",
+                path_.string(), std::strerror(errno));
 }
 
 RunDirectory::~RunDirectory() {
@@ -55,14 +58,16 @@ void RunDirectory::write_command(const std::string& command_line) {
 }
 
 void RunDirectory::append_metrics(const nlohmann::json& record) {
-  std::string line = record.dump() + "\n";
+  std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), metrics_) != line.size() ||
       std::fflush(metrics_) != 0)
     runtime_error("{}: cannot append to metrics.jsonl", path_.string());
 }
 
 void RunDirectory::write_summary(const nlohmann::json& summary) {
-  write_file_atomically("summary.json", summary.dump(2) + "\n");
+  write_file_atomically(
+      "summary.json",
+      summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace fd::engine

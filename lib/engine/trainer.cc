@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,9 +23,8 @@
 #include "lib/engine/weights_digest.h"
 #include "lib/nn/gpt.h"
 #include "lib/ops/blas_setup.h"
-#include "lib/optim/adamw.h"
-#include "lib/optim/clip.h"
 #include "lib/optim/schedule.h"
+#include "lib/zero/zero_engine.h"
 
 namespace fd::engine {
 namespace {
@@ -33,19 +34,6 @@ constexpr const char* kVersion = "0.1.0";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// World size from the launcher's environment (Open MPI, PMIx, Slurm, MPICH).
-// This build trains on one process; a multi-rank launch must fail clearly
-// instead of running N independent copies that overwrite each other.
-int launcher_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
-    if (const char* v = std::getenv(var)) {
-      int n = std::atoi(v);
-      if (n > 0) return n;
-    }
-  }
-  return 1;
 }
 
 std::string utc_now() {
@@ -93,18 +81,43 @@ std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
 
 }  // namespace
 
-Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options)
-    : recipe_(recipe), options_(options) {
-  world_size_ = launcher_world_size();
-  if (world_size_ != 1) {
-    usage_error(
-        "launched as {} ranks, but this build of fdtrain trains on one process only "
-        "(distributed training and ZeRO are not supported yet); run with `mpirun -n 1` or "
-        "without mpirun",
-        world_size_);
+Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
+                 dist::Communicator& comm)
+    : recipe_(recipe), options_(options), comm_(comm) {
+  // Setup is collective: every rank learns whether any rank failed, so that a
+  // problem seen by one rank only (say, an existing run directory on rank 0)
+  // ends every rank cleanly instead of leaving the others in a collective.
+  double code = 0.0;
+  std::string message;
+  try {
+    setup(options);
+  } catch (const Error& e) {
+    code = e.exit_code();
+    message = e.what();
   }
-  config::check_world_size(recipe_, world_size_);
+  const int world = comm_.size();
+  std::vector<double> codes(static_cast<size_t>(world));
+  comm_.all_gather_f64(&code, codes.data(), 1);
+  double worst = 0.0;
+  int first_failed = -1;
+  for (int r = 0; r < world; ++r) {
+    worst = std::max(worst, codes[size_t(r)]);
+    if (codes[size_t(r)] != 0.0 && first_failed < 0) first_failed = r;
+  }
+  if (worst == 0.0) return;
+  const ErrorKind kind = worst == 2.0 ? ErrorKind::kUsage : ErrorKind::kRuntime;
+  if (comm_.rank() != first_failed) throw Error(kind, "");
+  throw Error(kind, world > 1 && comm_.rank() != 0
+                        ? fmt::format("rank {}: {}", comm_.rank(), message)
+                        : message);
+}
+
+void Trainer::setup(const TrainOptions& options) {
+  MemoryAccountant::global().reset_peaks();
+  const int world = comm_.size();
+  config::check_world_size(recipe_, world);
   ops::set_blas_threads(recipe_.threads);
+  comm_.set_timeout(recipe_.dist.timeout_s);
 
   dataset_ = open_dataset(recipe_);
   sampler_ = std::make_unique<data::Sampler>(*dataset_, uint64_t(recipe_.seed));
@@ -115,20 +128,25 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options)
   mc.d_model = recipe_.model.d_model;
   mc.vocab_size = recipe_.model.vocab_size;
   mc.max_seq_len = recipe_.model.max_seq_len;
-  model_ = std::make_unique<nn::Gpt>(mc, DType::kF32);
+  model_ = std::make_unique<nn::Gpt>(mc, DType::kF32, zero::layout_for(recipe_.zero.stage, world));
   model_->init_gpt2(uint64_t(recipe_.seed));
 
-  optim::AdamWOptions ao;
-  ao.lr = float(recipe_.optimizer.lr);
-  ao.beta1 = float(recipe_.optimizer.betas[0]);
-  ao.beta2 = float(recipe_.optimizer.betas[1]);
-  ao.eps = float(recipe_.optimizer.eps);
-  ao.weight_decay = float(recipe_.optimizer.weight_decay);
-  optimizer_ = std::make_unique<optim::AdamW>(model_->groups(), ao);
+  zero::ZeroConfig zc;
+  zc.stage = recipe_.zero.stage;
+  zc.overlap_comm = recipe_.zero.overlap_comm;
+  zc.accumulation = recipe_.batch.accumulation;
+  zc.adamw.lr = float(recipe_.optimizer.lr);
+  zc.adamw.beta1 = float(recipe_.optimizer.betas[0]);
+  zc.adamw.beta2 = float(recipe_.optimizer.betas[1]);
+  zc.adamw.eps = float(recipe_.optimizer.eps);
+  zc.adamw.weight_decay = float(recipe_.optimizer.weight_decay);
+  zc.grad_clip = float(recipe_.optimizer.grad_clip);
+  zero_ = std::make_unique<zero::ZeroEngine>(*model_, comm_, zc);
+
   schedule_.kind = recipe_.schedule.name == config::ScheduleName::kCosine
                        ? optim::ScheduleKind::kCosine
                        : optim::ScheduleKind::kConstant;
-  schedule_.peak_lr = ao.lr;
+  schedule_.peak_lr = zc.adamw.lr;
   schedule_.warmup_steps = recipe_.schedule.warmup_steps;
   schedule_.total_steps = recipe_.steps;
   schedule_.min_lr = float(recipe_.schedule.min_lr);
@@ -138,37 +156,52 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options)
   targets_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
                            MemCategory::kOther);
 
-  run_dir_ = std::make_unique<RunDirectory>(options_.run_dir, options_.overwrite);
-  run_dir_->write_config(config::to_yaml(recipe_));
-  run_dir_->write_command(options_.command_line);
-  log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
-            mc.d_model, mc.vocab_size, mc.max_seq_len, double(mc.num_params()) / 1e6,
-            dataset_->summary());
-  log::info("run directory: {}", run_dir_->path().string());
+  if (comm_.rank() == 0) {
+    run_dir_ = std::make_unique<RunDirectory>(options.run_dir, options.overwrite);
+    run_dir_->write_config(config::to_yaml(recipe_));
+    run_dir_->write_command(options.command_line);
+    log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
+              mc.d_model, mc.vocab_size, mc.max_seq_len, double(mc.num_params()) / 1e6,
+              dataset_->summary());
+    log::info("{} rank{} ({} backend), ZeRO stage {}; run directory: {}", world,
+              world == 1 ? "" : "s", comm_.backend(), recipe_.zero.stage,
+              run_dir_->path().string());
+  }
 }
 
 Trainer::~Trainer() = default;
 
-double Trainer::train_step(int64_t step) {
+void Trainer::with_full_parameters(const std::function<void()>& fn) {
+  zero_->with_full_parameters(fn);
+}
+
+Trainer::StepStats Trainer::train_step(int64_t step) {
   const int B = recipe_.batch.micro, T = recipe_.data.seq_len;
   const int accum = recipe_.batch.accumulation;
-  model_->zero_grads();
+  const int world = comm_.size();
+  const float seed = 1.0f / float(accum * world);  // gradients average over micro-batches and ranks
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
-    sampler_->sample_train(step, micro, 0, world_size_, B, T, tokens_.i32(), targets_.i32());
+    sampler_->sample_train(step, micro, comm_.rank(), world, B, T, tokens_.i32(),
+                           targets_.i32());
+    zero_->begin_micro_batch(micro);
     autograd::Tape tape;
     autograd::TapeScope scope(tape);
-    autograd::Variable loss = model_->loss(tokens_, targets_);
+    autograd::Variable loss = model_->loss(tokens_, targets_, zero_.get());
     loss_sum += loss.value().to_vector()[0];
-    tape.backward(loss, 1.0f / float(accum));
+    tape.backward(loss, seed);
+    zero_->end_micro_batch(micro);
   }
-  double loss = loss_sum / accum;
-  if (!std::isfinite(loss)) return loss;  // caller stops the run before updating
-  auto groups = model_->groups();
-  last_grad_norm_ = optim::global_grad_norm(groups);
-  optim::clip_grad_norm(groups, last_grad_norm_, float(recipe_.optimizer.grad_clip));
-  optimizer_->step(optim::lr_at(schedule_, step));
-  return loss;
+  comm_.all_reduce_f64(&loss_sum, 1);
+  StepStats st;
+  st.loss = loss_sum / double(accum * world);
+  st.grad_norm = 0.0;
+  st.skipped = false;
+  if (!std::isfinite(st.loss)) return st;  // the caller stops the run before updating
+  zero::StepResult r = zero_->step(optim::lr_at(schedule_, step));
+  st.grad_norm = r.grad_norm;
+  st.skipped = r.skipped;
+  return st;
 }
 
 double Trainer::evaluate() {
@@ -177,50 +210,83 @@ double Trainer::evaluate() {
   const int B = recipe_.batch.micro, T = recipe_.data.seq_len;
   double sum = 0.0;
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
-    sampler_->sample_val(i, 0, world_size_, B, T, tokens_.i32(), targets_.i32());
-    sum += model_->loss(tokens_, targets_).value().to_vector()[0];
+    sampler_->sample_val(i, comm_.rank(), comm_.size(), B, T, tokens_.i32(), targets_.i32());
+    sum += model_->loss(tokens_, targets_, zero_.get()).value().to_vector()[0];
   }
-  return sum / recipe_.logging.eval_batches;
+  comm_.all_reduce_f64(&sum, 1);
+  return sum / double(recipe_.logging.eval_batches * comm_.size());
 }
 
-nlohmann::json Trainer::memory_json() const {
+// Peak bytes by category: {"max": over ranks, "per_rank": [...]} (collective).
+nlohmann::json Trainer::memory_json() {
   const MemoryAccountant& acct = MemoryAccountant::global();
-  nlohmann::json m;
-  for (int c = 0; c < kNumMemCategories; ++c) {
-    auto cat = static_cast<MemCategory>(c);
-    m[std::string(mem_category_name(cat))] = acct.peak(cat);
+  const int world = comm_.size();
+  std::vector<double> mine;
+  for (int c = 0; c < kNumMemCategories; ++c) mine.push_back(double(acct.peak(MemCategory(c))));
+  mine.push_back(double(acct.peak_total()));
+  std::vector<double> all(mine.size() * size_t(world));
+  comm_.all_gather_f64(mine.data(), all.data(), int64_t(mine.size()));
+  auto row = [&](int r) {
+    nlohmann::json m;
+    for (int c = 0; c < kNumMemCategories; ++c)
+      m[std::string(mem_category_name(MemCategory(c)))] = int64_t(all[r * mine.size() + c]);
+    m["total"] = int64_t(all[r * mine.size() + kNumMemCategories]);
+    return m;
+  };
+  nlohmann::json per_rank = nlohmann::json::array();
+  nlohmann::json max = row(0);
+  for (int r = 0; r < world; ++r) {
+    nlohmann::json m = row(r);
+    for (auto& [k, v] : m.items()) max[k] = std::max(max[k].get<int64_t>(), v.get<int64_t>());
+    per_rank.push_back(m);
   }
-  m["total"] = acct.peak_total();
-  return m;
+  return {{"max", max}, {"per_rank", per_rank}};
 }
 
 nlohmann::json Trainer::run() {
   const int64_t steps = recipe_.steps;
+  const int world = comm_.size();
+  const bool rank0 = comm_.rank() == 0;
   const int64_t tokens_per_step = int64_t(recipe_.batch.micro) * recipe_.batch.accumulation *
-                                  recipe_.data.seq_len * world_size_;
+                                  recipe_.data.seq_len * world;
   const double flops_per_token = model_->config().flops_per_token(recipe_.data.seq_len);
 
-  Progress progress(options_.progress, steps);
+  Progress progress(options_.progress && rank0, steps, options_.force_progress);
   const std::string started_at = utc_now();
   const auto t_start = Clock::now();
   auto t_window = t_start;
   auto t_after_first = t_start;
   int64_t window_steps = 0;
-  double loss = std::nan(""), eval_loss = std::nan("");
+  double loss = std::nan(""), eval_loss = std::nan(""), grad_norm = 0.0;
   std::string exit_reason = "completed";
-  int64_t done = 0;
-
-  double eval_seconds = 0.0;  // evaluation time, excluded from throughput
+  int64_t done = 0, skipped = 0;
+  double eval_seconds = 0.0;     // evaluation time, excluded from throughput
+  int64_t train_comm_bytes = 0;  // model traffic of training steps (not evaluation)
+  double train_wait_s = 0.0;     // compute-thread time blocked on communication
   auto t_step = t_start;
   for (int64_t step = 0; step < steps; ++step) {
+    current_step_ = step;
+    dist::inject_fault(options_.fault, comm_.rank(), step);
     const float lr = optim::lr_at(schedule_, step);
-    loss = train_step(step);
+    const int64_t bytes0 = comm_.bytes_sent();
+    const double wait0 = comm_.wait_seconds();
+    StepStats st = train_step(step);
+    train_comm_bytes += comm_.bytes_sent() - bytes0;
+    train_wait_s += comm_.wait_seconds() - wait0;
+    loss = st.loss;
+    grad_norm = st.grad_norm;
     ++window_steps;
     if (!std::isfinite(loss)) {
       exit_reason = "diverged";
       break;
     }
     done = step + 1;
+    if (st.skipped) {
+      ++skipped;
+      if (rank0)
+        log::warn("step {} skipped: non-finite gradients (global norm {}); no update made", done,
+                  grad_norm);
+    }
     const auto now = Clock::now();
     if (step == 0) t_after_first = now;
     const double train_s = seconds_between(t_start, now) - eval_seconds;
@@ -229,28 +295,32 @@ nlohmann::json Trainer::run() {
     const bool last = done == steps;
     const bool eval_now =
         last || (recipe_.logging.eval_every > 0 && done % recipe_.logging.eval_every == 0);
-    if (done % recipe_.logging.every == 0 || last || eval_now) {
+    if (done % recipe_.logging.every == 0 || last || eval_now || st.skipped) {
       const double window_s = seconds_between(t_window, now);
       const double tok_s = double(tokens_per_step * window_steps) / std::max(window_s, 1e-9);
       nlohmann::json rec = {{"step", done},
                             {"loss", loss},
                             {"lr", lr},
-                            {"grad_norm", last_grad_norm_},
+                            {"grad_norm", number_or_null(grad_norm)},
                             {"tokens_per_s", tok_s},
-                            {"elapsed_s", seconds_between(t_start, now)}};
+                            {"elapsed_s", seconds_between(t_start, now)},
+                            {"skipped", st.skipped},
+                            {"skipped_total", skipped}};
       if (eval_now) {
         const auto t_eval = Clock::now();
         eval_loss = evaluate();
         eval_seconds += seconds_between(t_eval, Clock::now());
         rec["eval_loss"] = number_or_null(eval_loss);
       }
-      run_dir_->append_metrics(rec);
-      if (!progress.enabled()) {
-        log::info("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}", done,
-                  steps, loss, lr, last_grad_norm_, tok_s,
-                  eval_now && std::isfinite(eval_loss)
-                      ? fmt::format(" | eval loss {:.4f}", eval_loss)
-                      : std::string());
+      if (rank0) {
+        run_dir_->append_metrics(rec);
+        if (!progress.enabled()) {
+          log::info("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}",
+                    done, steps, loss, lr, grad_norm, tok_s,
+                    eval_now && std::isfinite(eval_loss)
+                        ? fmt::format(" | eval loss {:.4f}", eval_loss)
+                        : std::string());
+        }
       }
       t_window = Clock::now();  // the next window starts after evaluation and logging
       window_steps = 0;
@@ -267,6 +337,12 @@ nlohmann::json Trainer::run() {
   const int64_t steady_steps = done > 1 ? done - 1 : done;
   const double tokens_per_s = double(tokens_per_step * steady_steps) / std::max(steady_s, 1e-9);
 
+  std::string digest;
+  zero_->with_full_parameters([&] { digest = weights_sha256(*model_); });
+  const int64_t P = zero_->padded_params();
+  const zero::ModelStateBytes est = zero::model_state_bytes(
+      recipe_.zero.stage, world, recipe_.batch.accumulation, P);
+  nlohmann::json memory = memory_json();
   nlohmann::json summary = {
       {"fdtrain_version", kVersion},
       {"exit_reason", exit_reason},
@@ -278,14 +354,24 @@ nlohmann::json Trainer::run() {
       {"ms_per_step", steady_steps > 0 ? 1e3 * steady_s / double(steady_steps) : 0.0},
       {"effective_gflops", tokens_per_s * flops_per_token / 1e9},
       {"elapsed_s", elapsed},
-      {"world_size", world_size_},
+      {"world_size", world},
       {"precision", std::string(config::to_string(recipe_.precision))},
       {"zero_stage", recipe_.zero.stage},
-      {"skipped_steps", 0},
+      {"skipped_steps", skipped},
       {"num_params", model_->config().num_params()},
+      {"padded_params", P},
       {"tokens_per_step", tokens_per_step},
-      {"weights_sha256", weights_sha256(*model_)},
-      {"memory", memory_json()},
+      {"comm_bytes_per_step", done > 0 ? train_comm_bytes / done : 0},
+      {"comm_wait_s_per_step", done > 0 ? train_wait_s / double(done) : 0.0},
+      {"weights_sha256", digest},
+      {"memory", memory["max"]},
+      {"memory_per_rank", memory["per_rank"]},
+      {"model_state_bytes_estimate",
+       {{"params", est.params},
+        {"grads", est.grads},
+        {"master", est.master},
+        {"optimizer", est.optimizer},
+        {"total", est.total()}}},
       {"recipe", options_.recipe_path},
       {"overrides", options_.overrides},
       {"command", options_.command_line},
@@ -293,38 +379,54 @@ nlohmann::json Trainer::run() {
   };
   if (exit_reason == "completed" && recipe_.logging.sample_tokens > 0) {
     data::ByteTokenizer tok;
-    SampleOptions so2;
-    so2.max_new_tokens = recipe_.logging.sample_tokens;
-    so2.temperature = float(recipe_.logging.sample_temperature);
-    so2.top_k = recipe_.logging.sample_top_k;
-    so2.seed = uint64_t(recipe_.seed);
+    SampleOptions so;
+    so.max_new_tokens = recipe_.logging.sample_tokens;
+    so.temperature = float(recipe_.logging.sample_temperature);
+    so.top_k = recipe_.logging.sample_top_k;
+    so.seed = uint64_t(recipe_.seed);
+    const bool text = recipe_.data.format == config::DataFormat::kText;
     std::vector<int32_t> prompt;
-    if (recipe_.data.format == config::DataFormat::kText)
-      prompt = tok.encode(recipe_.logging.sample_prompt);
-    std::vector<int32_t> out = generate(*model_, prompt, so2);
-    if (recipe_.data.format == config::DataFormat::kText) {
-      std::string text = recipe_.logging.sample_prompt + tok.decode(out);
-      summary["sample"] = text;
-      if (options_.print_sample)
+    if (text) prompt = tok.encode(recipe_.logging.sample_prompt);
+    // Byte-level text starts from '\n'; token files from GPT-2's <|endoftext|>
+    // (50256) when the vocabulary has it, else from token 0.
+    so.start_token = text ? 10 : (recipe_.model.vocab_size > 50256 ? 50256 : 0);
+    std::vector<int32_t> out;
+    // Every rank generates (identical weights, identical sampling), so that
+    // stage 3's parameter gathers stay collective.
+    zero_->with_full_parameters([&] {
+      autograd::NoGradGuard no_grad;
+      out = generate(*model_, prompt, so);
+    });
+    if (text) {
+      std::string sample = recipe_.logging.sample_prompt + tok.decode(out);
+      summary["sample"] = sample;
+      if (options_.print_sample && rank0)
         std::printf("--- sample (%d tokens, temperature %.2f) ---\n%s\n---\n",
                     recipe_.logging.sample_tokens, recipe_.logging.sample_temperature,
-                    text.c_str());
+                    sample.c_str());
     } else {
       summary["sample_tokens"] = out;
     }
   }
-  run_dir_->write_summary(summary);
   if (exit_reason == "diverged") {
-    runtime_error(
-        "the loss became {} at step {}; the run stopped before updating the weights (summary in "
-        "{}). Lower optimizer.lr, raise schedule.warmup_steps or set optimizer.grad_clip",
-        loss, done + 1, run_dir_->path().string());
+    summary["error"] = fmt::format(
+        "the loss became {} at step {}; the run stopped before updating the weights{}. Lower "
+        "optimizer.lr, raise schedule.warmup_steps or set optimizer.grad_clip",
+        loss, done + 1,
+        rank0 ? fmt::format(" (summary in {})", run_dir_->path().string()) : std::string());
   }
-  log::info(
-      "done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {:.4f} | {:.0f} tok/s | "
-      "weights {}",
-      done, elapsed, loss, eval_loss, tokens_per_s,
-      summary["weights_sha256"].get<std::string>().substr(0, 16));
+  cpu_allocator::empty_cache();  // generation allocates one size per context length
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  summary["peak_rss_bytes"] = int64_t(ru.ru_maxrss) * 1024;  // rank 0's process
+  if (rank0) run_dir_->write_summary(summary);
+  if (exit_reason == "diverged") return summary;
+  if (rank0) {
+    log::info(
+        "done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {:.4f} | {:.0f} tok/s | "
+        "weights {}",
+        done, elapsed, loss, eval_loss, tokens_per_s, digest.substr(0, 16));
+  }
   return summary;
 }
 

@@ -1,20 +1,32 @@
-// Trainer: builds a training run from a Recipe and runs it to the end.
+// Trainer: builds a training run from a Recipe and runs it to the end, on one
+// rank or many (every rank constructs its own Trainer with the same recipe).
 //
-// Assembles the dataset, sampler, model, optimizer and schedule the recipe
-// describes, trains for recipe.steps optimizer steps, and leaves a run
-// directory (run_dir.h) with config.yaml, command.txt, metrics.jsonl and
-// summary.json. User-caused problems (bad data files, a batch that does not
-// fit the world size, an existing run) throw fd::Error before any training;
-// a diverging run (non-finite loss) throws a runtime fd::Error after writing
-// a summary with exit_reason "diverged".
+// Assembles the dataset, sampler, model, ZeRO engine and schedule the recipe
+// describes, trains for recipe.steps optimizer steps, and (rank 0) leaves a
+// run directory (run_dir.h) with config.yaml, command.txt, metrics.jsonl and
+// summary.json.
+//
+// Failure behaviour:
+//   - construction is collective: if any rank fails (bad data file, an
+//     existing run directory on rank 0, a batch that does not fit the world
+//     size), every rank throws fd::Error with the highest exit code; the
+//     lowest failing rank's error carries the message, the others' an empty
+//     one (callers print only non-empty messages);
+//   - a non-finite loss (all ranks agree) ends the run on every rank: run()
+//     returns a summary with exit_reason "diverged" and an "error" message;
+//   - any other failure during training is rank-local: the caller must end
+//     the job with Communicator::abort() (see apps/fdtrain/main.cc).
 #pragma once
 
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "lib/config/recipe.h"
+#include "lib/dist/communicator.h"
+#include "lib/dist/fault.h"
 #include "lib/optim/schedule.h"
 #include "lib/tensor/tensor.h"
 
@@ -25,8 +37,8 @@ class Sampler;
 namespace fd::nn {
 class Gpt;
 }
-namespace fd::optim {
-class AdamW;
+namespace fd::zero {
+class ZeroEngine;
 }
 
 namespace fd::engine {
@@ -38,42 +50,54 @@ struct TrainOptions {
   std::vector<std::string> overrides;  // key.path=value / ~key.path, as given
   std::string run_dir;                 // where config.yaml, metrics.jsonl, summary.json go
   bool overwrite = false;              // replace a run already in run_dir
-  bool progress = true;                // progress line when stderr is a terminal
-  bool print_sample = true;            // print the generated sample to stdout at the end
+  bool progress = true;                // progress line when stderr is a terminal (rank 0)
+  bool force_progress = false;         // progress line even when stderr is not a terminal
+  bool print_sample = true;            // print the generated sample to stdout at the end (rank 0)
   std::string command_line;            // recorded in command.txt and summary.json
+  dist::FaultSpec fault;               // fault injection for tests (FDTRAIN_FAULT)
 };
 
 class Trainer {
  public:
-  // Validates what the recipe alone cannot (world size, data files) and
-  // builds every component; creates the run directory.
-  Trainer(const config::Recipe& recipe, const TrainOptions& options);
+  // `comm` must outlive the trainer. Collective: see the top of this file.
+  Trainer(const config::Recipe& recipe, const TrainOptions& options, dist::Communicator& comm);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains for recipe.steps steps; returns the summary written to summary.json.
+  // Trains for recipe.steps steps; returns the summary (written to summary.json by
+  // rank 0). Collective.
   nlohmann::json run();
 
   const nn::Gpt& model() const { return *model_; }
+  // Runs fn with every parameter of the model resident and current (ZeRO-3 gathers).
+  void with_full_parameters(const std::function<void()>& fn);
+  // The step (0-based) in progress, for failure messages.
+  int64_t current_step() const { return current_step_; }
 
  private:
-  double train_step(int64_t step);  // returns the step's mean loss
-  double evaluate();                // mean validation loss (NaN when there is no split)
-  nlohmann::json memory_json() const;
+  void setup(const TrainOptions& options);
+  struct StepStats {
+    double loss;  // mean over micro-batches and ranks
+    double grad_norm;
+    bool skipped;
+  };
+  StepStats train_step(int64_t step);
+  double evaluate();  // mean validation loss over ranks (NaN when there is no split)
+  nlohmann::json memory_json();  // collective
 
   config::Recipe recipe_;
   TrainOptions options_;
-  int world_size_ = 1;
+  dist::Communicator& comm_;
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<nn::Gpt> model_;
-  std::unique_ptr<optim::AdamW> optimizer_;
-  std::unique_ptr<RunDirectory> run_dir_;
+  std::unique_ptr<zero::ZeroEngine> zero_;
+  std::unique_ptr<RunDirectory> run_dir_;  // rank 0 only
   Tensor tokens_;   // (micro, seq_len) i32, reused every micro-batch
   Tensor targets_;  // (micro, seq_len) i32
   optim::ScheduleOptions schedule_;
-  double last_grad_norm_ = 0.0;
+  int64_t current_step_ = -1;
 };
 
 }  // namespace fd::engine

@@ -28,13 +28,14 @@ double GptConfig::flops_per_token(int seq_len) const {
   return 6.0 * double(num_params()) + 12.0 * n_layer * double(seq_len) * d_model;
 }
 
-Gpt::Gpt(const GptConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+Gpt::Gpt(const GptConfig& config, DType dtype, const GroupLayout& layout)
+    : config_(config), dtype_(dtype) {
   const int64_t C = config.d_model, V = config.vocab_size, T = config.max_seq_len;
   FD_CHECK(C % config.n_head == 0, "d_model {} not divisible by n_head {}", C, config.n_head);
   segments_.push_back(std::make_unique<FlatParamGroup>(
       "embed",
       std::vector<ParamSpec>{{"wte.weight", Shape{V, C}, true}, {"wpe.weight", Shape{T, C}, true}},
-      dtype));
+      dtype, layout));
   for (int l = 0; l < config.n_layer; ++l) {
     auto n = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
     segments_.push_back(
@@ -53,12 +54,12 @@ Gpt::Gpt(const GptConfig& config, DType dtype) : config_(config), dtype_(dtype) 
                                              {n("mlp.c_proj.weight"), Shape{4 * C, C}, true},
                                              {n("mlp.c_proj.bias"), Shape{C}, false},
                                          },
-                                         dtype));
+                                         dtype, layout));
   }
   segments_.push_back(std::make_unique<FlatParamGroup>(
       "final",
       std::vector<ParamSpec>{{"ln_f.weight", Shape{C}, false}, {"ln_f.bias", Shape{C}, false}},
-      dtype));
+      dtype, layout));
 }
 
 std::vector<const Parameter*> Gpt::parameters() const {
@@ -112,7 +113,7 @@ Variable Gpt::block_forward(int layer, const Variable& x) const {
   return ops::add(x2, ops::matmul(f, ps[10].var(), ps[11].var()));
 }
 
-Variable Gpt::forward(const Tensor& tokens) const {
+Variable Gpt::forward(const Tensor& tokens, SegmentRunner* runner) const {
   FD_CHECK(tokens.shape().ndim() == 2, "tokens must be (B, T), got {}", tokens.shape().str());
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   FD_CHECK(T <= config_.max_seq_len, "sequence of {} exceeds max_seq_len {}", T,
@@ -122,17 +123,33 @@ Variable Gpt::forward(const Tensor& tokens) const {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) positions_.i32()[b * T + t] = int32_t(t);
   }
-  const auto& embed = segments_.front()->params();
-  Variable wte = embed[0].var();
-  Variable x = ops::add(ops::embedding(wte, tokens), ops::embedding(embed[1].var(), positions_));
-  for (int l = 0; l < config_.n_layer; ++l) x = block_forward(l, x);
-  const auto& fin = segments_.back()->params();
-  Variable h = ops::layernorm(x, fin[0].var(), fin[1].var());
-  return ops::matmul(h, wte, {}, ops::MatmulOptions{.trans_a = false, .trans_b = true});
+  DirectRunner direct;
+  SegmentRunner& run = runner ? *runner : direct;
+  const FlatParamGroup& embed = *segments_.front();
+  Variable x = run.run(
+      kEmbedSegment,
+      [&](const Variable&) {
+        const auto& ps = embed.params();
+        return ops::add(ops::embedding(ps[0].var(), tokens), ops::embedding(ps[1].var(), positions_));
+      },
+      Variable(), {});
+  for (int l = 0; l < config_.n_layer; ++l)
+    x = run.run(1 + l, [&, l](const Variable& in) { return block_forward(l, in); }, x, {});
+  const FlatParamGroup& fin = *segments_.back();
+  return run.run(
+      final_segment(),
+      [&](const Variable& in) {
+        const auto& ps = fin.params();
+        Variable h = ops::layernorm(in, ps[0].var(), ps[1].var());
+        // Tied lm head: logits = h @ wte^T.
+        return ops::matmul(h, embed.params()[0].var(), {},
+                           ops::MatmulOptions{.trans_a = false, .trans_b = true});
+      },
+      x, {kEmbedSegment});
 }
 
-Variable Gpt::loss(const Tensor& tokens, const Tensor& targets) const {
-  return ops::cross_entropy(forward(tokens), targets, -1);
+Variable Gpt::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner) const {
+  return ops::cross_entropy(forward(tokens, runner), targets, -1);
 }
 
 }  // namespace fd::nn

@@ -18,6 +18,7 @@
 #include "lib/autograd/variable.h"
 #include "lib/nn/module.h"
 #include "lib/nn/parameter.h"
+#include "lib/nn/segment_runner.h"
 
 namespace fd::nn {
 
@@ -36,8 +37,12 @@ struct GptConfig {
 
 class Gpt : public Module {
  public:
-  // Allocates all segments (parameters zero) in `dtype`.
-  Gpt(const GptConfig& config, DType dtype = DType::kF32);
+  // Allocates all segments (parameters zero) in `dtype`, laid out as `layout` says.
+  explicit Gpt(const GptConfig& config, DType dtype = DType::kF32, const GroupLayout& layout = {});
+
+  // Segment indices: kEmbedSegment, then 1 + layer for each block, then final_segment().
+  static constexpr int kEmbedSegment = 0;
+  int final_segment() const { return config_.n_layer + 1; }
 
   const GptConfig& config() const { return config_; }
   // Segments in forward order: embed, h.0 .. h.{L-1}, final.
@@ -52,10 +57,12 @@ class Gpt : public Module {
   // result does not depend on layout, world size or order of construction.
   void init_gpt2(uint64_t seed);
 
-  // tokens (B, T) i32 with T <= max_seq_len -> logits (B, T, V).
-  autograd::Variable forward(const Tensor& tokens) const;
+  // tokens (B, T) i32 with T <= max_seq_len -> logits (B, T, V). Each segment runs
+  // through `runner` (nullptr: directly).
+  autograd::Variable forward(const Tensor& tokens, SegmentRunner* runner = nullptr) const;
   // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore).
-  autograd::Variable loss(const Tensor& tokens, const Tensor& targets) const;
+  autograd::Variable loss(const Tensor& tokens, const Tensor& targets,
+                          SegmentRunner* runner = nullptr) const;
 
  private:
   autograd::Variable block_forward(int layer, const autograd::Variable& x) const;

@@ -2,8 +2,10 @@
 
 namespace fd::nn {
 
-FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype)
+FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
+                               const GroupLayout& layout)
     : name_(std::move(name)), dtype_(dtype) {
+  FD_CHECK(layout.pad_multiple >= 1, "pad_multiple {}", layout.pad_multiple);
   std::vector<int64_t> offsets;
   int64_t total = 0;
   for (const auto& s : specs) {
@@ -11,8 +13,10 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, D
     param_numel_ += s.shape.numel();
     total += (s.shape.numel() + kAlignElems - 1) / kAlignElems * kAlignElems;
   }
-  flat_params_ = Tensor::zeros(Shape{total}, dtype, MemCategory::kParams);
-  flat_grads_ = Tensor::zeros(Shape{total}, dtype, MemCategory::kGrads);
+  const int64_t unit = kAlignElems * layout.pad_multiple;
+  total = (total + unit - 1) / unit * unit;
+  flat_params_ = Tensor::zeros(Shape{total}, dtype, layout.params_category);
+  flat_grads_ = Tensor::zeros(Shape{total}, dtype, layout.grads_category);
   for (size_t i = 0; i < specs.size(); ++i) {
     Parameter p;
     p.name = specs[i].name;

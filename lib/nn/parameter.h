@@ -28,6 +28,15 @@ struct Parameter {
   autograd::Variable var() const { return autograd::Variable::bound_leaf(value, grad); }
 };
 
+// How a group's flat buffers are sized and accounted.
+struct GroupLayout {
+  // The total length is padded to a multiple of kAlignElems * pad_multiple, so
+  // that it splits into pad_multiple equal, aligned shards (ZeRO: the world size).
+  int64_t pad_multiple = 1;
+  MemCategory params_category = MemCategory::kParams;  // accounting of the flat parameter buffer
+  MemCategory grads_category = MemCategory::kGrads;    // accounting of the flat gradient buffer
+};
+
 struct ParamSpec {
   std::string name;
   Shape shape;
@@ -39,7 +48,8 @@ class FlatParamGroup {
   static constexpr int64_t kAlignElems = 16;  // 64 bytes of fp32
 
   // Lays out `specs` in order and allocates zeroed parameter and gradient buffers.
-  FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype);
+  FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
+                 const GroupLayout& layout = {});
   FlatParamGroup(const FlatParamGroup&) = delete;
   FlatParamGroup& operator=(const FlatParamGroup&) = delete;
 

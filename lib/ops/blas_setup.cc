@@ -34,9 +34,12 @@ std::string blas_kernel_name() {
   return n ? n : "unknown";
 }
 
-void select_blas_kernel(int /*argc*/, char** argv) {
+void select_blas_kernel(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;    // the user decided
-  if (std::getenv("FDTRAIN_BLAS_REEXEC") != nullptr) return;  // already tried once
+  if (std::getenv("FDTRAIN_BLAS_REEXEC") != nullptr) {  // already re-executed once
+    unsetenv("FDTRAIN_BLAS_REEXEC");                      // not for our child processes
+    return;
+  }
   if (!is_generic_kernel(blas_kernel_name())) return;
   const char* best = best_kernel_for_this_cpu();
   if (best == nullptr) return;

@@ -15,7 +15,7 @@ namespace fd::ops {
 
 // Call first thing in main(). Returns normally when nothing needs to change;
 // otherwise re-executes the program (never returns) with OPENBLAS_CORETYPE set.
-void select_blas_kernel(int argc, char** argv);
+void select_blas_kernel(char** argv);
 
 // OpenBLAS's name for the kernel family in use ("SkylakeX", "Haswell", ...).
 std::string blas_kernel_name();

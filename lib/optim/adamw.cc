@@ -1,45 +1,63 @@
 #include "lib/optim/adamw.h"
 
+#include <algorithm>
+
 #include "lib/ops/adamw.h"
 
 namespace fd::optim {
 
-AdamW::AdamW(std::vector<const nn::FlatParamGroup*> groups, const AdamWOptions& options)
-    : options_(options) {
-  for (const nn::FlatParamGroup* g : groups) {
-    FD_CHECK(g->dtype() == DType::kF32, "AdamW updates fp32 groups, '{}' is {}", g->name(),
-             dtype_name(g->dtype()));
-    GroupState s;
-    s.group = g;
-    s.m = Tensor::zeros(Shape{g->numel()}, DType::kF32, MemCategory::kOptimizer);
-    s.v = Tensor::zeros(Shape{g->numel()}, DType::kF32, MemCategory::kOptimizer);
-    for (const nn::Parameter& p : g->params()) {
-      int64_t n = p.value.numel();
-      if (!s.runs.empty() && s.runs.back().decay == p.decay &&
-          s.runs.back().offset + s.runs.back().count == p.offset) {
-        s.runs.back().count += n;  // contiguous with the previous run
+AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options) : options_(options) {
+  for (AdamWShard& sh : shards) {
+    FD_CHECK(sh.group != nullptr && sh.begin >= 0 && sh.begin + sh.count <= sh.group->numel(),
+             "bad AdamW shard [{}, {})", sh.begin, sh.begin + sh.count);
+    FD_CHECK(sh.params.dtype() == DType::kF32 && sh.grads.dtype() == DType::kF32,
+             "AdamW updates fp32 shards");
+    FD_CHECK(sh.params.numel() == sh.count && sh.grads.numel() == sh.count,
+             "AdamW shard tensors of {} / {} elements for a range of {}", sh.params.numel(),
+             sh.grads.numel(), sh.count);
+    ShardState s;
+    s.m = Tensor::zeros(Shape{sh.count}, DType::kF32, MemCategory::kOptimizer);
+    s.v = Tensor::zeros(Shape{sh.count}, DType::kF32, MemCategory::kOptimizer);
+    const int64_t end = sh.begin + sh.count;
+    for (const nn::Parameter& p : sh.group->params()) {
+      int64_t lo = std::max(p.offset, sh.begin);
+      int64_t hi = std::min(p.offset + p.value.numel(), end);
+      if (lo >= hi) continue;
+      Run r{lo - sh.begin, hi - lo, p.decay};
+      if (!s.runs.empty() && s.runs.back().decay == r.decay &&
+          s.runs.back().offset + s.runs.back().count == r.offset) {
+        s.runs.back().count += r.count;  // contiguous with the previous run
       } else {
-        s.runs.push_back({p.offset, n, p.decay});
+        s.runs.push_back(r);
       }
     }
+    s.shard = std::move(sh);
     state_.push_back(std::move(s));
   }
 }
 
+namespace {
+std::vector<AdamWShard> whole_groups(const std::vector<const nn::FlatParamGroup*>& groups) {
+  std::vector<AdamWShard> shards;
+  for (const nn::FlatParamGroup* g : groups)
+    shards.push_back({g, 0, g->numel(), g->flat_params(), g->flat_grads()});
+  return shards;
+}
+}  // namespace
+
+AdamW::AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOptions& options)
+    : AdamW(whole_groups(groups), options) {}
+
 void AdamW::step(float lr) {
   ++step_;
-  for (GroupState& s : state_) {
-    float* p = s.group->flat_params().f32();
-    const float* g = s.group->flat_grads().f32();
+  for (ShardState& s : state_) {
+    float* p = s.shard.params.f32();
+    const float* g = s.shard.grads.f32();
     float* m = s.m.f32();
     float* v = s.v.f32();
     for (const Run& r : s.runs) {
-      ops::AdamWStep hp{lr,
-                        options_.beta1,
-                        options_.beta2,
-                        options_.eps,
-                        r.decay ? options_.weight_decay : 0.0f,
-                        step_};
+      ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
+                        r.decay ? options_.weight_decay : 0.0f, step_};
       ops::adamw_update(p + r.offset, g + r.offset, m + r.offset, v + r.offset, r.count, hp);
     }
   }
@@ -47,7 +65,7 @@ void AdamW::step(float lr) {
 
 int64_t AdamW::state_bytes() const {
   int64_t b = 0;
-  for (const GroupState& s : state_) b += int64_t(s.m.nbytes() + s.v.nbytes());
+  for (const ShardState& s : state_) b += int64_t(s.m.nbytes() + s.v.nbytes());
   return b;
 }
 

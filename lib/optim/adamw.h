@@ -1,10 +1,11 @@
-// AdamW over flat parameter groups (decoupled weight decay, as torch.optim.AdamW).
+// AdamW over flat parameter shards (decoupled weight decay, as torch.optim.AdamW).
 //
-// The optimizer owns fp32 Adam moments m and v laid out exactly like each
-// group's flat buffer, and walks each group as a few contiguous runs of
-// equal weight-decay setting (decay on 2-D weights; none on biases, norms and
-// other 1-D tensors), so the update is one fused loop per run. Padding
-// elements are skipped. fp32 groups are updated in place.
+// The optimizer updates contiguous ranges of flat parameter groups: whole
+// groups on one process, or the rank's ZeRO shard of each group. It owns fp32
+// Adam moments m and v for exactly those ranges, and walks each range as a
+// few contiguous runs of equal weight-decay setting (decay on 2-D weights;
+// none on biases, norms and other 1-D tensors), so the update is one fused
+// loop per run. Alignment padding inside a range is skipped.
 #pragma once
 
 #include <vector>
@@ -21,12 +22,23 @@ struct AdamWOptions {
   float weight_decay = 0.0f;  // decoupled decay for parameters with decay = true
 };
 
+// Elements [begin, begin + count) of `group`'s flat space, with the fp32
+// tensors (count elements each) that hold their values and gradients.
+struct AdamWShard {
+  const nn::FlatParamGroup* group = nullptr;  // gives the parameters' layout and decay flags
+  int64_t begin = 0;
+  int64_t count = 0;
+  Tensor params;  // updated in place
+  Tensor grads;
+};
+
 class AdamW {
  public:
-  // `groups` must outlive the optimizer and hold fp32 parameters.
-  AdamW(std::vector<const nn::FlatParamGroup*> groups, const AdamWOptions& options);
+  explicit AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options);
+  // Every element of every group (single process, or ZeRO stage 0).
+  AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOptions& options);
 
-  // One update of every group from its flat gradient buffer at learning rate `lr`.
+  // One update of every shard from its gradients at learning rate `lr`.
   void step(float lr);
   int64_t steps_taken() const { return step_; }
   // Bytes of optimizer state (m and v).
@@ -34,17 +46,17 @@ class AdamW {
 
  private:
   struct Run {
-    int64_t offset;
+    int64_t offset;  // relative to the shard's begin
     int64_t count;
     bool decay;
   };
-  struct GroupState {
-    const nn::FlatParamGroup* group;
+  struct ShardState {
+    AdamWShard shard;
     Tensor m, v;
     std::vector<Run> runs;
   };
   AdamWOptions options_;
-  std::vector<GroupState> state_;
+  std::vector<ShardState> state_;
   int64_t step_ = 0;
 };
 

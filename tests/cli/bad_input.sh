@@ -42,7 +42,7 @@ expect_fail 2 "override 'optimizer.lrr=1e-3': optimizer.lrr: unknown key; did yo
   train "$R" optimizer.lrr=1e-3 --run-dir "$TMP/run"
 
 # A value that needs a later feature is refused, never ignored.
-expect_fail 2 "zero.stage.*not supported yet" train "$R" zero.stage=2 --run-dir "$TMP/run"
+expect_fail 2 "device.*not supported yet" train "$R" device=cuda --run-dir "$TMP/run"
 expect_fail 2 "precision.*not supported yet" train "$R" precision=bf16 --run-dir "$TMP/run"
 
 # validate reports every error at once.
@@ -65,15 +65,25 @@ sum_before=$(md5sum "$TMP/done/summary.json")
 expect_fail 2 "already holds a run; pass --overwrite" train "$R" --run-dir "$TMP/done"
 [ "$(md5sum "$TMP/done/summary.json")" = "$sum_before" ] || { echo "FAIL: summary.json changed"; FAILURES=$((FAILURES+1)); }
 
-# More ranks than this build supports: refused clearly by every rank (exit 2), no hang.
+# A global batch that does not fit the world size, under mpirun -n 2: every rank
+# agrees, exits 2, one message with the arithmetic; nothing hangs.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if command -v mpirun >/dev/null; then
-  out=$(timeout 60 mpirun --oversubscribe -n 2 "$FDTRAIN" train "$R" --run-dir "$TMP/mpi" 2>&1); rc=$?
-  if [ $rc -ne 2 ] || ! grep -q "trains on one process only" <<<"$out"; then
-    echo "FAIL: mpirun -n 2 gave exit $rc"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES+1))
-  else
-    echo "ok: mpirun -n 2 refused with exit 2"
-  fi
+out=$(timeout 120 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$R" batch.global=6 \
+      --run-dir "$TMP/mpi" 2>&1); rc=$?
+if [ $rc -ne 2 ] || ! grep -q "batch.global" <<<"$out" || [ "$(grep -c 'fdtrain: error' <<<"$out")" -ne 1 ]; then
+  echo "FAIL: mpirun -n 2 with a global batch that does not fit gave exit $rc"; echo "$out" | sed 's/^/    /'
+  FAILURES=$((FAILURES+1))
+else
+  echo "ok: mpirun -n 2, batch.global=6 refused with exit 2 and one message"
+fi
+
+# A run directory that already holds a run is seen by rank 0 only; every rank still exits 2.
+out=$(timeout 120 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$R" --run-dir "$TMP/done" 2>&1); rc=$?
+if [ $rc -ne 2 ] || ! grep -q "already holds a run" <<<"$out"; then
+  echo "FAIL: mpirun -n 2 into an existing run gave exit $rc"; echo "$out" | sed 's/^/    /'
+  FAILURES=$((FAILURES+1))
+else
+  echo "ok: mpirun -n 2 into an existing run refused with exit 2"
 fi
 
 finish

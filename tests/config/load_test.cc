@@ -35,7 +35,8 @@ TEST_F(ConfigTest, ValidRecipeLoadsWithFragmentsAndGlobs) {
   EXPECT_EQ(x.steps, 100);
   EXPECT_FALSE(x.lora.has_value());
   // Defaults.
-  EXPECT_EQ(x.zero.bucket_mb, 25.0);
+  EXPECT_EQ(x.zero.stage, 0);
+  EXPECT_EQ(x.dist.timeout_s, 600.0);
   EXPECT_EQ(x.seed, 1337);
   // Locations.
   EXPECT_EQ(x.where("optimizer.lr"), "configs/optim/adamw.yaml:3:5");
@@ -236,8 +237,6 @@ TEST_F(ConfigTest, EachUnsupportedFeatureIsRefusedWithItsLocation) {
                  "(leave init_from empty to train from a random init; see docs/RECIPE.md)",
              f + ":5:12: precision: bf16 training is not supported yet (this build trains in "
                  "fp32; see docs/RECIPE.md)",
-             f + ":7:10: zero.stage: ZeRO stage 2 is not supported yet (this build trains on one "
-                 "process; see docs/RECIPE.md)",
              f + ":8:1: lora: LoRA fine-tuning is not supported yet (remove the lora section or "
                  "set it to null; see docs/RECIPE.md)",
              f + ":12:11: activation_checkpointing.layers: activation checkpointing is not "
@@ -272,8 +271,6 @@ TEST_F(ConfigTest, EachUnsupportedValueByOverride) {
   };
   const Case cases[] = {
       {"precision=fp16", "precision: fp16 training is not supported yet"},
-      {"zero.stage=1", "zero.stage: ZeRO stage 1 is not supported yet"},
-      {"zero.stage=3", "zero.stage: ZeRO stage 3 is not supported yet"},
       {"lora={r: 4}", "lora: LoRA fine-tuning is not supported yet"},
       {"activation_checkpointing.layers=all",
        "activation_checkpointing.layers: activation checkpointing is not supported yet"},

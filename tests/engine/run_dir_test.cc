@@ -130,14 +130,16 @@ TEST_F(RunDir, PathThatIsAFileIsAUsageError) {
   }
 }
 
-TEST_F(RunDir, UncreatableDirectoryIsARuntimeError) {
+// The user chose the path: a usage error (exit 2) that says why and what to do.
+TEST_F(RunDir, UncreatableDirectoryIsAUsageError) {
   write(root_ / "file", "x");
   try {
     RunDirectory rd(root_ / "file" / "sub", false);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kRuntime) << e.what();
-    EXPECT_EQ(e.exit_code(), 1);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("choose another --run-dir"), std::string::npos);
   }
 }
 

@@ -169,13 +169,48 @@ TEST(OptimAdamW, FirstStepMovesByLrTimesSign) {
   }
 }
 
+// A shard in the middle of a group: decay runs are clipped to the shard, the
+// update equals the whole-group update on those elements, others are untouched.
+TEST(OptimAdamW, ShardUpdateEqualsTheSameElementsOfAWholeGroupUpdate) {
+  FlatParamGroup whole("w", mixed_specs(), DType::kF32);
+  FlatParamGroup part("p", mixed_specs(), DType::kF32);
+  for (int64_t i = 0; i < whole.numel(); ++i) {
+    float v = 0.01f * float((i * 7) % 23) - 0.1f, g = 0.003f * float((i * 5) % 17) - 0.02f;
+    whole.flat_params().f32()[i] = part.flat_params().f32()[i] = v;
+    whole.flat_grads().f32()[i] = part.flat_grads().f32()[i] = g;
+  }
+  AdamWOptions o;
+  o.lr = 1e-2f;
+  o.weight_decay = 0.1f;
+  AdamW full(std::vector<const FlatParamGroup*>{&whole}, o);
+  const int64_t begin = 16, count = 16;  // straddles two parameters
+  AdamW shard({{&part, begin, count, part.flat_params().flat_slice(begin, count),
+                part.flat_grads().flat_slice(begin, count)}},
+              o);
+  EXPECT_EQ(shard.state_bytes(), 2 * 4 * count);
+  std::vector<float> before = part.flat_params().to_vector();
+  for (int s = 0; s < 3; ++s) {
+    full.step(o.lr);
+    shard.step(o.lr);
+  }
+  std::vector<float> a = whole.flat_params().to_vector(), b = part.flat_params().to_vector();
+  for (int64_t i = 0; i < whole.numel(); ++i) {
+    if (i >= begin && i < begin + count) {
+      EXPECT_EQ(a[i], b[i]) << i;
+    } else {
+      EXPECT_EQ(b[i], before[i]) << i;
+    }
+  }
+}
+
 TEST(OptimAdamW, StateBytesAreTwoFp32BuffersPerGroup) {
   FlatParamGroup g1("g1", mixed_specs(), DType::kF32);             // 48 elements with padding
   FlatParamGroup g2("g2", {{"x", Shape{1}, false}}, DType::kF32);  // 16
   ASSERT_EQ(g1.numel(), 48);
   ASSERT_EQ(g2.numel(), 16);
-  EXPECT_EQ(AdamW({&g1, &g2}, AdamWOptions{}).state_bytes(), 2 * 4 * (48 + 16));
-  EXPECT_EQ(AdamW({}, AdamWOptions{}).state_bytes(), 0);
+  using Groups = std::vector<const FlatParamGroup*>;
+  EXPECT_EQ(AdamW(Groups{&g1, &g2}, AdamWOptions{}).state_bytes(), 2 * 4 * (48 + 16));
+  EXPECT_EQ(AdamW(Groups{}, AdamWOptions{}).state_bytes(), 0);
 }
 
 }  // namespace

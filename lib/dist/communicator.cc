@@ -1,0 +1,104 @@
+#include "lib/dist/communicator.h"
+
+#include <cstring>
+#include <vector>
+
+#include "lib/base/check.h"
+
+namespace fd::dist {
+
+std::string_view reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "max"; }
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n) {
+  FD_CHECK(n >= 1 && full_bytes >= 0, "ring_bytes_times_n: n={} bytes={}", n, full_bytes);
+  switch (c) {
+    case Collective::kAllReduce:
+      return 2 * int64_t(n - 1) * full_bytes;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+    case Collective::kBroadcast:
+      return int64_t(n - 1) * full_bytes;
+    case Collective::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+void Communicator::count_bytes(Collective c, int64_t full_bytes) {
+  int64_t v = ring_bytes_times_n(c, full_bytes, size());
+  (control_scope_ ? stats_->control_times_n : stats_->bytes_times_n) += v;
+}
+
+void Communicator::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  all_reduce_async(buf, count, dtype, op)->wait();
+}
+void Communicator::reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype) {
+  reduce_scatter_async(send, recv, recv_count, dtype)->wait();
+}
+void Communicator::all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
+  all_gather_async(send, recv, send_count, dtype)->wait();
+}
+void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root) {
+  broadcast_async(buf, count, dtype, root)->wait();
+}
+void Communicator::barrier() { barrier_async()->wait(); }
+
+void Communicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {
+  // A double is moved as two i32 words: bitwise, no MPI_DOUBLE needed.
+  control_scope_ = true;
+  WorkPtr w;
+  try {
+    w = all_gather_async(send, recv, 2 * send_count, DType::kI32);
+  } catch (...) {
+    control_scope_ = false;
+    throw;
+  }
+  control_scope_ = false;
+  w->wait();
+}
+
+void Communicator::all_reduce_f64(double* buf, int64_t count, ReduceOp op) {
+  const int n = size();
+  std::vector<double> all(size_t(n) * size_t(count));
+  all_gather_f64(buf, all.data(), count);
+  for (int64_t i = 0; i < count; ++i) {
+    double acc = all[size_t(i)];
+    for (int r = 1; r < n; ++r) {
+      double v = all[size_t(r) * size_t(count) + size_t(i)];
+      if (op == ReduceOp::kSum) {
+        acc += v;
+      } else if (v > acc || v != v) {  // max that propagates NaN
+        acc = v;
+      }
+    }
+    buf[i] = acc;
+  }
+}
+
+int64_t Communicator::bytes_sent() const { return stats_->bytes_times_n.load() / size(); }
+int64_t Communicator::control_bytes() const { return stats_->control_times_n.load() / size(); }
+double Communicator::wait_seconds() const { return double(stats_->wait_ns.load()) * 1e-9; }
+
+void Communicator::reset_counters() {
+  stats_->bytes_times_n = 0;
+  stats_->control_times_n = 0;
+  stats_->wait_ns = 0;
+}
+
+}  // namespace fd::dist

@@ -1,0 +1,129 @@
+// Communicator: the collectives data-parallel training needs (c10d's Backend,
+// trimmed): all-reduce, reduce-scatter, all-gather, broadcast, barrier, each
+// with an async form that returns a Work.
+//
+// Contract (as in c10d): every rank calls the same collectives in the same
+// order with matching counts, dtypes, ops and roots. A rank that fails must
+// end the whole job (abort()) rather than leave its peers waiting in a
+// collective it will never join; a collective that does not complete within
+// the timeout aborts the job with a diagnostic naming rank, host and op.
+// Collectives are issued from one thread (the compute thread); they are not
+// thread-safe among themselves.
+//
+// Buffers are raw host pointers with an element count and a dtype (f32, bf16,
+// f16, i32). They must stay valid and untouched until the Work's wait() has
+// returned. Counts are per the MPI int limit (< 2^31 elements per call).
+//
+// Numerics: sums of bf16/f16 use fp32 staging: the inputs are widened to fp32
+// buffers (MemCategory::kComm), reduced in fp32 by MPI and rounded back once
+// with round-to-nearest-even. Results are bitwise identical on every rank and
+// across runs with the same world size and counts (fixed MPI algorithms; no
+// reductions whose order depends on timing).
+//
+// Byte accounting (ring model, the nccl-tests "bus bandwidth" convention):
+// with S the full buffer's bytes and n = size(), a rank sends
+//   all-reduce 2(n-1)/n*S, reduce-scatter and all-gather (n-1)/n*S (S = the
+//   gathered / scattered total, size()*count*elem), broadcast (n-1)/n*S (the
+//   pipelined-ring broadcast, nccl-tests' busbw factor 1 on algbw), barrier 0.
+// To stay exact the counters accumulate n times these values (always an
+// integer) and bytes_sent() divides by n when read (rounding down the total,
+// not each op). The f64 helpers count into control_bytes(), not bytes_sent().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "lib/dist/work.h"
+#include "lib/tensor/dtype.h"
+
+namespace fd::dist {
+
+enum class ReduceOp { kSum, kMax };
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "max"
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+std::string_view collective_name(Collective c);  // "all_reduce", ...
+
+// Ring-model bytes one rank sends for collective `c` over a full buffer of
+// `full_bytes` in a world of `n` ranks, multiplied by n (so it is an exact
+// integer): all-reduce 2(n-1)*S, reduce-scatter / all-gather / broadcast
+// (n-1)*S, barrier 0.
+int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n);
+
+// Shared by a communicator and its Works (a Work may outlive the communicator).
+struct CommStats {
+  std::atomic<int64_t> bytes_times_n{0};    // model traffic, times size()
+  std::atomic<int64_t> control_times_n{0};  // f64 helper traffic, times size()
+  std::atomic<int64_t> wait_ns{0};          // caller time blocked in Work::wait()
+};
+
+class Communicator {
+ public:
+  Communicator() = default;
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;  // "local" | "mpi"
+
+  // In place: every rank's buf ends up holding the elementwise op over all ranks.
+  virtual WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  // send holds size()*recv_count elements; rank r receives the sum of every
+  // rank's chunk r (elements [r*recv_count, (r+1)*recv_count)).
+  virtual WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                                       DType dtype) = 0;
+  // recv gets size()*send_count elements, rank r's send at offset
+  // r*send_count. send may equal recv + rank()*send_count (in place).
+  virtual WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count,
+                                   DType dtype) = 0;
+  // Every rank's buf gets root's buf.
+  virtual WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual WorkPtr barrier_async() = 0;
+
+  // Blocking forms: the async call followed by wait().
+  void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype);
+  void all_gather(const void* send, void* recv, int64_t send_count, DType dtype);
+  void broadcast(void* buf, int64_t count, DType dtype, int root);
+  void barrier();
+
+  // Doubles for metrics and norm partials. Both gather every rank's values
+  // bitwise (an all-gather) and all_reduce_f64 then combines them in rank
+  // order 0..n-1, so the result is identical on all ranks and independent of
+  // the MPI algorithm. Their traffic counts in control_bytes().
+  void all_reduce_f64(double* buf, int64_t count, ReduceOp op = ReduceOp::kSum);
+  void all_gather_f64(const double* send, double* recv, int64_t send_count);  // rank order
+
+  // Ring-model bytes this rank has sent since the last reset_counters() (see
+  // the top of this file): model traffic and f64-helper traffic.
+  int64_t bytes_sent() const;
+  int64_t control_bytes() const;
+  // Seconds the caller has spent blocked inside Work::wait() since the last
+  // reset_counters(): the communication not hidden behind computation.
+  double wait_seconds() const;
+  void reset_counters();
+
+  // Seconds a collective may run before the job is aborted (default 600).
+  virtual void set_timeout(double seconds) = 0;
+  // Ends the whole job now with `exit_code` after printing `message`
+  // (prefixed with rank and host) to stderr: MPI_Abort for mpi, std::exit for
+  // local. Never returns; safe to call from any thread.
+  [[noreturn]] virtual void abort(int exit_code, const std::string& message) = 0;
+
+ protected:
+  // Adds the ring-model bytes of one collective (called by backends on the
+  // calling thread when the op is issued).
+  void count_bytes(Collective c, int64_t full_bytes);
+  const std::shared_ptr<CommStats>& stats() const { return stats_; }
+
+ private:
+  std::shared_ptr<CommStats> stats_ = std::make_shared<CommStats>();
+  bool control_scope_ = false;  // inside an f64 helper: count as control traffic
+};
+
+}  // namespace fd::dist

@@ -1,0 +1,32 @@
+// Fault injection for multi-rank tests: FDTRAIN_FAULT makes one rank die,
+// stall or throw at one training step, so that tests can check that the job
+// ends (non-zero, with a diagnostic) instead of hanging.
+//
+//   FDTRAIN_FAULT=kill:rank=1:step=5    raise(SIGKILL) on rank 1 at step 5
+//   FDTRAIN_FAULT=stall:rank=1:step=5   raise(SIGSTOP): the peers time out
+//   FDTRAIN_FAULT=throw:rank=0:step=3   throw fd::Error(kRuntime, "injected fault ...")
+//
+// rank= and step= may come in either order; both are required. Unset or
+// empty means no fault.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace fd::dist {
+
+struct FaultSpec {
+  enum Kind { kNone, kKill, kStall, kThrow } kind = kNone;
+  int rank = -1;
+  int64_t step = -1;
+};
+
+// Parses a FDTRAIN_FAULT value; throws a usage fd::Error naming FDTRAIN_FAULT
+// and the expected form when it is malformed. "" gives kNone.
+FaultSpec parse_fault(std::string_view text);
+// parse_fault(getenv("FDTRAIN_FAULT")), kNone when unset.
+FaultSpec fault_from_env();
+// Fires `spec` if it names this rank and step (see the top of this file).
+void inject_fault(const FaultSpec& spec, int rank, int64_t step);
+
+}  // namespace fd::dist

@@ -1,0 +1,28 @@
+// init() / finalize(): the process's communicator.
+//
+// init() picks the backend from the environment:
+//   - "mpi" when launched by an MPI launcher with a world of more than one
+//     rank (OMPI_COMM_WORLD_SIZE or PMI_SIZE > 1; or PMIX_RANK set without a
+//     size variable), or when FDTRAIN_FORCE_MPI=1 (an MPI world of any size);
+//   - "local" (world 1, MPI never initialised) otherwise.
+// The mpi backend initialises MPI with MPI_THREAD_MULTIPLE (a clear fd::Error
+// if the library does not provide it) and sets MPI_ERRORS_RETURN on
+// MPI_COMM_WORLD so that every MPI failure reaches our checks.
+//
+// Call init() once, early in main; destroy the communicator and then call
+// finalize() at exit (finalize() also shuts down a communicator still alive).
+// A rank that fails after init() must end the job with Communicator::abort()
+// rather than return from main while its peers wait. Not thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "lib/dist/communicator.h"
+
+namespace fd::dist {
+
+std::unique_ptr<Communicator> init(int* argc, char*** argv);
+// MPI_Finalize if MPI was initialised (and not yet finalised); else nothing.
+void finalize();
+
+}  // namespace fd::dist

@@ -1,0 +1,70 @@
+#include "lib/dist/local_communicator.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "lib/base/check.h"
+
+namespace fd::dist {
+namespace {
+
+WorkPtr done() { return std::make_shared<CompletedWork>(); }
+
+void check_count(int64_t count) {
+  FD_CHECK(count >= 0, "collective with negative count {}", count);
+}
+
+}  // namespace
+
+WorkPtr LocalCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  (void)buf, (void)dtype, (void)op;
+  check_count(count);
+  count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+WorkPtr LocalCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                                                DType dtype) {
+  check_count(recv_count);
+  const size_t bytes = size_t(recv_count) * dtype_size(dtype);
+  if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
+  count_bytes(Collective::kReduceScatter, int64_t(bytes));
+  return done();
+}
+
+WorkPtr LocalCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,
+                                            DType dtype) {
+  check_count(send_count);
+  const size_t bytes = size_t(send_count) * dtype_size(dtype);
+  if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
+  count_bytes(Collective::kAllGather, int64_t(bytes));
+  return done();
+}
+
+WorkPtr LocalCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  (void)buf;
+  check_count(count);
+  FD_CHECK(root == 0, "broadcast from root {} in a world of 1", root);
+  count_bytes(Collective::kBroadcast, count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+WorkPtr LocalCommunicator::barrier_async() { return done(); }
+
+void LocalCommunicator::set_timeout(double seconds) {
+  FD_CHECK(seconds > 0, "communicator timeout must be positive, got {}", seconds);
+}
+
+void LocalCommunicator::abort(int exit_code, const std::string& message) {
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  std::fputs(fmt::format("fdtrain: rank 0 (host {}): {}\n", host, message).c_str(), stderr);
+  std::fflush(stderr);
+  std::exit(exit_code);
+}
+
+}  // namespace fd::dist

@@ -1,0 +1,27 @@
+// LocalCommunicator: the world of one process. Collectives are copies or
+// no-ops done synchronously (the returned Work is already complete); the ring
+// model gives 0 bytes sent (n - 1 = 0).
+#pragma once
+
+#include "lib/dist/communicator.h"
+
+namespace fd::dist {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "local"; }
+
+  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                               DType dtype) override;
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
+  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  WorkPtr barrier_async() override;
+
+  void set_timeout(double seconds) override;
+  [[noreturn]] void abort(int exit_code, const std::string& message) override;
+};
+
+}  // namespace fd::dist

@@ -1,0 +1,86 @@
+// MpiCommunicator: collectives over MPI, driven by one communication thread.
+//
+// Open MPI 4.1 has no asynchronous progress: a nonblocking collective only
+// advances while some thread is inside MPI. So every MPI call of the
+// communicator is made by its own communication thread: *_async queues the op
+// (FIFO, so all ranks start the same ops in the same order), the thread starts
+// the nonblocking MPI call and polls MPI_Test with short sleeps (20 us backing
+// off to 200 us) so that it leaves the CPU to the compute thread, and Work::
+// wait() sleeps on a condition variable. One op is in flight at a time.
+//
+// An op that has run longer than the timeout aborts the job (MPI_Abort) with a
+// diagnostic naming rank, host, op, sequence number, size and time waited.
+// MPI return codes are checked (MPI_ERRORS_RETURN) and abort the job likewise.
+// bf16/f16 reductions are staged in fp32 buffers (MemCategory::kComm) on the
+// communication thread and rounded back with round-to-nearest-even.
+//
+// Requires MPI initialised with MPI_THREAD_MULTIPLE (init() does it). The
+// destructor (or shutdown()) drains the queue, joins the thread and frees the
+// duplicated MPI communicator.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "lib/dist/communicator.h"
+
+namespace fd::dist {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates MPI_COMM_WORLD and starts the communication thread.
+  MpiCommunicator();
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "mpi"; }
+
+  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                               DType dtype) override;
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
+  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  WorkPtr barrier_async() override;
+
+  void set_timeout(double seconds) override;
+  [[noreturn]] void abort(int exit_code, const std::string& message) override;
+
+  // Completes every queued op, joins the thread and frees the MPI
+  // communicator. Idempotent; finalize() calls it for a live communicator.
+  void shutdown();
+
+  struct Op;
+  struct State;
+
+ private:
+  WorkPtr enqueue(std::shared_ptr<Op> op);
+
+  int rank_ = 0;
+  int size_ = 1;
+  int64_t next_seq_ = 1;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+  bool shut_down_ = false;
+};
+
+namespace detail {
+// Prints "fdtrain: rank R (host H): message" to stderr and ends the job
+// (MPI_Abort when MPI is initialised, else std::exit). Only the first caller
+// in a process gets through; a concurrent second caller blocks forever.
+[[noreturn]] void abort_job(int exit_code, const std::string& message);
+// Aborts the job naming the failed MPI call, its error string, file and line.
+[[noreturn]] void mpi_failed(const char* call, int code, const char* file, int line);
+// Shuts down every MpiCommunicator still alive (finalize() calls it).
+void shutdown_live_communicators();
+}  // namespace detail
+
+}  // namespace fd::dist
+
+#define FD_MPI_CHECK(call)                                                   \
+  do {                                                                       \
+    int fd_mpi_rc_ = (call);                                                 \
+    if (fd_mpi_rc_ != MPI_SUCCESS) [[unlikely]]                              \
+      ::fd::dist::detail::mpi_failed(#call, fd_mpi_rc_, __FILE__, __LINE__); \
+  } while (0)

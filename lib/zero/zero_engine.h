@@ -1,0 +1,129 @@
+// ZeroEngine: ZeRO stages 0-3 over a model's flat parameter groups.
+//
+// Every segment (FlatParamGroup) is partitioned into `world` equal contiguous
+// shards of its padded flat space; rank r owns [r*S, (r+1)*S). One reduction
+// path serves every stage (docs/ZERO.md):
+//   - after a segment's backward its full gradient is reduce-scattered
+//     (asynchronously with overlap_comm, while backward goes on) into the
+//     rank's gradient shard; micro-batch 0 writes the shard, later
+//     micro-batches add to it;
+//   - the global gradient norm is the square root of the per-rank partial
+//     sums of squares, added in rank order; a non-finite norm skips the step
+//     on every rank;
+//   - stage 0 all-gathers the gradient shards and updates everything
+//     (replicated); stages 1-2 update their shard and all-gather parameters;
+//     stage 3 updates its persistent parameter shard, and gathers a segment's
+//     full parameters only around its forward and its backward.
+// Consequence, tested: at a fixed world size, stages 0-3 give bitwise
+// identical weights. What each stage keeps (fp32):
+//   stage 0: params 4P, grads 4P, Adam m+v 8P            = 16P
+//   stage 1: params 4P, grads 4P, m+v 8P/N               = 8P + 8P/N
+//   stage 2: params 4P, grad shard 4P/N, m+v 8P/N        = 4P + 12P/N
+//   stage 3: param shard 4P/N, grad shard 4P/N, m+v 8P/N = 16P/N
+// (+4P/N of gradient accumulator for stages 0-1 when accumulation > 1), P the
+// padded parameter count. Transient full-segment buffers of stages 2-3
+// (gathered parameters, gradient buckets, reduce-scatter outputs) are
+// accounted as MemCategory::kComm.
+//
+// Use: build the model with layout_for(stage, world), then per step:
+//   for each micro-batch m: begin_micro_batch(m); loss = model.loss(..., this);
+//                           tape.backward(loss, 1/(accumulation*world)); end_micro_batch(m);
+//   StepResult r = step(lr);
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lib/dist/communicator.h"
+#include "lib/nn/module.h"
+#include "lib/nn/segment_runner.h"
+#include "lib/optim/adamw.h"
+
+namespace fd::zero {
+
+struct ZeroConfig {
+  int stage = 0;              // 0..3
+  bool overlap_comm = true;   // reduce-scatter asynchronously during backward
+  int accumulation = 1;       // micro-batches per step
+  optim::AdamWOptions adamw;  // optimizer hyper-parameters (lr is given per step)
+  float grad_clip = 1.0f;     // max global gradient norm; <= 0 disables clipping
+};
+
+struct StepResult {
+  double grad_norm = 0.0;  // global L2 norm before clipping (rank-order sum of shard partials)
+  bool skipped = false;    // non-finite gradients: no update was made (all ranks agree)
+};
+
+// The flat-buffer layout a model needs for `stage` on `world` ranks.
+nn::GroupLayout layout_for(int stage, int world);
+
+// Model-state bytes per rank that a ZeroEngine holds (fp32), as documented above.
+struct ModelStateBytes {
+  int64_t params = 0, grads = 0, master = 0, optimizer = 0;
+  int64_t total() const { return params + grads + master + optimizer; }
+};
+ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t padded_params);
+
+class ZeroEngine : public nn::SegmentRunner {
+ public:
+  // `model` must have been built with layout_for(config.stage, comm.size()) and
+  // hold the same initial parameters on every rank. Both must outlive the engine.
+  ZeroEngine(const nn::Module& model, dist::Communicator& comm, const ZeroConfig& config);
+  ~ZeroEngine() override;
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  void begin_micro_batch(int micro);
+  // Completes the micro-batch's gradient reductions (accumulating into the shards).
+  void end_micro_batch(int micro);
+  // Norm, clipping, overflow check, AdamW, parameter all-gather.
+  StepResult step(float lr);
+
+  // SegmentRunner: gathers parameters (stage 3) and hooks the segment's backward.
+  autograd::Variable run(int segment, const nn::SegmentFn& fn, const autograd::Variable& x,
+                         const std::vector<int>& also_needs) override;
+
+  // Runs fn with every parameter resident and current on this rank (stage 3
+  // gathers them for the call); for digests, exports and text generation.
+  void with_full_parameters(const std::function<void()>& fn);
+
+  int stage() const { return config_.stage; }
+  // Padded parameter elements over all segments (P above).
+  int64_t padded_params() const;
+
+ private:
+  struct Segment {
+    const nn::FlatParamGroup* group;
+    int64_t shard;        // S: elements per rank
+    Tensor grad_shard;    // the rank's reduced gradient (S elements)
+    bool grad_shard_own;  // a separate buffer (not a view of the full gradient buffer)
+    Tensor param_shard;   // stage 3: the rank's persistent parameters (S elements)
+    int param_pins = 0;   // stage 3: users of the gathered full parameters
+    int deferred_unpins = 0;  // pins held by later segments, dropped after this one's backward
+  };
+  struct Pending {
+    int segment;
+    dist::WorkPtr work;
+    Tensor recv;      // where the reduce-scatter wrote
+    bool into_shard;  // recv is the grad shard itself (no copy or add needed)
+  };
+
+  void pin_params(int g);
+  void unpin_params(int g);
+  void ensure_grads(int g);
+  void launch_reduce(int g);
+  void complete(Pending& p);
+  void drain();
+  int64_t begin_of(const Segment& s) const { return int64_t(comm_.rank()) * s.shard; }
+
+  dist::Communicator& comm_;
+  ZeroConfig config_;
+  std::vector<Segment> segments_;
+  std::deque<Pending> pending_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  int micro_ = 0;
+};
+
+}  // namespace fd::zero

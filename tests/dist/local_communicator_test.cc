@@ -1,0 +1,125 @@
+// The local backend (world of one) and the ring-model byte formula.
+#include "lib/dist/local_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "lib/dist/init.h"
+#include "lib/tensor/memory.h"
+
+namespace fd::dist {
+namespace {
+
+TEST(RingBytes, FormulaTimesN) {
+  // S = 1000 bytes, n = 4: all-reduce 2*3/4*S = 1500, others 3/4*S = 750 (times n).
+  EXPECT_EQ(ring_bytes_times_n(Collective::kAllReduce, 1000, 4), 4 * 1500);
+  EXPECT_EQ(ring_bytes_times_n(Collective::kReduceScatter, 1000, 4), 4 * 750);
+  EXPECT_EQ(ring_bytes_times_n(Collective::kAllGather, 1000, 4), 4 * 750);
+  EXPECT_EQ(ring_bytes_times_n(Collective::kBroadcast, 1000, 4), 4 * 750);
+  EXPECT_EQ(ring_bytes_times_n(Collective::kBarrier, 1000, 4), 0);
+  for (auto c : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather,
+                 Collective::kBroadcast, Collective::kBarrier}) {
+    EXPECT_EQ(ring_bytes_times_n(c, 12345, 1), 0) << collective_name(c);
+  }
+  // Large buffers stay exact in int64: 2*(8-1)*10 GiB.
+  EXPECT_EQ(ring_bytes_times_n(Collective::kAllReduce, int64_t(10) << 30, 8),
+            int64_t(14) * (int64_t(10) << 30));
+}
+
+TEST(LocalCommunicator, Identity) {
+  LocalCommunicator c;
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.size(), 1);
+  EXPECT_EQ(c.backend(), "local");
+}
+
+TEST(LocalCommunicator, AllReduceLeavesBufferForEveryDtypeAndOp) {
+  LocalCommunicator c;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      std::vector<uint8_t> buf(7 * dtype_size(t));
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = uint8_t(i * 37 + 1);
+      auto before = buf;
+      WorkPtr w = c.all_reduce_async(buf.data(), 7, t, op);
+      EXPECT_TRUE(w->is_completed());
+      w->wait();
+      EXPECT_EQ(buf, before) << dtype_name(t);
+      c.all_reduce(buf.data(), 7, t, op);
+      EXPECT_EQ(buf, before) << dtype_name(t);
+    }
+  }
+}
+
+TEST(LocalCommunicator, ReduceScatterAndAllGatherCopy) {
+  LocalCommunicator c;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    const size_t n = 1000 * dtype_size(t);
+    std::vector<uint8_t> send(n), recv(n, 0);
+    for (size_t i = 0; i < n; ++i) send[i] = uint8_t(i * 13 + 5);
+    c.reduce_scatter(send.data(), recv.data(), 1000, t);
+    EXPECT_EQ(recv, send) << dtype_name(t);
+    std::fill(recv.begin(), recv.end(), 0);
+    c.all_gather(send.data(), recv.data(), 1000, t);
+    EXPECT_EQ(recv, send) << dtype_name(t);
+    // In place: send == recv + rank()*count.
+    c.all_gather(recv.data(), recv.data(), 1000, t);
+    EXPECT_EQ(recv, send) << dtype_name(t);
+  }
+}
+
+TEST(LocalCommunicator, BroadcastBarrierAndZeroCounts) {
+  LocalCommunicator c;
+  std::vector<float> v = {1, 2, 3};
+  c.broadcast(v.data(), 3, DType::kF32, 0);
+  EXPECT_EQ(v, (std::vector<float>{1, 2, 3}));
+  c.barrier();
+  EXPECT_TRUE(c.barrier_async()->is_completed());
+  c.all_reduce(nullptr, 0, DType::kF32);
+  c.all_gather(nullptr, nullptr, 0, DType::kBF16);
+  c.reduce_scatter(nullptr, nullptr, 0, DType::kF16);
+}
+
+TEST(LocalCommunicator, F64HelpersAndCountersAreZero) {
+  LocalCommunicator c;
+  c.set_timeout(5);
+  std::vector<double> v = {1.5, -2.25, 1e300};
+  c.all_reduce_f64(v.data(), 3);
+  EXPECT_EQ(v, (std::vector<double>{1.5, -2.25, 1e300}));
+  c.all_reduce_f64(v.data(), 3, ReduceOp::kMax);
+  EXPECT_EQ(v, (std::vector<double>{1.5, -2.25, 1e300}));
+  std::vector<double> out(3);
+  c.all_gather_f64(v.data(), out.data(), 3);
+  EXPECT_EQ(out, v);
+  std::vector<float> f(1000);
+  c.all_reduce(f.data(), 1000, DType::kF32);
+  c.all_gather(f.data(), f.data(), 1000, DType::kF32);
+  EXPECT_EQ(c.bytes_sent(), 0);
+  EXPECT_EQ(c.control_bytes(), 0);
+  EXPECT_EQ(c.wait_seconds(), 0.0);
+  c.reset_counters();
+  EXPECT_EQ(c.bytes_sent(), 0);
+}
+
+TEST(LocalCommunicatorDeathTest, AbortExitsWithCodeAndMessage) {
+  LocalCommunicator c;
+  EXPECT_EXIT(c.abort(3, "stopping on purpose"), ::testing::ExitedWithCode(3),
+              "rank 0 \\(host .*\\): stopping on purpose");
+}
+
+TEST(Init, LocalWithoutLauncher) {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "FDTRAIN_FORCE_MPI"}) {
+    if (std::getenv(v) != nullptr) GTEST_SKIP() << v << " is set";
+  }
+  int argc = 0;
+  char** argv = nullptr;
+  auto comm = init(&argc, &argv);
+  EXPECT_EQ(comm->backend(), "local");
+  EXPECT_EQ(comm->size(), 1);
+  comm.reset();
+  finalize();  // no MPI: nothing to do
+}
+
+}  // namespace
+}  // namespace fd::dist

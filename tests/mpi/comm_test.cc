@@ -1,0 +1,411 @@
+// Multi-rank tests of the communicator (run by ctest under mpirun -n 2 and -n 4).
+//
+// Inputs are crafted so that the exact result is known (nccl-tests
+// "verifiable"): element i of rank r is (r + 1) * ((i % 13) + 1), small
+// integers whose sums over up to 4 ranks (<= 130) are exact in bf16 and f16.
+// Tests use EXPECT_* only: an early return on one rank would leave its peers
+// waiting in the next collective. Only rank 0 prints the gtest report; other
+// ranks print their failures, and the exit code is the MAX over ranks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "lib/dist/communicator.h"
+#include "lib/dist/init.h"
+#include "lib/dist/mpi_communicator.h"
+#include "lib/tensor/dtype.h"
+
+namespace fd::dist {
+namespace {
+
+Communicator* g_comm = nullptr;
+
+const std::vector<int64_t> kSizes = {1, 7, 1000, (int64_t(1) << 20) + 3};
+const std::vector<DType> kFloatTypes = {DType::kF32, DType::kBF16, DType::kF16};
+const std::vector<DType> kAllTypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32};
+
+// A host buffer of `n` elements of one dtype, set and read as doubles.
+struct Buf {
+  Buf(DType t, int64_t n) : dtype(t), bytes(size_t(n) * dtype_size(t)) {}
+  void* data() { return bytes.data(); }
+  uint8_t* at(int64_t i) { return bytes.data() + size_t(i) * dtype_size(dtype); }
+  void set(int64_t i, double v) {
+    switch (dtype) {
+      case DType::kF32: {
+        float f = float(v);
+        std::memcpy(at(i), &f, 4);
+        return;
+      }
+      case DType::kI32: {
+        int32_t x = int32_t(v);
+        std::memcpy(at(i), &x, 4);
+        return;
+      }
+      case DType::kBF16:
+      case DType::kF16: {
+        uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(float(v)) : f32_to_f16(float(v));
+        std::memcpy(at(i), &h, 2);
+        return;
+      }
+    }
+  }
+  double get(int64_t i) {
+    switch (dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, at(i), 4);
+        return f;
+      }
+      case DType::kI32: {
+        int32_t x;
+        std::memcpy(&x, at(i), 4);
+        return x;
+      }
+      case DType::kBF16:
+      case DType::kF16: {
+        uint16_t h;
+        std::memcpy(&h, at(i), 2);
+        return dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+    }
+    return 0;
+  }
+  DType dtype;
+  std::vector<uint8_t> bytes;
+};
+
+double value(int r, int64_t i) { return double((r + 1) * ((i % 13) + 1)); }
+double sum_over_ranks(int64_t i) {
+  double s = 0;
+  for (int r = 0; r < g_comm->size(); ++r) s += value(r, i);
+  return s;
+}
+
+// Checks buf[offset + i] == expect(i) for i < count; reports the first mismatch.
+template <typename F>
+void expect_all(Buf& buf, int64_t offset, int64_t count, F expect, const std::string& what) {
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (buf.get(offset + i) != expect(i)) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " (" << dtype_name(buf.dtype) << "): " << bad << " wrong, first at "
+                    << first << ": got " << (first >= 0 ? buf.get(offset + first) : 0) << ", want "
+                    << (first >= 0 ? expect(first) : 0) << " on rank " << g_comm->rank();
+}
+
+uint64_t fnv1a(const std::vector<uint8_t>& b) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t c : b) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// True on every rank iff every rank passed the same 64-bit value.
+bool same_on_all_ranks(uint64_t h) {
+  std::vector<uint64_t> all(size_t(g_comm->size()));
+  g_comm->all_gather(&h, all.data(), 2, DType::kI32);
+  for (uint64_t x : all)
+    if (x != h) return false;
+  return true;
+}
+
+TEST(Comm, World) {
+  if (g_comm->size() > 1) {
+    EXPECT_EQ(g_comm->backend(), "mpi");  // size 1: local, or mpi when forced
+  }
+  EXPECT_GE(g_comm->rank(), 0);
+  EXPECT_LT(g_comm->rank(), g_comm->size());
+}
+
+TEST(Comm, AllReduceSum) {
+  const int r = g_comm->rank();
+  for (DType t : kAllTypes) {
+    for (int64_t n : kSizes) {
+      Buf b(t, n);
+      for (int64_t i = 0; i < n; ++i) b.set(i, value(r, i));
+      g_comm->all_reduce(b.data(), n, t, ReduceOp::kSum);
+      expect_all(b, 0, n, sum_over_ranks, "all_reduce sum n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(Comm, AllReduceMax) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  // Element i of rank r is ((i + r) % 13) - 6: the max over ranks is known and may be negative.
+  auto v = [](int rr, int64_t i) { return double((i + rr) % 13) - 6; };
+  auto want = [&](int64_t i) {
+    double m = v(0, i);
+    for (int q = 1; q < w; ++q) m = std::max(m, v(q, i));
+    return m;
+  };
+  for (DType t : kAllTypes) {
+    for (int64_t n : kSizes) {
+      Buf b(t, n);
+      for (int64_t i = 0; i < n; ++i) b.set(i, v(r, i));
+      g_comm->all_reduce(b.data(), n, t, ReduceOp::kMax);
+      expect_all(b, 0, n, want, "all_reduce max n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST(Comm, ReduceScatterChunkPlacement) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  for (DType t : kAllTypes) {
+    for (int64_t rc : kSizes) {
+      Buf send(t, rc * w), recv(t, rc);
+      for (int64_t j = 0; j < rc * w; ++j) send.set(j, value(r, j));
+      g_comm->reduce_scatter(send.data(), recv.data(), rc, t);
+      expect_all(
+          recv, 0, rc, [&](int64_t i) { return sum_over_ranks(r * rc + i); },
+          "reduce_scatter rc=" + std::to_string(rc));
+      // Recv aliasing its own chunk of send (ZeRO's in-place gradient shard).
+      g_comm->reduce_scatter(send.data(), send.at(r * rc), rc, t);
+      expect_all(
+          send, r * rc, rc, [&](int64_t i) { return sum_over_ranks(r * rc + i); },
+          "reduce_scatter aliased rc=" + std::to_string(rc));
+    }
+  }
+}
+
+TEST(Comm, AllGatherOutOfPlaceAndInPlace) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  for (DType t : kAllTypes) {
+    for (int64_t sc : kSizes) {
+      auto want = [&](int64_t j) { return value(int(j / sc), j % sc); };
+      Buf send(t, sc), recv(t, sc * w);
+      for (int64_t i = 0; i < sc; ++i) send.set(i, value(r, i));
+      g_comm->all_gather(send.data(), recv.data(), sc, t);
+      expect_all(recv, 0, sc * w, want, "all_gather sc=" + std::to_string(sc));
+      Buf inplace(t, sc * w);
+      for (int64_t j = 0; j < sc * w; ++j) inplace.set(j, -1);
+      for (int64_t i = 0; i < sc; ++i) inplace.set(r * sc + i, value(r, i));
+      g_comm->all_gather(inplace.at(r * sc), inplace.data(), sc, t);
+      expect_all(inplace, 0, sc * w, want, "all_gather in place sc=" + std::to_string(sc));
+    }
+  }
+}
+
+TEST(Comm, BroadcastFromEveryRoot) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  for (DType t : kAllTypes) {
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), (int64_t(1) << 20) + 3}) {
+      for (int root = 0; root < w; ++root) {
+        Buf b(t, n);
+        for (int64_t i = 0; i < n; ++i) b.set(i, r == root ? value(root, i) : -1);
+        g_comm->broadcast(b.data(), n, t, root);
+        expect_all(
+            b, 0, n, [&](int64_t i) { return value(root, i); },
+            "broadcast root=" + std::to_string(root) + " n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
+TEST(Comm, AsyncBackToBackWaitedInReverse) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  const int64_t n = 1000;
+  Buf ar(DType::kBF16, n), rs_send(DType::kF32, n * w), rs_recv(DType::kF32, n),
+      ag_send(DType::kF16, n), ag_recv(DType::kF16, n * w), bc(DType::kI32, n), ar2(DType::kF32, n);
+  for (int64_t i = 0; i < n; ++i) {
+    ar.set(i, value(r, i));
+    ag_send.set(i, value(r, i));
+    bc.set(i, r == w - 1 ? value(w - 1, i) : 0);
+    ar2.set(i, value(r, i + 5));
+  }
+  for (int64_t j = 0; j < n * w; ++j) rs_send.set(j, value(r, j));
+  std::vector<WorkPtr> works;
+  works.push_back(g_comm->all_reduce_async(ar.data(), n, DType::kBF16, ReduceOp::kSum));
+  works.push_back(g_comm->reduce_scatter_async(rs_send.data(), rs_recv.data(), n, DType::kF32));
+  works.push_back(g_comm->all_gather_async(ag_send.data(), ag_recv.data(), n, DType::kF16));
+  works.push_back(g_comm->broadcast_async(bc.data(), n, DType::kI32, w - 1));
+  works.push_back(g_comm->barrier_async());
+  works.push_back(g_comm->all_reduce_async(ar2.data(), n, DType::kF32, ReduceOp::kMax));
+  for (auto it = works.rbegin(); it != works.rend(); ++it) {
+    (*it)->wait();
+    EXPECT_TRUE((*it)->is_completed());
+  }
+  // FIFO: once the last op is done, every earlier one is too.
+  for (auto& wk : works) EXPECT_TRUE(wk->is_completed());
+  expect_all(ar, 0, n, sum_over_ranks, "async all_reduce");
+  expect_all(
+      rs_recv, 0, n, [&](int64_t i) { return sum_over_ranks(r * n + i); }, "async reduce_scatter");
+  expect_all(
+      ag_recv, 0, n * w, [&](int64_t j) { return value(int(j / n), j % n); }, "async all_gather");
+  expect_all(
+      bc, 0, n, [&](int64_t i) { return value(w - 1, i); }, "async broadcast");
+  expect_all(
+      ar2, 0, n, [&](int64_t i) { return value(w - 1, i + 5); }, "async all_reduce max");
+  for (auto& wk : works) wk->wait();  // waiting again is a no-op
+}
+
+TEST(Comm, BytesSentFollowsTheRingModel) {
+  const int w = g_comm->size();
+  g_comm->barrier();
+  g_comm->reset_counters();
+  std::vector<float> f(3000);
+  std::vector<uint16_t> h(7 * w);
+  std::vector<int32_t> iv(5);
+  g_comm->all_reduce(f.data(), 1000, DType::kF32);             // S = 4000
+  g_comm->all_reduce(h.data(), 7, DType::kBF16);               // S = 14
+  g_comm->reduce_scatter(h.data(), f.data(), 7, DType::kF16);  // S = 14 w
+  g_comm->all_gather(f.data(), f.data() + 3, 3, DType::kF32);  // S = 12 w
+  g_comm->broadcast(iv.data(), 5, DType::kI32, 0);             // S = 20
+  g_comm->barrier();                                           // 0
+  const int64_t times_n =
+      2 * (w - 1) * 4000 + 2 * (w - 1) * 14 + (w - 1) * 14 * w + (w - 1) * 12 * w + (w - 1) * 20;
+  EXPECT_EQ(g_comm->bytes_sent(), times_n / w);
+  EXPECT_EQ(g_comm->control_bytes(), 0);
+  std::vector<double> d(3, 1.0);
+  g_comm->all_reduce_f64(d.data(), 3);  // an all-gather of 3 doubles: (w-1)/w * 24 w
+  EXPECT_EQ(g_comm->bytes_sent(), times_n / w);
+  EXPECT_EQ(g_comm->control_bytes(), (w - 1) * 24);
+  g_comm->reset_counters();
+  EXPECT_EQ(g_comm->bytes_sent(), 0);
+  EXPECT_EQ(g_comm->control_bytes(), 0);
+}
+
+TEST(Comm, F64Helpers) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  std::vector<double> d = {r + 0.5, -1.0 * r, 1e300 * (r == 1)};
+  g_comm->all_reduce_f64(d.data(), 3);
+  EXPECT_EQ(d[0], w * w / 2.0);
+  EXPECT_EQ(d[1], -w * (w - 1) / 2.0);
+  EXPECT_EQ(d[2], w > 1 ? 1e300 : 0.0);
+  std::vector<double> m = {double(r), -double(r)};
+  g_comm->all_reduce_f64(m.data(), 2, ReduceOp::kMax);
+  EXPECT_EQ(m[0], w - 1);
+  EXPECT_EQ(m[1], 0.0);
+  std::vector<double> send = {r * 1.25, r * 2.5}, recv(size_t(2 * w));
+  g_comm->all_gather_f64(send.data(), recv.data(), 2);
+  for (int q = 0; q < w; ++q) {
+    EXPECT_EQ(recv[size_t(2 * q)], q * 1.25);
+    EXPECT_EQ(recv[size_t(2 * q + 1)], q * 2.5);
+  }
+}
+
+TEST(Comm, WaitSecondsGrowsWhenAPeerIsSlow) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int r = g_comm->rank();
+  g_comm->barrier();
+  g_comm->reset_counters();
+  if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  float x = 1;
+  g_comm->all_reduce(&x, 1, DType::kF32);
+  EXPECT_EQ(x, float(g_comm->size()));
+  if (r != 1) {
+    EXPECT_GE(g_comm->wait_seconds(), 0.15) << "rank " << r;
+  }
+  EXPECT_LT(g_comm->wait_seconds(), 30.0);
+}
+
+TEST(Comm, DeterministicAndIdenticalOnAllRanks) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  for (DType t : kFloatTypes) {
+    for (int64_t n : {int64_t(1000), (int64_t(1) << 20) + 3}) {
+      // Random fp32 values of mixed magnitude: sums round, so the order matters.
+      std::mt19937 rng(1234u + unsigned(r));
+      std::normal_distribution<float> dist(0.f, 1.f);
+      Buf in(t, n * w);
+      for (int64_t i = 0; i < n * w; ++i) in.set(i, dist(rng) * std::ldexp(1.0, int(i % 17) - 8));
+      Buf a = in, b = in;
+      g_comm->all_reduce(a.data(), n * w, t, ReduceOp::kSum);
+      g_comm->all_reduce(b.data(), n * w, t, ReduceOp::kSum);
+      EXPECT_EQ(a.bytes, b.bytes) << "all_reduce not repeatable, " << dtype_name(t) << " n=" << n;
+      EXPECT_TRUE(same_on_all_ranks(fnv1a(a.bytes)))
+          << "all_reduce differs across ranks, " << dtype_name(t) << " n=" << n;
+      Buf rs1(t, n), rs2(t, n);
+      g_comm->reduce_scatter(in.data(), rs1.data(), n, t);
+      g_comm->reduce_scatter(in.data(), rs2.data(), n, t);
+      EXPECT_EQ(rs1.bytes, rs2.bytes) << "reduce_scatter not repeatable, " << dtype_name(t);
+      // Every rank's chunk, gathered, must be the same everywhere (trivially) and
+      // close to the all-reduce result.
+      Buf gathered(t, n * w);
+      g_comm->all_gather(rs1.data(), gathered.data(), n, t);
+      double worst = 0;
+      for (int64_t i = 0; i < n * w; ++i)
+        worst = std::max(worst, std::abs(gathered.get(i) - a.get(i)) / (std::abs(a.get(i)) + 1));
+      EXPECT_LT(worst, t == DType::kF32 ? 1e-5 : 1e-2) << dtype_name(t);
+    }
+  }
+}
+
+TEST(Comm, ZeroCounts) {
+  const int w = g_comm->size();
+  std::vector<float> f(4 * size_t(w));
+  g_comm->all_reduce(f.data(), 0, DType::kBF16);
+  g_comm->reduce_scatter(f.data(), f.data(), 0, DType::kF32);
+  g_comm->all_gather(f.data(), f.data(), 0, DType::kF16);
+  g_comm->broadcast(f.data(), 0, DType::kI32, w - 1);
+  std::vector<WorkPtr> ws = {g_comm->barrier_async(), g_comm->barrier_async()};
+  for (auto& wk : ws) wk->wait();
+}
+
+TEST(Comm, DestructorDrainsPendingOpsAndWorksOutliveIt) {
+  if (g_comm->backend() != "mpi") GTEST_SKIP() << "needs the mpi backend";
+  const int r = g_comm->rank();
+  const int64_t n = (int64_t(1) << 16) + 1;
+  std::vector<Buf> bufs;
+  for (int k = 0; k < 8; ++k) {
+    bufs.emplace_back(k % 2 ? DType::kF32 : DType::kBF16, n);
+    for (int64_t i = 0; i < n; ++i) bufs.back().set(i, value(r, i + k));
+  }
+  std::vector<WorkPtr> works;
+  {
+    MpiCommunicator second;  // its own MPI_Comm_dup: independent of g_comm's queue
+    for (auto& b : bufs)
+      works.push_back(second.all_reduce_async(b.data(), n, b.dtype, ReduceOp::kSum));
+  }  // destroyed with ops still queued: must complete them, not hang or drop them
+  for (auto& wk : works) {
+    EXPECT_TRUE(wk->is_completed());
+    wk->wait();
+  }
+  for (int k = 0; k < 8; ++k)
+    expect_all(
+        bufs[size_t(k)], 0, n, [&](int64_t i) { return sum_over_ranks(i + k); },
+        "drained all_reduce " + std::to_string(k));
+}
+
+// On ranks other than 0: print only failed assertions, prefixed with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace fd::dist
+
+int main(int argc, char** argv) {
+  auto comm = fd::dist::init(&argc, &argv);
+  fd::dist::g_comm = comm.get();
+  comm->set_timeout(120);  // a mismatched collective ends the job instead of hanging ctest
+  ::testing::InitGoogleTest(&argc, argv);
+  if (comm->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new fd::dist::FailurePrinter(comm->rank()));
+  }
+  const int32_t mine = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int32_t failed = mine;
+  comm->all_reduce(&failed, 1, fd::DType::kI32, fd::dist::ReduceOp::kMax);
+  if (comm->rank() == 0 && failed && !mine)
+    std::fprintf(stderr, "FAILED on another rank (see the [rank r] lines above)\n");
+  comm.reset();
+  fd::dist::finalize();
+  return failed;
+}
