@@ -17,6 +17,7 @@
 
 #include "lib/dist/communicator.h"
 #include "lib/dist/init.h"
+#include "tests/mpi/mpi_test_main.h"
 #include "lib/dist/mpi_communicator.h"
 #include "lib/tensor/dtype.h"
 
@@ -373,39 +374,9 @@ TEST(Comm, DestructorDrainsPendingOpsAndWorksOutliveIt) {
 }
 
 // On ranks other than 0: print only failed assertions, prefixed with the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace fd::dist
 
 int main(int argc, char** argv) {
-  auto comm = fd::dist::init(&argc, &argv);
-  fd::dist::g_comm = comm.get();
-  comm->set_timeout(120);  // a mismatched collective ends the job instead of hanging ctest
-  ::testing::InitGoogleTest(&argc, argv);
-  if (comm->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new fd::dist::FailurePrinter(comm->rank()));
-  }
-  const int32_t mine = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int32_t failed = mine;
-  comm->all_reduce(&failed, 1, fd::DType::kI32, fd::dist::ReduceOp::kMax);
-  if (comm->rank() == 0 && failed && !mine)
-    std::fprintf(stderr, "FAILED on another rank (see the [rank r] lines above)\n");
-  comm.reset();
-  fd::dist::finalize();
-  return failed;
+  return fd::dist::testing::run_mpi_tests(argc, argv, &fd::dist::g_comm);
 }

@@ -1,0 +1,195 @@
+// ZeRO under mpirun -n 2 and -n 4: the properties docs/ZERO.md promises.
+//   - stage equivalence: stages 0-3 give bitwise identical weights after 20
+//     steps (fp32), with and without gradient accumulation;
+//   - world-size equivalence: world N with micro batch b matches world 1 with
+//     micro batch N*b to ||w_N - w_1|| / ||w_1|| <= 1e-5;
+//   - memory: measured peak model-state bytes per rank equal the estimate,
+//     which for fp32 is 16P, 8P+8P/N, 4P+12P/N, 16P/N (P padded parameters);
+//   - communication: 2P(N-1)/N*4 bytes per step for stages 0-2, 3P(N-1)/N*4
+//     for stage 3.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
+
+#include "lib/config/load.h"
+#include "lib/dist/local_communicator.h"
+#include "lib/engine/trainer.h"
+#include "lib/nn/gpt.h"
+#include "tests/mpi/mpi_test_main.h"
+
+namespace fd {
+namespace {
+
+dist::Communicator* g_comm = nullptr;
+
+const char* kRecipe = R"(
+model: {n_layer: 2, n_head: 2, d_model: 32, vocab_size: 256, max_seq_len: 32}
+data:
+  format: text
+  train: [/usr/share/games/fortunes/fortunes]
+  val_fraction: 0.1
+  seq_len: 32
+batch: {micro: 2, accumulation: 1}
+optimizer: {lr: 3.0e-3, betas: [0.9, 0.95], weight_decay: 0.1, grad_clip: 1.0}
+schedule: {name: cosine, warmup_steps: 3, min_lr: 3.0e-4}
+steps: 20
+seed: 11
+logging: {every: 100, eval_batches: 1, sample_tokens: 0}
+)";
+
+config::Recipe recipe(const std::vector<std::string>& overrides) {
+  config::LoadResult r = config::try_parse_recipe(kRecipe, "zero_test.yaml", overrides);
+  EXPECT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  return r.recipe;
+}
+
+// A private run directory for this process (only rank 0 of a trainer writes one).
+std::string run_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("fd_zero_test_" + name + "_" + std::to_string(::getpid()));
+  return p.string();
+}
+
+struct Result {
+  nlohmann::json summary;
+  std::vector<float> weights;  // every parameter in canonical order
+};
+
+Result train(const config::Recipe& r, dist::Communicator& comm, const std::string& name) {
+  engine::TrainOptions o;
+  o.run_dir = run_dir(name);
+  o.overwrite = true;
+  o.progress = false;
+  o.print_sample = false;
+  engine::Trainer t(r, o, comm);
+  Result res;
+  res.summary = t.run();
+  t.with_full_parameters([&] {
+    for (const nn::Parameter* p : t.model().parameters()) {
+      std::vector<float> v = p->value.to_vector();
+      res.weights.insert(res.weights.end(), v.begin(), v.end());
+    }
+  });
+  std::error_code ec;
+  std::filesystem::remove_all(o.run_dir, ec);
+  return res;
+}
+
+// Every rank holds the same string.
+void expect_same_on_all_ranks(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ULL;
+  std::vector<uint64_t> all(static_cast<size_t>(g_comm->size()));
+  g_comm->all_gather(&h, all.data(), 2, DType::kI32);
+  for (uint64_t x : all) EXPECT_EQ(x, all[0]) << "differs between ranks: " << s;
+}
+
+class Zero : public ::testing::TestWithParam<int> {};  // parameter: accumulation
+
+TEST_P(Zero, StagesGiveBitwiseIdenticalWeights) {
+  const int accum = GetParam();
+  std::string first;
+  for (int stage = 0; stage <= 3; ++stage) {
+    config::Recipe r = recipe({"zero.stage=" + std::to_string(stage),
+                               "batch.accumulation=" + std::to_string(accum)});
+    Result res = train(r, *g_comm, "stages");
+    std::string digest = res.summary["weights_sha256"];
+    if (g_comm->rank() == 0)
+      std::printf("world %d, accumulation %d, stage %d: weights_sha256 %s, loss %.6f\n",
+                  g_comm->size(), accum, stage, digest.c_str(),
+                  res.summary["final_loss"].get<double>());
+    EXPECT_EQ(res.summary["steps"], 20);
+    EXPECT_EQ(res.summary["skipped_steps"], 0);
+    expect_same_on_all_ranks(digest);
+    if (stage == 0) {
+      first = digest;
+    } else {
+      EXPECT_EQ(digest, first) << "stage " << stage << " differs from stage 0";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Accumulation, Zero, ::testing::Values(1, 3));
+
+TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
+  const int n = g_comm->size();
+  for (int stage : {0, 3}) {
+    Result mine = train(recipe({"zero.stage=" + std::to_string(stage)}), *g_comm, "world");
+    // The reference: this process alone, with micro batch n*2 (the same sequences).
+    dist::LocalCommunicator local;
+    Result ref = train(recipe({"batch.micro=" + std::to_string(2 * n)}), local, "world_ref");
+    ASSERT_EQ(mine.weights.size(), ref.weights.size());
+    double num = 0, den = 0, mx = 0;
+    for (size_t i = 0; i < ref.weights.size(); ++i) {
+      double d = double(mine.weights[i]) - double(ref.weights[i]);
+      num += d * d;
+      den += double(ref.weights[i]) * ref.weights[i];
+      mx = std::max(mx, std::fabs(d));
+    }
+    const double rel = std::sqrt(num / den);
+    if (g_comm->rank() == 0)
+      std::printf("world %d stage %d vs world 1 (same global batch, 20 steps): "
+                  "||w_N - w_1|| / ||w_1|| = %.3e, max |diff| = %.3e\n",
+                  n, stage, rel, mx);
+    EXPECT_LE(rel, 1e-5);
+  }
+}
+
+TEST(ZeroMemory, ModelStatesEqualTheEstimateAndThePaperFormulas) {
+  const int64_t n = g_comm->size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    config::Recipe r = recipe({"zero.stage=" + std::to_string(stage), "steps=2"});
+    Result res = train(r, *g_comm, "memory");
+    const auto& mem = res.summary["memory"];
+    const auto& est = res.summary["model_state_bytes_estimate"];
+    const int64_t P = res.summary["padded_params"];
+    const int64_t measured = mem["params"].get<int64_t>() + mem["grads"].get<int64_t>() +
+                             mem["master"].get<int64_t>() + mem["optimizer"].get<int64_t>();
+    const int64_t formula[] = {16 * P, 8 * P + 8 * P / n, 4 * P + 12 * P / n, 16 * P / n};
+    if (g_comm->rank() == 0)
+      std::printf("world %lld stage %d: P = %lld; per-rank model states measured %lld, "
+                  "estimate %lld, formula %lld bytes (params %lld, grads %lld, optimizer %lld)\n",
+                  (long long)n, stage, (long long)P, (long long)measured,
+                  (long long)est["total"].get<int64_t>(), (long long)formula[stage],
+                  (long long)mem["params"].get<int64_t>(), (long long)mem["grads"].get<int64_t>(),
+                  (long long)mem["optimizer"].get<int64_t>());
+    EXPECT_EQ(measured, est["total"].get<int64_t>()) << "stage " << stage;
+    EXPECT_EQ(measured, formula[stage]) << "stage " << stage;
+    EXPECT_EQ(mem["params"], est["params"]);
+    EXPECT_EQ(mem["grads"], est["grads"]);
+    EXPECT_EQ(mem["optimizer"], est["optimizer"]);
+    // Every rank holds the same amount (equal shards).
+    for (const auto& row : res.summary["memory_per_rank"]) {
+      EXPECT_EQ(row["params"], mem["params"]);
+      EXPECT_EQ(row["optimizer"], mem["optimizer"]);
+    }
+  }
+}
+
+TEST(ZeroComm, BytesPerStepFollowTheRingModel) {
+  const int64_t n = g_comm->size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    Result res = train(recipe({"zero.stage=" + std::to_string(stage), "steps=3"}), *g_comm,
+                       "comm");
+    const int64_t P = res.summary["padded_params"];
+    const int64_t expected = (stage == 3 ? 3 : 2) * P * (n - 1) / n * 4;
+    const int64_t measured = res.summary["comm_bytes_per_step"];
+    if (g_comm->rank() == 0)
+      std::printf("world %lld stage %d: comm bytes per step %lld, expected %lld (%s)\n",
+                  (long long)n, stage, (long long)measured, (long long)expected,
+                  stage == 3 ? "3P(N-1)/N*4" : "2P(N-1)/N*4");
+    EXPECT_EQ(measured, expected) << "stage " << stage;
+  }
+}
+
+}  // namespace
+}  // namespace fd
+
+int main(int argc, char** argv) {
+  return fd::dist::testing::run_mpi_tests(argc, argv, &fd::g_comm);
+}
