@@ -21,3 +21,33 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
 else
   echo "PyTorch peer skipped: /usr/bin/python3 cannot import torch (make bench installs python3-torch)"
 fi
+
+# Data parallelism: config S on real text, world 1 vs world 2 (1 BLAS thread
+# per rank, micro batch 8 per rank: weak scaling), every ZeRO stage, and the
+# time each step's compute thread spent blocked on communication.
+echo
+echo "fdtrain data parallel: config S, micro batch 8 per rank, fp32, 1 thread per rank, 12 steps"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+field() { sed -n "s/^  \"$2\": \\([0-9.e+-]*\\),*$/\\1/p" "$1/summary.json"; }
+OUT=$(mktemp -d)
+printf "%-6s %-6s %10s %12s %10s %16s %14s\n" world stage tok/s ms/step speedup "comm wait ms" "comm MiB/step"
+base=""
+for world in 1 2; do
+  for stage in 0 1 2 3; do
+    [ "$world" = 1 ] && [ "$stage" != 0 ] && continue
+    mpirun --oversubscribe --bind-to none -n "$world" "$BUILD_DIR/bin/fdtrain" train \
+      bench/recipes/s_fortunes.yaml zero.stage=$stage --run-dir "$OUT/w${world}s$stage" \
+      --overwrite --no-progress > "$OUT/log" 2>&1 || { cat "$OUT/log"; exit 1; }
+    d="$OUT/w${world}s$stage"
+    tps=$(field "$d" tokens_per_s); ms=$(field "$d" ms_per_step)
+    wait_s=$(field "$d" comm_wait_s_per_step); bytes=$(field "$d" comm_bytes_per_step)
+    [ -z "$base" ] && base=$tps
+    awk -v w="$world" -v s="$stage" -v t="$tps" -v m="$ms" -v b="$base" -v ws="$wait_s" -v by="$bytes" \
+      'BEGIN { printf "%-6s %-6s %10.0f %12.1f %9.2fx %16.1f %14.2f\n", w, s, t, m, t / b, ws * 1e3, by / 1048576 }'
+  done
+done
+rm -rf "$OUT"
+# Two independent single-thread processes side by side: the ceiling for world 2 on this machine.
+echo
+echo "ceiling: two independent train_bench processes on config S at once (ms/step each)"
+( "$BUILD_DIR/bin/train_bench" --steps 3 --threads 1 S & "$BUILD_DIR/bin/train_bench" --steps 3 --threads 1 S; wait ) | grep '^S '

@@ -13,7 +13,9 @@ std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& 
                               const SampleOptions& options) {
   autograd::NoGradGuard no_grad;
   const int V = model.config().vocab_size;
-  const int ctx = model.config().max_seq_len;
+  const int ctx = options.max_context > 0
+                      ? std::min(options.max_context, model.config().max_seq_len)
+                      : model.config().max_seq_len;
   std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
   std::vector<int32_t> out;
   std::vector<float> probs(static_cast<size_t>(V));

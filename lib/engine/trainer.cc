@@ -384,6 +384,7 @@ nlohmann::json Trainer::run() {
     so.temperature = float(recipe_.logging.sample_temperature);
     so.top_k = recipe_.logging.sample_top_k;
     so.seed = uint64_t(recipe_.seed);
+    so.max_context = recipe_.data.seq_len;  // positions beyond it were never trained
     const bool text = recipe_.data.format == config::DataFormat::kText;
     std::vector<int32_t> prompt;
     if (text) prompt = tok.encode(recipe_.logging.sample_prompt);
