@@ -5,6 +5,8 @@
 //   fdtrain RECIPE ...                       (shorthand for train)
 //   fdtrain validate RECIPE [overrides...]   exit 0 when valid, 2 with every error
 //   fdtrain print-config RECIPE [overrides...]
+//   fdtrain estimate RECIPE [overrides...] [--world-size N] [--json]
+//                                            memory and communication per rank, every ZeRO stage
 //
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
 #include <CLI/CLI.hpp>
@@ -20,6 +22,7 @@
 #include "lib/config/load.h"
 #include "lib/dist/fault.h"
 #include "lib/dist/init.h"
+#include "lib/engine/estimate.h"
 #include "lib/engine/trainer.h"
 #include "lib/ops/blas_setup.h"
 
@@ -45,7 +48,8 @@ std::string join_command_line(int argc, char** argv) {
 int run(int argc, char** argv) {
   // `fdtrain RECIPE ...` is shorthand for `fdtrain train RECIPE ...`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  static const std::vector<std::string> kCommands = {"train", "validate", "print-config"};
+  static const std::vector<std::string> kCommands = {"train", "validate", "print-config",
+                                                     "estimate"};
   if (!args.empty() && args[0].rfind("-", 0) != 0 &&
       std::find(kCommands.begin(), kCommands.end(), args[0]) == kCommands.end()) {
     args.insert(args.begin(), "train");
@@ -81,6 +85,13 @@ int run(int argc, char** argv) {
   add_recipe_args(validate);
   CLI::App* print = app.add_subcommand("print-config", "print the fully resolved recipe as YAML");
   add_recipe_args(print);
+  CLI::App* estimate = app.add_subcommand(
+      "estimate", "print the memory and communication per rank for every ZeRO stage");
+  add_recipe_args(estimate);
+  int world_size = 1;
+  bool json = false;
+  estimate->add_option("--world-size", world_size, "number of ranks N (default 1)");
+  estimate->add_flag("--json", json, "machine-readable output (exact bytes)");
 
   try {
     app.parse(args);
@@ -106,7 +117,19 @@ int run(int argc, char** argv) {
                  errors.size() == 1 ? "" : "s", recipe.c_str());
     return 2;
   }
+  if (*estimate && world_size < 1) {
+    print_error(fmt::format("--world-size must be >= 1, got {}", world_size));
+    return 2;
+  }
   fd::config::Recipe r = fd::config::load_recipe(recipe, overrides);
+  if (*estimate) {
+    fd::engine::Estimate e = fd::engine::estimate(r, world_size);
+    e.recipe_path = recipe;
+    std::fputs(json ? (fd::engine::estimate_json(e).dump(2) + "\n").c_str()
+                    : fd::engine::format_estimate(e).c_str(),
+               stdout);
+    return 0;
+  }
   if (*print) {
     std::fputs(fd::config::to_yaml(r).c_str(), stdout);
     return 0;
@@ -134,7 +157,7 @@ int run(int argc, char** argv) {
     fd::engine::Trainer trainer(r, options, *comm);
     try {
       nlohmann::json summary = trainer.run();
-      if (summary["exit_reason"] == "diverged") {
+      if (summary.contains("error")) {
         if (comm->rank() == 0) print_error(summary["error"].get<std::string>());
         code = 1;
       }

@@ -3,10 +3,50 @@
 #include <memory>
 
 namespace fd::autograd {
+namespace {
+
+using MultiFn = std::function<Variable(const std::vector<Variable>&)>;
+
+// Forward without recording; the node re-runs fn in backward.
+Variable record_recomputed(const MultiFn& fn, const std::vector<Variable>& inputs,
+                           SegmentHooks hooks, const char* name) {
+  Variable y;
+  {
+    NoGradGuard no_grad;
+    y = fn(inputs);
+  }
+  // Whether fn's result depends on anything that requires grad (its inputs or
+  // the parameters it reads) is unknown without recording: assume it does.
+  // backward() then finds out, and adds nothing when it does not.
+  Variable out = Variable::op_output(y.value(), true);
+  current_tape().record(Node{
+      name, {out.slot()}, [fn, inputs, out_slot = out.slot(), hooks = std::move(hooks)] {
+        if (hooks.before_backward) hooks.before_backward();
+        Tape inner;
+        Variable again;
+        {
+          EnableGradGuard grad_on;  // backward runs with recording off; recompute needs it
+          TapeScope scope(inner);
+          again = fn(inputs);
+        }
+        if (again.requires_grad()) {
+          again.slot()->grad = out_slot->grad;  // the gradient backward brought to the output
+          inner.run_backward();
+        }
+        if (hooks.after_backward) hooks.after_backward();
+      }});
+  return out;
+}
+
+}  // namespace
 
 Variable segment(const std::function<Variable(const Variable&)>& fn, const Variable& x,
-                 SegmentHooks hooks, const char* name) {
+                 SegmentHooks hooks, bool recompute, const char* name) {
   if (!grad_enabled()) return fn(x);
+  if (recompute) {
+    return record_recomputed([fn](const std::vector<Variable>& in) { return fn(in[0]); }, {x},
+                             std::move(hooks), name);
+  }
   auto inner = std::make_shared<Tape>();
   Variable y;
   {
@@ -20,6 +60,11 @@ Variable segment(const std::function<Variable(const Variable&)>& fn, const Varia
                                if (hooks.after_backward) hooks.after_backward();
                              }});
   return y;
+}
+
+Variable checkpoint(const MultiFn& fn, const std::vector<Variable>& inputs) {
+  if (!grad_enabled()) return fn(inputs);
+  return record_recomputed(fn, inputs, {}, "checkpoint");
 }
 
 }  // namespace fd::autograd

@@ -19,6 +19,8 @@ TapeScope::~TapeScope() { t_current = previous_; }
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
 
 bool should_record(std::initializer_list<const Variable*> inputs) {
   if (!t_grad_enabled) return false;

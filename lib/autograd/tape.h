@@ -74,6 +74,19 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Enables recording for its lifetime even inside backward (activation
+// checkpointing recomputes a segment's forward there).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // True when an op over `inputs` must be recorded (grad mode on and some input requires grad).
 bool should_record(std::initializer_list<const Variable*> inputs);
 

@@ -163,7 +163,7 @@ struct Recipe {
   BatchOptions batch;
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
-  Precision precision = Precision::kFp32;  // compute dtype (only fp32 for now)
+  Precision precision = Precision::kFp32;  // compute dtype; bf16/fp16 keep fp32 master weights
   LossScaleOptions loss_scale;             // used only with precision fp16
   ZeroOptions zero;
   DistOptions dist;

@@ -734,16 +734,8 @@ void Builder::unsupported() {
     refuse_because("model.init_from", "starting from a base checkpoint",
                    "leave init_from empty to train from a random init");
   }
-  if (!bad("precision") && r_->precision != Precision::kFp32) {
-    refuse_because("precision", fmt::format("{} training", to_string(r_->precision)),
-                   "this build trains in fp32");
-  }
   if (!bad("lora") && r_->lora) {
     refuse_because("lora", "LoRA fine-tuning", "remove the lora section or set it to null");
-  }
-  if (!bad("activation_checkpointing") && !r_->activation_checkpointing.layers.empty()) {
-    refuse_because("activation_checkpointing.layers", "activation checkpointing",
-                   "set layers to none");
   }
   if (!bad("checkpoint.every") && r_->checkpoint.every != 0) {
     refuse_because("checkpoint.every", "saving checkpoints", "set every to 0");

@@ -14,7 +14,7 @@
 namespace fd::dist {
 namespace {
 
-constexpr std::string_view kForm = "kill|stall|throw:rank=R:step=S (e.g. kill:rank=1:step=5)";
+constexpr std::string_view kForm = "kill|stall|throw|inf:rank=R:step=S (e.g. kill:rank=1:step=5)";
 
 [[noreturn]] void malformed(std::string_view text, std::string_view why) {
   usage_error("FDTRAIN_FAULT='{}': {}; expected {}", text, why, kForm);
@@ -46,6 +46,8 @@ FaultSpec parse_fault(std::string_view text) {
     spec.kind = FaultSpec::kStall;
   } else if (parts[0] == "throw") {
     spec.kind = FaultSpec::kThrow;
+  } else if (parts[0] == "inf") {
+    spec.kind = FaultSpec::kInf;
   } else {
     malformed(text, fmt::format("unknown fault kind '{}'", parts[0]));
   }
@@ -71,8 +73,14 @@ FaultSpec fault_from_env() {
   return v == nullptr ? FaultSpec{} : parse_fault(v);
 }
 
+bool fault_fires(const FaultSpec& spec, FaultSpec::Kind kind, int rank, int64_t step) {
+  return spec.kind == kind && spec.rank == rank && spec.step == step;
+}
+
 void inject_fault(const FaultSpec& spec, int rank, int64_t step) {
-  if (spec.kind == FaultSpec::kNone || spec.rank != rank || spec.step != step) return;
+  if (spec.kind == FaultSpec::kNone || spec.kind == FaultSpec::kInf || spec.rank != rank ||
+      spec.step != step)
+    return;
   const char* what = spec.kind == FaultSpec::kKill    ? "kill (SIGKILL)"
                      : spec.kind == FaultSpec::kStall ? "stall (SIGSTOP)"
                                                       : "throw";
@@ -91,6 +99,7 @@ void inject_fault(const FaultSpec& spec, int rank, int64_t step) {
     case FaultSpec::kThrow:
       runtime_error("injected fault at rank {} step {} (FDTRAIN_FAULT)", rank, step);
     case FaultSpec::kNone:
+    case FaultSpec::kInf:
       break;
   }
 }

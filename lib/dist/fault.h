@@ -5,6 +5,10 @@
 //   FDTRAIN_FAULT=kill:rank=1:step=5    raise(SIGKILL) on rank 1 at step 5
 //   FDTRAIN_FAULT=stall:rank=1:step=5   raise(SIGSTOP): the peers time out
 //   FDTRAIN_FAULT=throw:rank=0:step=3   throw fd::Error(kRuntime, "injected fault ...")
+//   FDTRAIN_FAULT=inf:rank=0:step=3     rank 0's gradients are non-finite at step 3 (the
+//                                       trainer seeds its backward with inf): the step is skipped
+//
+// Steps are 0-based (the first step is step 0).
 //
 // rank= and step= may come in either order; both are required. Unset or
 // empty means no fault.
@@ -16,7 +20,7 @@
 namespace fd::dist {
 
 struct FaultSpec {
-  enum Kind { kNone, kKill, kStall, kThrow } kind = kNone;
+  enum Kind { kNone, kKill, kStall, kThrow, kInf } kind = kNone;
   int rank = -1;
   int64_t step = -1;
 };
@@ -26,7 +30,10 @@ struct FaultSpec {
 FaultSpec parse_fault(std::string_view text);
 // parse_fault(getenv("FDTRAIN_FAULT")), kNone when unset.
 FaultSpec fault_from_env();
-// Fires `spec` if it names this rank and step (see the top of this file).
+// True when `spec` is of `kind` and names this rank and step.
+bool fault_fires(const FaultSpec& spec, FaultSpec::Kind kind, int rank, int64_t step);
+
+// Fires a kill, stall or throw `spec` if it names this rank and step (see the top of this file).
 void inject_fault(const FaultSpec& spec, int rank, int64_t step);
 
 }  // namespace fd::dist

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <ctime>
 
 #include "lib/autograd/tape.h"
@@ -24,6 +25,7 @@
 #include "lib/nn/gpt.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
+#include "lib/precision/loss_scaler.h"
 #include "lib/zero/zero_engine.h"
 
 namespace fd::engine {
@@ -41,6 +43,15 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
+}
+
+DType compute_dtype(config::Precision p) {
+  switch (p) {
+    case config::Precision::kBf16: return DType::kBF16;
+    case config::Precision::kFp16: return DType::kF16;
+    case config::Precision::kFp32: break;
+  }
+  return DType::kF32;
 }
 
 nlohmann::json number_or_null(double v) {
@@ -128,7 +139,8 @@ void Trainer::setup(const TrainOptions& options) {
   mc.d_model = recipe_.model.d_model;
   mc.vocab_size = recipe_.model.vocab_size;
   mc.max_seq_len = recipe_.model.max_seq_len;
-  model_ = std::make_unique<nn::Gpt>(mc, DType::kF32, zero::layout_for(recipe_.zero.stage, world));
+  model_ = std::make_unique<nn::Gpt>(mc, compute_dtype(recipe_.precision),
+                                     zero::layout_for(recipe_.zero.stage, world));
   model_->init_gpt2(uint64_t(recipe_.seed));
 
   zero::ZeroConfig zc;
@@ -141,7 +153,19 @@ void Trainer::setup(const TrainOptions& options) {
   zc.adamw.eps = float(recipe_.optimizer.eps);
   zc.adamw.weight_decay = float(recipe_.optimizer.weight_decay);
   zc.grad_clip = float(recipe_.optimizer.grad_clip);
+  for (int layer : recipe_.activation_checkpointing.layers)
+    zc.checkpoint_segments.push_back(1 + layer);  // segment 0 is the embedding
   zero_ = std::make_unique<zero::ZeroEngine>(*model_, comm_, zc);
+  if (recipe_.precision == config::Precision::kFp16) {
+    precision::LossScalerOptions lo;
+    lo.loss_scale = recipe_.loss_scale.loss_scale;
+    lo.initial_scale_power = recipe_.loss_scale.initial_scale_power;
+    lo.loss_scale_window = recipe_.loss_scale.loss_scale_window;
+    lo.hysteresis = recipe_.loss_scale.hysteresis;
+    lo.consecutive_hysteresis = recipe_.loss_scale.consecutive_hysteresis;
+    lo.min_loss_scale = recipe_.loss_scale.min_loss_scale;
+    scaler_ = std::make_unique<precision::DynamicLossScaler>(lo);
+  }
 
   schedule_.kind = recipe_.schedule.name == config::ScheduleName::kCosine
                        ? optim::ScheduleKind::kCosine
@@ -179,7 +203,12 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
   const int B = recipe_.batch.micro, T = recipe_.data.seq_len;
   const int accum = recipe_.batch.accumulation;
   const int world = comm_.size();
-  const float seed = 1.0f / float(accum * world);  // gradients average over micro-batches and ranks
+  // Gradients average over micro-batches and ranks; fp16 scales the loss.
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  float seed = float(scale / double(accum * world));
+  if (dist::fault_fires(options_.fault, dist::FaultSpec::kInf, comm_.rank(), step)) {
+    seed = std::numeric_limits<float>::infinity();  // test hook: this rank's gradients overflow
+  }
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
     sampler_->sample_train(step, micro, comm_.rank(), world, B, T, tokens_.i32(),
@@ -197,10 +226,16 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
   st.loss = loss_sum / double(accum * world);
   st.grad_norm = 0.0;
   st.skipped = false;
+  st.loss_scale = scale;
   if (!std::isfinite(st.loss)) return st;  // the caller stops the run before updating
-  zero::StepResult r = zero_->step(optim::lr_at(schedule_, step));
+  zero::StepResult r = zero_->step(optim::lr_at(schedule_, step), scale);
   st.grad_norm = r.grad_norm;
   st.skipped = r.skipped;
+  if (scaler_) {
+    // Every rank saw the same norm, so every rank makes the same decision.
+    precision::UpdateResult u = scaler_->update(r.skipped);
+    st.scale_exhausted = u.fatal;
+  }
   return st;
 }
 
@@ -259,6 +294,7 @@ nlohmann::json Trainer::run() {
   int64_t window_steps = 0;
   double loss = std::nan(""), eval_loss = std::nan(""), grad_norm = 0.0;
   std::string exit_reason = "completed";
+  std::string fatal_message;
   int64_t done = 0, skipped = 0;
   double eval_seconds = 0.0;     // evaluation time, excluded from throughput
   int64_t train_comm_bytes = 0;  // model traffic of training steps (not evaluation)
@@ -280,12 +316,23 @@ nlohmann::json Trainer::run() {
       exit_reason = "diverged";
       break;
     }
+    if (st.scale_exhausted) {
+      exit_reason = "loss_scale_at_minimum";
+      fatal_message = fmt::format(
+          "step {}: the gradients overflowed with the loss scale already at its minimum "
+          "(loss_scale.min_loss_scale = {}): {}. The run is diverging in fp16; lower "
+          "optimizer.lr, or use precision: bf16",
+          step + 1, recipe_.loss_scale.min_loss_scale, precision::DynamicLossScaler::kFatalMessage);
+      break;
+    }
     done = step + 1;
     if (st.skipped) {
       ++skipped;
       if (rank0)
-        log::warn("step {} skipped: non-finite gradients (global norm {}); no update made", done,
-                  grad_norm);
+        log::warn("step {} skipped: non-finite gradients (global norm {}); no update made{}", done,
+                  grad_norm,
+                  scaler_ ? fmt::format("; loss scale {} -> {}", st.loss_scale, scaler_->scale())
+                          : std::string());
     }
     const auto now = Clock::now();
     if (step == 0) t_after_first = now;
@@ -306,6 +353,7 @@ nlohmann::json Trainer::run() {
                             {"elapsed_s", seconds_between(t_start, now)},
                             {"skipped", st.skipped},
                             {"skipped_total", skipped}};
+      if (scaler_) rec["loss_scale"] = scaler_->scale();
       if (eval_now) {
         const auto t_eval = Clock::now();
         eval_loss = evaluate();
@@ -340,8 +388,9 @@ nlohmann::json Trainer::run() {
   std::string digest;
   zero_->with_full_parameters([&] { digest = weights_sha256(*model_); });
   const int64_t P = zero_->padded_params();
-  const zero::ModelStateBytes est = zero::model_state_bytes(
-      recipe_.zero.stage, world, recipe_.batch.accumulation, P);
+  const zero::ModelStateBytes est =
+      zero::model_state_bytes(recipe_.zero.stage, world, recipe_.batch.accumulation, P,
+                              int(dtype_size(compute_dtype(recipe_.precision))));
   nlohmann::json memory = memory_json();
   nlohmann::json summary = {
       {"fdtrain_version", kVersion},
@@ -358,6 +407,7 @@ nlohmann::json Trainer::run() {
       {"precision", std::string(config::to_string(recipe_.precision))},
       {"zero_stage", recipe_.zero.stage},
       {"skipped_steps", skipped},
+      {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json(nullptr)},
       {"num_params", model_->config().num_params()},
       {"padded_params", P},
       {"tokens_per_step", tokens_per_step},
@@ -409,6 +459,7 @@ nlohmann::json Trainer::run() {
       summary["sample_tokens"] = out;
     }
   }
+  if (!fatal_message.empty()) summary["error"] = fatal_message;
   if (exit_reason == "diverged") {
     summary["error"] = fmt::format(
         "the loss became {} at step {}; the run stopped before updating the weights{}. Lower "
@@ -421,7 +472,7 @@ nlohmann::json Trainer::run() {
   getrusage(RUSAGE_SELF, &ru);
   summary["peak_rss_bytes"] = int64_t(ru.ru_maxrss) * 1024;  // rank 0's process
   if (rank0) run_dir_->write_summary(summary);
-  if (exit_reason == "diverged") return summary;
+  if (exit_reason != "completed") return summary;
   if (rank0) {
     log::info(
         "done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {:.4f} | {:.0f} tok/s | "

@@ -12,8 +12,9 @@
 //     size), every rank throws fd::Error with the highest exit code; the
 //     lowest failing rank's error carries the message, the others' an empty
 //     one (callers print only non-empty messages);
-//   - a non-finite loss (all ranks agree) ends the run on every rank: run()
-//     returns a summary with exit_reason "diverged" and an "error" message;
+//   - a non-finite loss, or an fp16 overflow at the minimum loss scale (all
+//     ranks agree), ends the run on every rank: run() returns a summary with
+//     exit_reason "diverged" / "loss_scale_at_minimum" and an "error" message;
 //   - any other failure during training is rank-local: the caller must end
 //     the job with Communicator::abort() (see apps/fdtrain/main.cc).
 #pragma once
@@ -39,6 +40,9 @@ class Gpt;
 }
 namespace fd::zero {
 class ZeroEngine;
+}
+namespace fd::precision {
+class DynamicLossScaler;
 }
 
 namespace fd::engine {
@@ -81,6 +85,8 @@ class Trainer {
     double loss;  // mean over micro-batches and ranks
     double grad_norm;
     bool skipped;
+    double loss_scale;  // the scale this step used (1 without loss scaling)
+    bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
   };
   StepStats train_step(int64_t step);
   double evaluate();  // mean validation loss over ranks (NaN when there is no split)
@@ -93,6 +99,7 @@ class Trainer {
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<nn::Gpt> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
+  std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
   std::unique_ptr<RunDirectory> run_dir_;  // rank 0 only
   Tensor tokens_;   // (micro, seq_len) i32, reused every micro-batch
   Tensor targets_;  // (micro, seq_len) i32

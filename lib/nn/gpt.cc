@@ -28,38 +28,39 @@ double GptConfig::flops_per_token(int seq_len) const {
   return 6.0 * double(num_params()) + 12.0 * n_layer * double(seq_len) * d_model;
 }
 
-Gpt::Gpt(const GptConfig& config, DType dtype, const GroupLayout& layout)
-    : config_(config), dtype_(dtype) {
+std::vector<SegmentSpec> Gpt::segment_specs(const GptConfig& config) {
   const int64_t C = config.d_model, V = config.vocab_size, T = config.max_seq_len;
-  FD_CHECK(C % config.n_head == 0, "d_model {} not divisible by n_head {}", C, config.n_head);
-  segments_.push_back(std::make_unique<FlatParamGroup>(
-      "embed",
-      std::vector<ParamSpec>{{"wte.weight", Shape{V, C}, true}, {"wpe.weight", Shape{T, C}, true}},
-      dtype, layout));
+  std::vector<SegmentSpec> out;
+  out.push_back({"embed", {{"wte.weight", Shape{V, C}, true}, {"wpe.weight", Shape{T, C}, true}}});
   for (int l = 0; l < config.n_layer; ++l) {
     auto n = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
-    segments_.push_back(
-        std::make_unique<FlatParamGroup>(fmt::format("h.{}", l),
-                                         std::vector<ParamSpec>{
-                                             {n("ln_1.weight"), Shape{C}, false},
-                                             {n("ln_1.bias"), Shape{C}, false},
-                                             {n("attn.c_attn.weight"), Shape{C, 3 * C}, true},
-                                             {n("attn.c_attn.bias"), Shape{3 * C}, false},
-                                             {n("attn.c_proj.weight"), Shape{C, C}, true},
-                                             {n("attn.c_proj.bias"), Shape{C}, false},
-                                             {n("ln_2.weight"), Shape{C}, false},
-                                             {n("ln_2.bias"), Shape{C}, false},
-                                             {n("mlp.c_fc.weight"), Shape{C, 4 * C}, true},
-                                             {n("mlp.c_fc.bias"), Shape{4 * C}, false},
-                                             {n("mlp.c_proj.weight"), Shape{4 * C, C}, true},
-                                             {n("mlp.c_proj.bias"), Shape{C}, false},
-                                         },
-                                         dtype, layout));
+    out.push_back({fmt::format("h.{}", l),
+                   {
+                       {n("ln_1.weight"), Shape{C}, false},
+                       {n("ln_1.bias"), Shape{C}, false},
+                       {n("attn.c_attn.weight"), Shape{C, 3 * C}, true},
+                       {n("attn.c_attn.bias"), Shape{3 * C}, false},
+                       {n("attn.c_proj.weight"), Shape{C, C}, true},
+                       {n("attn.c_proj.bias"), Shape{C}, false},
+                       {n("ln_2.weight"), Shape{C}, false},
+                       {n("ln_2.bias"), Shape{C}, false},
+                       {n("mlp.c_fc.weight"), Shape{C, 4 * C}, true},
+                       {n("mlp.c_fc.bias"), Shape{4 * C}, false},
+                       {n("mlp.c_proj.weight"), Shape{4 * C, C}, true},
+                       {n("mlp.c_proj.bias"), Shape{C}, false},
+                   }});
   }
-  segments_.push_back(std::make_unique<FlatParamGroup>(
-      "final",
-      std::vector<ParamSpec>{{"ln_f.weight", Shape{C}, false}, {"ln_f.bias", Shape{C}, false}},
-      dtype, layout));
+  out.push_back({"final", {{"ln_f.weight", Shape{C}, false}, {"ln_f.bias", Shape{C}, false}}});
+  return out;
+}
+
+Gpt::Gpt(const GptConfig& config, DType dtype, const GroupLayout& layout)
+    : config_(config), dtype_(dtype) {
+  FD_CHECK(config.d_model % config.n_head == 0, "d_model {} not divisible by n_head {}",
+           config.d_model, config.n_head);
+  for (SegmentSpec& s : segment_specs(config))
+    segments_.push_back(
+        std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype, layout));
 }
 
 std::vector<const Parameter*> Gpt::parameters() const {

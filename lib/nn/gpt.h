@@ -35,8 +35,19 @@ struct GptConfig {
   double flops_per_token(int seq_len) const;
 };
 
+// One segment's name and parameters, in layout order.
+struct SegmentSpec {
+  std::string name;               // "embed", "h.0" .. "h.{L-1}", "final"
+  std::vector<ParamSpec> params;  // in the order the segment's flat buffer holds them
+};
+
 class Gpt : public Module {
  public:
+  // The segments a Gpt of `config` is made of, without allocating anything:
+  // the constructor builds its groups from exactly these, so sizes computed
+  // from them (FlatParamGroup::padded_numel) are the sizes a model will have.
+  static std::vector<SegmentSpec> segment_specs(const GptConfig& config);
+
   // Allocates all segments (parameters zero) in `dtype`, laid out as `layout` says.
   explicit Gpt(const GptConfig& config, DType dtype = DType::kF32, const GroupLayout& layout = {});
 

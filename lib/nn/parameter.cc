@@ -2,19 +2,31 @@
 
 namespace fd::nn {
 
+namespace {
+
+int64_t aligned(int64_t n, int64_t unit) { return (n + unit - 1) / unit * unit; }
+
+}  // namespace
+
+int64_t FlatParamGroup::padded_numel(const std::vector<ParamSpec>& specs,
+                                     const GroupLayout& layout) {
+  FD_CHECK(layout.pad_multiple >= 1, "pad_multiple {}", layout.pad_multiple);
+  int64_t total = 0;
+  for (const auto& s : specs) total += aligned(s.shape.numel(), kAlignElems);
+  return aligned(total, kAlignElems * layout.pad_multiple);
+}
+
 FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
                                const GroupLayout& layout)
     : name_(std::move(name)), dtype_(dtype) {
-  FD_CHECK(layout.pad_multiple >= 1, "pad_multiple {}", layout.pad_multiple);
   std::vector<int64_t> offsets;
-  int64_t total = 0;
+  int64_t offset = 0;
   for (const auto& s : specs) {
-    offsets.push_back(total);
+    offsets.push_back(offset);
     param_numel_ += s.shape.numel();
-    total += (s.shape.numel() + kAlignElems - 1) / kAlignElems * kAlignElems;
+    offset += aligned(s.shape.numel(), kAlignElems);
   }
-  const int64_t unit = kAlignElems * layout.pad_multiple;
-  total = (total + unit - 1) / unit * unit;
+  const int64_t total = padded_numel(specs, layout);
   flat_params_ = Tensor::zeros(Shape{total}, dtype, layout.params_category);
   flat_grads_ = Tensor::zeros(Shape{total}, dtype, layout.grads_category);
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -47,6 +47,11 @@ class FlatParamGroup {
  public:
   static constexpr int64_t kAlignElems = 16;  // 64 bytes of fp32
 
+  // Total elements (alignment and world padding included) of a group of
+  // `specs` laid out as `layout` says, without allocating: the numel() the
+  // constructor gives. Memory estimates (lib/engine/estimate.h) use it.
+  static int64_t padded_numel(const std::vector<ParamSpec>& specs, const GroupLayout& layout = {});
+
   // Lays out `specs` in order and allocates zeroed parameter and gradient buffers.
   FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
                  const GroupLayout& layout = {});

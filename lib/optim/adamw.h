@@ -22,14 +22,16 @@ struct AdamWOptions {
   float weight_decay = 0.0f;  // decoupled decay for parameters with decay = true
 };
 
-// Elements [begin, begin + count) of `group`'s flat space, with the fp32
-// tensors (count elements each) that hold their values and gradients.
+// Elements [begin, begin + count) of `group`'s flat space, with the tensors
+// (count elements each) that hold their values and gradients.
 struct AdamWShard {
   const nn::FlatParamGroup* group = nullptr;  // gives the parameters' layout and decay flags
   int64_t begin = 0;
   int64_t count = 0;
-  Tensor params;  // updated in place
-  Tensor grads;
+  Tensor params;          // fp32 values (the master weights), updated in place
+  Tensor grads;           // gradients in any float dtype (read as fp32)
+  Tensor compute_params;  // optional: the 16-bit copy, rewritten from params after each update
+                          // (round to nearest even)
 };
 
 class AdamW {
@@ -38,8 +40,9 @@ class AdamW {
   // Every element of every group (single process, or ZeRO stage 0).
   AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOptions& options);
 
-  // One update of every shard from its gradients at learning rate `lr`.
-  void step(float lr);
+  // One update of every shard at learning rate `lr` from its gradients times
+  // grad_scale (clipping and loss-scale removal folded into the fp32 read).
+  void step(float lr, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
   // Bytes of optimizer state (m and v).
   int64_t state_bytes() const;
@@ -57,6 +60,7 @@ class AdamW {
   };
   AdamWOptions options_;
   std::vector<ShardState> state_;
+  std::vector<float> scratch_;  // fp32 gradients of one chunk when they need converting
   int64_t step_ = 0;
 };
 

@@ -36,9 +36,19 @@ inline uint16_t f32_to_bf16(float f) {
 }
 inline float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
 
-// fp32 <-> IEEE binary16, round to nearest even, subnormals handled.
-uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
+// fp32 <-> IEEE binary16, round to nearest even, subnormals handled (the
+// compiler's _Float16: F16C / AVX-512 FP16 instructions where available).
+inline uint16_t f32_to_f16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+inline float f16_to_f32(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
 
 // Bulk conversions (vectorisable loops).
 void convert_f32_to(DType to, const float* src, void* dst, size_t n);

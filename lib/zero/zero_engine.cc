@@ -14,11 +14,18 @@ namespace {
 // gradient buckets of stages 2-3 while still overlapping with backward.
 constexpr size_t kMaxInFlight = 2;
 
+// acc += x elementwise, computed in fp32 and stored in acc's dtype.
 void add_into(const Tensor& acc, const Tensor& x) {
-  float* a = acc.f32();
-  const float* b = x.f32();
   const int64_t n = acc.numel();
-  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+  if (acc.dtype() == DType::kF32 && x.dtype() == DType::kF32) {
+    float* a = acc.f32();
+    const float* b = x.f32();
+    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+    return;
+  }
+  std::vector<float> a = acc.to_vector(), b = x.to_vector();
+  for (int64_t i = 0; i < n; ++i) a[size_t(i)] += b[size_t(i)];
+  convert_f32_to(acc.dtype(), a.data(), acc.raw(), size_t(n));
 }
 
 }  // namespace
@@ -33,14 +40,17 @@ nn::GroupLayout layout_for(int stage, int world) {
   return l;
 }
 
-ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t P) {
+ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t P,
+                                  int compute_bytes) {
   FD_CHECK(P % world == 0, "padded parameter count {} not divisible by world {}", P, world);
-  const int64_t shard = P / world * 4;
+  FD_CHECK(compute_bytes == 2 || compute_bytes == 4, "compute bytes {}", compute_bytes);
+  const int64_t c = compute_bytes, S = P / world;
   ModelStateBytes b;
-  b.params = stage >= 3 ? shard : 4 * P;
-  b.grads = stage >= 2 ? shard : 4 * P + (accumulation > 1 ? shard : 0);
-  b.optimizer = stage >= 1 ? 2 * shard : 8 * P;
-  b.master = 0;  // fp32: the (sharded) parameters are the master weights
+  b.params = stage >= 3 ? c * S : c * P;
+  b.grads = stage >= 2 ? c * S : c * P + (accumulation > 1 ? c * S : 0);
+  b.optimizer = stage >= 1 ? 8 * S : 8 * P;
+  // In fp32 the (sharded) parameters are the master weights.
+  b.master = c == 4 ? 0 : (stage >= 1 ? 4 * S : 4 * P);
   return b;
 }
 
@@ -51,30 +61,43 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
   const int world = comm.size();
   std::vector<optim::AdamWShard> shards;
   for (const nn::FlatParamGroup* g : model.groups()) {
-    FD_CHECK(g->dtype() == DType::kF32, "ZeRO engine runs fp32 groups");
+    FD_CHECK(g->dtype() != DType::kI32, "group '{}' is not floating point", g->name());
     FD_CHECK(g->numel() % world == 0, "group '{}' of {} elements not padded for world {}",
              g->name(), g->numel(), world);
+    dtype_ = g->dtype();
+    const bool mixed = g->dtype() != DType::kF32;
     Segment s;
     s.group = g;
     s.shard = g->numel() / world;
     const int64_t begin = int64_t(comm.rank()) * s.shard;
     s.grad_shard_own = c.stage >= 2 || c.accumulation > 1;
     s.grad_shard = s.grad_shard_own
-                       ? Tensor::zeros(Shape{s.shard}, DType::kF32, MemCategory::kGrads)
+                       ? Tensor::zeros(Shape{s.shard}, g->dtype(), MemCategory::kGrads)
                        : g->flat_grads().flat_slice(begin, s.shard);
     if (c.stage >= 3) {
-      s.param_shard = Tensor::empty(Shape{s.shard}, DType::kF32, MemCategory::kParams);
+      s.param_shard = Tensor::empty(Shape{s.shard}, g->dtype(), MemCategory::kParams);
       s.param_shard.copy_from(g->flat_params().flat_slice(begin, s.shard));
-      g->flat_params().storage()->release();
     }
+    // What AdamW updates (fp32) and the compute-dtype copy it writes back.
+    Tensor compute = c.stage == 0   ? g->flat_params()
+                     : c.stage >= 3 ? s.param_shard
+                                    : g->flat_params().flat_slice(begin, s.shard);
+    if (mixed) s.master = compute.to(DType::kF32, MemCategory::kMaster);
+    if (c.stage >= 3) g->flat_params().storage()->release();
     if (c.stage >= 2) g->flat_grads().storage()->release();
-    if (c.stage == 0) {
-      shards.push_back({g, 0, g->numel(), g->flat_params(), g->flat_grads()});
-    } else {
-      Tensor params = c.stage >= 3 ? s.param_shard : g->flat_params().flat_slice(begin, s.shard);
-      shards.push_back({g, begin, s.shard, params, s.grad_shard});
-    }
+    Tensor grads = c.stage == 0 ? g->flat_grads() : s.grad_shard;
+    optim::AdamWShard sh{g,
+                         c.stage == 0 ? 0 : begin,
+                         c.stage == 0 ? g->numel() : s.shard,
+                         mixed ? s.master : compute,
+                         grads,
+                         mixed ? compute : Tensor()};
+    shards.push_back(std::move(sh));
     segments_.push_back(std::move(s));
+  }
+  for (int g : c.checkpoint_segments) {
+    FD_CHECK(g >= 0 && g < int(segments_.size()), "checkpoint segment {}", g);
+    segments_[size_t(g)].checkpointed = true;
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(shards), c.adamw);
 }
@@ -96,7 +119,7 @@ void ZeroEngine::pin_params(int g) {
   if (s.param_pins++ > 0) return;
   const Tensor& full = s.group->flat_params();
   full.storage()->acquire();
-  comm_.all_gather(s.param_shard.raw(), full.raw(), s.shard, DType::kF32);
+  comm_.all_gather(s.param_shard.raw(), full.raw(), s.shard, dtype_);
 }
 
 void ZeroEngine::unpin_params(int g) {
@@ -146,7 +169,8 @@ autograd::Variable ZeroEngine::run(int g, const nn::SegmentFn& fn, const autogra
       launch_reduce(g);
     };
   }
-  autograd::Variable y = autograd::segment(fn, x, std::move(hooks), "zero_segment");
+  autograd::Variable y = autograd::segment(fn, x, std::move(hooks),
+                                          segments_[size_t(g)].checkpointed, "zero_segment");
   unpin_params(g);
   if (!recording) {
     for (int a : also_needs) unpin_params(a);
@@ -159,9 +183,9 @@ void ZeroEngine::launch_reduce(int g) {
   Pending p;
   p.segment = g;
   p.into_shard = micro_ == 0 && s.grad_shard_own;
-  p.recv = p.into_shard ? s.grad_shard : Tensor::empty(Shape{s.shard}, DType::kF32, MemCategory::kComm);
+  p.recv = p.into_shard ? s.grad_shard : Tensor::empty(Shape{s.shard}, dtype_, MemCategory::kComm);
   const Tensor& full = s.group->flat_grads();
-  p.work = comm_.reduce_scatter_async(full.raw(), p.recv.raw(), s.shard, DType::kF32);
+  p.work = comm_.reduce_scatter_async(full.raw(), p.recv.raw(), s.shard, dtype_);
   pending_.push_back(std::move(p));
   const size_t limit = config_.overlap_comm ? kMaxInFlight : 0;
   while (pending_.size() > limit) {
@@ -195,7 +219,7 @@ void ZeroEngine::end_micro_batch(int micro) {
   drain();
 }
 
-StepResult ZeroEngine::step(float lr) {
+StepResult ZeroEngine::step(float lr, double loss_scale) {
   drain();
   StepResult r;
   double partial = 0.0;
@@ -204,16 +228,25 @@ StepResult ZeroEngine::step(float lr) {
   comm_.all_gather_f64(&partial, partials.data(), 1);
   double sum = 0.0;
   for (double v : partials) sum += v;  // rank order: identical on every rank
-  r.grad_norm = std::sqrt(sum);
-  if (!std::isfinite(r.grad_norm)) {
+  const double scaled_norm = std::sqrt(sum);
+  r.grad_norm = scaled_norm / loss_scale;
+  if (!std::isfinite(scaled_norm)) {
     r.skipped = true;
     return r;
   }
-  if (config_.grad_clip > 0.0f) {
-    const float coef = float(double(config_.grad_clip) / (r.grad_norm + 1e-6));
-    if (coef < 1.0f) {
-      for (const Segment& s : segments_) ops::scale_(s.grad_shard, coef);
+  // One factor removes the loss scale and clips (DeepSpeed's formula with a
+  // scale; torch's clip_grad_norm_ without one), applied as AdamW reads the
+  // gradients in fp32.
+  float factor = 1.0f;
+  const double max_norm = config_.grad_clip;
+  if (loss_scale == 1.0) {
+    if (max_norm > 0.0) {
+      const float coef = float(max_norm / (scaled_norm + 1e-6));
+      if (coef < 1.0f) factor = coef;
     }
+  } else {
+    const double clip = max_norm > 0.0 ? std::max((r.grad_norm + 1e-6) / max_norm, 1.0) : 1.0;
+    factor = float(1.0 / (clip * loss_scale));
   }
   if (config_.stage == 0) {
     // Replicated update: gather every gradient shard into the full buffers.
@@ -221,18 +254,18 @@ StepResult ZeroEngine::step(float lr) {
     for (const Segment& s : segments_) {
       Tensor mine = s.group->flat_grads().flat_slice(begin_of(s), s.shard);
       if (s.grad_shard_own) mine.copy_from(s.grad_shard);
-      works.push_back(comm_.all_gather_async(mine.raw(), s.group->flat_grads().raw(), s.shard,
-                                             DType::kF32));
+      works.push_back(
+          comm_.all_gather_async(mine.raw(), s.group->flat_grads().raw(), s.shard, dtype_));
     }
     for (auto& w : works) w->wait();
   }
-  optimizer_->step(lr);
+  optimizer_->step(lr, factor);
   if (config_.stage == 1 || config_.stage == 2) {
     std::vector<dist::WorkPtr> works;
     for (const Segment& s : segments_) {
       const Tensor& full = s.group->flat_params();
       works.push_back(comm_.all_gather_async(full.flat_slice(begin_of(s), s.shard).raw(),
-                                             full.raw(), s.shard, DType::kF32));
+                                             full.raw(), s.shard, dtype_));
     }
     for (auto& w : works) w->wait();
   }

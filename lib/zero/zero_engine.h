@@ -15,15 +15,26 @@
 //     stage 3 updates its persistent parameter shard, and gathers a segment's
 //     full parameters only around its forward and its backward.
 // Consequence, tested: at a fixed world size, stages 0-3 give bitwise
-// identical weights. What each stage keeps (fp32):
-//   stage 0: params 4P, grads 4P, Adam m+v 8P            = 16P
-//   stage 1: params 4P, grads 4P, m+v 8P/N               = 8P + 8P/N
-//   stage 2: params 4P, grad shard 4P/N, m+v 8P/N        = 4P + 12P/N
-//   stage 3: param shard 4P/N, grad shard 4P/N, m+v 8P/N = 16P/N
-// (+4P/N of gradient accumulator for stages 0-1 when accumulation > 1), P the
+// identical weights.
+//
+// Precision: parameters, gradients and activations live in the model's
+// compute dtype (f32, bf16 or f16); with a 16-bit dtype the engine keeps fp32
+// master weights for what it updates (everything for stage 0, the shard
+// otherwise) and writes them back rounded to nearest even after each update.
+// What each stage keeps, with c = 2 (16-bit) or 4 (fp32) bytes and fp32
+// master weights only when c = 2 (in fp32 the parameters are the master):
+//   stage 0: params cP, grads cP, master 4P, m+v 8P           = 16P (c=2), 16P (c=4)
+//   stage 1: params cP, grads cP, master+m+v 12P/N            = 4P+12P/N, 8P+8P/N
+//   stage 2: params cP, grad shard cP/N, master+m+v 12P/N     = 2P+14P/N, 4P+12P/N
+//   stage 3: param shard cP/N, grad shard cP/N, 12P/N         = 16P/N
+// (+cP/N of gradient accumulator for stages 0-1 when accumulation > 1), P the
 // padded parameter count. Transient full-segment buffers of stages 2-3
 // (gathered parameters, gradient buckets, reduce-scatter outputs) are
 // accounted as MemCategory::kComm.
+//
+// Loss scaling (fp16): the caller seeds backward with scale/(accumulation*world)
+// and passes the scale to step(), which folds its removal into the clipping
+// factor (DeepSpeed's formula, REFERENCE.md) and reports non-finite gradients.
 //
 // Use: build the model with layout_for(stage, world), then per step:
 //   for each micro-batch m: begin_micro_batch(m); loss = model.loss(..., this);
@@ -49,10 +60,12 @@ struct ZeroConfig {
   int accumulation = 1;       // micro-batches per step
   optim::AdamWOptions adamw;  // optimizer hyper-parameters (lr is given per step)
   float grad_clip = 1.0f;     // max global gradient norm; <= 0 disables clipping
+  std::vector<int> checkpoint_segments;  // segments whose activations are recomputed in backward
 };
 
 struct StepResult {
-  double grad_norm = 0.0;  // global L2 norm before clipping (rank-order sum of shard partials)
+  double grad_norm = 0.0;  // global L2 norm before clipping, loss scale removed
+                           // (rank-order sum of shard partials)
   bool skipped = false;    // non-finite gradients: no update was made (all ranks agree)
 };
 
@@ -64,7 +77,9 @@ struct ModelStateBytes {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0;
   int64_t total() const { return params + grads + master + optimizer; }
 };
-ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t padded_params);
+// compute_bytes: 4 (fp32) or 2 (bf16/f16 parameters and gradients, fp32 master).
+ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t padded_params,
+                                  int compute_bytes = 4);
 
 class ZeroEngine : public nn::SegmentRunner {
  public:
@@ -78,8 +93,9 @@ class ZeroEngine : public nn::SegmentRunner {
   void begin_micro_batch(int micro);
   // Completes the micro-batch's gradient reductions (accumulating into the shards).
   void end_micro_batch(int micro);
-  // Norm, clipping, overflow check, AdamW, parameter all-gather.
-  StepResult step(float lr);
+  // Norm, clipping, overflow check, AdamW, parameter all-gather. `loss_scale`
+  // is the factor the loss was multiplied by (1 without loss scaling).
+  StepResult step(float lr, double loss_scale = 1.0);
 
   // SegmentRunner: gathers parameters (stage 3) and hooks the segment's backward.
   autograd::Variable run(int segment, const nn::SegmentFn& fn, const autograd::Variable& x,
@@ -97,9 +113,11 @@ class ZeroEngine : public nn::SegmentRunner {
   struct Segment {
     const nn::FlatParamGroup* group;
     int64_t shard;        // S: elements per rank
-    Tensor grad_shard;    // the rank's reduced gradient (S elements)
+    Tensor grad_shard;    // the rank's reduced gradient (S elements, compute dtype)
+    Tensor master;        // 16-bit models: fp32 master weights (S elements; all for stage 0)
+    bool checkpointed = false;  // recompute activations in backward
     bool grad_shard_own;  // a separate buffer (not a view of the full gradient buffer)
-    Tensor param_shard;   // stage 3: the rank's persistent parameters (S elements)
+    Tensor param_shard;   // stage 3: the rank's persistent parameters (S elements, compute dtype)
     int param_pins = 0;   // stage 3: users of the gathered full parameters
     int deferred_unpins = 0;  // pins held by later segments, dropped after this one's backward
   };
@@ -123,6 +141,7 @@ class ZeroEngine : public nn::SegmentRunner {
   std::vector<Segment> segments_;
   std::deque<Pending> pending_;
   std::unique_ptr<optim::AdamW> optimizer_;
+  DType dtype_ = DType::kF32;  // the model's compute dtype
   int micro_ = 0;
 };
 

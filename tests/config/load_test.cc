@@ -235,12 +235,8 @@ TEST_F(ConfigTest, EachUnsupportedFeatureIsRefusedWithItsLocation) {
       errors_of("unsupported.yaml"),
       (Lines{f + ":2:14: model.init_from: starting from a base checkpoint is not supported yet "
                  "(leave init_from empty to train from a random init; see docs/RECIPE.md)",
-             f + ":5:12: precision: bf16 training is not supported yet (this build trains in "
-                 "fp32; see docs/RECIPE.md)",
              f + ":8:1: lora: LoRA fine-tuning is not supported yet (remove the lora section or "
                  "set it to null; see docs/RECIPE.md)",
-             f + ":12:11: activation_checkpointing.layers: activation checkpointing is not "
-                 "supported yet (set layers to none; see docs/RECIPE.md)",
              f + ":14:10: checkpoint.every: saving checkpoints is not supported yet (set every to "
                  "0; see docs/RECIPE.md)",
              f + ":15:9: device: training on CUDA is not supported yet (this build trains on the "
@@ -270,14 +266,7 @@ TEST_F(ConfigTest, EachUnsupportedValueByOverride) {
     const char* message;
   };
   const Case cases[] = {
-      {"precision=fp16", "precision: fp16 training is not supported yet"},
       {"lora={r: 4}", "lora: LoRA fine-tuning is not supported yet"},
-      {"activation_checkpointing.layers=all",
-       "activation_checkpointing.layers: activation checkpointing is not supported yet"},
-      {"activation_checkpointing.layers=[1]",
-       "activation_checkpointing.layers: activation checkpointing is not supported yet"},
-      {"activation_checkpointing.layers.every=3",
-       "activation_checkpointing.layers: activation checkpointing is not supported yet"},
       {"checkpoint.every=10", "checkpoint.every: saving checkpoints is not supported yet"},
       {"device=cuda", "device: training on CUDA is not supported yet"},
       {"model.init_from=gpt2.safetensors",

@@ -7,11 +7,18 @@ fixed batch and 10 AdamW steps on the same batch, and writes everything to
 tests/golden/gpt_tiny.safetensors. All arithmetic is float32 on the CPU, one
 thread, deterministic algorithms.
 
+It also writes tests/golden/gpt_tiny_bf16.safetensors: the same model and
+batch after model.to(torch.bfloat16), one forward/backward in bfloat16 on the
+CPU (the loss is cross-entropy in float32 on the bf16 logits, as fdtrain
+computes it). Building it draws no random numbers, so the float32 file is the
+same bytes whether or not the bf16 file is written.
+
 Run with Debian's interpreter (it has python3-torch):
     /usr/bin/python3 tests/golden/make_golden.py
 See tests/golden/README.md for what the file holds.
 """
 
+import copy
 import json
 import math
 import os
@@ -141,12 +148,14 @@ def loss_fn(logits, targets):
 
 def write_safetensors(path, tensors, metadata):
     """Minimal safetensors writer: tensors is a list of (name, torch.Tensor)."""
-    dtypes = {torch.float32: "F32", torch.int32: "I32"}
+    dtypes = {torch.float32: "F32", torch.int32: "I32", torch.bfloat16: "BF16"}
     header = {"__metadata__": metadata}
     blobs = []
     offset = 0
     for name, t in tensors:
-        arr = t.detach().contiguous().numpy()
+        t = t.detach().contiguous()
+        # numpy has no bfloat16: write its raw 16-bit patterns.
+        arr = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
         data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {
             "dtype": dtypes[t.dtype],
@@ -166,6 +175,31 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
+def bf16_golden(model, tokens, targets):
+    """One forward/backward of `model` (already bfloat16) on the batch.
+
+    Returns the tensors of gpt_tiny_bf16.safetensors: parameters (BF16), the
+    batch (I32), logits (F32, exactly the bf16 values), loss (F32) and every
+    parameter gradient (BF16, exactly torch's bf16 .grad).
+    """
+    params = list(model.named_parameters())
+    out = [(name, p.detach().clone()) for name, p in params]
+    out.append(("batch.tokens", tokens.to(torch.int32)))
+    out.append(("batch.targets", targets.to(torch.int32)))
+    logits = model(tokens)
+    assert logits.dtype == torch.bfloat16
+    # Cross-entropy in float32 on the bf16 logits (fdtrain's loss is fp32
+    # whatever the logits dtype); its gradient reaches the logits as bf16.
+    loss = loss_fn(logits.float(), targets)
+    loss.backward()
+    out.append(("out.logits", logits.detach().float()))
+    out.append(("out.loss", loss.detach().reshape(1).clone()))
+    for name, p in params:
+        assert p.grad.dtype == torch.bfloat16, name
+        out.append(("grad." + name, p.grad.detach().clone()))
+    return out, loss.item()
+
+
 def main():
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -174,6 +208,8 @@ def main():
     model = Gpt()
     init_(model)
     params = list(model.named_parameters())
+    # The bf16 model: the initial parameters rounded to nearest even.
+    model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
 
     gen = torch.Generator().manual_seed(1234)
     tokens = torch.randint(0, VOCAB_SIZE, (BATCH, SEQ), generator=gen)
@@ -240,9 +276,21 @@ def main():
         "torch_version": torch.__version__,
         "numpy_version": np.__version__,
     }
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_tiny.safetensors")
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "gpt_tiny.safetensors")
     write_safetensors(path, out, metadata)
     print(f"wrote {path}: {len(out)} tensors, loss {losses[0]:.6f} -> {losses[-1]:.6f}")
+
+    out_bf16, loss_bf16 = bf16_golden(model_bf16, tokens, targets)
+    meta_bf16 = {k: metadata[k] for k in ("format", "n_layer", "n_head", "d_model", "vocab_size",
+                                          "max_seq_len", "B", "T", "ln_eps", "torch_version",
+                                          "numpy_version")}
+    meta_bf16["dtype"] = "bfloat16"
+    meta_bf16["loss"] = "F.cross_entropy(logits.float(), targets, ignore_index=-1)"
+    meta_bf16["grads"] = "BF16, torch's bf16 .grad"
+    path = os.path.join(here, "gpt_tiny_bf16.safetensors")
+    write_safetensors(path, out_bf16, meta_bf16)
+    print(f"wrote {path}: {len(out_bf16)} tensors, loss {loss_bf16:.6f}")
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ TEST(OptimAdamW, ShardUpdateEqualsTheSameElementsOfAWholeGroupUpdate) {
   AdamW full(std::vector<const FlatParamGroup*>{&whole}, o);
   const int64_t begin = 16, count = 16;  // straddles two parameters
   AdamW shard({{&part, begin, count, part.flat_params().flat_slice(begin, count),
-                part.flat_grads().flat_slice(begin, count)}},
+                part.flat_grads().flat_slice(begin, count), Tensor()}},
               o);
   EXPECT_EQ(shard.state_bytes(), 2 * 4 * count);
   std::vector<float> before = part.flat_params().to_vector();

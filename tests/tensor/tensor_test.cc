@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace fd {
 namespace {
@@ -72,6 +74,42 @@ TEST(Storage, CachingAllocatorReusesBlocks) {
   size_t n = cpu_allocator::system_allocations();
   for (int i = 0; i < 10; ++i) Tensor t = Tensor::empty(Shape{1000, 7});
   EXPECT_EQ(cpu_allocator::system_allocations(), n);
+}
+
+}  // namespace
+}  // namespace fd
+
+namespace fd {
+namespace {
+
+// The vectorised bulk conversions agree with the scalar reference conversions
+// on every f16/bf16 value and on rounding cases (ties, subnormals, overflow).
+TEST(DType, BulkConversionsMatchScalar) {
+  std::vector<float> values;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    if ((h & 0x7c00) != 0x7c00) values.push_back(f16_to_f32(uint16_t(h)));
+    if ((h & 0x7f80) != 0x7f80) values.push_back(bf16_to_f32(uint16_t(h)));
+  }
+  for (uint32_t i = 0; i < 200000; ++i) {  // arbitrary bit patterns, incl. ties and subnormals
+    uint32_t u = i * 2654435761u;
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isfinite(f)) values.push_back(f);
+  }
+  values.push_back(65520.0f);
+  values.push_back(1.0f + std::ldexp(1.0f, -11));
+  std::vector<uint16_t> h(values.size()), b(values.size());
+  convert_f32_to(DType::kF16, values.data(), h.data(), values.size());
+  convert_f32_to(DType::kBF16, values.data(), b.data(), values.size());
+  std::vector<float> back_h(values.size()), back_b(values.size());
+  convert_to_f32(DType::kF16, h.data(), back_h.data(), values.size());
+  convert_to_f32(DType::kBF16, b.data(), back_b.data(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(h[i], f32_to_f16(values[i])) << values[i];
+    ASSERT_EQ(b[i], f32_to_bf16(values[i])) << values[i];
+    ASSERT_EQ(back_h[i], f16_to_f32(h[i]));
+    ASSERT_EQ(back_b[i], bf16_to_f32(b[i]));
+  }
 }
 
 }  // namespace

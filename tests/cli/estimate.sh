@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# fdtrain estimate: every ZeRO stage side by side, a --json form that parses,
+# model states equal to what a real 4-rank run measures (summary.json
+# 'memory': params + grads + master + optimizer) for stages 2 and 3, and a bad
+# --world-size refused with exit 2. Needs no jq or python: grep and sed only.
+source "$(dirname "$0")/common.bash"
+
+Q="$(dirname "$0")/../../recipes/quickstart.yaml"
+TINY="data.train=[/usr/share/games/fortunes/fortunes]"
+
+check() {  # check DESCRIPTION CONDITION...: one ok/FAIL line
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; FAILURES=$((FAILURES + 1)); fi
+}
+
+# The human-readable table: four stages, the recipe's own (2) marked, every category.
+out=$("$FDTRAIN" estimate "$Q" "$TINY" --world-size 4 2>&1); rc=$?
+check "estimate exits 0" [ "$rc" -eq 0 ]
+check "header names stages 0-3, the recipe's stage 2 marked" \
+  grep -Eq '^ +stage 0 +stage 1 +\*stage 2 +stage 3$' <<<"$out"
+for row in params grads master "optimizer \\(Adam m\\+v\\)" "= model states" activations \
+  "comm buffers" total "comm per step"; do
+  check "row '$row' has four values" grep -Eq "^$row( +[0-9.]+( [KMG]iB)?){4}$" <<<"$out"
+done
+check "paper formulas" grep -q '16Ψ  *8Ψ + 8Ψ/N  *4Ψ + 12Ψ/N  *16Ψ/N' <<<"$out"
+check "Ψ and P are printed" grep -Eq '^Ψ = 858,880 parameters; P = 858,880 padded at N = 4' <<<"$out"
+check "assumptions are stated" grep -q '^Assumptions:' <<<"$out"
+
+# --json: one object; four stage objects; numbers extracted with sed.
+json=$("$FDTRAIN" estimate "$Q" "$TINY" --world-size 4 --json 2>&1); rc=$?
+flat=$(tr -d ' \n' <<<"$json")
+check "--json exits 0" [ "$rc" -eq 0 ]
+check "--json is one object" grep -Eq '^\{.*\}$' <<<"$flat"
+check "--json has four stages" [ "$(grep -o '"stage":' <<<"$flat" | wc -l)" -eq 4 ]
+check "--json world_size 4" grep -q '"world_size":4,' <<<"$flat"
+stage_field() {  # stage_field STAGE KEY: an integer of one stage object
+  sed -E "s/.*\\{\"stage\":$1,[^}]*\"$2\":([0-9]+).*/\\1/" <<<"$flat"
+}
+est_P=$(sed -E 's/.*"padded_params":([0-9]+).*/\1/' <<<"$flat")
+
+# A real 4-rank run per stage; its measured model states must equal the estimate.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for stage in 2 3; do
+  run="$TMP/run$stage"
+  log=$(timeout 300 mpirun --oversubscribe --bind-to none -n 4 "$FDTRAIN" train "$Q" "$TINY" \
+        steps=2 zero.stage=$stage logging.sample_tokens=0 logging.eval_batches=1 \
+        --run-dir "$run" --no-progress 2>&1); rc=$?
+  if [ $rc -ne 0 ] || [ ! -f "$run/summary.json" ]; then
+    echo "FAIL: 4-rank run at stage $stage exited $rc"; echo "$log" | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1)); continue
+  fi
+  s=$(tr -d ' \n' < "$run/summary.json")
+  mem=$(sed -E 's/.*"memory":\{([^}]*)\}.*/\1/' <<<"$s")
+  field() { sed -E "s/.*\"$1\":([0-9]+).*/\\1/" <<<"$mem"; }
+  measured=$(( $(field params) + $(field grads) + $(field master) + $(field optimizer) ))
+  estimated=$(stage_field $stage model_states)
+  run_P=$(sed -E 's/.*"padded_params":([0-9]+).*/\1/' <<<"$s")
+  check "stage $stage at N = 4: measured model states $measured == estimate $estimated" \
+    [ "$measured" = "$estimated" ]
+  check "stage $stage at N = 4: padded params $run_P == estimate $est_P" [ "$run_P" = "$est_P" ]
+  for k in params grads optimizer; do
+    check "stage $stage: measured $k $(field $k) == estimate $(stage_field $stage $k)" \
+      [ "$(field $k)" = "$(stage_field $stage $k)" ]
+  done
+  comm=$(sed -E 's/.*"comm_bytes_per_step":([0-9]+).*/\1/' <<<"$s")
+  check "stage $stage: comm bytes per step $comm == estimate $(stage_field $stage comm_bytes_per_step)" \
+    [ "$comm" = "$(stage_field $stage comm_bytes_per_step)" ]
+done
+
+# A world size below 1, or one the recipe's global batch does not fit, is refused.
+expect_fail 2 "--world-size must be >= 1, got 0" estimate "$Q" --world-size 0
+expect_fail 2 "--world-size must be >= 1, got -3" estimate "$Q" --world-size -3
+expect_fail 2 "world-size" estimate "$Q" --world-size two
+expect_fail 2 "batch.global: 32 sequences per step do not fit 4 rank" estimate "$Q" batch.global=32 --world-size 4
+expect_fail 2 "precision.*(not supported yet|fp32 only)" estimate "$Q" precision=bf16
+
+finish

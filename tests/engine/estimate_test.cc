@@ -1,0 +1,250 @@
+// The estimate against the things it predicts: padded sizes against
+// constructed models, model states against the ZeRO formulas (exact
+// integers), and activations, comm buffers and model states against the
+// memory accountant's peaks over a real training step (world 1, every stage).
+#include "lib/engine/estimate.h"
+
+#include <gtest/gtest.h>
+
+#include "lib/autograd/tape.h"
+#include "lib/dist/local_communicator.h"
+#include "lib/nn/gpt.h"
+#include "lib/zero/zero_engine.h"
+
+namespace fd::engine {
+namespace {
+
+nn::GptConfig config(int L, int H, int C, int V, int T) {
+  nn::GptConfig c;
+  c.n_layer = L;
+  c.n_head = H;
+  c.d_model = C;
+  c.vocab_size = V;
+  c.max_seq_len = T;
+  return c;
+}
+
+// Every parameter a multiple of 64 elements and every segment of 16 * 4: P = Ψ at N = 1, 2, 4.
+nn::GptConfig unpadded() { return config(2, 4, 64, 128, 64); }
+// d_model 24: 1-D parameters of 24 elements need alignment padding, and segments world padding.
+nn::GptConfig padded() { return config(2, 2, 24, 40, 8); }
+
+config::Recipe recipe_for(const nn::GptConfig& c, int micro, int seq_len, int accumulation) {
+  config::Recipe r;
+  r.model.n_layer = c.n_layer;
+  r.model.n_head = c.n_head;
+  r.model.d_model = c.d_model;
+  r.model.vocab_size = c.vocab_size;
+  r.model.max_seq_len = c.max_seq_len;
+  r.batch.micro = micro;
+  r.batch.accumulation = accumulation;
+  r.data.seq_len = seq_len;
+  return r;
+}
+
+TEST(Estimate, PaddedSizesEqualAConstructedModel) {
+  for (const nn::GptConfig& c : {unpadded(), padded(), config(3, 3, 48, 257, 33)}) {
+    for (int world : {1, 2, 3, 4, 8}) {
+      nn::Gpt model(c, DType::kF32, zero::layout_for(0, world));
+      const std::vector<int64_t> numel = segment_padded_numel(c, world);
+      ASSERT_EQ(numel.size(), model.groups().size());
+      int64_t sum = 0, built = 0;
+      for (size_t i = 0; i < numel.size(); ++i) {
+        EXPECT_EQ(numel[i], model.groups()[i]->numel()) << "segment " << i << " world " << world;
+        sum += numel[i];
+        built += model.groups()[i]->numel();
+      }
+      EXPECT_EQ(sum, built);
+      EXPECT_EQ(estimate(recipe_for(c, 1, c.max_seq_len, 1), world).padded_params, built);
+    }
+  }
+}
+
+TEST(Estimate, FlatParamGroupPaddedNumelIsTheConstructedNumel) {
+  const std::vector<nn::ParamSpec> specs = {{"a", Shape{3, 5}, true},
+                                            {"b", Shape{5}, false},
+                                            {"c", Shape{2, 16}, true},
+                                            {"d", Shape{1}, false}};
+  for (int64_t k : {1, 2, 3, 4, 7}) {
+    nn::GroupLayout layout;
+    layout.pad_multiple = k;
+    nn::FlatParamGroup g("g", specs, DType::kF32, layout);
+    EXPECT_EQ(nn::FlatParamGroup::padded_numel(specs, layout), g.numel()) << "pad_multiple " << k;
+  }
+  EXPECT_EQ(nn::FlatParamGroup::padded_numel(specs), 80);  // 16 + 16 + 32 + 16
+}
+
+// With P = Ψ the fp32 model states are exactly the paper's fp32 formulas.
+TEST(Estimate, ModelStatesAreThePaperFormulasWithoutPadding) {
+  const nn::GptConfig c = unpadded();
+  const int64_t psi = c.num_params();
+  for (int64_t N : {1, 2, 4}) {
+    const Estimate e = estimate(recipe_for(c, 2, 16, 1), int(N));
+    ASSERT_EQ(e.num_params, psi);
+    ASSERT_EQ(e.padded_params, psi) << "no padding expected at N = " << N;
+    ASSERT_EQ(psi % N, 0);
+    const int64_t want[4] = {16 * psi, 8 * psi + 8 * psi / N, 4 * psi + 12 * psi / N, 16 * psi / N};
+    for (int s = 0; s < 4; ++s) {
+      const StageEstimate& st = e.stages[size_t(s)];
+      EXPECT_EQ(st.model_states.total(), want[s]) << "stage " << s << " N " << N;
+      EXPECT_EQ(st.paper_bytes, double(want[s])) << "stage " << s << " N " << N;
+      EXPECT_EQ(st.model_states.master, 0);
+    }
+    // Stage by stage, what is kept (params, grads, optimizer).
+    EXPECT_EQ(e.stages[1].model_states.optimizer, 8 * psi / N);
+    EXPECT_EQ(e.stages[2].model_states.grads, 4 * psi / N);
+    EXPECT_EQ(e.stages[3].model_states.params, 4 * psi / N);
+  }
+}
+
+// With padding the same formulas hold at P, and P - Ψ is the padding.
+TEST(Estimate, ModelStatesArePaddedFormulasWithPadding) {
+  const nn::GptConfig c = padded();
+  const int64_t psi = c.num_params();
+  for (int64_t N : {1, 2, 4}) {
+    const Estimate e = estimate(recipe_for(c, 2, 8, 1), int(N));
+    const int64_t P = e.padded_params;
+    EXPECT_GT(P, psi) << "N " << N;
+    EXPECT_EQ(P % (16 * N), 0);
+    const int64_t want[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
+    for (int s = 0; s < 4; ++s)
+      EXPECT_EQ(e.stages[size_t(s)].model_states.total(), want[s]) << "stage " << s << " N " << N;
+    EXPECT_GT(double(e.stages[0].model_states.total()), e.stages[0].paper_bytes);
+  }
+  // World padding only grows with N; alignment padding does not depend on it.
+  EXPECT_LE(estimate(recipe_for(c, 2, 8, 1), 2).padded_params,
+            estimate(recipe_for(c, 2, 8, 1), 4).padded_params);
+  EXPECT_EQ(estimate(recipe_for(c, 2, 8, 1), 4).padded_params_1,
+            estimate(recipe_for(c, 2, 8, 1), 1).padded_params);
+}
+
+TEST(Estimate, AccumulationAddsAGradientShardToStagesZeroAndOne) {
+  const nn::GptConfig c = unpadded();
+  const int64_t P = c.num_params();
+  const Estimate e = estimate(recipe_for(c, 2, 16, 3), 4);
+  EXPECT_EQ(e.stages[0].model_states.total(), 16 * P + 4 * P / 4);
+  EXPECT_EQ(e.stages[1].model_states.total(), 8 * P + 8 * P / 4 + 4 * P / 4);
+  EXPECT_EQ(e.stages[2].model_states.total(), 4 * P + 12 * P / 4);
+  EXPECT_EQ(e.stages[3].model_states.total(), 16 * P / 4);
+}
+
+TEST(Estimate, CommunicationPerStep) {
+  const int64_t P = 1024;
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(comm_bytes_per_step(s, 1, 1, P), 0) << "world 1";
+  // One pass over P at N = 4 sends 3/4 * 4P = 3072 bytes.
+  EXPECT_EQ(comm_bytes_per_step(0, 4, 1, P), 2 * 3072);
+  EXPECT_EQ(comm_bytes_per_step(2, 4, 1, P), 2 * 3072);
+  EXPECT_EQ(comm_bytes_per_step(3, 4, 1, P), 3 * 3072);
+  EXPECT_EQ(comm_bytes_per_step(1, 4, 3, P), 4 * 3072);  // a reduce-scatter per micro-batch + 1
+  EXPECT_EQ(comm_bytes_per_step(3, 4, 3, P), 9 * 3072);  // 3 per micro-batch
+  EXPECT_EQ(comm_bytes_per_step(0, 2, 1, P), 2 * 2048);
+}
+
+// One training step of `c` at world 1 under `stage`, measured by the memory
+// accountant from just after the engine is built (peaks reset there).
+struct Measured {
+  int64_t params, grads, master, optimizer, activations, comm;
+};
+
+Measured measure_step(const nn::GptConfig& c, int stage, int micro, int seq_len, int accumulation,
+                      bool overlap) {
+  dist::LocalCommunicator comm;
+  nn::Gpt model(c, DType::kF32, zero::layout_for(stage, 1));
+  model.init_gpt2(7);
+  zero::ZeroConfig zc;
+  zc.stage = stage;
+  zc.accumulation = accumulation;
+  zc.overlap_comm = overlap;
+  zero::ZeroEngine engine(model, comm, zc);
+  Tensor tokens = Tensor::empty(Shape{micro, seq_len}, DType::kI32, MemCategory::kOther);
+  Tensor targets = Tensor::empty(Shape{micro, seq_len}, DType::kI32, MemCategory::kOther);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const int64_t act0 = acct.current(MemCategory::kActivations);
+  const int64_t comm0 = acct.current(MemCategory::kComm);
+  acct.reset_peaks();
+  for (int m = 0; m < accumulation; ++m) {
+    for (int64_t i = 0; i < tokens.numel(); ++i) {
+      tokens.i32()[i] = int32_t((i * 7 + m) % c.vocab_size);
+      targets.i32()[i] = int32_t((i * 5 + 3 + m) % c.vocab_size);
+    }
+    engine.begin_micro_batch(m);
+    autograd::Tape tape;
+    autograd::TapeScope scope(tape);
+    autograd::Variable loss = model.loss(tokens, targets, &engine);
+    tape.backward(loss, 1.0f / float(accumulation));
+    engine.end_micro_batch(m);
+  }
+  engine.step(1e-3f);
+  return {acct.peak(MemCategory::kParams),
+          acct.peak(MemCategory::kGrads),
+          acct.peak(MemCategory::kMaster),
+          acct.peak(MemCategory::kOptimizer),
+          acct.peak(MemCategory::kActivations) - act0,
+          acct.peak(MemCategory::kComm) - comm0};
+}
+
+struct StepCase {
+  nn::GptConfig model;
+  int micro, seq_len;
+  const char* peak_at;  // the moment the activation formula should pick
+};
+
+// C > V makes the top block's MLP backward the peak; T > 128 uses several
+// attention score blocks; V = 2C + 1 the cross-entropy backward.
+const StepCase kCases[] = {
+    {config(2, 4, 64, 129, 64), 3, 32, "cross-entropy backward"},
+    {config(2, 2, 64, 40, 160), 1, 150, "MLP projection backward (top block)"},
+    {config(1, 3, 48, 300, 16), 2, 16, "cross-entropy backward"},
+    {config(3, 2, 24, 40, 8), 2, 8, nullptr},
+};
+
+TEST(Estimate, ActivationsAndCommBuffersEqualAMeasuredStep) {
+  for (const StepCase& k : kCases) {
+    const ActivationEstimate act = estimate_activations(k.model, k.micro, k.seq_len);
+    if (k.peak_at != nullptr) {
+      EXPECT_EQ(act.peak_at, k.peak_at);
+    }
+    const std::vector<int64_t> numel = segment_padded_numel(k.model, 1);
+    int64_t P = 0;
+    for (int64_t v : numel) P += v;
+    for (int stage = 0; stage < 4; ++stage) {
+      for (int accumulation : {1, 2}) {
+        for (bool overlap : {true, false}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "C " << k.model.d_model << " V " << k.model.vocab_size << " T "
+                       << k.seq_len << " stage " << stage << " accumulation " << accumulation
+                       << " overlap " << overlap);
+          const Measured m =
+              measure_step(k.model, stage, k.micro, k.seq_len, accumulation, overlap);
+          const zero::ModelStateBytes ms = zero::model_state_bytes(stage, 1, accumulation, P);
+          EXPECT_EQ(m.params, ms.params);
+          EXPECT_EQ(m.grads, ms.grads);
+          EXPECT_EQ(m.master, ms.master);
+          EXPECT_EQ(m.optimizer, ms.optimizer);
+          EXPECT_EQ(m.activations, act.peak) << "estimated peak at " << act.peak_at;
+          EXPECT_EQ(m.comm, comm_buffer_bytes(stage, 1, accumulation, overlap, numel));
+        }
+      }
+    }
+  }
+}
+
+// The comm-buffer replay by hand for the pattern that matters most: stage 3
+// holds, at the worst moment of backward, the embedding's parameters and
+// gradients (tied head) and the current block's parameters, next to the
+// gradients of two blocks in flight.
+TEST(Estimate, CommBuffersOfStageThreeByHand) {
+  const std::vector<int64_t> numel = {1000, 100, 100, 100, 100, 10};  // embed, 4 blocks, final
+  const int64_t w = 4;                                                // bytes per element
+  // Block 2's backward: params embed + h.2; grads embed + h.2 + two pending (h.3, h.4).
+  EXPECT_EQ(comm_buffer_bytes(3, 1, 1, true, numel), w * (1000 + 100 + 1000 + 100 + 100 + 100));
+  // Stage 2: gradients only.
+  EXPECT_EQ(comm_buffer_bytes(2, 1, 1, true, numel), w * (1000 + 100 + 100 + 100));
+  // Without overlap one reduction at a time.
+  EXPECT_EQ(comm_buffer_bytes(2, 1, 1, false, numel), w * (1000 + 100));
+  // Stage 0 at N = 2: reduce-scatter outputs (shards) of three segments.
+  EXPECT_EQ(comm_buffer_bytes(0, 2, 1, true, numel), w * (500 + 50 + 50));
+}
+
+}  // namespace
+}  // namespace fd::engine
