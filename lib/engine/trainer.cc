@@ -124,7 +124,6 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
 }
 
 void Trainer::setup(const TrainOptions& options) {
-  MemoryAccountant::global().reset_peaks();
   const int world = comm_.size();
   config::check_world_size(recipe_, world);
   ops::set_blas_threads(recipe_.threads);
@@ -175,6 +174,9 @@ void Trainer::setup(const TrainOptions& options) {
   schedule_.total_steps = recipe_.steps;
   schedule_.min_lr = float(recipe_.schedule.min_lr);
 
+  // Peaks count from here: what the run holds, not the one-off full buffers
+  // the model is built and initialised in before ZeRO shards them.
+  MemoryAccountant::global().reset_peaks();
   tokens_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
                           MemCategory::kOther);
   targets_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
