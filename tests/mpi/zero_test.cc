@@ -89,32 +89,46 @@ void expect_same_on_all_ranks(const std::string& s) {
   for (uint64_t x : all) EXPECT_EQ(x, all[0]) << "differs between ranks: " << s;
 }
 
-class Zero : public ::testing::TestWithParam<int> {};  // parameter: accumulation
+struct EquivalenceCase {
+  int accumulation;
+  const char* precision;
+};
 
-TEST_P(Zero, StagesGiveBitwiseIdenticalWeights) {
-  const int accum = GetParam();
+class Zero : public ::testing::TestWithParam<EquivalenceCase> {};
+
+// Stages 0-3, each with and without activation checkpointing of every block:
+// eight runs, one weights_sha256.
+TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
+  const EquivalenceCase c = GetParam();
   std::string first;
-  for (int stage = 0; stage <= 3; ++stage) {
-    config::Recipe r = recipe({"zero.stage=" + std::to_string(stage),
-                               "batch.accumulation=" + std::to_string(accum)});
-    Result res = train(r, *g_comm, "stages");
-    std::string digest = res.summary["weights_sha256"];
-    if (g_comm->rank() == 0)
-      std::printf("world %d, accumulation %d, stage %d: weights_sha256 %s, loss %.6f\n",
-                  g_comm->size(), accum, stage, digest.c_str(),
-                  res.summary["final_loss"].get<double>());
-    EXPECT_EQ(res.summary["steps"], 20);
-    EXPECT_EQ(res.summary["skipped_steps"], 0);
-    expect_same_on_all_ranks(digest);
-    if (stage == 0) {
-      first = digest;
-    } else {
-      EXPECT_EQ(digest, first) << "stage " << stage << " differs from stage 0";
+  for (const char* ckpt : {"none", "all"}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      config::Recipe r = recipe({"zero.stage=" + std::to_string(stage),
+                                 "batch.accumulation=" + std::to_string(c.accumulation),
+                                 std::string("precision=") + c.precision,
+                                 std::string("activation_checkpointing.layers=") + ckpt});
+      Result res = train(r, *g_comm, "stages");
+      std::string digest = res.summary["weights_sha256"];
+      if (g_comm->rank() == 0)
+        std::printf("world %d, %s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
+                    "%s, loss %.6f\n",
+                    g_comm->size(), c.precision, c.accumulation, ckpt, stage,
+                    digest.substr(0, 16).c_str(), res.summary["final_loss"].get<double>());
+      EXPECT_EQ(res.summary["steps"], 20);
+      expect_same_on_all_ranks(digest);
+      if (first.empty()) {
+        first = digest;
+      } else {
+        EXPECT_EQ(digest, first) << "stage " << stage << ", checkpointing " << ckpt;
+      }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Accumulation, Zero, ::testing::Values(1, 3));
+INSTANTIATE_TEST_SUITE_P(Cases, Zero,
+                         ::testing::Values(EquivalenceCase{1, "fp32"}, EquivalenceCase{3, "fp32"},
+                                           EquivalenceCase{1, "bf16"}, EquivalenceCase{2, "bf16"},
+                                           EquivalenceCase{1, "fp16"}));
 
 TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
   const int n = g_comm->size();
@@ -140,29 +154,37 @@ TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
   }
 }
 
-TEST(ZeroMemory, ModelStatesEqualTheEstimateAndThePaperFormulas) {
+// fp32: params 4P, grads 4P, Adam m+v 8P, sharded by stage (the parameters are
+// the master weights). bf16: the ZeRO paper's mixed-precision figures exactly.
+class ZeroMemory : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ZeroMemory, ModelStatesEqualTheEstimateAndThePaperFormulas) {
+  const std::string precision = GetParam();
   const int64_t n = g_comm->size();
   for (int stage = 0; stage <= 3; ++stage) {
-    config::Recipe r = recipe({"zero.stage=" + std::to_string(stage), "steps=2"});
+    config::Recipe r =
+        recipe({"zero.stage=" + std::to_string(stage), "steps=2", "precision=" + precision});
     Result res = train(r, *g_comm, "memory");
     const auto& mem = res.summary["memory"];
     const auto& est = res.summary["model_state_bytes_estimate"];
     const int64_t P = res.summary["padded_params"];
     const int64_t measured = mem["params"].get<int64_t>() + mem["grads"].get<int64_t>() +
                              mem["master"].get<int64_t>() + mem["optimizer"].get<int64_t>();
-    const int64_t formula[] = {16 * P, 8 * P + 8 * P / n, 4 * P + 12 * P / n, 16 * P / n};
+    const int64_t fp32[] = {16 * P, 8 * P + 8 * P / n, 4 * P + 12 * P / n, 16 * P / n};
+    const int64_t paper[] = {16 * P, 4 * P + 12 * P / n, 2 * P + 14 * P / n, 16 * P / n};
+    const int64_t formula = precision == "fp32" ? fp32[stage] : paper[stage];
     if (g_comm->rank() == 0)
-      std::printf("world %lld stage %d: P = %lld; per-rank model states measured %lld, "
-                  "estimate %lld, formula %lld bytes (params %lld, grads %lld, optimizer %lld)\n",
-                  (long long)n, stage, (long long)P, (long long)measured,
-                  (long long)est["total"].get<int64_t>(), (long long)formula[stage],
+      std::printf("world %lld %s stage %d: P = %lld; per-rank model states measured %lld, "
+                  "estimate %lld, formula %lld bytes (params %lld, grads %lld, master %lld, "
+                  "optimizer %lld)\n",
+                  (long long)n, precision.c_str(), stage, (long long)P, (long long)measured,
+                  (long long)est["total"].get<int64_t>(), (long long)formula,
                   (long long)mem["params"].get<int64_t>(), (long long)mem["grads"].get<int64_t>(),
+                  (long long)mem["master"].get<int64_t>(),
                   (long long)mem["optimizer"].get<int64_t>());
     EXPECT_EQ(measured, est["total"].get<int64_t>()) << "stage " << stage;
-    EXPECT_EQ(measured, formula[stage]) << "stage " << stage;
-    EXPECT_EQ(mem["params"], est["params"]);
-    EXPECT_EQ(mem["grads"], est["grads"]);
-    EXPECT_EQ(mem["optimizer"], est["optimizer"]);
+    EXPECT_EQ(measured, formula) << "stage " << stage;
+    for (const char* k : {"params", "grads", "master", "optimizer"}) EXPECT_EQ(mem[k], est[k]) << k;
     // Every rank holds the same amount (equal shards).
     for (const auto& row : res.summary["memory_per_rank"]) {
       EXPECT_EQ(row["params"], mem["params"]);
@@ -170,6 +192,8 @@ TEST(ZeroMemory, ModelStatesEqualTheEstimateAndThePaperFormulas) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precision, ZeroMemory, ::testing::Values("fp32", "bf16"));
 
 TEST(ZeroComm, BytesPerStepFollowTheRingModel) {
   const int64_t n = g_comm->size();
