@@ -68,11 +68,47 @@ for stage in 2 3; do
     [ "$comm" = "$(stage_field $stage comm_bytes_per_step)" ]
 done
 
+# bf16, stage 3, every other block checkpointed, at N = 4: model states (c = 2,
+# fp32 master), activations (16-bit, recomputed blocks), comm buffers (the
+# full 16-bit parameters gathered for the weights digest) and comm bytes per
+# step (2 bytes an element) equal the estimate to the byte.
+B16=(precision=bf16 zero.stage=3 "activation_checkpointing.layers={every: 2}")
+json=$("$FDTRAIN" estimate "$Q" "$TINY" "${B16[@]}" --world-size 4 --json 2>&1); rc=$?
+flat=$(tr -d ' \n' <<<"$json")
+check "bf16 --json exits 0" [ "$rc" -eq 0 ]
+check "bf16 --json precision and checkpointed layers" \
+  grep -q '"precision":"bf16","compute_bytes":2,"checkpointed_layers":\[0,2\]' <<<"$flat"
+check "bf16 paper formulas" grep -q '"paper_formula":"2Ψ+14Ψ/N"' <<<"$flat"
+run="$TMP/run_bf16"
+log=$(timeout 300 mpirun --oversubscribe --bind-to none -n 4 "$FDTRAIN" train "$Q" "$TINY" \
+      steps=2 "${B16[@]}" logging.sample_tokens=0 logging.eval_batches=1 \
+      --run-dir "$run" --no-progress 2>&1); rc=$?
+if [ $rc -ne 0 ] || [ ! -f "$run/summary.json" ]; then
+  echo "FAIL: bf16 4-rank run at stage 3 exited $rc"; echo "$log" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+else
+  s=$(tr -d ' \n' < "$run/summary.json")
+  mem=$(sed -E 's/.*"memory":\{([^}]*)\}.*/\1/' <<<"$s")
+  field() { sed -E "s/.*\"$1\":([0-9]+).*/\\1/" <<<"$mem"; }
+  for k in params grads master optimizer activations; do
+    check "bf16 stage 3: measured $k $(field $k) == estimate $(stage_field 3 $k)" \
+      [ "$(field $k)" = "$(stage_field 3 $k)" ]
+  done
+  check "bf16 stage 3: measured comm $(field comm) == estimate $(stage_field 3 comm_buffers)" \
+    [ "$(field comm)" = "$(stage_field 3 comm_buffers)" ]
+  comm=$(sed -E 's/.*"comm_bytes_per_step":([0-9]+).*/\1/' <<<"$s")
+  check "bf16 stage 3: comm bytes per step $comm == estimate $(stage_field 3 comm_bytes_per_step)" \
+    [ "$comm" = "$(stage_field 3 comm_bytes_per_step)" ]
+fi
+# The human-readable form names the precision, the checkpointed blocks and the paper's bf16 figures.
+out=$("$FDTRAIN" estimate "$Q" "$TINY" "${B16[@]}" --world-size 4 2>&1)
+check "bf16 table header" grep -q 'precision bf16; 2 of 4 blocks checkpointed' <<<"$out"
+check "bf16 paper formulas in the table" grep -q '16Ψ  *4Ψ + 12Ψ/N  *2Ψ + 14Ψ/N  *16Ψ/N' <<<"$out"
+
 # A world size below 1, or one the recipe's global batch does not fit, is refused.
 expect_fail 2 "--world-size must be >= 1, got 0" estimate "$Q" --world-size 0
 expect_fail 2 "--world-size must be >= 1, got -3" estimate "$Q" --world-size -3
 expect_fail 2 "world-size" estimate "$Q" --world-size two
 expect_fail 2 "batch.global: 32 sequences per step do not fit 4 rank" estimate "$Q" batch.global=32 --world-size 4
-expect_fail 2 "precision.*(not supported yet|fp32 only)" estimate "$Q" precision=bf16
 
 finish

@@ -147,14 +147,16 @@ struct Measured {
 };
 
 Measured measure_step(const nn::GptConfig& c, int stage, int micro, int seq_len, int accumulation,
-                      bool overlap) {
+                      bool overlap, DType dtype = DType::kF32,
+                      const std::vector<int>& checkpointed = {}) {
   dist::LocalCommunicator comm;
-  nn::Gpt model(c, DType::kF32, zero::layout_for(stage, 1));
+  nn::Gpt model(c, dtype, zero::layout_for(stage, 1));
   model.init_gpt2(7);
   zero::ZeroConfig zc;
   zc.stage = stage;
   zc.accumulation = accumulation;
   zc.overlap_comm = overlap;
+  for (int l : checkpointed) zc.checkpoint_segments.push_back(1 + l);  // as the trainer does
   zero::ZeroEngine engine(model, comm, zc);
   Tensor tokens = Tensor::empty(Shape{micro, seq_len}, DType::kI32, MemCategory::kOther);
   Tensor targets = Tensor::empty(Shape{micro, seq_len}, DType::kI32, MemCategory::kOther);
@@ -193,7 +195,7 @@ struct StepCase {
 // attention score blocks; V = 2C + 1 the cross-entropy backward.
 const StepCase kCases[] = {
     {config(2, 4, 64, 129, 64), 3, 32, "cross-entropy backward"},
-    {config(2, 2, 64, 40, 160), 1, 150, "MLP projection backward (top block)"},
+    {config(2, 2, 64, 40, 160), 1, 150, "block 1 mlp.c_proj backward"},
     {config(1, 3, 48, 300, 16), 2, 16, "cross-entropy backward"},
     {config(3, 2, 24, 40, 8), 2, 8, nullptr},
 };
@@ -227,6 +229,111 @@ TEST(Estimate, ActivationsAndCommBuffersEqualAMeasuredStep) {
       }
     }
   }
+}
+
+// bf16 and fp16: 16-bit activations with the ops' fp32 statistics and fp32
+// scratch copies, with and without activation checkpointing, against a real
+// step (world 1: the local communicator stages nothing). Model states at c = 2.
+TEST(Estimate, SixteenBitAndCheckpointedActivationsEqualAMeasuredStep) {
+  const std::vector<std::vector<int>> layer_sets = {{}, {0, 1, 2}, {0}, {1}, {0, 2}};
+  for (const StepCase& k : {kCases[0], kCases[1], kCases[3]}) {
+    const int L = k.model.n_layer;
+    const std::vector<int64_t> numel = segment_padded_numel(k.model, 1);
+    int64_t P = 0;
+    for (int64_t v : numel) P += v;
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (const std::vector<int>& all_layers : layer_sets) {
+        std::vector<int> layers;
+        for (int l : all_layers)
+          if (l < L) layers.push_back(l);
+        const ActivationEstimate act = estimate_activations(k.model, k.micro, k.seq_len, 2, layers);
+        EXPECT_LT(act.eval_peak, act.peak);
+        for (int stage : {0, 2, 3}) {
+          for (int accumulation : {1, 2}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "C " << k.model.d_model << " T " << k.seq_len << " " << dtype_name(dtype)
+                         << " checkpointed " << layers.size() << " of " << L << " (first "
+                         << (layers.empty() ? -1 : layers[0]) << ") stage " << stage
+                         << " accumulation " << accumulation);
+            const Measured m = measure_step(k.model, stage, k.micro, k.seq_len, accumulation, true,
+                                            dtype, layers);
+            const zero::ModelStateBytes ms = zero::model_state_bytes(stage, 1, accumulation, P, 2);
+            EXPECT_EQ(m.params, ms.params);
+            EXPECT_EQ(m.grads, ms.grads);
+            EXPECT_EQ(m.master, ms.master);
+            EXPECT_EQ(m.optimizer, ms.optimizer);
+            EXPECT_EQ(m.activations, act.peak) << "estimated peak at " << act.peak_at;
+            EXPECT_EQ(m.comm, comm_buffer_bytes(stage, 1, accumulation, true, numel, 2, false));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Checkpointing every block keeps one output per block instead of the full
+// saved set, and the fp32 replay still gives the fp32 figures.
+TEST(Estimate, CheckpointingKeepsOnlyBlockOutputs) {
+  const nn::GptConfig c = config(8, 4, 64, 96, 64);
+  for (int bytes : {4, 2}) {
+    const ActivationEstimate none = estimate_activations(c, 2, 64, bytes);
+    const ActivationEstimate all = estimate_activations(c, 2, 64, bytes, {0, 1, 2, 3, 4, 5, 6, 7});
+    const int64_t R = 2 * 64, C = 64;
+    EXPECT_EQ(all.per_checkpointed_block, bytes * R * C);
+    EXPECT_EQ(none.saved - all.saved, 8 * (none.per_block - all.per_checkpointed_block));
+    EXPECT_LT(all.peak, none.peak);
+    EXPECT_EQ(all.checkpointed, 8);
+  }
+  // Without checkpointing, fp32: the former closed form (tests above measure both).
+  const ActivationEstimate f32 = estimate_activations(c, 2, 64);
+  EXPECT_EQ(f32.per_block, 4 * (16 * 128 * 64 + 4 * 128 + 4 * 128));
+}
+
+// With precision bf16 or fp16 and P = Ψ, model states are the paper's
+// mixed-precision figures: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N; communication
+// counts 2 bytes an element.
+TEST(Estimate, SixteenBitModelStatesAreThePaperFormulas) {
+  const nn::GptConfig c = unpadded();
+  const int64_t psi = c.num_params();
+  for (config::Precision p : {config::Precision::kBf16, config::Precision::kFp16}) {
+    for (int64_t N : {1, 2, 4}) {
+      config::Recipe r = recipe_for(c, 2, 16, 1);
+      r.precision = p;
+      r.activation_checkpointing.layers = {1};
+      const Estimate e = estimate(r, int(N));
+      ASSERT_EQ(e.padded_params, psi);
+      EXPECT_EQ(e.compute_bytes, 2);
+      const int64_t want[4] = {16 * psi, 4 * psi + 12 * psi / N, 2 * psi + 14 * psi / N,
+                               16 * psi / N};
+      for (int s = 0; s < 4; ++s) {
+        const StageEstimate& st = e.stages[size_t(s)];
+        EXPECT_EQ(st.model_states.total(), want[s]) << "stage " << s << " N " << N;
+        EXPECT_EQ(st.paper_bytes, double(want[s])) << "stage " << s << " N " << N;
+        EXPECT_EQ(st.comm_bytes_per_step, comm_bytes_per_step(s, int(N), 1, psi, 2));
+        EXPECT_EQ(st.comm_staging > 0, N > 1) << "fp32 staging only through MPI";
+        EXPECT_EQ(st.comm_full_gather, s == 3 ? 2 * psi : 0);
+      }
+      EXPECT_EQ(e.stages[0].model_states.master, 4 * psi);
+      EXPECT_EQ(e.stages[2].model_states.grads, 2 * psi / N);
+      EXPECT_EQ(e.stages[3].model_states.params, 2 * psi / N);
+      EXPECT_EQ(e.activations.checkpointed, 1);
+    }
+  }
+  EXPECT_EQ(comm_bytes_per_step(3, 4, 1, 1024, 2), 3 * 1536);
+}
+
+// 16-bit at N > 1: the MPI comm thread's fp32 staging of one reduce-scatter
+// (input 4 bytes x segment, output 4 bytes x shard), at the worst moment.
+TEST(Estimate, SixteenBitStagingOfOneReduceScatter) {
+  const std::vector<int64_t> numel = {1000, 100, 100, 100, 100, 12};
+  // Stage 2 at N = 2: the worst moment is the embedding's own reduce-scatter
+  // being launched (and staged: 4 x (1000 + 500)) while its bucket (2 x 1000)
+  // and the buckets of h.1 and h.0, still in flight, are held.
+  EXPECT_EQ(comm_buffer_bytes(2, 2, 1, true, numel, 2, true),
+            2 * (1000 + 100 + 100) + 4 * (1000 + 500));
+  EXPECT_EQ(comm_buffer_bytes(2, 2, 1, true, numel, 2, false), 2 * (1000 + 100 + 100 + 100));
+  // Without overlap each reduction completes at once: its bucket next to its staging.
+  EXPECT_EQ(comm_buffer_bytes(2, 2, 1, false, numel, 2, true), 2 * 1000 + 4 * (1000 + 500));
 }
 
 // The comm-buffer replay by hand for the pattern that matters most: stage 3
