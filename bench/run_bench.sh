@@ -46,6 +46,25 @@ for world in 1 2; do
       'BEGIN { printf "%-6s %-6s %10.0f %12.1f %9.2fx %16.1f %14.2f\n", w, s, t, m, t / b, ws * 1e3, by / 1048576 }'
   done
 done
+
+# Precision and activation checkpointing: config S, one rank, 12 steps.
+echo
+echo "fdtrain precision x activation checkpointing: config S, world 1, micro batch 8, 12 steps"
+printf "%-6s %-10s %12s %10s %18s %12s\n" dtype checkpoint ms/step overhead "peak activations" ratio
+for p in fp32 bf16 fp16; do
+  base_ms=""; base_act=""
+  for ck in none all; do
+    d="$OUT/p${p}c$ck"
+    "$BUILD_DIR/bin/fdtrain" train bench/recipes/s_fortunes.yaml precision=$p \
+      activation_checkpointing.layers=$ck --run-dir "$d" --overwrite --no-progress > "$OUT/log" 2>&1 \
+      || { cat "$OUT/log"; exit 1; }
+    ms=$(field "$d" ms_per_step)
+    act=$(sed -n 's/^    "activations": \([0-9]*\),*$/\1/p' "$d/summary.json" | head -1)
+    [ -z "$base_ms" ] && base_ms=$ms && base_act=$act
+    awk -v p="$p" -v c="$ck" -v m="$ms" -v bm="$base_ms" -v a="$act" -v ba="$base_act" \
+      'BEGIN { printf "%-6s %-10s %12.1f %9.2fx %14.1f MiB %11.3fx\n", p, c, m, m / bm, a / 1048576, a / ba }'
+  done
+done
 rm -rf "$OUT"
 # Two independent single-thread processes side by side: the ceiling for world 2 on this machine.
 echo

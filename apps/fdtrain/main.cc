@@ -7,10 +7,15 @@
 //   fdtrain print-config RECIPE [overrides...]
 //   fdtrain estimate RECIPE [overrides...] [--world-size N] [--json]
 //                                            memory and communication per rank, every ZeRO stage
+//   fdtrain ckpt inspect PATH                step, world, stage, shards; verifies every checksum
+//   fdtrain ckpt export PATH --out FILE [--dtype fp32|bf16] [--overwrite]
+//   fdtrain ckpt diff A B                    weights of two checkpoints compared
+//                                            consolidated weights as .safetensors (HF GPT-2) or .h5
 //
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,6 +24,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/strings.h"
+#include "lib/ckpt/export.h"
 #include "lib/config/load.h"
 #include "lib/dist/fault.h"
 #include "lib/dist/init.h"
@@ -49,7 +55,7 @@ int run(int argc, char** argv) {
   // `fdtrain RECIPE ...` is shorthand for `fdtrain train RECIPE ...`.
   std::vector<std::string> args(argv + 1, argv + argc);
   static const std::vector<std::string> kCommands = {"train", "validate", "print-config",
-                                                     "estimate"};
+                                                     "estimate", "ckpt"};
   if (!args.empty() && args[0].rfind("-", 0) != 0 &&
       std::find(kCommands.begin(), kCommands.end(), args[0]) == kCommands.end()) {
     args.insert(args.begin(), "train");
@@ -78,6 +84,10 @@ int run(int argc, char** argv) {
   train->add_option("--run-dir", run_dir, "run directory (default: runs/<recipe name>)");
   train->add_flag("--overwrite", overwrite, "replace a run already in the run directory");
   train->add_flag("--no-progress", no_progress, "no progress line on the terminal");
+  std::string resume;
+  train->add_option("--resume", resume,
+                    "resume: 'auto' (from RUN/checkpoints/latest if present, else start fresh) or "
+                    "a checkpoint directory");
   bool force_progress = false;
   train->add_flag("--progress", force_progress,
                   "show the progress line even when stderr is not a terminal (e.g. under mpirun)");
@@ -92,6 +102,34 @@ int run(int argc, char** argv) {
   bool json = false;
   estimate->add_option("--world-size", world_size, "number of ranks N (default 1)");
   estimate->add_flag("--json", json, "machine-readable output (exact bytes)");
+
+  // fdtrain ckpt inspect|export: PATH is a step directory, a checkpoints
+  // directory or a run directory (then its latest checkpoint).
+  CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export a checkpoint");
+  ckpt->require_subcommand(1);
+  std::string ckpt_path;
+  CLI::App* inspect = ckpt->add_subcommand(
+      "inspect", "print a checkpoint's step, world size, stage, shards; verify every checksum");
+  inspect->add_option("path", ckpt_path, "step directory, checkpoints directory or run directory")
+      ->required();
+  CLI::App* export_cmd = ckpt->add_subcommand(
+      "export",
+      "write a checkpoint's weights to one .safetensors (Hugging Face GPT-2) or .h5 file");
+  export_cmd
+      ->add_option("path", ckpt_path, "step directory, checkpoints directory or run directory")
+      ->required();
+  std::string export_out;
+  std::string export_dtype = "fp32";
+  bool export_overwrite = false;
+  export_cmd->add_option("--out", export_out, "output file (.safetensors or .h5)")->required();
+  export_cmd->add_option("--dtype", export_dtype, "fp32 (default) or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  export_cmd->add_flag("--overwrite", export_overwrite, "replace an existing output file");
+  std::string diff_other;
+  CLI::App* diff_cmd = ckpt->add_subcommand(
+      "diff", "compare two checkpoints' weights: per tensor and ||a - b|| / ||b|| overall");
+  diff_cmd->add_option("a", ckpt_path, "checkpoint A")->required();
+  diff_cmd->add_option("b", diff_other, "checkpoint B (the reference)")->required();
 
   try {
     app.parse(args);
@@ -116,6 +154,21 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "fdtrain: %zu error%s in %s\n", errors.size(),
                  errors.size() == 1 ? "" : "s", recipe.c_str());
     return 2;
+  }
+  if (*inspect) {
+    std::fputs(fd::ckpt::inspect_checkpoint(ckpt_path).c_str(), stdout);
+    return 0;
+  }
+  if (*diff_cmd) {
+    std::fputs(fd::ckpt::diff_checkpoints(ckpt_path, diff_other, nullptr).c_str(), stdout);
+    return 0;
+  }
+  if (*export_cmd) {
+    fd::DType dtype = export_dtype == "bf16" ? fd::DType::kBF16 : fd::DType::kF32;
+    std::printf(
+        "%s\n",
+        fd::ckpt::export_checkpoint(ckpt_path, export_out, dtype, export_overwrite).c_str());
+    return 0;
   }
   if (*estimate && world_size < 1) {
     print_error(fmt::format("--world-size must be >= 1, got {}", world_size));
@@ -146,6 +199,9 @@ int run(int argc, char** argv) {
   options.force_progress = force_progress;
   options.command_line = join_command_line(argc, argv);
   options.fault = fd::dist::fault_from_env();
+  options.resume = resume;
+  // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step boundary and exit 0.
+  std::signal(SIGUSR1, [](int) { fd::engine::Trainer::request_stop(); });
 
   std::unique_ptr<fd::dist::Communicator> comm = fd::dist::init(&argc, &argv);
   if (comm->rank() != 0) fd::log::set_rank(comm->rank());

@@ -481,6 +481,12 @@ void Builder::model(const Node& root) {
   get_int(s, "model", "vocab_size", &m.vocab_size, at_least(1));
   get_int(s, "model", "max_seq_len", &m.max_seq_len, at_least(1));
   get_string(s, "model", "init_from", &m.init_from);
+  if (!m.init_from.empty() && !bad("model.init_from") && !std::filesystem::exists(m.init_from)) {
+    error(loc_of("model.init_from"), "model.init_from",
+          fmt::format("no such file '{}'; give an fdtrain export (fdtrain ckpt export) or a "
+                      "Hugging Face GPT-2 model.safetensors",
+                      m.init_from));
+  }
 }
 
 void Builder::data(const Node& root) {
@@ -730,15 +736,8 @@ void Builder::unsupported() {
     error(loc_of(path), path,
           fmt::format("{} is not supported yet ({}; see docs/RECIPE.md)", what, why));
   };
-  if (!bad("model.init_from") && !r_->model.init_from.empty()) {
-    refuse_because("model.init_from", "starting from a base checkpoint",
-                   "leave init_from empty to train from a random init");
-  }
   if (!bad("lora") && r_->lora) {
     refuse_because("lora", "LoRA fine-tuning", "remove the lora section or set it to null");
-  }
-  if (!bad("checkpoint.every") && r_->checkpoint.every != 0) {
-    refuse_because("checkpoint.every", "saving checkpoints", "set every to 0");
   }
   if (!bad("device") && r_->device != DeviceName::kCpu) {
     refuse_because("device", "training on CUDA", "this build trains on the CPU");

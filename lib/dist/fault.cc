@@ -14,7 +14,8 @@
 namespace fd::dist {
 namespace {
 
-constexpr std::string_view kForm = "kill|stall|throw|inf:rank=R:step=S (e.g. kill:rank=1:step=5)";
+constexpr std::string_view kForm =
+    "kill|stall|throw|inf|ckptkill:rank=R:step=S[:point=P] (e.g. kill:rank=1:step=5)";
 
 [[noreturn]] void malformed(std::string_view text, std::string_view why) {
   usage_error("FDTRAIN_FAULT='{}': {}; expected {}", text, why, kForm);
@@ -48,10 +49,12 @@ FaultSpec parse_fault(std::string_view text) {
     spec.kind = FaultSpec::kThrow;
   } else if (parts[0] == "inf") {
     spec.kind = FaultSpec::kInf;
+  } else if (parts[0] == "ckptkill") {
+    spec.kind = FaultSpec::kCkptKill;
   } else {
     malformed(text, fmt::format("unknown fault kind '{}'", parts[0]));
   }
-  bool have_rank = false, have_step = false;
+  bool have_rank = false, have_step = false, have_point = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     std::string_view p = parts[i];
     if (p.starts_with("rank=") && !have_rank) {
@@ -60,11 +63,18 @@ FaultSpec parse_fault(std::string_view text) {
     } else if (p.starts_with("step=") && !have_step) {
       if (!parse_int(p.substr(5), &spec.step)) malformed(text, "step must be an integer >= 0");
       have_step = true;
+    } else if (p.starts_with("point=") && !have_point && spec.kind == FaultSpec::kCkptKill) {
+      int64_t point = 0;
+      if (!parse_int(p.substr(6), &point) || point < 1 || point > 4)
+        malformed(text, "point must be 1, 2, 3 or 4");
+      spec.point = int(point);
+      have_point = true;
     } else {
       malformed(text, fmt::format("unexpected field '{}'", p));
     }
   }
   if (!have_rank || !have_step) malformed(text, "both rank= and step= are required");
+  if (spec.kind == FaultSpec::kCkptKill && !have_point) malformed(text, "ckptkill needs point=1..4");
   return spec;
 }
 
@@ -78,8 +88,8 @@ bool fault_fires(const FaultSpec& spec, FaultSpec::Kind kind, int rank, int64_t 
 }
 
 void inject_fault(const FaultSpec& spec, int rank, int64_t step) {
-  if (spec.kind == FaultSpec::kNone || spec.kind == FaultSpec::kInf || spec.rank != rank ||
-      spec.step != step)
+  if (spec.kind == FaultSpec::kNone || spec.kind == FaultSpec::kInf ||
+      spec.kind == FaultSpec::kCkptKill || spec.rank != rank || spec.step != step)
     return;
   const char* what = spec.kind == FaultSpec::kKill    ? "kill (SIGKILL)"
                      : spec.kind == FaultSpec::kStall ? "stall (SIGSTOP)"
@@ -100,6 +110,7 @@ void inject_fault(const FaultSpec& spec, int rank, int64_t step) {
       runtime_error("injected fault at rank {} step {} (FDTRAIN_FAULT)", rank, step);
     case FaultSpec::kNone:
     case FaultSpec::kInf:
+    case FaultSpec::kCkptKill:
       break;
   }
 }

@@ -5,6 +5,11 @@
 //   FDTRAIN_FAULT=kill:rank=1:step=5    raise(SIGKILL) on rank 1 at step 5
 //   FDTRAIN_FAULT=stall:rank=1:step=5   raise(SIGSTOP): the peers time out
 //   FDTRAIN_FAULT=throw:rank=0:step=3   throw fd::Error(kRuntime, "injected fault ...")
+//   FDTRAIN_FAULT=ckptkill:rank=1:step=10:point=2
+//                                       SIGKILL rank 1 while writing the checkpoint after step 10
+//                                       at point 1 (before its shard), 2 (after its shard),
+//                                       3 (rank 0: manifest written, directory not renamed) or
+//                                       4 (rank 0: renamed, `latest` not yet updated)
 //   FDTRAIN_FAULT=inf:rank=0:step=3     rank 0's gradients are non-finite at step 3 (the
 //                                       trainer seeds its backward with inf): the step is skipped
 //
@@ -20,9 +25,10 @@
 namespace fd::dist {
 
 struct FaultSpec {
-  enum Kind { kNone, kKill, kStall, kThrow, kInf } kind = kNone;
+  enum Kind { kNone, kKill, kStall, kThrow, kInf, kCkptKill } kind = kNone;
   int rank = -1;
   int64_t step = -1;
+  int point = 0;  // kCkptKill: where in the checkpoint write
 };
 
 // Parses a FDTRAIN_FAULT value; throws a usage fd::Error naming FDTRAIN_FAULT

@@ -11,9 +11,22 @@ namespace fd::engine {
 
 namespace fs = std::filesystem;
 
-RunDirectory::RunDirectory(fs::path path, bool overwrite) : path_(std::move(path)) {
+RunDirectory::RunDirectory(fs::path path, bool overwrite, int64_t resume_step)
+    : path_(std::move(path)) {
   std::error_code ec;
-  if (fs::exists(path_ / "config.yaml", ec) && !overwrite) {
+  // Lines of an earlier metrics.jsonl that a resumed run keeps.
+  std::string kept;
+  if (resume_step >= 0) {
+    std::ifstream in(path_ / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto rec = nlohmann::json::parse(line, nullptr, false);
+      if (!rec.is_discarded() && rec.contains("step") && rec["step"].is_number_integer() &&
+          rec["step"].get<int64_t>() <= resume_step)
+        kept += line + "\n";
+    }
+  }
+  if (resume_step < 0 && fs::exists(path_ / "config.yaml", ec) && !overwrite) {
     usage_error(
         "{}: the run directory already holds a run; pass --overwrite to replace it or choose "
         "another --run-dir",
@@ -26,6 +39,7 @@ RunDirectory::RunDirectory(fs::path path, bool overwrite) : path_(std::move(path
   for (const char* stale : {"metrics.jsonl", "summary.json", "command.txt"})
     fs::remove(path_ / stale, ec);
   metrics_ = std::fopen((path_ / "metrics.jsonl").c_str(), "w");
+  if (metrics_ != nullptr && !kept.empty()) std::fputs(kept.c_str(), metrics_);
   if (metrics_ == nullptr)
     usage_error("{}: cannot write metrics.jsonl in the run directory: {}; choose another --run-dir",
                 path_.string(), std::strerror(errno));

@@ -19,8 +19,10 @@ namespace fd::engine {
 class RunDirectory {
  public:
   // Creates `path` (and parents). Throws fd::Error (usage) if it holds a run
-  // and !overwrite, or (runtime) if it cannot be created or written.
-  RunDirectory(std::filesystem::path path, bool overwrite);
+  // and neither overwrite nor resuming, or if it cannot be created or written.
+  // resume_step >= 0: the run resumes after that step in the same directory:
+  // metrics.jsonl keeps its lines up to that step and drops later ones.
+  RunDirectory(std::filesystem::path path, bool overwrite, int64_t resume_step = -1);
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;

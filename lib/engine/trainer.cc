@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,8 @@
 #include "lib/data/byte_tokenizer.h"
 #include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
+#include "lib/ckpt/export.h"
+#include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/progress.h"
 #include "lib/engine/run_dir.h"
@@ -32,6 +35,8 @@ namespace fd::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop_requested{0};
 constexpr const char* kVersion = "0.1.0";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -141,6 +146,10 @@ void Trainer::setup(const TrainOptions& options) {
   model_ = std::make_unique<nn::Gpt>(mc, compute_dtype(recipe_.precision),
                                      zero::layout_for(recipe_.zero.stage, world));
   model_->init_gpt2(uint64_t(recipe_.seed));
+  if (!recipe_.model.init_from.empty()) {
+    ckpt::load_weights(recipe_.model.init_from, *model_,
+                       fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
+  }
 
   zero::ZeroConfig zc;
   zc.stage = recipe_.zero.stage;
@@ -174,6 +183,10 @@ void Trainer::setup(const TrainOptions& options) {
   schedule_.total_steps = recipe_.steps;
   schedule_.min_lr = float(recipe_.schedule.min_lr);
 
+  std::optional<std::filesystem::path> resume_dir;
+  if (!options.resume.empty()) resume_dir = resolve_resume(options.resume, options.run_dir);
+  if (resume_dir) resume_from(resume_dir->string());
+
   // Peaks count from here: what the run holds, not the one-off full buffers
   // the model is built and initialised in before ZeRO shards them.
   MemoryAccountant::global().reset_peaks();
@@ -183,7 +196,10 @@ void Trainer::setup(const TrainOptions& options) {
                            MemCategory::kOther);
 
   if (comm_.rank() == 0) {
-    run_dir_ = std::make_unique<RunDirectory>(options.run_dir, options.overwrite);
+    // --resume auto without a checkpoint starts this run directory afresh.
+    run_dir_ = std::make_unique<RunDirectory>(options.run_dir,
+                                              options.overwrite || options.resume == "auto",
+                                              resume_dir ? start_step_ : -1);
     run_dir_->write_config(config::to_yaml(recipe_));
     run_dir_->write_command(options.command_line);
     log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
@@ -196,6 +212,87 @@ void Trainer::setup(const TrainOptions& options) {
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::request_stop() { g_stop_requested.store(1); }
+
+void Trainer::resume_from(const std::string& step_dir) {
+  OpenCheckpoint ck(step_dir);
+  const ckpt::ShardMeta& meta = ck.meta();
+  config::LoadResult saved = config::try_parse_recipe(meta.recipe_yaml, step_dir + " (saved recipe)",
+                                                      {}, config::Unsupported::kAllow);
+  if (!saved.ok()) {
+    usage_error("{}: the recipe stored in the checkpoint does not load: {}", step_dir,
+                saved.errors.front());
+  }
+  RecipeDiff diff = diff_recipes(saved.recipe, recipe_);
+  if (!diff.refused.empty()) {
+    std::string lines;
+    for (const auto& l : diff.refused) lines += "\n  " + l;
+    usage_error("{}: the checkpoint was saved with a different model, which cannot be resumed "
+                "(saved -> now):{}\nresume with the saved model settings, or start a new run",
+                step_dir, lines);
+  }
+  if (comm_.rank() == 0) {
+    for (const auto& l : diff.warnings)
+      log::warn("resuming with a changed recipe (saved -> now): {}", l);
+  }
+  // The same parameters at the same places of the same segments.
+  std::vector<ckpt::ParamLayout> mine = layout_of(*model_);
+  bool same = mine.size() == meta.layout.size();
+  for (size_t i = 0; same && i < mine.size(); ++i) {
+    same = mine[i].name == meta.layout[i].name && mine[i].segment == meta.layout[i].segment &&
+           mine[i].offset == meta.layout[i].offset && mine[i].shape == meta.layout[i].shape;
+  }
+  if (!same)
+    usage_error("{}: the checkpoint's parameter layout differs from this model's; it was written "
+                "for a different model",
+                step_dir);
+  zero_->load_state(
+      [&](const std::string& segment, const std::string& field, int64_t offset, int64_t count,
+          const Tensor& out) { ck.read(segment, field, offset, count, out); },
+      meta.optimizer_step);
+  if (scaler_ && meta.loss_scaler) {
+    precision::LossScalerState st;
+    st.scale = meta.loss_scaler->scale;
+    st.iter = meta.loss_scaler->iter;
+    st.last_overflow_iter = meta.loss_scaler->last_overflow_iter;
+    st.hysteresis_left = meta.loss_scaler->hysteresis_left;
+    scaler_->set_state(st);
+  }
+  start_step_ = meta.step;
+  skipped_at_start_ = meta.skipped_steps;
+  resumed_from_ = step_dir;
+  if (start_step_ > recipe_.steps)
+    usage_error("{}: the checkpoint is at step {}, beyond steps = {}; raise steps to train on",
+                step_dir, start_step_, recipe_.steps);
+  if (comm_.rank() == 0)
+    log::info("resuming from {} (step {}, saved at world size {}, ZeRO stage {}, {})", step_dir,
+              meta.step, meta.world_size, meta.zero_stage, meta.precision);
+}
+
+std::string Trainer::save(int64_t steps_done) {
+  SaveRequest req;
+  req.run_dir = options_.run_dir;
+  req.step = steps_done;
+  req.keep_last = recipe_.checkpoint.keep_last;
+  req.fault = options_.fault;
+  ckpt::ShardMeta& m = req.meta;
+  m.step = steps_done;
+  m.zero_stage = recipe_.zero.stage;
+  m.precision = std::string(config::to_string(recipe_.precision));
+  m.recipe_yaml = config::to_yaml(recipe_);
+  m.optimizer_step = zero_->optimizer_steps();
+  m.seed = recipe_.seed;
+  m.skipped_steps = skipped_total_;
+  m.layout = layout_of(*model_);
+  m.fdtrain_version = kVersion;
+  if (scaler_) {
+    precision::LossScalerState st = scaler_->state();
+    m.loss_scaler = ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter,
+                                          st.hysteresis_left};
+  }
+  return save_checkpoint(req, *zero_, comm_).string();
+}
 
 void Trainer::with_full_parameters(const std::function<void()>& fn) {
   zero_->with_full_parameters(fn);
@@ -223,9 +320,12 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     tape.backward(loss, seed);
     zero_->end_micro_batch(micro);
   }
-  comm_.all_reduce_f64(&loss_sum, 1);
+  // One small all-reduce carries the loss and whether any rank was asked to stop.
+  double agreed[2] = {loss_sum, double(g_stop_requested.load())};
+  comm_.all_reduce_f64(agreed, 2);
   StepStats st;
-  st.loss = loss_sum / double(accum * world);
+  st.loss = agreed[0] / double(accum * world);
+  st.stop_requested = agreed[1] > 0.0;
   st.grad_norm = 0.0;
   st.skipped = false;
   st.loss_scale = scale;
@@ -297,12 +397,16 @@ nlohmann::json Trainer::run() {
   double loss = std::nan(""), eval_loss = std::nan(""), grad_norm = 0.0;
   std::string exit_reason = "completed";
   std::string fatal_message;
-  int64_t done = 0, skipped = 0;
+  int64_t done = start_step_;
+  skipped_total_ = skipped_at_start_;
+  std::string last_checkpoint;
+  double checkpoint_seconds = 0.0;
+  int64_t checkpoints_saved = 0;
   double eval_seconds = 0.0;     // evaluation time, excluded from throughput
   int64_t train_comm_bytes = 0;  // model traffic of training steps (not evaluation)
   double train_wait_s = 0.0;     // compute-thread time blocked on communication
   auto t_step = t_start;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start_step_; step < steps; ++step) {
     current_step_ = step;
     dist::inject_fault(options_.fault, comm_.rank(), step);
     const float lr = optim::lr_at(schedule_, step);
@@ -329,7 +433,7 @@ nlohmann::json Trainer::run() {
     }
     done = step + 1;
     if (st.skipped) {
-      ++skipped;
+      ++skipped_total_;
       if (rank0)
         log::warn("step {} skipped: non-finite gradients (global norm {}); no update made{}", done,
                   grad_norm,
@@ -337,10 +441,10 @@ nlohmann::json Trainer::run() {
                           : std::string());
     }
     const auto now = Clock::now();
-    if (step == 0) t_after_first = now;
+    if (step == start_step_) t_after_first = now;
     const double train_s = seconds_between(t_start, now) - eval_seconds;
     progress.update(done, loss, double(tokens_per_step) / seconds_between(t_step, now),
-                    train_s / double(done) * double(steps - done));
+                    train_s / double(done - start_step_) * double(steps - done));
     const bool last = done == steps;
     const bool eval_now =
         last || (recipe_.logging.eval_every > 0 && done % recipe_.logging.eval_every == 0);
@@ -354,7 +458,7 @@ nlohmann::json Trainer::run() {
                             {"tokens_per_s", tok_s},
                             {"elapsed_s", seconds_between(t_start, now)},
                             {"skipped", st.skipped},
-                            {"skipped_total", skipped}};
+                            {"skipped_total", skipped_total_}};
       if (scaler_) rec["loss_scale"] = scaler_->scale();
       if (eval_now) {
         const auto t_eval = Clock::now();
@@ -375,16 +479,33 @@ nlohmann::json Trainer::run() {
       t_window = Clock::now();  // the next window starts after evaluation and logging
       window_steps = 0;
     }
+    const bool save_now = recipe_.checkpoint.every > 0 &&
+                          (done % recipe_.checkpoint.every == 0 || last || st.stop_requested);
+    if (save_now || st.stop_requested) {
+      const auto t_save = Clock::now();
+      last_checkpoint = save(done);
+      const double secs = seconds_between(t_save, Clock::now());
+      checkpoint_seconds += secs;
+      eval_seconds += secs;  // not training time
+      ++checkpoints_saved;
+      if (rank0) log::info("checkpoint of step {} saved to {} in {:.2f} s", done, last_checkpoint, secs);
+    }
+    if (st.stop_requested) {
+      exit_reason = "signal";
+      if (rank0) log::info("stopping after step {} as asked (SIGUSR1)", done);
+      break;
+    }
     t_step = Clock::now();
   }
   progress.finish();
   const auto t_end = Clock::now();
   const double elapsed = seconds_between(t_start, t_end);
+  const int64_t ran = done - start_step_;  // steps this process trained
   // Steady-state throughput excludes step 1 (allocator and cache warm-up)
   // when there is more than one step.
   const double steady_s =
-      (done > 1 ? seconds_between(t_after_first, t_end) : elapsed) - eval_seconds;
-  const int64_t steady_steps = done > 1 ? done - 1 : done;
+      (ran > 1 ? seconds_between(t_after_first, t_end) : elapsed) - eval_seconds;
+  const int64_t steady_steps = ran > 1 ? ran - 1 : ran;
   const double tokens_per_s = double(tokens_per_step * steady_steps) / std::max(steady_s, 1e-9);
 
   std::string digest;
@@ -408,13 +529,18 @@ nlohmann::json Trainer::run() {
       {"world_size", world},
       {"precision", std::string(config::to_string(recipe_.precision))},
       {"zero_stage", recipe_.zero.stage},
-      {"skipped_steps", skipped},
+      {"skipped_steps", skipped_total_},
+      {"start_step", start_step_},
+      {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_from_)},
+      {"last_checkpoint",
+       last_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint)},
+      {"checkpoint_s_per_save", checkpoints_saved > 0 ? checkpoint_seconds / double(checkpoints_saved) : 0.0},
       {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json(nullptr)},
       {"num_params", model_->config().num_params()},
       {"padded_params", P},
       {"tokens_per_step", tokens_per_step},
-      {"comm_bytes_per_step", done > 0 ? train_comm_bytes / done : 0},
-      {"comm_wait_s_per_step", done > 0 ? train_wait_s / double(done) : 0.0},
+      {"comm_bytes_per_step", ran > 0 ? train_comm_bytes / ran : 0},
+      {"comm_wait_s_per_step", ran > 0 ? train_wait_s / double(ran) : 0.0},
       {"weights_sha256", digest},
       {"memory", memory["max"]},
       {"memory_per_rank", memory["per_rank"]},

@@ -59,6 +59,7 @@ struct TrainOptions {
   bool print_sample = true;            // print the generated sample to stdout at the end (rank 0)
   std::string command_line;            // recorded in command.txt and summary.json
   dist::FaultSpec fault;               // fault injection for tests (FDTRAIN_FAULT)
+  std::string resume;                  // "": fresh; "auto": RUN/checkpoints/latest if any; or a path
 };
 
 class Trainer {
@@ -78,6 +79,12 @@ class Trainer {
   void with_full_parameters(const std::function<void()>& fn);
   // The step (0-based) in progress, for failure messages.
   int64_t current_step() const { return current_step_; }
+  // The step (0-based) this run started at: 0, or the checkpoint's step when resuming.
+  int64_t start_step() const { return start_step_; }
+
+  // Makes the next step boundary save a checkpoint and end the run (exit_reason
+  // "signal"). Async-signal-safe: sets a flag (SIGUSR1 handler).
+  static void request_stop();
 
  private:
   void setup(const TrainOptions& options);
@@ -87,10 +94,13 @@ class Trainer {
     bool skipped;
     double loss_scale;  // the scale this step used (1 without loss scaling)
     bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
+    bool stop_requested = false;   // some rank got SIGUSR1 (agreed by all ranks)
   };
   StepStats train_step(int64_t step);
   double evaluate();  // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
+  void resume_from(const std::string& step_dir);
+  std::string save(int64_t steps_done);  // collective; returns the step directory
 
   config::Recipe recipe_;
   TrainOptions options_;
@@ -105,6 +115,10 @@ class Trainer {
   Tensor targets_;  // (micro, seq_len) i32
   optim::ScheduleOptions schedule_;
   int64_t current_step_ = -1;
+  int64_t start_step_ = 0;
+  int64_t skipped_at_start_ = 0;
+  std::string resumed_from_;
+  int64_t skipped_total_ = 0;
 };
 
 }  // namespace fd::engine

@@ -44,6 +44,12 @@ class AdamW {
   // grad_scale (clipping and loss-scale removal folded into the fp32 read).
   void step(float lr, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
+  // Restores the step counter (bias correction) when resuming from a checkpoint.
+  void set_steps_taken(int64_t steps) { step_ = steps; }
+  // The fp32 moments of shard i (in the order given to the constructor).
+  const Tensor& exp_avg(size_t i) const { return state_[i].m; }
+  const Tensor& exp_avg_sq(size_t i) const { return state_[i].v; }
+  size_t num_shards() const { return state_.size(); }
   // Bytes of optimizer state (m and v).
   int64_t state_bytes() const;
 

@@ -272,6 +272,60 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
   return r;
 }
 
+std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
+  std::vector<SegmentState> out;
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    const int64_t begin = begin_of(s);
+    // Stage 0 holds everything (AdamW shard i covers the whole group); others hold their range.
+    const int64_t in_state = config_.stage == 0 ? begin : 0;
+    SegmentState st;
+    st.segment = s.group->name();
+    st.segment_numel = s.group->numel();
+    st.offset = begin;
+    st.count = s.shard;
+    Tensor compute = config_.stage >= 3 ? s.param_shard
+                                        : s.group->flat_params().flat_slice(begin, s.shard);
+    st.params = compute;
+    st.master = s.master.defined() ? s.master.flat_slice(in_state, s.shard) : compute;
+    st.exp_avg = optimizer_->exp_avg(i).flat_slice(in_state, s.shard);
+    st.exp_avg_sq = optimizer_->exp_avg_sq(i).flat_slice(in_state, s.shard);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
+  FD_CHECK(pending_.empty(), "load_state with reductions in flight");
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    Segment& s = segments_[i];
+    const std::string& name = s.group->name();
+    // What this rank updates: everything (stage 0) or its range.
+    const int64_t begin = config_.stage == 0 ? 0 : begin_of(s);
+    const int64_t count = config_.stage == 0 ? s.group->numel() : s.shard;
+    Tensor compute = config_.stage == 0   ? s.group->flat_params()
+                     : config_.stage >= 3 ? s.param_shard
+                                          : s.group->flat_params().flat_slice(begin, count);
+    Tensor master = s.master.defined() ? s.master : compute;
+    if (master.dtype() == DType::kF32) {
+      read(name, "master", begin, count, master);
+    } else {  // unreachable: master is fp32 or the fp32 parameters
+      FD_CHECK(false, "non-fp32 master");
+    }
+    if (s.master.defined()) compute.copy_from(s.master);  // round to the compute dtype
+    read(name, "exp_avg", begin, count, optimizer_->exp_avg(i));
+    read(name, "exp_avg_sq", begin, count, optimizer_->exp_avg_sq(i));
+  }
+  optimizer_->set_steps_taken(optimizer_step);
+  // Make every rank's full parameters current again.
+  if (config_.stage == 1 || config_.stage == 2) {
+    for (const Segment& s : segments_) {
+      const Tensor& full = s.group->flat_params();
+      comm_.all_gather(full.flat_slice(begin_of(s), s.shard).raw(), full.raw(), s.shard, dtype_);
+    }
+  }
+}
+
 void ZeroEngine::with_full_parameters(const std::function<void()>& fn) {
   for (size_t g = 0; g < segments_.size(); ++g) pin_params(int(g));
   fn();

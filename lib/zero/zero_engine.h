@@ -106,6 +106,33 @@ class ZeroEngine : public nn::SegmentRunner {
   void with_full_parameters(const std::function<void()>& fn);
 
   int stage() const { return config_.stage; }
+
+  // Checkpointing. Every stage saves and restores the same thing: for each
+  // segment, the rank's contiguous range [rank*S, (rank+1)*S) of the fp32
+  // master weights, Adam moments and compute-dtype parameters (stage 0 holds
+  // everything, but each rank writes only its range). Loading fills whatever
+  // this rank's layout needs (its range; everything for stage 0) from any
+  // source through `read`, so a checkpoint from another world size or stage
+  // loads directly.
+  struct SegmentState {
+    std::string segment;    // the group's name
+    int64_t segment_numel;  // padded numel in this layout
+    int64_t offset;         // this rank's range
+    int64_t count;
+    Tensor master;      // fp32 (the parameters themselves for fp32 models)
+    Tensor exp_avg;     // fp32
+    Tensor exp_avg_sq;  // fp32
+    Tensor params;      // compute dtype
+  };
+  std::vector<SegmentState> saved_state() const;
+  // read(segment, field, offset, count, out) must fill `out` (count elements of
+  // out's dtype) with elements [offset, offset + count) of field "master",
+  // "exp_avg" or "exp_avg_sq" (fp32), zero-filling what lies beyond the
+  // source's padded segment. Collective (parameters are re-gathered).
+  using StateReader = std::function<void(const std::string& segment, const std::string& field,
+                                         int64_t offset, int64_t count, const Tensor& out)>;
+  void load_state(const StateReader& read, int64_t optimizer_step);
+  int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
   // Padded parameter elements over all segments (P above).
   int64_t padded_params() const;
 

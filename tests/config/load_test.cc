@@ -233,21 +233,24 @@ TEST_F(ConfigTest, EachUnsupportedFeatureIsRefusedWithItsLocation) {
   const std::string f = "tests/config/data/unsupported.yaml";
   EXPECT_EQ(
       errors_of("unsupported.yaml"),
-      (Lines{f + ":2:14: model.init_from: starting from a base checkpoint is not supported yet "
-                 "(leave init_from empty to train from a random init; see docs/RECIPE.md)",
-             f + ":8:1: lora: LoRA fine-tuning is not supported yet (remove the lora section or "
+      (Lines{f + ":8:1: lora: LoRA fine-tuning is not supported yet (remove the lora section or "
                  "set it to null; see docs/RECIPE.md)",
-             f + ":14:10: checkpoint.every: saving checkpoints is not supported yet (set every to "
-                 "0; see docs/RECIPE.md)",
              f + ":15:9: device: training on CUDA is not supported yet (this build trains on the "
                  "CPU; see docs/RECIPE.md)"}));
+}
+
+TEST_F(ConfigTest, InitFromMustNameAnExistingFile) {
+  EXPECT_EQ(errors_of("valid.yaml", {"model.init_from=base.safetensors"}),
+            (Lines{"override 'model.init_from=base.safetensors': model.init_from: no such file "
+                   "'base.safetensors'; give an fdtrain export (fdtrain ckpt export) or a Hugging "
+                   "Face GPT-2 model.safetensors"}));
 }
 
 TEST_F(ConfigTest, UnsupportedFeaturesParseWhenAllowed) {
   LoadResult r = try_load_recipe(fixture("unsupported.yaml"), {}, Unsupported::kAllow);
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
   const Recipe& x = r.recipe;
-  EXPECT_EQ(x.model.init_from, "base.safetensors");
+  EXPECT_EQ(x.model.init_from, "tests/golden/gpt_tiny.safetensors");
   EXPECT_EQ(x.precision, Precision::kBf16);
   EXPECT_EQ(x.zero.stage, 2);
   ASSERT_TRUE(x.lora.has_value());
@@ -267,10 +270,7 @@ TEST_F(ConfigTest, EachUnsupportedValueByOverride) {
   };
   const Case cases[] = {
       {"lora={r: 4}", "lora: LoRA fine-tuning is not supported yet"},
-      {"checkpoint.every=10", "checkpoint.every: saving checkpoints is not supported yet"},
       {"device=cuda", "device: training on CUDA is not supported yet"},
-      {"model.init_from=gpt2.safetensors",
-       "model.init_from: starting from a base checkpoint is not supported yet"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> errors = errors_of("valid.yaml", {c.override});

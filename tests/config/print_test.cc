@@ -30,11 +30,11 @@ TEST_F(ConfigTest, ToYamlRoundTripsEveryFieldAndOddStrings) {
       fixture("unsupported.yaml"),
       {"precision=fp16", "lora={r: 3, alpha: 0.1, dropout: 1e-3, targets: [c_proj], layers: [2]}",
        "logging.sample_prompt=\"yes\\n\\t\\\"quoted\\\" # not a comment: {x} \\u00e9\"",
-       "model.init_from='true'", "loss_scale={loss_scale: 1e30, consecutive_hysteresis: true}",
+       "model.init_from='tests/golden/gpt_tiny.safetensors'", "loss_scale={loss_scale: 1e30, consecutive_hysteresis: true}",
        "dist.timeout_s=0.5", "seed=0", "data.val_fraction=0", "optimizer.eps=1e-300"},
       Unsupported::kAllow);
   EXPECT_EQ(r.logging.sample_prompt, "yes\n\t\"quoted\" # not a comment: {x} \xc3\xa9");
-  EXPECT_EQ(r.model.init_from, "true");
+  EXPECT_EQ(r.model.init_from, "tests/golden/gpt_tiny.safetensors");
   EXPECT_EQ(r.loss_scale.loss_scale, 1e30);
   expect_round_trip(r);
 }

@@ -1,0 +1,575 @@
+#include "lib/ckpt/export.h"
+
+#include <cmath>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/base/strings.h"
+#include "lib/ckpt/h5.h"
+#include "lib/config/load.h"
+#include "lib/tensor/safetensors.h"
+
+namespace fd::ckpt {
+
+namespace fs = std::filesystem;
+using h5::H5Id;
+
+namespace {
+
+constexpr const char* kCorruptHint = "resume from an earlier checkpoint";
+constexpr int64_t kReadBlock = int64_t(1) << 22;  // elements per read while verifying
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return Shape(std::span<const int64_t>(shape)).str();
+}
+
+bool same_layout(const std::vector<ParamLayout>& a, const std::vector<ParamLayout>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].segment != b[i].segment || a[i].offset != b[i].offset ||
+        a[i].shape != b[i].shape || a[i].decay != b[i].decay)
+      return false;
+  return true;
+}
+
+// The model dimensions a set of GPT-2 tensors implies (-1: unknown).
+struct ImpliedDims {
+  int64_t n_layer = -1, d_model = -1, vocab_size = -1, max_seq_len = -1;
+};
+
+ImpliedDims implied_dims(const std::map<std::string, std::vector<int64_t>>& shapes) {
+  ImpliedDims d;
+  static const std::regex kBlock(R"(^h\.(\d+)\..*)");
+  std::smatch m;
+  for (const auto& [name, shape] : shapes) {
+    if (std::regex_match(name, m, kBlock))
+      d.n_layer = std::max<int64_t>(d.n_layer, std::stoll(m[1].str()) + 1);
+    if (name == "wte.weight" && shape.size() == 2) {
+      d.vocab_size = shape[0];
+      d.d_model = shape[1];
+    }
+    if (name == "wpe.weight" && shape.size() == 2) d.max_seq_len = shape[0];
+  }
+  if (d.n_layer < 0 && (d.d_model >= 0)) d.n_layer = 0;
+  return d;
+}
+
+// "the file holds a model with n_layer 2, d_model 16, ...: set model.n_layer to 2" or "".
+std::string dims_hint(const ImpliedDims& file, const ImpliedDims& model) {
+  std::vector<std::string> have, set;
+  auto one = [&](const char* key, int64_t f, int64_t m) {
+    if (f < 0) return;
+    have.push_back(fmt::format("{} {}", key, f));
+    if (m >= 0 && f != m) set.push_back(fmt::format("model.{} to {}", key, f));
+  };
+  one("n_layer", file.n_layer, model.n_layer);
+  one("d_model", file.d_model, model.d_model);
+  one("vocab_size", file.vocab_size, model.vocab_size);
+  one("max_seq_len", file.max_seq_len, model.max_seq_len);
+  if (have.empty()) return "";
+  std::string s = "; the file holds a model with " + fmt::format("{}", fmt::join(have, ", "));
+  if (!set.empty())
+    s += fmt::format(": set {} to load it", fmt::join(set, " and "));
+  else
+    s += ": check model.n_head and the file";
+  return s;
+}
+
+// Reads the model options out of the checkpoint's resolved recipe (only
+// lib/config reads YAML). nullopt when it no longer validates here (e.g. its
+// data files are elsewhere): the dimensions then come from the layout alone.
+std::optional<config::Recipe> checkpoint_recipe(const ShardMeta& meta) {
+  config::LoadResult r = config::try_parse_recipe(meta.recipe_yaml, "checkpoint recipe", {},
+                                                  config::Unsupported::kAllow);
+  if (!r.ok()) return std::nullopt;
+  return r.recipe;
+}
+
+void check_against_manifest(const Checkpoint& c, size_t i) {
+  const ShardMeta& m = c.shards[i].meta();
+  const Manifest& mf = c.manifest;
+  const std::string& path = c.shards[i].path();
+  std::string manifest = (fs::path(c.dir) / "manifest.json").string();
+  auto differ = [&](const char* what, const std::string& shard, const std::string& man) {
+    usage_error("{}: {} is {} but the manifest {} says {}; the checkpoint is inconsistent; {}",
+                path, what, shard, manifest, man, kCorruptHint);
+  };
+  if (m.rank != int(i)) differ("rank", std::to_string(m.rank), std::to_string(i));
+  if (m.step != mf.step) differ("step", std::to_string(m.step), std::to_string(mf.step));
+  if (m.world_size != mf.world_size)
+    differ("world_size", std::to_string(m.world_size), std::to_string(mf.world_size));
+  if (m.zero_stage != mf.zero_stage)
+    differ("zero_stage", std::to_string(m.zero_stage), std::to_string(mf.zero_stage));
+  if (m.precision != mf.precision) differ("precision", m.precision, mf.precision);
+  if (m.format_version != mf.format_version)
+    differ("format_version", std::to_string(m.format_version), std::to_string(mf.format_version));
+  if (i > 0 && !same_layout(m.layout, c.shards[0].meta().layout))
+    usage_error(
+        "{}: its parameter layout differs from that of {}; the checkpoint is "
+        "inconsistent; {}",
+        path, c.shards[0].path(), kCorruptHint);
+  for (const ShardReader::RangeInfo& r : c.shards[i].ranges()) {
+    auto it = std::find_if(mf.segments.begin(), mf.segments.end(),
+                           [&](const ManifestSegment& s) { return s.name == r.segment; });
+    if (it == mf.segments.end())
+      usage_error("{}: segment '{}' is not in the manifest {}; the checkpoint is inconsistent; {}",
+                  path, r.segment, manifest, kCorruptHint);
+    if (it->numel != r.segment_numel)
+      differ(("segment_numel of '" + r.segment + "'").c_str(), std::to_string(r.segment_numel),
+             std::to_string(it->numel));
+  }
+}
+
+// One piece of a segment to read: [begin, end) from shard `shard`.
+struct Piece {
+  size_t shard;
+  int64_t begin, end;
+};
+
+// For every segment, the pieces that cover it, each element taken from the
+// first (lowest-offset) range that holds it. Throws if a parameter element
+// is held by no shard.
+std::map<std::string, std::vector<Piece>> plan_reads(const Checkpoint& c) {
+  std::map<std::string, std::vector<Piece>> plan;
+  for (const ManifestSegment& seg : c.manifest.segments) {
+    std::vector<Piece> ranges;
+    for (size_t s = 0; s < c.shards.size(); ++s)
+      if (const ShardReader::RangeInfo* r = c.shards[s].find_range(seg.name))
+        ranges.push_back({s, r->offset, r->offset + r->count});
+    std::sort(ranges.begin(), ranges.end(),
+              [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    std::vector<std::pair<int64_t, int64_t>> gaps;
+    int64_t pos = 0;
+    std::vector<Piece>& pieces = plan[seg.name];
+    for (const Piece& r : ranges) {
+      if (r.begin > pos) gaps.push_back({pos, r.begin});
+      if (r.end > pos) pieces.push_back({r.shard, std::max(pos, r.begin), r.end});
+      pos = std::max(pos, r.end);
+    }
+    if (pos < seg.numel) gaps.push_back({pos, seg.numel});
+    for (const ParamLayout& p : c.meta().layout) {
+      if (p.segment != seg.name) continue;
+      int64_t b = p.offset, e = p.offset + numel_of(p.shape);
+      for (auto [gb, ge] : gaps)
+        if (gb < e && b < ge)
+          usage_error(
+              "checkpoint {}: elements [{}, {}) of segment '{}' (parameter '{}') are in "
+              "no shard; the checkpoint is incomplete; {}",
+              c.dir, gb, ge, seg.name, p.name, kCorruptHint);
+    }
+  }
+  for (const ParamLayout& p : c.meta().layout)
+    if (!plan.count(p.segment))
+      usage_error(
+          "checkpoint {}: parameter '{}' lies in segment '{}', which the manifest does "
+          "not list; the checkpoint is inconsistent; {}",
+          c.dir, p.name, p.segment, kCorruptHint);
+  return plan;
+}
+
+// A source of named weight tensors: a safetensors file or our .h5 export.
+class WeightFile {
+ public:
+  virtual ~WeightFile() = default;
+  virtual std::vector<std::string> names() const = 0;
+  virtual std::vector<int64_t> shape(const std::string& name) const = 0;
+  virtual Tensor load(const std::string& name) const = 0;
+};
+
+class SafetensorsWeights : public WeightFile {
+ public:
+  explicit SafetensorsWeights(const std::string& path) : f_(SafetensorsFile::open(path)) {}
+  std::vector<std::string> names() const override { return f_.names(); }
+  std::vector<int64_t> shape(const std::string& name) const override {
+    return f_.entry(name).shape;
+  }
+  Tensor load(const std::string& name) const override { return f_.load(name); }
+
+ private:
+  SafetensorsFile f_;
+};
+
+class H5Weights : public WeightFile {
+ public:
+  explicit H5Weights(const std::string& path) : path_(path) {
+    h5::quiet();
+    file_ = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    if (!file_)
+      usage_error("cannot open {} ({}): the file is truncated or corrupt", path, h5::last_error());
+    hsize_t idx = 0;
+    H5Literate(
+        file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx,
+        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+          static_cast<std::vector<std::string>*>(data)->push_back(name);
+          return 0;
+        },
+        &names_);
+    for (const std::string& n : names_) {
+      H5O_info_t info;
+      if (H5Oget_info_by_name(file_.get(), n.c_str(), &info, H5P_DEFAULT) < 0 ||
+          info.type != H5O_TYPE_DATASET)
+        usage_error(
+            "{}: '{}' is not a dataset; a weights file holds one dataset per parameter "
+            "at its root (docs/FORMAT.md)",
+            path, n);
+    }
+  }
+  std::vector<std::string> names() const override { return names_; }
+  std::vector<int64_t> shape(const std::string& name) const override {
+    H5Id ds(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT));
+    auto dims = ds ? h5::dataset_dims(ds.get()) : std::nullopt;
+    if (!dims) usage_error("{}: cannot read dataset '{}': the file is corrupt", path_, name);
+    return std::vector<int64_t>(dims->begin(), dims->end());
+  }
+  Tensor load(const std::string& name) const override {
+    std::vector<int64_t> dims = shape(name);
+    H5Id ds(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT));
+    H5Id type(H5Dget_type(ds.get()));
+    std::string declared = h5::read_attr_str(ds.get(), "dtype").value_or("f32");
+    DType dt = DType::kF32;
+    hid_t mem = H5T_NATIVE_FLOAT;
+    if (declared == "bf16" || declared == "f16") {
+      dt = declared == "bf16" ? DType::kBF16 : DType::kF16;
+      mem = H5T_NATIVE_UINT16;
+      if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 2)
+        usage_error("{}: dataset '{}' says dtype {} but is not uint16", path_, name, declared);
+    } else if (H5Tget_class(type.get()) != H5T_FLOAT) {
+      usage_error("{}: dataset '{}' is not a floating-point dataset", path_, name);
+    }
+    Tensor t = Tensor::empty(Shape(std::span<const int64_t>(dims)), dt, MemCategory::kOther);
+    if (t.numel() > 0 && H5Dread(ds.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0) {
+      std::string stack = h5::last_error();
+      usage_error("{}: {} reading dataset '{}': the file is corrupt", path_,
+                  h5::error_is_checksum(stack) ? "checksum mismatch" : "failure (" + stack + ")",
+                  name);
+    }
+    return t;
+  }
+
+ private:
+  std::string path_;
+  H5Id file_;
+  std::vector<std::string> names_;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::unique_ptr<WeightFile> open_weights(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) usage_error("{} does not exist; check the path", path);
+  h5::quiet();
+  if (H5Fis_hdf5(path.c_str()) > 0) return std::make_unique<H5Weights>(path);
+  h5::last_error();
+  if (ends_with(path, ".h5") || ends_with(path, ".hdf5"))
+    usage_error("{} is not an HDF5 file (no HDF5 signature): the file is corrupt", path);
+  return std::make_unique<SafetensorsWeights>(path);
+}
+
+void write_h5_export(const std::string& path,
+                     const std::vector<std::pair<std::string, Tensor>>& tensors,
+                     const std::map<std::string, std::string>& metadata) {
+  h5::quiet();
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  auto fail = [&](const std::string& what) {
+    runtime_error("cannot write {}: {} failed ({}); check free space and permissions", path, what,
+                  h5::last_error());
+  };
+  if (!file) fail("creating the file");
+  for (const auto& [k, v] : metadata)
+    if (!h5::write_attr_str(file.get(), k.c_str(), v)) fail("writing attribute " + k);
+  for (const auto& [name, t] : tensors) {
+    std::vector<hsize_t> dims;
+    for (int i = 0; i < t.shape().ndim(); ++i) dims.push_back(hsize_t(t.shape()[i]));
+    bool f32 = t.dtype() == DType::kF32;
+    bool ok = h5::write_dataset(file.get(), name.c_str(), f32 ? H5T_IEEE_F32LE : H5T_STD_U16LE,
+                                f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, dims, t.raw());
+    if (ok && !f32) {
+      H5Id ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
+      ok = ds && h5::write_attr_str(ds.get(), "dtype", std::string(dtype_name(t.dtype())));
+    }
+    if (!ok) fail("writing dataset " + name);
+  }
+  if (!file.close()) fail("closing the file");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+Checkpoint open_checkpoint(const std::string& path) {
+  Checkpoint c;
+  c.dir = resolve_step_dir(path);
+  c.manifest = read_manifest(c.dir);
+  if (c.manifest.format_version != kFormatVersion)
+    usage_error(
+        "{}: checkpoint format version {}, but this fdtrain reads format version {}; "
+        "use the fdtrain that wrote it",
+        (fs::path(c.dir) / "manifest.json").string(), c.manifest.format_version, kFormatVersion);
+  for (const std::string& f : c.manifest.files)
+    c.shards.push_back(ShardReader::open((fs::path(c.dir) / f).string()));
+  for (size_t i = 0; i < c.shards.size(); ++i) check_against_manifest(c, i);
+  plan_reads(c);  // throws if some parameter is held by no shard
+  return c;
+}
+
+std::vector<std::pair<std::string, Tensor>> consolidate_ordered(const Checkpoint& c, DType dtype) {
+  std::map<std::string, std::vector<Piece>> plan = plan_reads(c);
+  const std::vector<ParamLayout>& layout = c.meta().layout;
+  std::vector<Tensor> full;
+  for (const ParamLayout& p : layout)
+    full.push_back(
+        Tensor::zeros(Shape(std::span<const int64_t>(p.shape)), DType::kF32, MemCategory::kOther));
+  for (const auto& [segment, pieces] : plan) {
+    for (const Piece& piece : pieces) {
+      Tensor buf = Tensor::empty(Shape{piece.end - piece.begin}, DType::kF32, MemCategory::kOther);
+      c.shards[piece.shard].read(segment, "master", piece.begin, piece.end - piece.begin, buf);
+      for (size_t i = 0; i < layout.size(); ++i) {
+        const ParamLayout& p = layout[i];
+        if (p.segment != segment) continue;
+        int64_t b = std::max(p.offset, piece.begin);
+        int64_t e = std::min(p.offset + numel_of(p.shape), piece.end);
+        if (b >= e) continue;
+        std::memcpy(full[i].f32() + (b - p.offset), buf.f32() + (b - piece.begin),
+                    size_t(e - b) * sizeof(float));
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < layout.size(); ++i)
+    out.emplace_back(layout[i].name,
+                     dtype == DType::kF32 ? full[i] : full[i].to(dtype, MemCategory::kOther));
+  return out;
+}
+
+std::map<std::string, Tensor> consolidate(const std::string& step_dir, DType dtype) {
+  Checkpoint c = open_checkpoint(step_dir);
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : consolidate_ordered(c, dtype)) out.emplace(name, t);
+  return out;
+}
+
+std::string inspect_checkpoint(const std::string& path) {
+  Checkpoint c = open_checkpoint(path);
+  const ShardMeta& m = c.meta();
+  std::string s;
+  auto out = std::back_inserter(s);
+  fmt::format_to(out, "checkpoint {}\n", c.dir);
+  fmt::format_to(out,
+                 "  step {}, world size {}, ZeRO stage {}, precision {}, format version {}, "
+                 "written by {}\n",
+                 m.step, m.world_size, m.zero_stage, m.precision, m.format_version,
+                 m.fdtrain_version);
+  fmt::format_to(out, "  optimizer step {}, seed {}, skipped steps {}", m.optimizer_step, m.seed,
+                 m.skipped_steps);
+  if (m.loss_scaler) fmt::format_to(out, ", loss scale {}", m.loss_scaler->scale);
+  s += "\n";
+  int64_t params = 0;
+  for (const ParamLayout& p : m.layout) params += numel_of(p.shape);
+  fmt::format_to(out, "  model: {} parameter tensors, {} elements, in {} segments\n",
+                 m.layout.size(), params, c.manifest.segments.size());
+
+  int64_t datasets = 0;
+  uint64_t bytes_read = 0;
+  for (const ShardReader& shard : c.shards) {
+    std::error_code ec;
+    uintmax_t size = fs::file_size(shard.path(), ec);
+    fmt::format_to(out, "  {}  rank {}  {}\n", fs::path(shard.path()).filename().string(),
+                   shard.meta().rank, format_bytes(double(ec ? 0 : size)));
+    for (const ShardReader::RangeInfo& r : shard.ranges()) {
+      fmt::format_to(out, "    {:<8} [{}, {}) of {}:", r.segment, r.offset, r.offset + r.count,
+                     r.segment_numel);
+      for (const char* field : {"master", "exp_avg", "exp_avg_sq", "params"}) {
+        DType dt = std::string(field) == "params" ? r.params_dtype : DType::kF32;
+        fmt::format_to(out, " {} {}[{}]", field, dtype_name(dt), r.count);
+        // Read everything: Fletcher32 is verified chunk by chunk on read.
+        for (int64_t b = 0; b < r.count; b += kReadBlock) {
+          int64_t n = std::min(kReadBlock, r.count - b);
+          Tensor buf = Tensor::empty(Shape{n}, dt, MemCategory::kOther);
+          shard.read(r.segment, field, r.offset + b, n, buf);
+          bytes_read += buf.nbytes();
+        }
+        ++datasets;
+      }
+      s += "\n";
+    }
+  }
+  fmt::format_to(out, "checksums ok ({} datasets in {} shards, {} read)\n", datasets,
+                 c.shards.size(), format_bytes(double(bytes_read)));
+  return s;
+}
+
+std::string export_checkpoint(const std::string& path, const std::string& out, DType dtype,
+                              bool overwrite) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  bool safetensors = ends_with(out, ".safetensors");
+  if (!safetensors && !ends_with(out, ".h5"))
+    usage_error("--out {}: the file name must end in .safetensors or .h5", out);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !overwrite)
+    usage_error("{} already exists; pass --overwrite to replace it, or choose another --out", out);
+
+  Checkpoint c = open_checkpoint(path);
+  const ShardMeta& m = c.meta();
+  std::vector<std::pair<std::string, Tensor>> tensors = consolidate_ordered(c, dtype);
+
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ParamLayout& p : m.layout) shapes[p.name] = p.shape;
+  ImpliedDims dims = implied_dims(shapes);
+  std::map<std::string, std::string> meta = {
+      {"format", "pt"},
+      {"step", std::to_string(m.step)},
+      {"source", c.dir},
+      {"precision", m.precision},
+      {"dtype", dtype == DType::kF32 ? "fp32" : "bf16"},
+      {"fdtrain_version", m.fdtrain_version},
+      {"n_layer", std::to_string(dims.n_layer)},
+      {"d_model", std::to_string(dims.d_model)},
+      {"vocab_size", std::to_string(dims.vocab_size)},
+      {"max_seq_len", std::to_string(dims.max_seq_len)},
+  };
+  if (std::optional<config::Recipe> r = checkpoint_recipe(m)) {
+    meta["n_head"] = std::to_string(r->model.n_head);
+  } else {
+    log::warn(
+        "{}: the checkpoint's recipe does not validate here (e.g. its data files are "
+        "elsewhere); n_head is left out of the export's metadata",
+        c.dir);
+  }
+
+  fs::path final_path(out);
+  if (!final_path.parent_path().empty()) fs::create_directories(final_path.parent_path(), ec);
+  if (safetensors) {
+    write_safetensors(out, tensors, meta);  // writes out.tmp and renames
+  } else {
+    std::string tmp = out + ".tmp";
+    write_h5_export(tmp, tensors, meta);
+    fs::rename(tmp, out, ec);
+    if (ec) runtime_error("cannot rename {} to {}: {}", tmp, out, ec.message());
+  }
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.second.numel();
+  return fmt::format("exported {} tensors ({} parameters, {}) of {} (step {}) to {}",
+                     tensors.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", c.dir, m.step, out);
+}
+
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
+  std::string prefix = where.empty() ? "" : where + ": ";
+  std::unique_ptr<WeightFile> w;
+  try {
+    w = open_weights(file);
+  } catch (const Error& e) {
+    throw Error(e.kind(), prefix + e.what());
+  }
+
+  // File names -> our names.
+  static const std::regex kMaskBuffer(R"(^h\.\d+\.attn\.(bias|masked_bias)$)");
+  std::map<std::string, std::string> by_name;  // our name -> the file's name
+  std::map<std::string, std::vector<int64_t>> file_shapes;
+  std::optional<std::string> lm_head;
+  for (const std::string& raw : w->names()) {
+    std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
+    if (std::regex_match(name, kMaskBuffer)) continue;
+    if (name == "lm_head.weight") {
+      lm_head = raw;
+      continue;
+    }
+    by_name[name] = raw;
+    file_shapes[name] = w->shape(raw);
+  }
+
+  std::map<std::string, std::vector<int64_t>> model_shapes;
+  for (const nn::Parameter* p : model.parameters()) {
+    const Shape& s = p->value.shape();
+    std::vector<int64_t> v;
+    for (int i = 0; i < s.ndim(); ++i) v.push_back(s[i]);
+    model_shapes[p->name] = v;
+  }
+  std::string hint = dims_hint(implied_dims(file_shapes), implied_dims(model_shapes));
+
+  for (const nn::Parameter* p : model.parameters()) {
+    auto it = file_shapes.find(p->name);
+    if (it == file_shapes.end())
+      usage_error("{}{} has no tensor '{}' of shape {}, which the model needs{}", prefix, file,
+                  p->name, shape_str(model_shapes[p->name]), hint);
+    if (it->second != model_shapes[p->name])
+      usage_error("{}{}: tensor '{}' has shape {} in the file but {} in the model{}", prefix, file,
+                  p->name, shape_str(it->second), shape_str(model_shapes[p->name]), hint);
+  }
+  for (const auto& [name, shape] : file_shapes)
+    if (!model_shapes.count(name))
+      usage_error("{}{} holds tensor '{}' {}, which the model does not have{}", prefix, file,
+                  by_name[name], shape_str(shape), hint.empty() ? "; is it a GPT-2 model?" : hint);
+
+  for (const nn::Parameter* p : model.parameters()) {
+    try {
+      p->value.copy_from(w->load(by_name[p->name]));
+    } catch (const Error& e) {
+      throw Error(e.kind(), prefix + e.what());
+    }
+  }
+  if (lm_head) {
+    bool tied = false;
+    if (by_name.count("wte.weight") && w->shape(*lm_head) == file_shapes["wte.weight"]) {
+      std::vector<float> a = w->load(*lm_head).to_vector();
+      std::vector<float> b = w->load(by_name["wte.weight"]).to_vector();
+      tied = a == b;
+    }
+    if (!tied)
+      log::warn(
+          "{}{}: lm_head.weight differs from wte.weight; fdtrain ties the head to wte, so "
+          "lm_head.weight is ignored",
+          prefix, file);
+  }
+}
+
+std::string diff_checkpoints(const std::string& a, const std::string& b, double* total_relative) {
+  Checkpoint ca = open_checkpoint(a), cb = open_checkpoint(b);
+  auto ta = consolidate_ordered(ca, DType::kF32), tb = consolidate_ordered(cb, DType::kF32);
+  if (ta.size() != tb.size())
+    usage_error("{} and {} hold different models ({} vs {} parameters)", ca.dir, cb.dir, ta.size(),
+                tb.size());
+  std::string out;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ta.size(); ++i) {
+    if (ta[i].first != tb[i].first || ta[i].second.shape() != tb[i].second.shape())
+      usage_error("{} and {} hold different models ({} {} vs {} {})", ca.dir, cb.dir, ta[i].first,
+                  ta[i].second.shape().str(), tb[i].first, tb[i].second.shape().str());
+    std::vector<float> va = ta[i].second.to_vector(), vb = tb[i].second.to_vector();
+    double n = 0, d = 0, mx = 0;
+    for (size_t j = 0; j < va.size(); ++j) {
+      double diff = double(va[j]) - double(vb[j]);
+      n += diff * diff;
+      d += double(vb[j]) * double(vb[j]);
+      mx = std::max(mx, std::fabs(diff));
+    }
+    num += n;
+    den += d;
+    out += fmt::format("{:<28} rel {:.3e}  max|diff| {:.3e}\n", ta[i].first,
+                       d > 0 ? std::sqrt(n / d) : std::sqrt(n), mx);
+  }
+  const double total = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (total_relative) *total_relative = total;
+  out += fmt::format("relative_difference {:.6e}\n", total);
+  return out;
+}
+
+}  // namespace fd::ckpt

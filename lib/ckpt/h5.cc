@@ -1,0 +1,276 @@
+#include "lib/ckpt/h5.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+namespace fd::ckpt::h5 {
+
+namespace {
+
+// Elements per chunk of a checksummed dataset: 1 Mi elements (4 MiB of fp32),
+// large enough that the per-chunk overhead and Fletcher32 cost vanish, small
+// enough that a partial read touches little more than it needs.
+constexpr hsize_t kChunkElems = hsize_t(1) << 20;
+
+H5Id vlen_string_type() {
+  H5Id t(H5Tcopy(H5T_C_S1));
+  if (!t || H5Tset_size(t.get(), H5T_VARIABLE) < 0 || H5Tset_cset(t.get(), H5T_CSET_UTF8) < 0)
+    return H5Id();
+  return t;
+}
+
+H5Id open_attr(hid_t obj, const char* name) {
+  if (!has_attr(obj, name)) return H5Id();
+  return H5Id(H5Aopen(obj, name, H5P_DEFAULT));
+}
+
+// True if attribute `a` has a scalar (or single-element) dataspace.
+bool single_element(hid_t a) {
+  H5Id space(H5Aget_space(a));
+  return space && H5Sget_simple_extent_npoints(space.get()) == 1;
+}
+
+// The error stack captured by fail(): closing the failed call's H5Ids (any
+// API call) clears HDF5's own stack before the caller can report it.
+thread_local std::string saved_error;
+
+std::string walk_stack() {
+  std::vector<std::string> messages;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* out = static_cast<std::vector<std::string>*>(data);
+        std::string desc = e->desc ? e->desc : "";
+        if (!desc.empty() && std::find(out->begin(), out->end(), desc) == out->end())
+          out->push_back(desc);
+        return 0;
+      },
+      &messages);
+  H5Eclear2(H5E_DEFAULT);
+  std::string s;
+  for (size_t i = 0; i < messages.size() && i < 4; ++i) s += (i ? "; " : "") + messages[i];
+  return s;
+}
+
+}  // namespace
+
+bool fail() {
+  saved_error = walk_stack();
+  return false;
+}
+
+bool H5Id::close() {
+  if (id_ < 0) return true;
+  hid_t id = std::exchange(id_, H5I_INVALID_HID);
+  herr_t rc = -1;
+  switch (H5Iget_type(id)) {
+    case H5I_FILE:
+      rc = H5Fclose(id);
+      break;
+    case H5I_GROUP:
+      rc = H5Gclose(id);
+      break;
+    case H5I_DATASET:
+      rc = H5Dclose(id);
+      break;
+    case H5I_ATTR:
+      rc = H5Aclose(id);
+      break;
+    case H5I_DATASPACE:
+      rc = H5Sclose(id);
+      break;
+    case H5I_DATATYPE:
+      rc = H5Tclose(id);
+      break;
+    case H5I_GENPROP_LST:
+      rc = H5Pclose(id);
+      break;
+    default:
+      rc = H5Idec_ref(id);
+      break;
+  }
+  return rc >= 0;
+}
+
+void quiet() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+std::string last_error() {
+  std::string s = walk_stack();
+  if (s.empty()) s = saved_error;
+  saved_error.clear();
+  return s;
+}
+
+bool error_is_checksum(const std::string& stack) {
+  std::string lower = stack;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  return lower.find("checksum") != std::string::npos ||
+         lower.find("fletcher") != std::string::npos || lower.find("filter") != std::string::npos;
+}
+
+bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+bool write_attr_i64(hid_t obj, const char* name, int64_t value) {
+  H5Id space(H5Screate(H5S_SCALAR));
+  H5Id a(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  return (a && H5Awrite(a.get(), H5T_NATIVE_INT64, &value) >= 0 && a.close()) || fail();
+}
+
+bool write_attr_f64(hid_t obj, const char* name, double value) {
+  H5Id space(H5Screate(H5S_SCALAR));
+  H5Id a(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  return (a && H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value) >= 0 && a.close()) || fail();
+}
+
+bool write_attr_str(hid_t obj, const char* name, const std::string& value) {
+  H5Id type = vlen_string_type();
+  H5Id space(H5Screate(H5S_SCALAR));
+  if (!type || !space) return fail();
+  H5Id a(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const char* p = value.c_str();
+  return (a && H5Awrite(a.get(), type.get(), &p) >= 0 && a.close()) || fail();
+}
+
+std::optional<int64_t> read_attr_i64(hid_t obj, const char* name) {
+  H5Id a = open_attr(obj, name);
+  if (!a || !single_element(a.get())) return std::nullopt;
+  H5Id type(H5Aget_type(a.get()));
+  if (!type || H5Tget_class(type.get()) != H5T_INTEGER) return std::nullopt;
+  int64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) return std::nullopt;
+  return v;
+}
+
+std::optional<double> read_attr_f64(hid_t obj, const char* name) {
+  H5Id a = open_attr(obj, name);
+  if (!a || !single_element(a.get())) return std::nullopt;
+  H5Id type(H5Aget_type(a.get()));
+  if (!type) return std::nullopt;
+  H5T_class_t c = H5Tget_class(type.get());
+  if (c != H5T_FLOAT && c != H5T_INTEGER) return std::nullopt;
+  double v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) return std::nullopt;
+  return v;
+}
+
+std::optional<std::string> read_attr_str(hid_t obj, const char* name) {
+  H5Id a = open_attr(obj, name);
+  if (!a || !single_element(a.get())) return std::nullopt;
+  H5Id type(H5Aget_type(a.get()));
+  if (!type || H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Id mem = vlen_string_type();
+    char* p = nullptr;
+    if (H5Aread(a.get(), mem.get(), &p) < 0) return std::nullopt;
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  size_t size = H5Tget_size(type.get());
+  std::string buf(size + 1, '\0');
+  if (H5Aread(a.get(), type.get(), buf.data()) < 0) return std::nullopt;
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
+                   const std::vector<hsize_t>& dims, const void* data) {
+  hsize_t numel = 1;
+  for (hsize_t d : dims) numel *= d;
+  H5Id space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (!space || !dcpl) return fail();
+  if (numel > 0) {
+    // Chunks span whole trailing dimensions and as many leading rows as fit.
+    std::vector<hsize_t> chunk = dims;
+    hsize_t rest = numel / dims[0];
+    chunk[0] = std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
+    if (H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) < 0 ||
+        H5Pset_fletcher32(dcpl.get()) < 0)
+      return fail();
+  }
+  H5Id ds(H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!ds) return fail();
+  if (numel > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    return fail();
+  return ds.close() || fail();
+}
+
+bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values) {
+  H5Id type = vlen_string_type();
+  hsize_t n = values.size();
+  H5Id space(H5Screate_simple(1, &n, nullptr));
+  if (!type || !space) return fail();
+  H5Id ds(H5Dcreate2(parent, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!ds) return fail();
+  std::vector<const char*> ptrs;
+  for (const std::string& v : values) ptrs.push_back(v.c_str());
+  if (n > 0 && H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
+    return fail();
+  return ds.close() || fail();
+}
+
+std::optional<std::vector<std::string>> read_string_dataset(hid_t parent, const char* name) {
+  if (H5Lexists(parent, name, H5P_DEFAULT) <= 0) return std::nullopt;
+  H5Id ds(H5Dopen2(parent, name, H5P_DEFAULT));
+  if (!ds) return std::nullopt;
+  auto dims = dataset_dims(ds.get());
+  H5Id type(H5Dget_type(ds.get()));
+  if (!dims || dims->size() != 1 || !type || H5Tget_class(type.get()) != H5T_STRING)
+    return std::nullopt;
+  size_t n = (*dims)[0];
+  std::vector<std::string> out(n);
+  if (n == 0) return out;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Id mem = vlen_string_type();
+    std::vector<char*> ptrs(n, nullptr);
+    if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0) {
+      fail();
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = ptrs[i] ? ptrs[i] : "";
+      H5free_memory(ptrs[i]);
+    }
+    return out;
+  }
+  size_t size = H5Tget_size(type.get());
+  std::vector<char> buf(n * size);
+  if (H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) {
+    fail();
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = buf.data() + i * size;
+    out[i] = std::string(p, strnlen(p, size));
+  }
+  return out;
+}
+
+std::optional<std::vector<hsize_t>> dataset_dims(hid_t ds) {
+  H5Id space(H5Dget_space(ds));
+  if (!space) return std::nullopt;
+  int nd = H5Sget_simple_extent_ndims(space.get());
+  if (nd < 0) return std::nullopt;
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  if (nd > 0 && H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0)
+    return std::nullopt;
+  return dims;
+}
+
+bool read_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, void* out) {
+  if (count == 0) return true;
+  H5Id fspace(H5Dget_space(ds));
+  hsize_t start = hsize_t(offset), n = hsize_t(count);
+  H5Id mspace(H5Screate_simple(1, &n, nullptr));
+  if (!fspace || !mspace ||
+      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr) < 0)
+    return fail();
+  return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, out) >= 0 || fail();
+}
+
+}  // namespace fd::ckpt::h5

@@ -1,0 +1,90 @@
+// Thin RAII layer over the HDF5 C API, private to lib/ckpt.
+//
+// Every hid_t lives in an H5Id that closes it with the right H5*close call.
+// HDF5's own error printing is switched off (quiet()); a failed call is turned
+// into one fd::Error by the caller, with the file name, what was being done
+// and the innermost messages of HDF5's error stack (last_error()).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fd::ckpt::h5 {
+
+// Owns one HDF5 identifier of any kind (file, group, dataset, attribute,
+// dataspace, datatype, property list); closes it with H5Oclose/H5Sclose/...
+// as its type requires.
+class H5Id {
+ public:
+  H5Id() = default;
+  explicit H5Id(hid_t id) : id_(id) {}
+  H5Id(const H5Id&) = delete;
+  H5Id& operator=(const H5Id&) = delete;
+  H5Id(H5Id&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)) {}
+  H5Id& operator=(H5Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+    }
+    return *this;
+  }
+  ~H5Id() { reset(); }
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  explicit operator bool() const { return valid(); }
+  // Closes now; returns false if HDF5 reported an error (e.g. a failed flush).
+  bool close();
+  void reset() { (void)close(); }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+// Turns off HDF5's automatic printing of error stacks (idempotent).
+void quiet();
+// The HDF5 error stack of the calling thread, innermost message first,
+// joined by "; " (empty if none), and clears it.
+std::string last_error();
+// Saves the current error stack for last_error() and returns false. Call it
+// right after a failed HDF5 call, before any H5Id is closed: every API call,
+// H5*close included, clears the stack.
+bool fail();
+// True if the current error stack mentions a failed checksum (Fletcher32 or
+// metadata checksum).
+bool error_is_checksum(const std::string& stack);
+
+// Attribute helpers on any object (file, group, dataset). Writers return
+// false on an HDF5 failure; readers return nullopt when the attribute is
+// absent or of an incompatible type.
+bool has_attr(hid_t obj, const char* name);
+bool write_attr_i64(hid_t obj, const char* name, int64_t value);
+bool write_attr_f64(hid_t obj, const char* name, double value);
+bool write_attr_str(hid_t obj, const char* name, const std::string& value);
+std::optional<int64_t> read_attr_i64(hid_t obj, const char* name);
+std::optional<double> read_attr_f64(hid_t obj, const char* name);
+std::optional<std::string> read_attr_str(hid_t obj, const char* name);
+
+// A chunked dataset with the Fletcher32 checksum filter of `dims`
+// (row-major) holding `data` of HDF5 memory type `mem_type`, stored as
+// `file_type`. Empty datasets are stored contiguous (nothing to checksum).
+bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
+                   const std::vector<hsize_t>& dims, const void* data);
+// A 1-D dataset of variable-length UTF-8 strings.
+bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values);
+// Reads a 1-D dataset of strings (fixed or variable length); nullopt on failure.
+std::optional<std::vector<std::string>> read_string_dataset(hid_t parent, const char* name);
+
+// Dimensions of dataset `ds` (empty optional on failure).
+std::optional<std::vector<hsize_t>> dataset_dims(hid_t ds);
+
+// Reads elements [offset, offset + count) of 1-D dataset `ds` as `mem_type`
+// into `out`. Returns false on failure (see last_error()).
+bool read_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, void* out);
+
+}  // namespace fd::ckpt::h5

@@ -1,0 +1,169 @@
+#include "lib/ckpt/manifest.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lib/base/error.h"
+#include "lib/base/strings.h"
+
+namespace fd::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Writes `text` to `path` atomically: `path`.tmp, fsync, rename, fsync of the
+// directory so the rename itself survives a crash.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    runtime_error("cannot create {}; check that its directory exists and is writable", tmp);
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      runtime_error("cannot write {} ({}); is the disk full?", tmp,
+                    errno == ENOSPC ? "no space left on device" : "write failed");
+    }
+    done += size_t(n);
+  }
+  bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) runtime_error("cannot sync {} to disk", tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) runtime_error("cannot rename {} to {}: {}", tmp, path, ec.message());
+  int dfd = ::open(fs::path(path).parent_path().string().c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string shard_file_name(int rank) { return fmt::format("rank_{:05d}.h5", rank); }
+
+void write_manifest(const std::string& dir, const Manifest& m) {
+  nlohmann::ordered_json j;
+  j["format_version"] = m.format_version;
+  j["step"] = m.step;
+  j["world_size"] = m.world_size;
+  j["zero_stage"] = m.zero_stage;
+  j["precision"] = m.precision;
+  j["files"] = m.files;
+  j["segments"] = nlohmann::ordered_json::array();
+  for (const ManifestSegment& s : m.segments)
+    j["segments"].push_back({{"name", s.name}, {"numel", s.numel}});
+  write_file_atomically((fs::path(dir) / "manifest.json").string(), j.dump(2) + "\n");
+}
+
+Manifest read_manifest(const std::string& dir) {
+  std::string path = (fs::path(dir) / "manifest.json").string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    usage_error("checkpoint directory {} does not exist; check the path", dir);
+  if (!fs::exists(path, ec))
+    usage_error(
+        "{} is missing: {} is not a complete checkpoint (was its write interrupted?); "
+        "resume from another checkpoint",
+        path, dir);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    usage_error(
+        "{} is not valid JSON ({}); the checkpoint is corrupt; resume from another "
+        "checkpoint",
+        path, e.what());
+  }
+  Manifest m;
+  try {
+    m.format_version = j.at("format_version").get<int>();
+    m.step = j.at("step").get<int64_t>();
+    m.world_size = j.at("world_size").get<int>();
+    m.zero_stage = j.at("zero_stage").get<int>();
+    m.precision = j.at("precision").get<std::string>();
+    m.files = j.at("files").get<std::vector<std::string>>();
+    for (const auto& s : j.at("segments"))
+      m.segments.push_back({s.at("name").get<std::string>(), s.at("numel").get<int64_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    usage_error(
+        "{}: missing or malformed field ({}); the checkpoint is corrupt; resume from "
+        "another checkpoint",
+        path, e.what());
+  }
+  if (m.world_size < 1 || int(m.files.size()) != m.world_size)
+    usage_error("{}: lists {} shard files for world size {}; the checkpoint is corrupt", path,
+                m.files.size(), m.world_size);
+  for (const std::string& f : m.files) {
+    if (f.empty() || f.find('/') != std::string::npos)
+      usage_error("{}: invalid shard file name '{}'", path, f);
+    fs::path shard = fs::path(dir) / f;
+    if (!fs::exists(shard, ec))
+      usage_error(
+          "checkpoint shard {} is missing (the manifest {} lists {} shards); the "
+          "checkpoint is incomplete; resume from another checkpoint",
+          shard.string(), path, m.files.size());
+  }
+  return m;
+}
+
+void write_latest(const std::string& checkpoints_dir, int64_t step) {
+  write_file_atomically((fs::path(checkpoints_dir) / "latest").string(),
+                        step_dir_name(step) + "\n");
+}
+
+std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
+  fs::path latest = fs::path(checkpoints_dir) / "latest";
+  std::error_code ec;
+  if (!fs::exists(latest, ec)) return std::nullopt;
+  std::string name = read_text(latest.string());
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos)
+    usage_error(
+        "{} does not name a step directory (it holds '{}'); delete it or write the name "
+        "of a complete step directory into it",
+        latest.string(), name);
+  fs::path dir = fs::path(checkpoints_dir) / name;
+  if (!fs::is_directory(dir, ec))
+    usage_error(
+        "{} names {}, which does not exist; the checkpoints directory was modified; "
+        "write the name of a complete step directory into it",
+        latest.string(), dir.string());
+  return dir.string();
+}
+
+std::string resolve_step_dir(const std::string& path) {
+  std::error_code ec;
+  fs::path p(path);
+  if (!fs::exists(p, ec)) usage_error("checkpoint {} does not exist; check the path", path);
+  if (fs::exists(p / "manifest.json", ec)) return p.string();
+  for (const fs::path& dir : {p, p / "checkpoints"}) {
+    if (std::optional<std::string> latest = read_latest(dir.string())) return *latest;
+  }
+  usage_error(
+      "{} is not a checkpoint: expected a step directory (with manifest.json), a "
+      "checkpoints directory or a run directory (with a `latest` pointer)",
+      path);
+}
+
+}  // namespace fd::ckpt

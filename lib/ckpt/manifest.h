@@ -1,0 +1,70 @@
+// The checkpoint directory layout, its manifest and the `latest` pointer.
+//
+//   RUN/checkpoints/
+//     latest                   one line: the name of the newest complete step directory
+//     step_00000100/
+//       manifest.json          which shards exist (Manifest)
+//       rank_00000.h5 ...      one shard per rank (shard.h)
+//
+// A step directory is written under a temporary name and renamed into place
+// when complete; `latest` is written last, via a temporary file and rename
+// (write_latest). Everything here is JSON or plain text; see docs/FORMAT.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fd::ckpt {
+
+// The version of the checkpoint format (shards and manifest) this build
+// writes and reads; bumped on any incompatible change (docs/FORMAT.md).
+inline constexpr int kFormatVersion = 1;
+
+// "step_00000100": the directory of the checkpoint taken after `step` steps.
+std::string step_dir_name(int64_t step);
+// "rank_00003.h5": rank's shard file within a step directory.
+std::string shard_file_name(int rank);
+
+struct ManifestSegment {
+  std::string name;  // "embed", "h.0", ..., "final"
+  int64_t numel;     // padded numel of the segment's flat space in the writer's layout
+};
+
+// RUN/checkpoints/step_XXXXXXXX/manifest.json.
+struct Manifest {
+  int format_version = kFormatVersion;
+  int64_t step = 0;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string precision;                  // "fp32" | "bf16" | "fp16"
+  std::vector<std::string> files;         // shard file names, rank order: "rank_00000.h5", ...
+  std::vector<ManifestSegment> segments;  // forward order
+};
+
+// Writes `dir`/manifest.json (via a temporary file, renamed, fsync'ed).
+// Throws fd::Error kRuntime on I/O failure.
+void write_manifest(const std::string& dir, const Manifest& manifest);
+
+// Reads and validates `dir`/manifest.json and checks that every shard it
+// lists exists. Throws fd::Error kUsage naming the file (or the missing
+// shard) and what to do.
+Manifest read_manifest(const std::string& dir);
+
+// Writes `checkpoints_dir`/latest = step_dir_name(step) via a temporary file
+// and rename, so that a reader sees the old or the new pointer, never a
+// partial one. Throws fd::Error kRuntime on I/O failure.
+void write_latest(const std::string& checkpoints_dir, int64_t step);
+
+// The step directory `checkpoints_dir`/latest names, as a path; nullopt if
+// there is no `latest`. Throws fd::Error kUsage if it names a directory that
+// does not exist.
+std::optional<std::string> read_latest(const std::string& checkpoints_dir);
+
+// Resolves what a user passes as a checkpoint: a step directory (has
+// manifest.json), a checkpoints directory (its `latest`) or a run directory
+// (its checkpoints/latest). Throws fd::Error kUsage when it is none of these.
+std::string resolve_step_dir(const std::string& path);
+
+}  // namespace fd::ckpt

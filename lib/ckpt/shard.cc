@@ -1,0 +1,487 @@
+#include "lib/ckpt/shard.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "lib/base/error.h"
+#include "lib/ckpt/h5.h"
+
+namespace fd::ckpt {
+
+namespace fs = std::filesystem;
+using h5::H5Id;
+
+namespace {
+
+constexpr const char* kFields[] = {"master", "exp_avg", "exp_avg_sq", "params"};
+
+// What to tell the user when a shard cannot be used.
+constexpr const char* kCorruptHint = "resume from an earlier checkpoint";
+
+std::string params_dtype_name(DType t) { return std::string(dtype_name(t)); }
+
+// The file access properties of every shard: the HDF5 1.8 object format,
+// whose object headers and B-trees carry their own checksums (so corrupt
+// metadata is detected as well as corrupt data) and which every HDF5 >= 1.8
+// reader (h5dump, h5py) understands.
+H5Id shard_fapl() {
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  return fapl;
+}
+
+[[noreturn]] void write_failed(const std::string& path, const std::string& what) {
+  std::string stack = h5::last_error();
+  std::error_code ec;
+  fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
+  fs::space_info space = fs::space(dir, ec);
+  bool full = stack.find("No space left") != std::string::npos ||
+              (!ec && space.available < (uint64_t(1) << 20));
+  if (full) {
+    runtime_error(
+        "cannot write checkpoint shard {}: {} failed: the disk is full ({} bytes free on the "
+        "device of {}); free space or move the run directory to a larger disk, then resume",
+        path, what, ec ? 0 : space.available, dir.string());
+  }
+  runtime_error(
+      "cannot write checkpoint shard {}: {} failed ({}); check that {} exists and is "
+      "writable",
+      path, what, stack.empty() ? "no detail from HDF5" : stack, dir.string());
+}
+
+void check_range_tensor(const SegmentRange& r, const Tensor& t, const char* field, bool f32) {
+  FD_CHECK(t.defined(), "segment {}: {} is undefined", r.segment, field);
+  FD_CHECK(t.device().is_cpu(), "segment {}: {} must be a CPU tensor", r.segment, field);
+  FD_CHECK(t.numel() == r.count, "segment {}: {} has {} elements, range count {}", r.segment, field,
+           t.numel(), r.count);
+  FD_CHECK(!f32 || t.dtype() == DType::kF32, "segment {}: {} must be f32, got {}", r.segment, field,
+           dtype_name(t.dtype()));
+}
+
+// Writes a 1-D tensor as a checksummed dataset: f32 as float32, bf16/f16 as
+// uint16 with a `dtype` attribute naming the 16-bit format.
+bool write_tensor_dataset(hid_t group, const char* name, const Tensor& t) {
+  hsize_t n = hsize_t(t.numel());
+  if (t.dtype() == DType::kF32)
+    return h5::write_dataset(group, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n}, t.raw());
+  FD_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, "unsupported dtype {}",
+           dtype_name(t.dtype()));
+  if (!h5::write_dataset(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, {n}, t.raw())) return false;
+  H5Id ds(H5Dopen2(group, name, H5P_DEFAULT));
+  return ds && h5::write_attr_str(ds.get(), "dtype", params_dtype_name(t.dtype()));
+}
+
+void fsync_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) runtime_error("cannot reopen {} to sync it to disk", path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) runtime_error("cannot sync checkpoint shard {} to disk (fsync failed)", path);
+}
+
+// Reads a whole numeric dataset of `n` rows x `width` into `out`.
+template <typename T>
+bool read_numeric(hid_t parent, const char* name, hid_t mem_type, std::vector<hsize_t> want,
+                  std::vector<T>* out) {
+  if (H5Lexists(parent, name, H5P_DEFAULT) <= 0) return false;
+  H5Id ds(H5Dopen2(parent, name, H5P_DEFAULT));
+  if (!ds) return false;
+  auto dims = h5::dataset_dims(ds.get());
+  if (!dims || dims->size() != want.size()) return false;
+  size_t numel = 1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] != hsize_t(-1) && (*dims)[i] != want[i]) return false;
+    numel *= (*dims)[i];
+  }
+  out->assign(numel, T{});
+  return numel == 0 ||
+         H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) >= 0 || h5::fail();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Writing
+
+void write_shard(const std::string& path, const ShardMeta& meta,
+                 const std::vector<SegmentRange>& ranges) {
+  h5::quiet();
+  std::set<std::string> seen;
+  for (const SegmentRange& r : ranges) {
+    FD_CHECK(seen.insert(r.segment).second, "two ranges of segment {}", r.segment);
+    FD_CHECK(r.offset >= 0 && r.count >= 0 && r.offset + r.count <= r.segment_numel,
+             "segment {}: range [{}, {}) outside [0, {})", r.segment, r.offset, r.offset + r.count,
+             r.segment_numel);
+    check_range_tensor(r, r.master, "master", true);
+    check_range_tensor(r, r.exp_avg, "exp_avg", true);
+    check_range_tensor(r, r.exp_avg_sq, "exp_avg_sq", true);
+    if (r.params.defined()) check_range_tensor(r, r.params, "params", false);
+  }
+
+  H5Id fapl = shard_fapl();
+  H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  if (!file) write_failed(path, "creating the file");
+  hid_t root = file.get();
+
+  // Root attributes.
+  bool ok = h5::write_attr_i64(root, "format_version", meta.format_version) &&
+            h5::write_attr_i64(root, "step", meta.step) &&
+            h5::write_attr_i64(root, "world_size", meta.world_size) &&
+            h5::write_attr_i64(root, "rank", meta.rank) &&
+            h5::write_attr_i64(root, "zero_stage", meta.zero_stage) &&
+            h5::write_attr_str(root, "precision", meta.precision) &&
+            h5::write_attr_i64(root, "optimizer_step", meta.optimizer_step) &&
+            h5::write_attr_i64(root, "seed", meta.seed) &&
+            h5::write_attr_i64(root, "skipped_steps", meta.skipped_steps) &&
+            h5::write_attr_str(root, "fdtrain_version", meta.fdtrain_version) &&
+            h5::write_attr_str(root, "recipe", meta.recipe_yaml);
+  if (ok && meta.loss_scaler) {
+    const LossScalerState& s = *meta.loss_scaler;
+    ok = h5::write_attr_f64(root, "loss_scale", s.scale) &&
+         h5::write_attr_i64(root, "loss_scale_iter", s.iter) &&
+         h5::write_attr_i64(root, "loss_scale_last_overflow_iter", s.last_overflow_iter) &&
+         h5::write_attr_i64(root, "loss_scale_hysteresis_left", s.hysteresis_left);
+  }
+  if (!ok) write_failed(path, "writing the root attributes");
+
+  // /layout: parallel datasets, one row per parameter.
+  {
+    H5Id g(H5Gcreate2(root, "layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    if (!g) write_failed(path, "creating /layout");
+    size_t n = meta.layout.size();
+    size_t width = 1;
+    for (const ParamLayout& p : meta.layout) width = std::max(width, p.shape.size());
+    std::vector<std::string> names, segments;
+    std::vector<int64_t> offsets, shapes(n * width, 0);
+    std::vector<int32_t> ndims;
+    std::vector<uint8_t> decay;
+    for (size_t i = 0; i < n; ++i) {
+      const ParamLayout& p = meta.layout[i];
+      names.push_back(p.name);
+      segments.push_back(p.segment);
+      offsets.push_back(p.offset);
+      ndims.push_back(int32_t(p.shape.size()));
+      std::copy(p.shape.begin(), p.shape.end(), shapes.begin() + i * width);
+      decay.push_back(p.decay ? 1 : 0);
+    }
+    hsize_t hn = n;
+    ok = h5::write_string_dataset(g.get(), "name", names) &&
+         h5::write_string_dataset(g.get(), "segment", segments) &&
+         h5::write_dataset(g.get(), "offset", H5T_STD_I64LE, H5T_NATIVE_INT64, {hn},
+                           offsets.data()) &&
+         h5::write_dataset(g.get(), "ndim", H5T_STD_I32LE, H5T_NATIVE_INT32, {hn}, ndims.data()) &&
+         h5::write_dataset(g.get(), "shape", H5T_STD_I64LE, H5T_NATIVE_INT64, {hn, width},
+                           shapes.data()) &&
+         h5::write_dataset(g.get(), "decay", H5T_STD_U8LE, H5T_NATIVE_UINT8, {hn}, decay.data());
+    if (!ok) write_failed(path, "writing /layout");
+  }
+
+  // /segments/<name>, in the order given (creation order is tracked so that
+  // readers list them in that order rather than by name).
+  {
+    H5Id gcpl(H5Pcreate(H5P_GROUP_CREATE));
+    H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    H5Id segs(H5Gcreate2(root, "segments", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
+    if (!segs) write_failed(path, "creating /segments");
+    for (const SegmentRange& r : ranges) {
+      std::string where = "writing /segments/" + r.segment;
+      H5Id g(H5Gcreate2(segs.get(), r.segment.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      if (!g) write_failed(path, where);
+      ok = h5::write_attr_i64(g.get(), "segment_numel", r.segment_numel) &&
+           h5::write_attr_i64(g.get(), "offset", r.offset) &&
+           h5::write_attr_i64(g.get(), "count", r.count) &&
+           write_tensor_dataset(g.get(), "master", r.master) &&
+           write_tensor_dataset(g.get(), "exp_avg", r.exp_avg) &&
+           write_tensor_dataset(g.get(), "exp_avg_sq", r.exp_avg_sq) &&
+           (!r.params.defined() || write_tensor_dataset(g.get(), "params", r.params));
+      if (!ok) write_failed(path, where);
+    }
+  }
+
+  if (H5Fflush(root, H5F_SCOPE_GLOBAL) < 0) write_failed(path, "flushing the file");
+  if (!file.close()) write_failed(path, "closing the file");
+  fsync_file(path);
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+struct ShardReader::Impl {
+  std::string path;
+  H5Id file;
+  ShardMeta meta;
+  std::vector<RangeInfo> ranges;
+  std::map<std::string, size_t> by_segment;
+  std::set<std::string> has_params;  // segments with a stored params dataset
+};
+
+ShardReader::ShardReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardReader::ShardReader(ShardReader&&) noexcept = default;
+ShardReader& ShardReader::operator=(ShardReader&&) noexcept = default;
+ShardReader::~ShardReader() = default;
+
+const std::string& ShardReader::path() const { return impl_->path; }
+const ShardMeta& ShardReader::meta() const { return impl_->meta; }
+const std::vector<ShardReader::RangeInfo>& ShardReader::ranges() const { return impl_->ranges; }
+const ShardReader::RangeInfo* ShardReader::find_range(const std::string& segment) const {
+  auto it = impl_->by_segment.find(segment);
+  return it == impl_->by_segment.end() ? nullptr : &impl_->ranges[it->second];
+}
+
+ShardReader ShardReader::open(const std::string& path) {
+  h5::quiet();
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    usage_error(
+        "checkpoint shard {} does not exist; check the path, or resume from another "
+        "checkpoint",
+        path);
+  if (!fs::is_regular_file(path, ec))
+    usage_error("checkpoint shard {} is not a regular file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    h5::last_error();
+    usage_error(
+        "{} is not an HDF5 file (no HDF5 signature): it is not an fdtrain checkpoint "
+        "shard, or it is corrupt; {}",
+        path, kCorruptHint);
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->file = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!impl->file) {
+    std::string stack = h5::last_error();
+    usage_error(
+        "cannot open checkpoint shard {} ({}): the file is truncated or corrupt (was "
+        "its write interrupted?); {}",
+        path, stack, kCorruptHint);
+  }
+  hid_t root = impl->file.get();
+  ShardMeta& m = impl->meta;
+
+  auto missing = [&](const std::string& what) -> void {
+    std::string stack = h5::last_error();
+    if (h5::error_is_checksum(stack))
+      usage_error("{}: checksum mismatch reading {}: the file is corrupt; {}", path, what,
+                  kCorruptHint);
+    usage_error(
+        "{}: {} is missing or malformed: the file is not a complete fdtrain checkpoint "
+        "shard (format version {}); {}",
+        path, what, kFormatVersion, kCorruptHint);
+  };
+  auto req_i64 = [&](hid_t obj, const char* name, const std::string& where) {
+    std::optional<int64_t> v = h5::read_attr_i64(obj, name);
+    if (!v) missing(fmt::format("integer attribute '{}' of {}", name, where));
+    return *v;
+  };
+  auto req_str = [&](hid_t obj, const char* name) {
+    std::optional<std::string> v = h5::read_attr_str(obj, name);
+    if (!v) missing(fmt::format("string attribute '{}' of /", name));
+    return *v;
+  };
+
+  // The version first: everything else may differ in another version.
+  std::optional<int64_t> version = h5::read_attr_i64(root, "format_version");
+  if (!version) missing("integer attribute 'format_version' of /");
+  if (*version != kFormatVersion) {
+    std::string writer = h5::read_attr_str(root, "fdtrain_version").value_or("unknown");
+    usage_error(
+        "{}: checkpoint format version {} (written by {}), but this fdtrain reads "
+        "format version {}; use the fdtrain that wrote it (e.g. `fdtrain ckpt export` "
+        "and start from the export with model.init_from)",
+        path, *version, writer, kFormatVersion);
+  }
+  m.format_version = int(*version);
+  m.step = req_i64(root, "step", "/");
+  m.world_size = int(req_i64(root, "world_size", "/"));
+  m.rank = int(req_i64(root, "rank", "/"));
+  m.zero_stage = int(req_i64(root, "zero_stage", "/"));
+  m.precision = req_str(root, "precision");
+  m.optimizer_step = req_i64(root, "optimizer_step", "/");
+  m.seed = req_i64(root, "seed", "/");
+  m.skipped_steps = req_i64(root, "skipped_steps", "/");
+  m.fdtrain_version = req_str(root, "fdtrain_version");
+  m.recipe_yaml = req_str(root, "recipe");
+  if (h5::has_attr(root, "loss_scale")) {
+    std::optional<double> scale = h5::read_attr_f64(root, "loss_scale");
+    if (!scale) missing("attribute 'loss_scale' of /");
+    m.loss_scaler = LossScalerState{*scale, req_i64(root, "loss_scale_iter", "/"),
+                                    req_i64(root, "loss_scale_last_overflow_iter", "/"),
+                                    int(req_i64(root, "loss_scale_hysteresis_left", "/"))};
+  }
+  auto bad = [&](const std::string& what) {
+    usage_error("{}: {}: the file is corrupt or not an fdtrain checkpoint shard; {}", path, what,
+                kCorruptHint);
+  };
+  if (m.precision != "fp32" && m.precision != "bf16" && m.precision != "fp16")
+    bad(fmt::format("precision '{}' is not fp32, bf16 or fp16", m.precision));
+  if (m.world_size < 1 || m.rank < 0 || m.rank >= m.world_size)
+    bad(fmt::format("rank {} of world size {}", m.rank, m.world_size));
+  if (m.zero_stage < 0 || m.zero_stage > 3) bad(fmt::format("ZeRO stage {}", m.zero_stage));
+  if (m.step < 0) bad(fmt::format("step {}", m.step));
+
+  // /layout
+  if (H5Lexists(root, "layout", H5P_DEFAULT) <= 0) missing("group /layout");
+  {
+    H5Id g(H5Gopen2(root, "layout", H5P_DEFAULT));
+    if (!g) missing("group /layout");
+    auto names = h5::read_string_dataset(g.get(), "name");
+    if (!names) missing("dataset /layout/name");
+    auto segments = h5::read_string_dataset(g.get(), "segment");
+    hsize_t n = names->size();
+    if (!segments || segments->size() != n) missing("dataset /layout/segment");
+    std::vector<int64_t> offsets, shapes;
+    std::vector<int32_t> ndims;
+    std::vector<uint8_t> decay;
+    if (!read_numeric(g.get(), "offset", H5T_NATIVE_INT64, {n}, &offsets))
+      missing("dataset /layout/offset");
+    if (!read_numeric(g.get(), "ndim", H5T_NATIVE_INT32, {n}, &ndims))
+      missing("dataset /layout/ndim");
+    if (!read_numeric(g.get(), "decay", H5T_NATIVE_UINT8, {n}, &decay))
+      missing("dataset /layout/decay");
+    if (!read_numeric(g.get(), "shape", H5T_NATIVE_INT64, {n, hsize_t(-1)}, &shapes))
+      missing("dataset /layout/shape");
+    size_t width = n ? shapes.size() / n : 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (ndims[i] < 0 || size_t(ndims[i]) > width || offsets[i] < 0)
+        bad(fmt::format("layout row {} ('{}') is invalid", i, (*names)[i]));
+      ParamLayout p{
+          (*names)[i], (*segments)[i], offsets[i],
+          std::vector<int64_t>(shapes.begin() + i * width, shapes.begin() + i * width + ndims[i]),
+          decay[i] != 0};
+      for (int64_t d : p.shape)
+        if (d < 0) bad(fmt::format("parameter '{}' has a negative dimension", p.name));
+      m.layout.push_back(std::move(p));
+    }
+  }
+
+  // /segments
+  if (H5Lexists(root, "segments", H5P_DEFAULT) <= 0) missing("group /segments");
+  H5Id segs(H5Gopen2(root, "segments", H5P_DEFAULT));
+  if (!segs) missing("group /segments");
+  std::vector<std::string> seg_names;
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->push_back(name);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Literate(segs.get(), H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect, &seg_names) < 0) {
+    h5::last_error();  // not tracked (e.g. written by another tool): name order
+    seg_names.clear();
+    idx = 0;
+    if (H5Literate(segs.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &seg_names) < 0)
+      missing("group /segments");
+  }
+  for (const std::string& name : seg_names) {
+    std::string where = "/segments/" + name;
+    H5Id g(H5Gopen2(segs.get(), name.c_str(), H5P_DEFAULT));
+    if (!g) missing("group " + where);
+    RangeInfo r{name, req_i64(g.get(), "segment_numel", where), req_i64(g.get(), "offset", where),
+                req_i64(g.get(), "count", where), DType::kF32};
+    if (r.offset < 0 || r.count < 0 || r.segment_numel < 0 || r.offset + r.count > r.segment_numel)
+      bad(fmt::format("{}: range [{}, {}) does not lie within segment_numel {}", where, r.offset,
+                      r.offset + r.count, r.segment_numel));
+    for (const char* field : kFields) {
+      std::string dsname = where + "/" + field;
+      if (H5Lexists(g.get(), field, H5P_DEFAULT) <= 0) {
+        if (std::string(field) == "params") continue;  // optional: equals master
+        missing("dataset " + dsname);
+      }
+      H5Id ds(H5Dopen2(g.get(), field, H5P_DEFAULT));
+      if (!ds) missing("dataset " + dsname);
+      auto dims = h5::dataset_dims(ds.get());
+      if (!dims || dims->size() != 1 || int64_t((*dims)[0]) != r.count)
+        bad(fmt::format("dataset {} does not hold count = {} elements", dsname, r.count));
+      H5Id type(H5Dget_type(ds.get()));
+      H5T_class_t cls = type ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+      size_t size = type ? H5Tget_size(type.get()) : 0;
+      DType dt = DType::kF32;
+      std::string declared = h5::read_attr_str(ds.get(), "dtype").value_or("f32");
+      if (declared == "bf16" || declared == "f16") {
+        dt = declared == "bf16" ? DType::kBF16 : DType::kF16;
+        if (cls != H5T_INTEGER || size != 2)
+          bad(fmt::format("dataset {} says dtype {} but is not stored as uint16", dsname,
+                          declared));
+      } else if (declared != "f32" || cls != H5T_FLOAT || size != 4) {
+        bad(fmt::format("dataset {} is not float32", dsname));
+      }
+      if (std::string(field) == "params") {
+        r.params_dtype = dt;
+        impl->has_params.insert(name);
+      } else if (dt != DType::kF32) {
+        bad(fmt::format("dataset {} must be float32", dsname));
+      }
+    }
+    impl->by_segment[name] = impl->ranges.size();
+    impl->ranges.push_back(r);
+  }
+
+  // The layout must fit the segments this file holds.
+  for (const ParamLayout& p : m.layout) {
+    const RangeInfo* r = nullptr;
+    auto it = impl->by_segment.find(p.segment);
+    if (it != impl->by_segment.end()) r = &impl->ranges[it->second];
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    if (r && p.offset + numel > r->segment_numel)
+      bad(fmt::format("layout places '{}' at [{}, {}) beyond segment '{}' of {} elements", p.name,
+                      p.offset, p.offset + numel, p.segment, r->segment_numel));
+  }
+  return ShardReader(std::move(impl));
+}
+
+void ShardReader::read(const std::string& segment, const std::string& field, int64_t global_offset,
+                       int64_t count, const Tensor& out) const {
+  FD_CHECK(std::find(std::begin(kFields), std::end(kFields), field) != std::end(kFields),
+           "unknown checkpoint field '{}'", field);
+  FD_CHECK(out.defined() && out.device().is_cpu() && out.numel() == count,
+           "read of {} elements into a tensor of {}", count, out.defined() ? out.numel() : 0);
+  const RangeInfo* r = find_range(segment);
+  if (!r)
+    usage_error(
+        "{} holds no range of segment '{}' (it holds {} segment ranges); the checkpoint "
+        "does not match this model",
+        impl_->path, segment, impl_->ranges.size());
+  if (global_offset < r->offset || count < 0 || global_offset + count > r->offset + r->count)
+    usage_error("{}: elements [{}, {}) of segment '{}' are not in this file's range [{}, {})",
+                impl_->path, global_offset, global_offset + count, segment, r->offset,
+                r->offset + r->count);
+  if (count == 0) return;
+
+  std::string stored = field;
+  DType stored_dtype = DType::kF32;
+  if (field == "params") {
+    if (impl_->has_params.count(segment))
+      stored_dtype = r->params_dtype;
+    else
+      stored = "master";
+  }
+  std::string dsname = "/segments/" + segment + "/" + stored;
+  H5Id ds(H5Dopen2(impl_->file.get(), dsname.c_str(), H5P_DEFAULT));
+  bool ok = ds.valid();
+  if (ok) {
+    Tensor target = out.dtype() == stored_dtype
+                        ? out
+                        : Tensor::empty(Shape{count}, stored_dtype, MemCategory::kOther);
+    hid_t mem = stored_dtype == DType::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+    ok = h5::read_1d(ds.get(), mem, global_offset - r->offset, count, target.raw());
+    if (ok && out.dtype() != stored_dtype) out.copy_from(target);
+  }
+  if (!ok) {
+    std::string stack = h5::last_error();
+    if (h5::error_is_checksum(stack))
+      usage_error("{}: checksum mismatch in segment '{}', dataset {}: the file is corrupt; {}",
+                  impl_->path, segment, dsname, kCorruptHint);
+    usage_error(
+        "{}: cannot read segment '{}', dataset {} ({}): the file is truncated or "
+        "corrupt; {}",
+        impl_->path, segment, dsname, stack, kCorruptHint);
+  }
+}
+
+}  // namespace fd::ckpt

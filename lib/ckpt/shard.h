@@ -1,0 +1,130 @@
+// One rank's checkpoint shard: an HDF5 file holding the rank's ranges of
+// every segment's flat space (fp32 master weights, Adam moments, parameters
+// in the compute dtype) and, as attributes, everything needed to resume.
+//
+// The full file format is in docs/FORMAT.md. In short:
+//   /                  attributes: format_version, step, world_size, rank, zero_stage,
+//                      precision, optimizer_step, seed, skipped_steps, fdtrain_version,
+//                      recipe, and loss_scale* (fp16 only)
+//   /layout/{name,segment,offset,ndim,shape,decay}   one row per parameter, canonical order
+//   /segments/<segment>  attributes segment_numel, offset, count; datasets master,
+//                      exp_avg, exp_avg_sq (float32) and params (float32, or uint16 with a
+//                      `dtype` attribute "bf16"/"f16"), chunked with Fletcher32 checksums.
+//
+// There is no separate data-sampler or RNG state: data order and
+// initialisation are counter-based functions of (seed, step), so `seed` and
+// `step` are that state.
+//
+// Not thread-safe: HDF5 is the serial build; use shards from one thread.
+//
+// A shard is self-describing and world-size independent in its addressing:
+// ranges carry global element offsets, so a loader at another world size or
+// ZeRO stage reads whichever ranges it now owns (ShardReader::read).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/ckpt/manifest.h"  // kFormatVersion, Manifest, step_dir_name, shard_file_name
+#include "lib/tensor/tensor.h"
+
+namespace fd::ckpt {
+
+// One contiguous range of one segment's flat space held by the writing rank.
+struct SegmentRange {
+  std::string segment;    // FlatParamGroup name: "embed", "h.0", ..., "final"
+  int64_t segment_numel;  // padded numel of the segment in the writer's layout
+  int64_t offset;         // global element offset of the range within the segment's flat space
+  int64_t count;          // elements
+  Tensor master;          // fp32, count: master weights (fp32 runs: the parameters themselves)
+  Tensor exp_avg;         // fp32, count: Adam m
+  Tensor exp_avg_sq;      // fp32, count: Adam v
+  Tensor params;          // compute dtype (f32/bf16/f16), count: the model's parameters.
+                          // May be left undefined when it equals `master` (fp32 runs):
+                          // nothing is stored and read("params") returns master.
+};
+
+// Where a parameter lives (the flat layout), world-size independent.
+struct ParamLayout {
+  std::string name;     // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
+  std::string segment;  // the segment holding it
+  int64_t offset;       // element offset within the segment's flat space
+  std::vector<int64_t> shape;
+  bool decay;  // AdamW weight decay applies
+};
+
+struct LossScalerState {
+  double scale;
+  int64_t iter;
+  int64_t last_overflow_iter;
+  int hysteresis_left;
+};
+
+struct ShardMeta {
+  int format_version = kFormatVersion;
+  int64_t step = 0;  // optimizer steps completed (the run resumes at this 0-based step)
+  int world_size = 1;
+  int rank = 0;
+  int zero_stage = 0;
+  std::string precision;       // "fp32" | "bf16" | "fp16"
+  std::string recipe_yaml;     // the full resolved recipe
+  int64_t optimizer_step = 0;  // AdamW's step counter (bias correction)
+  int64_t seed = 0;            // the run's seed: data order and init are counter-based in
+                               // (seed, step), so (seed, step) is the sampler position and
+                               // the RNG state
+  std::optional<LossScalerState> loss_scaler;  // fp16 only
+  int64_t skipped_steps = 0;                   // steps skipped for fp16 overflow
+  std::vector<ParamLayout> layout;             // every parameter in canonical order
+  std::string fdtrain_version;
+};
+
+// Writes one rank's shard to `path` (the caller picks the directory and
+// renames it into place). Tensors must be CPU tensors of `count` elements;
+// at most one range per segment. The file is fsync'ed before returning.
+// Throws fd::Error kRuntime on I/O failure (disk full: says so).
+void write_shard(const std::string& path, const ShardMeta& meta,
+                 const std::vector<SegmentRange>& ranges);
+
+class ShardReader {  // RAII over the HDF5 file; movable, not copyable
+ public:
+  // Opens and validates `path`: HDF5 signature, format version (a different
+  // version -> an error naming both versions), required attributes and
+  // datasets, ranges consistent with segment_numel. Throws fd::Error kUsage
+  // with the file name, what is wrong and what to do.
+  static ShardReader open(const std::string& path);
+
+  ShardReader(ShardReader&&) noexcept;
+  ShardReader& operator=(ShardReader&&) noexcept;
+  ~ShardReader();
+
+  const std::string& path() const;
+  const ShardMeta& meta() const;
+  struct RangeInfo {
+    std::string segment;
+    int64_t segment_numel, offset, count;
+    DType params_dtype;
+  };
+  // The file's ranges, in the order they were written.
+  const std::vector<RangeInfo>& ranges() const;
+  // The range of `segment`, or nullptr if this file holds none.
+  const RangeInfo* find_range(const std::string& segment) const;
+
+  // Reads elements [global_offset, global_offset + count) of `field`
+  // ("master", "exp_avg", "exp_avg_sq" as fp32; "params" converted to
+  // `out`'s dtype) of `segment`, which must lie inside this file's range of
+  // that segment, into `out` (a CPU tensor of count elements; fp32 fields
+  // are converted too if `out` is not f32). Checksums are verified on read:
+  // corruption -> fd::Error kUsage naming the file, segment and dataset.
+  void read(const std::string& segment, const std::string& field, int64_t global_offset,
+            int64_t count, const Tensor& out) const;
+
+ private:
+  struct Impl;
+  explicit ShardReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fd::ckpt

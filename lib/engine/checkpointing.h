@@ -1,0 +1,77 @@
+// Checkpoint save and resume for the Trainer (the file format is lib/ckpt's,
+// docs/FORMAT.md).
+//
+//   RUN/checkpoints/step_00000100/rank_00000.h5 ... manifest.json
+//   RUN/checkpoints/latest            "step_00000100", written last
+//
+// Saving is collective and crash-safe: the step directory is written under a
+// temporary name (.step_00000100.tmp), renamed into place by rank 0 only
+// after every rank has written its shard and the manifest is complete; then
+// `latest` is replaced (temp file + rename); only then are checkpoints beyond
+// keep_last deleted. A job killed at any point leaves `latest` naming the
+// previous complete checkpoint.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/ckpt/export.h"
+#include "lib/ckpt/shard.h"
+#include "lib/config/recipe.h"
+#include "lib/dist/communicator.h"
+#include "lib/dist/fault.h"
+#include "lib/zero/zero_engine.h"
+
+namespace fd::engine {
+
+// The checkpoint directory `resume` names: "auto" -> RUN/checkpoints/latest if
+// it exists, else nullopt (a fresh start); otherwise a step directory or a
+// checkpoints directory (then its latest). A PATH that does not exist, or
+// holds no checkpoint, is a usage error (never a silent fresh start).
+std::optional<std::filesystem::path> resolve_resume(const std::string& resume,
+                                                     const std::string& run_dir);
+
+// An opened checkpoint (lib/ckpt's open_checkpoint: manifest, every shard
+// validated and cross-checked), read by global ranges.
+class OpenCheckpoint {
+ public:
+  explicit OpenCheckpoint(const std::filesystem::path& step_dir);
+  const ckpt::ShardMeta& meta() const { return checkpoint_.meta(); }
+  const std::filesystem::path& dir() const { return dir_; }
+  // Fills `out` with elements [offset, offset + count) of `field` of `segment`
+  // from whichever shards hold them; zero where no shard does (padding).
+  void read(const std::string& segment, const std::string& field, int64_t offset, int64_t count,
+            const Tensor& out) const;
+
+ private:
+  std::filesystem::path dir_;
+  ckpt::Checkpoint checkpoint_;
+};
+
+// Differences between the recipe a checkpoint was saved with and the current
+// one, as "key: saved -> now" lines. `refused` holds those that change shapes
+// or what is trained (model, lora); `warnings` everything else (schedule,
+// steps, batch, data, zero stage, precision, ...).
+struct RecipeDiff {
+  std::vector<std::string> refused;
+  std::vector<std::string> warnings;
+};
+RecipeDiff diff_recipes(const config::Recipe& saved, const config::Recipe& now);
+
+// The flat layout of `model` in checkpoint form (names, segments, offsets, shapes).
+std::vector<ckpt::ParamLayout> layout_of(const nn::Module& model);
+
+struct SaveRequest {
+  std::filesystem::path run_dir;
+  int64_t step = 0;  // optimizer steps completed
+  int keep_last = 1;
+  ckpt::ShardMeta meta;  // everything but rank (filled per rank)
+  dist::FaultSpec fault;  // test hook: ckptkill at a point of the write
+};
+// Collective. Returns the step directory written.
+std::filesystem::path save_checkpoint(const SaveRequest& request, const zero::ZeroEngine& engine,
+                                      dist::Communicator& comm);
+
+}  // namespace fd::engine
