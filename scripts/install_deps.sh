@@ -15,6 +15,7 @@ PACKAGES=(
   libgtest-dev
   nlohmann-json3-dev
   fortunes fortunes-min
+  python3
 )
 # `install_deps.sh --bench` adds what only `make bench` needs: PyTorch for the
 # peer comparison (Debian's python3-torch, run with /usr/bin/python3).

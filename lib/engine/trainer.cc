@@ -602,10 +602,11 @@ nlohmann::json Trainer::run() {
   if (rank0) run_dir_->write_summary(summary);
   if (exit_reason != "completed") return summary;
   if (rank0) {
-    log::info(
-        "done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {:.4f} | {:.0f} tok/s | "
-        "weights {}",
-        done, elapsed, loss, eval_loss, tokens_per_s, digest.substr(0, 16));
+    log::info("done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {} | {:.0f} tok/s | "
+              "weights {}",
+              done, elapsed, loss,
+              std::isfinite(eval_loss) ? fmt::format("{:.4f}", eval_loss) : std::string("n/a"),
+              tokens_per_s, digest.substr(0, 16));
   }
   return summary;
 }
