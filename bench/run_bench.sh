@@ -65,6 +65,17 @@ for p in fp32 bf16 fp16; do
       'BEGIN { printf "%-6s %-10s %12.1f %9.2fx %14.1f MiB %11.3fx\n", p, c, m, m / bm, a / 1048576, a / ba }'
   done
 done
+
+# Checkpoint cost: config M, world 2, ZeRO stage 1, a checkpoint every 5 steps.
+echo
+echo "fdtrain checkpoints: config M, world 2, stage 1, fp32, save every 5 of 10 steps"
+d="$OUT/ckpt"
+mpirun --oversubscribe --bind-to none -n 2 "$BUILD_DIR/bin/fdtrain" train bench/recipes/m_fortunes.yaml \
+  zero.stage=1 steps=10 checkpoint.every=5 --run-dir "$d" --overwrite --no-progress > "$OUT/log" 2>&1 \
+  || { cat "$OUT/log"; exit 1; }
+save_s=$(field "$d" checkpoint_s_per_save); ms=$(field "$d" ms_per_step)
+bytes=$(stat -c %s "$d"/checkpoints/step_00000010/rank_00000.h5)
+awk -v s="$save_s" -v m="$ms" -v b="$bytes" 'BEGIN { printf "save %.1f ms per checkpoint (%.2f of a %.1f ms step), %.1f MiB per rank\n", s * 1e3, s * 1e3 / m, m, b / 1048576 }'
 rm -rf "$OUT"
 # Two independent single-thread processes side by side: the ceiling for world 2 on this machine.
 echo
