@@ -9,8 +9,12 @@
 //                                            memory and communication per rank, every ZeRO stage
 //   fdtrain ckpt inspect PATH                step, world, stage, shards; verifies every checksum
 //   fdtrain ckpt export PATH --out FILE [--dtype fp32|bf16] [--overwrite]
-//   fdtrain ckpt diff A B                    weights of two checkpoints compared
 //                                            consolidated weights as .safetensors (HF GPT-2) or .h5
+//   fdtrain ckpt export PATH --lora-adapter DIR [--merge-lora --out FILE] [...]
+//   fdtrain ckpt export PATH --merge-lora --out FILE [--dtype fp32|bf16] [--overwrite]
+//                                            a LoRA run: the adapter in PEFT format, and/or
+//                                            the base with the adapters merged in
+//   fdtrain ckpt diff A B                    weights of two checkpoints compared
 //
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
 #include <CLI/CLI.hpp>
@@ -121,10 +125,18 @@ int run(int argc, char** argv) {
   std::string export_out;
   std::string export_dtype = "fp32";
   bool export_overwrite = false;
-  export_cmd->add_option("--out", export_out, "output file (.safetensors or .h5)")->required();
+  std::string lora_adapter_dir;
+  bool merge_lora = false;
+  export_cmd->add_option("--out", export_out, "output file (.safetensors or .h5)");
   export_cmd->add_option("--dtype", export_dtype, "fp32 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   export_cmd->add_flag("--overwrite", export_overwrite, "replace an existing output file");
+  export_cmd->add_option("--lora-adapter", lora_adapter_dir,
+                         "LoRA runs: write the adapter to this directory in Hugging Face PEFT "
+                         "format (adapter_config.json, adapter_model.safetensors)");
+  export_cmd->add_flag("--merge-lora", merge_lora,
+                       "LoRA runs: write the base model (model.init_from) with the adapters "
+                       "merged in to --out");
   std::string diff_other;
   CLI::App* diff_cmd = ckpt->add_subcommand(
       "diff", "compare two checkpoints' weights: per tensor and ||a - b|| / ||b|| overall");
@@ -165,9 +177,32 @@ int run(int argc, char** argv) {
   }
   if (*export_cmd) {
     fd::DType dtype = export_dtype == "bf16" ? fd::DType::kBF16 : fd::DType::kF32;
-    std::printf(
-        "%s\n",
-        fd::ckpt::export_checkpoint(ckpt_path, export_out, dtype, export_overwrite).c_str());
+    if (merge_lora && export_out.empty()) {
+      print_error("--merge-lora needs --out FILE (.safetensors or .h5) for the merged model");
+      return 2;
+    }
+    if (!lora_adapter_dir.empty() && !export_out.empty() && !merge_lora) {
+      print_error(
+          "--out with --lora-adapter needs --merge-lora (a LoRA checkpoint holds only the "
+          "adapters; --merge-lora --out FILE writes the merged model)");
+      return 2;
+    }
+    if (lora_adapter_dir.empty() && !merge_lora && export_out.empty()) {
+      print_error("ckpt export needs --out FILE, --lora-adapter DIR or --merge-lora --out FILE");
+      return 2;
+    }
+    if (!lora_adapter_dir.empty())
+      std::printf("%s\n", fd::ckpt::export_lora_adapter(ckpt_path, lora_adapter_dir, dtype,
+                                                        export_overwrite)
+                              .c_str());
+    if (merge_lora)
+      std::printf(
+          "%s\n",
+          fd::ckpt::export_merged_lora(ckpt_path, export_out, dtype, export_overwrite).c_str());
+    if (lora_adapter_dir.empty() && !merge_lora)
+      std::printf(
+          "%s\n",
+          fd::ckpt::export_checkpoint(ckpt_path, export_out, dtype, export_overwrite).c_str());
     return 0;
   }
   if (*estimate && world_size < 1) {
@@ -190,10 +225,10 @@ int run(int argc, char** argv) {
   fd::engine::TrainOptions options;
   options.recipe_path = recipe;
   options.overrides = overrides;
-  options.run_dir = run_dir.empty()
-                        ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem())
-                              .string()
-                        : run_dir;
+  options.run_dir =
+      run_dir.empty()
+          ? (std::filesystem::path("runs") / std::filesystem::path(recipe).stem()).string()
+          : run_dir;
   options.overwrite = overwrite;
   options.progress = !no_progress;
   options.force_progress = force_progress;

@@ -1,18 +1,19 @@
 #include "lib/ckpt/export.h"
 
-#include <cmath>
-
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/strings.h"
 #include "lib/ckpt/h5.h"
+#include "lib/ckpt/peft.h"
 #include "lib/config/load.h"
 #include "lib/tensor/safetensors.h"
 
@@ -310,6 +311,115 @@ void write_h5_export(const std::string& path,
   if (!file.close()) fail("closing the file");
 }
 
+// --out checks shared by the exports: a known extension, no accidental overwrite.
+bool check_out_path(const std::string& out, bool overwrite) {
+  bool safetensors = ends_with(out, ".safetensors");
+  if (!safetensors && !ends_with(out, ".h5"))
+    usage_error("--out {}: the file name must end in .safetensors or .h5", out);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !overwrite)
+    usage_error("{} already exists; pass --overwrite to replace it, or choose another --out", out);
+  return safetensors;
+}
+
+// Writes `tensors` to `out` (.safetensors or .h5) via out.tmp and rename.
+void write_weights_file(const std::string& out,
+                        const std::vector<std::pair<std::string, Tensor>>& tensors,
+                        const std::map<std::string, std::string>& meta) {
+  std::error_code ec;
+  fs::path final_path(out);
+  if (!final_path.parent_path().empty()) fs::create_directories(final_path.parent_path(), ec);
+  if (ends_with(out, ".safetensors")) {
+    write_safetensors(out, tensors, meta);  // writes out.tmp and renames
+  } else {
+    std::string tmp = out + ".tmp";
+    write_h5_export(tmp, tensors, meta);
+    fs::rename(tmp, out, ec);
+    if (ec) runtime_error("cannot rename {} to {}: {}", tmp, out, ec.message());
+  }
+}
+
+// A GPT-2 weights file's tensors under our names (see load_weights()): the
+// "transformer." prefix stripped, the causal-mask buffers dropped, and
+// lm_head.weight set aside in *lm_head (its file name) if present.
+// Returns our name -> the file's name.
+std::map<std::string, std::string> gpt2_names(const WeightFile& w,
+                                              std::optional<std::string>* lm_head) {
+  static const std::regex kMaskBuffer(R"(^h\.\d+\.attn\.(bias|masked_bias)$)");
+  std::map<std::string, std::string> by_name;
+  for (const std::string& raw : w.names()) {
+    std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
+    if (std::regex_match(name, kMaskBuffer)) continue;
+    if (name == "lm_head.weight") {
+      *lm_head = raw;
+      continue;
+    }
+    by_name[name] = raw;
+  }
+  return by_name;
+}
+
+// Sort key putting GPT-2 tensor names in the model's order: wte, wpe, the
+// blocks in index order (ln_1, attn, ln_2, mlp; weight before bias), ln_f.
+std::tuple<int, int64_t, int, std::string> gpt2_order(const std::string& name) {
+  static const std::regex kBlock(R"(^h\.(\d+)\.(.*)$)");
+  static const std::vector<std::string> kInBlock = {
+      "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+      "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  if (name == "wte.weight") return {0, 0, 0, name};
+  if (name == "wpe.weight") return {1, 0, 0, name};
+  std::smatch m;
+  if (std::regex_match(name, m, kBlock)) {
+    auto it = std::find(kInBlock.begin(), kInBlock.end(), m[2].str());
+    return {2, std::stoll(m[1].str()), int(it - kInBlock.begin()), name};
+  }
+  if (name.rfind("ln_f.", 0) == 0) return {3, 0, name == "ln_f.weight" ? 0 : 1, name};
+  return {4, 0, 0, name};
+}
+
+// The checkpoint's recipe (for the LoRA exports, which need its lora section
+// and model.init_from). Throws fd::Error kUsage if it does not validate here.
+config::Recipe lora_recipe(const Checkpoint& c) {
+  config::LoadResult r = config::try_parse_recipe(c.meta().recipe_yaml, "checkpoint recipe", {},
+                                                  config::Unsupported::kAllow);
+  if (!r.ok())
+    usage_error(
+        "{}: the checkpoint's recipe does not validate here, so its LoRA settings cannot be "
+        "read (files it names must exist at the same paths):\n{}",
+        c.dir, fmt::join(r.errors, "\n"));
+  if (!r.recipe.lora)
+    usage_error(
+        "{}: the checkpoint is not from a LoRA run (its recipe has no lora section); export it "
+        "with --out FILE",
+        c.dir);
+  return r.recipe;
+}
+
+// The checkpoint's LoRA parameters (fp32 masters converted to `dtype`),
+// and the adapter settings from its recipe.
+std::vector<std::pair<std::string, Tensor>> lora_tensors(const Checkpoint& c, DType dtype,
+                                                         const config::Recipe& recipe,
+                                                         LoraSpec* spec) {
+  std::vector<std::pair<std::string, Tensor>> lora;
+  for (auto& [name, t] : consolidate_ordered(c, dtype))
+    if (is_lora_name(name)) lora.emplace_back(name, t);
+  if (lora.empty())
+    usage_error(
+        "{}: the checkpoint holds no LoRA parameters (names with .lora_A. or .lora_B.), though "
+        "its recipe has a lora section; the checkpoint is inconsistent",
+        c.dir);
+  const config::LoraOptions& l = *recipe.lora;
+  *spec = LoraSpec{l.r, l.alpha, l.dropout, l.targets, l.layers, recipe.model.init_from};
+  return lora;
+}
+
+bool has_lora_params(const Checkpoint& c) {
+  const std::vector<ParamLayout>& layout = c.meta().layout;
+  return std::any_of(layout.begin(), layout.end(),
+                     [](const ParamLayout& p) { return is_lora_name(p.name); });
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -420,15 +530,15 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
                               bool overwrite) {
   if (dtype != DType::kF32 && dtype != DType::kBF16)
     usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
-  bool safetensors = ends_with(out, ".safetensors");
-  if (!safetensors && !ends_with(out, ".h5"))
-    usage_error("--out {}: the file name must end in .safetensors or .h5", out);
-  std::error_code ec;
-  if (fs::exists(out, ec) && !overwrite)
-    usage_error("{} already exists; pass --overwrite to replace it, or choose another --out", out);
+  check_out_path(out, overwrite);
 
   Checkpoint c = open_checkpoint(path);
   const ShardMeta& m = c.meta();
+  if (has_lora_params(c))
+    usage_error(
+        "{}: the checkpoint is from a LoRA run and holds only the adapters; export them with "
+        "--lora-adapter DIR (PEFT format), or the merged model with --merge-lora --out FILE",
+        c.dir);
   std::vector<std::pair<std::string, Tensor>> tensors = consolidate_ordered(c, dtype);
 
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -455,20 +565,101 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
         c.dir);
   }
 
-  fs::path final_path(out);
-  if (!final_path.parent_path().empty()) fs::create_directories(final_path.parent_path(), ec);
-  if (safetensors) {
-    write_safetensors(out, tensors, meta);  // writes out.tmp and renames
-  } else {
-    std::string tmp = out + ".tmp";
-    write_h5_export(tmp, tensors, meta);
-    fs::rename(tmp, out, ec);
-    if (ec) runtime_error("cannot rename {} to {}: {}", tmp, out, ec.message());
-  }
+  write_weights_file(out, tensors, meta);
   int64_t n = 0;
   for (const auto& t : tensors) n += t.second.numel();
   return fmt::format("exported {} tensors ({} parameters, {}) of {} (step {}) to {}",
                      tensors.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", c.dir, m.step, out);
+}
+
+std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
+                                bool overwrite) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !overwrite)
+    usage_error(
+        "{} already exists; pass --overwrite to replace it, or choose another --lora-adapter", dir);
+  Checkpoint c = open_checkpoint(path);
+  config::Recipe recipe = lora_recipe(c);
+  LoraSpec spec;
+  std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, dtype, recipe, &spec);
+  write_peft_adapter(dir, spec, lora, overwrite);
+  int64_t n = 0;
+  for (const auto& t : lora) n += t.second.numel();
+  return fmt::format(
+      "exported the LoRA adapter (r {}, alpha {}, {} tensors, {} parameters, {}) of {} (step {}) "
+      "to {} (PEFT format)",
+      spec.r, spec.alpha, lora.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", c.dir,
+      c.meta().step, dir);
+}
+
+std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
+                               bool overwrite) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  check_out_path(out, overwrite);
+  Checkpoint c = open_checkpoint(path);
+  const ShardMeta& m = c.meta();
+  config::Recipe recipe = lora_recipe(c);
+  LoraSpec spec;
+  std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, DType::kF32, recipe, &spec);
+  if (spec.base.empty())
+    usage_error(
+        "{}: the checkpoint's recipe has no model.init_from, so there is no base model to merge "
+        "the adapters into",
+        c.dir);
+
+  // The base, read the way load_weights() reads it, checked against the recipe's model.
+  std::unique_ptr<WeightFile> w = open_weights(spec.base);
+  std::optional<std::string> lm_head;
+  std::map<std::string, std::string> by_name = gpt2_names(*w, &lm_head);
+  std::map<std::string, std::vector<int64_t>> file_shapes;
+  for (const auto& [name, raw] : by_name) file_shapes[name] = w->shape(raw);
+  const config::ModelOptions& mo = recipe.model;
+  ImpliedDims want{mo.n_layer, mo.d_model, mo.vocab_size, mo.max_seq_len};
+  ImpliedDims have = implied_dims(file_shapes);
+  if (have.n_layer != want.n_layer || have.d_model != want.d_model ||
+      have.vocab_size != want.vocab_size || have.max_seq_len != want.max_seq_len)
+    usage_error("{}: the base model (model.init_from of {}'s recipe) does not fit its model{}",
+                spec.base, c.dir, dims_hint(have, want));
+  std::vector<std::pair<std::string, Tensor>> base;
+  for (const auto& [name, raw] : by_name) base.emplace_back(name, w->load(raw));
+  std::stable_sort(base.begin(), base.end(), [](const auto& a, const auto& b) {
+    return gpt2_order(a.first) < gpt2_order(b.first);
+  });
+
+  std::vector<std::pair<std::string, Tensor>> merged =
+      merge_lora(base, lora, spec.alpha / double(spec.r));
+  for (auto& [name, t] : merged)
+    if (t.dtype() != dtype) t = t.to(dtype, MemCategory::kOther);
+
+  std::map<std::string, std::string> meta = {
+      {"format", "pt"},
+      {"step", std::to_string(m.step)},
+      {"source", c.dir},
+      {"base", spec.base},
+      {"lora",
+       fmt::format("r={} alpha={} targets={} layers={}", spec.r, spec.alpha,
+                   fmt::join(spec.targets, ","),
+                   spec.layers.empty() ? "all" : fmt::format("{}", fmt::join(spec.layers, ",")))},
+      {"precision", m.precision},
+      {"dtype", dtype == DType::kF32 ? "fp32" : "bf16"},
+      {"fdtrain_version", m.fdtrain_version},
+      {"n_layer", std::to_string(mo.n_layer)},
+      {"n_head", std::to_string(mo.n_head)},
+      {"d_model", std::to_string(mo.d_model)},
+      {"vocab_size", std::to_string(mo.vocab_size)},
+      {"max_seq_len", std::to_string(mo.max_seq_len)},
+  };
+  write_weights_file(out, merged, meta);
+  int64_t n = 0;
+  for (const auto& t : merged) n += t.second.numel();
+  return fmt::format(
+      "exported {} tensors ({} parameters, {}) of {} merged with the LoRA adapter of {} (step {}, "
+      "r {}, alpha {}) to {}",
+      merged.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", spec.base, c.dir, m.step, spec.r,
+      spec.alpha, out);
 }
 
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
@@ -481,23 +672,16 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
   }
 
   // File names -> our names.
-  static const std::regex kMaskBuffer(R"(^h\.\d+\.attn\.(bias|masked_bias)$)");
-  std::map<std::string, std::string> by_name;  // our name -> the file's name
-  std::map<std::string, std::vector<int64_t>> file_shapes;
   std::optional<std::string> lm_head;
-  for (const std::string& raw : w->names()) {
-    std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
-    if (std::regex_match(name, kMaskBuffer)) continue;
-    if (name == "lm_head.weight") {
-      lm_head = raw;
-      continue;
-    }
-    by_name[name] = raw;
-    file_shapes[name] = w->shape(raw);
-  }
+  std::map<std::string, std::string> by_name = gpt2_names(*w, &lm_head);  // ours -> the file's
+  std::map<std::string, std::vector<int64_t>> file_shapes;
+  for (const auto& [name, raw] : by_name) file_shapes[name] = w->shape(raw);
 
+  // A LoRA model loads its frozen base; the adapters start from their own init.
+  std::vector<const nn::Parameter*> targets = model.frozen_parameters();
+  if (targets.empty()) targets = model.parameters();
   std::map<std::string, std::vector<int64_t>> model_shapes;
-  for (const nn::Parameter* p : model.parameters()) {
+  for (const nn::Parameter* p : targets) {
     const Shape& s = p->value.shape();
     std::vector<int64_t> v;
     for (int i = 0; i < s.ndim(); ++i) v.push_back(s[i]);
@@ -505,7 +689,7 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
   }
   std::string hint = dims_hint(implied_dims(file_shapes), implied_dims(model_shapes));
 
-  for (const nn::Parameter* p : model.parameters()) {
+  for (const nn::Parameter* p : targets) {
     auto it = file_shapes.find(p->name);
     if (it == file_shapes.end())
       usage_error("{}{} has no tensor '{}' of shape {}, which the model needs{}", prefix, file,
@@ -519,7 +703,7 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
       usage_error("{}{} holds tensor '{}' {}, which the model does not have{}", prefix, file,
                   by_name[name], shape_str(shape), hint.empty() ? "; is it a GPT-2 model?" : hint);
 
-  for (const nn::Parameter* p : model.parameters()) {
+  for (const nn::Parameter* p : targets) {
     try {
       p->value.copy_from(w->load(by_name[p->name]));
     } catch (const Error& e) {

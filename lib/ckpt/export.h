@@ -56,9 +56,41 @@ std::string inspect_checkpoint(const std::string& path);
 // Writes the consolidated weights of the checkpoint at `path` to `out`
 // (.safetensors or .h5, by extension) in `dtype` (kF32 or kBF16), via
 // `out`.tmp and rename. Refuses to replace an existing `out` unless
-// `overwrite`. Returns a one-line summary.
+// `overwrite`, and refuses a LoRA run's checkpoint (see below). Returns a
+// one-line summary.
 std::string export_checkpoint(const std::string& path, const std::string& out, DType dtype,
                               bool overwrite);
+
+// Checkpoints of LoRA runs hold only the adapters (parameters named
+// h.N.<module>.lora_{A,B}.weight, lib/ckpt/peft.h); export_checkpoint()
+// refuses them and points to the two exports below. Both read the adapter
+// settings (lora section) and the base (model.init_from) from the
+// checkpoint's recipe, which must therefore validate here (the files it
+// names must exist): otherwise fd::Error kUsage listing its errors.
+
+// Writes the LoRA parameters of the checkpoint at `path` in `dtype` (kF32 or
+// kBF16) as a PEFT adapter directory `dir` (write_peft_adapter(): keys
+// base_model.model.transformer.h.N.<module>.lora_{A,B}.weight, adapter_config.json
+// from the recipe, base_model_name_or_path = model.init_from). Refuses an
+// existing `dir` unless `overwrite`. Returns a one-line summary.
+std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
+                                bool overwrite);
+
+// Writes the full model: the base from model.init_from (read as load_weights()
+// reads it, and checked against the recipe's model dimensions) with the
+// checkpoint's fp32 LoRA deltas merged in (merge_lora(), scaling alpha / r),
+// as `out` (.safetensors or .h5, Hugging Face GPT-2 names, as
+// export_checkpoint() writes) in `dtype` (kF32 or kBF16). The metadata also
+// records "base" and "lora" (r, alpha, targets, layers). Refuses an existing
+// `out` unless `overwrite`. Returns a one-line summary.
+std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
+                               bool overwrite);
+
+// Compares the weights of two checkpoints (or exports' sources) tensor by
+// tensor: per tensor ||a - b|| / ||b|| and max |a - b|, then the whole model's
+// ||a - b|| / ||b||, which it also stores in *total_relative. Both must hold
+// the same parameters (different names or shapes: fd::Error kUsage).
+std::string diff_checkpoints(const std::string& a, const std::string& b, double* total_relative);
 
 // Copies the weights in `file` into `model`'s parameters, converting dtype
 // (round to nearest even). `file` is an fdtrain export (.safetensors or .h5)
@@ -69,12 +101,6 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
 // with its shape and nothing else may be: otherwise fd::Error kUsage, prefixed
 // with `where` (e.g. "recipes/x.yaml:3:14: model.init_from"), naming the file,
 // the tensor, both shapes and the recipe change that would fit the file.
-// Compares the weights of two checkpoints (or exports' sources) tensor by
-// tensor: per tensor ||a - b|| / ||b|| and max |a - b|, then the whole model's
-// ||a - b|| / ||b||, which it also stores in *total_relative. Both must hold
-// the same parameters (different names or shapes: fd::Error kUsage).
-std::string diff_checkpoints(const std::string& a, const std::string& b, double* total_relative);
-
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
 
 }  // namespace fd::ckpt

@@ -139,7 +139,8 @@ void write_shard(const std::string& path, const ShardMeta& meta,
             h5::write_attr_i64(root, "seed", meta.seed) &&
             h5::write_attr_i64(root, "skipped_steps", meta.skipped_steps) &&
             h5::write_attr_str(root, "fdtrain_version", meta.fdtrain_version) &&
-            h5::write_attr_str(root, "recipe", meta.recipe_yaml);
+            h5::write_attr_str(root, "recipe", meta.recipe_yaml) &&
+            (meta.base_sha256.empty() || h5::write_attr_str(root, "base_sha256", meta.base_sha256));
   if (ok && meta.loss_scaler) {
     const LossScalerState& s = *meta.loss_scaler;
     ok = h5::write_attr_f64(root, "loss_scale", s.scale) &&
@@ -307,6 +308,7 @@ ShardReader ShardReader::open(const std::string& path) {
   m.skipped_steps = req_i64(root, "skipped_steps", "/");
   m.fdtrain_version = req_str(root, "fdtrain_version");
   m.recipe_yaml = req_str(root, "recipe");
+  m.base_sha256 = h5::read_attr_str(root, "base_sha256").value_or("");
   if (h5::has_attr(root, "loss_scale")) {
     std::optional<double> scale = h5::read_attr_f64(root, "loss_scale");
     if (!scale) missing("attribute 'loss_scale' of /");

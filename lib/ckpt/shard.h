@@ -79,6 +79,7 @@ struct ShardMeta {
   int64_t skipped_steps = 0;                   // steps skipped for fp16 overflow
   std::vector<ParamLayout> layout;             // every parameter in canonical order
   std::string fdtrain_version;
+  std::string base_sha256;  // LoRA: SHA-256 of the frozen base's file (model.init_from); "" otherwise
 };
 
 // Writes one rank's shard to `path` (the caller picks the directory and

@@ -736,9 +736,6 @@ void Builder::unsupported() {
     error(loc_of(path), path,
           fmt::format("{} is not supported yet ({}; see docs/RECIPE.md)", what, why));
   };
-  if (!bad("lora") && r_->lora) {
-    refuse_because("lora", "LoRA fine-tuning", "remove the lora section or set it to null");
-  }
   if (!bad("device") && r_->device != DeviceName::kCpu) {
     refuse_because("device", "training on CUDA", "this build trains on the CPU");
   }

@@ -1,6 +1,7 @@
 #include "lib/engine/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sys/resource.h>
 
@@ -15,6 +16,8 @@
 #include "lib/autograd/tape.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/rng.h"
+#include "lib/base/sha256.h"
 #include "lib/config/load.h"
 #include "lib/data/byte_tokenizer.h"
 #include "lib/data/sampler.h"
@@ -57,6 +60,17 @@ DType compute_dtype(config::Precision p) {
     case config::Precision::kFp32: break;
   }
   return DType::kF32;
+}
+
+std::string file_sha256(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) usage_error("{}: cannot read the file", path);
+  Sha256 sha;
+  std::vector<char> buf(1 << 20);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) sha.update(buf.data(), n);
+  std::fclose(f);
+  return sha.hex_digest();
 }
 
 nlohmann::json number_or_null(double v) {
@@ -143,12 +157,34 @@ void Trainer::setup(const TrainOptions& options) {
   mc.d_model = recipe_.model.d_model;
   mc.vocab_size = recipe_.model.vocab_size;
   mc.max_seq_len = recipe_.model.max_seq_len;
+  nn::LoraConfig lora;
+  if (recipe_.lora) {
+    lora.r = recipe_.lora->r;
+    lora.alpha = float(recipe_.lora->alpha);
+    lora.dropout = float(recipe_.lora->dropout);
+    lora.modules = nn::lora_modules_for_targets(recipe_.lora->targets);
+    lora.layers = recipe_.lora->layers;
+  }
   model_ = std::make_unique<nn::Gpt>(mc, compute_dtype(recipe_.precision),
-                                     zero::layout_for(recipe_.zero.stage, world));
+                                     zero::layout_for(recipe_.zero.stage, world), lora,
+                                     zero::frozen_layout_for(recipe_.zero.stage, world));
   model_->init_gpt2(uint64_t(recipe_.seed));
   if (!recipe_.model.init_from.empty()) {
     ckpt::load_weights(recipe_.model.init_from, *model_,
                        fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
+    if (lora.enabled()) base_sha256_ = file_sha256(recipe_.model.init_from);
+  }
+  if (lora.enabled() && comm_.rank() == 0) {
+    const int64_t trainable = lora.num_params(mc);
+    log::info("LoRA r={} alpha={} on {} of {} blocks: {} trainable parameters "
+              "(sum of r*(in+out) over adapted modules), {:.3f}% of the {} frozen base "
+              "parameters{}",
+              lora.r, lora.alpha, fmt::join(lora.modules, ", "),
+              lora.layers.empty() ? mc.n_layer : int(lora.layers.size()), trainable,
+              100.0 * double(trainable) / double(mc.num_params()), mc.num_params(),
+              recipe_.model.init_from.empty() ? "; WARNING: no model.init_from, the base is a "
+                                                "random init"
+                                              : "");
   }
 
   zero::ZeroConfig zc;
@@ -259,6 +295,13 @@ void Trainer::resume_from(const std::string& step_dir) {
     st.hysteresis_left = meta.loss_scaler->hysteresis_left;
     scaler_->set_state(st);
   }
+  if (meta.base_sha256 != base_sha256_) {
+    usage_error("{}: the checkpoint's LoRA adapters were trained on a base with SHA-256 {}, but "
+                "model.init_from ({}) has {}; resume with the same base file",
+                step_dir, meta.base_sha256.empty() ? "(none)" : meta.base_sha256,
+                recipe_.model.init_from.empty() ? "none" : recipe_.model.init_from,
+                base_sha256_.empty() ? "(none)" : base_sha256_);
+  }
   start_step_ = meta.step;
   skipped_at_start_ = meta.skipped_steps;
   resumed_from_ = step_dir;
@@ -286,6 +329,7 @@ std::string Trainer::save(int64_t steps_done) {
   m.skipped_steps = skipped_total_;
   m.layout = layout_of(*model_);
   m.fdtrain_version = kVersion;
+  m.base_sha256 = base_sha256_;
   if (scaler_) {
     precision::LossScalerState st = scaler_->state();
     m.loss_scaler = ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter,
@@ -313,6 +357,9 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     sampler_->sample_train(step, micro, comm_.rank(), world, B, T, tokens_.i32(),
                            targets_.i32());
     zero_->begin_micro_batch(micro);
+    // Adapter dropout masks: a function of (seed, step, micro-batch, rank).
+    model_->set_dropout_seed(hash_words(uint64_t(recipe_.seed), uint64_t(step), uint64_t(micro),
+                                        uint64_t(comm_.rank())));
     autograd::Tape tape;
     autograd::TapeScope scope(tape);
     autograd::Variable loss = model_->loss(tokens_, targets_, zero_.get());
@@ -536,7 +583,8 @@ nlohmann::json Trainer::run() {
        last_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint)},
       {"checkpoint_s_per_save", checkpoints_saved > 0 ? checkpoint_seconds / double(checkpoints_saved) : 0.0},
       {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json(nullptr)},
-      {"num_params", model_->config().num_params()},
+      {"num_params", model_->parameter_count()},
+      {"frozen_params", recipe_.lora ? model_->config().num_params() : 0},
       {"padded_params", P},
       {"tokens_per_step", tokens_per_step},
       {"comm_bytes_per_step", ran > 0 ? train_comm_bytes / ran : 0},

@@ -118,6 +118,7 @@ class Trainer {
   int64_t start_step_ = 0;
   int64_t skipped_at_start_ = 0;
   std::string resumed_from_;
+  std::string base_sha256_;  // LoRA: SHA-256 of the frozen base's file
   int64_t skipped_total_ = 0;
 };
 

@@ -35,6 +35,26 @@ struct GptConfig {
   double flops_per_token(int seq_len) const;
 };
 
+// Low-rank adapters (LoRA, as Hugging Face PEFT): a targeted Conv1D y = x W + b
+// becomes y = x W + b + dropout(x) A^T B^T (alpha / r), A (r, in) Kaiming-uniform
+// (a = sqrt 5: bound 1/sqrt(in)), B (out, r) zero. The base is frozen.
+struct GptConfig;
+struct LoraConfig {
+  int r = 0;                         // rank; 0 = no adapters (every parameter trains)
+  float alpha = 0.0f;                // scaling = alpha / r
+  float dropout = 0.0f;              // on the adapter's input only
+  std::vector<std::string> modules;  // attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
+  std::vector<int> layers;           // blocks with adapters; empty = all
+  bool enabled() const { return r > 0; }
+  bool applies(int layer, const std::string& module) const;
+  // Trainable parameters for `config`: sum over adapted modules of r * (in + out).
+  int64_t num_params(const GptConfig& config) const;
+};
+
+// The recipe's LoRA target names (c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj)
+// as module names; "c_proj" matches both projections, as PEFT's suffix matching.
+std::vector<std::string> lora_modules_for_targets(const std::vector<std::string>& targets);
+
 // One segment's name and parameters, in layout order.
 struct SegmentSpec {
   std::string name;               // "embed", "h.0" .. "h.{L-1}", "final"
@@ -46,10 +66,16 @@ class Gpt : public Module {
   // The segments a Gpt of `config` is made of, without allocating anything:
   // the constructor builds its groups from exactly these, so sizes computed
   // from them (FlatParamGroup::padded_numel) are the sizes a model will have.
-  static std::vector<SegmentSpec> segment_specs(const GptConfig& config);
+  // With LoRA, these are the trainable (adapter) segments; segment_specs of
+  // the plain config are then the frozen base's.
+  static std::vector<SegmentSpec> segment_specs(const GptConfig& config,
+                                                const LoraConfig& lora = {});
 
   // Allocates all segments (parameters zero) in `dtype`, laid out as `layout` says.
-  explicit Gpt(const GptConfig& config, DType dtype = DType::kF32, const GroupLayout& layout = {});
+  // With LoRA the trainable groups hold only the adapters (laid out by `layout`)
+  // and the base lives in frozen groups laid out by `frozen_layout`.
+  explicit Gpt(const GptConfig& config, DType dtype = DType::kF32, const GroupLayout& layout = {},
+               const LoraConfig& lora = {}, const GroupLayout& frozen_layout = {});
 
   // Segment indices: kEmbedSegment, then 1 + layer for each block, then final_segment().
   static constexpr int kEmbedSegment = 0;
@@ -61,12 +87,19 @@ class Gpt : public Module {
   // Every parameter in canonical order (the order of Hugging Face's state_dict).
   std::vector<const Parameter*> parameters() const override;
   std::vector<const FlatParamGroup*> groups() const override;
+  std::vector<const Parameter*> frozen_parameters() const override;
+  std::vector<const FlatParamGroup*> frozen_groups() const override;
+  const LoraConfig& lora() const { return lora_; }
 
   // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj,
   // mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. Each element
   // is a counter-based function of (seed, parameter name, index), so the
   // result does not depend on layout, world size or order of construction.
+  // With LoRA: the base as above, A Kaiming-uniform, B zero.
   void init_gpt2(uint64_t seed);
+  // Seed of the adapters' dropout masks for the coming forward (the Trainer
+  // derives it from (seed, step, micro-batch), so recompute and resume repeat it).
+  void set_dropout_seed(uint64_t seed) const { dropout_seed_ = seed; }
 
   // tokens (B, T) i32 with T <= max_seq_len -> logits (B, T, V). Each segment runs
   // through `runner` (nullptr: directly).
@@ -77,10 +110,20 @@ class Gpt : public Module {
 
  private:
   autograd::Variable block_forward(int layer, const autograd::Variable& x) const;
+  // A base parameter as a Variable: trainable (bound to its gradient) without
+  // LoRA, frozen (no gradient) with it.
+  autograd::Variable base_var(int segment, int index) const;
+  // x W + b through module `module` of block `layer`, plus its adapter if any.
+  autograd::Variable linear(int layer, const std::string& module, const autograd::Variable& x,
+                            int weight_index) const;
+  const FlatParamGroup& base_group(int segment) const;
 
   GptConfig config_;
   DType dtype_;
-  std::vector<std::unique_ptr<FlatParamGroup>> segments_;
+  std::vector<std::unique_ptr<FlatParamGroup>> segments_;  // trainable
+  std::vector<std::unique_ptr<FlatParamGroup>> frozen_;    // LoRA base (empty without LoRA)
+  LoraConfig lora_;
+  mutable uint64_t dropout_seed_ = 0;
   mutable Tensor positions_;  // (B, T) i32 position ids, cached per shape
 };
 

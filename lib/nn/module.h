@@ -21,6 +21,11 @@ class Module {
   virtual std::vector<const Parameter*> parameters() const = 0;
   // The flat groups holding the parameters, in forward order.
   virtual std::vector<const FlatParamGroup*> groups() const = 0;
+  // Frozen parameters (a LoRA base): in the compute dtype, no gradients, no
+  // optimizer state. Empty unless the module has a frozen part.
+  virtual std::vector<const Parameter*> frozen_parameters() const { return {}; }
+  // Their flat groups, one per segment, aligned with groups() (empty if none).
+  virtual std::vector<const FlatParamGroup*> frozen_groups() const { return {}; }
 
   // The parameter called `name`, or nullptr.
   const Parameter* find(const std::string& name) const;

@@ -28,7 +28,7 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, D
   }
   const int64_t total = padded_numel(specs, layout);
   flat_params_ = Tensor::zeros(Shape{total}, dtype, layout.params_category);
-  flat_grads_ = Tensor::zeros(Shape{total}, dtype, layout.grads_category);
+  if (layout.with_grads) flat_grads_ = Tensor::zeros(Shape{total}, dtype, layout.grads_category);
   for (size_t i = 0; i < specs.size(); ++i) {
     Parameter p;
     p.name = specs[i].name;
@@ -36,7 +36,7 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, D
     p.offset = offsets[i];
     int64_t n = specs[i].shape.numel();
     p.value = flat_params_.flat_slice(offsets[i], n).reshape(specs[i].shape);
-    p.grad = flat_grads_.flat_slice(offsets[i], n).reshape(specs[i].shape);
+    if (layout.with_grads) p.grad = flat_grads_.flat_slice(offsets[i], n).reshape(specs[i].shape);
     params_.push_back(std::move(p));
   }
 }

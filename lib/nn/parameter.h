@@ -35,6 +35,7 @@ struct GroupLayout {
   int64_t pad_multiple = 1;
   MemCategory params_category = MemCategory::kParams;  // accounting of the flat parameter buffer
   MemCategory grads_category = MemCategory::kGrads;    // accounting of the flat gradient buffer
+  bool with_grads = true;  // false: frozen parameters, no gradient buffer at all
 };
 
 struct ParamSpec {

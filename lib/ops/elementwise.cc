@@ -15,6 +15,16 @@ void add_into(const Tensor& dst, const Tensor& src) {
   D.store();
 }
 
+// dst += src * factor.
+void add_scaled_into(const Tensor& dst, const Tensor& src, float factor) {
+  F32In S(src);
+  F32Out D = F32Out::accumulate(dst);
+  const float* __restrict s = S.get();
+  float* __restrict d = D.get();
+  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i] * factor;
+  D.store();
+}
+
 }  // namespace
 
 Variable add(const Variable& a, const Variable& b) {
@@ -38,6 +48,29 @@ Variable add(const Variable& a, const Variable& b) {
     autograd::current_tape().record({"add", {ys}, [ys, as, bs] {
                                        if (as->requires_grad) add_into(as->ensure_grad(), ys->grad);
                                        if (bs->requires_grad) add_into(bs->ensure_grad(), ys->grad);
+                                     }});
+  }
+  return y;
+}
+
+Variable scale(const Variable& x, float factor) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  {
+    F32In X(x.value());
+    F32Out Y = F32Out::overwrite(out);
+    const float* __restrict px = X.get();
+    float* __restrict y = Y.get();
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = px[i] * factor;
+    Y.store();
+  }
+  bool rec = autograd::should_record({&x});
+  Variable y = Variable::op_output(out, rec);
+  if (rec) {
+    auto ys = y.slot();
+    auto xs = x.slot();
+    autograd::current_tape().record({"scale", {ys}, [ys, xs, factor] {
+                                       if (xs->requires_grad)
+                                         add_scaled_into(xs->ensure_grad(), ys->grad, factor);
                                      }});
   }
   return y;

@@ -6,6 +6,8 @@ std::string_view mem_category_name(MemCategory c) {
   switch (c) {
     case MemCategory::kParams:
       return "params";
+    case MemCategory::kFrozen:
+      return "frozen";
     case MemCategory::kGrads:
       return "grads";
     case MemCategory::kMaster:

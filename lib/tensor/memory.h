@@ -14,7 +14,8 @@
 namespace fd {
 
 enum class MemCategory : uint8_t {
-  kParams,       // model parameters in the compute dtype
+  kParams,       // trainable parameters in the compute dtype
+  kFrozen,       // frozen parameters (a LoRA base): no gradients, no optimizer state
   kGrads,        // parameter gradients
   kMaster,       // fp32 master weights (mixed precision)
   kOptimizer,    // optimizer state (Adam m and v)

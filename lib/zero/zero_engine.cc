@@ -40,6 +40,14 @@ nn::GroupLayout layout_for(int stage, int world) {
   return l;
 }
 
+nn::GroupLayout frozen_layout_for(int stage, int world) {
+  nn::GroupLayout l;
+  l.pad_multiple = world;
+  l.params_category = stage >= 3 ? MemCategory::kComm : MemCategory::kFrozen;
+  l.with_grads = false;
+  return l;
+}
+
 ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t P,
                                   int compute_bytes) {
   FD_CHECK(P % world == 0, "padded parameter count {} not divisible by world {}", P, world);
@@ -60,6 +68,9 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
   FD_CHECK(c.accumulation >= 1, "accumulation {}", c.accumulation);
   const int world = comm.size();
   std::vector<optim::AdamWShard> shards;
+  const std::vector<const nn::FlatParamGroup*> frozen = model.frozen_groups();
+  FD_CHECK(frozen.empty() || frozen.size() == model.groups().size(),
+           "frozen groups must align with the trainable ones");
   for (const nn::FlatParamGroup* g : model.groups()) {
     FD_CHECK(g->dtype() != DType::kI32, "group '{}' is not floating point", g->name());
     FD_CHECK(g->numel() % world == 0, "group '{}' of {} elements not padded for world {}",
@@ -69,6 +80,16 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     Segment s;
     s.group = g;
     s.shard = g->numel() / world;
+    if (!frozen.empty()) {
+      s.frozen = frozen[segments_.size()];
+      if (c.stage >= 3) {
+        const int64_t fs = s.frozen->numel() / world;
+        s.frozen_shard = Tensor::empty(Shape{fs}, s.frozen->dtype(), MemCategory::kFrozen);
+        s.frozen_shard.copy_from(
+            s.frozen->flat_params().flat_slice(int64_t(comm.rank()) * fs, fs));
+        s.frozen->flat_params().storage()->release();
+      }
+    }
     const int64_t begin = int64_t(comm.rank()) * s.shard;
     s.grad_shard_own = c.stage >= 2 || c.accumulation > 1;
     s.grad_shard = s.grad_shard_own
@@ -119,14 +140,22 @@ void ZeroEngine::pin_params(int g) {
   if (s.param_pins++ > 0) return;
   const Tensor& full = s.group->flat_params();
   full.storage()->acquire();
-  comm_.all_gather(s.param_shard.raw(), full.raw(), s.shard, dtype_);
+  if (s.shard > 0) comm_.all_gather(s.param_shard.raw(), full.raw(), s.shard, dtype_);
+  if (s.frozen != nullptr) {
+    const Tensor& base = s.frozen->flat_params();
+    base.storage()->acquire();
+    comm_.all_gather(s.frozen_shard.raw(), base.raw(), s.frozen_shard.numel(), base.dtype());
+  }
 }
 
 void ZeroEngine::unpin_params(int g) {
   Segment& s = segments_[size_t(g)];
   if (config_.stage < 3) return;
   FD_CHECK(s.param_pins > 0, "unbalanced parameter release of segment {}", g);
-  if (--s.param_pins == 0) s.group->flat_params().storage()->release();
+  if (--s.param_pins == 0) {
+    s.group->flat_params().storage()->release();
+    if (s.frozen != nullptr) s.frozen->flat_params().storage()->release();
+  }
 }
 
 void ZeroEngine::ensure_grads(int g) {
@@ -180,6 +209,10 @@ autograd::Variable ZeroEngine::run(int g, const nn::SegmentFn& fn, const autogra
 
 void ZeroEngine::launch_reduce(int g) {
   Segment& s = segments_[size_t(g)];
+  if (s.shard == 0) {  // nothing trains in this segment (a LoRA run's embedding, say)
+    if (config_.stage >= 2) s.group->flat_grads().storage()->release();
+    return;
+  }
   Pending p;
   p.segment = g;
   p.into_shard = micro_ == 0 && s.grad_shard_own;
@@ -252,6 +285,7 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
     // Replicated update: gather every gradient shard into the full buffers.
     std::vector<dist::WorkPtr> works;
     for (const Segment& s : segments_) {
+      if (s.shard == 0) continue;
       Tensor mine = s.group->flat_grads().flat_slice(begin_of(s), s.shard);
       if (s.grad_shard_own) mine.copy_from(s.grad_shard);
       works.push_back(
@@ -263,6 +297,7 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
   if (config_.stage == 1 || config_.stage == 2) {
     std::vector<dist::WorkPtr> works;
     for (const Segment& s : segments_) {
+      if (s.shard == 0) continue;
       const Tensor& full = s.group->flat_params();
       works.push_back(comm_.all_gather_async(full.flat_slice(begin_of(s), s.shard).raw(),
                                              full.raw(), s.shard, dtype_));
@@ -276,6 +311,7 @@ std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
   std::vector<SegmentState> out;
   for (size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
+    if (s.shard == 0) continue;  // nothing trains here
     const int64_t begin = begin_of(s);
     // Stage 0 holds everything (AdamW shard i covers the whole group); others hold their range.
     const int64_t in_state = config_.stage == 0 ? begin : 0;
@@ -299,6 +335,7 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
   FD_CHECK(pending_.empty(), "load_state with reductions in flight");
   for (size_t i = 0; i < segments_.size(); ++i) {
     Segment& s = segments_[i];
+    if (s.shard == 0) continue;
     const std::string& name = s.group->name();
     // What this rank updates: everything (stage 0) or its range.
     const int64_t begin = config_.stage == 0 ? 0 : begin_of(s);
@@ -320,6 +357,7 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
   // Make every rank's full parameters current again.
   if (config_.stage == 1 || config_.stage == 2) {
     for (const Segment& s : segments_) {
+      if (s.shard == 0) continue;
       const Tensor& full = s.group->flat_params();
       comm_.all_gather(full.flat_slice(begin_of(s), s.shard).raw(), full.raw(), s.shard, dtype_);
     }

@@ -71,6 +71,9 @@ struct StepResult {
 
 // The flat-buffer layout a model needs for `stage` on `world` ranks.
 nn::GroupLayout layout_for(int stage, int world);
+// The layout of a frozen base (LoRA) for `stage` on `world` ranks: partitioned
+// like the rest under stage 3 (gathered per segment), replicated otherwise.
+nn::GroupLayout frozen_layout_for(int stage, int world);
 
 // Model-state bytes per rank that a ZeroEngine holds (fp32), as documented above.
 struct ModelStateBytes {
@@ -145,6 +148,8 @@ class ZeroEngine : public nn::SegmentRunner {
     bool checkpointed = false;  // recompute activations in backward
     bool grad_shard_own;  // a separate buffer (not a view of the full gradient buffer)
     Tensor param_shard;   // stage 3: the rank's persistent parameters (S elements, compute dtype)
+    const nn::FlatParamGroup* frozen = nullptr;  // LoRA: the segment's frozen base
+    Tensor frozen_shard;  // stage 3: the rank's part of the frozen base
     int param_pins = 0;   // stage 3: users of the gathered full parameters
     int deferred_unpins = 0;  // pins held by later segments, dropped after this one's backward
   };

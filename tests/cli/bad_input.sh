@@ -43,7 +43,8 @@ expect_fail 2 "override 'optimizer.lrr=1e-3': optimizer.lrr: unknown key; did yo
 
 # A value that needs a later feature is refused, never ignored.
 expect_fail 2 "device.*not supported yet" train "$R" device=cuda --run-dir "$TMP/run"
-expect_fail 2 "lora.*not supported yet" train "$R" "lora={r: 4}" --run-dir "$TMP/run"
+expect_fail 2 "lora.targets.*c_atn.*did you mean 'c_attn'" train "$R" "lora={r: 4, targets: [c_atn]}" --run-dir "$TMP/run"
+expect_fail 2 "lora.r: must be >= 1" train "$R" "lora={r: 0}" --run-dir "$TMP/run"
 
 # validate reports every error at once.
 write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lrr: 1.0e-3/; s/^  micro: 2/  micro: 0/' "$R"

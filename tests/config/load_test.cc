@@ -233,9 +233,7 @@ TEST_F(ConfigTest, EachUnsupportedFeatureIsRefusedWithItsLocation) {
   const std::string f = "tests/config/data/unsupported.yaml";
   EXPECT_EQ(
       errors_of("unsupported.yaml"),
-      (Lines{f + ":8:1: lora: LoRA fine-tuning is not supported yet (remove the lora section or "
-                 "set it to null; see docs/RECIPE.md)",
-             f + ":15:9: device: training on CUDA is not supported yet (this build trains on the "
+      (Lines{f + ":15:9: device: training on CUDA is not supported yet (this build trains on the "
                  "CPU; see docs/RECIPE.md)"}));
 }
 
@@ -269,7 +267,6 @@ TEST_F(ConfigTest, EachUnsupportedValueByOverride) {
     const char* message;
   };
   const Case cases[] = {
-      {"lora={r: 4}", "lora: LoRA fine-tuning is not supported yet"},
       {"device=cuda", "device: training on CUDA is not supported yet"},
   };
   for (const Case& c : cases) {

@@ -92,6 +92,7 @@ void expect_same_on_all_ranks(const std::string& s) {
 struct EquivalenceCase {
   int accumulation;
   const char* precision;
+  bool lora = false;  // only the adapters train (the base is frozen and, at stage 3, partitioned)
 };
 
 class Zero : public ::testing::TestWithParam<EquivalenceCase> {};
@@ -103,16 +104,18 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
   std::string first;
   for (const char* ckpt : {"none", "all"}) {
     for (int stage = 0; stage <= 3; ++stage) {
-      config::Recipe r = recipe({"zero.stage=" + std::to_string(stage),
-                                 "batch.accumulation=" + std::to_string(c.accumulation),
-                                 std::string("precision=") + c.precision,
-                                 std::string("activation_checkpointing.layers=") + ckpt});
+      std::vector<std::string> o = {"zero.stage=" + std::to_string(stage),
+                                    "batch.accumulation=" + std::to_string(c.accumulation),
+                                    std::string("precision=") + c.precision,
+                                    std::string("activation_checkpointing.layers=") + ckpt};
+      if (c.lora) o.push_back("lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}");
+      config::Recipe r = recipe(o);
       Result res = train(r, *g_comm, "stages");
       std::string digest = res.summary["weights_sha256"];
       if (g_comm->rank() == 0)
-        std::printf("world %d, %s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
+        std::printf("world %d, %s%s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
                     "%s, loss %.6f\n",
-                    g_comm->size(), c.precision, c.accumulation, ckpt, stage,
+                    g_comm->size(), c.precision, c.lora ? " LoRA" : "", c.accumulation, ckpt, stage,
                     digest.substr(0, 16).c_str(), res.summary["final_loss"].get<double>());
       EXPECT_EQ(res.summary["steps"], 20);
       expect_same_on_all_ranks(digest);
@@ -128,7 +131,9 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
 INSTANTIATE_TEST_SUITE_P(Cases, Zero,
                          ::testing::Values(EquivalenceCase{1, "fp32"}, EquivalenceCase{3, "fp32"},
                                            EquivalenceCase{1, "bf16"}, EquivalenceCase{2, "bf16"},
-                                           EquivalenceCase{1, "fp16"}));
+                                           EquivalenceCase{1, "fp16"},
+                                           EquivalenceCase{1, "fp32", true},
+                                           EquivalenceCase{2, "bf16", true}));
 
 TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
   const int n = g_comm->size();

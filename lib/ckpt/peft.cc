@@ -1,0 +1,464 @@
+#include "lib/ckpt/peft.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "lib/base/error.h"
+#include "lib/tensor/safetensors.h"
+
+namespace fd::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPeftPrefix = "base_model.model.transformer.";
+constexpr const char* kConfigFile = "adapter_config.json";
+constexpr const char* kModelFile = "adapter_model.safetensors";
+
+// The GPT-2 Conv1D modules a block has, in canonical order, with their
+// (in, out) sizes as multiples of the model width C.
+struct ModuleInfo {
+  const char* path;
+  int in_mult, out_mult;
+};
+constexpr std::array<ModuleInfo, 4> kModules = {{
+    {"attn.c_attn", 1, 3},
+    {"attn.c_proj", 1, 1},
+    {"mlp.c_fc", 1, 4},
+    {"mlp.c_proj", 4, 1},
+}};
+
+// Target names the recipe accepts (lib/config), and PEFT spellings we map to them.
+const std::vector<std::string> kTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc", "mlp.c_proj"};
+const std::map<std::string, std::string> kTargetAliases = {{"attn.c_attn", "c_attn"},
+                                                           {"mlp.c_fc", "c_fc"}};
+
+// PEFT's rule: a target names a module when it equals the module's path or
+// is a dot-separated suffix of it.
+bool target_matches(const std::string& target, const std::string& module) {
+  return module == target ||
+         (module.size() > target.size() &&
+          module.compare(module.size() - target.size(), target.size(), target) == 0 &&
+          module[module.size() - target.size() - 1] == '.');
+}
+
+bool targeted(const std::vector<std::string>& targets, const std::string& module) {
+  return std::any_of(targets.begin(), targets.end(),
+                     [&](const std::string& t) { return target_matches(t, module); });
+}
+
+// A parsed LoRA parameter name.
+struct LoraName {
+  int layer;
+  int module;  // index into kModules
+  bool is_a;
+};
+
+std::optional<LoraName> parse_lora_name(const std::string& name) {
+  static const std::regex kName(
+      R"(^h\.(\d{1,6})\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])\.weight$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, kName)) return std::nullopt;
+  LoraName n{std::stoi(m[1].str()), 0, m[3].str() == "A"};
+  for (size_t i = 0; i < kModules.size(); ++i)
+    if (m[2].str() == kModules[i].path) n.module = int(i);
+  return n;
+}
+
+std::string lora_name(int layer, int module, bool is_a) {
+  return fmt::format("h.{}.{}.lora_{}.weight", layer, kModules[size_t(module)].path,
+                     is_a ? "A" : "B");
+}
+
+std::string module_name(int layer, int module) {
+  return fmt::format("h.{}.{}", layer, kModules[size_t(module)].path);
+}
+
+// One adapted module: its A and B, and how the caller names them in messages.
+struct Pair {
+  Tensor a, b;
+  std::string a_name, b_name;
+};
+using Pairs = std::map<std::pair<int, int>, Pair>;  // (layer, module) -> pair
+
+std::string shape_of(const Tensor& t) { return t.shape().str(); }
+
+// Groups `tensors` (fdtrain names) into pairs; `display` maps an fdtrain name
+// to what messages call it; `where` prefixes every message.
+Pairs collect_pairs(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                    const std::function<std::string(const std::string&)>& display,
+                    const std::string& where) {
+  Pairs pairs;
+  for (const auto& [name, t] : tensors) {
+    std::optional<LoraName> n = parse_lora_name(name);
+    if (!n)
+      usage_error(
+          "{}: '{}' is not a LoRA weight of a GPT-2 block (expected "
+          "h.N.{{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}}.lora_{{A,B}}.weight)",
+          where, display(name));
+    if (!t.defined() || t.shape().ndim() != 2)
+      usage_error("{}: '{}' has shape {}, but a LoRA weight is a matrix", where, display(name),
+                  t.defined() ? shape_of(t) : "(none)");
+    if (t.dtype() == DType::kI32)
+      usage_error("{}: '{}' has dtype {}, but a LoRA weight is floating point", where,
+                  display(name), dtype_name(t.dtype()));
+    Pair& p = pairs[{n->layer, n->module}];
+    Tensor& slot = n->is_a ? p.a : p.b;
+    if (slot.defined()) usage_error("{}: '{}' appears twice", where, display(name));
+    slot = t;
+    (n->is_a ? p.a_name : p.b_name) = display(name);
+  }
+  for (const auto& [key, p] : pairs) {
+    if (!p.a.defined() || !p.b.defined())
+      usage_error("{}: '{}' has no matching '{}'; LoRA weights come in A/B pairs", where,
+                  p.a.defined() ? p.a_name : p.b_name,
+                  display(lora_name(key.first, key.second, !p.a.defined())));
+  }
+  return pairs;
+}
+
+// Checks the pairs against each other and `spec`: A (r, in), B (out, r) with
+// one r and one model width C; modules named by the targets; blocks in
+// spec.layers; every targeted module in each block that has adapters.
+void check_pairs(const Pairs& pairs, const LoraSpec& spec, const std::string& where) {
+  if (pairs.empty()) usage_error("{}: no LoRA weights", where);
+  int64_t width = -1;
+  std::string width_from;
+  for (const auto& [key, p] : pairs) {
+    const ModuleInfo& m = kModules[size_t(key.second)];
+    const std::string module = module_name(key.first, key.second);
+    if (p.a.shape()[0] != spec.r)
+      usage_error("{}: '{}' has shape {}, but lora_A is (r, in) with r = {}", where, p.a_name,
+                  shape_of(p.a), spec.r);
+    if (p.b.shape()[1] != spec.r)
+      usage_error("{}: '{}' has shape {}, but lora_B is (out, r) with r = {}", where, p.b_name,
+                  shape_of(p.b), spec.r);
+    const int64_t in = p.a.shape()[1], out = p.b.shape()[0];
+    if (in % m.in_mult != 0 || out % m.out_mult != 0 || in / m.in_mult != out / m.out_mult)
+      usage_error(
+          "{}: '{}' {} and '{}' {} do not fit {}, which maps C to {}C features (in {}, out {})",
+          where, p.a_name, shape_of(p.a), p.b_name, shape_of(p.b), m.path, m.out_mult, in, out);
+    const int64_t c = in / m.in_mult;
+    if (width < 0) {
+      width = c;
+      width_from = p.a_name;
+    } else if (c != width) {
+      usage_error("{}: '{}' {} implies model width {}, but '{}' implies {}", where, p.a_name,
+                  shape_of(p.a), c, width_from, width);
+    }
+    if (!targeted(spec.targets, m.path))
+      usage_error("{}: there are LoRA weights for {}, but the targets [{}] do not name it", where,
+                  module, fmt::join(spec.targets, ", "));
+    if (!spec.layers.empty() &&
+        !std::binary_search(spec.layers.begin(), spec.layers.end(), key.first))
+      usage_error("{}: there are LoRA weights for block {}, but the layers [{}] do not list it",
+                  where, key.first, fmt::join(spec.layers, ", "));
+  }
+  std::set<int> blocks;
+  for (const auto& [key, p] : pairs) blocks.insert(key.first);
+  for (int layer : spec.layers)
+    if (!blocks.count(layer))
+      usage_error("{}: layers lists block {}, but there are no LoRA weights for it", where, layer);
+  for (int layer : blocks)
+    for (size_t i = 0; i < kModules.size(); ++i)
+      if (targeted(spec.targets, kModules[i].path) && !pairs.count({layer, int(i)}))
+        usage_error("{}: the targets [{}] name {}, but there are no LoRA weights for it", where,
+                    fmt::join(spec.targets, ", "), module_name(layer, int(i)));
+}
+
+void check_spec(const LoraSpec& spec, const std::string& where) {
+  if (spec.r < 1) usage_error("{}: r must be >= 1, got {}", where, spec.r);
+  if (!(spec.alpha > 0) || !std::isfinite(spec.alpha))
+    usage_error("{}: lora_alpha must be > 0, got {}", where, spec.alpha);
+  if (!(spec.dropout >= 0 && spec.dropout < 1))
+    usage_error("{}: lora_dropout must be in [0, 1), got {}", where, spec.dropout);
+  if (spec.targets.empty()) usage_error("{}: target_modules is empty", where);
+  for (const std::string& t : spec.targets)
+    if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end())
+      usage_error("{}: target module '{}' is not one fdtrain adapts; the valid names are {}", where,
+                  t, fmt::join(kTargets, ", "));
+  if (!std::is_sorted(spec.layers.begin(), spec.layers.end()) ||
+      std::adjacent_find(spec.layers.begin(), spec.layers.end()) != spec.layers.end() ||
+      (!spec.layers.empty() && spec.layers.front() < 0))
+    usage_error("{}: layers must be sorted, unique block indices >= 0, got [{}]", where,
+                fmt::join(spec.layers, ", "));
+}
+
+// The pairs as a flat list in canonical order, A before B, under fdtrain names.
+std::vector<std::pair<std::string, Tensor>> flatten(const Pairs& pairs) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [key, p] : pairs) {  // std::map: by (layer, module)
+    out.emplace_back(lora_name(key.first, key.second, true), p.a);
+    out.emplace_back(lora_name(key.first, key.second, false), p.b);
+  }
+  return out;
+}
+
+nlohmann::ordered_json number_json(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return int64_t(v);
+  return v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+bool is_lora_name(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
+std::string peft_key(const std::string& fdtrain_name) {
+  if (!parse_lora_name(fdtrain_name))
+    usage_error("'{}' is not a LoRA weight of a GPT-2 block", fdtrain_name);
+  return kPeftPrefix + fdtrain_name;
+}
+
+void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
+                        const std::vector<std::pair<std::string, Tensor>>& lora_tensors,
+                        bool overwrite) {
+  const std::string where = "LoRA adapter " + dir;
+  check_spec(spec, where);
+  Pairs pairs = collect_pairs(
+      lora_tensors, [](const std::string& n) { return n; }, where);
+  check_pairs(pairs, spec, where);
+
+  std::error_code ec;
+  fs::path final_dir = fs::path(dir).lexically_normal();
+  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();  // "dir/"
+  if (fs::exists(final_dir, ec) && !overwrite)
+    usage_error("{} already exists; pass --overwrite to replace it, or choose another directory",
+                dir);
+  if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
+  const fs::path tmp = final_dir.string() + ".tmp";
+  const fs::path old = final_dir.string() + ".old";
+  fs::remove_all(tmp, ec);
+  fs::remove_all(old, ec);
+  if (!fs::create_directory(tmp, ec))
+    runtime_error("cannot create {}: {}; check permissions", tmp.string(), ec.message());
+
+  nlohmann::ordered_json cfg;
+  cfg["peft_type"] = "LORA";
+  cfg["task_type"] = "CAUSAL_LM";
+  cfg["r"] = spec.r;
+  cfg["lora_alpha"] = number_json(spec.alpha);
+  cfg["lora_dropout"] = spec.dropout;
+  cfg["target_modules"] = spec.targets;
+  cfg["bias"] = "none";
+  cfg["fan_in_fan_out"] = true;
+  cfg["base_model_name_or_path"] = spec.base;
+  cfg["inference_mode"] = true;
+  cfg["layers_to_transform"] =
+      spec.layers.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(spec.layers);
+  cfg["modules_to_save"] = nullptr;
+  cfg["init_lora_weights"] = true;
+  cfg["use_rslora"] = false;
+  cfg["use_dora"] = false;
+  {
+    const fs::path cfg_path = tmp / kConfigFile;
+    std::ofstream f(cfg_path);
+    f << cfg.dump(2) << "\n";
+    f.close();
+    if (!f) runtime_error("cannot write {}; check free space and permissions", cfg_path.string());
+  }
+  std::vector<std::pair<std::string, Tensor>> keyed;
+  for (const auto& [name, t] : flatten(pairs)) keyed.emplace_back(kPeftPrefix + name, t);
+  write_safetensors((tmp / kModelFile).string(), keyed, {{"format", "pt"}});
+
+  const bool replacing = fs::exists(final_dir, ec);
+  if (replacing) {
+    fs::rename(final_dir, old, ec);
+    if (ec) runtime_error("cannot move {} aside to {}: {}", dir, old.string(), ec.message());
+  }
+  fs::rename(tmp, final_dir, ec);
+  if (ec) runtime_error("cannot rename {} to {}: {}", tmp.string(), dir, ec.message());
+  if (replacing) fs::remove_all(old, ec);
+}
+
+PeftAdapter read_peft_adapter(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    usage_error("{} is not a directory; a PEFT adapter is a directory with {} and {}", dir,
+                kConfigFile, kModelFile);
+  const std::string cfg_path = (fs::path(dir) / kConfigFile).string();
+  const std::string model_path = (fs::path(dir) / kModelFile).string();
+  if (!fs::exists(cfg_path, ec))
+    usage_error("{} does not exist; is {} a PEFT adapter?", cfg_path, dir);
+  if (!fs::exists(model_path, ec)) {
+    if (fs::exists(fs::path(dir) / "adapter_model.bin", ec))
+      usage_error(
+          "{} does not exist (there is a pickled adapter_model.bin, which fdtrain does not "
+          "read); save the adapter with safe_serialization=True",
+          model_path);
+    usage_error("{} does not exist; is {} a PEFT adapter?", model_path, dir);
+  }
+
+  nlohmann::json cfg;
+  {
+    std::ifstream f(cfg_path);
+    cfg = nlohmann::json::parse(f, nullptr, false);
+  }
+  if (cfg.is_discarded() || !cfg.is_object())
+    usage_error("{}: not a JSON object; the file is corrupt", cfg_path);
+  auto bad = [&](const std::string& what) { usage_error("{}: {}", cfg_path, what); };
+  auto has = [&](const char* key) { return cfg.contains(key) && !cfg[key].is_null(); };
+
+  if (!cfg.contains("peft_type") || cfg["peft_type"] != "LORA")
+    bad(fmt::format("peft_type is {}, but fdtrain reads only \"LORA\" adapters",
+                    cfg.contains("peft_type") ? cfg["peft_type"].dump() : "missing"));
+  if (has("task_type") && cfg["task_type"] != "CAUSAL_LM")
+    bad(fmt::format("task_type is {}, expected \"CAUSAL_LM\"", cfg["task_type"].dump()));
+  if (!cfg.contains("fan_in_fan_out") || cfg["fan_in_fan_out"] != true)
+    bad(fmt::format(
+        "fan_in_fan_out is {}, but GPT-2's Conv1D layers store (in, out) weights and need true",
+        cfg.contains("fan_in_fan_out") ? cfg["fan_in_fan_out"].dump() : "missing"));
+  if (has("bias") && cfg["bias"] != "none")
+    bad(fmt::format("bias is {}; fdtrain adapters train no biases (\"none\")", cfg["bias"].dump()));
+  for (const char* flag : {"use_rslora", "use_dora"})
+    if (has(flag) && cfg[flag] != false)
+      bad(fmt::format("{} is {}; fdtrain supports plain LoRA only", flag, cfg[flag].dump()));
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"})
+    if (has(pattern) && !(cfg[pattern].is_object() && cfg[pattern].empty()))
+      bad(fmt::format("{} is {}; fdtrain supports one r and alpha for all modules", pattern,
+                      cfg[pattern].dump()));
+  if (has("modules_to_save") &&
+      !(cfg["modules_to_save"].is_array() && cfg["modules_to_save"].empty()))
+    bad(fmt::format("modules_to_save is {}; fdtrain adapters hold only LoRA weights",
+                    cfg["modules_to_save"].dump()));
+
+  LoraSpec spec;
+  if (!cfg.contains("r") || !cfg["r"].is_number_integer())
+    bad("r must be an integer >= 1" +
+        (cfg.contains("r") ? ", got " + cfg["r"].dump() : std::string(", but it is missing")));
+  spec.r = cfg["r"].get<int>();
+  if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number())
+    bad("lora_alpha must be a number > 0" + (cfg.contains("lora_alpha")
+                                                 ? ", got " + cfg["lora_alpha"].dump()
+                                                 : std::string(", but it is missing")));
+  spec.alpha = cfg["lora_alpha"].get<double>();
+  if (has("lora_dropout")) {
+    if (!cfg["lora_dropout"].is_number())
+      bad("lora_dropout must be a number in [0, 1), got " + cfg["lora_dropout"].dump());
+    spec.dropout = cfg["lora_dropout"].get<double>();
+  }
+  if (!cfg.contains("target_modules") || !cfg["target_modules"].is_array())
+    bad(fmt::format("target_modules must be a list of module names ({}){}",
+                    fmt::join(kTargets, ", "),
+                    cfg.contains("target_modules") ? ", got " + cfg["target_modules"].dump()
+                                                   : std::string(", but it is missing")));
+  for (const auto& t : cfg["target_modules"]) {
+    if (!t.is_string()) bad("target_modules holds " + t.dump() + ", which is not a name");
+    std::string name = t.get<std::string>();
+    if (auto it = kTargetAliases.find(name); it != kTargetAliases.end()) name = it->second;
+    if (std::find(kTargets.begin(), kTargets.end(), name) == kTargets.end())
+      bad(fmt::format("target module '{}' is not one fdtrain adapts; the valid names are {}",
+                      t.get<std::string>(), fmt::join(kTargets, ", ")));
+    if (std::find(spec.targets.begin(), spec.targets.end(), name) == spec.targets.end())
+      spec.targets.push_back(name);
+  }
+  if (has("layers_to_transform")) {
+    const auto& l = cfg["layers_to_transform"];
+    if (l.is_number_integer()) {
+      spec.layers.push_back(l.get<int>());
+    } else if (l.is_array()) {
+      for (const auto& i : l) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 0)
+          bad("layers_to_transform holds " + i.dump() + ", which is not a block index");
+        spec.layers.push_back(i.get<int>());
+      }
+      std::sort(spec.layers.begin(), spec.layers.end());
+      spec.layers.erase(std::unique(spec.layers.begin(), spec.layers.end()), spec.layers.end());
+    } else {
+      bad("layers_to_transform must be null or a list of block indices, got " + l.dump());
+    }
+  }
+  if (has("base_model_name_or_path")) {
+    if (!cfg["base_model_name_or_path"].is_string())
+      bad("base_model_name_or_path must be a string, got " + cfg["base_model_name_or_path"].dump());
+    spec.base = cfg["base_model_name_or_path"].get<std::string>();
+  }
+  check_spec(spec, cfg_path);
+
+  SafetensorsFile f = SafetensorsFile::open(model_path);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& key : f.names()) {
+    const std::string prefix = kPeftPrefix;
+    if (key.rfind(prefix, 0) != 0 || !parse_lora_name(key.substr(prefix.size())))
+      usage_error(
+          "{}: key '{}' is not a LoRA weight of a GPT-2 block (expected "
+          "{}h.N.{{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}}.lora_{{A,B}}.weight)",
+          model_path, key, prefix);
+    const std::string& dt = f.entry(key).dtype;
+    if (dt != "F32" && dt != "BF16" && dt != "F16")
+      usage_error("{}: '{}' has dtype {}, but a LoRA weight is F32, BF16 or F16", model_path, key,
+                  dt);
+    tensors.emplace_back(key.substr(prefix.size()), f.load(key, MemCategory::kOther));
+  }
+  Pairs pairs = collect_pairs(
+      tensors, [](const std::string& n) { return kPeftPrefix + n; }, model_path);
+  check_pairs(pairs, spec, model_path + " with " + kConfigFile);
+  return PeftAdapter{spec, flatten(pairs)};
+}
+
+std::vector<std::pair<std::string, Tensor>> merge_lora(
+    const std::vector<std::pair<std::string, Tensor>>& base,
+    const std::vector<std::pair<std::string, Tensor>>& lora, double scaling) {
+  const std::string where = "merging LoRA weights";
+  Pairs pairs = collect_pairs(
+      lora, [](const std::string& n) { return n; }, where);
+  std::map<std::string, size_t> index;  // base name without "transformer." -> position
+  for (size_t i = 0; i < base.size(); ++i) {
+    const std::string& n = base[i].first;
+    index[n.rfind("transformer.", 0) == 0 ? n.substr(12) : n] = i;
+  }
+  std::vector<std::pair<std::string, Tensor>> out = base;
+  for (const auto& [key, p] : pairs) {
+    const std::string weight = module_name(key.first, key.second) + ".weight";
+    auto it = index.find(weight);
+    if (it == index.end())
+      usage_error("{}: the base model has no '{}' for '{}' and '{}'; is it the adapter's base?",
+                  where, weight, p.a_name, p.b_name);
+    const Tensor& w = base[it->second].second;
+    const int64_t r = p.a.shape()[0], in = p.a.shape()[1], n_out = p.b.shape()[0];
+    if (p.b.shape()[1] != r)
+      usage_error("{}: '{}' {} and '{}' {} have different ranks", where, p.a_name, shape_of(p.a),
+                  p.b_name, shape_of(p.b));
+    if (w.shape().ndim() != 2 || w.shape()[0] != in || w.shape()[1] != n_out)
+      usage_error(
+          "{}: '{}' has shape {} in the base, but '{}' {} and '{}' {} need ({}, {}) (Conv1D (in, "
+          "out)); is it the adapter's base?",
+          where, weight, shape_of(w), p.a_name, shape_of(p.a), p.b_name, shape_of(p.b), in, n_out);
+    const std::vector<float> a = p.a.to_vector(), b = p.b.to_vector(), wv = w.to_vector();
+    // delta (in, out) = (B A)^T: delta[k][j] = sum_q A[q][k] B[j][q].
+    std::vector<double> bt(size_t(r * n_out));  // B^T (r, out)
+    for (int64_t j = 0; j < n_out; ++j)
+      for (int64_t q = 0; q < r; ++q) bt[size_t(q * n_out + j)] = b[size_t(j * r + q)];
+    std::vector<double> delta(size_t(in * n_out), 0.0);
+    for (int64_t q = 0; q < r; ++q)
+      for (int64_t k = 0; k < in; ++k) {
+        const double aqk = a[size_t(q * in + k)];
+        double* __restrict d = delta.data() + k * n_out;
+        const double* __restrict bq = bt.data() + q * n_out;
+        for (int64_t j = 0; j < n_out; ++j) d[j] += aqk * bq[j];
+      }
+    std::vector<float> merged(wv.size());
+    for (size_t i = 0; i < merged.size(); ++i)
+      merged[i] = float(double(wv[i]) + delta[i] * scaling);
+    out[it->second].second =
+        Tensor::from_vector(merged, w.shape(), DType::kF32, MemCategory::kOther);
+    if (w.dtype() != DType::kF32)
+      out[it->second].second = out[it->second].second.to(w.dtype(), MemCategory::kOther);
+  }
+  return out;
+}
+
+}  // namespace fd::ckpt
