@@ -130,6 +130,7 @@ std::string to_yaml(const Recipe& r) {
     fmt::format_to(out, "  targets: [{}]\n", fmt::join(targets, ", "));
     fmt::format_to(out, "  layers: {}\n",
                    a.layers.empty() ? std::string("all") : int_list(a.layers));
+    fmt::format_to(out, "  adapter: {}\n", str(a.adapter));
   }
   const auto& ac = r.activation_checkpointing;
   fmt::format_to(out, "activation_checkpointing:\n  layers: {}\n",

@@ -122,6 +122,7 @@ struct LoraOptions {
   // attn.c_proj, c_fc, mlp.c_proj (c_proj names both projections). Non-empty.
   std::vector<std::string> targets = {"c_attn"};
   std::vector<int> layers;  // block indices that get adapters, sorted; empty = all blocks
+  std::string adapter;      // a PEFT adapter directory to start the adapters from; "" = PEFT init
   bool operator==(const LoraOptions&) const = default;
 };
 

@@ -40,7 +40,7 @@ const std::vector<Section>& sections() {
         "consecutive_hysteresis", "min_loss_scale"}},
       {"zero", {"stage", "overlap_comm"}},
       {"dist", {"timeout_s"}},
-      {"lora", {"r", "alpha", "dropout", "targets", "layers"}},
+      {"lora", {"r", "alpha", "dropout", "targets", "layers", "adapter"}},
       {"activation_checkpointing", {"layers"}},
       {"checkpoint", {"every", "keep_last"}},
       {"logging",
@@ -585,6 +585,14 @@ void Builder::lora(const Node& root) {
   l.alpha = l.r;
   get_double(s, "lora", "alpha", &l.alpha, above(0));
   get_double(s, "lora", "dropout", &l.dropout, half_open(0, 1));
+  get_string(s, "lora", "adapter", &l.adapter);
+  if (!l.adapter.empty() && !bad("lora.adapter") &&
+      !std::filesystem::exists(std::filesystem::path(l.adapter) / "adapter_config.json")) {
+    error(loc_of("lora.adapter"), "lora.adapter",
+          fmt::format("'{}' is not a PEFT adapter directory (no adapter_config.json); give a "
+                      "directory written by `fdtrain ckpt export --lora-adapter` or by PEFT",
+                      l.adapter));
+  }
   std::string path;
   if (const Node* n = field(s, "lora", "targets", &path)) {
     if (!n->is_list() || n->items.empty()) {

@@ -97,7 +97,11 @@ RecipeDiff diff_recipes(const config::Recipe& saved, const config::Recipe& now) 
     std::string va = a.count(k) ? a[k] : "(absent)", vb = b.count(k) ? b[k] : "(absent)";
     if (va == vb) continue;
     std::string line = fmt::format("{}: {} -> {}", k, va, vb);
-    const bool shape = k.rfind("model.", 0) == 0 || k.rfind("lora", 0) == 0;
+    // Shapes and the trainable set: the model's dimensions and the adapters'
+    // rank, targets and layers. Which base file (model.init_from) is checked by
+    // its digest instead; alpha, dropout and the adapter directory may change.
+    const bool shape = (k.rfind("model.", 0) == 0 && k != "model.init_from") || k == "lora" ||
+                       k == "lora.r" || k == "lora.targets" || k == "lora.layers";
     (shape ? d.refused : d.warnings).push_back(line);
   }
   return d;

@@ -52,8 +52,9 @@ class OpenCheckpoint {
 
 // Differences between the recipe a checkpoint was saved with and the current
 // one, as "key: saved -> now" lines. `refused` holds those that change shapes
-// or what is trained (model, lora); `warnings` everything else (schedule,
-// steps, batch, data, zero stage, precision, ...).
+// or what is trained (model dimensions; lora r, targets, layers); `warnings`
+// everything else (schedule, steps, batch, data, zero stage, precision,
+// model.init_from, whose identity is checked by digest, ...).
 struct RecipeDiff {
   std::vector<std::string> refused;
   std::vector<std::string> warnings;

@@ -23,6 +23,7 @@
 #include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/peft.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/progress.h"
@@ -174,6 +175,7 @@ void Trainer::setup(const TrainOptions& options) {
                        fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
     if (lora.enabled()) base_sha256_ = file_sha256(recipe_.model.init_from);
   }
+  if (recipe_.lora && !recipe_.lora->adapter.empty()) load_adapter(recipe_.lora->adapter, lora);
   if (lora.enabled() && comm_.rank() == 0) {
     const int64_t trainable = lora.num_params(mc);
     log::info("LoRA r={} alpha={} on {} of {} blocks: {} trainable parameters "
@@ -250,6 +252,43 @@ void Trainer::setup(const TrainOptions& options) {
 Trainer::~Trainer() = default;
 
 void Trainer::request_stop() { g_stop_requested.store(1); }
+
+void Trainer::load_adapter(const std::string& dir, const nn::LoraConfig& lora) {
+  const std::string where = fmt::format("{}: lora.adapter", recipe_.where("lora.adapter"));
+  ckpt::PeftAdapter a;
+  try {
+    a = ckpt::read_peft_adapter(dir);
+  } catch (const Error& e) {
+    throw Error(e.kind(), where + ": " + e.what());
+  }
+  std::vector<std::string> theirs = nn::lora_modules_for_targets(a.spec.targets), ours = lora.modules;
+  std::sort(theirs.begin(), theirs.end());
+  std::sort(ours.begin(), ours.end());
+  if (a.spec.r != lora.r || theirs != ours || a.spec.layers != lora.layers) {
+    usage_error("{}: the adapter in {} has r = {}, targets [{}], layers [{}]; the recipe asks for "
+                "r = {}, targets [{}], layers [{}]; make lora match the adapter",
+                where, dir, a.spec.r, fmt::join(a.spec.targets, ", "),
+                fmt::join(a.spec.layers, ", "), lora.r, fmt::join(recipe_.lora->targets, ", "),
+                fmt::join(lora.layers, ", "));
+  }
+  for (const nn::Parameter* p : model_->parameters()) {
+    auto it = std::find_if(a.tensors.begin(), a.tensors.end(),
+                           [&](const auto& t) { return t.first == p->name; });
+    if (it == a.tensors.end())
+      usage_error("{}: the adapter in {} has no {}", where, dir, p->name);
+    if (it->second.shape() != p->value.shape())
+      usage_error("{}: {} in {} has shape {}, the model needs {}", where, p->name, dir,
+                  it->second.shape().str(), p->value.shape().str());
+    p->value.copy_from(it->second);
+  }
+}
+
+int64_t Trainer::frozen_bytes_estimate() const {
+  int64_t P = 0;
+  for (const nn::FlatParamGroup* g : model_->frozen_groups()) P += g->numel();
+  const int64_t c = int64_t(dtype_size(compute_dtype(recipe_.precision)));
+  return recipe_.zero.stage >= 3 ? c * P / comm_.size() : c * P;
+}
 
 void Trainer::resume_from(const std::string& step_dir) {
   OpenCheckpoint ck(step_dir);
@@ -585,6 +624,7 @@ nlohmann::json Trainer::run() {
       {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json(nullptr)},
       {"num_params", model_->parameter_count()},
       {"frozen_params", recipe_.lora ? model_->config().num_params() : 0},
+      {"frozen_bytes_estimate", frozen_bytes_estimate()},
       {"padded_params", P},
       {"tokens_per_step", tokens_per_step},
       {"comm_bytes_per_step", ran > 0 ? train_comm_bytes / ran : 0},

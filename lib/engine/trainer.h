@@ -37,6 +37,7 @@ class Sampler;
 }  // namespace fd::data
 namespace fd::nn {
 class Gpt;
+struct LoraConfig;
 }
 namespace fd::zero {
 class ZeroEngine;
@@ -99,6 +100,9 @@ class Trainer {
   StepStats train_step(int64_t step);
   double evaluate();  // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
+  // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
+  int64_t frozen_bytes_estimate() const;
+  void load_adapter(const std::string& dir, const nn::LoraConfig& lora);
   void resume_from(const std::string& step_dir);
   std::string save(int64_t steps_done);  // collective; returns the step directory
 

@@ -200,6 +200,37 @@ TEST_P(ZeroMemory, ModelStatesEqualTheEstimateAndThePaperFormulas) {
 
 INSTANTIATE_TEST_SUITE_P(Precision, ZeroMemory, ::testing::Values("fp32", "bf16"));
 
+// LoRA: gradients, master weights and optimizer state exist for the adapters
+// only (P = the padded adapter parameters); the frozen base costs its compute
+// dtype once per rank, or a 1/N shard under stage 3.
+TEST(ZeroMemoryLora, OnlyAdaptersHaveTrainingState) {
+  const int64_t n = g_comm->size();
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      Result res = train(recipe({"zero.stage=" + std::to_string(stage), "steps=2",
+                                 std::string("precision=") + precision,
+                                 "lora={r: 4, targets: [c_attn, c_proj]}"}),
+                         *g_comm, "memory_lora");
+      const auto& mem = res.summary["memory"];
+      const auto& est = res.summary["model_state_bytes_estimate"];
+      const int64_t P = res.summary["padded_params"];
+      const int64_t measured = mem["params"].get<int64_t>() + mem["grads"].get<int64_t>() +
+                               mem["master"].get<int64_t>() + mem["optimizer"].get<int64_t>();
+      if (g_comm->rank() == 0)
+        std::printf("world %lld LoRA %s stage %d: adapters P = %lld (%lld trainable); model "
+                    "states %lld (estimate %lld); frozen base %lld (estimate %lld)\n",
+                    (long long)n, precision, stage, (long long)P,
+                    (long long)res.summary["num_params"].get<int64_t>(), (long long)measured,
+                    (long long)est["total"].get<int64_t>(),
+                    (long long)mem["frozen"].get<int64_t>(),
+                    (long long)res.summary["frozen_bytes_estimate"].get<int64_t>());
+      EXPECT_EQ(measured, est["total"].get<int64_t>()) << precision << " stage " << stage;
+      EXPECT_EQ(mem["frozen"], res.summary["frozen_bytes_estimate"]) << precision << " " << stage;
+      EXPECT_LT(P, res.summary["frozen_params"].get<int64_t>() / 4);
+    }
+  }
+}
+
 TEST(ZeroComm, BytesPerStepFollowTheRingModel) {
   const int64_t n = g_comm->size();
   for (int stage = 0; stage <= 3; ++stage) {
