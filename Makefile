@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo bench clean format
+.PHONY: all deps configure build test demo lora-demo bench clean format
 
 all: build
 
@@ -35,6 +35,17 @@ demo: deps
 	$(MAKE) build
 	$(MPIRUN) --bind-to none -n 2 $(BUILD_DIR)/bin/fdtrain train recipes/quickstart.yaml \
 	  --run-dir runs/quickstart --overwrite $(PROGRESS)
+
+# LoRA: pre-train the base (2 ranks), export it, fine-tune adapters on another
+# corpus with ZeRO-2, bf16 and checkpointed blocks on 8 ranks, export the adapter (PEFT).
+lora-demo: deps
+	$(MAKE) build
+	$(MPIRUN) --bind-to none -n 2 $(BUILD_DIR)/bin/fdtrain train recipes/pretrain_base.yaml \
+	  --run-dir runs/pretrain_base --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/pretrain_base --out runs/pretrain_base/model.safetensors --overwrite
+	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/lora_zero2.yaml \
+	  --run-dir runs/lora_zero2 --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_zero2 --lora-adapter runs/lora_zero2/adapter --overwrite
 
 bench:
 	@./scripts/install_deps.sh --bench

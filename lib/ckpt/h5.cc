@@ -188,7 +188,11 @@ bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_ty
     // Chunks span whole trailing dimensions and as many leading rows as fit.
     std::vector<hsize_t> chunk = dims;
     hsize_t rest = numel / dims[0];
-    chunk[0] = std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
+    // At most kChunkElems per chunk, in equal chunks: HDF5 allocates whole
+    // chunks, so a ragged last chunk would waste up to a chunk of disk.
+    const hsize_t max_rows = std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
+    const hsize_t n_chunks = (dims[0] + max_rows - 1) / max_rows;
+    chunk[0] = std::max<hsize_t>(1, (dims[0] + n_chunks - 1) / n_chunks);
     if (H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) < 0 ||
         H5Pset_fletcher32(dcpl.get()) < 0)
       return fail();

@@ -1,9 +1,11 @@
 #include "lib/engine/estimate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <memory>
 
 #include "lib/base/check.h"
@@ -413,6 +415,363 @@ void ActivationReplay::evaluate_batch() {
   Buf loss = cross_entropy(false, nullptr, nullptr);
 }
 
+
+// The LoRA training micro-batch, replayed op by op with a miniature of
+// lib/autograd: variables carry a value buffer and a gradient slot (with
+// requires_grad), ops record nodes (holding what they save) only when an
+// input requires a gradient, Tape::run_backward runs the nodes in reverse,
+// frees each node's output gradients and saved tensors after it, and
+// autograd::segment records a segment's node only when its inner tape is not
+// empty and its output requires a gradient (always, for a recomputed one).
+class LoraReplay {
+ public:
+  LoraReplay(const nn::GptConfig& m, const nn::LoraConfig& lora, int micro, int seq_len,
+             int compute_bytes, std::vector<bool> checkpointed)
+      : R_(int64_t(micro) * seq_len),
+        T_(seq_len),
+        C_(m.d_model),
+        V_(m.vocab_size),
+        H_(m.n_head),
+        L_(m.n_layer),
+        c_(compute_bytes),
+        lora_(lora),
+        ckpt_(std::move(checkpointed)) {}
+
+  int64_t peak() const { return peak_; }
+  const std::string& peak_at() const { return peak_at_; }
+  int64_t end_of_forward() const { return end_of_forward_; }
+  const std::vector<bool>& has_backward() const { return has_node_; }
+
+  void train_micro_batch() {
+    grad_ = true;
+    has_node_.assign(size_t(L_) + 2, false);
+    Tape outer;
+    tape_ = &outer;
+    Var loss;
+    {
+      Var logits = forward();
+      at("cross-entropy forward");
+      loss = cross_entropy(logits);
+    }
+    end_of_forward_ = current_;
+    at("loss gradient");
+    ensure(*loss.slot);
+    { Buf seed = f32(1); }
+    run_backward(outer);
+  }
+  void evaluate_batch() {
+    grad_ = false;
+    has_node_.assign(size_t(L_) + 2, false);
+    Tape none;
+    tape_ = &none;
+    Var logits = forward();
+    at("evaluation head");
+    Var loss = cross_entropy(logits);
+  }
+
+ private:
+  struct Block_ {
+    LoraReplay* sim;
+    int64_t bytes;
+    ~Block_() { sim->current_ -= bytes; }
+  };
+  using Buf = std::shared_ptr<Block_>;
+  struct Slot {
+    Buf grad;
+    bool rg = false;
+    int64_t bytes = 0;  // of its gradient
+  };
+  using SlotP = std::shared_ptr<Slot>;
+  struct Var {
+    Buf val;
+    SlotP slot;
+    bool rg() const { return slot && slot->rg; }
+  };
+  struct Node {
+    std::vector<SlotP> outs;
+    std::function<void()> bwd;
+  };
+  struct Tape {
+    std::vector<Node> nodes;
+  };
+
+  Buf alloc(int64_t bytes) {
+    if (bytes <= 0) return nullptr;
+    current_ += bytes;
+    if (current_ > peak_) {
+      peak_ = current_;
+      peak_at_ = moment_;
+    }
+    return Buf(new Block_{this, bytes});
+  }
+  Buf act(int64_t n) { return alloc(c_ * n); }
+  Buf f32(int64_t n) { return alloc(4 * n); }
+  Buf scratch(int64_t n) { return c_ == 4 ? nullptr : alloc(4 * n); }
+  void ensure(Slot& s) {
+    if (!s.grad) s.grad = alloc(s.bytes);
+  }
+  void at(std::string m) { moment_ = std::move(m); }
+  Var out(Buf v, int64_t bytes, bool rg) {
+    return Var{std::move(v), std::make_shared<Slot>(Slot{nullptr, rg, bytes})};
+  }
+  void record(const Var& y, std::function<void()> bwd) {
+    tape_->nodes.push_back(Node{{y.slot}, [this, m = moment_ + " backward", bwd = std::move(bwd)] {
+                                  at(m);
+                                  bwd();
+                                }});
+  }
+  void run_backward(Tape& t) {
+    const bool g = grad_;
+    grad_ = false;
+    for (auto it = t.nodes.rbegin(); it != t.nodes.rend(); ++it) {
+      bool any = false;
+      for (const SlotP& s : it->outs) any = any || s->grad != nullptr;
+      if (any) it->bwd();
+      for (const SlotP& s : it->outs) s->grad.reset();
+      it->bwd = nullptr;
+    }
+    t.nodes.clear();
+    grad_ = g;
+  }
+
+  // Ops (allocation order as in lib/ops).
+  Var layernorm(const Var& x) {
+    const bool rec = grad_ && x.rg();
+    Buf o = act(R_ * C_), m = f32(R_), r = f32(R_);
+    { Buf a = scratch(R_ * C_), w = scratch(C_), b = scratch(C_), y = scratch(R_ * C_); }
+    Var y = out(o, c_ * R_ * C_, rec);
+    if (rec)
+      record(y, [this, xv = x.val, xs = x.slot, m, r] {
+        Buf X = scratch(R_ * C_), W = scratch(C_), dY = scratch(R_ * C_);
+        Buf dw = f32(C_), db = f32(C_);  // frozen weight and bias: fp32 zeros
+        Buf dX;
+        if (xs->rg) {
+          ensure(*xs);
+          dX = scratch(R_ * C_);
+        }
+        Buf norm = f32(C_);
+      });
+    return y;
+  }
+  // a (M, K) @ b (K, N) [+ bias]; b a parameter (trainable: an adapter).
+  Var matmul(const Var& a, int64_t M, int64_t K, int64_t N, bool bias, bool b_rg) {
+    const bool rec = grad_ && (a.rg() || b_rg);
+    Buf o = act(M * N);
+    {
+      Buf A = scratch(M * K), B = scratch(K * N), Y = scratch(M * N);
+      if (bias) Buf bv = scratch(N);
+    }
+    Var y = out(o, c_ * M * N, rec);
+    if (rec)
+      record(y, [this, as = a.slot, saved = b_rg ? a.val : Buf(), M, K, N, b_rg] {
+        Buf dy = scratch(M * N);
+        if (as->rg) {
+          Buf B = scratch(K * N);
+          ensure(*as);
+          Buf dA = scratch(M * K);
+        }
+        if (b_rg) Buf A = scratch(M * K), dB = scratch(K * N);
+      });
+    return y;
+  }
+  Var add(const Var& a, const Var& b, int64_t n) {
+    const bool rec = grad_ && (a.rg() || b.rg());
+    Buf o = act(n);
+    { Buf A = scratch(n), B = scratch(n), Y = scratch(n); }
+    Var y = out(o, c_ * n, rec);
+    if (rec)
+      record(y, [this, as = a.slot, bs = b.slot, n] {
+        for (const SlotP& s : {as, bs}) {
+          if (!s->rg) continue;
+          ensure(*s);
+          Buf S = scratch(n), D = scratch(n);
+        }
+      });
+    return y;
+  }
+  // scale and dropout: an elementwise op that saves nothing.
+  Var unary(const Var& x, int64_t n, bool dropout) {
+    const bool rec = grad_ && x.rg();
+    Buf o = act(n);
+    { Buf X = scratch(n), Y = scratch(n); }
+    Var y = out(o, c_ * n, rec);
+    if (rec)
+      record(y, [this, xs = x.slot, n, dropout] {
+        if (!xs->rg) return;
+        Buf dY;
+        if (dropout) dY = scratch(n);
+        ensure(*xs);
+        Buf S = dropout ? nullptr : scratch(n), D = scratch(n);
+      });
+    return y;
+  }
+  Var attention(const Var& qkv) {
+    const bool rec = grad_ && qkv.rg();
+    Buf o = act(R_ * C_), lse = f32(H_ * R_);
+    { Buf X = scratch(3 * R_ * C_), Y = scratch(R_ * C_), s = f32(score_block()); }
+    Var y = out(o, c_ * R_ * C_, rec);
+    if (rec)
+      record(y, [this, xs = qkv.slot, saved = qkv.val, lse] {
+        if (!xs->rg) return;
+        Buf X = scratch(3 * R_ * C_), dY = scratch(R_ * C_);
+        ensure(*xs);
+        Buf dX = scratch(3 * R_ * C_), s = f32(2 * score_block());
+      });
+    return y;
+  }
+  Var gelu(const Var& x, int64_t n) {
+    const bool rec = grad_ && x.rg();
+    Buf o = act(n);
+    { Buf X = scratch(n), Y = scratch(n); }
+    Var y = out(o, c_ * n, rec);
+    if (rec)
+      record(y, [this, xs = x.slot, saved = x.val, n] {
+        if (!xs->rg) return;
+        Buf X = scratch(n), dY = scratch(n);
+        ensure(*xs);
+        Buf dX = scratch(n);
+      });
+    return y;
+  }
+  Var cross_entropy(const Var& logits) {
+    const bool rec = grad_ && logits.rg();
+    Buf l = f32(R_);
+    Buf s = f32(c_ == 4 ? 1 : V_);
+    Buf loss = f32(1);
+    Buf targets = rec ? f32(R_) : nullptr;
+    s.reset();
+    Var y = out(loss, 4, rec);
+    if (rec)
+      record(y, [this, xs = logits.slot, saved = logits.val, l, targets] {
+        if (!xs->rg) return;
+        ensure(*xs);
+        Buf scr = f32(2 * V_);
+      });
+    return y;
+  }
+  int64_t score_block() const { return std::min<int64_t>(T_, kAttnBlock) * T_; }
+
+  // nn::Gpt::linear: the frozen Conv1D, plus its adapter if any.
+  Var linear(int l, const char* module, const Var& x, int64_t in, int64_t outn,
+             const std::string& what) {
+    at(fmt::format("block {} {} {}", l, module, what));
+    Var y = matmul(x, R_, in, outn, true, false);
+    if (!lora_.applies(l, module)) return y;
+    at(fmt::format("block {} {} adapter {}", l, module, what));
+    Var inp = lora_.dropout > 0.0f ? unary(x, R_ * in, true) : x;
+    Var low = matmul(inp, R_, in, lora_.r, false, true);
+    Var up = matmul(low, R_, lora_.r, outn, false, true);
+    Var scaled = unary(up, R_ * outn, false);
+    return add(y, scaled, R_ * outn);
+  }
+  Var block(int l, const Var& x, const std::string& what) {
+    const int64_t RC = R_ * C_;
+    at(fmt::format("block {} ln_1 {}", l, what));
+    Var h = layernorm(x);
+    Var qkv = linear(l, "attn.c_attn", h, C_, 3 * C_, what);
+    at(fmt::format("block {} attention {}", l, what));
+    Var att = attention(qkv);
+    Var x2;
+    {
+      Var p = linear(l, "attn.c_proj", att, C_, C_, what);
+      at(fmt::format("block {} residual add {}", l, what));
+      x2 = add(x, p, RC);
+    }
+    at(fmt::format("block {} ln_2 {}", l, what));
+    Var h2 = layernorm(x2);
+    Var f;
+    {
+      Var fc = linear(l, "mlp.c_fc", h2, C_, 4 * C_, what);
+      at(fmt::format("block {} gelu {}", l, what));
+      f = gelu(fc, 4 * RC);
+    }
+    Var p = linear(l, "mlp.c_proj", f, 4 * C_, C_, what);
+    at(fmt::format("block {} residual add {}", l, what));
+    return add(x2, p, RC);
+  }
+  // autograd::segment through ZeroEngine::run.
+  Var segment(int g, const std::function<Var(const Var&)>& fn, const Var& x, bool recompute) {
+    if (!grad_) return fn(x);
+    if (recompute) {
+      Var y;
+      grad_ = false;
+      y = fn(x);
+      grad_ = true;
+      Var o = out(y.val, y.slot->bytes, true);
+      y = Var{};
+      has_node_[size_t(g)] = true;
+      record(o, [this, fn, x, os = o.slot] {
+        Tape inner;
+        Var again;
+        {
+          const bool gr = grad_;
+          Tape* old = tape_;
+          grad_ = true;
+          tape_ = &inner;
+          again = fn(x);
+          tape_ = old;
+          grad_ = gr;
+        }
+        if (again.rg()) {
+          again.slot->grad = os->grad;
+          run_backward(inner);
+        }
+      });
+      return o;
+    }
+    auto inner = std::make_shared<Tape>();
+    Tape* old = tape_;
+    tape_ = inner.get();
+    Var y = fn(x);
+    tape_ = old;
+    if (inner->nodes.empty() || !y.rg()) return y;
+    has_node_[size_t(g)] = true;
+    record(y, [this, inner] { run_backward(*inner); });
+    return y;
+  }
+  // nn::Gpt::forward: the logits.
+  Var forward() {
+    const char* what = grad_ ? "forward" : "evaluation";
+    Var x = segment(
+        0,
+        [&](const Var&) {
+          at(grad_ ? "embedding forward" : "evaluation forward");
+          Var a = out(act(R_ * C_), c_ * R_ * C_, false);  // frozen wte, wpe: nothing recorded
+          Var b = out(act(R_ * C_), c_ * R_ * C_, false);
+          return add(a, b, R_ * C_);
+        },
+        Var{}, false);
+    for (int l = 0; l < L_; ++l) {
+      const bool re = ckpt_[size_t(l)];
+      const std::string w = re && grad_ ? "forward (no grad, checkpointed)" : what;
+      x = segment(1 + l, [this, l, re](const Var& in) {
+            return block(l, in, re && grad_ ? "recompute" : (grad_ ? "forward" : "evaluation"));
+          }, x, re);
+      (void)w;
+    }
+    return segment(
+        L_ + 1,
+        [&](const Var& in) {
+          at(grad_ ? "ln_f forward" : "evaluation head");
+          Var h = layernorm(in);
+          at(grad_ ? "lm head forward" : "evaluation head");
+          return matmul(h, R_, C_, V_, false, false);  // tied, frozen wte
+        },
+        x, false);
+  }
+
+  const int64_t R_, T_, C_, V_, H_;
+  const int L_;
+  const int64_t c_;
+  const nn::LoraConfig lora_;
+  const std::vector<bool> ckpt_;
+  bool grad_ = true;
+  Tape* tape_ = nullptr;
+  std::vector<bool> has_node_;
+  int64_t current_ = 0, peak_ = 0, end_of_forward_ = 0;
+  std::string moment_, peak_at_;
+};
+
 }  // namespace
 
 ActivationEstimate estimate_activations(const nn::GptConfig& m, int micro, int seq_len,
@@ -458,6 +817,75 @@ ActivationEstimate estimate_activations(const nn::GptConfig& m, int micro, int s
   return a;
 }
 
+ActivationEstimate estimate_lora_activations(const nn::GptConfig& m, const nn::LoraConfig& lora,
+                                             int micro, int seq_len, int compute_bytes,
+                                             const std::vector<int>& checkpointed,
+                                             std::vector<bool>* has_backward) {
+  FD_CHECK(lora.enabled(), "LoRA rank {}", lora.r);
+  FD_CHECK(micro >= 1 && seq_len >= 1 && m.n_layer >= 1, "micro {} seq_len {} n_layer {}", micro,
+           seq_len, m.n_layer);
+  FD_CHECK(compute_bytes == 2 || compute_bytes == 4, "compute bytes {}", compute_bytes);
+  std::vector<bool> ckpt(size_t(m.n_layer), false);
+  for (int l : checkpointed) {
+    FD_CHECK(l >= 0 && l < m.n_layer, "checkpointed layer {} of {}", l, m.n_layer);
+    ckpt[size_t(l)] = true;
+  }
+  ActivationEstimate a;
+  a.compute_bytes = compute_bytes;
+  for (bool b : ckpt) a.checkpointed += b ? 1 : 0;
+  LoraReplay train(m, lora, micro, seq_len, compute_bytes, ckpt);
+  train.train_micro_batch();
+  a.saved = train.end_of_forward() - 4;  // the scalar loss aside
+  a.peak = train.peak();
+  a.peak_at = train.peak_at();
+  if (has_backward != nullptr) *has_backward = train.has_backward();
+  LoraReplay eval(m, lora, micro, seq_len, compute_bytes, ckpt);
+  eval.evaluate_batch();
+  a.eval_peak = eval.peak();
+  if (eval.peak() > a.peak) {
+    a.peak = eval.peak();
+    a.peak_at = eval.peak_at();
+  }
+  return a;
+}
+
+std::vector<int64_t> frozen_padded_numel(const nn::GptConfig& model, int world) {
+  const nn::GroupLayout layout = zero::frozen_layout_for(0, world);  // the same at every stage
+  std::vector<int64_t> out;
+  for (const nn::SegmentSpec& s : nn::Gpt::segment_specs(model))
+    out.push_back(nn::FlatParamGroup::padded_numel(s.params, layout));
+  return out;
+}
+
+std::vector<int64_t> lora_segment_padded_numel(const nn::GptConfig& model,
+                                               const nn::LoraConfig& lora, int world) {
+  const nn::GroupLayout layout = zero::layout_for(0, world);
+  std::vector<int64_t> out;
+  for (const nn::SegmentSpec& s : nn::Gpt::segment_specs(model, lora))
+    out.push_back(nn::FlatParamGroup::padded_numel(s.params, layout));
+  return out;
+}
+
+int64_t lora_stage3_comm_bytes_per_step(int world, int accumulation,
+                                        const std::vector<int64_t>& numel,
+                                        const std::vector<int64_t>& frozen,
+                                        const std::vector<bool>& has_backward,
+                                        int element_bytes) {
+  FD_CHECK(numel.size() == frozen.size() && numel.size() == has_backward.size() &&
+               numel.size() >= 2,
+           "segments {} {} {}", numel.size(), frozen.size(), has_backward.size());
+  int64_t elements = 0;  // per micro-batch, over all collectives
+  for (size_t g = 0; g < numel.size(); ++g) {
+    const int64_t both = numel[g] + frozen[g];
+    elements += both;  // its forward
+    if (g == 0) elements += both;  // the tied head's forward (the embedding was released)
+    if (has_backward[g] && g != 0) elements += both;  // its backward (the embedding stays pinned)
+    if (has_backward[g]) elements += numel[g];        // the gradient's reduce-scatter
+  }
+  FD_CHECK(elements % world == 0, "elements {} world {}", elements, world);
+  return int64_t(accumulation) * (elements / world) * (world - 1) * element_bytes;
+}
+
 std::vector<int64_t> segment_padded_numel(const nn::GptConfig& model, int world) {
   const nn::GroupLayout layout =
       zero::layout_for(0, world);  // padding does not depend on the stage
@@ -475,7 +903,8 @@ std::vector<int64_t> segment_padded_numel(const nn::GptConfig& model, int world)
 // completes) and reduce-scatter outputs that are not the gradient shard.
 int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_comm,
                           const std::vector<int64_t>& numel, int compute_bytes,
-                          bool fp32_staging) {
+                          bool fp32_staging, const std::vector<int64_t>& frozen,
+                          const std::vector<bool>& has_backward) {
   FD_CHECK(stage >= 0 && stage <= 3 && world >= 1 && accumulation >= 1 && numel.size() >= 2,
            "stage {} world {} accumulation {} segments {}", stage, world, accumulation,
            numel.size());
@@ -486,7 +915,15 @@ int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_c
   std::vector<int> pins(size_t(n), 0), deferred(size_t(n), 0);
   std::vector<bool> grads_resident(size_t(n), false);
   const int64_t c = compute_bytes;
+  FD_CHECK(frozen.empty() || frozen.size() == numel.size(), "frozen segments {}", frozen.size());
+  FD_CHECK(has_backward.empty() || has_backward.size() == numel.size(), "segments {}",
+           has_backward.size());
   auto bytes_of = [&](int g) { return numel[size_t(g)] * c; };
+  // Stage 3 gathers a segment's frozen base (LoRA) with its adapters.
+  auto pinned_bytes_of = [&](int g) {
+    return (numel[size_t(g)] + (frozen.empty() ? 0 : frozen[size_t(g)])) * c;
+  };
+  auto backward_runs = [&](int g) { return has_backward.empty() || has_backward[size_t(g)]; };
   // MpiCommunicator stages a 16-bit reduce-scatter through fp32 kComm buffers
   // (the full input and the shard) while its single comm thread runs it: at
   // most one reduction in flight is staged at a time; which one, and when,
@@ -513,14 +950,14 @@ int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_c
   };
   auto pin = [&](int g) {
     if (stage >= 3 && pins[size_t(g)]++ == 0) {
-      add(bytes_of(g));
+      add(pinned_bytes_of(g));
       // The blocking all-gather queues behind the reductions in flight: when it
       // returns the comm thread has run them all (their staging is freed).
       for (Pending& p : pending) p.ran = true;
     }
   };
   auto unpin = [&](int g) {
-    if (stage >= 3 && --pins[size_t(g)] == 0) current -= bytes_of(g);
+    if (stage >= 3 && --pins[size_t(g)] == 0) current -= pinned_bytes_of(g);
   };
   auto ensure_grads = [&](int g) {
     if (stage < 2 || grads_resident[size_t(g)]) return;
@@ -544,12 +981,17 @@ int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_c
       unpin(g);
     }
     for (int g = n - 1; g >= 0; --g) {  // backward
+      if (!backward_runs(g)) continue;  // no node: no hooks (LoRA's embedding)
       pin(g);
       ensure_grads(g);
       for (int a : also(g)) ensure_grads(a);
       unpin(g);
       for (int a : also(g)) deferred[size_t(a)]++;
       for (; deferred[size_t(g)] > 0; --deferred[size_t(g)]) unpin(g);
+      if (numel[size_t(g)] == 0) {  // nothing trains here: no reduce-scatter
+        if (stage >= 2) grads_resident[size_t(g)] = false;
+        continue;
+      }
       const bool into_shard = micro == 0 && grad_shard_own;
       const int64_t recv = into_shard ? 0 : numel[size_t(g)] / world * c;
       add(recv);
@@ -558,6 +1000,10 @@ int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_c
       while (pending.size() > max_in_flight) complete_front();
     }
     while (!pending.empty()) complete_front();
+    // Pins left by segments whose backward never ran (LoRA's embedding, held
+    // since the tied head's forward) end with the micro-batch.
+    for (int g = 0; g < n; ++g)
+      for (; deferred[size_t(g)] > 0; --deferred[size_t(g)]) unpin(g);
   }
   return peak;
 }
@@ -589,12 +1035,33 @@ Estimate estimate(const config::Recipe& r, int world) {
   e.precision = r.precision;
   e.compute_bytes = r.precision == config::Precision::kFp32 ? 4 : 2;
   e.checkpointed = r.activation_checkpointing.layers;
-  e.num_params = e.model.num_params();
-  const std::vector<int64_t> numel = segment_padded_numel(e.model, world);
-  for (int64_t v : segment_padded_numel(e.model, 1)) e.padded_params_1 += v;
+  if (r.lora) {
+    e.lora.r = r.lora->r;
+    e.lora.alpha = float(r.lora->alpha);
+    e.lora.dropout = float(r.lora->dropout);
+    e.lora.modules = nn::lora_modules_for_targets(r.lora->targets);
+    e.lora.layers = r.lora->layers;
+  }
+  const bool lora = e.lora.enabled();
+  e.num_params = lora ? e.lora.num_params(e.model) : e.model.num_params();
+  const std::vector<int64_t> numel = lora ? lora_segment_padded_numel(e.model, e.lora, world)
+                                          : segment_padded_numel(e.model, world);
+  for (int64_t v : lora ? lora_segment_padded_numel(e.model, e.lora, 1)
+                        : segment_padded_numel(e.model, 1))
+    e.padded_params_1 += v;
   for (int64_t v : numel) e.padded_params += v;
-  e.activations =
-      estimate_activations(e.model, e.micro, e.seq_len, e.compute_bytes, e.checkpointed);
+  std::vector<int64_t> frozen;
+  std::vector<bool> has_backward;
+  if (lora) {
+    e.frozen_params = e.model.num_params();
+    frozen = frozen_padded_numel(e.model, world);
+    for (int64_t v : frozen) e.frozen_padded_params += v;
+    e.activations = estimate_lora_activations(e.model, e.lora, e.micro, e.seq_len,
+                                              e.compute_bytes, e.checkpointed, &has_backward);
+  } else {
+    e.activations =
+        estimate_activations(e.model, e.micro, e.seq_len, e.compute_bytes, e.checkpointed);
+  }
   // 16-bit reductions are staged in fp32 by MpiCommunicator (N > 1) only.
   const bool staging = e.compute_bytes == 2 && world > 1;
   for (int s = 0; s < 4; ++s) {
@@ -603,16 +1070,22 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.model_states =
         zero::model_state_bytes(s, world, e.accumulation, e.padded_params, e.compute_bytes);
     st.activations = e.activations.peak;
-    st.comm_step =
-        comm_buffer_bytes(s, world, e.accumulation, e.overlap_comm, numel, e.compute_bytes, staging);
-    st.comm_staging =
-        st.comm_step -
-        comm_buffer_bytes(s, world, e.accumulation, e.overlap_comm, numel, e.compute_bytes, false);
-    st.comm_full_gather = s == 3 ? e.compute_bytes * e.padded_params : 0;
+    st.comm_step = comm_buffer_bytes(s, world, e.accumulation, e.overlap_comm, numel,
+                                     e.compute_bytes, staging, frozen, has_backward);
+    st.comm_staging = st.comm_step - comm_buffer_bytes(s, world, e.accumulation, e.overlap_comm,
+                                                       numel, e.compute_bytes, false, frozen,
+                                                       has_backward);
+    st.comm_full_gather =
+        s == 3 ? e.compute_bytes * (e.padded_params + e.frozen_padded_params) : 0;
     st.comm_buffers = std::max(st.comm_step, st.comm_full_gather);
     st.other = 3 * int64_t(e.micro) * e.seq_len * kWord;  // tokens, targets, positions (i32)
+    st.frozen = s == 3 ? e.compute_bytes * e.frozen_padded_params / world
+                       : e.compute_bytes * e.frozen_padded_params;
     st.comm_bytes_per_step =
-        comm_bytes_per_step(s, world, e.accumulation, e.padded_params, e.compute_bytes);
+        lora && s == 3 ? lora_stage3_comm_bytes_per_step(world, e.accumulation, numel, frozen,
+                                                         has_backward, e.compute_bytes)
+                       : comm_bytes_per_step(s, world, e.accumulation, e.padded_params,
+                                             e.compute_bytes);
     st.paper_bytes = paper_bytes(s, double(e.num_params), double(world), e.compute_bytes);
   }
   return e;
@@ -689,6 +1162,15 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
                   "wire the reductions carry twice the bytes counted"
                 : ""),
   };
+  if (e.lora.enabled())
+    a.push_back(
+        "LoRA: Ψ and P count the trainable adapters only (their model states as above); the "
+        "frozen base (no gradients, no optimizer state) is cP_base per rank at stages 0-2 and "
+        "cP_base/N at stage 3, where it is gathered with each segment's adapters for its forward "
+        "(the embedding again for the tied head) and its backward (none for the embedding, which "
+        "records nothing): stage 3 sends 3P + 2P_base elements per micro-batch; activations "
+        "replay the adapter path (dropout, x A^T, (.) B^T, scale, add) and what the frozen ops "
+        "keep once a gradient flows.");
   return a;
 }
 
@@ -713,6 +1195,16 @@ std::string format_estimate(const Estimate& e) {
       grouped(e.num_params), grouped(e.padded_params), e.world,
       grouped(e.padded_params - e.num_params), grouped(e.padded_params_1 - e.num_params),
       grouped(e.padded_params - e.padded_params_1), e.world, e.world == 1 ? "" : "s"));
+  if (e.lora.enabled()) {
+    const StageEstimate& rs = e.stages[size_t(e.recipe_stage)];
+    line(fmt::format("LoRA r = {} alpha = {} dropout = {} on [{}]: Ψ, P above are the trainable "
+                     "adapters; the frozen base has Ψ_base = {}, P_base = {} (no gradients, no "
+                     "optimizer state; replicated at stages 0-2, sharded at stage 3)",
+                     e.lora.r, e.lora.alpha, e.lora.dropout, fmt::join(e.lora.modules, ", "),
+                     grouped(e.frozen_params), grouped(e.frozen_padded_params)));
+    line(fmt::format("at stage {}: frozen base: {}; trainable (adapters) states: {}",
+                     e.recipe_stage, human(rs.frozen), human(rs.model_states.total())));
+  }
   line("");
   const int w0 = 26, w = 14;
   auto row = [&](const std::string& label, auto cell) {
@@ -728,7 +1220,10 @@ std::string format_estimate(const Estimate& e) {
   row("master", [](const StageEstimate& s) { return human(s.model_states.master); });
   row("optimizer (Adam m+v)",
       [](const StageEstimate& s) { return human(s.model_states.optimizer); });
-  row("= model states", [](const StageEstimate& s) { return human(s.model_states.total()); });
+  row(e.lora.enabled() ? "= trainable states" : "= model states",
+      [](const StageEstimate& s) { return human(s.model_states.total()); });
+  if (e.lora.enabled())
+    row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
   row("activations", [](const StageEstimate& s) { return human(s.activations); });
   row("comm buffers", [](const StageEstimate& s) { return human(s.comm_buffers); });
   row("other (token batch)", [](const StageEstimate& s) { return human(s.other); });
@@ -762,6 +1257,14 @@ std::string format_estimate(const Estimate& e) {
     line("  the paper's fp32 figures (its mixed-precision ones, 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and");
     line("  16Ψ/N, apply with precision bf16 or fp16).");
   }
+  if (e.lora.enabled()) {
+    out += wrapped(fmt::format("Activations (LoRA: the frozen base saves only what a gradient "
+                               "flowing to an adapter needs): {} saved at the end of forward; "
+                               "peak {} at {}.",
+                               human(e.activations.saved), human(e.activations.peak),
+                               e.activations.peak_at),
+                   "", "  ", 96);
+  } else
   out += wrapped(
       fmt::format("Activations: {} per block x {}{} + embedding {} + head {} = {} saved at the "
                   "end of forward; peak {} at {}.",
@@ -801,6 +1304,17 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   j["padding"] = e.padded_params - e.num_params;
   j["alignment_padding"] = e.padded_params_1 - e.num_params;
   j["world_padding"] = e.padded_params - e.padded_params_1;
+  if (e.lora.enabled()) {
+    j["lora"] = {{"r", e.lora.r},
+                 {"alpha", e.lora.alpha},
+                 {"dropout", e.lora.dropout},
+                 {"modules", e.lora.modules},
+                 {"layers", e.lora.layers},
+                 {"trainable_params", e.num_params},
+                 {"trainable_padded_params", e.padded_params},
+                 {"frozen_params", e.frozen_params},
+                 {"frozen_padded_params", e.frozen_padded_params}};
+  }
   j["activations"] = {{"per_block", e.activations.per_block},
                       {"per_checkpointed_block", e.activations.per_checkpointed_block},
                       {"checkpointed", e.activations.checkpointed},
@@ -818,6 +1332,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"master", s.model_states.master},
                       {"optimizer", s.model_states.optimizer},
                       {"model_states", s.model_states.total()},
+                      {"frozen", s.frozen},
                       {"activations", s.activations},
                       {"comm_buffers", s.comm_buffers},
                       {"comm_step", s.comm_step},

@@ -59,6 +59,18 @@ struct ActivationEstimate {
 ActivationEstimate estimate_activations(const nn::GptConfig& model, int micro, int seq_len,
                                         int compute_bytes = 4,
                                         const std::vector<int>& checkpointed = {});
+// The same with LoRA adapters (lora.enabled()): the frozen base saves only
+// what a trainable input needs (layernorm inputs and statistics, attention's
+// qkv, GELU inputs once a gradient flows), the adapters save their input (the
+// dropout output when dropout > 0) and the rank-r product; the embedding
+// segment records nothing. per_block, embed and head are 0 (no closed form);
+// saved and peak come from the replay. `has_backward` (optional) receives, per
+// segment, whether its backward runs (a node was recorded): the embedding's
+// never does under LoRA.
+ActivationEstimate estimate_lora_activations(const nn::GptConfig& model, const nn::LoraConfig& lora,
+                                             int micro, int seq_len, int compute_bytes = 4,
+                                             const std::vector<int>& checkpointed = {},
+                                             std::vector<bool>* has_backward = nullptr);
 
 // Padded elements of each segment (embed, h.0 .. h.{L-1}, final) at `world` ranks.
 std::vector<int64_t> segment_padded_numel(const nn::GptConfig& model, int world);
@@ -71,9 +83,30 @@ std::vector<int64_t> segment_padded_numel(const nn::GptConfig& model, int world)
 // output) for the one reduction its comm thread runs at a time, at the worst
 // moment (world > 1 with 16-bit gradients; the world-1 LocalCommunicator
 // reduces in place).
+// LoRA: `frozen_numel` (per segment, the frozen base padded by frozen_layout_for)
+// is gathered with the segment's adapters under stage 3; `has_backward` marks
+// the segments whose backward runs (empty = all); a segment without trainable
+// elements launches no reduce-scatter.
 int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_comm,
                           const std::vector<int64_t>& segment_numel, int compute_bytes = 4,
-                          bool fp32_staging = false);
+                          bool fp32_staging = false,
+                          const std::vector<int64_t>& frozen_numel = {},
+                          const std::vector<bool>& has_backward = {});
+
+// Padded elements of each frozen base segment (LoRA) at `world` ranks.
+std::vector<int64_t> frozen_padded_numel(const nn::GptConfig& model, int world);
+// Padded elements of each trainable (adapter) segment at `world` ranks.
+std::vector<int64_t> lora_segment_padded_numel(const nn::GptConfig& model,
+                                               const nn::LoraConfig& lora, int world);
+// Stage 3 with LoRA, bytes each rank sends per optimizer step: per micro-batch
+// every segment's adapters and frozen base are gathered for its forward (the
+// embedding's again for the tied head) and again for its backward when it has
+// one (the embedding's has none), and the adapters' gradients reduce-scattered.
+int64_t lora_stage3_comm_bytes_per_step(int world, int accumulation,
+                                        const std::vector<int64_t>& segment_numel,
+                                        const std::vector<int64_t>& frozen_numel,
+                                        const std::vector<bool>& has_backward,
+                                        int element_bytes = 4);
 
 // Bytes each rank sends per optimizer step (ring model), P padded parameters of
 // e bytes (the compute dtype, as Communicator::bytes_sent() counts them):
@@ -95,10 +128,15 @@ struct StageEstimate {
   int64_t comm_staging = 0;     // of comm_step, the 16-bit reduce-scatter's fp32 staging
   int64_t comm_full_gather = 0;  // stage 3: cP (with_full_parameters); 0 otherwise
   int64_t other = 0;                   // the token, target and position id buffers
+  // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or
+  // cP_base/N (stage 3, the rank's shard); 0 without LoRA.
+  int64_t frozen = 0;
   int64_t comm_bytes_per_step = 0;     // comm_bytes_per_step()
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
-  int64_t total() const { return model_states.total() + activations + comm_buffers + other; }
+  int64_t total() const {
+    return model_states.total() + frozen + activations + comm_buffers + other;
+  }
 };
 
 struct Estimate {
@@ -114,6 +152,10 @@ struct Estimate {
   int64_t num_params = 0;       // Ψ
   int64_t padded_params_1 = 0;  // P at world 1: Ψ plus the 16-element alignment of each parameter
   int64_t padded_params = 0;    // P at this world: each segment also padded to a multiple of 16N
+  // LoRA (lora.enabled()): Ψ, P above are the trainable adapters'; the frozen base's:
+  nn::LoraConfig lora;
+  int64_t frozen_params = 0;         // Ψ_base
+  int64_t frozen_padded_params = 0;  // P_base at this world (frozen_layout_for)
   ActivationEstimate activations;
   std::array<StageEstimate, 4> stages;
 };

@@ -250,6 +250,14 @@ void ZeroEngine::drain() {
 void ZeroEngine::end_micro_batch(int micro) {
   FD_CHECK(micro == micro_, "end_micro_batch({}) after begin_micro_batch({})", micro, micro_);
   drain();
+  // Pins deferred to a segment whose backward never ran (nothing in it
+  // trains: a LoRA run's frozen embedding) are dropped here.
+  for (size_t g = 0; g < segments_.size(); ++g) {
+    while (segments_[g].deferred_unpins > 0) {
+      --segments_[g].deferred_unpins;
+      unpin_params(int(g));
+    }
+  }
 }
 
 StepResult ZeroEngine::step(float lr, double loss_scale) {
@@ -322,7 +330,8 @@ std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
     st.count = s.shard;
     Tensor compute = config_.stage >= 3 ? s.param_shard
                                         : s.group->flat_params().flat_slice(begin, s.shard);
-    st.params = compute;
+    // fp32: the parameters are the master weights; store them once.
+    st.params = s.master.defined() ? compute : Tensor();
     st.master = s.master.defined() ? s.master.flat_slice(in_state, s.shard) : compute;
     st.exp_avg = optimizer_->exp_avg(i).flat_slice(in_state, s.shard);
     st.exp_avg_sq = optimizer_->exp_avg_sq(i).flat_slice(in_state, s.shard);

@@ -125,7 +125,7 @@ class ZeroEngine : public nn::SegmentRunner {
     Tensor master;      // fp32 (the parameters themselves for fp32 models)
     Tensor exp_avg;     // fp32
     Tensor exp_avg_sq;  // fp32
-    Tensor params;      // compute dtype
+    Tensor params;      // compute dtype; undefined for fp32 models (master is the parameters)
   };
   std::vector<SegmentState> saved_state() const;
   // read(segment, field, offset, count, out) must fill `out` (count elements of
