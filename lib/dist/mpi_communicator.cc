@@ -1,12 +1,5 @@
 #include "lib/dist/mpi_communicator.h"
 
-// The C API only: Open MPI's mpi.h otherwise drags in its deprecated C++ bindings.
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
 #include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>

@@ -14,30 +14,16 @@
 #include "lib/optim/adamw.h"
 #include "lib/optim/clip.h"
 #include "lib/tensor/safetensors.h"
+#include "tests/golden/parity_util.h"
 
 namespace fd {
 namespace {
 
 const char* kGolden = FD_SOURCE_DIR "/tests/golden/gpt_tiny.safetensors";
 
-struct Diff {
-  double rel;
-  double max_abs;
-};
-
-Diff compare(const std::vector<float>& ours, const std::vector<float>& ref) {
-  EXPECT_EQ(ours.size(), ref.size());
-  double num = 0, den = 0, mx = 0;
-  for (size_t i = 0; i < ours.size() && i < ref.size(); ++i) {
-    double d = double(ours[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-    mx = std::max(mx, std::fabs(d));
-  }
-  return {std::sqrt(num) / std::max(std::sqrt(den), 1e-30), mx};
-}
-
-int meta_int(const SafetensorsFile& f, const char* key) { return std::stoi(f.metadata().at(key)); }
+using golden::compare;
+using golden::Diff;
+using golden::meta_int;
 
 class Parity : public ::testing::Test {
  protected:
