@@ -373,6 +373,20 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
   }
 }
 
+void ZeroEngine::acquire_all() {
+  for (size_t g = 0; g < segments_.size(); ++g) {
+    pin_params(int(g));
+    ensure_grads(int(g));
+  }
+}
+
+void ZeroEngine::reduce_all() {
+  for (size_t g = 0; g < segments_.size(); ++g) {
+    unpin_params(int(g));
+    launch_reduce(int(g));
+  }
+}
+
 void ZeroEngine::with_full_parameters(const std::function<void()>& fn) {
   for (size_t g = 0; g < segments_.size(); ++g) pin_params(int(g));
   fn();

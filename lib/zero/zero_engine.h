@@ -104,6 +104,15 @@ class ZeroEngine : public nn::SegmentRunner {
   autograd::Variable run(int segment, const nn::SegmentFn& fn, const autograd::Variable& x,
                          const std::vector<int>& also_needs) override;
 
+  // Free-form use, for callers whose forward and backward do not go through
+  // run() (the C API, lib/capi). acquire_all(), after begin_micro_batch and
+  // before the forward, makes every segment's full parameters resident and
+  // current (stage 3 gathers them) and its full gradient buffer resident
+  // (stages 2-3: zeroed). reduce_all(), after the backward, launches every
+  // segment's gradient reduce-scatter in segment order and drops what
+  // acquire_all() holds; then end_micro_batch and step as usual.
+  void acquire_all();
+  void reduce_all();
   // Runs fn with every parameter resident and current on this rank (stage 3
   // gathers them for the call); for digests, exports and text generation.
   void with_full_parameters(const std::function<void()>& fn);
