@@ -1,7 +1,7 @@
 // fdtrain: the command-line front end. Parses arguments with CLI11 and calls
 // into lib/; no training logic lives here.
 //
-//   fdtrain train RECIPE [KEY=VALUE | ~KEY ...] [--run-dir DIR] [--overwrite] [--no-progress]
+//   fdtrain train RECIPE [KEY=VALUE | ~KEY ...] [--run-dir DIR] [--overwrite] [--no-progress] [--profile]
 //   fdtrain RECIPE ...                       (shorthand for train)
 //   fdtrain validate RECIPE [overrides...]   exit 0 when valid, 2 with every error
 //   fdtrain print-config RECIPE [overrides...]
@@ -92,6 +92,10 @@ int run(int argc, char** argv) {
   train->add_option("--resume", resume,
                     "resume: 'auto' (from RUN/checkpoints/latest if present, else start fresh) or "
                     "a checkpoint directory");
+  bool profile = false;
+  train->add_flag("--profile", profile,
+                  "per-phase wall-time breakdown (data, forward, backward, communication wait, "
+                  "optimizer, checkpoint) in the log and summary.json");
   bool force_progress = false;
   train->add_flag("--progress", force_progress,
                   "show the progress line even when stderr is not a terminal (e.g. under mpirun)");
@@ -235,6 +239,7 @@ int run(int argc, char** argv) {
   options.command_line = join_command_line(argc, argv);
   options.fault = fd::dist::fault_from_env();
   options.resume = resume;
+  options.profile = profile;
   // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step boundary and exit 0.
   std::signal(SIGUSR1, [](int) { fd::engine::Trainer::request_stop(); });
 

@@ -74,6 +74,34 @@ std::string file_sha256(const std::string& path) {
   return sha.hex_digest();
 }
 
+// Laps the wall clock for --profile: each lap adds its time, less the
+// communication wait inside it, to one phase, and that wait to `wait`. Off, it
+// reads no clock.
+class PhaseClock {
+ public:
+  PhaseClock(bool on, const dist::Communicator& comm) : on_(on), comm_(comm) {
+    if (on_) {
+      t_ = Clock::now();
+      w_ = comm_.wait_seconds();
+    }
+  }
+  void lap(double& phase, double& wait) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    const double w = comm_.wait_seconds();
+    phase += std::chrono::duration<double>(now - t_).count() - (w - w_);
+    wait += w - w_;
+    t_ = now;
+    w_ = w;
+  }
+
+ private:
+  bool on_;
+  const dist::Communicator& comm_;
+  Clock::time_point t_;
+  double w_ = 0.0;
+};
+
 nlohmann::json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
@@ -377,6 +405,17 @@ std::string Trainer::save(int64_t steps_done) {
   return save_checkpoint(req, *zero_, comm_).string();
 }
 
+void Trainer::Phases::add(const Phases& o) {
+  data += o.data;
+  forward += o.forward;
+  backward += o.backward;
+  comm_wait += o.comm_wait;
+  optimizer += o.optimizer;
+  checkpoint += o.checkpoint;
+  total += o.total;
+  steps += o.steps;
+}
+
 void Trainer::with_full_parameters(const std::function<void()>& fn) {
   zero_->with_full_parameters(fn);
 }
@@ -392,9 +431,13 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     seed = std::numeric_limits<float>::infinity();  // test hook: this rank's gradients overflow
   }
   double loss_sum = 0.0;
+  Phases& ph = phases_;
+  PhaseClock clock(options_.profile, comm_);
+  double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
   for (int micro = 0; micro < accum; ++micro) {
     sampler_->sample_train(step, micro, comm_.rank(), world, B, T, tokens_.i32(),
                            targets_.i32());
+    clock.lap(ph.data, ph.comm_wait);
     zero_->begin_micro_batch(micro);
     // Adapter dropout masks: a function of (seed, step, micro-batch, rank).
     model_->set_dropout_seed(hash_words(uint64_t(recipe_.seed), uint64_t(step), uint64_t(micro),
@@ -403,12 +446,15 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     autograd::TapeScope scope(tape);
     autograd::Variable loss = model_->loss(tokens_, targets_, zero_.get());
     loss_sum += loss.value().to_vector()[0];
+    clock.lap(ph.forward, ph.comm_wait);
     tape.backward(loss, seed);
     zero_->end_micro_batch(micro);
+    clock.lap(ph.backward, ph.comm_wait);
   }
   // One small all-reduce carries the loss and whether any rank was asked to stop.
   double agreed[2] = {loss_sum, double(g_stop_requested.load())};
   comm_.all_reduce_f64(agreed, 2);
+  clock.lap(other, ph.comm_wait);
   StepStats st;
   st.loss = agreed[0] / double(accum * world);
   st.stop_requested = agreed[1] > 0.0;
@@ -417,6 +463,7 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
   st.loss_scale = scale;
   if (!std::isfinite(st.loss)) return st;  // the caller stops the run before updating
   zero::StepResult r = zero_->step(optim::lr_at(schedule_, step), scale);
+  clock.lap(ph.optimizer, ph.comm_wait);
   st.grad_norm = r.grad_norm;
   st.skipped = r.skipped;
   if (scaler_) {
@@ -492,8 +539,12 @@ nlohmann::json Trainer::run() {
   int64_t train_comm_bytes = 0;  // model traffic of training steps (not evaluation)
   double train_wait_s = 0.0;     // compute-thread time blocked on communication
   auto t_step = t_start;
+  // --profile: the first step of this run (warm-up) apart from the rest.
+  Phases profile_first, profile_rest;
   for (int64_t step = start_step_; step < steps; ++step) {
     current_step_ = step;
+    phases_ = Phases{};
+    const auto t_profile = options_.profile ? Clock::now() : Clock::time_point{};
     dist::inject_fault(options_.fault, comm_.rank(), step);
     const float lr = optim::lr_at(schedule_, step);
     const int64_t bytes0 = comm_.bytes_sent();
@@ -569,12 +620,19 @@ nlohmann::json Trainer::run() {
                           (done % recipe_.checkpoint.every == 0 || last || st.stop_requested);
     if (save_now || st.stop_requested) {
       const auto t_save = Clock::now();
+      PhaseClock clock(options_.profile, comm_);
       last_checkpoint = save(done);
+      clock.lap(phases_.checkpoint, phases_.comm_wait);
       const double secs = seconds_between(t_save, Clock::now());
       checkpoint_seconds += secs;
       eval_seconds += secs;  // not training time
       ++checkpoints_saved;
       if (rank0) log::info("checkpoint of step {} saved to {} in {:.2f} s", done, last_checkpoint, secs);
+    }
+    if (options_.profile) {
+      phases_.total = seconds_between(t_profile, Clock::now());
+      phases_.steps = 1;
+      (step == start_step_ ? profile_first : profile_rest).add(phases_);
     }
     if (st.stop_requested) {
       exit_reason = "signal";
@@ -673,6 +731,46 @@ nlohmann::json Trainer::run() {
                     sample.c_str());
     } else {
       summary["sample_tokens"] = out;
+    }
+  }
+  if (options_.profile) {
+    // Steps after the first of this run; the first alone when only one ran.
+    const bool warm = profile_rest.steps > 0;
+    const Phases& p = warm ? profile_rest : profile_first;
+    const double phases_s =
+        p.data + p.forward + p.backward + p.comm_wait + p.optimizer + p.checkpoint;
+    summary["profile"] = {{"data_s", p.data},
+                          {"forward_s", p.forward},
+                          {"backward_s", p.backward},
+                          {"comm_wait_s", p.comm_wait},
+                          {"optimizer_s", p.optimizer},
+                          {"checkpoint_s", p.checkpoint},
+                          {"other_s", std::max(0.0, p.total - phases_s)},
+                          {"total_s", p.total},
+                          {"steps", p.steps},
+                          {"first_step_excluded", warm}};
+    if (rank0) {
+      const double n = double(std::max<int64_t>(p.steps, 1));
+      const double total = std::max(p.total, 1e-12);
+      std::string table = fmt::format(
+          "profile (rank 0, {} step{}{}; wall time, each phase less the communication wait "
+          "inside it):\n  {:<12} {:>10} {:>12} {:>7}\n",
+          p.steps, p.steps == 1 ? "" : "s", warm ? ", first step excluded" : "", "phase",
+          "total s", "ms/step", "%");
+      auto row = [&](const char* name, double v) {
+        table += fmt::format("  {:<12} {:>10.3f} {:>12.2f} {:>6.1f}%\n", name, v, 1e3 * v / n,
+                             100.0 * v / total);
+      };
+      row("data", p.data);
+      row("forward", p.forward);
+      row("backward", p.backward);
+      row("comm wait", p.comm_wait);
+      row("optimizer", p.optimizer);
+      row("checkpoint", p.checkpoint);
+      row("other", std::max(0.0, p.total - phases_s));
+      row("step total", p.total);
+      table.pop_back();
+      log::info("{}", table);
     }
   }
   if (!fatal_message.empty()) summary["error"] = fatal_message;

@@ -61,6 +61,7 @@ struct TrainOptions {
   std::string command_line;            // recorded in command.txt and summary.json
   dist::FaultSpec fault;               // fault injection for tests (FDTRAIN_FAULT)
   std::string resume;                  // "": fresh; "auto": RUN/checkpoints/latest if any; or a path
+  bool profile = false;                // per-phase wall-time breakdown (log + summary.json "profile")
 };
 
 class Trainer {
@@ -97,6 +98,14 @@ class Trainer {
     bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
     bool stop_requested = false;   // some rank got SIGUSR1 (agreed by all ranks)
   };
+  // Wall seconds per phase of one step (--profile); each phase excludes the
+  // communication wait inside it, which goes to comm_wait.
+  struct Phases {
+    double data = 0, forward = 0, backward = 0, comm_wait = 0, optimizer = 0, checkpoint = 0;
+    double total = 0;  // wall time of the whole step, logging and evaluation included
+    int64_t steps = 0;
+    void add(const Phases& o);
+  };
   StepStats train_step(int64_t step);
   double evaluate();  // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
@@ -124,6 +133,7 @@ class Trainer {
   std::string resumed_from_;
   std::string base_sha256_;  // LoRA: SHA-256 of the frozen base's file
   int64_t skipped_total_ = 0;
+  Phases phases_;  // the step in progress (--profile)
 };
 
 }  // namespace fd::engine
