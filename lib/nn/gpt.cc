@@ -218,7 +218,8 @@ void Gpt::init_gpt2(uint64_t seed) {
         v[size_t(i)] = std * normal01(hash_words(seed, name_hash, uint64_t(i), 0),
                                       hash_words(seed, name_hash, uint64_t(i), 1));
     }
-    p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
+    // Straight into the parameter (a temporary Tensor would stay in the allocator's cache).
+    convert_f32_to(p->value.dtype(), v.data(), p->value.raw(), v.size());
   }
   if (!lora_.enabled()) return;
   // Adapters: A Kaiming-uniform with a = sqrt(5) (PEFT): bound = 1/sqrt(in); B zero.
@@ -232,7 +233,8 @@ void Gpt::init_gpt2(uint64_t seed) {
       for (int64_t i = 0; i < n; ++i)
         v[size_t(i)] = bound * (2.0f * uniform01(hash_words(seed, name_hash, uint64_t(i), 2)) - 1.0f);
     }
-    p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
+    // Straight into the parameter (a temporary Tensor would stay in the allocator's cache).
+    convert_f32_to(p->value.dtype(), v.data(), p->value.raw(), v.size());
   }
 }
 
