@@ -312,6 +312,12 @@ void write_h5_export(const std::string& path,
 }
 
 // --out checks shared by the exports: a known extension, no accidental overwrite.
+// Exports are written in fp32 or bf16.
+void check_export_dtype(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+}
+
 bool check_out_path(const std::string& out, bool overwrite) {
   bool safetensors = ends_with(out, ".safetensors");
   if (!safetensors && !ends_with(out, ".h5"))
@@ -528,8 +534,7 @@ std::string inspect_checkpoint(const std::string& path) {
 
 std::string export_checkpoint(const std::string& path, const std::string& out, DType dtype,
                               bool overwrite) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16)
-    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  check_export_dtype(dtype);
   check_out_path(out, overwrite);
 
   Checkpoint c = open_checkpoint(path);
@@ -574,8 +579,7 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
 
 std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
                                 bool overwrite) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16)
-    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  check_export_dtype(dtype);
   std::error_code ec;
   if (fs::exists(dir, ec) && !overwrite)
     usage_error(
@@ -596,8 +600,7 @@ std::string export_lora_adapter(const std::string& path, const std::string& dir,
 
 std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
                                bool overwrite) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16)
-    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  check_export_dtype(dtype);
   check_out_path(out, overwrite);
   Checkpoint c = open_checkpoint(path);
   const ShardMeta& m = c.meta();
