@@ -1,0 +1,205 @@
+// fdtrain's CUDA kernels: the GPU side of every op in lib/ops, plus the
+// runtime pieces lib/ needs (device selection, a caching allocator, copies,
+// streams and events, cuBLASLt GEMM).
+//
+// This header is plain C++ (no CUDA types), so lib/ compiles with g++ and
+// includes it only in builds with FDTRAIN_HAVE_CUDA. kernels/ includes
+// nothing from lib/: pointers are device pointers, element types are DT
+// values (the same numbering as fd::DType), sizes are element counts.
+//
+// Every kernel runs on the current compute stream (compute_stream()) and is
+// asynchronous unless its comment says it synchronises. Every launcher checks
+// its preconditions and the launch, and reports a failure by throwing
+// kernels::Error with the function name and CUDA's message.
+//
+// Semantics follow lib/ops (the CPU backend) exactly: 16-bit values are loaded
+// into fp32, computed in fp32 and stored with round-to-nearest-even; "accumulate"
+// means dst += value (the autograd convention for gradients).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace fd::kernels {
+
+// Element types, numbered as fd::DType.
+enum class DT : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kI32 = 3 };
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------- runtime --
+
+// Number of visible CUDA devices; 0 when there is no driver or no device
+// (never throws).
+int device_count();
+// Why device_count() is 0 (the driver's message), or "" when devices exist.
+std::string no_device_reason();
+// Makes `ordinal` this thread's device and creates the compute stream and the
+// cuBLASLt handle on it. Call once per process before anything else below.
+void init_device(int ordinal);
+// The device init_device chose (-1 before).
+int current_device();
+// "NVIDIA H200 (sm_90, 139.8 GiB)" for logs and summary.json.
+std::string device_name();
+// Total and free memory of the current device in bytes.
+void device_memory(size_t* total, size_t* free);
+
+// The compute stream every kernel runs on (an opaque cudaStream_t).
+void* compute_stream();
+// Blocks until all work queued on the compute stream has finished.
+void synchronize();
+
+// Events order work between the compute stream and a communication stream.
+void* event_create();               // an opaque cudaEvent_t (timing disabled)
+void event_destroy(void* event);
+void event_record(void* event, void* stream);     // stream: opaque cudaStream_t
+void stream_wait_event(void* stream, void* event);
+bool event_query(void* event);      // true when the work before the record is done
+void event_synchronize(void* event);
+void* stream_create();              // a non-blocking stream (for communication)
+void stream_destroy(void* stream);
+void stream_synchronize(void* stream);
+
+// ------------------------------------------------------------- allocation --
+
+// The caching device allocator: blocks are rounded up (512 B granularity
+// below 1 MiB, 2 MiB above), freed blocks are kept per size and reused, so a
+// training step that allocates the same sizes every step makes no cudaMalloc
+// calls after the first. Blocks freed while kernels still use them are safe
+// because every kernel runs on the one compute stream; memory handed to
+// another stream must be synchronised with events by the caller.
+// On out-of-memory the cache is emptied and cudaMalloc retried once; then
+// throws Error with the requested size and the device's free memory.
+void* device_alloc(size_t bytes);
+void device_free(void* p, size_t bytes);
+// Number of cudaMalloc calls so far (monotonic), bytes held in the cache.
+size_t device_system_allocations();
+size_t device_cached_bytes();
+// Returns every cached block to the driver.
+void device_empty_cache();
+
+// ------------------------------------------------------------------ copies --
+
+// Asynchronous on the compute stream. Host memory may be pageable; the
+// host->device direction returns once the source can be reused, the
+// device->host one (copy_to_host) synchronises.
+void copy_to_device(void* dst, const void* host_src, size_t bytes);
+void copy_to_host(void* host_dst, const void* src, size_t bytes);
+void copy_device(void* dst, const void* src, size_t bytes);
+void memset_zero(void* dst, size_t bytes);
+
+// ----------------------------------------------------- elementwise & casts --
+
+// dst[i] = factor * src[i] converted to dst_dt, for i < n. Any float dtypes;
+// src == dst allowed when the dtypes are equal (in-place scale).
+void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float factor = 1.0f);
+// dst[i] = value.
+void fill(void* dst, DT dt, int64_t n, float value);
+// dst[i] += factor * src[i] (gradient accumulation; add/scale backward).
+void accumulate(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n,
+                float factor = 1.0f);
+// out[i] = a[i] + b[i] (residual add), out in out_dt.
+void add(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt, int64_t n);
+
+// GELU, tanh approximation (lib/ops/gelu.h). x and out share dt.
+void gelu_forward(const void* x, void* out, DT dt, int64_t n);
+// dx += dy * gelu'(x); dx may have another dtype than x/dy.
+void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int64_t n);
+
+// Dropout with the counter-based mask of lib/ops/dropout.h: element i is kept
+// when uniform01(hash_words(seed, stream, i)) >= p (lib/base/rng.h), bitwise the
+// same mask as the CPU. out = x * keep / (1 - p).
+void dropout_forward(const void* x, void* out, DT dt, int64_t n, float p, uint64_t seed,
+                     uint64_t stream);
+// dx += dy * keep / (1 - p).
+void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, float p,
+                      uint64_t seed, uint64_t stream);
+
+// ---------------------------------------------------------------- layers --
+
+// out[r, :] = weight[ids[r], :] for r < rows; weight (V, C). Ids are checked on
+// the host by the caller.
+void embedding_forward(const void* weight, DT dt, const int32_t* ids, void* out, int64_t rows,
+                       int64_t C);
+// dweight[ids[r], :] += dout[r, :], deterministic (the same bits every run:
+// no floating-point atomics in an order that varies).
+void embedding_backward(const void* dout, DT dt, const int32_t* ids, void* dweight, DT dw_dt,
+                        int64_t rows, int64_t C, int64_t V);
+
+// LayerNorm over the last dim (lib/ops/layernorm.h); bias may be null.
+// mean and rstd: rows fp32 values each, written for backward.
+void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* bias, DT w_dt,
+                       void* out, DT out_dt, float* mean, float* rstd, int64_t rows, int64_t C,
+                       float eps);
+// dx += ...; dweight += ...; dbias += ... (each may be null to skip). Weight
+// gradients are reduced over rows in fp32 in a fixed order (deterministic).
+void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* mean,
+                        const float* rstd, const void* dout, DT dout_dt, void* dx, DT dx_dt,
+                        void* dweight, void* dbias, DT dw_dt, int64_t rows, int64_t C);
+
+// Fused causal attention over packed qkv (B, T, 3C) -> out (B, T, C), n_head
+// heads of size C / n_head (lib/ops/attention.h). lse: B * n_head * T fp32, the
+// logsumexp of each score row (natural log, scores scaled by 1/sqrt(hs)).
+void attention_forward(const void* qkv, void* out, float* lse, DT dt, int64_t B, int64_t T,
+                       int64_t C, int64_t n_head);
+// dqkv += gradient of out w.r.t. qkv given dout; out and lse from the forward.
+void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
+                        DT dt, void* dqkv, DT dqkv_dt, int64_t B, int64_t T, int64_t C,
+                        int64_t n_head);
+
+// Fused log-softmax + NLL over rows of V logits (lib/ops/cross_entropy.h).
+// Writes lse[r] for every row, *count = number of targets != ignore_index, and
+// *loss = sum over those rows of (lse - logit[target]) / max(count, 1) (0 when
+// count is 0). loss, count: device scalars.
+void cross_entropy_forward(const void* logits, DT dt, const int32_t* targets, int64_t rows,
+                           int64_t V, int ignore_index, float* lse, float* loss, int32_t* count);
+// dlogits[r, :] += (*dloss / count) * (softmax(logits[r]) - onehot(target)) for
+// rows whose target is not ignored. dloss, count: device scalars.
+void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, const float* lse,
+                            const float* dloss, const int32_t* count, int64_t rows, int64_t V,
+                            int ignore_index, void* dlogits, DT dl_dt);
+
+// Column sums for the bias gradient: dbias[j] += sum over i < M of dy[i, j].
+void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT db_dt);
+
+// ------------------------------------------------------------------ GEMM --
+
+// C (m x n) = alpha * op(A) op(B) + beta * C, row-major like lib/ops/gemm.h,
+// through cuBLASLt. A and B share ab_dt; C is ab_dt or kF32. bias (n values,
+// ab_dt, or null) is added to every row, fused into the epilogue where
+// cuBLASLt allows (then beta must be 0). fp32 inputs use tf32 tensor cores
+// when allow_tf32 is set, exact fp32 otherwise; 16-bit inputs accumulate in
+// fp32. Workspace comes from the caching allocator.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const void* A, int64_t lda, const void* B, int64_t ldb, DT ab_dt, float beta, void* C,
+          int64_t ldc, DT c_dt, const void* bias = nullptr, bool allow_tf32 = false);
+
+// ------------------------------------------------------- optimizer & norms --
+
+// One AdamW step over n fp32 values (lib/ops/adamw.h, same formula; bias
+// corrections computed on the host in double and passed in):
+//   g = grad[i] * grad_scale (grad in grad_dt: the unscale and clip factor);
+//   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+//   p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
+// where step_size = lr / (1 - b1^t) and bc2_sqrt = sqrt(1 - b2^t).
+// When out16 is not null, out16[i] = p converted to out_dt (the 16-bit
+// working copy of the parameters).
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay;
+  float step_size;  // lr / (1 - beta1^step)
+  float bc2_sqrt;   // sqrt(1 - beta2^step)
+  float grad_scale;
+};
+void adamw(float* param, const void* grad, DT grad_dt, float* m, float* v, int64_t n,
+           const AdamWArgs& args, void* out16 = nullptr, DT out_dt = DT::kBF16);
+
+// Sum of x[i]^2 accumulated in double; synchronises and returns the value.
+double sum_of_squares(const void* x, DT dt, int64_t n);
+// False if any of x[i] is inf or NaN; synchronises.
+bool all_finite(const void* x, DT dt, int64_t n);
+
+}  // namespace fd::kernels
