@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo bench clean format
+.PHONY: all deps configure build test demo lora-demo bench clean format gpu-bundle docs fuzz test-asan test-tsan chaos
 
 all: build
 
@@ -52,8 +52,46 @@ bench:
 	$(MAKE) build
 	./bench/run_bench.sh $(BUILD_DIR)
 
+# docs/RECIPES.md, the reference of every recipe key, from `fdtrain schema --markdown`.
+docs: build
+	./scripts/gen_recipes_doc.sh $(BUILD_DIR)
+
+# Reliability (bench/RELIABILITY.md). Each in its own build directory:
+#   make fuzz FUZZ_SECONDS=N   libFuzzer + ASan + UBSan (clang), every target N seconds
+#   make test-asan             the ctest suite under ASan + UBSan
+#   make test-tsan             the ctest suite under ThreadSanitizer
+#   make chaos [TRIALS=N]      kill or stop a random rank of a multi-rank run, N times
+FUZZ_SECONDS ?= 60
+TRIALS ?= 20
+fuzz:
+	@./scripts/install_deps.sh --fuzz
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_FUZZ=ON
+	cmake --build build-fuzz --target fuzzers -j $(JOBS)
+	./tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=address
+	cmake --build build-asan -j $(JOBS)
+	./tests/sanitizers/ctest.sh build-asan address -j $(JOBS)
+
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS)
+	./tests/sanitizers/ctest.sh build-tsan thread -j $(JOBS)
+
+chaos: deps
+	$(MAKE) build
+	./tests/chaos/run.sh $(TRIALS) $(BUILD_DIR)/bin/fdtrain
+
 format:
 	find apps lib tests bench $$(ls -d kernels 2>/dev/null) \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# A folder that runs the GPU device check on a machine with only the NVIDIA
+# driver and CUDA libraries: scp it there and run ./device_check.sh.
+gpu-bundle: deps
+	$(MAKE) build
+	./scripts/gpu_bundle.sh $(BUILD_DIR) $(BUILD_DIR)/gpu-bundle

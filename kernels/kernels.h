@@ -38,8 +38,9 @@ struct Error : std::runtime_error {
 int device_count();
 // Why device_count() is 0 (the driver's message), or "" when devices exist.
 std::string no_device_reason();
-// Makes `ordinal` this thread's device and creates the compute stream and the
-// cuBLASLt handle on it. Call once per process before anything else below.
+// Makes `ordinal` the process's device and creates the compute stream on it
+// (gemm() creates its cuBLASLt handle on first use). Call once per process
+// before anything else below; other threads calling in use the same device.
 void init_device(int ordinal);
 // The device init_device chose (-1 before).
 int current_device();
@@ -183,7 +184,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // One AdamW step over n fp32 values (lib/ops/adamw.h, same formula; bias
 // corrections computed on the host in double and passed in):
 //   g = grad[i] * grad_scale (grad in grad_dt: the unscale and clip factor);
-//   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+//   p *= 1 - lr*wd; m = m + (1-b1)*(g - m) (torch's lerp); v = b2*v + (1-b2)*g*g;
 //   p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
 // where step_size = lr / (1 - b1^t) and bc2_sqrt = sqrt(1 - b2^t).
 // When out16 is not null, out16[i] = p converted to out_dt (the 16-bit

@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libopenblas-dev
   libopenmpi-dev openmpi-bin
-  libhdf5-dev hdf5-tools
+  libhdf5-dev hdf5-tools zlib1g-dev
   libyaml-cpp-dev
   libcli11-dev
   libfmt-dev
@@ -16,12 +16,19 @@ PACKAGES=(
   nlohmann-json3-dev
   fortunes fortunes-min
   python3
+  patchelf xz-utils  # make gpu-bundle: rpaths, compressed OpenBLAS
 )
 # `install_deps.sh --bench` adds what only `make bench` needs: PyTorch for the
 # peer comparison (Debian's python3-torch, run with /usr/bin/python3).
-if [ "${1:-}" = "--bench" ]; then
-  PACKAGES+=(python3-torch python3-numpy)
-fi
+# `install_deps.sh --fuzz` adds what only `make fuzz` needs: clang and its
+# runtime libraries (libFuzzer, ASan, UBSan) from Debian 12's LLVM 14.
+for arg in "$@"; do
+  case "$arg" in
+    --bench) PACKAGES+=(python3-torch python3-numpy) ;;
+    --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
+    *) echo "install_deps: unknown option '$arg' (use --bench or --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do

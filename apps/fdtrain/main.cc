@@ -15,6 +15,14 @@
 //                                            a LoRA run: the adapter in PEFT format, and/or
 //                                            the base with the adapters merged in
 //   fdtrain ckpt diff A B                    weights of two checkpoints compared
+//   fdtrain ls | cp NAME DEST | schema [--markdown]
+//                                            shipped recipes; the recipe reference (catalog_cmd.cc)
+//   fdtrain eval MODEL --data FILE [--seq-len T] [--windows N] [--json]
+//                                            mean loss and perplexity (eval_cmd.cc)
+//   fdtrain generate MODEL [--prompt TEXT | --tokens IDS] [--max-tokens N] ...
+//                                            sampled text, KV-cached (generate_cmd.cc)
+//   fdtrain runs DIR... [--json]             run directories (or a sweep) as one table (runs_cmd.cc)
+//   fdtrain plot DIR... --out FILE.svg       train/eval loss vs step of those runs (runs_cmd.cc)
 //
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
 #include <CLI/CLI.hpp>
@@ -25,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/strings.h"
@@ -42,7 +51,10 @@ constexpr const char* kVersion = "fdtrain 0.1.0";
 
 void print_error(const std::string& message) {
   for (const std::string& line : fd::split(message, '\n'))
-    if (!line.empty()) std::fprintf(stderr, "fdtrain: error: %s\n", line.c_str());
+    if (!line.empty()) {
+      std::fprintf(stderr, "fdtrain: error: %s\n", line.c_str());
+      fd::log::write_file_only(fd::log::Level::kError, line);  // RUN/logs/rank<r>.log, if open
+    }
 }
 
 std::string join_command_line(int argc, char** argv) {
@@ -58,8 +70,9 @@ std::string join_command_line(int argc, char** argv) {
 int run(int argc, char** argv) {
   // `fdtrain RECIPE ...` is shorthand for `fdtrain train RECIPE ...`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  static const std::vector<std::string> kCommands = {"train", "validate", "print-config",
-                                                     "estimate", "ckpt"};
+  static const std::vector<std::string> kCommands = {
+      "train", "validate", "print-config", "estimate", "ckpt", "ls", "cp", "schema", "eval",
+      "generate", "runs", "plot"};
   if (!args.empty() && args[0].rfind("-", 0) != 0 &&
       std::find(kCommands.begin(), kCommands.end(), args[0]) == kCommands.end()) {
     args.insert(args.begin(), "train");
@@ -147,6 +160,13 @@ int run(int argc, char** argv) {
   diff_cmd->add_option("a", ckpt_path, "checkpoint A")->required();
   diff_cmd->add_option("b", diff_other, "checkpoint B (the reference)")->required();
 
+  // Subcommands defined in their own files (apps/fdtrain/subcommand.h).
+  std::vector<fd::cli::Subcommand> subcommands;
+  fd::cli::add_catalog_commands(app, &subcommands);
+  fd::cli::add_eval_command(app, &subcommands);
+  fd::cli::add_generate_command(app, &subcommands);
+  fd::cli::add_runs_commands(app, &subcommands);
+
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
@@ -159,6 +179,8 @@ int run(int argc, char** argv) {
     print_error(std::string(e.what()) + " (run 'fdtrain --help' for usage)");
     return 2;
   }
+  for (const fd::cli::Subcommand& s : subcommands)
+    if (*s.app) return s.run();
 
   if (*validate) {
     std::vector<std::string> errors = fd::config::try_load_recipe(recipe, overrides).errors;
@@ -258,7 +280,12 @@ int run(int argc, char** argv) {
         code = 1;
       }
     } catch (const std::exception& e) {
-      if (comm->size() == 1) throw;
+      if (comm->size() == 1) {
+        // Into the log file while it is open (main() prints the message);
+        // with more ranks, abort() logs it.
+        fd::log::write_file_only(fd::log::Level::kError, e.what());
+        throw;
+      }
       const auto* fe = dynamic_cast<const fd::Error*>(&e);
       comm->abort(fe ? fe->exit_code() : 1,
                   fmt::format("rank {} failed at step {}: {}", comm->rank(),

@@ -1,11 +1,21 @@
-// Minimal leveled logging to stderr, fmt-formatted.
+// Minimal leveled logging, fmt-formatted: to the terminal (stderr) and, once
+// opened, to a log file.
 //
-// Messages carry a "fdtrain:" prefix (and "[rank r]" once a rank is set) so
-// that interleaved output from several ranks stays attributable.
+// Messages carry a "fdtrain:" prefix (and "[rank r]" once a rank r > 0 is
+// set) so that interleaved output from several ranks stays attributable.
+//
+// What reaches the terminal: with no rank or rank 0 set, every message at or
+// above level(); on any other rank only warnings and errors, so that a
+// multi-rank job shows rank 0's log plus every rank's problems. The log file
+// (open_file) gets every message at or above level() whatever the terminal
+// shows, each line stamped with the UTC time.
+//
+// Thread-safe: messages may come from any thread.
 #pragma once
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <string_view>
 
 namespace fd::log {
@@ -14,9 +24,21 @@ enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void set_level(Level level);
 Level level();
-// Rank shown in every message; -1 (the default) shows none.
+// Rank shown in every message; -1 (the default) or 0 shows none.
 void set_rank(int rank);
 void write(Level level, std::string_view message);
+// To the log file only (nothing when none is open), e.g. step lines that the
+// terminal shows as a progress line instead.
+void write_file_only(Level level, std::string_view message);
+
+// Opens `path` (creating its parent directories) as the log file: truncated,
+// or appended to when `append`. Messages logged since the process started,
+// before any file was open, are written first (up to 64 KiB of them), so the
+// file holds the whole run. Replaces a file already open. Throws fd::Error
+// (runtime) when the file cannot be opened.
+void open_file(const std::filesystem::path& path, bool append);
+// Flushes and closes the log file; later messages go to the terminal only.
+void close_file();
 
 template <typename... Args>
 void info(fmt::format_string<Args...> f, Args&&... args) {
@@ -25,6 +47,10 @@ void info(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 void warn(fmt::format_string<Args...> f, Args&&... args) {
   if (level() <= Level::kWarn) write(Level::kWarn, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void error(fmt::format_string<Args...> f, Args&&... args) {
+  write(Level::kError, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... args) {

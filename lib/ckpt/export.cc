@@ -90,11 +90,11 @@ std::string dims_hint(const ImpliedDims& file, const ImpliedDims& model) {
 }
 
 // Reads the model options out of the checkpoint's resolved recipe (only
-// lib/config reads YAML). nullopt when it no longer validates here (e.g. its
-// data files are elsewhere): the dimensions then come from the layout alone.
+// lib/config reads YAML; the files it names need not exist here). nullopt when
+// it does not validate (e.g. written by another version): the dimensions then
+// come from the layout alone.
 std::optional<config::Recipe> checkpoint_recipe(const ShardMeta& meta) {
-  config::LoadResult r = config::try_parse_recipe(meta.recipe_yaml, "checkpoint recipe", {},
-                                                  config::Unsupported::kAllow);
+  config::LoadResult r = config::try_parse_stored_recipe(meta.recipe_yaml, "checkpoint recipe");
   if (!r.ok()) return std::nullopt;
   return r.recipe;
 }
@@ -188,6 +188,8 @@ class WeightFile {
   virtual std::vector<std::string> names() const = 0;
   virtual std::vector<int64_t> shape(const std::string& name) const = 0;
   virtual Tensor load(const std::string& name) const = 0;
+  // The file's metadata: safetensors "__metadata__", or an .h5's string root attributes.
+  virtual std::map<std::string, std::string> metadata() const = 0;
 };
 
 class SafetensorsWeights : public WeightFile {
@@ -198,6 +200,7 @@ class SafetensorsWeights : public WeightFile {
     return f_.entry(name).shape;
   }
   Tensor load(const std::string& name) const override { return f_.load(name); }
+  std::map<std::string, std::string> metadata() const override { return f_.metadata(); }
 
  private:
   SafetensorsFile f_;
@@ -229,6 +232,22 @@ class H5Weights : public WeightFile {
     }
   }
   std::vector<std::string> names() const override { return names_; }
+  std::map<std::string, std::string> metadata() const override {
+    std::vector<std::string> attrs;
+    hsize_t idx = 0;
+    H5Aiterate2(
+        file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx,
+        [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+          static_cast<std::vector<std::string>*>(data)->push_back(name);
+          return 0;
+        },
+        &attrs);
+    std::map<std::string, std::string> out;
+    for (const std::string& a : attrs)
+      if (std::optional<std::string> v = h5::read_attr_str(file_.get(), a.c_str())) out[a] = *v;
+    h5::last_error();  // a non-string attribute is skipped, not an error
+    return out;
+  }
   std::vector<int64_t> shape(const std::string& name) const override {
     H5Id ds(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT));
     auto dims = ds ? h5::dataset_dims(ds.get()) : std::nullopt;
@@ -250,7 +269,7 @@ class H5Weights : public WeightFile {
     } else if (H5Tget_class(type.get()) != H5T_FLOAT) {
       usage_error("{}: dataset '{}' is not a floating-point dataset", path_, name);
     }
-    Tensor t = Tensor::empty(Shape(std::span<const int64_t>(dims)), dt, MemCategory::kOther);
+    Tensor t = Tensor::empty(Shape(std::span<const int64_t>(dims)), dt, MemCategory::kOther, Device::cpu());
     if (t.numel() > 0 && H5Dread(ds.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0) {
       std::string stack = h5::last_error();
       usage_error("{}: {} reading dataset '{}': the file is corrupt", path_,
@@ -439,6 +458,7 @@ Checkpoint open_checkpoint(const std::string& path) {
         "{}: checkpoint format version {}, but this fdtrain reads format version {}; "
         "use the fdtrain that wrote it",
         (fs::path(c.dir) / "manifest.json").string(), c.manifest.format_version, kFormatVersion);
+  verify_shard_files(c.dir, c.manifest);  // before HDF5 parses any of them
   for (const std::string& f : c.manifest.files)
     c.shards.push_back(ShardReader::open((fs::path(c.dir) / f).string()));
   for (size_t i = 0; i < c.shards.size(); ++i) check_against_manifest(c, i);
@@ -452,10 +472,11 @@ std::vector<std::pair<std::string, Tensor>> consolidate_ordered(const Checkpoint
   std::vector<Tensor> full;
   for (const ParamLayout& p : layout)
     full.push_back(
-        Tensor::zeros(Shape(std::span<const int64_t>(p.shape)), DType::kF32, MemCategory::kOther));
+        Tensor::zeros(Shape(std::span<const int64_t>(p.shape)), DType::kF32, MemCategory::kOther,
+                      Device::cpu()));
   for (const auto& [segment, pieces] : plan) {
     for (const Piece& piece : pieces) {
-      Tensor buf = Tensor::empty(Shape{piece.end - piece.begin}, DType::kF32, MemCategory::kOther);
+      Tensor buf = Tensor::empty(Shape{piece.end - piece.begin}, DType::kF32, MemCategory::kOther, Device::cpu());
       c.shards[piece.shard].read(segment, "master", piece.begin, piece.end - piece.begin, buf);
       for (size_t i = 0; i < layout.size(); ++i) {
         const ParamLayout& p = layout[i];
@@ -518,7 +539,7 @@ std::string inspect_checkpoint(const std::string& path) {
         // Read everything: Fletcher32 is verified chunk by chunk on read.
         for (int64_t b = 0; b < r.count; b += kReadBlock) {
           int64_t n = std::min(kReadBlock, r.count - b);
-          Tensor buf = Tensor::empty(Shape{n}, dt, MemCategory::kOther);
+          Tensor buf = Tensor::empty(Shape{n}, dt, MemCategory::kOther, Device::cpu());
           shard.read(r.segment, field, r.offset + b, n, buf);
           bytes_read += buf.nbytes();
         }
@@ -565,8 +586,8 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
     meta["n_head"] = std::to_string(r->model.n_head);
   } else {
     log::warn(
-        "{}: the checkpoint's recipe does not validate here (e.g. its data files are "
-        "elsewhere); n_head is left out of the export's metadata",
+        "{}: the checkpoint's recipe does not validate; n_head is left out of the export's "
+        "metadata",
         c.dir);
   }
 
@@ -663,6 +684,15 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
       "r {}, alpha {}) to {}",
       merged.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", spec.base, c.dir, m.step, spec.r,
       spec.alpha, out);
+}
+
+WeightsInfo read_weights_info(const std::string& file) {
+  std::unique_ptr<WeightFile> w = open_weights(file);
+  WeightsInfo info;
+  info.metadata = w->metadata();
+  std::optional<std::string> lm_head;
+  for (const auto& [name, raw] : gpt2_names(*w, &lm_head)) info.shapes[name] = w->shape(raw);
+  return info;
 }
 
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {

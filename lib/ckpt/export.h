@@ -36,8 +36,9 @@ struct Checkpoint {
   const ShardMeta& meta() const { return shards.front().meta(); }
 };
 
-// Opens the checkpoint at `path` (anything resolve_step_dir() accepts).
-// Throws fd::Error kUsage naming the offending file.
+// Opens the checkpoint at `path` (anything resolve_step_dir() accepts),
+// after checking every shard against the manifest's digests (when it has
+// them). Throws fd::Error kUsage naming the offending file.
 Checkpoint open_checkpoint(const std::string& path);
 
 // Every parameter of the checkpoint at `step_dir` assembled by name from the
@@ -91,6 +92,18 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
 // ||a - b|| / ||b||, which it also stores in *total_relative. Both must hold
 // the same parameters (different names or shapes: fd::Error kUsage).
 std::string diff_checkpoints(const std::string& a, const std::string& b, double* total_relative);
+
+// What a weights file (anything load_weights() reads) holds, without reading
+// its tensors: the metadata (a .safetensors "__metadata__", an .h5 export's
+// string root attributes; see above) and the shape of every tensor under the
+// names load_weights() maps it to ("transformer." stripped, mask buffers and
+// lm_head.weight left out). Throws fd::Error kUsage for a missing or
+// malformed file.
+struct WeightsInfo {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::vector<int64_t>> shapes;
+};
+WeightsInfo read_weights_info(const std::string& file);
 
 // Copies the weights in `file` into `model`'s parameters, converting dtype
 // (round to nearest even). `file` is an fdtrain export (.safetensors or .h5)

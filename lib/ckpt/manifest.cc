@@ -3,14 +3,18 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
+#include "lib/base/check.h"
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
 
@@ -59,6 +63,29 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
+FileDigest file_digest(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) runtime_error("cannot open {} to check it: {}", path, std::strerror(errno));
+  FileDigest d;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<unsigned char> buf(size_t(1) << 20);
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      runtime_error("cannot read {} to check it: {}", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    crc = crc32(crc, buf.data(), uInt(n));
+    d.bytes += uint64_t(n);
+  }
+  ::close(fd);
+  d.crc32 = uint32_t(crc);
+  return d;
+}
+
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 std::string shard_file_name(int rank) { return fmt::format("rank_{:05d}.h5", rank); }
 
@@ -73,6 +100,16 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   j["segments"] = nlohmann::ordered_json::array();
   for (const ManifestSegment& s : m.segments)
     j["segments"].push_back({{"name", s.name}, {"numel", s.numel}});
+  if (!m.digests.empty()) {
+    FD_CHECK(m.digests.size() == m.files.size(), "{} digests for {} files", m.digests.size(),
+             m.files.size());
+    j["file_bytes"] = nlohmann::ordered_json::array();
+    j["file_crc32"] = nlohmann::ordered_json::array();
+    for (const FileDigest& d : m.digests) {
+      j["file_bytes"].push_back(d.bytes);
+      j["file_crc32"].push_back(fmt::format("{:08x}", d.crc32));
+    }
+  }
   write_file_atomically((fs::path(dir) / "manifest.json").string(), j.dump(2) + "\n");
 }
 
@@ -105,6 +142,22 @@ Manifest read_manifest(const std::string& dir) {
     m.files = j.at("files").get<std::vector<std::string>>();
     for (const auto& s : j.at("segments"))
       m.segments.push_back({s.at("name").get<std::string>(), s.at("numel").get<int64_t>()});
+    if (j.contains("file_bytes") || j.contains("file_crc32")) {
+      auto bytes = j.at("file_bytes").get<std::vector<uint64_t>>();
+      auto crcs = j.at("file_crc32").get<std::vector<std::string>>();
+      if (bytes.size() != m.files.size() || crcs.size() != m.files.size())
+        usage_error("{}: file_bytes and file_crc32 must list one entry per file ({}); the "
+                    "checkpoint is corrupt; resume from another checkpoint",
+                    path, m.files.size());
+      for (size_t i = 0; i < bytes.size(); ++i) {
+        const std::string& c = crcs[i];
+        if (c.size() != 8 || c.find_first_not_of("0123456789abcdef") != std::string::npos)
+          usage_error("{}: file_crc32 entry '{}' is not 8 hex digits; the checkpoint is "
+                      "corrupt; resume from another checkpoint",
+                      path, c);
+        m.digests.push_back({bytes[i], uint32_t(std::stoul(c, nullptr, 16))});
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     usage_error(
         "{}: missing or malformed field ({}); the checkpoint is corrupt; resume from "
@@ -125,6 +178,23 @@ Manifest read_manifest(const std::string& dir) {
           shard.string(), path, m.files.size());
   }
   return m;
+}
+
+void verify_shard_files(const std::string& dir, const Manifest& m) {
+  for (size_t i = 0; i < m.digests.size() && i < m.files.size(); ++i) {
+    std::string shard = (fs::path(dir) / m.files[i]).string();
+    FileDigest want = m.digests[i], got = file_digest(shard);
+    if (got.bytes != want.bytes)
+      usage_error(
+          "checkpoint shard {} is {} bytes, but the manifest says {}: the file is {}; resume "
+          "from an earlier checkpoint",
+          shard, got.bytes, want.bytes, got.bytes < want.bytes ? "truncated" : "damaged");
+    if (got.crc32 != want.crc32)
+      usage_error(
+          "checkpoint shard {} is damaged: its CRC-32 is {:08x}, but the manifest says {:08x}; "
+          "resume from an earlier checkpoint",
+          shard, got.crc32, want.crc32);
+  }
 }
 
 void write_latest(const std::string& checkpoints_dir, int64_t step) {

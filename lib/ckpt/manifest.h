@@ -27,6 +27,20 @@ std::string step_dir_name(int64_t step);
 // "rank_00003.h5": rank's shard file within a step directory.
 std::string shard_file_name(int rank);
 
+// Size and CRC-32 (zlib's) of a whole shard file. Recorded in the manifest
+// when the checkpoint is written and checked before HDF5 opens the shard, so
+// a damaged shard is refused without HDF5 ever parsing it: HDF5's metadata
+// checksums do not cover every structure (global heaps, v1 B-trees), and
+// HDF5 1.10 does not survive every damaged file (bench/RELIABILITY.md).
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+  bool operator==(const FileDigest&) const = default;
+};
+
+// The digest of the file at `path`. Throws fd::Error kRuntime if it cannot be read.
+FileDigest file_digest(const std::string& path);
+
 struct ManifestSegment {
   std::string name;  // "embed", "h.0", ..., "final"
   int64_t numel;     // padded numel of the segment's flat space in the writer's layout
@@ -41,6 +55,9 @@ struct Manifest {
   std::string precision;                  // "fp32" | "bf16" | "fp16"
   std::vector<std::string> files;         // shard file names, rank order: "rank_00000.h5", ...
   std::vector<ManifestSegment> segments;  // forward order
+  // One per file, in the same order; empty in checkpoints written before
+  // digests were recorded (then nothing is checked).
+  std::vector<FileDigest> digests;
 };
 
 // Writes `dir`/manifest.json (via a temporary file, renamed, fsync'ed).
@@ -51,6 +68,11 @@ void write_manifest(const std::string& dir, const Manifest& manifest);
 // lists exists. Throws fd::Error kUsage naming the file (or the missing
 // shard) and what to do.
 Manifest read_manifest(const std::string& dir);
+
+// Checks every shard `manifest` lists in `dir` against its recorded digest
+// (nothing when the manifest records none). Throws fd::Error kUsage naming
+// the damaged or truncated shard and what to do.
+void verify_shard_files(const std::string& dir, const Manifest& manifest);
 
 // Writes `checkpoints_dir`/latest = step_dir_name(step) via a temporary file
 // and rename, so that a reader sees the old or the new pointer, never a

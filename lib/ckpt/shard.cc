@@ -467,12 +467,15 @@ void ShardReader::read(const std::string& segment, const std::string& field, int
   H5Id ds(H5Dopen2(impl_->file.get(), dsname.c_str(), H5P_DEFAULT));
   bool ok = ds.valid();
   if (ok) {
-    Tensor target = out.dtype() == stored_dtype
-                        ? out
-                        : Tensor::empty(Shape{count}, stored_dtype, MemCategory::kOther);
+    // Read into `out` directly, or into a host buffer of the stored dtype
+    // (a conversion, or a GPU tensor) that is then copied over.
+    const bool direct = out.dtype() == stored_dtype && out.device().is_cpu();
+    Tensor target = direct ? out
+                           : Tensor::empty(Shape{count}, stored_dtype, MemCategory::kOther,
+                                           Device::cpu());
     hid_t mem = stored_dtype == DType::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
     ok = h5::read_1d(ds.get(), mem, global_offset - r->offset, count, target.raw());
-    if (ok && out.dtype() != stored_dtype) out.copy_from(target);
+    if (ok && !direct) out.copy_from(target);
   }
   if (!ok) {
     std::string stack = h5::last_error();

@@ -291,12 +291,12 @@ void Loader::apply_overrides(Node* root, const std::vector<std::string>& overrid
 
 LoadResult finish(Loader& loader, bool loaded, Node root, const std::string& name,
                   const std::vector<std::string>& overrides, Unsupported unsupported,
-                  std::vector<std::string>* errors) {
+                  std::vector<std::string>* errors, bool check_files = true) {
   LoadResult result;
   if (loaded) {
     loader.apply_overrides(&root, overrides);
     build_recipe(root, name, loader.broken_sections(), unsupported == Unsupported::kRefuse,
-                 &result.recipe, errors);
+                 check_files, &result.recipe, errors);
   }
   result.errors = std::move(*errors);
   return result;
@@ -320,6 +320,15 @@ LoadResult try_parse_recipe(std::string_view yaml, const std::string& name,
   Node root;
   bool loaded = loader.load_recipe_text(yaml, name, &root);
   return finish(loader, loaded, std::move(root), name, overrides, unsupported, &errors);
+}
+
+LoadResult try_parse_stored_recipe(std::string_view yaml, const std::string& name) {
+  std::vector<std::string> errors;
+  Loader loader(&errors);
+  Node root;
+  bool loaded = loader.load_recipe_text(yaml, name, &root);
+  return finish(loader, loaded, std::move(root), name, {}, Unsupported::kAllow, &errors,
+                /*check_files=*/false);
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,

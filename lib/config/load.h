@@ -43,6 +43,12 @@ LoadResult try_parse_recipe(std::string_view yaml, const std::string& name,
                             const std::vector<std::string>& overrides = {},
                             Unsupported unsupported = Unsupported::kRefuse);
 
+// As try_parse_recipe(), for a recipe an earlier run stored (a checkpoint's
+// resolved recipe), to learn what that run was: the files it names (data,
+// model.init_from, lora.adapter) need not exist here and are kept as written,
+// and features this build refuses are allowed.
+LoadResult try_parse_stored_recipe(std::string_view yaml, const std::string& name);
+
 // As try_load_recipe(), but throws one fd::Error (ErrorKind::kUsage) whose
 // message is all the error lines joined by '\n'.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},

@@ -31,8 +31,10 @@ std::string check_key_path(std::string_view key_path);
 // sections whose include failed (already reported): they are not checked
 // further. With refuse_unsupported,
 // valid values of features this build does not have yet are errors too.
+// Without check_files, the files the recipe names (data globs,
+// model.init_from, lora.adapter) are taken as written, not looked for.
 void build_recipe(const Node& root, const std::string& recipe_file,
                   const std::set<std::string>& broken_sections, bool refuse_unsupported,
-                  Recipe* recipe, std::vector<std::string>* errors);
+                  bool check_files, Recipe* recipe, std::vector<std::string>* errors);
 
 }  // namespace fd::config

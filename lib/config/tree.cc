@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <unordered_map>
+
 #include "lib/base/check.h"
 
 namespace fd::config {
@@ -13,6 +15,13 @@ std::string Location::str() const {
   if (line <= 0) return file;
   return fmt::format("{}:{}:{}", file, line, col);
 }
+
+Node::Node() = default;
+Node::Node(const Node&) = default;
+Node::Node(Node&&) noexcept = default;
+Node& Node::operator=(const Node&) = default;
+Node& Node::operator=(Node&&) noexcept = default;
+Node::~Node() = default;
 
 const Node* Node::find(std::string_view key) const {
   for (const auto& [k, v] : entries) {
@@ -72,13 +81,40 @@ std::string Node::describe() const {
 
 namespace {
 
-// Converts a yaml-cpp node. `fallback` is used when yaml-cpp gives no mark
-// (an empty value such as "key:" has none).
-Node convert(const YAML::Node& y, const std::string& file, const Location& fallback,
-             std::vector<std::string>* errors) {
+// A recipe is a few hundred values, a few levels deep. YAML aliases copy
+// their anchor's whole tree into ours, so a short text can expand to billions
+// of values ("billion laughs"), or, with an alias inside its own anchor, to an
+// infinite tree: both are refused at these bounds rather than expanded.
+constexpr size_t kMaxNodes = 100'000;
+constexpr int kMaxDepth = 100;
+
+// Converts yaml-cpp nodes, counting them against the bounds above.
+struct Converter {
+  const std::string& file;
+  std::vector<std::string>* errors;
+  size_t nodes = 0;
+  bool too_big = false;  // a bound was hit (reported once); the tree is unusable
+
+  // `fallback` is used when yaml-cpp gives no mark (an empty value such as
+  // "key:" has none).
+  Node convert(const YAML::Node& y, const Location& fallback, int depth);
+};
+
+Node Converter::convert(const YAML::Node& y, const Location& fallback, int depth) {
   Node n;
   const YAML::Mark m = y.Mark();
   n.loc = m.is_null() ? fallback : Location::in_file(file, m.line + 1, m.column + 1);
+  if (too_big) return n;
+  if (++nodes > kMaxNodes || depth > kMaxDepth) {
+    too_big = true;
+    errors->push_back(fmt::format(
+        "{}: YAML error: the document {} (aliases '*name' that repeat large or "
+        "self-referencing anchors?); write the recipe out without them",
+        n.loc.str(),
+        depth > kMaxDepth ? fmt::format("nests values more than {} levels deep", kMaxDepth)
+                          : fmt::format("expands to more than {} values", kMaxNodes)));
+    return n;
+  }
   switch (y.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -91,10 +127,11 @@ Node convert(const YAML::Node& y, const std::string& file, const Location& fallb
       break;
     case YAML::NodeType::Sequence:
       n.kind = Node::Kind::kList;
-      for (const auto& item : y) n.items.push_back(convert(item, file, n.loc, errors));
+      for (const auto& item : y) n.items.push_back(convert(item, n.loc, depth + 1));
       break;
-    case YAML::NodeType::Map:
+    case YAML::NodeType::Map: {
       n.kind = Node::Kind::kMap;
+      std::unordered_map<std::string, size_t> seen;  // key -> index: linear in the map's size
       for (const auto& kv : y) {
         const YAML::Mark km = kv.first.Mark();
         Location kloc = km.is_null() ? n.loc : Location::in_file(file, km.line + 1, km.column + 1);
@@ -104,16 +141,17 @@ Node convert(const YAML::Node& y, const std::string& file, const Location& fallb
           continue;
         }
         const std::string key = kv.first.Scalar();
-        if (n.find(key) != nullptr) {
+        if (auto [it, inserted] = seen.emplace(key, n.entries.size()); !inserted) {
           errors->push_back(fmt::format("{}: {}: duplicate key (first set at {})", kloc.str(), key,
-                                        n.key_loc(key).str()));
+                                        n.key_locs[it->second].str()));
           continue;
         }
-        Node value = convert(kv.second, file, kloc, errors);
+        Node value = convert(kv.second, kloc, depth + 1);
         n.entries.emplace_back(key, std::move(value));
         n.key_locs.push_back(std::move(kloc));
       }
       break;
+    }
   }
   return n;
 }
@@ -140,7 +178,9 @@ Node parse_yaml(std::string_view text, const std::string& file, std::vector<std:
     errors->push_back(fmt::format("{}: YAML error: {}", file, e.msg));
     return Node{};
   }
-  return convert(doc, file, Location::in_file(file, 1, 1), errors);
+  Converter converter{file, errors};
+  Node root = converter.convert(doc, Location::in_file(file, 1, 1), 0);
+  return converter.too_big ? Node{} : root;
 }
 
 bool parse_override_value(std::string_view value, const std::string& text, Node* out,

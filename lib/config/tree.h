@@ -39,6 +39,15 @@ struct Node {
   std::vector<std::pair<std::string, Node>> entries;
   std::vector<Location> key_locs;  // parallel to entries
 
+  // Defined in tree.cc, where Node is complete: clang 14 with libstdc++ 12
+  // rejects the implicit ones (std::pair<std::string, Node> of an incomplete Node).
+  Node();
+  Node(const Node&);
+  Node(Node&&) noexcept;
+  Node& operator=(const Node&);
+  Node& operator=(Node&&) noexcept;
+  ~Node();
+
   bool is_null() const { return kind == Kind::kNull; }
   bool is_scalar() const { return kind == Kind::kScalar; }
   bool is_list() const { return kind == Kind::kList; }

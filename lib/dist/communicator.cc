@@ -45,6 +45,10 @@ void Communicator::count_bytes(Collective c, int64_t full_bytes) {
   (control_scope_ ? stats_->control_times_n : stats_->bytes_times_n) += v;
 }
 
+void Communicator::count_control_bytes(Collective c, int64_t full_bytes) {
+  stats_->control_times_n += ring_bytes_times_n(c, full_bytes, size());
+}
+
 void Communicator::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
   all_reduce_async(buf, count, dtype, op)->wait();
 }

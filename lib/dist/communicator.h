@@ -97,7 +97,9 @@ class Communicator {
   // order 0..n-1, so the result is identical on all ranks and independent of
   // the MPI algorithm. Their traffic counts in control_bytes().
   void all_reduce_f64(double* buf, int64_t count, ReduceOp op = ReduceOp::kSum);
-  void all_gather_f64(const double* send, double* recv, int64_t send_count);  // rank order
+  // Virtual: a backend whose buffers are not host memory (NCCL) sends these
+  // over its host communicator.
+  virtual void all_gather_f64(const double* send, double* recv, int64_t send_count);  // rank order
 
   // Ring-model bytes this rank has sent since the last reset_counters() (see
   // the top of this file): model traffic and f64-helper traffic.
@@ -119,6 +121,8 @@ class Communicator {
   // Adds the ring-model bytes of one collective (called by backends on the
   // calling thread when the op is issued).
   void count_bytes(Collective c, int64_t full_bytes);
+  // The same, into control_bytes() (f64 helper traffic a backend forwards).
+  void count_control_bytes(Collective c, int64_t full_bytes);
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
 
  private:

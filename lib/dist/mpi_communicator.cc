@@ -17,6 +17,7 @@
 #include <set>
 
 #include "lib/base/check.h"
+#include "lib/base/log.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::dist {
@@ -54,6 +55,7 @@ void abort_job(int exit_code, const std::string& message) {
       fmt::format("fdtrain: rank {} (host {}): {}\n", r < 0 ? 0 : r, host_name(), message);
   std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
+  log::write_file_only(log::Level::kError, message);  // RUN/logs/rank<r>.log, when open
   if (r >= 0) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <csignal>
 #include <map>
+#include <vector>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
@@ -156,13 +157,24 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
   meta.rank = comm.rank();
   meta.world_size = comm.size();
   std::vector<ckpt::SegmentRange> ranges;
+  // GPU state is staged through host copies (HDF5 reads and writes host memory).
+  auto host = [](const Tensor& t) {
+    return t.defined() && t.is_cuda() ? t.to_device(Device::cpu(), MemCategory::kOther) : t;
+  };
   for (const zero::ZeroEngine::SegmentState& s : engine.saved_state()) {
-    ranges.push_back({s.segment, s.segment_numel, s.offset, s.count, s.master, s.exp_avg,
-                      s.exp_avg_sq, s.params});
+    ranges.push_back({s.segment, s.segment_numel, s.offset, s.count, host(s.master),
+                      host(s.exp_avg), host(s.exp_avg_sq), host(s.params)});
   }
-  ckpt::write_shard((tmp / ckpt::shard_file_name(comm.rank())).string(), meta, ranges);
+  const std::string shard = (tmp / ckpt::shard_file_name(comm.rank())).string();
+  ckpt::write_shard(shard, meta, ranges);
+  // Every shard's size and CRC-32 go into the manifest (read back from the
+  // page cache: ~0.1 s per GiB), so a damaged shard is refused before HDF5
+  // parses it. The gather is also the barrier after the writes.
+  const ckpt::FileDigest digest = ckpt::file_digest(shard);
   maybe_kill(req.fault, comm.rank(), req.step, 2);
-  comm.barrier();
+  const double mine[2] = {double(digest.bytes), double(digest.crc32)};  // both exact in a double
+  std::vector<double> digests(2 * size_t(comm.size()));
+  comm.all_gather_f64(mine, digests.data(), 2);
   if (rank0) {
     ckpt::Manifest m;
     m.step = req.step;
@@ -171,6 +183,9 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     m.precision = meta.precision;
     for (int r = 0; r < comm.size(); ++r) m.files.push_back(ckpt::shard_file_name(r));
     for (const auto& r : ranges) m.segments.push_back({r.segment, r.segment_numel});
+    for (int r = 0; r < comm.size(); ++r)
+      m.digests.push_back(
+          {uint64_t(digests[2 * size_t(r)]), uint32_t(digests[2 * size_t(r) + 1])});
     ckpt::write_manifest(tmp.string(), m);
     maybe_kill(req.fault, 0, req.step, 3);
     fs::remove_all(final_dir, ec);  // a re-save of the same step after a resume

@@ -3,49 +3,76 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
-#include "lib/autograd/tape.h"
 #include "lib/base/rng.h"
+#include "lib/nn/gpt_decoder.h"
 
 namespace fd::engine {
+namespace {
+
+// Token `index` of the output drawn from `logits` (vocab_size floats).
+class TokenSampler {
+ public:
+  TokenSampler(int vocab_size, const SampleOptions& options)
+      : options_(options), probs_(size_t(vocab_size)), order_(size_t(vocab_size)) {}
+
+  int32_t draw(std::span<const float> logits, int index) {
+    const int V = int(probs_.size());
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    for (int v = 0; v < V; ++v) probs_[v] = std::exp((logits[v] - mx) / options_.temperature);
+    if (options_.top_k > 0 && options_.top_k < V) {
+      std::iota(order_.begin(), order_.end(), 0);
+      std::nth_element(order_.begin(), order_.begin() + options_.top_k, order_.end(),
+                       [&](int a, int b) { return probs_[a] > probs_[b]; });
+      for (int r = options_.top_k; r < V; ++r) probs_[order_[r]] = 0.0f;
+    }
+    double total = std::accumulate(probs_.begin(), probs_.end(), 0.0);
+    double u = uniform01(hash_words(options_.seed, 0x5a3b1e, uint64_t(index))) * total;
+    int32_t pick = -1;
+    for (int v = 0; v < V; ++v) {
+      if (probs_[v] <= 0.0f) continue;
+      pick = v;  // rounding can leave u >= 0 at the end: keep the last possible token
+      u -= probs_[v];
+      if (u < 0) break;
+    }
+    return pick;
+  }
+
+ private:
+  const SampleOptions& options_;
+  std::vector<float> probs_;
+  std::vector<int> order_;
+};
+
+}  // namespace
 
 std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& options) {
-  autograd::NoGradGuard no_grad;
-  const int V = model.config().vocab_size;
-  const int ctx = options.max_context > 0
-                      ? std::min(options.max_context, model.config().max_seq_len)
-                      : model.config().max_seq_len;
-  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
   std::vector<int32_t> out;
-  std::vector<float> probs(static_cast<size_t>(V));
-  std::vector<int> order(static_cast<size_t>(V));
+  if (options.max_new_tokens <= 0) return out;
+  const int window = options.max_context > 0
+                         ? std::min(options.max_context, model.config().max_seq_len)
+                         : model.config().max_seq_len;
+  const int keep = (window + 1) / 2;  // what remains of a full window
+  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
+  nn::GptDecoder decoder(model);
+  TokenSampler sampler(model.config().vocab_size, options);
+  auto last = [&](size_t n) {
+    return std::span<const int32_t>(seq).subspan(seq.size() - std::min(n, seq.size()));
+  };
+  std::span<const float> logits = decoder.append(last(size_t(window)));
   for (int i = 0; i < options.max_new_tokens; ++i) {
-    int64_t start = std::max<int64_t>(0, int64_t(seq.size()) - ctx);
-    int64_t T = int64_t(seq.size()) - start;
-    Tensor tokens = Tensor::empty(Shape{1, T}, DType::kI32);
-    std::copy(seq.begin() + start, seq.end(), tokens.i32());
-    std::vector<float> logits = model.forward(tokens).value().to_vector();
-    const float* last = logits.data() + (T - 1) * V;
-    float mx = *std::max_element(last, last + V);
-    for (int v = 0; v < V; ++v) probs[v] = std::exp((last[v] - mx) / options.temperature);
-    if (options.top_k > 0 && options.top_k < V) {
-      std::iota(order.begin(), order.end(), 0);
-      std::nth_element(order.begin(), order.begin() + options.top_k, order.end(),
-                       [&](int a, int b) { return probs[a] > probs[b]; });
-      for (int r = options.top_k; r < V; ++r) probs[order[r]] = 0.0f;
-    }
-    double total = std::accumulate(probs.begin(), probs.end(), 0.0);
-    double u = uniform01(hash_words(options.seed, 0x5a3b1e, uint64_t(i))) * total;
-    int pick = -1;
-    for (int v = 0; v < V; ++v) {
-      if (probs[v] <= 0.0f) continue;
-      pick = v;  // rounding can leave u >= 0 at the end: keep the last possible token
-      u -= probs[v];
-      if (u < 0) break;
-    }
+    const int32_t pick = sampler.draw(logits, i);
     seq.push_back(pick);
     out.push_back(pick);
+    if (i + 1 == options.max_new_tokens) break;
+    if (decoder.length() < window) {
+      logits = decoder.append(std::span<const int32_t>(&seq.back(), 1));
+    } else {  // the window is full: keep its newest half and run that again
+      decoder.reset();
+      logits = decoder.append(last(size_t(keep)));
+    }
   }
   return out;
 }

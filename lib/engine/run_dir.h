@@ -2,11 +2,15 @@
 //
 //   RUN/config.yaml      the fully resolved recipe (loadable again)
 //   RUN/command.txt      the exact command line
+//   RUN/run.json         the command line, recipe path and overrides (a list), at start
 //   RUN/metrics.jsonl    one JSON object per logged step (fields: docs/RUN_DIR.md)
 //   RUN/summary.json     written once at the end (atomically: temp file + rename)
 //
 // A directory that already holds a run (config.yaml present) is refused
-// unless overwrite is set, so an earlier run is never silently clobbered.
+// unless overwrite is set or the run resumes, so an earlier run is never
+// silently clobbered; the message says whether that run finished (summary.json)
+// and what to do. Replacing a run also removes its TensorBoard event files and
+// logs/.
 #pragma once
 
 #include <cstdio>
@@ -30,6 +34,8 @@ class RunDirectory {
   const std::filesystem::path& path() const { return path_; }
   void write_config(const std::string& yaml);
   void write_command(const std::string& command_line);
+  // run.json: what started the run (fields: docs/RUN_DIR.md).
+  void write_run_info(const nlohmann::json& info);
   // Appends one line to metrics.jsonl and flushes it.
   void append_metrics(const nlohmann::json& record);
   void write_summary(const nlohmann::json& summary);

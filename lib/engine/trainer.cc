@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "lib/base/log.h"
 #include "lib/base/rng.h"
 #include "lib/base/sha256.h"
+#include "lib/base/strings.h"
 #include "lib/config/load.h"
 #include "lib/data/byte_tokenizer.h"
 #include "lib/data/sampler.h"
@@ -28,7 +30,9 @@
 #include "lib/engine/generate.h"
 #include "lib/engine/progress.h"
 #include "lib/engine/run_dir.h"
+#include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
+#include "lib/dist/nccl_communicator.h"
 #include "lib/nn/gpt.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
@@ -106,6 +110,41 @@ nlohmann::json number_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+int64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+
+// The TensorBoard scalars of one metrics.jsonl record (docs/RUN_DIR.md). No
+// MFU: that needs the hardware's peak FLOP/s, which fdtrain does not know;
+// effective GFLOP/s is the model arithmetic per second (summary.json's
+// effective_gflops, per log window).
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& rec,
+                                                                double flops_per_token) {
+  std::vector<std::pair<std::string, double>> out;
+  auto add = [&](const char* tag, const char* key, double scale = 1.0) {
+    auto it = rec.find(key);
+    if (it != rec.end() && it->is_number()) out.emplace_back(tag, it->get<double>() * scale);
+  };
+  add("train/loss", "loss");
+  add("train/lr", "lr");
+  add("train/grad_norm", "grad_norm");
+  add("train/loss_scale", "loss_scale");
+  add("train/tokens_per_s", "tokens_per_s");
+  add("train/effective_gflops", "tokens_per_s", flops_per_token / 1e9);
+  add("eval/loss", "eval_loss");
+  add("memory/peak_tracked_mib", "peak_memory_bytes", 1.0 / (1024.0 * 1024.0));
+  add("memory/peak_rss_mib", "peak_rss_bytes", 1.0 / (1024.0 * 1024.0));
+  return out;
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
 // Opens the dataset; on a bad file, names the recipe entry that brought it in.
 std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
   data::DatasetOptions o;
@@ -163,7 +202,29 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
     worst = std::max(worst, codes[size_t(r)]);
     if (codes[size_t(r)] != 0.0 && first_failed < 0) first_failed = r;
   }
+  if (worst == 0.0) {
+    // Only now that the run directory is accepted: every rank logs to
+    // RUN/logs/rank<r>.log (appending when it resumes), and agrees again.
+    try {
+      log::open_file(std::filesystem::path(options.run_dir) / "logs" /
+                         fmt::format("rank{}.log", comm_.rank()),
+                     !resumed_from_.empty());
+      log_file_open_ = true;
+      log::write_file_only(log::Level::kInfo,
+                           fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(), world,
+                                       this_host(), int(getpid()), options.command_line));
+    } catch (const Error& e) {
+      code = e.exit_code();
+      message = e.what();
+    }
+    comm_.all_gather_f64(&code, codes.data(), 1);
+    for (int r = 0; r < world; ++r) {
+      worst = std::max(worst, codes[size_t(r)]);
+      if (codes[size_t(r)] != 0.0 && first_failed < 0) first_failed = r;
+    }
+  }
   if (worst == 0.0) return;
+  if (log_file_open_) log::close_file();
   const ErrorKind kind = worst == 2.0 ? ErrorKind::kUsage : ErrorKind::kRuntime;
   if (comm_.rank() != first_failed) throw Error(kind, "");
   throw Error(kind, world > 1 && comm_.rank() != 0
@@ -171,9 +232,35 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
                         : message);
 }
 
+// This rank's GPU: its rank among the ranks on this node, from the launcher
+// (Open MPI, MPICH/Hydra, Slurm), else its global rank (one node).
+int local_gpu_ordinal(int rank) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  }
+  return rank;
+}
+
+void Trainer::setup_device() {
+  if (recipe_.device != config::DeviceName::kCuda) return;
+  const int ordinal = local_gpu_ordinal(comm_.rank());
+  const int count = cuda_device_count();
+  if (count > 0 && ordinal >= count)
+    usage_error("{}: device: cuda with {} ranks on this node, but it has {} GPU{}; start at most "
+                "one rank per GPU (mpirun -n {} per node)",
+                recipe_.where("device"), ordinal + 1, count, count == 1 ? "" : "s", count);
+  init_cuda_device(ordinal);
+  device_scope_ = std::make_unique<DeviceScope>(Device::cuda(ordinal));
+#if FDTRAIN_HAVE_CUDA
+  gpu_comm_ = std::make_unique<dist::NcclCommunicator>(comm_);
+  gpu_comm_->set_timeout(recipe_.dist.timeout_s);
+#endif
+}
+
 void Trainer::setup(const TrainOptions& options) {
   const int world = comm_.size();
   config::check_world_size(recipe_, world);
+  setup_device();
   ops::set_blas_threads(recipe_.threads);
   comm_.set_timeout(recipe_.dist.timeout_s);
 
@@ -229,7 +316,7 @@ void Trainer::setup(const TrainOptions& options) {
   zc.grad_clip = float(recipe_.optimizer.grad_clip);
   for (int layer : recipe_.activation_checkpointing.layers)
     zc.checkpoint_segments.push_back(1 + layer);  // segment 0 is the embedding
-  zero_ = std::make_unique<zero::ZeroEngine>(*model_, comm_, zc);
+  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), zc);
   if (recipe_.precision == config::Precision::kFp16) {
     precision::LossScalerOptions lo;
     lo.loss_scale = recipe_.loss_scale.loss_scale;
@@ -256,10 +343,11 @@ void Trainer::setup(const TrainOptions& options) {
   // Peaks count from here: what the run holds, not the one-off full buffers
   // the model is built and initialised in before ZeRO shards them.
   MemoryAccountant::global().reset_peaks();
+  // Batches are assembled on the host (ops copy them to the GPU when the model is there).
   tokens_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
-                          MemCategory::kOther);
+                          MemCategory::kOther, Device::cpu());
   targets_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
-                           MemCategory::kOther);
+                           MemCategory::kOther, Device::cpu());
 
   if (comm_.rank() == 0) {
     // --resume auto without a checkpoint starts this run directory afresh.
@@ -268,16 +356,28 @@ void Trainer::setup(const TrainOptions& options) {
                                               resume_dir ? start_step_ : -1);
     run_dir_->write_config(config::to_yaml(recipe_));
     run_dir_->write_command(options.command_line);
+    run_dir_->write_run_info({{"command", options.command_line},
+                              {"recipe", options.recipe_path},
+                              {"overrides", options.overrides},
+                              {"resume", options.resume},
+                              {"world_size", world},
+                              {"host", this_host()},
+                              {"started_at", utc_now()},
+                              {"fdtrain_version", kVersion}});
+    events_ = std::make_unique<EventFileWriter>(run_dir_->path());
     log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
               mc.d_model, mc.vocab_size, mc.max_seq_len, double(mc.num_params()) / 1e6,
               dataset_->summary());
-    log::info("{} rank{} ({} backend), ZeRO stage {}; run directory: {}", world,
-              world == 1 ? "" : "s", comm_.backend(), recipe_.zero.stage,
+    log::info("{} rank{} ({} backend), ZeRO stage {}, device {}; run directory: {}", world,
+              world == 1 ? "" : "s", model_comm().backend(), recipe_.zero.stage,
+              device_scope_ ? cuda_device_name() : std::string("cpu"),
               run_dir_->path().string());
   }
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (log_file_open_) log::close_file();
+}
 
 void Trainer::request_stop() { g_stop_requested.store(1); }
 
@@ -432,7 +532,7 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
   }
   double loss_sum = 0.0;
   Phases& ph = phases_;
-  PhaseClock clock(options_.profile, comm_);
+  PhaseClock clock(options_.profile, model_comm());
   double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
   for (int micro = 0; micro < accum; ++micro) {
     sampler_->sample_train(step, micro, comm_.rank(), world, B, T, tokens_.i32(),
@@ -547,11 +647,11 @@ nlohmann::json Trainer::run() {
     const auto t_profile = options_.profile ? Clock::now() : Clock::time_point{};
     dist::inject_fault(options_.fault, comm_.rank(), step);
     const float lr = optim::lr_at(schedule_, step);
-    const int64_t bytes0 = comm_.bytes_sent();
-    const double wait0 = comm_.wait_seconds();
+    const int64_t bytes0 = model_comm().bytes_sent();
+    const double wait0 = model_comm().wait_seconds();
     StepStats st = train_step(step);
-    train_comm_bytes += comm_.bytes_sent() - bytes0;
-    train_wait_s += comm_.wait_seconds() - wait0;
+    train_comm_bytes += model_comm().bytes_sent() - bytes0;
+    train_wait_s += model_comm().wait_seconds() - wait0;
     loss = st.loss;
     grad_norm = st.grad_norm;
     ++window_steps;
@@ -597,6 +697,8 @@ nlohmann::json Trainer::run() {
                             {"skipped", st.skipped},
                             {"skipped_total", skipped_total_}};
       if (scaler_) rec["loss_scale"] = scaler_->scale();
+      rec["peak_memory_bytes"] = MemoryAccountant::global().peak_total();
+      rec["peak_rss_bytes"] = peak_rss_bytes();
       if (eval_now) {
         const auto t_eval = Clock::now();
         eval_loss = evaluate();
@@ -605,13 +707,18 @@ nlohmann::json Trainer::run() {
       }
       if (rank0) {
         run_dir_->append_metrics(rec);
-        if (!progress.enabled()) {
-          log::info("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}",
-                    done, steps, loss, lr, grad_norm, tok_s,
-                    eval_now && std::isfinite(eval_loss)
-                        ? fmt::format(" | eval loss {:.4f}", eval_loss)
-                        : std::string());
-        }
+        events_->add_scalars(done, tensorboard_scalars(rec, flops_per_token));
+        events_->flush();
+        // The progress line stands in for the step lines on the terminal; the log has them.
+        const std::string line = fmt::format(
+            "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}", done,
+            steps, loss, lr, grad_norm, tok_s,
+            eval_now && std::isfinite(eval_loss) ? fmt::format(" | eval loss {:.4f}", eval_loss)
+                                                 : std::string());
+        if (progress.enabled())
+          log::write_file_only(log::Level::kInfo, line);
+        else
+          log::info("{}", line);
       }
       t_window = Clock::now();  // the next window starts after evaluation and logging
       window_steps = 0;
@@ -620,7 +727,7 @@ nlohmann::json Trainer::run() {
                           (done % recipe_.checkpoint.every == 0 || last || st.stop_requested);
     if (save_now || st.stop_requested) {
       const auto t_save = Clock::now();
-      PhaseClock clock(options_.profile, comm_);
+      PhaseClock clock(options_.profile, model_comm());
       last_checkpoint = save(done);
       clock.lap(phases_.checkpoint, phases_.comm_wait);
       const double secs = seconds_between(t_save, Clock::now());
@@ -659,6 +766,24 @@ nlohmann::json Trainer::run() {
       zero::model_state_bytes(recipe_.zero.stage, world, recipe_.batch.accumulation, P,
                               int(dtype_size(compute_dtype(recipe_.precision))));
   nlohmann::json memory = memory_json();
+  {
+    // Each rank's own account, for its log (rank 0's terminal has the summary).
+    const MemoryAccountant& acct = MemoryAccountant::global();
+    std::string parts;
+    for (int c = 0; c < kNumMemCategories; ++c)
+      if (acct.peak(MemCategory(c)) > 0)
+        parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ",
+                             mem_category_name(MemCategory(c)),
+                             format_bytes(double(acct.peak(MemCategory(c)))));
+    const std::string line = fmt::format(
+        "rank {}: {} steps; peak memory {} ({}); communication wait {:.3f} s per step",
+        comm_.rank(), ran, format_bytes(double(acct.peak_total())), parts,
+        ran > 0 ? train_wait_s / double(ran) : 0.0);
+    if (rank0)
+      log::write_file_only(log::Level::kInfo, line);
+    else
+      log::info("{}", line);  // the log file only: other ranks show warnings and errors alone
+  }
   nlohmann::json summary = {
       {"fdtrain_version", kVersion},
       {"exit_reason", exit_reason},
@@ -720,7 +845,7 @@ nlohmann::json Trainer::run() {
     // stage 3's parameter gathers stay collective.
     zero_->with_full_parameters([&] {
       autograd::NoGradGuard no_grad;
-      out = generate(*model_, prompt, so);
+      out = generate(*model_, prompt, so);  // the decoder reads GPU weights into host fp32
     });
     if (text) {
       std::string sample = recipe_.logging.sample_prompt + tok.decode(out);
@@ -782,9 +907,7 @@ nlohmann::json Trainer::run() {
         rank0 ? fmt::format(" (summary in {})", run_dir_->path().string()) : std::string());
   }
   cpu_allocator::empty_cache();  // generation allocates one size per context length
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  summary["peak_rss_bytes"] = int64_t(ru.ru_maxrss) * 1024;  // rank 0's process
+  summary["peak_rss_bytes"] = peak_rss_bytes();  // rank 0's process
   if (rank0) run_dir_->write_summary(summary);
   if (exit_reason != "completed") return summary;
   if (rank0) {

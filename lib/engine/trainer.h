@@ -3,8 +3,9 @@
 //
 // Assembles the dataset, sampler, model, ZeRO engine and schedule the recipe
 // describes, trains for recipe.steps optimizer steps, and (rank 0) leaves a
-// run directory (run_dir.h) with config.yaml, command.txt, metrics.jsonl and
-// summary.json.
+// run directory (run_dir.h) with config.yaml, command.txt, run.json,
+// metrics.jsonl, summary.json and a TensorBoard event file (tfevents.h); every
+// rank logs to RUN/logs/rank<r>.log (lib/base/log.h) once setup has succeeded.
 //
 // Failure behaviour:
 //   - construction is collective: if any rank fails (bad data file, an
@@ -49,6 +50,7 @@ class DynamicLossScaler;
 namespace fd::engine {
 
 class RunDirectory;
+class EventFileWriter;
 
 struct TrainOptions {
   std::string recipe_path;             // as given on the command line
@@ -115,15 +117,25 @@ class Trainer {
   void resume_from(const std::string& step_dir);
   std::string save(int64_t steps_done);  // collective; returns the step directory
 
+  // device: cuda: picks this rank's GPU, opens the device scope for every
+  // tensor the run makes and starts the NCCL communicator.
+  void setup_device();
+  // The communicator of the model's collectives: NCCL on the GPU, else comm_.
+  dist::Communicator& model_comm() { return gpu_comm_ ? *gpu_comm_ : comm_; }
+
   config::Recipe recipe_;
   TrainOptions options_;
-  dist::Communicator& comm_;
+  dist::Communicator& comm_;  // host collectives (f64 helpers, barriers, abort)
+  std::unique_ptr<DeviceScope> device_scope_;      // GPU runs: new tensors go to the GPU
+  std::unique_ptr<dist::Communicator> gpu_comm_;  // GPU runs: NCCL over comm_
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<nn::Gpt> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
   std::unique_ptr<RunDirectory> run_dir_;  // rank 0 only
+  std::unique_ptr<EventFileWriter> events_;  // rank 0 only: TensorBoard scalars
+  bool log_file_open_ = false;  // this rank logs to RUN/logs/rank<r>.log
   Tensor tokens_;   // (micro, seq_len) i32, reused every micro-batch
   Tensor targets_;  // (micro, seq_len) i32
   optim::ScheduleOptions schedule_;

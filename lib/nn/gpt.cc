@@ -32,6 +32,19 @@ double GptConfig::flops_per_token(int seq_len) const {
 
 namespace {
 
+// Writes fp32 initial values into a parameter: straight into its memory on
+// the CPU (a temporary Tensor would stay in the allocator's cache), through a
+// host staging copy on the GPU.
+void store_init(const Tensor& param, const std::vector<float>& v) {
+  if (!param.is_cuda()) {
+    convert_f32_to(param.dtype(), v.data(), param.raw(), v.size());
+    return;
+  }
+  Tensor host = Tensor::empty(param.shape(), param.dtype(), MemCategory::kOther, Device::cpu());
+  convert_f32_to(param.dtype(), v.data(), host.raw(), v.size());
+  param.copy_from(host);
+}
+
 // The block modules adapters can target, with their Conv1D (in, out) and the
 // index of their weight within the block's parameters.
 struct ModuleShape {
@@ -218,8 +231,7 @@ void Gpt::init_gpt2(uint64_t seed) {
         v[size_t(i)] = std * normal01(hash_words(seed, name_hash, uint64_t(i), 0),
                                       hash_words(seed, name_hash, uint64_t(i), 1));
     }
-    // Straight into the parameter (a temporary Tensor would stay in the allocator's cache).
-    convert_f32_to(p->value.dtype(), v.data(), p->value.raw(), v.size());
+    store_init(p->value, v);
   }
   if (!lora_.enabled()) return;
   // Adapters: A Kaiming-uniform with a = sqrt(5) (PEFT): bound = 1/sqrt(in); B zero.
@@ -233,8 +245,7 @@ void Gpt::init_gpt2(uint64_t seed) {
       for (int64_t i = 0; i < n; ++i)
         v[size_t(i)] = bound * (2.0f * uniform01(hash_words(seed, name_hash, uint64_t(i), 2)) - 1.0f);
     }
-    // Straight into the parameter (a temporary Tensor would stay in the allocator's cache).
-    convert_f32_to(p->value.dtype(), v.data(), p->value.raw(), v.size());
+    store_init(p->value, v);
   }
 }
 
@@ -254,10 +265,13 @@ Variable Gpt::forward(const Tensor& tokens, SegmentRunner* runner) const {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   FD_CHECK(T <= config_.max_seq_len, "sequence of {} exceeds max_seq_len {}", T,
            config_.max_seq_len);
-  if (!positions_.defined() || positions_.shape() != tokens.shape()) {
-    positions_ = Tensor::empty(tokens.shape(), DType::kI32, MemCategory::kOther);
+  if (!positions_.defined() || positions_.shape() != tokens.shape() ||
+      positions_.device() != default_device()) {
+    Tensor host = Tensor::empty(tokens.shape(), DType::kI32, MemCategory::kOther, Device::cpu());
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) positions_.i32()[b * T + t] = int32_t(t);
+      for (int64_t t = 0; t < T; ++t) host.i32()[b * T + t] = int32_t(t);
+    positions_ = default_device().is_cpu() ? host : host.to_device(default_device(),
+                                                                   MemCategory::kOther);
   }
   DirectRunner direct;
   SegmentRunner& run = runner ? *runner : direct;

@@ -119,7 +119,7 @@ class Gpt : public Module {
   const FlatParamGroup& base_group(int segment) const;
 
   GptConfig config_;
-  DType dtype_;
+  [[maybe_unused]] DType dtype_;  // set, not read yet (clang: -Wunused-private-field)
   std::vector<std::unique_ptr<FlatParamGroup>> segments_;  // trainable
   std::vector<std::unique_ptr<FlatParamGroup>> frozen_;    // LoRA base (empty without LoRA)
   LoraConfig lora_;

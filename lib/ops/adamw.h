@@ -5,6 +5,8 @@
 // the per-element arithmetic is fp32. lib/optim calls it once per contiguous range.
 #pragma once
 
+#include "lib/tensor/tensor.h"
+
 #include <cstdint>
 
 namespace fd::ops {
@@ -23,5 +25,15 @@ struct AdamWStep {
 // param, m, v are updated in place; all four arrays hold n fp32 values and do not overlap.
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWStep& s);
+
+#if FDTRAIN_HAVE_CUDA
+// The same step over elements [offset, offset + n) of GPU tensors, in one
+// kernel: param, m, v fp32; grad in any float dtype, multiplied by grad_scale
+// as it is read (the loss-scale and clip factor); when compute is defined
+// (a 16-bit copy of param), the updated values are written into it too.
+void adamw_update_gpu(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,
+                      const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,
+                      const AdamWStep& s);
+#endif
 
 }  // namespace fd::ops

@@ -5,6 +5,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/ops/f32_buffer.h"
+#include "lib/ops/gpu.h"
 #include "lib/ops/gemm.h"
 #include "lib/ops/vec_math.h"
 
@@ -110,6 +111,34 @@ Variable causal_attention(const Variable& qkv, int n_head) {
   const Dims d{s[0], s[1], s[2] / 3, n_head, s[2] / 3 / n_head};
   Tensor out = Tensor::empty(Shape{d.B, d.T, d.C}, qkv.dtype());
   Tensor lse = Tensor::empty(Shape{d.B, d.n_head, d.T});
+#if FDTRAIN_HAVE_CUDA
+  if (qkv.value().is_cuda()) {
+    kernels::attention_forward(qkv.value().raw(), out.raw(), lse.data<float>(),
+                               gpu::dt(qkv.dtype()), d.B, d.T, d.C, d.n_head);
+    bool rec = autograd::should_record({&qkv});
+    Variable y = Variable::op_output(out, rec);
+    if (rec) {
+      auto ys = y.slot();
+      auto xs = qkv.slot();
+      Tensor x_saved = qkv.value();
+      // The flash backward needs the output (D = rowsum(dO * O)); the next
+      // matmul saves the same tensor, so keeping it costs no memory.
+      autograd::current_tape().record(
+          {"causal_attention", {ys}, [ys, xs, x_saved, out, lse, d] {
+             if (!xs->requires_grad) return;
+             const Tensor& dy = ys->grad;
+             gpu::expect_cuda(dy, "causal_attention", "the output gradient");
+             FD_CHECK(dy.dtype() == x_saved.dtype(), "causal_attention: gradient {} for qkv {}",
+                      dtype_name(dy.dtype()), dtype_name(x_saved.dtype()));
+             const Tensor& dx = xs->ensure_grad();
+             kernels::attention_backward(x_saved.raw(), out.raw(), lse.data<float>(), dy.raw(),
+                                         gpu::dt(dy.dtype()), dx.raw(), gpu::dt(dx.dtype()), d.B,
+                                         d.T, d.C, d.n_head);
+           }});
+    }
+    return y;
+  }
+#endif
   {
     F32In X(qkv.value());
     F32Out Y = F32Out::overwrite(out);

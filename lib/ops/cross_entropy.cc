@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "lib/autograd/tape.h"
+#include "lib/ops/gpu.h"
 #include "lib/ops/vec_math.h"
 
 namespace fd::ops {
@@ -55,6 +56,38 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets, int ignore
            "cross_entropy: logits {} and targets {} ({})", logits.shape().str(),
            targets.shape().str(), dtype_name(targets.dtype()));
   Tensor lse_t = Tensor::empty(Shape{rows});
+#if FDTRAIN_HAVE_CUDA
+  if (logits.value().is_cuda()) {
+    Tensor tg = gpu::device_ids(targets, V, "cross_entropy", true, ignore_index);
+    Tensor loss = Tensor::empty(Shape{}, DType::kF32);
+    Tensor count = Tensor::empty(Shape{}, DType::kI32);
+    kernels::cross_entropy_forward(logits.value().raw(), gpu::dt(logits.dtype()),
+                                   tg.data<int32_t>(), rows, V, ignore_index,
+                                   lse_t.data<float>(), loss.data<float>(),
+                                   count.data<int32_t>());
+    bool rec = autograd::should_record({&logits});
+    Variable y = Variable::op_output(loss, rec);
+    if (rec) {
+      auto ys = y.slot();
+      auto xs = logits.slot();
+      Tensor targets_saved = Tensor::empty(targets.shape(), DType::kI32);
+      targets_saved.copy_from(tg);
+      Tensor x_saved = logits.value();
+      autograd::current_tape().record(
+          {"cross_entropy", {ys}, [ys, xs, x_saved, targets_saved, lse_t, count, ignore_index] {
+             if (!xs->requires_grad) return;
+             gpu::expect_cuda(ys->grad, "cross_entropy", "the loss gradient");
+             const Tensor& dx = xs->ensure_grad();
+             kernels::cross_entropy_backward(
+                 x_saved.raw(), gpu::dt(x_saved.dtype()), targets_saved.data<int32_t>(),
+                 lse_t.data<float>(), ys->grad.data<float>(), count.data<int32_t>(),
+                 x_saved.shape().rows(), x_saved.shape().cols(), ignore_index, dx.raw(),
+                 gpu::dt(dx.dtype()));
+           }});
+    }
+    return y;
+  }
+#endif
   Tensor scratch = Tensor::empty(Shape{logits.dtype() == DType::kF32 ? 1 : V});
   const int32_t* tg = targets.data<int32_t>();
   double total = 0.0;

@@ -4,6 +4,7 @@
 #include "lib/base/check.h"
 #include "lib/base/rng.h"
 #include "lib/ops/f32_buffer.h"
+#include "lib/ops/gpu.h"
 
 namespace fd::ops {
 namespace {
@@ -45,6 +46,12 @@ Variable dropout(const Variable& x, float p, uint64_t seed, uint64_t stream) {
   if (p == 0.0f) return x;
   const MaskGen mask(p, seed, stream);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
+#if FDTRAIN_HAVE_CUDA
+  if (x.value().is_cuda()) {
+    kernels::dropout_forward(x.value().raw(), out.raw(), gpu::dt(x.dtype()), out.numel(), p, seed,
+                             stream);
+  } else
+#endif
   {
     F32In X(x.value());
     F32Out Y = F32Out::overwrite(out);
@@ -56,8 +63,19 @@ Variable dropout(const Variable& x, float p, uint64_t seed, uint64_t stream) {
   if (rec) {
     auto ys = y.slot();
     auto xs = x.slot();
-    autograd::current_tape().record({"dropout", {ys}, [ys, xs, mask] {
+    autograd::current_tape().record({"dropout", {ys}, [ys, xs, mask, p, seed, stream] {
                                        if (!xs->requires_grad) return;
+#if FDTRAIN_HAVE_CUDA
+                                       if (ys->grad.is_cuda()) {
+                                         const Tensor& dy = ys->grad;
+                                         const Tensor& dx = xs->ensure_grad();
+                                         return kernels::dropout_backward(
+                                             dy.raw(), gpu::dt(dy.dtype()), dx.raw(),
+                                             gpu::dt(dx.dtype()), dy.numel(), p, seed, stream);
+                                       }
+#else
+                                       (void)p, (void)seed, (void)stream;
+#endif
                                        F32In dY(ys->grad);
                                        F32Out dX = F32Out::accumulate(xs->ensure_grad());
                                        apply(mask, dY.get(), dX.get(), ys->grad.numel(), true);

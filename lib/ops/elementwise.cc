@@ -2,11 +2,19 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/ops/f32_buffer.h"
+#include "lib/ops/gpu.h"
 
 namespace fd::ops {
 namespace {
 
 void add_into(const Tensor& dst, const Tensor& src) {
+#if FDTRAIN_HAVE_CUDA
+  if (dst.is_cuda()) {
+    gpu::expect_cuda(src, "add", "the gradient");
+    return kernels::accumulate(dst.raw(), gpu::dt(dst.dtype()), src.raw(), gpu::dt(src.dtype()),
+                               dst.numel());
+  }
+#endif
   F32In S(src);
   F32Out D = F32Out::accumulate(dst);
   const float* __restrict s = S.get();
@@ -17,6 +25,13 @@ void add_into(const Tensor& dst, const Tensor& src) {
 
 // dst += src * factor.
 void add_scaled_into(const Tensor& dst, const Tensor& src, float factor) {
+#if FDTRAIN_HAVE_CUDA
+  if (dst.is_cuda()) {
+    gpu::expect_cuda(src, "add", "the gradient");
+    return kernels::accumulate(dst.raw(), gpu::dt(dst.dtype()), src.raw(), gpu::dt(src.dtype()),
+                               dst.numel(), factor);
+  }
+#endif
   F32In S(src);
   F32Out D = F32Out::accumulate(dst);
   const float* __restrict s = S.get();
@@ -30,6 +45,13 @@ void add_scaled_into(const Tensor& dst, const Tensor& src, float factor) {
 Variable add(const Variable& a, const Variable& b) {
   FD_CHECK(a.shape() == b.shape(), "add: shapes {} and {}", a.shape().str(), b.shape().str());
   Tensor out = Tensor::empty(a.shape(), a.dtype());
+#if FDTRAIN_HAVE_CUDA
+  if (a.value().is_cuda()) {
+    gpu::expect_cuda(b.value(), "add", "b");
+    kernels::add(a.value().raw(), gpu::dt(a.dtype()), b.value().raw(), gpu::dt(b.dtype()),
+                 out.raw(), gpu::dt(out.dtype()), out.numel());
+  } else
+#endif
   {
     F32In A(a.value()), B(b.value());
     F32Out Y = F32Out::overwrite(out);
@@ -55,6 +77,12 @@ Variable add(const Variable& a, const Variable& b) {
 
 Variable scale(const Variable& x, float factor) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
+#if FDTRAIN_HAVE_CUDA
+  if (x.value().is_cuda()) {
+    kernels::cast(x.value().raw(), gpu::dt(x.dtype()), out.raw(), gpu::dt(out.dtype()),
+                  out.numel(), factor);
+  } else
+#endif
   {
     F32In X(x.value());
     F32Out Y = F32Out::overwrite(out);

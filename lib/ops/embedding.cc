@@ -5,6 +5,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/ops/f32_buffer.h"
+#include "lib/ops/gpu.h"
 #include "lib/ops/shape_util.h"
 
 namespace fd::ops {
@@ -57,8 +58,33 @@ Variable embedding(const Variable& weight, const Tensor& ids) {
   const int64_t V = weight.shape()[0];
   const int64_t C = weight.shape()[1];
   const int64_t n = ids.numel();
-  const int32_t* id = ids.data<int32_t>();
   Tensor out = Tensor::empty(append_dim(ids.shape(), C), weight.dtype());
+#if FDTRAIN_HAVE_CUDA
+  if (weight.value().is_cuda()) {
+    Tensor dev_ids = gpu::device_ids(ids, V, "embedding");
+    kernels::embedding_forward(weight.value().raw(), gpu::dt(weight.dtype()),
+                               dev_ids.data<int32_t>(), out.raw(), n, C);
+    bool rec = autograd::should_record({&weight});
+    Variable y = Variable::op_output(out, rec);
+    if (rec) {
+      auto ys = y.slot();
+      auto ws = weight.slot();
+      Tensor ids_saved = Tensor::empty(ids.shape(), DType::kI32);
+      ids_saved.copy_from(dev_ids);  // the caller may refill its batch buffer before backward
+      autograd::current_tape().record({"embedding", {ys}, [ys, ws, ids_saved, V, C] {
+                                         if (!ws->requires_grad) return;
+                                         const Tensor& dw = ws->ensure_grad();
+                                         const Tensor& dy = ys->grad;
+                                         kernels::embedding_backward(
+                                             dy.raw(), gpu::dt(dy.dtype()),
+                                             ids_saved.data<int32_t>(), dw.raw(),
+                                             gpu::dt(dw.dtype()), ids_saved.numel(), C, V);
+                                       }});
+    }
+    return y;
+  }
+#endif
+  const int32_t* id = ids.data<int32_t>();
   const size_t row_bytes = size_t(C) * dtype_size(weight.dtype());
   const char* w = static_cast<const char*>(weight.value().raw());
   char* o = static_cast<char*>(out.raw());

@@ -2,6 +2,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/ops/f32_buffer.h"
+#include "lib/ops/gpu.h"
 #include "lib/ops/vec_math.h"
 
 namespace fd::ops {
@@ -33,6 +34,11 @@ void backward(const float* __restrict x, const float* __restrict dy, float* __re
 
 Variable gelu(const Variable& x) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
+#if FDTRAIN_HAVE_CUDA
+  if (x.value().is_cuda()) {
+    kernels::gelu_forward(x.value().raw(), out.raw(), gpu::dt(x.dtype()), out.numel());
+  } else
+#endif
   {
     F32In X(x.value());
     F32Out Y = F32Out::overwrite(out);
@@ -47,6 +53,20 @@ Variable gelu(const Variable& x) {
     Tensor x_saved = x.value();
     autograd::current_tape().record({"gelu", {ys}, [ys, xs, x_saved] {
                                        if (!xs->requires_grad) return;
+#if FDTRAIN_HAVE_CUDA
+                                       if (x_saved.is_cuda()) {
+                                         const Tensor& dy = ys->grad;
+                                         gpu::expect_cuda(dy, "gelu", "the output gradient");
+                                         FD_CHECK(dy.dtype() == x_saved.dtype(),
+                                                  "gelu: gradient dtype {} for x {}",
+                                                  dtype_name(dy.dtype()),
+                                                  dtype_name(x_saved.dtype()));
+                                         const Tensor& dx = xs->ensure_grad();
+                                         return kernels::gelu_backward(
+                                             x_saved.raw(), dy.raw(), gpu::dt(dy.dtype()),
+                                             dx.raw(), gpu::dt(dx.dtype()), x_saved.numel());
+                                       }
+#endif
                                        F32In X(x_saved), dY(ys->grad);
                                        F32Out dX = F32Out::accumulate(xs->ensure_grad());
                                        backward(X.get(), dY.get(), dX.get(), x_saved.numel());

@@ -5,6 +5,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/ops/f32_buffer.h"
+#include "lib/ops/gpu.h"
 #include "lib/ops/vec_math.h"
 
 namespace fd::ops {
@@ -19,6 +20,28 @@ struct Saved {
 void backward(const Saved& s, const Tensor& dy_t, autograd::GradSlot* xs, autograd::GradSlot* ws,
               autograd::GradSlot* bs) {
   const int64_t C = s.x.shape().cols();
+#if FDTRAIN_HAVE_CUDA
+  if (s.x.is_cuda()) {
+    gpu::expect_cuda(dy_t, "layernorm", "the output gradient");
+    const bool want_w = ws != nullptr && ws->requires_grad;
+    const bool want_b = bs != nullptr && bs->requires_grad;
+    Tensor dx = xs != nullptr && xs->requires_grad ? xs->ensure_grad() : Tensor();
+    Tensor dw = want_w ? ws->ensure_grad() : Tensor();
+    Tensor db = want_b ? bs->ensure_grad() : Tensor();
+    FD_CHECK(!want_w || !want_b || dw.dtype() == db.dtype(),
+             "layernorm: weight and bias gradients in {} and {}", dtype_name(dw.dtype()),
+             dtype_name(db.dtype()));
+    const DType gdt = want_w ? dw.dtype() : want_b ? db.dtype() : DType::kF32;
+    kernels::layernorm_backward(s.x.raw(), gpu::dt(s.x.dtype()), s.weight.raw(),
+                                gpu::dt(s.weight.dtype()), s.mean.data<float>(),
+                                s.rstd.data<float>(), dy_t.raw(), gpu::dt(dy_t.dtype()),
+                                dx.defined() ? dx.raw() : nullptr,
+                                gpu::dt(dx.defined() ? dx.dtype() : DType::kF32),
+                                want_w ? dw.raw() : nullptr, want_b ? db.raw() : nullptr,
+                                gpu::dt(gdt), s.x.shape().rows(), C);
+    return;
+  }
+#endif
   const int64_t rows = s.x.shape().rows();
   const bool need_x = xs->requires_grad;
   const bool need_w = ws->requires_grad;
@@ -69,6 +92,20 @@ Variable layernorm(const Variable& x, const Variable& weight, const Variable& bi
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Tensor mean_t = Tensor::empty(Shape{rows});
   Tensor rstd_t = Tensor::empty(Shape{rows});
+#if FDTRAIN_HAVE_CUDA
+  if (x.value().is_cuda()) {
+    gpu::expect_cuda(weight.value(), "layernorm", "weight");
+    if (bias.defined()) {
+      gpu::expect_cuda(bias.value(), "layernorm", "bias");
+      FD_CHECK(bias.dtype() == weight.dtype(), "layernorm: weight {} and bias {}",
+               dtype_name(weight.dtype()), dtype_name(bias.dtype()));
+    }
+    kernels::layernorm_forward(x.value().raw(), gpu::dt(x.dtype()), weight.value().raw(),
+                               bias.defined() ? bias.value().raw() : nullptr,
+                               gpu::dt(weight.dtype()), out.raw(), gpu::dt(out.dtype()),
+                               mean_t.data<float>(), rstd_t.data<float>(), rows, C, eps);
+  } else
+#endif
   {
     F32In X(x.value()), W(weight.value());
     Tensor zero_bias = bias.defined() ? Tensor() : Tensor::zeros(Shape{C});

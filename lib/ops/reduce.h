@@ -14,5 +14,10 @@ void scale_(const Tensor& t, float factor);
 
 // False if any element is inf or NaN. t: f32, bf16 or f16.
 bool all_finite(const Tensor& t);
+// acc[i] += x[i] (same numel, same device), computed in fp32 and stored in acc's dtype.
+void add_(const Tensor& acc, const Tensor& x);
+
+// Each runs on the tensor's device; the GPU forms of sum_of_squares and
+// all_finite synchronise to return their value.
 
 }  // namespace fd::ops

@@ -53,6 +53,17 @@ void AdamW::step(float lr, float grad_scale) {
   ++step_;
   constexpr int64_t kChunk = 4096;
   for (ShardState& s : state_) {
+#if FDTRAIN_HAVE_CUDA
+    if (s.shard.params.is_cuda()) {  // one fused kernel per run, straight from the gradients
+      for (const Run& r : s.runs) {
+        ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
+                          r.decay ? options_.weight_decay : 0.0f, step_};
+        ops::adamw_update_gpu(s.shard.params, s.shard.grads, grad_scale, s.m, s.v,
+                              s.shard.compute_params, r.offset, r.count, hp);
+      }
+      continue;
+    }
+#endif
     float* p = s.shard.params.f32();
     float* m = s.m.f32();
     float* v = s.v.f32();

@@ -1,5 +1,6 @@
 #include "lib/tensor/dtype.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "lib/base/check.h"
@@ -47,7 +48,10 @@ __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* src, fl
 bool cpu_has_f16c() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    // F16C is CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports has no "f16c").
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & bit_F16C) != 0;
   }();
   return has;
 }

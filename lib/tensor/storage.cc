@@ -7,6 +7,11 @@
 #include <vector>
 
 #include "lib/base/check.h"
+#include "lib/base/error.h"
+
+#if FDTRAIN_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
 
 namespace fd {
 namespace cpu_allocator {
@@ -71,7 +76,14 @@ void empty_cache() {
 
 Storage::Storage(size_t bytes, MemCategory category, Device device)
     : bytes_(bytes), category_(category), device_(device) {
-  FD_CHECK(device.is_cpu(), "CPU storage requested for {}", device.str());
+#if FDTRAIN_HAVE_CUDA
+  FD_CHECK(device.is_cpu() || device.index == kernels::current_device(),
+           "storage on {} but this process runs on cuda:{}", device.str(),
+           kernels::current_device());
+#else
+  if (!device.is_cpu())
+    runtime_error("a tensor on {} was requested, but {}", device.str(), cuda_unavailable_reason());
+#endif
   acquire();
 }
 
@@ -84,14 +96,36 @@ void* Storage::data() const {
 
 void Storage::release() {
   if (data_ == nullptr) return;
+#if FDTRAIN_HAVE_CUDA
+  if (device_.is_cuda()) {
+    kernels::device_free(data_, bytes_);
+  } else {
+    cpu_allocator::deallocate(data_, bytes_);
+  }
+#else
   cpu_allocator::deallocate(data_, bytes_);
+#endif
   data_ = nullptr;
   MemoryAccountant::global().sub(category_, static_cast<int64_t>(bytes_));
 }
 
 void Storage::acquire() {
   if (data_ != nullptr || bytes_ == 0) return;
+#if FDTRAIN_HAVE_CUDA
+  if (device_.is_cuda()) {
+    try {
+      data_ = kernels::device_alloc(bytes_);
+    } catch (const kernels::Error& e) {
+      runtime_error("out of GPU memory allocating {} bytes of {} ({}); lower the micro-batch or "
+                    "sequence length, checkpoint more layers, or raise the ZeRO stage",
+                    bytes_, mem_category_name(category_), e.what());
+    }
+  } else {
+    data_ = cpu_allocator::allocate(bytes_);
+  }
+#else
   data_ = cpu_allocator::allocate(bytes_);
+#endif
   MemoryAccountant::global().add(category_, static_cast<int64_t>(bytes_));
 }
 

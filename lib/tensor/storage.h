@@ -18,7 +18,8 @@ namespace fd {
 
 class Storage {
  public:
-  // Allocates `bytes` (contents unspecified) on `device`.
+  // Allocates `bytes` (contents unspecified) on `device`. GPU memory comes
+  // from kernels/' caching allocator; out of memory is an fd::Error.
   Storage(size_t bytes, MemCategory category, Device device = Device::cpu());
   ~Storage();
   Storage(const Storage&) = delete;

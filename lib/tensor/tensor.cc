@@ -2,15 +2,34 @@
 
 #include <cstring>
 
+#if FDTRAIN_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 namespace fd {
 
+#if FDTRAIN_HAVE_CUDA
+namespace {
+kernels::DT kdt(DType t) { return static_cast<kernels::DT>(t); }
+}  // namespace
+#endif
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category) {
-  auto storage = std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), category);
+  return empty(shape, dtype, category, default_device());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category, Device device) {
+  auto storage =
+      std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), category, device);
   return view_of(std::move(storage), 0, shape, dtype);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category) {
-  Tensor t = empty(shape, dtype, category);
+  return zeros(shape, dtype, category, default_device());
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category, Device device) {
+  Tensor t = empty(shape, dtype, category, device);
   t.zero_();
   return t;
 }
@@ -32,13 +51,14 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
                            MemCategory category) {
   FD_CHECK(int64_t(values.size()) == shape.numel(), "{} values for shape {}", values.size(),
            shape.str());
-  Tensor t = empty(shape, dtype, category);
+  const Device device = default_device();
+  Tensor t = empty(shape, dtype, category, Device::cpu());
   if (dtype == DType::kI32) {
     for (size_t i = 0; i < values.size(); ++i) t.data<int32_t>()[i] = int32_t(values[i]);
   } else {
     convert_f32_to(dtype, values.data(), t.raw(), values.size());
   }
-  return t;
+  return device.is_cpu() ? t : t.to_device(device, category);
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
@@ -52,10 +72,23 @@ Tensor Tensor::flat_slice(int64_t begin, int64_t count) const {
   return view_of(storage_, offset_ + size_t(begin), Shape{count}, dtype_);
 }
 
-void Tensor::zero_() const { std::memset(raw(), 0, nbytes()); }
+void Tensor::zero_() const {
+#if FDTRAIN_HAVE_CUDA
+  if (is_cuda()) return kernels::memset_zero(raw(), nbytes());
+#endif
+  std::memset(raw(), 0, nbytes());
+}
 
 void Tensor::fill_(float value) const {
   size_t n = size_t(numel());
+#if FDTRAIN_HAVE_CUDA
+  if (is_cuda()) {
+    if (dtype_ != DType::kI32) return kernels::fill(raw(), kdt(dtype_), numel(), value);
+    Tensor host = empty(shape_, dtype_, MemCategory::kOther, Device::cpu());
+    host.fill_(value);
+    return copy_from(host);
+  }
+#endif
   switch (dtype_) {
     case DType::kF32: {
       float* p = data<float>();
@@ -79,6 +112,23 @@ void Tensor::fill_(float value) const {
 
 void Tensor::copy_from(const Tensor& src) const {
   FD_CHECK(src.numel() == numel(), "copy of {} elements into {}", src.numel(), numel());
+#if FDTRAIN_HAVE_CUDA
+  if (is_cuda() || src.is_cuda()) {
+    if (src.dtype_ == dtype_) {
+      if (is_cuda() && src.is_cuda()) return kernels::copy_device(raw(), src.raw(), nbytes());
+      if (is_cuda()) return kernels::copy_to_device(raw(), src.raw(), nbytes());
+      return kernels::copy_to_host(raw(), src.raw(), nbytes());
+    }
+    FD_CHECK(dtype_ != DType::kI32 && src.dtype_ != DType::kI32, "no conversion {} -> {}",
+             dtype_name(src.dtype_), dtype_name(dtype_));
+    if (is_cuda() && src.is_cuda())
+      return kernels::cast(src.raw(), kdt(src.dtype_), raw(), kdt(dtype_), numel());
+    // Across devices: move the bytes first, convert where the result lives.
+    Tensor moved = empty(shape_, src.dtype_, MemCategory::kOther, device());
+    moved.copy_from(src);
+    return copy_from(moved);
+  }
+#endif
   if (src.dtype_ == dtype_) {
     std::memmove(raw(), src.raw(), nbytes());
     return;
@@ -97,12 +147,19 @@ void Tensor::copy_from(const Tensor& src) const {
 }
 
 Tensor Tensor::to(DType dtype, MemCategory category) const {
-  Tensor t = empty(shape_, dtype, category);
+  Tensor t = empty(shape_, dtype, category, device());
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to_device(Device d, MemCategory category) const {
+  Tensor t = empty(shape_, dtype_, category, d);
   t.copy_from(*this);
   return t;
 }
 
 std::vector<float> Tensor::to_vector() const {
+  if (is_cuda()) return to_device(Device::cpu(), MemCategory::kOther).to_vector();
   std::vector<float> out(static_cast<size_t>(numel()));
   if (dtype_ == DType::kI32) {
     for (size_t i = 0; i < out.size(); ++i) out[i] = float(data<int32_t>()[i]);

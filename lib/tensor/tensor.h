@@ -20,21 +20,25 @@ class Tensor {
  public:
   Tensor() = default;  // undefined tensor
 
-  // New storage of shape.numel() elements; contents unspecified.
+  // New storage of shape.numel() elements on `device` (the thread's
+  // default_device() when not given); contents unspecified.
   static Tensor empty(const Shape& shape, DType dtype = DType::kF32,
                       MemCategory category = MemCategory::kActivations);
-  // New storage filled with zeros.
+  static Tensor empty(const Shape& shape, DType dtype, MemCategory category, Device device);
+  // New storage filled with zeros (default device).
   static Tensor zeros(const Shape& shape, DType dtype = DType::kF32,
                       MemCategory category = MemCategory::kActivations);
+  static Tensor zeros(const Shape& shape, DType dtype, MemCategory category, Device device);
   // A view of `shape` at element offset `offset` (in units of dtype) into `storage`.
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape,
                         DType dtype);
-  // fp32 tensor holding a copy of `values` (size must match shape).
+  // Tensor on the default device holding a copy of `values` (size must match shape).
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape,
                             DType dtype = DType::kF32,
                             MemCategory category = MemCategory::kActivations);
 
   bool defined() const { return storage_ != nullptr; }
+  bool is_cuda() const { return storage_ != nullptr && storage_->device().is_cuda(); }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_->device(); }
@@ -43,6 +47,9 @@ class Tensor {
   size_t offset() const { return offset_; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
+  // The first element's address: host memory for CPU tensors, a device
+  // pointer for CUDA tensors (pass it to kernels/ or a communicator, never
+  // dereference it on the host).
   void* raw() const { return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_); }
   template <typename T>
   T* data() const {
@@ -65,11 +72,14 @@ class Tensor {
 
   void zero_() const;
   void fill_(float value) const;
-  // Copies src's elements (same numel) converting dtype as needed.
+  // Copies src's elements (same numel) converting dtype as needed, between
+  // any two devices.
   void copy_from(const Tensor& src) const;
-  // A new tensor with the same elements in `dtype`.
+  // A new tensor with the same elements in `dtype` (on this tensor's device).
   Tensor to(DType dtype, MemCategory category = MemCategory::kActivations) const;
-  // The elements as fp32 values.
+  // A new tensor with the same elements and dtype on `device`.
+  Tensor to_device(Device device, MemCategory category = MemCategory::kActivations) const;
+  // The elements as fp32 values (copied to the host; synchronises with the GPU).
   std::vector<float> to_vector() const;
 
  private:

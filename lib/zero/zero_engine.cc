@@ -14,20 +14,6 @@ namespace {
 // gradient buckets of stages 2-3 while still overlapping with backward.
 constexpr size_t kMaxInFlight = 2;
 
-// acc += x elementwise, computed in fp32 and stored in acc's dtype.
-void add_into(const Tensor& acc, const Tensor& x) {
-  const int64_t n = acc.numel();
-  if (acc.dtype() == DType::kF32 && x.dtype() == DType::kF32) {
-    float* a = acc.f32();
-    const float* b = x.f32();
-    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-    return;
-  }
-  std::vector<float> a = acc.to_vector(), b = x.to_vector();
-  for (int64_t i = 0; i < n; ++i) a[size_t(i)] += b[size_t(i)];
-  convert_f32_to(acc.dtype(), a.data(), acc.raw(), size_t(n));
-}
-
 }  // namespace
 
 nn::GroupLayout layout_for(int stage, int world) {
@@ -234,7 +220,7 @@ void ZeroEngine::complete(Pending& p) {
     if (micro_ == 0) {
       s.grad_shard.copy_from(p.recv);
     } else {
-      add_into(s.grad_shard, p.recv);
+      ops::add_(s.grad_shard, p.recv);
     }
   }
   if (config_.stage >= 2) s.group->flat_grads().storage()->release();

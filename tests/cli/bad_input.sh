@@ -41,8 +41,14 @@ write_recipe "$R"
 expect_fail 2 "override 'optimizer.lrr=1e-3': optimizer.lrr: unknown key; did you mean 'lr'\\?" \
   train "$R" optimizer.lrr=1e-3 --run-dir "$TMP/run"
 
-# A value that needs a later feature is refused, never ignored.
-expect_fail 2 "device.*not supported yet" train "$R" device=cuda --run-dir "$TMP/run"
+# device: cuda where no GPU is usable (this machine, or a build without CUDA):
+# one clear message before anything is written.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_fail 1 "device: cuda requested, but" train "$R" device=cuda --run-dir "$TMP/cuda_run"
+  if [[ -e "$TMP/cuda_run" ]]; then
+    echo "FAIL: a refused device=cuda run created its run directory"; FAILURES=$((FAILURES + 1))
+  fi
+fi
 expect_fail 2 "lora.targets.*c_atn.*did you mean 'c_attn'" train "$R" "lora={r: 4, targets: [c_atn]}" --run-dir "$TMP/run"
 expect_fail 2 "lora.r: must be >= 1" train "$R" "lora={r: 0}" --run-dir "$TMP/run"
 
@@ -63,7 +69,7 @@ expect_fail 2 "batch.global" train "$R" batch.global=6 --run-dir "$TMP/run"
 write_recipe "$R"
 "$FDTRAIN" train "$R" --run-dir "$TMP/done" --no-progress >/dev/null 2>&1 || { echo "FAIL: reference run"; FAILURES=$((FAILURES+1)); }
 sum_before=$(md5sum "$TMP/done/summary.json")
-expect_fail 2 "already holds a run; pass --overwrite" train "$R" --run-dir "$TMP/done"
+expect_fail 2 "already holds a finished run.*Pass --overwrite" train "$R" --run-dir "$TMP/done"
 [ "$(md5sum "$TMP/done/summary.json")" = "$sum_before" ] || { echo "FAIL: summary.json changed"; FAILURES=$((FAILURES+1)); }
 
 # A global batch that does not fit the world size, under mpirun -n 2: every rank
@@ -80,7 +86,7 @@ fi
 
 # A run directory that already holds a run is seen by rank 0 only; every rank still exits 2.
 out=$(timeout 120 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$R" --run-dir "$TMP/done" 2>&1); rc=$?
-if [ $rc -ne 2 ] || ! grep -q "already holds a run" <<<"$out"; then
+if [ $rc -ne 2 ] || ! grep -q "already holds a finished run" <<<"$out"; then
   echo "FAIL: mpirun -n 2 into an existing run gave exit $rc"; echo "$out" | sed 's/^/    /'
   FAILURES=$((FAILURES+1))
 else

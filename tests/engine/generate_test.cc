@@ -1,7 +1,9 @@
-// generate(): determinism in the seed, greedy and top-k decoding checked
-// against the model's own logits, the context window, and the sampling
-// distribution against softmax(logits / temperature) on a model whose logits
-// do not depend on the context.
+// generate(): the KV-cached decoding gives the tokens of the full re-run it
+// replaced (the previous implementation, kept below as the reference);
+// determinism in the seed, greedy and top-k decoding checked against the
+// model's own logits, the context window rule, and the sampling distribution
+// against softmax(logits / temperature) on a model whose logits do not depend
+// on the context.
 #include "lib/engine/generate.h"
 
 #include <gtest/gtest.h>
@@ -9,9 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "lib/autograd/tape.h"
+#include "lib/base/rng.h"
 
 namespace fd::engine {
 namespace {
@@ -26,16 +30,81 @@ nn::GptConfig tiny() {
   return c;
 }
 
-// Logits of the last position for `seq`, cropped to the model's context as generate() does.
-std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq) {
+// Logits of the last position of a full forward of the last `ctx` tokens of `seq`.
+std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq, int64_t ctx) {
   autograd::NoGradGuard no_grad;
-  const int64_t ctx = m.config().max_seq_len, V = m.config().vocab_size;
+  const int64_t V = m.config().vocab_size;
   const int64_t start = std::max<int64_t>(0, int64_t(seq.size()) - ctx);
   const int64_t T = int64_t(seq.size()) - start;
   Tensor tokens = Tensor::empty(Shape{1, T}, DType::kI32);
   std::copy(seq.begin() + start, seq.end(), tokens.i32());
   std::vector<float> all = m.forward(tokens).value().to_vector();
   return std::vector<float>(all.end() - V, all.end());
+}
+std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq) {
+  return last_logits(m, seq, m.config().max_seq_len);
+}
+
+// The context generate() reads for each new token (generate.h): the whole
+// sequence while it fits the window; once a window is full, its newest
+// ceil(window / 2) tokens, growing again from there.
+class ContextRule {
+ public:
+  ContextRule(int window, size_t prompt)
+      : window_(window), len_(std::min<size_t>(window, prompt)) {}
+  size_t length() const { return len_; }
+  void advance() { len_ = int(len_) < window_ ? len_ + 1 : size_t(window_ + 1) / 2; }
+
+ private:
+  int window_;
+  size_t len_;
+};
+
+// The previous generate(): a full forward of the last `window` tokens for
+// every new token, no cache (verbatim but for the context rule, which
+// `halve` switches to generate.h's; the two agree while the sequence fits).
+std::vector<int32_t> full_rerun_generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
+                                         const SampleOptions& options, bool halve) {
+  autograd::NoGradGuard no_grad;
+  const int V = model.config().vocab_size;
+  const int ctx = options.max_context > 0
+                      ? std::min(options.max_context, model.config().max_seq_len)
+                      : model.config().max_seq_len;
+  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
+  ContextRule rule(ctx, seq.size());
+  std::vector<int32_t> out;
+  std::vector<float> probs(static_cast<size_t>(V));
+  std::vector<int> order(static_cast<size_t>(V));
+  for (int i = 0; i < options.max_new_tokens; ++i) {
+    int64_t start =
+        std::max<int64_t>(0, int64_t(seq.size()) - (halve ? int64_t(rule.length()) : ctx));
+    int64_t T = int64_t(seq.size()) - start;
+    Tensor tokens = Tensor::empty(Shape{1, T}, DType::kI32);
+    std::copy(seq.begin() + start, seq.end(), tokens.i32());
+    std::vector<float> logits = model.forward(tokens).value().to_vector();
+    const float* last = logits.data() + (T - 1) * V;
+    float mx = *std::max_element(last, last + V);
+    for (int v = 0; v < V; ++v) probs[v] = std::exp((last[v] - mx) / options.temperature);
+    if (options.top_k > 0 && options.top_k < V) {
+      std::iota(order.begin(), order.end(), 0);
+      std::nth_element(order.begin(), order.begin() + options.top_k, order.end(),
+                       [&](int a, int b) { return probs[a] > probs[b]; });
+      for (int r = options.top_k; r < V; ++r) probs[order[r]] = 0.0f;
+    }
+    double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+    double u = uniform01(hash_words(options.seed, 0x5a3b1e, uint64_t(i))) * total;
+    int pick = -1;
+    for (int v = 0; v < V; ++v) {
+      if (probs[v] <= 0.0f) continue;
+      pick = v;
+      u -= probs[v];
+      if (u < 0) break;
+    }
+    seq.push_back(pick);
+    out.push_back(pick);
+    rule.advance();
+  }
+  return out;
 }
 
 class Generate : public ::testing::Test {
@@ -71,10 +140,59 @@ TEST_F(Generate, DeterministicInSeedAndInRange) {
   EXPECT_TRUE(generate(model_, prompt, o).empty());
 }
 
+// The cached decoding samples the tokens of the full re-run it replaced, for
+// several prompts, seeds, temperatures and top-k, while the sequence fits the
+// window (3 + 13 = 16 tokens; a shorter max_context too).
+TEST_F(Generate, SameTokensAsTheFullRerun) {
+  int differing_outputs = 0;
+  std::vector<int32_t> previous;
+  for (int k : {0, 1, 5}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      for (int32_t first = 0; first < 4; ++first) {
+        SampleOptions o;
+        o.max_new_tokens = 13;
+        o.top_k = k;
+        o.temperature = 0.6f + 0.4f * float(seed);
+        o.seed = seed;
+        o.max_context = first == 3 ? 10 : 0;
+        if (first == 3) o.max_new_tokens = 7;
+        const std::vector<int32_t> prompt = {first, 2 * first + 1, 31 - first};
+        std::vector<int32_t> got = generate(model_, prompt, o);
+        EXPECT_EQ(got, full_rerun_generate(model_, prompt, o, /*halve=*/false))
+            << "k " << k << " seed " << seed << " prompt " << first;
+        differing_outputs += got != previous;
+        previous = got;
+      }
+    }
+  }
+  EXPECT_GT(differing_outputs, 20);  // the outputs are not all the same
+}
+
+// Past the window, the documented rule (keep the newest half, re-run it):
+// 3 + 40 tokens through a 16-token window, and a prompt longer than the window.
+TEST_F(Generate, PastTheWindowKeepsTheNewestHalf) {
+  SampleOptions o;
+  o.max_new_tokens = 40;
+  o.top_k = 0;
+  o.temperature = 1.0f;
+  for (uint64_t seed : {4u, 5u}) {
+    o.seed = seed;
+    const std::vector<int32_t> prompt = {1, 2, 3};
+    EXPECT_EQ(generate(model_, prompt, o), full_rerun_generate(model_, prompt, o, true));
+    std::vector<int32_t> long_prompt(21);
+    std::iota(long_prompt.begin(), long_prompt.end(), 5);
+    EXPECT_EQ(generate(model_, long_prompt, o), full_rerun_generate(model_, long_prompt, o, true));
+  }
+  // The rule matters: the old crop (always the last 16 tokens) samples other tokens.
+  o.seed = 4;
+  EXPECT_NE(full_rerun_generate(model_, {1, 2, 3}, o, true),
+            full_rerun_generate(model_, {1, 2, 3}, o, false));
+}
+
 // top_k = 1 is greedy: each token is the argmax of the last position's logits
-// of the sequence so far. 16 new tokens after a 3-token prompt run past the
-// 16-token context, so cropping is checked too. Several prompts, so that
-// greedy picks more than one token overall.
+// of the context generate() reads. 16 new tokens after a 3-token prompt run
+// past the 16-token context, so the window rule is checked too. Several
+// prompts, so that greedy picks more than one token overall.
 TEST_F(Generate, TopOneIsArgmaxOfTheModelsLogits) {
   SampleOptions o;
   o.max_new_tokens = 16;
@@ -85,8 +203,10 @@ TEST_F(Generate, TopOneIsArgmaxOfTheModelsLogits) {
     std::vector<int32_t> seq = {first, 2 * first + 1, 31 - first};
     std::vector<int32_t> out = generate(model_, seq, o);
     ASSERT_EQ(out.size(), 16u);
+    ContextRule rule(tiny().max_seq_len, seq.size());
     for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<float> l = last_logits(model_, seq);
+      std::vector<float> l = last_logits(model_, seq, int64_t(rule.length()));
+      rule.advance();
       const int32_t want = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
       EXPECT_EQ(out[i], want) << "prompt " << first << " token " << i;
       picked[size_t(out[i])] = true;
@@ -106,8 +226,10 @@ TEST_F(Generate, TopKSamplesOnlyFromTheKLargest) {
   std::vector<int32_t> seq = {7};
   std::vector<int32_t> out = generate(model_, seq, o);
   int not_argmax = 0;
+  ContextRule rule(tiny().max_seq_len, seq.size());
   for (size_t i = 0; i < out.size(); ++i) {
-    std::vector<float> l = last_logits(model_, seq);
+    std::vector<float> l = last_logits(model_, seq, int64_t(rule.length()));
+    rule.advance();
     std::vector<float> sorted = l;
     std::sort(sorted.begin(), sorted.end(), std::greater<float>());
     EXPECT_GE(l[size_t(out[i])], sorted[2]) << "token " << i << " outside the top 3";

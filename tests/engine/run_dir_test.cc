@@ -173,5 +173,62 @@ TEST_F(RunDir, SummaryIsWrittenAtomicallyAndReplaced) {
   EXPECT_TRUE(tmp_files(dir).empty());
 }
 
+// The refusal says whether the run finished, and offers --resume and --overwrite.
+TEST_F(RunDir, RefusalSaysWhetherTheRunFinishedAndWhatToDo) {
+  const fs::path dir = root_ / "run";
+  {
+    RunDirectory rd(dir, false);
+    rd.write_config("old: 1\n");
+  }
+  auto refusal = [&] {
+    try {
+      RunDirectory again(dir, false);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "not refused";
+    return std::string();
+  };
+  std::string msg = refusal();  // config.yaml, no summary.json: did not finish
+  EXPECT_NE(msg.find("did not finish"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--resume auto"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;
+  write(dir / "summary.json",
+        R"({"exit_reason": "completed", "steps": 6, "steps_planned": 6})");
+  msg = refusal();
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("finished run (\"completed\" after 6 of 6 steps)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("nothing was changed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--resume auto"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;
+}
+
+// Replacing a run removes its event files and logs; resuming keeps them.
+TEST_F(RunDir, OverwriteRemovesEventsAndLogsResumeKeepsThem) {
+  const fs::path dir = root_ / "run";
+  auto make_old_run = [&] {
+    RunDirectory rd(dir, true);
+    rd.write_config("old: 1\n");
+    rd.write_run_info({{"overrides", {"steps=2"}}});
+    write(dir / "events.out.tfevents.1.host", "x");
+    fs::create_directories(dir / "logs");
+    write(dir / "logs" / "rank0.log", "old log");
+  };
+  make_old_run();
+  EXPECT_EQ(nlohmann::json::parse(read(dir / "run.json"))["overrides"][0], "steps=2");
+  {
+    RunDirectory resumed(dir, false, /*resume_step=*/0);
+    EXPECT_TRUE(fs::exists(dir / "events.out.tfevents.1.host"));
+    EXPECT_EQ(read(dir / "logs" / "rank0.log"), "old log");
+  }
+  make_old_run();
+  RunDirectory replaced(dir, true);
+  EXPECT_FALSE(fs::exists(dir / "events.out.tfevents.1.host"));
+  EXPECT_FALSE(fs::exists(dir / "logs"));
+  EXPECT_FALSE(fs::exists(dir / "run.json"));
+}
+
 }  // namespace
 }  // namespace fd::engine

@@ -1,0 +1,122 @@
+// fdtrain eval MODEL --data FILE [--seq-len T] [--windows N] [--format F] [--json]
+//
+// The mean loss and perplexity of a model (a run / checkpoint directory or a
+// weights file, lib/ckpt/inference_model.h) over the first N non-overlapping
+// windows of T + 1 tokens of FILE (lib/engine/evaluate.h defines the number).
+// FILE is raw text (byte tokenizer) or an llm.c .bin token file.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "apps/fdtrain/subcommand.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/ckpt/inference_model.h"
+#include "lib/data/token_file.h"
+#include "lib/engine/evaluate.h"
+#include "lib/ops/blas_setup.h"
+
+namespace fd::cli {
+namespace {
+
+struct EvalOptions {
+  std::string model;
+  std::string data;
+  std::string format = "auto";
+  int seq_len = -1;      // -1: the run's data.seq_len (checkpoints), else max_seq_len
+  int64_t windows = -1;  // -1: every whole window in the file
+  int batch = 8;
+  int threads = 1;
+  bool json = false;
+};
+
+int run_eval(const EvalOptions& o) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(o.data, ec))
+    usage_error("--data {}: no such file; give a text file or an llm.c .bin token file", o.data);
+  if (o.windows == 0 || o.windows < -1) usage_error("--windows must be >= 1, got {}", o.windows);
+  if (o.batch < 1) usage_error("--batch must be >= 1, got {}", o.batch);
+  if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);
+  ops::set_blas_threads(o.threads);
+
+  ckpt::InferenceModel m = ckpt::load_inference_model(o.model);
+  const nn::GptConfig& mc = m.model->config();
+  int T = o.seq_len;
+  if (T == -1) T = m.recipe ? std::min(m.recipe->data.seq_len, mc.max_seq_len) : mc.max_seq_len;
+  if (T < 1) usage_error("--seq-len must be >= 1, got {}", T);
+  if (T > mc.max_seq_len)
+    usage_error(
+        "--seq-len {} is longer than the model's context (max_seq_len {}); give "
+        "--seq-len {} or less",
+        T, mc.max_seq_len, mc.max_seq_len);
+
+  data::TokenFile file =
+      data::TokenFile::open(o.data, *data::token_format_from_name(o.format), mc.vocab_size);
+  const int64_t W = int64_t(T) + 1;
+  const int64_t fit = file.size() / W;
+  if (fit == 0)
+    usage_error(
+        "--data {} holds {} tokens, fewer than one window of seq_len + 1 = {}; give a "
+        "shorter --seq-len (at most {}) or a longer file",
+        o.data, file.size(), W, file.size() - 1);
+  const int64_t N = o.windows == -1 ? fit : o.windows;
+  if (N > fit)
+    usage_error(
+        "--data {} holds {} tokens: room for {} window{} of seq_len + 1 = {} tokens, not "
+        "{}; ask for --windows {} or fewer, or a shorter --seq-len",
+        o.data, file.size(), fit, fit == 1 ? "" : "s", W, N, fit);
+  std::vector<int32_t> tokens(size_t(N * W));
+  file.copy(0, N * W, tokens.data());
+
+  engine::EvalResult r = engine::evaluate_windows(*m.model, tokens, T, o.batch);
+  const std::string format(data::token_format_name(file.format()));
+  if (o.json) {
+    nlohmann::json j = {{"model", m.source},        {"data", o.data},
+                        {"format", format},         {"seq_len", T},
+                        {"windows", r.windows},     {"targets", r.targets},
+                        {"mean_loss", r.mean_loss}, {"perplexity", r.perplexity}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model       %s\n", m.description.c_str());
+  std::printf("data        %s (%s, %lld tokens)\n", o.data.c_str(), format.c_str(),
+              static_cast<long long>(file.size()));
+  std::printf("windows     %lld x %lld tokens from the start (seq_len %d): %lld targets\n",
+              static_cast<long long>(r.windows), static_cast<long long>(W), T,
+              static_cast<long long>(r.targets));
+  std::printf("mean loss   %.6f\nperplexity  %.4f\n", r.mean_loss, r.perplexity);
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, std::vector<Subcommand>* out) {
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval",
+      "mean loss and perplexity of a model over the first N windows of T+1 tokens of a file");
+  cmd->add_option("model", o->model,
+                  "run directory, checkpoint directory, or weights file (.safetensors, .h5)")
+      ->required();
+  cmd->add_option("--data", o->data, "text file (byte tokenizer) or llm.c .bin token file")
+      ->required();
+  cmd->add_option("--seq-len", o->seq_len,
+                  "T: inputs per window (default: the run's data.seq_len for a checkpoint, "
+                  "else the model's max_seq_len)");
+  cmd->add_option("--windows", o->windows,
+                  "N: windows of T+1 tokens from the start of the file (default: all that fit)");
+  cmd->add_option("--format", o->format, "auto (default: .bin or llm.c magic = tokens), text, llmc")
+      ->check(CLI::IsMember({"auto", "text", "llmc"}));
+  cmd->add_option("--batch", o->batch,
+                  "windows per forward (default 8; does not change the result)");
+  cmd->add_option("--threads", o->threads, "BLAS threads (default 1)");
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  out->push_back({cmd, [o] { return run_eval(*o); }});
+}
+
+}  // namespace fd::cli

@@ -1,0 +1,153 @@
+// fdtrain generate MODEL [--prompt TEXT | --tokens 1,2,3] [--max-tokens N] [--temperature T]
+//                        [--top-k K] [--seed S] [--context C] [--json]
+//
+// Samples a continuation with the KV-cached decoder (lib/engine/generate.h).
+// Byte-level models (a checkpoint of a data.format text run, or a weights
+// file with a 256-token vocabulary) take --prompt text and print text; other
+// models take --tokens and print token ids (fdtrain has no BPE tokenizer).
+// The sampled text goes to stdout; the timing goes to stderr.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "apps/fdtrain/subcommand.h"
+#include "lib/base/error.h"
+#include "lib/base/strings.h"
+#include "lib/ckpt/inference_model.h"
+#include "lib/data/byte_tokenizer.h"
+#include "lib/engine/generate.h"
+#include "lib/ops/blas_setup.h"
+
+namespace fd::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  std::string tokens;  // "1,2,3"
+  int max_tokens = 200;
+  float temperature = 0.8f;
+  int top_k = 40;
+  int64_t seed = 1337;
+  int context = -1;  // -1: the run's data.seq_len (checkpoints), else max_seq_len
+  int threads = 1;
+  bool json = false;
+};
+
+std::vector<int32_t> parse_tokens(const std::string& text, int vocab_size) {
+  std::vector<int32_t> out;
+  for (std::string item : split(text, ',')) {
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      usage_error("--tokens '{}': '{}' is not a token id; give ids separated by commas (1,2,3)",
+                  text, item);
+    if (v < 0 || v >= vocab_size)
+      usage_error("--tokens: token {} is outside the model's vocabulary [0, {})", v, vocab_size);
+    out.push_back(int32_t(v));
+  }
+  return out;
+}
+
+int run_generate(const GenerateOptions& o) {
+  if (o.max_tokens < 0) usage_error("--max-tokens must be >= 0, got {}", o.max_tokens);
+  if (!(o.temperature > 0.0f)) usage_error("--temperature must be > 0, got {}", o.temperature);
+  if (o.top_k < 0) usage_error("--top-k must be >= 0 (0 = all tokens), got {}", o.top_k);
+  if (o.seed < 0) usage_error("--seed must be >= 0, got {}", o.seed);
+  if (o.context == 0 || o.context < -1) usage_error("--context must be >= 1, got {}", o.context);
+  if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);
+  if (!o.prompt.empty() && !o.tokens.empty())
+    usage_error("give the prompt as --prompt TEXT or as --tokens IDS, not both");
+  ops::set_blas_threads(o.threads);
+
+  ckpt::InferenceModel m = ckpt::load_inference_model(o.model);
+  const nn::GptConfig& mc = m.model->config();
+  const bool bytes = m.recipe ? m.recipe->data.format == config::DataFormat::kText
+                              : mc.vocab_size == data::ByteTokenizer::kVocabSize;
+  if (!o.prompt.empty() && !bytes)
+    usage_error(
+        "{} is not a byte-level model ({}), and fdtrain has no tokenizer for its "
+        "vocabulary of {}; give the prompt as token ids: --tokens 1,2,3",
+        o.model, m.recipe ? "its run used data.format tokens" : "its vocabulary is not 256",
+        mc.vocab_size);
+  if (bytes && mc.vocab_size < data::ByteTokenizer::kVocabSize)
+    usage_error("{}: vocab_size {} is below 256, too small for byte-level text", o.model,
+                mc.vocab_size);
+
+  data::ByteTokenizer tok;
+  std::vector<int32_t> prompt =
+      o.tokens.empty() ? tok.encode(o.prompt) : parse_tokens(o.tokens, mc.vocab_size);
+  engine::SampleOptions so;
+  so.max_new_tokens = o.max_tokens;
+  so.temperature = o.temperature;
+  so.top_k = o.top_k;
+  so.seed = uint64_t(o.seed);
+  so.max_context = o.context != -1 ? o.context : m.recipe ? m.recipe->data.seq_len : 0;
+  if (so.max_context > mc.max_seq_len)
+    usage_error("--context {} is longer than the model's max_seq_len {}", so.max_context,
+                mc.max_seq_len);
+  // As the end-of-training sample: '\n' for bytes, else GPT-2's <|endoftext|> if the vocabulary has
+  // it.
+  so.start_token = bytes ? 10 : (mc.vocab_size > 50256 ? 50256 : 0);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> out = engine::generate(*m.model, prompt, so);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const std::string prompt_text = o.tokens.empty() ? o.prompt : tok.decode(prompt);
+  if (o.json) {
+    nlohmann::json j = {{"model", m.source},
+                        {"prompt_tokens", prompt},
+                        {"tokens", out},
+                        {"seed", o.seed},
+                        {"temperature", o.temperature},
+                        {"top_k", o.top_k},
+                        {"context", so.max_context > 0 ? so.max_context : mc.max_seq_len},
+                        {"seconds", secs}};
+    if (bytes) j["text"] = tok.decode(out);
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else if (bytes) {
+    std::printf("%s%s\n", prompt_text.c_str(), tok.decode(out).c_str());
+  } else {
+    std::printf("%s\n", fmt::format("{}", fmt::join(out, ",")).c_str());
+  }
+  std::fprintf(stderr, "fdtrain: %zu tokens in %.3f s (%.3f ms/token) from %s\n", out.size(), secs,
+               out.empty() ? 0.0 : 1e3 * secs / double(out.size()), m.description.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, std::vector<Subcommand>* out) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "sample text from a model (KV-cached decoding)");
+  cmd->add_option("model", o->model,
+                  "run directory, checkpoint directory, or weights file (.safetensors, .h5)")
+      ->required();
+  cmd->add_option("--prompt", o->prompt, "text to continue (byte-level models)");
+  cmd->add_option("--tokens", o->tokens, "prompt as token ids, comma-separated (any model)");
+  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate (default 200)");
+  cmd->add_option("--temperature", o->temperature, "sampling temperature, > 0 (default 0.8)");
+  cmd->add_option("--top-k", o->top_k, "sample among the k likeliest tokens; 0 = all (default 40)");
+  cmd->add_option("--seed", o->seed, "sampling seed (default 1337): same seed, same text");
+  cmd->add_option("--context", o->context,
+                  "context window in tokens (default: the run's data.seq_len for a checkpoint, "
+                  "else max_seq_len); past it the newest half is kept and re-run");
+  cmd->add_option("--threads", o->threads, "BLAS threads (default 1)");
+  cmd->add_flag("--json", o->json, "machine-readable output (tokens, text, seconds)");
+  out->push_back({cmd, [o] { return run_generate(*o); }});
+}
+
+}  // namespace fd::cli

@@ -1,0 +1,30 @@
+// A subcommand that lives in its own file (catalog_cmd.cc, eval_cmd.cc, ...).
+//
+// Each file has an add_*() function that registers its subcommand(s) on the
+// CLI11 app, keeping its options in state owned by the returned `run`; main()
+// calls add_*() before parsing and then runs the subcommand that was given.
+// `run` returns the exit code (0, or 2 for usage errors, 1 for runtime
+// failures) or throws fd::Error, which main() turns into one message.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <vector>
+
+namespace fd::cli {
+
+struct Subcommand {
+  CLI::App* app;             // owned by the parent CLI::App
+  std::function<int()> run;  // runs it once the command line is parsed
+};
+
+// fdtrain ls | cp | schema: the shipped recipes and the recipe reference (catalog_cmd.cc).
+void add_catalog_commands(CLI::App& app, std::vector<Subcommand>* out);
+// fdtrain eval: loss and perplexity of a model on a data file (eval_cmd.cc).
+void add_eval_command(CLI::App& app, std::vector<Subcommand>* out);
+// fdtrain generate: text from a model, KV-cached (generate_cmd.cc).
+void add_generate_command(CLI::App& app, std::vector<Subcommand>* out);
+// fdtrain runs | plot: run directories as a table, losses as an SVG (runs_cmd.cc).
+void add_runs_commands(CLI::App& app, std::vector<Subcommand>* out);
+
+}  // namespace fd::cli

@@ -1,0 +1,29 @@
+# Sanitizer and fuzzing builds, for fdtrain's code and everything it
+# compiles (make test-asan, make test-tsan, make fuzz; each in its own build
+# directory). System libraries (Open MPI, OpenBLAS, HDF5, yaml-cpp) are not
+# instrumented; tests/sanitizers/ holds the suppressions that this needs.
+set(FDTRAIN_SANITIZE "" CACHE STRING
+    "Instrument the build: address (ASan + UBSan), thread (TSan), or empty for none")
+set_property(CACHE FDTRAIN_SANITIZE PROPERTY STRINGS "" address thread)
+option(FDTRAIN_FUZZ "Build the libFuzzer targets of tests/fuzz (clang only; implies ASan + UBSan)" OFF)
+
+if(FDTRAIN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "FDTRAIN_FUZZ needs clang (libFuzzer): configure with "
+                        "-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  set(FDTRAIN_SANITIZE address CACHE STRING "" FORCE)
+  # Coverage feedback everywhere; only the fuzz binaries link libFuzzer's main.
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
+if(FDTRAIN_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined
+                      -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+elseif(FDTRAIN_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT FDTRAIN_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "FDTRAIN_SANITIZE must be address, thread or empty, not '${FDTRAIN_SANITIZE}'")
+endif()

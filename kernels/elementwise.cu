@@ -1,0 +1,333 @@
+// Elementwise kernels (cast, fill, accumulate, add, GELU, dropout) and the
+// column sums of bias_grad.
+//
+// Every kernel is a grid-stride loop over int64 indices that loads through
+// load_as_float, computes in fp32 and stores with round-to-nearest-even, the
+// same arithmetic as lib/ops. Column sums are deterministic: rows are split
+// into a fixed number of groups (a function of the row count only), each group
+// is summed in a fixed order into an fp32 scratch row, and a second pass
+// (add_column_partials) adds the groups in order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/kernels.h"
+
+namespace fd::kernels {
+namespace {
+
+// ---------------------------------------------------------------- kernels --
+
+__global__ void cast_kernel(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n,
+                            float factor) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    store_from_float(dst, dst_dt, i, load_as_float(src, src_dt, i) * factor);
+  }
+}
+
+__global__ void fill_kernel(void* dst, DT dt, int64_t n, float value) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) store_from_float(dst, dt, i, value);
+}
+
+__global__ void accumulate_kernel(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n,
+                                  float factor) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float d = load_as_float(dst, dst_dt, i);
+    store_from_float(dst, dst_dt, i, d + load_as_float(src, src_dt, i) * factor);
+  }
+}
+
+__global__ void add_kernel(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt,
+                           int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    store_from_float(out, out_dt, i, load_as_float(a, a_dt, i) + load_as_float(b, b_dt, i));
+  }
+}
+
+// GELU, tanh approximation, with lib/ops/gelu.cc's constants and formula.
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+__global__ void gelu_forward_kernel(const void* x, void* out, DT dt, int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float v = load_as_float(x, dt, i);
+    const float t = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
+    store_from_float(out, dt, i, 0.5f * v * (1.0f + t));
+  }
+}
+
+// d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+__global__ void gelu_backward_kernel(const void* x, const void* dy, DT dt, void* dx, DT dx_dt,
+                                     int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float v = load_as_float(x, dt, i);
+    const float t = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
+    const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    const float d = load_as_float(dx, dx_dt, i);
+    store_from_float(dx, dx_dt, i, d + load_as_float(dy, dt, i) * grad);
+  }
+}
+
+// lib/base/rng.h's splitmix64 finaliser and uniform01, bit for bit (mix64
+// also runs on the host for the per-call prefix).
+__host__ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ float uniform01(uint64_t h) {
+  return float(h >> 40) * (1.0f / 16777216.0f);
+}
+
+// The multiplier of element i: keep_scale when kept, else 0 (lib/ops/dropout.cc).
+// prefix = mix64(mix64(seed) ^ stream), so mix64(mix64(prefix ^ i) ^ 0) is
+// hash_words(seed, stream, i).
+__device__ __forceinline__ float dropout_multiplier(uint64_t prefix, int64_t i, float p,
+                                                    float keep_scale) {
+  const uint64_t h = mix64(mix64(prefix ^ static_cast<uint64_t>(i)));
+  return uniform01(h) >= p ? keep_scale : 0.0f;
+}
+
+// out = x * multiplier (forward), or dx += dy * multiplier (backward).
+__global__ void dropout_forward_kernel(const void* x, void* out, DT dt, int64_t n, float p,
+                                       float keep_scale, uint64_t prefix) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float m = dropout_multiplier(prefix, i, p, keep_scale);
+    store_from_float(out, dt, i, load_as_float(x, dt, i) * m);
+  }
+}
+
+__global__ void dropout_backward_kernel(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n,
+                                        float p, float keep_scale, uint64_t prefix) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float v = load_as_float(dy, dt, i) * dropout_multiplier(prefix, i, p, keep_scale);
+    store_from_float(dx, dx_dt, i, load_as_float(dx, dx_dt, i) + v);
+  }
+}
+
+// Column sums, first pass. Block (32, kSumRows): threadIdx.x picks a column of
+// the block's 32, threadIdx.y strides over the rows of group blockIdx.y; the
+// kSumRows row sums are then added in order. partial[g * N + c].
+constexpr int kSumRows = 8;
+
+__global__ void column_group_sums_kernel(const void* dy, DT dt, int64_t M, int64_t N,
+                                         int64_t rows_per_group, float* partial) {
+  __shared__ float sums[kSumRows][33];  // 33: no bank conflicts on the column read
+  const int64_t g = blockIdx.y;
+  const int64_t row_end = min(M, (g + 1) * rows_per_group);
+  for (int64_t c0 = int64_t(blockIdx.x) * 32; c0 < N; c0 += int64_t(gridDim.x) * 32) {
+    const int64_t c = c0 + threadIdx.x;
+    float s = 0.0f;
+    if (c < N) {
+      for (int64_t r = g * rows_per_group + threadIdx.y; r < row_end; r += kSumRows) {
+        s += load_as_float(dy, dt, r * N + c);
+      }
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < N) {
+      float total = 0.0f;
+      for (int k = 0; k < kSumRows; ++k) total += sums[k][threadIdx.x];
+      partial[g * N + c] = total;
+    }
+    __syncthreads();  // sums is rewritten by the next column chunk
+  }
+}
+
+// Column sums, second pass: block (32, kPartialRows), the same scheme over the
+// groups, then dst[c] += total.
+constexpr int kPartialRows = 32;
+
+__global__ void add_column_partials_kernel(const float* partial, int64_t groups, int64_t cols,
+                                           void* dst, DT dt) {
+  __shared__ float sums[kPartialRows][33];
+  for (int64_t c0 = int64_t(blockIdx.x) * 32; c0 < cols; c0 += int64_t(gridDim.x) * 32) {
+    const int64_t c = c0 + threadIdx.x;
+    float s = 0.0f;
+    if (c < cols) {
+      for (int64_t g = threadIdx.y; g < groups; g += kPartialRows) s += partial[g * cols + c];
+    }
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      float total = 0.0f;
+      for (int k = 0; k < kPartialRows; ++k) total += sums[k][threadIdx.x];
+      store_from_float(dst, dt, c, load_as_float(dst, dt, c) + total);
+    }
+    __syncthreads();
+  }
+}
+
+// Blocks over column chunks of 32, capped (the kernels loop over the rest).
+unsigned column_chunks(int64_t cols) {
+  const int64_t chunks = (cols + 31) / 32;
+  return static_cast<unsigned>(chunks < 65536 ? chunks : 65536);
+}
+
+// ------------------------------------------------------------ host checks --
+
+void require_ptr(const void* p, const char* what, const char* name) {
+  if (p == nullptr) throw Error(std::string(what) + ": " + name + " is null");
+}
+
+void require_count(int64_t n, const char* what) { require(n >= 0, what, "negative size"); }
+
+// The dropout probability check and the host-side constants, as in lib/ops/dropout.cc.
+struct DropoutConsts {
+  float keep_scale;
+  uint64_t prefix;
+};
+
+DropoutConsts dropout_consts(float p, uint64_t seed, uint64_t stream_id, const char* what) {
+  if (!(p >= 0.0f && p < 1.0f)) {
+    throw Error(std::string(what) + ": p must be in [0, 1), got " + std::to_string(p));
+  }
+  return {1.0f / (1.0f - p), mix64(mix64(seed) ^ stream_id)};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- launchers --
+
+void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float factor) {
+  constexpr const char* kWhat = "cast";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(src_dt, kWhat);
+  require_float(dst_dt, kWhat);
+  require_ptr(src, kWhat, "src");
+  require_ptr(dst, kWhat, "dst");
+  // Elements of different sizes at the same address would overwrite each other.
+  require(src != dst || src_dt == dst_dt, kWhat, "in place needs equal dtypes");
+  cast_kernel<<<grid_for(n), kBlock, 0, stream()>>>(src, src_dt, dst, dst_dt, n, factor);
+  check_launch(kWhat);
+}
+
+void fill(void* dst, DT dt, int64_t n, float value) {
+  constexpr const char* kWhat = "fill";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(dt, kWhat);
+  require_ptr(dst, kWhat, "dst");
+  fill_kernel<<<grid_for(n), kBlock, 0, stream()>>>(dst, dt, n, value);
+  check_launch(kWhat);
+}
+
+void accumulate(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n, float factor) {
+  constexpr const char* kWhat = "accumulate";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(dst_dt, kWhat);
+  require_float(src_dt, kWhat);
+  require_ptr(dst, kWhat, "dst");
+  require_ptr(src, kWhat, "src");
+  accumulate_kernel<<<grid_for(n), kBlock, 0, stream()>>>(dst, dst_dt, src, src_dt, n, factor);
+  check_launch(kWhat);
+}
+
+void add(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt, int64_t n) {
+  constexpr const char* kWhat = "add";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(a_dt, kWhat);
+  require_float(b_dt, kWhat);
+  require_float(out_dt, kWhat);
+  require_ptr(a, kWhat, "a");
+  require_ptr(b, kWhat, "b");
+  require_ptr(out, kWhat, "out");
+  require((out != a || a_dt == out_dt) && (out != b || b_dt == out_dt), kWhat,
+          "in place needs equal dtypes");
+  add_kernel<<<grid_for(n), kBlock, 0, stream()>>>(a, a_dt, b, b_dt, out, out_dt, n);
+  check_launch(kWhat);
+}
+
+void gelu_forward(const void* x, void* out, DT dt, int64_t n) {
+  constexpr const char* kWhat = "gelu_forward";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(dt, kWhat);
+  require_ptr(x, kWhat, "x");
+  require_ptr(out, kWhat, "out");
+  gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, out, dt, n);
+  check_launch(kWhat);
+}
+
+void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int64_t n) {
+  constexpr const char* kWhat = "gelu_backward";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(dt, kWhat);
+  require_float(dx_dt, kWhat);
+  require_ptr(x, kWhat, "x");
+  require_ptr(dy, kWhat, "dy");
+  require_ptr(dx, kWhat, "dx");
+  gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, dy, dt, dx, dx_dt, n);
+  check_launch(kWhat);
+}
+
+void dropout_forward(const void* x, void* out, DT dt, int64_t n, float p, uint64_t seed,
+                     uint64_t stream_id) {
+  constexpr const char* kWhat = "dropout_forward";
+  require_count(n, kWhat);
+  const DropoutConsts k = dropout_consts(p, seed, stream_id, kWhat);
+  if (n == 0) return;
+  require_float(dt, kWhat);
+  require_ptr(x, kWhat, "x");
+  require_ptr(out, kWhat, "out");
+  dropout_forward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, out, dt, n, p, k.keep_scale,
+                                                               k.prefix);
+  check_launch(kWhat);
+}
+
+void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, float p, uint64_t seed,
+                      uint64_t stream_id) {
+  constexpr const char* kWhat = "dropout_backward";
+  require_count(n, kWhat);
+  const DropoutConsts k = dropout_consts(p, seed, stream_id, kWhat);
+  if (n == 0) return;
+  require_float(dt, kWhat);
+  require_float(dx_dt, kWhat);
+  require_ptr(dy, kWhat, "dy");
+  require_ptr(dx, kWhat, "dx");
+  dropout_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(dy, dt, dx, dx_dt, n, p,
+                                                                k.keep_scale, k.prefix);
+  check_launch(kWhat);
+}
+
+void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT db_dt) {
+  constexpr const char* kWhat = "bias_grad";
+  require(M >= 0 && N >= 0, kWhat, "negative size");
+  if (M == 0 || N == 0) return;
+  require_float(dy_dt, kWhat);
+  require_float(db_dt, kWhat);
+  require_ptr(dy, kWhat, "dy");
+  require_ptr(dbias, kWhat, "dbias");
+  // At least 32 rows per group, at most 1024 groups: enough blocks to fill
+  // the GPU for M in the thousands, and a small second pass.
+  constexpr int64_t kMinRowsPerGroup = 32, kMaxGroups = 1024;
+  int64_t groups = (M + kMinRowsPerGroup - 1) / kMinRowsPerGroup;
+  if (groups > kMaxGroups) groups = kMaxGroups;
+  const int64_t rows_per_group = (M + groups - 1) / groups;
+  groups = (M + rows_per_group - 1) / rows_per_group;  // no empty trailing group
+  DeviceScratch partial(size_t(groups) * size_t(N) * sizeof(float));
+  const dim3 grid(column_chunks(N), static_cast<unsigned>(groups));
+  column_group_sums_kernel<<<grid, dim3(32, kSumRows), 0, stream()>>>(
+      dy, dy_dt, M, N, rows_per_group, partial.as<float>());
+  check_launch(kWhat);
+  add_column_partials(partial.as<float>(), groups, N, dbias, db_dt, kWhat);
+}
+
+void add_column_partials(const float* partial, int64_t groups, int64_t cols, void* dst, DT dt,
+                         const char* what) {
+  if (groups <= 0 || cols <= 0) return;
+  add_column_partials_kernel<<<column_chunks(cols), dim3(32, kPartialRows), 0, stream()>>>(
+      partial, groups, cols, dst, dt);
+  check_launch(what);
+}
+
+}  // namespace fd::kernels

@@ -1,0 +1,39 @@
+// A trained model read back for inference (`fdtrain eval`, `fdtrain generate`).
+//
+//   InferenceModel m = fd::ckpt::load_inference_model("runs/quickstart");
+//   m.model->forward(tokens) ...
+//
+// `path` is either a checkpoint (a run directory, its checkpoints directory or
+// a step directory: anything resolve_step_dir() accepts) or a weights file (an
+// `fdtrain ckpt export` .safetensors / .h5, or a Hugging Face GPT-2
+// model.safetensors). The model is always fp32 on the CPU:
+//  - a checkpoint: the dimensions come from its stored recipe, the weights are
+//    its consolidated fp32 master weights (what `ckpt export` writes). For a
+//    LoRA run, the base is read from the recipe's model.init_from (which must
+//    exist here) and the adapters from the checkpoint; adapter dropout is off.
+//  - a weights file: the dimensions come from the tensor shapes, n_head from
+//    the file's metadata (fdtrain exports record it). A file without n_head
+//    (a Hugging Face GPT-2 model.safetensors) is read with GPT-2's head size
+//    of 64, and a note says so.
+// Every failure a user can cause is an fd::Error (kUsage) naming the path.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "lib/config/recipe.h"
+#include "lib/nn/gpt.h"
+
+namespace fd::ckpt {
+
+struct InferenceModel {
+  std::unique_ptr<nn::Gpt> model;        // fp32, on the CPU
+  std::string source;                    // the step directory or the file read
+  std::string description;               // one line: what was read, step, dimensions
+  std::optional<config::Recipe> recipe;  // checkpoints only: the run's stored recipe
+};
+
+InferenceModel load_inference_model(const std::string& path);
+
+}  // namespace fd::ckpt

@@ -1,0 +1,234 @@
+// The recipe reference. Each default here is the default of the matching
+// field in recipe.h; tests/config/reference_test.cc checks them against the
+// resolved recipe of a default Recipe, so the two cannot disagree silently.
+#include "lib/config/reference.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+namespace fd::config {
+
+const std::vector<SectionDoc>& section_reference() {
+  static const std::vector<SectionDoc> s = {
+      {"model", "The network: a GPT-2 style decoder (Hugging Face GPT-2 names and layouts)."},
+      {"data",
+       "Training and validation data. Paths and globs are resolved from the working directory; a "
+       "pattern that matches no file is an error."},
+      {"batch", "Sequences per micro-batch, gradient accumulation and the global batch."},
+      {"optimizer", "AdamW on fp32 (master) weights."},
+      {"schedule", "The learning-rate schedule: linear warmup, then constant or cosine decay."},
+      {"loss_scale",
+       "Dynamic loss scaling for fp16, with DeepSpeed's names and meaning. Ignored unless "
+       "precision is fp16."},
+      {"zero", "ZeRO partitioning of model state over the ranks (docs/ZERO.md)."},
+      {"dist", "Multi-rank behaviour."},
+      {"lora",
+       "LoRA adapters. Absent or null: full fine-tuning; a map turns adapters on and trains only "
+       "them."},
+      {"activation_checkpointing",
+       "Blocks whose activations are recomputed in backward instead of stored."},
+      {"checkpoint", "Sharded checkpoints in RUN/checkpoints/step_XXXXXXXX/ (docs/FORMAT.md)."},
+      {"logging",
+       "Progress lines, metrics, validation, and the text sample generated after training."},
+  };
+  return s;
+}
+
+const std::vector<KeyDoc>& key_reference() {
+  static const std::vector<KeyDoc> k = {
+      // model
+      {"model.arch", "string", "gpt2", "gpt2", "model family"},
+      {"model.n_layer", "int", "4", ">= 1", "transformer blocks"},
+      {"model.n_head", "int", "4", ">= 1", "attention heads per block"},
+      {"model.d_model", "int", "128", ">= 1, divisible by model.n_head", "embedding width"},
+      {"model.vocab_size", "int", "256", ">= 1; >= 256 with data.format text", "token vocabulary"},
+      {"model.max_seq_len", "int", "256", ">= 1, >= data.seq_len",
+       "context length (rows of the position embedding)"},
+      {"model.init_from", "string", "\"\"", "an existing file",
+       "start from these weights instead of a random init: an `fdtrain ckpt export` "
+       "(.safetensors or .h5) or a Hugging Face GPT-2 model.safetensors; every parameter must be "
+       "present with the model's shape. \"\" = random init"},
+      // data
+      {"data.format", "string", "text", "text, tokens",
+       "text: raw bytes, byte tokenizer (token = byte, vocab 256); tokens: llm.c / nanoGPT .bin "
+       "token files"},
+      {"data.train", "path or list", "", "existing files",
+       "training files: paths or globs, concatenated in order"},
+      {"data.val", "path or list", "[]", "existing files",
+       "validation files; when empty the last data.val_fraction of the training tokens is held "
+       "out"},
+      {"data.val_fraction", "number", "0.05", "[0, 0.5]",
+       "share of the training tokens held out for validation when data.val is empty"},
+      {"data.seq_len", "int", "128", "1 .. model.max_seq_len", "tokens per training sequence"},
+      // batch
+      {"batch.micro", "int", "8", ">= 1", "sequences per micro-batch per rank"},
+      {"batch.accumulation", "int", "1", ">= 1", "micro-batches accumulated per optimizer step"},
+      {"batch.global", "int", "0", ">= 0, a multiple of micro * accumulation",
+       "total sequences per step over all ranks; 0 = micro * accumulation * ranks; when set it "
+       "must equal that product at start-up"},
+      // optimizer
+      {"optimizer.name", "string", "adamw", "adamw", "the optimizer"},
+      {"optimizer.lr", "number", "3e-4", "> 0", "peak learning rate"},
+      {"optimizer.betas", "[number, number]", "[0.9, 0.999]", "each in [0, 1)",
+       "Adam beta1, beta2"},
+      {"optimizer.eps", "number", "1e-8", "> 0", "Adam epsilon"},
+      {"optimizer.weight_decay", "number", "0.0", ">= 0",
+       "decoupled weight decay (2-D weights only)"},
+      {"optimizer.grad_clip", "number", "1.0", ">= 0",
+       "clip the global gradient norm to this; 0 = off"},
+      // schedule
+      {"schedule.name", "string", "constant", "constant, cosine",
+       "lr after warmup: constant, or cosine decay to schedule.min_lr at the last step"},
+      {"schedule.warmup_steps", "int", "0", ">= 0", "linear warmup from 0 to optimizer.lr"},
+      {"schedule.min_lr", "number", "0.0", ">= 0; <= optimizer.lr with cosine",
+       "final lr of the cosine schedule"},
+      // precision
+      {"precision", "string", "fp32", "fp32, bf16, fp16",
+       "compute dtype of parameters, gradients and activations; bf16 and fp16 keep fp32 master "
+       "weights and Adam moments; fp16 uses loss_scale"},
+      // loss_scale
+      {"loss_scale.loss_scale", "number", "0.0", ">= 0", "fixed loss scale; 0 = dynamic"},
+      {"loss_scale.initial_scale_power", "int", "16", "0 .. 126", "dynamic: start at 2^power"},
+      {"loss_scale.loss_scale_window", "int", "1000", ">= 1",
+       "dynamic: steps without overflow before the scale doubles"},
+      {"loss_scale.hysteresis", "int", "2", ">= 1",
+       "dynamic: overflows tolerated before the scale halves"},
+      {"loss_scale.consecutive_hysteresis", "bool", "false", "",
+       "dynamic: refill the hysteresis on every good step"},
+      {"loss_scale.min_loss_scale", "number", "1.0", "> 0",
+       "dynamic: the scale never drops below this"},
+      // zero
+      {"zero.stage", "int", "0", "0 .. 3",
+       "0 replicates everything, 1 partitions optimizer state, 2 also gradients, 3 also "
+       "parameters"},
+      {"zero.overlap_comm", "bool", "true", "",
+       "reduce each segment's gradient bucket asynchronously while backward continues; false "
+       "reduces after backward"},
+      // dist
+      {"dist.timeout_s", "number", "600.0", "> 0",
+       "a collective that does not complete within this many seconds aborts the whole job, "
+       "naming the rank and the operation"},
+      // lora
+      {"lora.r", "int", "", ">= 1", "adapter rank"},
+      {"lora.alpha", "number", "lora.r", "> 0", "scaling: the update is multiplied by alpha / r"},
+      {"lora.dropout", "number", "0.0", "[0, 1)", "dropout on the adapter input"},
+      {"lora.targets", "list", "[c_attn]",
+       "non-empty; each c_attn, c_proj, attn.c_proj, c_fc, "
+       "mlp.c_proj",
+       "linear layers that get adapters (c_proj = both projections)"},
+      {"lora.layers", "all or list", "all", "block indices 0 .. model.n_layer-1",
+       "blocks that get adapters"},
+      {"lora.adapter", "string", "\"\"", "a PEFT adapter directory",
+       "start the adapters from this directory (`fdtrain ckpt export --lora-adapter` or PEFT); "
+       "\"\" = PEFT init (A Kaiming-uniform, B zero)"},
+      // activation_checkpointing
+      {"activation_checkpointing.layers", "none, all, list or map", "none",
+       "none, all, block indices ([0, 2, 5]) or {every: k} (blocks 0, k, 2k, ...)",
+       "blocks whose activations are recomputed in backward (the block keeps only its input; "
+       "gradients are bitwise identical)"},
+      // checkpoint
+      {"checkpoint.every", "int", "0", ">= 0",
+       "save a sharded checkpoint every N steps and after the last step; 0 = only on SIGUSR1"},
+      {"checkpoint.keep_last", "int", "3", ">= 1",
+       "checkpoints kept on disk; older ones are deleted once a newer one is complete"},
+      // logging
+      {"logging.every", "int", "10", ">= 1", "progress line and metrics every N steps"},
+      {"logging.eval_every", "int", "0", ">= 0",
+       "validation loss every N steps; 0 = only at the end"},
+      {"logging.eval_batches", "int", "8", ">= 1", "micro-batches per validation pass"},
+      {"logging.sample_tokens", "int", "200", ">= 0",
+       "tokens of text generated at the end of training; 0 = none"},
+      {"logging.sample_prompt", "string", "\"\"", "text; only with data.format text",
+       "text the sample continues"},
+      {"logging.sample_temperature", "number", "0.8", "> 0", "sampling temperature"},
+      {"logging.sample_top_k", "int", "40", ">= 0", "sample among the k likeliest tokens; 0 = all"},
+      // top level
+      {"device", "string", "cpu", "cpu, cuda",
+       "where to train: cpu (OpenBLAS + MPI) or cuda (kernels/, cuBLASLt, NCCL; one GPU per "
+       "rank, chosen by the node-local rank)"},
+      {"threads", "int", "1", ">= 1", "BLAS threads per rank"},
+      {"seed", "int", "1337", ">= 0", "seeds initialisation, data order, dropout and sampling"},
+      {"steps", "int", "", ">= 1", "optimizer steps to train"},
+  };
+  return k;
+}
+
+namespace {
+
+bool in_section(const KeyDoc& k, const std::string& section) {
+  return k.path.size() > section.size() && k.path.compare(0, section.size(), section) == 0 &&
+         k.path[section.size()] == '.';
+}
+
+bool is_top_level(const KeyDoc& k) { return k.path.find('.') == std::string::npos; }
+
+// A Markdown table cell: '|' would end the cell.
+std::string cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string code_or_dash(const std::string& s) {
+  return s.empty() ? std::string("") : fmt::format("`{}`", cell(s));
+}
+
+// "  model.n_layer: int = 4  (>= 1)" and the meaning indented below.
+void text_key(std::back_insert_iterator<std::string> out, const KeyDoc& k) {
+  fmt::format_to(out, "  {}: {}{}{}\n      {}\n", k.path, k.type,
+                 k.required() ? std::string(", required") : " = " + k.default_value,
+                 k.allowed.empty() ? "" : fmt::format("  ({})", k.allowed), k.description);
+}
+
+void markdown_row(std::back_insert_iterator<std::string> out, const KeyDoc& k, size_t skip) {
+  fmt::format_to(out, "| `{}` | {} | {} | {} | {} |\n", k.path.substr(skip), cell(k.type),
+                 k.required() ? std::string("**required**") : code_or_dash(k.default_value),
+                 cell(k.allowed), cell(k.description));
+}
+
+}  // namespace
+
+std::string format_reference_text() {
+  std::string s;
+  auto out = std::back_inserter(s);
+  fmt::format_to(out,
+                 "Recipe keys (docs/RECIPE.md explains includes, overrides and errors).\n"
+                 "Types: int, number (3e-4, 0.1, 2), bool (true/false, yes/no, on/off), string.\n");
+  for (const SectionDoc& sec : section_reference()) {
+    fmt::format_to(out, "\n{}: {}\n", sec.name, sec.description);
+    for (const KeyDoc& k : key_reference())
+      if (in_section(k, sec.name)) text_key(out, k);
+  }
+  fmt::format_to(out, "\ntop-level keys\n");
+  for (const KeyDoc& k : key_reference())
+    if (is_top_level(k)) text_key(out, k);
+  return s;
+}
+
+std::string format_reference_markdown() {
+  std::string s;
+  auto out = std::back_inserter(s);
+  fmt::format_to(out,
+                 "# Recipe keys\n\n"
+                 "<!-- Generated by scripts/gen_recipes_doc.sh from lib/config/reference.cc "
+                 "(`fdtrain schema --markdown`); do not edit. -->\n\n"
+                 "Every key a recipe may hold. How recipes are read (includes, overrides, "
+                 "errors) is in [RECIPE.md](RECIPE.md); `fdtrain ls` lists the shipped "
+                 "recipes.\n\n"
+                 "Types: *int* is a whole number, *number* any number (`3e-4`, `0.1`, `2`), "
+                 "*bool* is `true`/`false` (also `yes`/`no`, `on`/`off`), *string* any "
+                 "scalar.\n");
+  const char* header = "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const SectionDoc& sec : section_reference()) {
+    fmt::format_to(out, "\n## `{}`\n\n{}\n\n{}", sec.name, sec.description, header);
+    for (const KeyDoc& k : key_reference())
+      if (in_section(k, sec.name)) markdown_row(out, k, sec.name.size() + 1);
+  }
+  fmt::format_to(out, "\n## Top-level keys\n\n{}", header);
+  for (const KeyDoc& k : key_reference())
+    if (is_top_level(k)) markdown_row(out, k, 0);
+  return s;
+}
+
+}  // namespace fd::config

@@ -1,0 +1,331 @@
+#include "lib/dist/nccl_communicator.h"
+
+#if FDTRAIN_HAVE_CUDA
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/kernels.h"
+#include "lib/base/check.h"
+#include "lib/base/error.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+  }
+  return ncclFloat32;
+}
+
+bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+Device gpu() { return Device::cuda(kernels::current_device()); }
+
+}  // namespace
+
+// Shared by the communicator and its Works (a Work may outlive the communicator).
+struct NcclCommunicator::State {
+  Communicator* host = nullptr;
+  ncclComm_t comm = nullptr;
+  void* stream = nullptr;  // the communication stream
+  cudaStream_t cuda_stream() const { return static_cast<cudaStream_t>(stream); }
+  double timeout_s = 600.0;
+  int64_t next_seq = 1;
+  std::shared_ptr<CommStats> stats;
+  bool aborted = false;
+  std::mutex mu;  // guards aborted / comm teardown
+
+  void check(ncclResult_t rc, const char* call) {
+    if (rc == ncclSuccess) return;
+    fail(fmt::format("NCCL error in {}: {} ({})", call, ncclGetErrorString(rc),
+                     ncclGetLastError(comm) ? ncclGetLastError(comm) : ""));
+  }
+
+  [[noreturn]] void fail(const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!aborted && comm != nullptr) ncclCommAbort(comm);
+      aborted = true;
+      comm = nullptr;
+    }
+    host->abort(1, message + "; aborting the job");
+    std::abort();  // not reached: abort() ends the job
+  }
+};
+
+namespace {
+
+// One collective in flight: its completion event on the communication stream,
+// and for 16-bit sums the fp32 staging buffer to round back from.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclCommunicator::State> st, std::string what, int64_t seq)
+      : st_(std::move(st)), what_(std::move(what)), seq_(seq), started_(Clock::now()) {
+    done_ = kernels::event_create();
+  }
+  ~NcclWork() override {
+    if (!finished_) wait_quietly();
+    kernels::event_destroy(done_);
+  }
+
+  void* done_event() const { return done_; }
+  // After completion: staging -> out (16-bit), on the compute stream.
+  void set_round_back(Tensor staging, void* out, DType dtype) {
+    staging_ = std::move(staging);
+    out_ = out;
+    out_dtype_ = dtype;
+  }
+  void keep(Tensor t) { keep_ = std::move(t); }
+
+  void wait() override {
+    if (finished_) return;
+    const auto t0 = Clock::now();
+    auto sleep = std::chrono::microseconds(20);
+    while (!kernels::event_query(done_)) {
+      ncclResult_t async = ncclSuccess;
+      if (st_->comm != nullptr) ncclCommGetAsyncError(st_->comm, &async);
+      if (async != ncclSuccess && async != ncclInProgress)
+        st_->fail(fmt::format("NCCL reported {} during {} (op #{})", ncclGetErrorString(async),
+                              what_, seq_));
+      const double ran = std::chrono::duration<double>(Clock::now() - started_).count();
+      if (ran > st_->timeout_s)
+        st_->fail(fmt::format("{} (op #{}) did not complete within dist.timeout_s = {:.0f} s "
+                              "(waited {:.1f} s): a peer rank is dead or stalled",
+                              what_, seq_, st_->timeout_s, ran));
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(200));
+    }
+    finish();
+    st_->stats->wait_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  }
+
+  bool is_completed() override {
+    if (finished_) return true;
+    if (!kernels::event_query(done_)) return false;
+    finish();
+    return true;
+  }
+
+ private:
+  void finish() {
+    finished_ = true;
+    if (staging_.defined()) {
+      kernels::cast(staging_.raw(), kernels::DT::kF32, out_, static_cast<kernels::DT>(out_dtype_),
+                    staging_.numel());
+      // Ordered before whatever the caller queues next on the compute stream,
+      // and before the next collective (which waits for the compute stream).
+      staging_ = Tensor();
+    }
+    keep_ = Tensor();
+  }
+  void wait_quietly() {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+
+  std::shared_ptr<NcclCommunicator::State> st_;
+  std::string what_;
+  int64_t seq_;
+  Clock::time_point started_;
+  void* done_ = nullptr;
+  bool finished_ = false;
+  Tensor staging_, keep_;
+  void* out_ = nullptr;
+  DType out_dtype_ = DType::kF32;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(Communicator& host)
+    : host_(host), state_(std::make_shared<State>()) {
+  FD_CHECK(kernels::current_device() >= 0, "NcclCommunicator before init_cuda_device");
+  state_->host = &host;
+  state_->stats = stats();
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (host.rank() == 0) state_->check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  static_assert(sizeof(ncclUniqueId) % 4 == 0);
+  host.broadcast(&id, int64_t(sizeof(id) / 4), DType::kI32, 0);
+  state_->stream = kernels::stream_create();
+  state_->check(ncclCommInitRank(&state_->comm, host.size(), id, host.rank()),
+                "ncclCommInitRank");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->comm != nullptr && !state_->aborted) {
+    kernels::stream_synchronize(state_->stream);
+    ncclCommDestroy(state_->comm);
+  }
+  state_->comm = nullptr;
+  kernels::stream_destroy(state_->stream);
+}
+
+namespace {
+
+// Runs `issue` on the communication stream after the compute stream's queued
+// work, and returns a Work completed by an event recorded after it.
+template <typename Issue>
+WorkPtr launch(const std::shared_ptr<NcclCommunicator::State>& st, const std::string& what,
+               Issue&& issue) {
+  auto work = std::make_shared<NcclWork>(st, what, st->next_seq++);
+  void* ready = kernels::event_create();
+  kernels::event_record(ready, kernels::compute_stream());
+  kernels::stream_wait_event(st->stream, ready);
+  kernels::event_destroy(ready);  // destruction is deferred by CUDA until the event completes
+  issue(work.get());
+  kernels::event_record(work->done_event(), st->stream);
+  return work;
+}
+
+}  // namespace
+
+WorkPtr NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)) );
+  if (count == 0) return std::make_shared<CompletedWork>();
+  const ncclRedOp_t rop = op == ReduceOp::kSum ? ncclSum : ncclMax;
+  auto st = state_;
+  return launch(st, fmt::format("all_reduce of {} {}", count, dtype_name(dtype)),
+                [&](NcclWork* w) {
+                  if (is_16bit(dtype) && op == ReduceOp::kSum) {
+                    Tensor staging = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, gpu());
+                    kernels::cast(buf, static_cast<kernels::DT>(dtype), staging.raw(),
+                                  kernels::DT::kF32, count);
+                    // The cast ran on the compute stream: order it before the reduction.
+                    void* ev = kernels::event_create();
+                    kernels::event_record(ev, kernels::compute_stream());
+                    kernels::stream_wait_event(st->stream, ev);
+                    kernels::event_destroy(ev);
+                    st->check(ncclAllReduce(staging.raw(), staging.raw(), size_t(count),
+                                            ncclFloat32, rop, st->comm, st->cuda_stream()),
+                              "ncclAllReduce");
+                    w->set_round_back(staging, buf, dtype);
+                  } else {
+                    st->check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), rop,
+                                            st->comm, st->cuda_stream()),
+                              "ncclAllReduce");
+                  }
+                });
+}
+
+WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                                               DType dtype) {
+  const int64_t total = recv_count * size();
+  count_bytes(Collective::kReduceScatter, total * int64_t(dtype_size(dtype)));
+  if (recv_count == 0) return std::make_shared<CompletedWork>();
+  auto st = state_;
+  return launch(
+      st, fmt::format("reduce_scatter of {} {}", total, dtype_name(dtype)), [&](NcclWork* w) {
+        if (is_16bit(dtype)) {
+          Tensor in = Tensor::empty(Shape{total}, DType::kF32, MemCategory::kComm, gpu());
+          Tensor out = Tensor::empty(Shape{recv_count}, DType::kF32, MemCategory::kComm, gpu());
+          kernels::cast(send, static_cast<kernels::DT>(dtype), in.raw(), kernels::DT::kF32,
+                        total);
+          void* ev = kernels::event_create();
+          kernels::event_record(ev, kernels::compute_stream());
+          kernels::stream_wait_event(st->stream, ev);
+          kernels::event_destroy(ev);
+          st->check(ncclReduceScatter(in.raw(), out.raw(), size_t(recv_count), ncclFloat32,
+                                      ncclSum, st->comm, st->cuda_stream()),
+                    "ncclReduceScatter");
+          w->keep(in);
+          w->set_round_back(out, recv, dtype);
+        } else {
+          st->check(ncclReduceScatter(send, recv, size_t(recv_count), nccl_type(dtype), ncclSum,
+                                      st->comm, st->cuda_stream()),
+                    "ncclReduceScatter");
+        }
+      });
+}
+
+WorkPtr NcclCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,
+                                           DType dtype) {
+  count_bytes(Collective::kAllGather, send_count * size() * int64_t(dtype_size(dtype)));
+  if (send_count == 0) return std::make_shared<CompletedWork>();
+  auto st = state_;
+  return launch(st, fmt::format("all_gather of {} {}", send_count * size(), dtype_name(dtype)),
+                [&](NcclWork*) {
+                  st->check(ncclAllGather(send, recv, size_t(send_count), nccl_type(dtype),
+                                          st->comm, st->cuda_stream()),
+                            "ncclAllGather");
+                });
+}
+
+WorkPtr NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  FD_CHECK(root >= 0 && root < size(), "broadcast root {} outside [0, {})", root, size());
+  count_bytes(Collective::kBroadcast, count * int64_t(dtype_size(dtype)));
+  if (count == 0) return std::make_shared<CompletedWork>();
+  auto st = state_;
+  return launch(st, fmt::format("broadcast of {} {} from rank {}", count, dtype_name(dtype), root),
+                [&](NcclWork*) {
+                  st->check(ncclBroadcast(buf, buf, size_t(count), nccl_type(dtype), root,
+                                          st->comm, st->cuda_stream()),
+                            "ncclBroadcast");
+                });
+}
+
+WorkPtr NcclCommunicator::barrier_async() {
+  // NCCL has no barrier: an all-reduce of one value on the GPU stands in.
+  Tensor one = Tensor::zeros(Shape{1}, DType::kF32, MemCategory::kComm, gpu());
+  auto st = state_;
+  return launch(st, "barrier", [&](NcclWork* w) {
+    st->check(ncclAllReduce(one.raw(), one.raw(), 1, ncclFloat32, ncclSum, st->comm, st->cuda_stream()),
+              "ncclAllReduce (barrier)");
+    w->keep(one);
+  });
+}
+
+void NcclCommunicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {
+  count_control_bytes(Collective::kAllGather, send_count * size() * int64_t(sizeof(double)));
+  host_.all_gather_f64(send, recv, send_count);
+}
+
+void NcclCommunicator::set_timeout(double seconds) {
+  FD_CHECK(seconds > 0, "communicator timeout must be positive, got {}", seconds);
+  state_->timeout_s = seconds;
+  host_.set_timeout(seconds);
+}
+
+void NcclCommunicator::abort(int exit_code, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->aborted && state_->comm != nullptr) ncclCommAbort(state_->comm);
+    state_->aborted = true;
+    state_->comm = nullptr;
+  }
+  host_.abort(exit_code, message);
+  std::abort();  // not reached
+}
+
+std::string nccl_version() {
+  int v = 0;
+  ncclGetVersion(&v);
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
+
+}  // namespace fd::dist
+
+#endif  // FDTRAIN_HAVE_CUDA

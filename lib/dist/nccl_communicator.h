@@ -1,0 +1,68 @@
+// NcclCommunicator: collectives over NCCL on GPU buffers (builds with
+// FDTRAIN_HAVE_CUDA only).
+//
+// It rides on a host communicator (MPI, or local for a world of one), which
+// supplies rank and size, broadcasts rank 0's ncclUniqueId, carries the f64
+// helpers (host doubles: norm partials, metrics) and ends the job on abort().
+// Buffers passed to the collectives are device pointers.
+//
+// Streams: collectives run on a communication stream of their own. Each op
+// first makes that stream wait for the work queued so far on the compute
+// stream (an event), so it reads the gradients backward has just produced
+// while later kernels keep running; Work::wait() blocks the host until the
+// op's completion event has fired (polling with short sleeps), so buffers are
+// safe to reuse when it returns, as the Communicator contract says. An op not
+// finished within the timeout (or one NCCL reports failed) aborts the NCCL
+// communicator and the job with a diagnostic.
+//
+// Numerics match the MPI backend: bf16/f16 sums are widened to fp32 staging
+// buffers on the GPU (MemCategory::kComm), reduced in fp32 by NCCL and rounded
+// back once. Byte counters follow the same ring model.
+#pragma once
+
+#if FDTRAIN_HAVE_CUDA
+
+#include <memory>
+#include <string>
+
+#include "lib/dist/communicator.h"
+
+namespace fd::dist {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over every rank of `host`: creates the NCCL communicator on
+  // the process's GPU (init_cuda_device must have run). `host` must outlive this.
+  explicit NcclCommunicator(Communicator& host);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  std::string_view backend() const override { return "nccl"; }
+
+  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                               DType dtype) override;
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
+  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  WorkPtr barrier_async() override;
+
+  // Host doubles go over the host communicator.
+  void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
+
+  void set_timeout(double seconds) override;
+  [[noreturn]] void abort(int exit_code, const std::string& message) override;
+
+  struct State;
+
+ private:
+  Communicator& host_;
+  std::shared_ptr<State> state_;
+};
+
+// The NCCL version this binary runs with ("2.28.3").
+std::string nccl_version();
+
+}  // namespace fd::dist
+
+#endif  // FDTRAIN_HAVE_CUDA

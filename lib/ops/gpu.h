@@ -1,0 +1,29 @@
+// Helpers for the GPU paths of lib/ops (builds with FDTRAIN_HAVE_CUDA only).
+// Internal to lib/ops.
+//
+// An op runs on the GPU when its main input lives there; every other tensor
+// it reads must then live there too (checked), except integer ids and
+// targets, which may come from the host: they are validated there (the CPU
+// ops' checks) and copied over.
+#pragma once
+
+#if FDTRAIN_HAVE_CUDA
+
+#include "kernels/kernels.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd::ops::gpu {
+
+inline kernels::DT dt(DType t) { return static_cast<kernels::DT>(t); }
+
+// Checks that `t` (when defined) is on the GPU, for an op running there.
+void expect_cuda(const Tensor& t, const char* op, const char* what);
+
+// ids on the GPU. Host ids are checked to lie in [lo, hi) (ignore_index
+// excepted when allow_ignore) and copied; device ids are taken as they are.
+Tensor device_ids(const Tensor& ids, int64_t hi, const char* op, bool allow_ignore = false,
+                  int ignore_index = -1);
+
+}  // namespace fd::ops::gpu
+
+#endif  // FDTRAIN_HAVE_CUDA

@@ -1,0 +1,264 @@
+// GPU ops against the CPU backend, on fresh random inputs.
+//
+// Every op of lib/ops runs forward and backward twice on the same inputs and
+// output gradient: on CPU tensors and on CUDA tensors. The test prints one
+// PARITY line per (op, dtype) with ||gpu - cpu|| / ||cpu|| of the output and
+// of every input gradient, and fails above the bounds: fp32 1e-5,
+// bf16 1e-2. Inputs are never all zero (checked). Without a usable GPU every
+// test is skipped with the reason (this is what `make test` shows on a
+// machine without one); tests/gpu/device_check.sh runs them on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lib/autograd/tape.h"
+#include "lib/ops/adamw.h"
+#include "lib/ops/attention.h"
+#include "lib/ops/cross_entropy.h"
+#include "lib/ops/dropout.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/embedding.h"
+#include "lib/ops/gelu.h"
+#include "lib/ops/layernorm.h"
+#include "lib/ops/matmul.h"
+#include "lib/ops/reduce.h"
+#include "lib/tensor/device.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd {
+namespace {
+
+using autograd::Variable;
+
+bool gpu_ready() {
+  static const bool ready = [] {
+    if (cuda_device_count() == 0) return false;
+    init_cuda_device(0);
+    return true;
+  }();
+  return ready;
+}
+
+#define REQUIRE_GPU()                                                                   \
+  if (!gpu_ready()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+
+double bound_for(DType t) { return t == DType::kF32 ? 1e-5 : 1e-2; }
+
+std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double rel_diff(const Tensor& gpu, const Tensor& cpu) {
+  std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
+  EXPECT_EQ(g.size(), c.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    num += (double(g[i]) - c[i]) * (double(g[i]) - c[i]);
+    den += double(c[i]) * c[i];
+  }
+  EXPECT_GT(den, 0.0) << "reference is all zero: the comparison would prove nothing";
+  return std::sqrt(num / den);
+}
+
+struct Input {
+  std::vector<float> values;
+  Shape shape;
+  bool float_input = true;  // false: i32 ids (no gradient)
+};
+
+// Runs `op` on `dev` (cpu or cuda:0): inputs in `dtype`, backward from `dy`.
+// Returns the output followed by every float input's gradient (host copies).
+std::vector<Tensor> run_on(Device dev, DType dtype, const std::vector<Input>& inputs,
+                           const std::function<Variable(const std::vector<Variable>&,
+                                                        const std::vector<Tensor>&)>& op,
+                           uint32_t dy_seed) {
+  DeviceScope scope(dev);
+  autograd::Tape tape;
+  autograd::TapeScope tape_scope(tape);
+  std::vector<Variable> vars;
+  std::vector<Tensor> ids;
+  for (const Input& in : inputs) {
+    if (in.float_input) {
+      vars.emplace_back(Tensor::from_vector(in.values, in.shape, dtype), true);
+    } else {
+      Tensor host = Tensor::empty(in.shape, DType::kI32, MemCategory::kOther, Device::cpu());
+      for (int64_t i = 0; i < host.numel(); ++i) host.i32()[i] = int32_t(in.values[size_t(i)]);
+      ids.push_back(host);
+    }
+  }
+  Variable y = op(vars, ids);
+  std::vector<float> dy = randn(y.value().numel(), dy_seed);
+  y.slot()->grad = Tensor::from_vector(dy, y.shape(), y.dtype());
+  tape.run_backward();
+  std::vector<Tensor> out{y.value().to_device(Device::cpu())};
+  for (const Variable& v : vars) out.push_back(v.grad().to_device(Device::cpu()));
+  return out;
+}
+
+void check_parity(const std::string& name, DType dtype, const std::vector<Input>& inputs,
+                  const std::function<Variable(const std::vector<Variable>&,
+                                               const std::vector<Tensor>&)>& op) {
+  for (const Input& in : inputs) {
+    bool nonzero = false;
+    for (float v : in.values) nonzero = nonzero || v != 0.0f;
+    ASSERT_TRUE(nonzero) << name << ": an all-zero input";
+  }
+  std::vector<Tensor> cpu = run_on(Device::cpu(), dtype, inputs, op, 77);
+  std::vector<Tensor> gpu = run_on(Device::cuda(0), dtype, inputs, op, 77);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  std::string line = "PARITY op=" + name + " dtype=" + std::string(dtype_name(dtype));
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double r = rel_diff(gpu[i], cpu[i]);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s=%.2e", i == 0 ? "out" : ("grad" + std::to_string(i - 1)).c_str(), r);
+    line += buf;
+    EXPECT_LE(r, bound_for(dtype)) << name << " " << dtype_name(dtype) << " tensor " << i;
+  }
+  std::printf("%s (bound %.0e)\n", line.c_str(), bound_for(dtype));
+}
+
+class GpuParity : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuParity, Matmul) {
+  REQUIRE_GPU();
+  const int64_t M = 37, K = 70, N = 53;
+  for (bool tb : {false, true}) {
+    Shape bs = tb ? Shape{N, K} : Shape{K, N};
+    check_parity(tb ? "matmul_bt" : "matmul_bias", GetParam(),
+                 {{randn(M * K, 1), Shape{M, K}}, {randn(K * N, 2), bs}, {randn(N, 3), Shape{N}}},
+                 [tb](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                   return ops::matmul(v[0], v[1], tb ? Variable() : v[2],
+                                      ops::MatmulOptions{.trans_a = false, .trans_b = tb});
+                 });
+  }
+}
+
+TEST_P(GpuParity, LayerNorm) {
+  REQUIRE_GPU();
+  const int64_t R = 45, C = 96;
+  check_parity("layernorm", GetParam(),
+               {{randn(R * C, 4, 2.0f), Shape{R, C}}, {randn(C, 5), Shape{C}},
+                {randn(C, 6), Shape{C}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::layernorm(v[0], v[1], v[2]);
+               });
+}
+
+TEST_P(GpuParity, Gelu) {
+  REQUIRE_GPU();
+  check_parity("gelu", GetParam(), {{randn(3001, 7, 2.0f), Shape{3001}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::gelu(v[0]);
+               });
+}
+
+TEST_P(GpuParity, AddAndScale) {
+  REQUIRE_GPU();
+  check_parity("add", GetParam(), {{randn(999, 8), Shape{999}}, {randn(999, 9), Shape{999}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::add(v[0], v[1]);
+               });
+  check_parity("scale", GetParam(), {{randn(999, 10), Shape{999}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::scale(v[0], 0.37f);
+               });
+}
+
+TEST_P(GpuParity, Dropout) {
+  REQUIRE_GPU();
+  check_parity("dropout", GetParam(), {{randn(4099, 11), Shape{4099}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::dropout(v[0], 0.1f, 1234, 56);
+               });
+}
+
+TEST_P(GpuParity, Embedding) {
+  REQUIRE_GPU();
+  const int64_t V = 50, C = 24, n = 300;  // repeated ids exercise the deterministic scatter
+  std::vector<float> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = float((i * 7 + 3) % V);
+  check_parity("embedding", GetParam(),
+               {{randn(V * C, 12), Shape{V, C}}, {ids, Shape{n}, false}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>& id) {
+                 return ops::embedding(v[0], id[0]);
+               });
+}
+
+TEST_P(GpuParity, CausalAttention) {
+  REQUIRE_GPU();
+  for (auto [T, n_head, hs] : {std::tuple{70, 2, 64}, std::tuple{33, 3, 32}, std::tuple{130, 1, 128}}) {
+    const int64_t B = 2, C = int64_t(n_head) * hs;
+    check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs), GetParam(),
+                 {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
+                 [n_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                   return ops::causal_attention(v[0], n_head);
+                 });
+  }
+}
+
+TEST_P(GpuParity, CrossEntropy) {
+  REQUIRE_GPU();
+  const int64_t R = 40, V = 300;
+  std::vector<float> targets(R);
+  for (int64_t r = 0; r < R; ++r) targets[size_t(r)] = r % 9 == 0 ? -1.0f : float((r * 31) % V);
+  check_parity("cross_entropy", GetParam(),
+               {{randn(R * V, 14, 3.0f), Shape{R, V}}, {targets, Shape{R}, false}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                 return ops::cross_entropy(v[0], t[0], -1);
+               });
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuParity, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Reductions and the optimizer step: not autograd ops, compared directly.
+TEST(GpuParityState, ReductionsAndAdamW) {
+  REQUIRE_GPU();
+  const int64_t n = 100003;
+  std::vector<float> g = randn(n, 21), p = randn(n, 22), m = randn(n, 23, 0.1f);
+  std::vector<float> v = randn(n, 24, 0.1f);
+  for (float& x : v) x = x * x;
+  Tensor cg = Tensor::from_vector(g, Shape{n});
+  Tensor dg = cg.to_device(Device::cuda(0));
+  const double ss_cpu = ops::sum_of_squares(cg), ss_gpu = ops::sum_of_squares(dg);
+  std::printf("PARITY op=sum_of_squares dtype=f32 out=%.2e (bound 1e-12)\n",
+              std::abs(ss_gpu - ss_cpu) / ss_cpu);
+  EXPECT_LE(std::abs(ss_gpu - ss_cpu) / ss_cpu, 1e-12);
+  EXPECT_TRUE(ops::all_finite(dg));
+  Tensor bad = Tensor::from_vector({1.0f, INFINITY, 2.0f}, Shape{3}).to_device(Device::cuda(0));
+  EXPECT_FALSE(ops::all_finite(bad));
+
+#if FDTRAIN_HAVE_CUDA
+  Tensor cp = Tensor::from_vector(p, Shape{n}), cm = Tensor::from_vector(m, Shape{n}),
+         cv = Tensor::from_vector(v, Shape{n});
+  Tensor dp = cp.to_device(Device::cuda(0)), dm = cm.to_device(Device::cuda(0)),
+         dv = cv.to_device(Device::cuda(0));
+  Tensor d16 = Tensor::empty(Shape{n}, DType::kBF16, MemCategory::kOther, Device::cuda(0));
+  const ops::AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
+  const float scale = 0.5f;
+  std::vector<float> scaled(g);
+  for (float& x : scaled) x *= scale;
+  ops::adamw_update(cp.f32(), scaled.data(), cm.f32(), cv.f32(), n, s);
+  ops::adamw_update_gpu(dp, dg, scale, dm, dv, d16, 0, n, s);
+  const double rp = rel_diff(dp, cp), rm = rel_diff(dm, cm), rv = rel_diff(dv, cv);
+  const double r16 = rel_diff(d16, cp.to(DType::kBF16));
+  std::printf("PARITY op=adamw dtype=f32 param=%.2e m=%.2e v=%.2e bf16_copy=%.2e (bound 1e-5)\n",
+              rp, rm, rv, r16);
+  EXPECT_LE(rp, 1e-5);
+  EXPECT_LE(rm, 1e-5);
+  EXPECT_LE(rv, 1e-5);
+  EXPECT_LE(r16, 1e-2);
+#endif
+}
+
+}  // namespace
+}  // namespace fd

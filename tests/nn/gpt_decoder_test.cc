@@ -1,0 +1,174 @@
+// GptDecoder against Gpt::forward: the logits of every position, decoded one
+// token at a time over the KV cache (and in chunks), equal those of a full
+// forward of the same prefix. Also with LoRA adapters (merged by the decoder)
+// and with bf16 weights (read as fp32).
+#include "lib/nn/gpt_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "lib/autograd/tape.h"
+#include "lib/base/rng.h"
+
+namespace fd::nn {
+namespace {
+
+GptConfig config() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.vocab_size = 40;
+  c.max_seq_len = 24;
+  return c;
+}
+
+// GPT-2 init, weights scaled up so that attention is far from uniform and the
+// logits vary a lot between positions.
+void init(Gpt& m, uint64_t seed) {
+  m.init_gpt2(seed);
+  for (const Parameter* p : m.parameters())
+    if (p->decay) {
+      std::vector<float> v = p->value.to_vector();
+      for (float& x : v) x *= 8.0f;
+      p->value.copy_from(Tensor::from_vector(v, p->value.shape()));  // rounds to its dtype
+    }
+}
+
+std::vector<int32_t> tokens(int n, uint64_t seed, int vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    t[size_t(i)] = int32_t(hash_words(seed, uint64_t(i)) % uint64_t(vocab));
+  return t;
+}
+
+// Logits (T x V) of the full forward of `seq`.
+std::vector<float> full_logits(const Gpt& m, const std::vector<int32_t>& seq) {
+  autograd::NoGradGuard no_grad;
+  Tensor t = Tensor::empty(Shape{1, int64_t(seq.size())}, DType::kI32);
+  std::copy(seq.begin(), seq.end(), t.i32());
+  return m.forward(t).value().to_vector();
+}
+
+// Largest over positions of ||a_t - b_t|| / ||b_t||.
+double max_rel(const std::vector<float>& a, const std::vector<float>& b, int V) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t r = 0; r * V < b.size(); ++r) {
+    double d = 0, n = 0;
+    for (int v = 0; v < V; ++v) {
+      const double x = a[r * V + size_t(v)], y = b[r * V + size_t(v)];
+      d += (x - y) * (x - y);
+      n += y * y;
+    }
+    worst = std::max(worst, std::sqrt(d / n));
+  }
+  return worst;
+}
+
+// Decodes `seq` one token at a time; every position's logits, concatenated.
+std::vector<float> decode_one_by_one(GptDecoder& d, const std::vector<int32_t>& seq) {
+  std::vector<float> out;
+  for (int32_t t : seq) {
+    std::span<const float> l = d.append(std::span<const int32_t>(&t, 1));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+TEST(GptDecoder, IncrementalLogitsEqualFullForwardAtEveryPosition) {
+  Gpt m(config());
+  init(m, 5);
+  const int V = config().vocab_size;
+  const std::vector<int32_t> seq = tokens(config().max_seq_len, 11, V);  // fills the cache
+  GptDecoder d(m);
+  std::vector<float> inc = decode_one_by_one(d, seq);
+  EXPECT_EQ(d.length(), config().max_seq_len);
+  std::vector<float> full = full_logits(m, seq);
+  const double rel = max_rel(inc, full, V);
+  std::printf("  incremental vs full forward, %zu positions: max rel %.2e\n", seq.size(), rel);
+  EXPECT_LT(rel, 1e-5);
+  // The check has teeth: a cache that forgot the first token is far off.
+  std::vector<int32_t> other = seq;
+  other[0] = (other[0] + 1) % V;
+  EXPECT_GT(max_rel(inc, full_logits(m, other), V), 1e-3);
+
+  // reset() starts over at position 0.
+  d.reset();
+  std::vector<float> again = decode_one_by_one(d, seq);
+  EXPECT_EQ(again, inc);
+}
+
+TEST(GptDecoder, ChunksEqualOneByOne) {
+  Gpt m(config());
+  init(m, 6);
+  const int V = config().vocab_size;
+  const std::vector<int32_t> seq = tokens(20, 12, V);
+  GptDecoder d(m);
+  std::span<const int32_t> s(seq);
+  std::span<const float> a = d.append(s.subspan(0, 7), /*all_logits=*/true);
+  std::vector<float> chunked(a.begin(), a.end());
+  std::span<const float> b = d.append(s.subspan(7, 5), true);
+  chunked.insert(chunked.end(), b.begin(), b.end());
+  std::vector<float> rest = decode_one_by_one(d, std::vector<int32_t>(seq.begin() + 12, seq.end()));
+  chunked.insert(chunked.end(), rest.begin(), rest.end());
+  EXPECT_LT(max_rel(chunked, full_logits(m, seq), V), 1e-5);
+  // Without all_logits a chunk returns its last position's logits.
+  d.reset();
+  std::span<const float> last = d.append(s.subspan(0, 7));
+  ASSERT_EQ(last.size(), size_t(V));
+  EXPECT_LT(max_rel(std::vector<float>(last.begin(), last.end()),
+                    std::vector<float>(chunked.begin() + 6 * V, chunked.begin() + 7 * V), V),
+            1e-6);
+}
+
+// LoRA: the decoder merges W + alpha/r A^T B^T; the model's forward runs the
+// adapters separately. B is made non-zero so that the adapters matter.
+TEST(GptDecoder, MergesLoraAdapters) {
+  LoraConfig lora;
+  lora.r = 2;
+  lora.alpha = 4.0f;
+  lora.modules = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  lora.layers = {1};
+  Gpt m(config(), DType::kF32, {}, lora);
+  init(m, 7);
+  for (const Parameter* p : m.parameters()) {
+    std::vector<float> v = p->value.to_vector();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.3f * (2.0f * uniform01(hash_words(3, i)) - 1.0f);
+    p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
+  }
+  const int V = config().vocab_size;
+  const std::vector<int32_t> seq = tokens(18, 13, V);
+  GptDecoder d(m);
+  std::vector<float> full = full_logits(m, seq);
+  const double rel = max_rel(decode_one_by_one(d, seq), full, V);
+  std::printf("  LoRA: max rel %.2e\n", rel);
+  EXPECT_LT(rel, 1e-5);
+  // The adapters change the logits (so the merge was needed).
+  Gpt base(config());
+  for (const Parameter* p : base.parameters()) {
+    for (const Parameter* q : m.frozen_parameters())
+      if (q->name == p->name) p->value.copy_from(q->value);
+  }
+  EXPECT_GT(max_rel(full_logits(base, seq), full, V), 1e-2);
+}
+
+// bf16 weights are read as fp32: the decoder of a bf16 model matches the fp32
+// forward of the same (rounded) weights.
+TEST(GptDecoder, ReadsBf16WeightsAsFp32) {
+  Gpt m16(config(), DType::kBF16);
+  init(m16, 8);
+  Gpt m32(config());
+  for (size_t i = 0; i < m32.parameters().size(); ++i)
+    m32.parameters()[i]->value.copy_from(m16.parameters()[i]->value);
+  const int V = config().vocab_size;
+  const std::vector<int32_t> seq = tokens(16, 14, V);
+  GptDecoder d(m16);
+  EXPECT_LT(max_rel(decode_one_by_one(d, seq), full_logits(m32, seq), V), 1e-5);
+}
+
+}  // namespace
+}  // namespace fd::nn
