@@ -12,9 +12,12 @@
 // its preconditions and the launch, and reports a failure by throwing
 // kernels::Error with the function name and CUDA's message.
 //
-// Semantics follow lib/ops (the CPU backend) exactly: 16-bit values are loaded
-// into fp32, computed in fp32 and stored with round-to-nearest-even; "accumulate"
-// means dst += value (the autograd convention for gradients).
+// Semantics follow lib/ops (the CPU backend): the same formulas, 16-bit values
+// loaded into fp32, computed in fp32 and stored with round-to-nearest-even;
+// "accumulate" means dst += value (the autograd convention for gradients).
+// Results agree with the CPU to rounding (nvcc and g++ fuse multiply-adds
+// differently), and are the same bits from run to run: no reduction's order
+// depends on timing.
 #pragma once
 
 #include <cstddef>

@@ -167,12 +167,15 @@ class Allocator {
   }
 
  private:
-  // cudaFree synchronises the device first, so a cached block that a queued
-  // kernel still reads is not returned under it.
+  // A cached block may still be read or written by queued work (the compute
+  // stream, or a communication stream): wait for the whole device first
+  // rather than rely on cudaFree's implicit synchronisation, which is not
+  // documented to cover non-blocking streams.
   // Every block is forgotten even if one cudaFree fails (then the first
   // error is reported), so no block can be freed twice.
   void release_cached_locked() {
-    cudaError_t first = cudaSuccess;
+    if (free_.empty()) return;
+    cudaError_t first = cudaDeviceSynchronize();
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
         const cudaError_t err = cudaFree(p);

@@ -3,7 +3,7 @@
 namespace fd::autograd {
 
 const Tensor& GradSlot::ensure_grad() {
-  if (!grad.defined()) grad = Tensor::zeros(shape, dtype, MemCategory::kActivations);
+  if (!grad.defined()) grad = Tensor::zeros(shape, dtype, MemCategory::kActivations, device);
   return grad;
 }
 
@@ -11,6 +11,7 @@ Variable::Variable(Tensor value, bool requires_grad) : value_(std::move(value)) 
   slot_ = std::make_shared<GradSlot>();
   slot_->shape = value_.shape();
   slot_->dtype = value_.dtype();
+  if (value_.defined()) slot_->device = value_.device();
   slot_->requires_grad = requires_grad;
   slot_->is_leaf = true;
 }

@@ -20,6 +20,7 @@ namespace fd::autograd {
 struct GradSlot {
   Shape shape;
   DType dtype = DType::kF32;
+  Device device;  // the value's: a gradient lives where its value does
   bool requires_grad = false;
   bool is_leaf = true;
   // Defined once a gradient exists (lazily zero-allocated for non-leaves,
@@ -27,7 +28,7 @@ struct GradSlot {
   Tensor grad;
 
   // The gradient buffer, zero-allocated on first use. Non-leaf gradients are
-  // activation memory, in the value's dtype.
+  // activation memory, in the value's dtype, on the value's device.
   const Tensor& ensure_grad();
   bool has_grad() const { return grad.defined(); }
 };

@@ -441,7 +441,9 @@ void ShardReader::read(const std::string& segment, const std::string& field, int
                        int64_t count, const Tensor& out) const {
   FD_CHECK(std::find(std::begin(kFields), std::end(kFields), field) != std::end(kFields),
            "unknown checkpoint field '{}'", field);
-  FD_CHECK(out.defined() && out.device().is_cpu() && out.numel() == count,
+  // `out` may be on the GPU (resuming a device: cuda run): it is then filled
+  // through a host buffer below.
+  FD_CHECK(out.defined() && out.numel() == count,
            "read of {} elements into a tensor of {}", count, out.defined() ? out.numel() : 0);
   const RangeInfo* r = find_range(segment);
   if (!r)

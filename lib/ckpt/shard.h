@@ -116,7 +116,7 @@ class ShardReader {  // RAII over the HDF5 file; movable, not copyable
   // Reads elements [global_offset, global_offset + count) of `field`
   // ("master", "exp_avg", "exp_avg_sq" as fp32; "params" converted to
   // `out`'s dtype) of `segment`, which must lie inside this file's range of
-  // that segment, into `out` (a CPU tensor of count elements; fp32 fields
+  // that segment, into `out` (count elements on the CPU or the GPU; fp32 fields
   // are converted too if `out` is not f32). Checksums are verified on read:
   // corruption -> fd::Error kUsage naming the file, segment and dataset.
   void read(const std::string& segment, const std::string& field, int64_t global_offset,

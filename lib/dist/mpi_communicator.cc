@@ -109,8 +109,9 @@ bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
+// Host staging (MPI reads host memory), whatever the calling thread's default device.
 Tensor comm_buffer(int64_t count) {
-  return Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm);
+  return Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, Device::cpu());
 }
 
 }  // namespace
@@ -249,7 +250,7 @@ void MpiCommunicator::State::start(Op& op) {
         type = MPI_FLOAT;
       } else if (overlaps(op.send, size_t(op.count * size) * esize, op.recv,
                           size_t(op.count) * esize)) {
-        op.stage_out = Tensor::empty(Shape{op.count}, op.dtype, MemCategory::kComm);
+        op.stage_out = Tensor::empty(Shape{op.count}, op.dtype, MemCategory::kComm, Device::cpu());
         recv = op.stage_out.raw();
       }
       FD_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, type, MPI_SUM, comm, &op.req));

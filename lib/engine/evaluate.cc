@@ -21,8 +21,8 @@ EvalResult evaluate_windows(const nn::Gpt& model, std::span<const int32_t> token
   double sum = 0.0;  // of the per-token losses: each batch's mean times its token count
   for (int64_t first = 0; first < N; first += batch) {
     const int64_t B = std::min<int64_t>(batch, N - first);
-    Tensor in = Tensor::empty(Shape{B, T}, DType::kI32);
-    Tensor out = Tensor::empty(Shape{B, T}, DType::kI32);
+    Tensor in = Tensor::empty(Shape{B, T}, DType::kI32, MemCategory::kOther, Device::cpu());
+    Tensor out = Tensor::empty(Shape{B, T}, DType::kI32, MemCategory::kOther, Device::cpu());
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* w = tokens.data() + (first + b) * W;
       std::copy(w, w + T, in.i32() + b * T);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <ctime>
 
 #include "lib/autograd/tape.h"
@@ -244,12 +245,24 @@ int local_gpu_ordinal(int rank) {
 void Trainer::setup_device() {
   if (recipe_.device != config::DeviceName::kCuda) return;
   const int ordinal = local_gpu_ordinal(comm_.rank());
-  const int count = cuda_device_count();
-  if (count > 0 && ordinal >= count)
-    usage_error("{}: device: cuda with {} ranks on this node, but it has {} GPU{}; start at most "
-                "one rank per GPU (mpirun -n {} per node)",
-                recipe_.where("device"), ordinal + 1, count, count == 1 ? "" : "s", count);
-  init_cuda_device(ordinal);
+  // Every rank must get its GPU before any starts NCCL (a collective): agree first.
+  std::optional<Error> failure;
+  try {
+    const int count = cuda_device_count();
+    if (count > 0 && ordinal >= count)
+      usage_error("{}: device: cuda with {} ranks on this node, but it has {} GPU{}; start at "
+                  "most one rank per GPU (mpirun -n {} per node)",
+                  recipe_.where("device"), ordinal + 1, count, count == 1 ? "" : "s", count);
+    init_cuda_device(ordinal);
+  } catch (const Error& e) {
+    failure = e;
+  }
+  double ok = failure ? 0.0 : 1.0;
+  std::vector<double> oks(static_cast<size_t>(comm_.size()));
+  comm_.all_gather_f64(&ok, oks.data(), 1);
+  if (failure) throw *failure;
+  for (int r = 0; r < comm_.size(); ++r)
+    if (oks[size_t(r)] == 0.0) runtime_error("rank {} could not start its GPU", r);
   device_scope_ = std::make_unique<DeviceScope>(Device::cuda(ordinal));
 #if FDTRAIN_HAVE_CUDA
   gpu_comm_ = std::make_unique<dist::NcclCommunicator>(comm_);

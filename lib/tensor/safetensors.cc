@@ -215,7 +215,7 @@ DType SafetensorsFile::dtype(const std::string& name) const {
 
 Tensor SafetensorsFile::load(const std::string& name, MemCategory category) const {
   const Entry& e = entry(name);
-  Tensor t = Tensor::empty(Shape(e.shape), dtype(name), category);
+  Tensor t = Tensor::empty(Shape(e.shape), dtype(name), category, Device::cpu());  // read on the host
   if (t.nbytes() == 0) return t;
   std::ifstream in(path_, std::ios::binary);
   in.seekg(std::streamoff(data_start_ + e.begin));

@@ -10,6 +10,8 @@
 #      steps in bf16; the loss must fall.
 #   3. Benchmark: GPT-2 124M, bf16, T = 1024: tokens/s and MFU =
 #      tokens/s x (6N + 6 L C T) / 790e12 (the H200's measured dense bf16 rate).
+#   4. Checkpoints: a GPU run resumed from its step-20 checkpoint ends with the
+#      uninterrupted run's weights_sha256; the same checkpoint resumes on the CPU.
 #
 # Everything it prints is also written to OUT_DIR (default ./device_check_out):
 # parity.txt, train_m/, bench_124m/ and report.txt (the lines for bench/RESULTS.md).
@@ -129,6 +131,36 @@ print(f"124M bf16: {tps:,.0f} tokens/s, {N/1e6:.1f}M params, {flops/1e9:.3f} GFL
 PY
 fi
 (( rc == 0 )) || { say "benchmark: FAILED (exit $rc):"; tail -20 "$OUT/bench_124m.log" | tee -a "$REPORT"; status=1; }
+
+# --- 4. checkpoints: GPU resume is bitwise; a GPU checkpoint resumes on the CPU ---
+say "== 4. resume: GPU -> GPU (bitwise) and GPU -> CPU"
+common=(bench/recipes/m_fortunes.yaml device=cuda "data.train=[data/fortunes.txt]" zero.stage=2
+        precision=bf16 logging.every=10 logging.eval_every=0 logging.sample_tokens=0
+        checkpoint.every=20 --no-progress)
+rm -rf "$OUT/resume_full" "$OUT/resume_half" "$OUT/resume_cpu"
+run_bin fdtrain train "${common[@]}" steps=40 --run-dir "$OUT/resume_full" > "$OUT/resume.log" 2>&1 &&
+  run_bin fdtrain train "${common[@]}" steps=20 --run-dir "$OUT/resume_half" >> "$OUT/resume.log" 2>&1 &&
+  run_bin fdtrain train "${common[@]}" steps=40 --run-dir "$OUT/resume_half" --resume auto \
+    >> "$OUT/resume.log" 2>&1 &&
+  run_bin fdtrain train "${common[@]}" device=cpu steps=21 --run-dir "$OUT/resume_cpu" \
+    --resume "$OUT/resume_half/checkpoints/step_00000020" >> "$OUT/resume.log" 2>&1
+rc=$?
+if (( rc == 0 )); then
+  python3 - "$OUT" <<'PY' | tee -a "$REPORT"
+import json, sys
+out = sys.argv[1]
+s = {k: json.load(open(f"{out}/resume_{k}/summary.json")) for k in ("full", "half", "cpu")}
+same = s["full"]["weights_sha256"] == s["half"]["weights_sha256"]
+m = {k: [json.loads(l) for l in open(f"{out}/resume_{k}/metrics.jsonl")] for k in ("full", "cpu")}
+g21 = next(r["loss"] for r in m["full"] if r["step"] == 21) if any(r["step"] == 21 for r in m["full"]) else None
+c21 = m["cpu"][-1]["loss"]
+print(f"GPU resume at step 20 -> same weights_sha256 as the uninterrupted run: {same}")
+print(f"GPU checkpoint resumed on the CPU: step-21 loss {c21:.5f} (GPU run's step 21: {g21})")
+sys.exit(0 if same else 1)
+PY
+  rc=$?
+fi
+(( rc == 0 )) || { say "resume: FAILED (exit $rc):"; tail -20 "$OUT/resume.log" | tee -a "$REPORT"; status=1; }
 
 say "device_check: $([[ $status == 0 ]] && echo PASSED || echo FAILED)"
 exit $status
