@@ -265,7 +265,8 @@ int run(int argc, char** argv) {
   // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step boundary and exit 0.
   std::signal(SIGUSR1, [](int) { fd::engine::Trainer::request_stop(); });
 
-  std::unique_ptr<fd::dist::Communicator> comm = fd::dist::init(&argc, &argv);
+  // dist.timeout_s bounds every wait on other ranks, MPI initialisation included.
+  std::unique_ptr<fd::dist::Communicator> comm = fd::dist::init(&argc, &argv, r.dist.timeout_s);
   if (comm->rank() != 0) fd::log::set_rank(comm->rank());
   int code = 0;
   {

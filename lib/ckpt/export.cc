@@ -163,7 +163,12 @@ std::map<std::string, std::vector<Piece>> plan_reads(const Checkpoint& c) {
     if (pos < seg.numel) gaps.push_back({pos, seg.numel});
     for (const ParamLayout& p : c.meta().layout) {
       if (p.segment != seg.name) continue;
-      int64_t b = p.offset, e = p.offset + numel_of(p.shape);
+      int64_t b = p.offset, e = p.offset + numel_of(p.shape);  // no overflow: ShardReader checks
+      if (e > seg.numel)
+        usage_error(
+            "checkpoint {}: parameter '{}' [{}, {}) lies beyond segment '{}' of {} elements in "
+            "the manifest; the checkpoint is inconsistent; {}",
+            c.dir, p.name, b, e, seg.name, seg.numel, kCorruptHint);
       for (auto [gb, ge] : gaps)
         if (gb < e && b < ge)
           usage_error(

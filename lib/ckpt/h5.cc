@@ -13,6 +13,9 @@ namespace {
 // enough that a partial read touches little more than it needs.
 constexpr hsize_t kChunkElems = hsize_t(1) << 20;
 
+// The most strings read_string_dataset() reads (a layout's names: a few thousand).
+constexpr size_t kMaxStrings = size_t(1) << 24;
+
 H5Id vlen_string_type() {
   H5Id t(H5Tcopy(H5T_C_S1));
   if (!t || H5Tset_size(t.get(), H5T_VARIABLE) < 0 || H5Tset_cset(t.get(), H5T_CSET_UTF8) < 0)
@@ -95,7 +98,15 @@ bool H5Id::close() {
 
 void quiet() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    // No library shutdown at exit: it closes files still open, and HDF5 1.10
+    // crashes closing one whose earlier close failed (a shard write that hit
+    // a full disk: the error was reported, then the process died of SIGSEGV
+    // in H5F__close_cb). Every file of ours is closed by its H5Id anyway.
+    // Must come before any other HDF5 call; harmless (an error) if it does not.
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 std::string last_error() {
@@ -227,6 +238,7 @@ std::optional<std::vector<std::string>> read_string_dataset(hid_t parent, const 
   if (!dims || dims->size() != 1 || !type || H5Tget_class(type.get()) != H5T_STRING)
     return std::nullopt;
   size_t n = (*dims)[0];
+  if (n > kMaxStrings) return std::nullopt;  // a hostile size must not become an allocation
   std::vector<std::string> out(n);
   if (n == 0) return out;
   if (H5Tis_variable_str(type.get()) > 0) {

@@ -46,7 +46,8 @@ class H5Id {
   hid_t id_ = H5I_INVALID_HID;
 };
 
-// Turns off HDF5's automatic printing of error stacks (idempotent).
+// Turns off HDF5's automatic printing of error stacks and its library
+// shutdown at exit (idempotent; call it before any other HDF5 function).
 void quiet();
 // The HDF5 error stack of the calling thread, innermost message first,
 // joined by "; " (empty if none), and clears it.
@@ -77,7 +78,8 @@ bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_ty
                    const std::vector<hsize_t>& dims, const void* data);
 // A 1-D dataset of variable-length UTF-8 strings.
 bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values);
-// Reads a 1-D dataset of strings (fixed or variable length); nullopt on failure.
+// Reads a 1-D dataset of strings (fixed or variable length); nullopt on failure
+// or when it holds more than 2^24 strings.
 std::optional<std::vector<std::string>> read_string_dataset(hid_t parent, const char* name);
 
 // Dimensions of dataset `ds` (empty optional on failure).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -19,6 +20,9 @@ using h5::H5Id;
 namespace {
 
 constexpr const char* kFields[] = {"master", "exp_avg", "exp_avg_sq", "params"};
+
+// The most values a /layout dataset may hold (GPT-2 XL has under 600 parameter tensors).
+constexpr hsize_t kMaxLayoutValues = hsize_t(1) << 24;
 
 // What to tell the user when a shard cannot be used.
 constexpr const char* kCorruptHint = "resume from an earlier checkpoint";
@@ -96,6 +100,8 @@ bool read_numeric(hid_t parent, const char* name, hid_t mem_type, std::vector<hs
   size_t numel = 1;
   for (size_t i = 0; i < want.size(); ++i) {
     if (want[i] != hsize_t(-1) && (*dims)[i] != want[i]) return false;
+    // A layout is a few thousand values; a hostile size must not become an allocation.
+    if ((*dims)[i] > kMaxLayoutValues || numel * (*dims)[i] > kMaxLayoutValues) return false;
     numel *= (*dims)[i];
   }
   out->assign(numel, T{});
@@ -298,10 +304,20 @@ ShardReader ShardReader::open(const std::string& path) {
         path, *version, writer, kFormatVersion);
   }
   m.format_version = int(*version);
+  auto bad = [&](const std::string& what) {
+    usage_error("{}: {}: the file is corrupt or not an fdtrain checkpoint shard; {}", path, what,
+                kCorruptHint);
+  };
+  // An int attribute: refused rather than truncated when it does not fit.
+  auto req_int = [&](const char* name) {
+    int64_t v = req_i64(root, name, "/");
+    if (v < INT32_MIN || v > INT32_MAX) bad(fmt::format("attribute '{}' = {} is out of range", name, v));
+    return int(v);
+  };
   m.step = req_i64(root, "step", "/");
-  m.world_size = int(req_i64(root, "world_size", "/"));
-  m.rank = int(req_i64(root, "rank", "/"));
-  m.zero_stage = int(req_i64(root, "zero_stage", "/"));
+  m.world_size = req_int("world_size");
+  m.rank = req_int("rank");
+  m.zero_stage = req_int("zero_stage");
   m.precision = req_str(root, "precision");
   m.optimizer_step = req_i64(root, "optimizer_step", "/");
   m.seed = req_i64(root, "seed", "/");
@@ -314,12 +330,8 @@ ShardReader ShardReader::open(const std::string& path) {
     if (!scale) missing("attribute 'loss_scale' of /");
     m.loss_scaler = LossScalerState{*scale, req_i64(root, "loss_scale_iter", "/"),
                                     req_i64(root, "loss_scale_last_overflow_iter", "/"),
-                                    int(req_i64(root, "loss_scale_hysteresis_left", "/"))};
+                                    req_int("loss_scale_hysteresis_left")};
   }
-  auto bad = [&](const std::string& what) {
-    usage_error("{}: {}: the file is corrupt or not an fdtrain checkpoint shard; {}", path, what,
-                kCorruptHint);
-  };
   if (m.precision != "fp32" && m.precision != "bf16" && m.precision != "fp16")
     bad(fmt::format("precision '{}' is not fp32, bf16 or fp16", m.precision));
   if (m.world_size < 1 || m.rank < 0 || m.rank >= m.world_size)
@@ -356,8 +368,16 @@ ShardReader ShardReader::open(const std::string& path) {
           (*names)[i], (*segments)[i], offsets[i],
           std::vector<int64_t>(shapes.begin() + i * width, shapes.begin() + i * width + ndims[i]),
           decay[i] != 0};
-      for (int64_t d : p.shape)
+      // Its elements [offset, offset + numel) must be addressable (no int64 overflow).
+      int64_t numel = 1;
+      for (int64_t d : p.shape) {
         if (d < 0) bad(fmt::format("parameter '{}' has a negative dimension", p.name));
+        if (d != 0 && numel > INT64_MAX / d)
+          bad(fmt::format("parameter '{}' has more than 2^63 elements", p.name));
+        numel *= d;
+      }
+      if (numel > INT64_MAX - p.offset)
+        bad(fmt::format("parameter '{}' lies beyond element 2^63 of its segment", p.name));
       m.layout.push_back(std::move(p));
     }
   }
@@ -385,9 +405,10 @@ ShardReader ShardReader::open(const std::string& path) {
     if (!g) missing("group " + where);
     RangeInfo r{name, req_i64(g.get(), "segment_numel", where), req_i64(g.get(), "offset", where),
                 req_i64(g.get(), "count", where), DType::kF32};
-    if (r.offset < 0 || r.count < 0 || r.segment_numel < 0 || r.offset + r.count > r.segment_numel)
-      bad(fmt::format("{}: range [{}, {}) does not lie within segment_numel {}", where, r.offset,
-                      r.offset + r.count, r.segment_numel));
+    if (r.offset < 0 || r.count < 0 || r.segment_numel < 0 ||
+        r.count > r.segment_numel - r.offset)  // offset + count <= segment_numel, without overflow
+      bad(fmt::format("{}: range at offset {} of {} elements does not lie within segment_numel {}",
+                      where, r.offset, r.count, r.segment_numel));
     for (const char* field : kFields) {
       std::string dsname = where + "/" + field;
       if (H5Lexists(g.get(), field, H5P_DEFAULT) <= 0) {
@@ -429,7 +450,7 @@ ShardReader ShardReader::open(const std::string& path) {
     auto it = impl->by_segment.find(p.segment);
     if (it != impl->by_segment.end()) r = &impl->ranges[it->second];
     int64_t numel = 1;
-    for (int64_t d : p.shape) numel *= d;
+    for (int64_t d : p.shape) numel *= d;  // no overflow: checked with the layout
     if (r && p.offset + numel > r->segment_numel)
       bad(fmt::format("layout places '{}' at [{}, {}) beyond segment '{}' of {} elements", p.name,
                       p.offset, p.offset + numel, p.segment, r->segment_numel));

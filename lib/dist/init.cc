@@ -2,8 +2,15 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
@@ -14,6 +21,46 @@ namespace fd::dist {
 namespace {
 
 bool g_initialised = false;
+double g_timeout_s = 600.0;  // init()'s timeout, for finalize() too
+
+// MPI_Init and MPI_Finalize wait for every rank (PMIx fences) and have no
+// timeout of their own: with a rank stopped or wedged there, its peers would
+// wait forever. A Watchdog ends this process if `what` takes longer than
+// `seconds`; mpirun then sees a rank exit and ends the whole job.
+class Watchdog {
+ public:
+  Watchdog(double seconds, const char* what) {
+    thread_ = std::thread([this, seconds, what] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; }))
+        return;
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (rank == nullptr) rank = std::getenv("PMIX_RANK");
+      std::fprintf(stderr,
+                   "fdtrain: rank %s (pid %d): %s did not complete within %g s (dist.timeout_s): "
+                   "another rank is stopped, dead or unreachable; ending the job\n",
+                   rank ? rank : "?", int(::getpid()), what, seconds);
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 // Which MPI world the environment announces: > 1 means "use mpi".
 bool launched_with_mpi_world() {
@@ -41,13 +88,20 @@ std::string thread_level_name(int level) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> init(int* argc, char*** argv) {
+std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s) {
   FD_CHECK(!g_initialised, "dist::init() called twice");
+  FD_CHECK(timeout_s > 0, "timeout {}", timeout_s);
   g_initialised = true;
+  g_timeout_s = timeout_s;
   if (!launched_with_mpi_world()) return std::make_unique<LocalCommunicator>();
 
   int provided = MPI_THREAD_SINGLE;
-  if (int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided); rc != MPI_SUCCESS) {
+  int rc = MPI_SUCCESS;
+  {
+    Watchdog watchdog(timeout_s, "MPI initialisation");
+    rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  }
+  if (rc != MPI_SUCCESS) {
     runtime_error("MPI_Init_thread failed (code {}); check the MPI installation and launcher", rc);
   }
   if (provided < MPI_THREAD_MULTIPLE) {
@@ -58,7 +112,9 @@ std::unique_ptr<Communicator> init(int* argc, char*** argv) {
         thread_level_name(provided));
   }
   FD_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  return std::make_unique<MpiCommunicator>();
+  auto comm = std::make_unique<MpiCommunicator>();
+  comm->set_timeout(timeout_s);  // from the first collective on
+  return comm;
 }
 
 void finalize() {
@@ -67,6 +123,7 @@ void finalize() {
   MPI_Finalized(&fin);
   if (!init || fin) return;
   detail::shutdown_live_communicators();
+  Watchdog watchdog(g_timeout_s, "MPI_Finalize");
   MPI_Finalize();
 }
 

@@ -21,7 +21,11 @@
 
 namespace fd::dist {
 
-std::unique_ptr<Communicator> init(int* argc, char*** argv);
+// `timeout_s` (the recipe's dist.timeout_s) bounds every wait on other ranks
+// from the start: MPI initialisation (a rank that does not complete it within
+// timeout_s ends the job with a message), the communicator's collectives,
+// and MPI_Finalize.
+std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s = 600.0);
 // MPI_Finalize if MPI was initialised (and not yet finalised); else nothing.
 void finalize();
 

@@ -149,7 +149,11 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     fs::create_directories(root, ec);
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp, ec);
-    if (ec) runtime_error("{}: cannot create the checkpoint directory: {}", tmp.string(), ec.message());
+    if (ec)
+      runtime_error(
+          "cannot save the checkpoint of step {}: cannot create {}: {}; make {} writable (or "
+          "free space on its disk), then resume with --resume auto",
+          req.step, tmp.string(), ec.message(), root.string());
   }
   comm.barrier();
   maybe_kill(req.fault, comm.rank(), req.step, 1);

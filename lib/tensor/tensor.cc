@@ -76,7 +76,7 @@ void Tensor::zero_() const {
 #if FDTRAIN_HAVE_CUDA
   if (is_cuda()) return kernels::memset_zero(raw(), nbytes());
 #endif
-  std::memset(raw(), 0, nbytes());
+  if (nbytes() != 0) std::memset(raw(), 0, nbytes());  // an empty tensor may have no memory (UB)
 }
 
 void Tensor::fill_(float value) const {
@@ -129,6 +129,7 @@ void Tensor::copy_from(const Tensor& src) const {
     return copy_from(moved);
   }
 #endif
+  if (numel() == 0) return;  // empty tensors may have no memory: nothing to pass to memmove
   if (src.dtype_ == dtype_) {
     std::memmove(raw(), src.raw(), nbytes());
     return;
