@@ -144,7 +144,7 @@ int run_cp(std::string name, const std::string& dest, bool overwrite) {
 
   // The copy's includes are looked for next to it, above it and in the working
   // directory; say so when they (or the files it names) are not found from here.
-  config::LoadResult check = config::try_load_recipe(out.string(), {}, config::Unsupported::kAllow);
+  config::LoadResult check = config::try_load_recipe(out.string());
   if (!check.ok()) {
     std::fprintf(stderr, "fdtrain: note: %s does not validate from here yet:\n",
                  out.string().c_str());

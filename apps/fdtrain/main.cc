@@ -265,8 +265,10 @@ int run(int argc, char** argv) {
   // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step boundary and exit 0.
   std::signal(SIGUSR1, [](int) { fd::engine::Trainer::request_stop(); });
 
-  // dist.timeout_s bounds every wait on other ranks, MPI initialisation included.
-  std::unique_ptr<fd::dist::Communicator> comm = fd::dist::init(&argc, &argv, r.dist.timeout_s);
+  // dist.timeout_s bounds every wait on other ranks, MPI initialisation included,
+  // and (the exit guard) how long a rank may stay stopped after it finished.
+  std::unique_ptr<fd::dist::Communicator> comm =
+      fd::dist::init(&argc, &argv, r.dist.timeout_s, /*exit_guard=*/true);
   if (comm->rank() != 0) fd::log::set_rank(comm->rank());
   int code = 0;
   {

@@ -411,8 +411,7 @@ std::tuple<int, int64_t, int, std::string> gpt2_order(const std::string& name) {
 // The checkpoint's recipe (for the LoRA exports, which need its lora section
 // and model.init_from). Throws fd::Error kUsage if it does not validate here.
 config::Recipe lora_recipe(const Checkpoint& c) {
-  config::LoadResult r = config::try_parse_recipe(c.meta().recipe_yaml, "checkpoint recipe", {},
-                                                  config::Unsupported::kAllow);
+  config::LoadResult r = config::try_parse_recipe(c.meta().recipe_yaml, "checkpoint recipe");
   if (!r.ok())
     usage_error(
         "{}: the checkpoint's recipe does not validate here, so its LoRA settings cannot be "

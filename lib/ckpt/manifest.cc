@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 #include <zlib.h>
 
@@ -23,6 +24,15 @@ namespace fd::ckpt {
 namespace fs = std::filesystem;
 
 namespace {
+
+// fsync of a directory, so that renames in it survive a crash.
+void sync_directory(const fs::path& dir) {
+  int dfd = ::open(dir.string().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
 
 // Writes `text` to `path` atomically: `path`.tmp, fsync, rename, fsync of the
 // directory so the rename itself survives a crash.
@@ -47,11 +57,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) runtime_error("cannot rename {} to {}: {}", tmp, path, ec.message());
-  int dfd = ::open(fs::path(path).parent_path().string().c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_directory(fs::path(path).parent_path());
 }
 
 std::string read_text(const std::string& path) {
@@ -195,6 +201,34 @@ void verify_shard_files(const std::string& dir, const Manifest& m) {
           "resume from an earlier checkpoint",
           shard, got.crc32, want.crc32);
   }
+}
+
+void replace_directory(const std::string& tmp, const std::string& final_dir) {
+  std::error_code ec;
+  if (!fs::exists(final_dir, ec)) {
+    fs::rename(tmp, final_dir, ec);
+    if (ec) runtime_error("cannot rename {} to {}: {}", tmp, final_dir, ec.message());
+  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) ==
+             0) {
+    fs::remove_all(tmp, ec);  // now the old directory
+  } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+    // No RENAME_EXCHANGE here (e.g. some network file systems): move the old
+    // directory aside first; a crash in between leaves it at final_dir.old.
+    const std::string old = final_dir + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old, ec);
+    if (ec) runtime_error("cannot move {} aside to {}: {}", final_dir, old, ec.message());
+    fs::rename(tmp, final_dir, ec);
+    if (ec) {
+      std::error_code back;
+      fs::rename(old, final_dir, back);
+      runtime_error("cannot rename {} to {}: {}", tmp, final_dir, ec.message());
+    }
+    fs::remove_all(old, ec);
+  } else {
+    runtime_error("cannot put {} in place of {}: {}", tmp, final_dir, std::strerror(errno));
+  }
+  sync_directory(fs::path(final_dir).parent_path());
 }
 
 void write_latest(const std::string& checkpoints_dir, int64_t step) {

@@ -74,6 +74,14 @@ Manifest read_manifest(const std::string& dir);
 // the damaged or truncated shard and what to do.
 void verify_shard_files(const std::string& dir, const Manifest& manifest);
 
+// Moves the complete directory `tmp` to `final_dir` (same file system). A
+// directory already at `final_dir` (a step saved again after a resume, an
+// adapter saved over) is swapped out atomically (renameat2 RENAME_EXCHANGE)
+// and only then removed, so at every moment `final_dir` is the old or the new
+// complete directory. Where the file system cannot exchange, the old one is
+// first moved aside to `final_dir`.old. Throws fd::Error kRuntime on failure.
+void replace_directory(const std::string& tmp, const std::string& final_dir);
+
 // Writes `checkpoints_dir`/latest = step_dir_name(step) via a temporary file
 // and rename, so that a reader sees the old or the new pointer, never a
 // partial one. Throws fd::Error kRuntime on I/O failure.

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "lib/base/error.h"
+#include "lib/ckpt/manifest.h"
 #include "lib/tensor/safetensors.h"
 
 namespace fd::ckpt {
@@ -240,9 +241,7 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
                 dir);
   if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
   const fs::path tmp = final_dir.string() + ".tmp";
-  const fs::path old = final_dir.string() + ".old";
   fs::remove_all(tmp, ec);
-  fs::remove_all(old, ec);
   if (!fs::create_directory(tmp, ec))
     runtime_error("cannot create {}: {}; check permissions", tmp.string(), ec.message());
 
@@ -274,14 +273,7 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
   for (const auto& [name, t] : flatten(pairs)) keyed.emplace_back(kPeftPrefix + name, t);
   write_safetensors((tmp / kModelFile).string(), keyed, {{"format", "pt"}});
 
-  const bool replacing = fs::exists(final_dir, ec);
-  if (replacing) {
-    fs::rename(final_dir, old, ec);
-    if (ec) runtime_error("cannot move {} aside to {}: {}", dir, old.string(), ec.message());
-  }
-  fs::rename(tmp, final_dir, ec);
-  if (ec) runtime_error("cannot rename {} to {}: {}", tmp.string(), dir, ec.message());
-  if (replacing) fs::remove_all(old, ec);
+  replace_directory(tmp.string(), final_dir.string());
 }
 
 PeftAdapter read_peft_adapter(const std::string& dir) {

@@ -290,13 +290,12 @@ void Loader::apply_overrides(Node* root, const std::vector<std::string>& overrid
 }
 
 LoadResult finish(Loader& loader, bool loaded, Node root, const std::string& name,
-                  const std::vector<std::string>& overrides, Unsupported unsupported,
-                  std::vector<std::string>* errors, bool check_files = true) {
+                  const std::vector<std::string>& overrides, std::vector<std::string>* errors,
+                  bool check_files = true) {
   LoadResult result;
   if (loaded) {
     loader.apply_overrides(&root, overrides);
-    build_recipe(root, name, loader.broken_sections(), unsupported == Unsupported::kRefuse,
-                 check_files, &result.recipe, errors);
+    build_recipe(root, name, loader.broken_sections(), check_files, &result.recipe, errors);
   }
   result.errors = std::move(*errors);
   return result;
@@ -304,22 +303,21 @@ LoadResult finish(Loader& loader, bool loaded, Node root, const std::string& nam
 
 }  // namespace
 
-LoadResult try_load_recipe(const std::string& path, const std::vector<std::string>& overrides,
-                           Unsupported unsupported) {
+LoadResult try_load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
   std::vector<std::string> errors;
   Loader loader(&errors);
   Node root;
   bool loaded = loader.load_recipe_file(path, &root);
-  return finish(loader, loaded, std::move(root), path, overrides, unsupported, &errors);
+  return finish(loader, loaded, std::move(root), path, overrides, &errors);
 }
 
 LoadResult try_parse_recipe(std::string_view yaml, const std::string& name,
-                            const std::vector<std::string>& overrides, Unsupported unsupported) {
+                            const std::vector<std::string>& overrides) {
   std::vector<std::string> errors;
   Loader loader(&errors);
   Node root;
   bool loaded = loader.load_recipe_text(yaml, name, &root);
-  return finish(loader, loaded, std::move(root), name, overrides, unsupported, &errors);
+  return finish(loader, loaded, std::move(root), name, overrides, &errors);
 }
 
 LoadResult try_parse_stored_recipe(std::string_view yaml, const std::string& name) {
@@ -327,13 +325,11 @@ LoadResult try_parse_stored_recipe(std::string_view yaml, const std::string& nam
   Loader loader(&errors);
   Node root;
   bool loaded = loader.load_recipe_text(yaml, name, &root);
-  return finish(loader, loaded, std::move(root), name, {}, Unsupported::kAllow, &errors,
-                /*check_files=*/false);
+  return finish(loader, loaded, std::move(root), name, {}, &errors, /*check_files=*/false);
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
-                   Unsupported unsupported) {
-  LoadResult result = try_load_recipe(path, overrides, unsupported);
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  LoadResult result = try_load_recipe(path, overrides);
   if (!result.ok()) {
     throw Error(ErrorKind::kUsage, fmt::format("{}", fmt::join(result.errors, "\n")));
   }

@@ -17,11 +17,6 @@
 
 namespace fd::config {
 
-// What to do with valid values of features this build does not have yet
-// (bf16, ZeRO 1-3, LoRA, ...). Training refuses them; tools that only read
-// or print recipes may allow them.
-enum class Unsupported { kRefuse, kAllow };
-
 // The outcome of reading a recipe.
 struct LoadResult {
   Recipe recipe;                    // meaningful only when errors is empty
@@ -33,26 +28,22 @@ struct LoadResult {
 // working directory), applies `overrides` ("key.path=value" sets a value,
 // parsed as YAML; "~key.path" deletes a key so its default applies) and
 // validates the result. Never throws for anything the user can cause.
-LoadResult try_load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
-                           Unsupported unsupported = Unsupported::kRefuse);
+LoadResult try_load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // As try_load_recipe(), from YAML text (e.g. the resolved recipe stored in a
 // checkpoint). `name` stands in for the file name in messages; includes are
 // resolved from the working directory.
 LoadResult try_parse_recipe(std::string_view yaml, const std::string& name,
-                            const std::vector<std::string>& overrides = {},
-                            Unsupported unsupported = Unsupported::kRefuse);
+                            const std::vector<std::string>& overrides = {});
 
 // As try_parse_recipe(), for a recipe an earlier run stored (a checkpoint's
 // resolved recipe), to learn what that run was: the files it names (data,
-// model.init_from, lora.adapter) need not exist here and are kept as written,
-// and features this build refuses are allowed.
+// model.init_from, lora.adapter) need not exist here and are kept as written.
 LoadResult try_parse_stored_recipe(std::string_view yaml, const std::string& name);
 
 // As try_load_recipe(), but throws one fd::Error (ErrorKind::kUsage) whose
 // message is all the error lines joined by '\n'.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
-                   Unsupported unsupported = Unsupported::kRefuse);
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The fully resolved recipe as YAML: includes inlined, every default written
 // out, data globs expanded to their files, numbers printed so that they read

@@ -107,8 +107,9 @@ const std::vector<KeyDoc>& key_reference() {
        "reduces after backward"},
       // dist
       {"dist.timeout_s", "number", "600.0", "> 0",
-       "a collective that does not complete within this many seconds aborts the whole job, "
-       "naming the rank and the operation"},
+       "a collective, MPI start-up or MPI shutdown that does not complete within this many "
+       "seconds aborts the whole job, naming the rank and the operation; a rank stopped this "
+       "long after it finished is killed so that the job ends"},
       // lora
       {"lora.r", "int", "", ">= 1", "adapter rank"},
       {"lora.alpha", "number", "lora.r", "> 0", "scaling: the update is multiplied by alpha / r"},

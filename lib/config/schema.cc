@@ -137,7 +137,7 @@ class Builder {
         bad_(broken_sections),
         check_files_(check_files) {}
 
-  void build(const Node& root, bool refuse_unsupported);
+  void build(const Node& root);
 
  private:
   // --- reporting ---------------------------------------------------------------
@@ -449,11 +449,7 @@ class Builder {
   bool check_files_;           // the files the recipe names must exist
 };
 
-void Builder::build(const Node& root, bool refuse_unsupported) {
-  // Every value the schema accepts is implemented at present (device: cuda
-  // included), so there is nothing to refuse; the switch stays for features
-  // that validate before they are built.
-  (void)refuse_unsupported;
+void Builder::build(const Node& root) {
   if (!root.is_map()) {
     errors_->push_back(
         fmt::format("{}: expected a map of recipe keys, got {}", root.loc.str(), root.describe()));
@@ -788,10 +784,10 @@ std::string check_key_path(std::string_view key_path) {
 }
 
 void build_recipe(const Node& root, const std::string& recipe_file,
-                  const std::set<std::string>& broken_sections, bool refuse_unsupported,
-                  bool check_files, Recipe* recipe, std::vector<std::string>* errors) {
+                  const std::set<std::string>& broken_sections, bool check_files, Recipe* recipe,
+                  std::vector<std::string>* errors) {
   Builder builder(recipe_file, recipe, errors, broken_sections, check_files);
-  builder.build(root, refuse_unsupported);
+  builder.build(root);
 }
 
 }  // namespace fd::config

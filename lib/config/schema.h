@@ -29,12 +29,10 @@ std::string check_key_path(std::string_view key_path);
 // as "location: key.path: what". `recipe_file` is named by errors that have
 // no better location (a missing required key). `broken_sections` are
 // sections whose include failed (already reported): they are not checked
-// further. With refuse_unsupported,
-// valid values of features this build does not have yet are errors too.
-// Without check_files, the files the recipe names (data globs,
+// further. Without check_files, the files the recipe names (data globs,
 // model.init_from, lora.adapter) are taken as written, not looked for.
 void build_recipe(const Node& root, const std::string& recipe_file,
-                  const std::set<std::string>& broken_sections, bool refuse_unsupported,
-                  bool check_files, Recipe* recipe, std::vector<std::string>* errors);
+                  const std::set<std::string>& broken_sections, bool check_files, Recipe* recipe,
+                  std::vector<std::string>* errors);
 
 }  // namespace fd::config

@@ -2,10 +2,17 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -22,6 +29,7 @@ namespace {
 
 bool g_initialised = false;
 double g_timeout_s = 600.0;  // init()'s timeout, for finalize() too
+int g_guard_fd = -1;         // this process's end of the exit guard's socket, or -1
 
 // MPI_Init and MPI_Finalize wait for every rank (PMIx fences) and have no
 // timeout of their own: with a rank stopped or wedged there, its peers would
@@ -62,6 +70,115 @@ class Watchdog {
   std::thread thread_;
 };
 
+// The exit guard. A rank stopped (SIGSTOP, a debugger's detach gone wrong, a
+// frozen cgroup of one rank) after its peers have left MPI_Finalize has no
+// live peer left to notice: every other rank exits 0 and mpirun waits for the
+// stopped one forever. Only another process can see that, so a rank started
+// with the guard forks a small child before MPI_Init (the process is still
+// small and has no MPI state). The child does nothing until the rank reaches
+// finalize() and says so over a socket; from then on, if the rank stays
+// stopped for timeout_s, the child says so on stderr and SIGKILLs it, and
+// mpirun ends the job non-zero. The child ends with the rank (end of file on
+// the socket, and PR_SET_PDEATHSIG as a backstop) and holds nothing else open
+// but stderr, so mpirun never waits for it. After fork() in a process that may
+// have threads, the child only makes async-signal-safe calls.
+
+// What the guard needs, prepared before fork() so that the child formats nothing.
+struct GuardPlan {
+  pid_t rank_pid;
+  int limit_ms;        // how long the rank may stay stopped once armed
+  char stat_path[64];  // /proc/<rank pid>/stat
+  char message[320];   // written to stderr before the kill
+  size_t message_len;
+};
+
+// The state letter of the process's /proc/<pid>/stat ('R', 'S', 'T' stopped, ...), or 0.
+char process_state(const char* stat_path) {
+  int fd = ::open(stat_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // "pid (comm) S ...": comm may hold spaces and parentheses; the state
+  // follows the last ')'.
+  const char* close_paren = nullptr;
+  for (const char* c = buf; *c != '\0'; ++c) {
+    if (*c == ')') close_paren = c;
+  }
+  return close_paren != nullptr && close_paren[1] == ' ' ? close_paren[2] : 0;
+}
+
+[[noreturn]] void run_exit_guard(int fd, const GuardPlan& plan) {
+  for (int other = 0; other < 1024; ++other) {
+    if (other != fd && other != STDERR_FILENO) ::close(other);
+  }
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_IGN);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != plan.rank_pid) ::_exit(0);  // the rank is already gone
+  ::prctl(PR_SET_NAME, "fdtrain-guard");
+  bool armed = false;
+  int stopped_ms = 0;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, armed ? 100 : -1);
+    if (ready < 0 && errno != EINTR) ::_exit(0);
+    if (ready > 0) {
+      char byte = 0;
+      ssize_t n = ::read(fd, &byte, 1);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) ::_exit(0);  // the rank ended
+      if (n == 1) armed = true;
+      continue;
+    }
+    if (!armed) continue;
+    char state = process_state(plan.stat_path);
+    if (state == 0 || state == 'Z' || state == 'X') ::_exit(0);
+    stopped_ms = state == 'T' ? stopped_ms + 100 : 0;  // 't' (a debugger's stop) is left alone
+    if (stopped_ms < plan.limit_ms) continue;
+    ssize_t ignored = ::write(STDERR_FILENO, plan.message, plan.message_len);
+    (void)ignored;
+    ::kill(plan.rank_pid, SIGKILL);
+    ::_exit(0);
+  }
+}
+
+// Forks the exit guard (see above); without it (socketpair or fork failed)
+// the run goes on unguarded, as any MPI program.
+void start_exit_guard(double seconds) {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == nullptr) rank = std::getenv("PMIX_RANK");
+  if (rank == nullptr) rank = "?";
+  GuardPlan plan{};
+  plan.rank_pid = ::getpid();
+  plan.limit_ms = seconds >= 1e6 ? 1000000000 : std::max(100, int(seconds * 1000));
+  std::snprintf(plan.stat_path, sizeof plan.stat_path, "/proc/%d/stat", int(plan.rank_pid));
+  int len = std::snprintf(plan.message, sizeof plan.message,
+                          "fdtrain: rank %.16s (pid %d) stayed stopped for %g s after it finished "
+                          "(dist.timeout_s); no peer is left to notice, so its guard killed it "
+                          "and the job ends\n",
+                          rank, int(plan.rank_pid), seconds);
+  plan.message_len = len > 0 ? std::min(size_t(len), sizeof plan.message - 1) : 0;
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
+  pid_t child = ::fork();
+  if (child == 0) run_exit_guard(fds[1], plan);
+  ::close(fds[1]);
+  if (child < 0) {
+    ::close(fds[0]);
+    return;
+  }
+  g_guard_fd = fds[0];
+}
+
+// Tells the exit guard that this rank is about to finalise.
+void arm_exit_guard() {
+  if (g_guard_fd < 0) return;
+  char byte = 1;
+  ssize_t ignored = ::send(g_guard_fd, &byte, 1, MSG_NOSIGNAL);  // a dead guard is no error
+  (void)ignored;
+}
+
 // Which MPI world the environment announces: > 1 means "use mpi".
 bool launched_with_mpi_world() {
   const char* force = std::getenv("FDTRAIN_FORCE_MPI");
@@ -88,12 +205,13 @@ std::string thread_level_name(int level) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s) {
+std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s, bool exit_guard) {
   FD_CHECK(!g_initialised, "dist::init() called twice");
   FD_CHECK(timeout_s > 0, "timeout {}", timeout_s);
   g_initialised = true;
   g_timeout_s = timeout_s;
   if (!launched_with_mpi_world()) return std::make_unique<LocalCommunicator>();
+  if (exit_guard) start_exit_guard(timeout_s);
 
   int provided = MPI_THREAD_SINGLE;
   int rc = MPI_SUCCESS;
@@ -123,6 +241,7 @@ void finalize() {
   MPI_Finalized(&fin);
   if (!init || fin) return;
   detail::shutdown_live_communicators();
+  arm_exit_guard();
   Watchdog watchdog(g_timeout_s, "MPI_Finalize");
   MPI_Finalize();
 }

@@ -24,8 +24,12 @@ namespace fd::dist {
 // `timeout_s` (the recipe's dist.timeout_s) bounds every wait on other ranks
 // from the start: MPI initialisation (a rank that does not complete it within
 // timeout_s ends the job with a message), the communicator's collectives,
-// and MPI_Finalize.
-std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s = 600.0);
+// and MPI_Finalize. With `exit_guard` (the fdtrain binary; not for a library
+// inside someone else's process), an MPI rank forks a small guard process
+// before MPI_Init that SIGKILLs the rank if it is stopped for timeout_s once
+// it has reached finalize(), when no peer is left to notice (init.cc).
+std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s = 600.0,
+                                   bool exit_guard = false);
 // MPI_Finalize if MPI was initialised (and not yet finalised); else nothing.
 void finalize();
 

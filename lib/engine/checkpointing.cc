@@ -192,9 +192,8 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
           {uint64_t(digests[2 * size_t(r)]), uint32_t(digests[2 * size_t(r) + 1])});
     ckpt::write_manifest(tmp.string(), m);
     maybe_kill(req.fault, 0, req.step, 3);
-    fs::remove_all(final_dir, ec);  // a re-save of the same step after a resume
-    fs::rename(tmp, final_dir, ec);
-    if (ec) runtime_error("{}: cannot rename into place: {}", final_dir.string(), ec.message());
+    // A step saved again after a resume replaces the old directory atomically.
+    ckpt::replace_directory(tmp.string(), final_dir.string());
     maybe_kill(req.fault, 0, req.step, 4);
     ckpt::write_latest(root.string(), req.step);
     // Only now that the new checkpoint is complete: drop the oldest beyond keep_last.

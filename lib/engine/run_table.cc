@@ -155,8 +155,7 @@ RunRecord read_run(const fs::path& dir) {
     std::ifstream in(dir / "config.yaml");
     std::stringstream text;
     text << in.rdbuf();
-    config::LoadResult lr = config::try_parse_recipe(text.str(), (dir / "config.yaml").string(), {},
-                                                     config::Unsupported::kAllow);
+    config::LoadResult lr = config::try_parse_recipe(text.str(), (dir / "config.yaml").string());
     if (lr.ok()) {
       r.steps_planned = lr.recipe.steps;
       r.lr = lr.recipe.optimizer.lr;

@@ -434,8 +434,7 @@ int64_t Trainer::frozen_bytes_estimate() const {
 void Trainer::resume_from(const std::string& step_dir) {
   OpenCheckpoint ck(step_dir);
   const ckpt::ShardMeta& meta = ck.meta();
-  config::LoadResult saved = config::try_parse_recipe(meta.recipe_yaml, step_dir + " (saved recipe)",
-                                                      {}, config::Unsupported::kAllow);
+  config::LoadResult saved = config::try_parse_recipe(meta.recipe_yaml, step_dir + " (saved recipe)");
   if (!saved.ok()) {
     usage_error("{}: the recipe stored in the checkpoint does not load: {}", step_dir,
                 saved.errors.front());

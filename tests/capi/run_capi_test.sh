@@ -40,8 +40,10 @@ status=0
 for src in "$here"/*.c; do
   name=$(basename "$src" .c)
   # shellcheck disable=SC2086
-  "$cc" -std=c11 -Wall -Wextra -Werror -pedantic $cflags "$src" -o "$tmp/$name" $libs -lm \
-    -Wl,-rpath,"$libdir"
+  # FD_CAPI_SANITIZE: -fsanitize=... of a sanitizer build (tests/capi/CMakeLists.txt); the
+  # program must carry the sanitizer runtime first, before the instrumented library.
+  "$cc" -std=c11 -Wall -Wextra -Werror -pedantic ${FD_CAPI_SANITIZE:-} $cflags "$src" -o "$tmp/$name" \
+    $libs -lm -Wl,-rpath,"$libdir"
   echo "== $name (mpirun -n ${FD_CAPI_RANKS:-2})"
   "$mpirun" --oversubscribe --bind-to none -n "${FD_CAPI_RANKS:-2}" "$tmp/$name" || status=1
 done

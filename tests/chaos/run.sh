@@ -9,9 +9,9 @@
 # trials) or SIGSTOP to a random rank. Checked:
 #   - the job ends with a non-zero status within 60 s (SIGSTOP: the peers'
 #     communicator timeout ends it, or the MPI_Init/MPI_Finalize watchdog of
-#     lib/dist/init.cc); no rank process is left behind. A rank stopped after
-#     it completed MPI_Finalize has no live peer left to notice: such a hang is
-#     reported as "after the run completed" (bench/RELIABILITY.md);
+#     lib/dist/init.cc, or, for a rank stopped once it reached finalize with
+#     no live peer left to notice, its exit guard); no rank process (or guard)
+#     is left behind;
 #   - no checkpoint is lost: `latest`, if any, passes `fdtrain ckpt inspect`
 #     (every checksum), and is no older than the last step the job logged
 #     allows (a checkpoint for step c is complete before step c + 1 starts);
@@ -96,9 +96,8 @@ while [ $trial -lt "$TRIALS" ]; do
   if [ -z "$rc" ]; then
     HANGS=$((HANGS + 1))
     if grep -q '"exit_reason": "completed"' "$d/summary.json" 2>/dev/null; then
-      # Every rank had finished: a rank stopped after MPI_Finalize has no live
-      # peer left to notice, and mpirun waits for it (bench/RELIABILITY.md).
-      problems+=("hang: still running after 90 s, after the run completed (a rank stopped past MPI_Finalize)")
+      # Every rank had finished: the stopped rank's exit guard should have ended it.
+      problems+=("hang: still running after 90 s, after the run completed (the exit guard did not end the stopped rank)")
     else
       problems+=("hang: still running after 90 s")
     fi

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A rank stopped (SIGSTOP) inside MPI_Init or MPI_Finalize, where MPI itself
 # has no timeout: its peers end the job within dist.timeout_s (lib/dist/init.cc's
-# watchdog) with a message, and nothing is left running. The stop is placed
+# watchdog) with a message, and nothing is left running. A rank stopped just
+# *after* MPI_Finalize, when its peers have exited 0 and no live peer is left
+# to notice, is killed by its exit guard (the child lib/dist/init.cc forks)
+# after dist.timeout_s, so mpirun ends the job non-zero. The stop is placed
 # exactly by a small LD_PRELOAD shim around MPI_Init_thread / MPI_Finalize
-# (compiled here with mpicc). A rank stopped *after* MPI_Finalize has no live
-# peer left to notice; that residual case is in bench/RELIABILITY.md.
+# (compiled here with mpicc).
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 command -v mpicc > /dev/null || { echo "skip: no mpicc"; exit 0; }
@@ -24,7 +26,9 @@ int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
 }
 int MPI_Finalize(void) {
   if (chosen("finalize")) raise(SIGSTOP);
-  return PMPI_Finalize();
+  int rc = PMPI_Finalize();
+  if (chosen("after_finalize")) raise(SIGSTOP);
+  return rc;
 }
 C
 mpicc -shared -fPIC "$TMP/shim.c" -o "$TMP/shim.so" || { echo "FAIL: cannot build the shim"; exit 1; }
@@ -40,7 +44,7 @@ stop_case() {
   rc=$?
   end=$(date +%s.%N)
   secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-  local left
+  local left  # ranks, and their exit guards (forked, so the same command line)
   left=$(pgrep -f -- "--run-dir $TMP/$where" | tr '\n' ' ')
   if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ -n "$left" ]; then
     echo "FAIL: stopped in $where: exit $rc after ${secs}s, left running: '${left}'"
@@ -52,4 +56,5 @@ stop_case() {
 }
 stop_case init "rank 0 .*MPI initialisation did not complete within 3 s \(dist.timeout_s\)"
 stop_case finalize "rank 0 .*MPI_Finalize did not complete within 3 s \(dist.timeout_s\)"
+stop_case after_finalize "rank 1 .*stayed stopped for 3 s after it finished \(dist.timeout_s\)"
 finish

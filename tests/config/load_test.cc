@@ -229,13 +229,6 @@ TEST_F(ConfigTest, LoadRecipeThrowsOneUsageErrorWithAllLines) {
   }
 }
 
-TEST_F(ConfigTest, FeaturesOnceRefusedNowLoad) {
-  // unsupported.yaml names every feature that was once refused as "not
-  // supported yet"; all are implemented now (device: cuda last).
-  EXPECT_TRUE(errors_of("unsupported.yaml").empty())
-      << ::testing::PrintToString(errors_of("unsupported.yaml"));
-}
-
 TEST_F(ConfigTest, InitFromMustNameAnExistingFile) {
   EXPECT_EQ(errors_of("valid.yaml", {"model.init_from=base.safetensors"}),
             (Lines{"override 'model.init_from=base.safetensors': model.init_from: no such file "
@@ -243,8 +236,10 @@ TEST_F(ConfigTest, InitFromMustNameAnExistingFile) {
                    "Face GPT-2 model.safetensors"}));
 }
 
-TEST_F(ConfigTest, UnsupportedFeaturesParseWhenAllowed) {
-  LoadResult r = try_load_recipe(fixture("unsupported.yaml"), {}, Unsupported::kAllow);
+TEST_F(ConfigTest, EveryFeatureTogetherLoads) {
+  // every_feature.yaml turns on every feature at once (each was refused as
+  // "not supported yet" while it was being built; device: cuda last).
+  LoadResult r = try_load_recipe(fixture("every_feature.yaml"));
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
   const Recipe& x = r.recipe;
   EXPECT_EQ(x.model.init_from, "tests/golden/gpt_tiny.safetensors");
@@ -273,7 +268,7 @@ TEST_F(ConfigTest, DeviceCudaValidatesEverywhere) {
   EXPECT_NE(errors[0].find("device"), std::string::npos) << errors[0];
 }
 
-TEST_F(ConfigTest, InvalidLoraReportsItsErrorsNotUnsupported) {
+TEST_F(ConfigTest, InvalidLoraReportsEachError) {
   EXPECT_EQ(errors_of("valid.yaml", {"lora={r: 0, targets: [c_atn], layers: [9]}"}),
             (Lines{"override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.r: must "
                    "be >= 1, got 0",

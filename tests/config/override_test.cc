@@ -19,8 +19,7 @@ TEST_F(ConfigTest, OverrideSetsFlowListsAndMaps) {
   LoadResult r = try_load_recipe(
       fixture("valid.yaml"),
       {"optimizer.betas=[0.8,0.99]", "lora={r: 4, targets: [c_fc, attn.c_proj], layers: [3, 1]}",
-       "data.train=[tests/config/data/tiny.txt]"},
-      Unsupported::kAllow);
+       "data.train=[tests/config/data/tiny.txt]"});
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
   EXPECT_EQ(r.recipe.optimizer.betas, (std::array<double, 2>{0.8, 0.99}));
   ASSERT_TRUE(r.recipe.lora.has_value());

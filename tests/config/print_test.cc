@@ -12,7 +12,7 @@ namespace {
 // to_yaml -> load again: equal, and printing again gives the same text.
 void expect_round_trip(const Recipe& recipe) {
   const std::string text = to_yaml(recipe);
-  LoadResult again = try_parse_recipe(text, "resolved.yaml", {}, Unsupported::kAllow);
+  LoadResult again = try_parse_recipe(text, "resolved.yaml");
   ASSERT_TRUE(again.ok()) << ::testing::PrintToString(again.errors) << "\n" << text;
   EXPECT_TRUE(again.recipe == recipe) << text;
   EXPECT_EQ(to_yaml(again.recipe), text);
@@ -27,12 +27,11 @@ TEST_F(ConfigTest, ToYamlRoundTrips) {
 
 TEST_F(ConfigTest, ToYamlRoundTripsEveryFieldAndOddStrings) {
   Recipe r = load_recipe(
-      fixture("unsupported.yaml"),
+      fixture("every_feature.yaml"),
       {"precision=fp16", "lora={r: 3, alpha: 0.1, dropout: 1e-3, targets: [c_proj], layers: [2]}",
        "logging.sample_prompt=\"yes\\n\\t\\\"quoted\\\" # not a comment: {x} \\u00e9\"",
        "model.init_from='tests/golden/gpt_tiny.safetensors'", "loss_scale={loss_scale: 1e30, consecutive_hysteresis: true}",
-       "dist.timeout_s=0.5", "seed=0", "data.val_fraction=0", "optimizer.eps=1e-300"},
-      Unsupported::kAllow);
+       "dist.timeout_s=0.5", "seed=0", "data.val_fraction=0", "optimizer.eps=1e-300"});
   EXPECT_EQ(r.logging.sample_prompt, "yes\n\t\"quoted\" # not a comment: {x} \xc3\xa9");
   EXPECT_EQ(r.model.init_from, "tests/golden/gpt_tiny.safetensors");
   EXPECT_EQ(r.loss_scale.loss_scale, 1e30);

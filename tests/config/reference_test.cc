@@ -125,7 +125,7 @@ TEST_F(ConfigTest, StoredRecipeNeedNotFindItsFiles) {
   EXPECT_EQ(stored.recipe.data.train,
             (std::vector<std::string>{"/nowhere/a.txt", "/nowhere/b*.txt"}));
   EXPECT_EQ(stored.recipe.model.init_from, "/nowhere/base.safetensors");
-  LoadResult fresh = try_parse_recipe(yaml, "fresh", {}, Unsupported::kAllow);
+  LoadResult fresh = try_parse_recipe(yaml, "fresh");
   EXPECT_EQ(fresh.errors.size(), 4u) << ::testing::PrintToString(fresh.errors);
   // Everything else is still checked.
   LoadResult bad = try_parse_stored_recipe("model: {n_head: 0}\ndata: {train: x}\nsteps: 1\n", "s");

@@ -6,7 +6,7 @@
 // Run from the repository root, so that includes such as
 // configs/models/gpt-nano.yaml and the fortunes data files resolve.
 //
-// Checked, for both Unsupported modes:
+// Checked:
 //   - loading never throws and never crashes: every problem is an error line;
 //   - a recipe that loads prints (to_yaml) as YAML that loads again, without
 //     errors, to an equal Recipe (load.h's promise for the resolved recipe);
@@ -24,9 +24,8 @@
 
 namespace {
 
-void check(std::string_view yaml, const std::vector<std::string>& overrides,
-           fd::config::Unsupported unsupported) {
-  fd::config::LoadResult r = fd::config::try_parse_recipe(yaml, "fuzz.yaml", overrides, unsupported);
+void check(std::string_view yaml, const std::vector<std::string>& overrides) {
+  fd::config::LoadResult r = fd::config::try_parse_recipe(yaml, "fuzz.yaml", overrides);
   for (const std::string& e : r.errors) {
     if (e.empty()) {
       std::fprintf(stderr, "recipe_fuzz: an empty error message\n");
@@ -37,7 +36,7 @@ void check(std::string_view yaml, const std::vector<std::string>& overrides,
   for (int world : {1, 2, 3}) fd::fuzz::expect_clean([&] { check_world_size(r.recipe, world); });
 
   const std::string printed = fd::config::to_yaml(r.recipe);
-  fd::config::LoadResult again = fd::config::try_parse_recipe(printed, "resolved.yaml", {}, unsupported);
+  fd::config::LoadResult again = fd::config::try_parse_recipe(printed, "resolved.yaml");
   if (!again.ok() || !(again.recipe == r.recipe)) {
     std::fprintf(stderr, "recipe_fuzz: the resolved recipe does not load back %s:\n%s\n",
                  again.ok() ? "equal" : "cleanly", printed.c_str());
@@ -58,7 +57,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     overrides.emplace_back(in.substr(nul + 1, next == std::string_view::npos ? next : next - nul - 1));
     nul = next;
   }
-  check(yaml, overrides, fd::config::Unsupported::kAllow);
-  check(yaml, overrides, fd::config::Unsupported::kRefuse);
+  check(yaml, overrides);
   return 0;
 }

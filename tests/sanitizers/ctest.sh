@@ -12,8 +12,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 case "$KIND" in
   address)
     # Leaks are findings (detect_leaks), apart from the libraries' own (lsan.supp).
-    # verify_asan_link_order=0: capi.mlp links an uninstrumented C program against the
-    # instrumented libfdtrain.so, which brings the ASan runtime in second, not first.
+    # verify_asan_link_order=0: capi.mlp's find_package check builds an uninstrumented C
+    # program against the instrumented libfdtrain.so, which brings the ASan runtime in second.
     # fast_unwind_on_malloc=0: Open MPI's libraries have no frame pointers, so only the
     # slow unwinder gives the full allocation stacks that lsan.supp's entries match.
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:check_initialization_order=1:verify_asan_link_order=0:fast_unwind_on_malloc=0"
