@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo bench clean format gpu-bundle docs fuzz test-asan test-tsan chaos
+.PHONY: all deps configure build test demo lora-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
 
 all: build
 
@@ -59,6 +59,7 @@ docs: build
 # Reliability (bench/RELIABILITY.md). Each in its own build directory:
 #   make fuzz FUZZ_SECONDS=N   libFuzzer + ASan + UBSan (clang), every target N seconds
 #   make test-asan             the ctest suite under ASan + UBSan
+#   make test-asan-ci          the part of it CI runs (.ci/run): the readers of untrusted input
 #   make test-tsan             the ctest suite under ThreadSanitizer
 #   make chaos [TRIALS=N]      kill or stop a random rank of a multi-rank run, N times
 FUZZ_SECONDS ?= 60
@@ -74,6 +75,15 @@ test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=address
 	cmake --build build-asan -j $(JOBS)
 	./tests/sanitizers/ctest.sh build-asan address -j $(JOBS)
+
+# Every reader of untrusted input (the fuzz targets' code over their corpora and
+# regression inputs) and the unit tests of the modules those readers are made of.
+ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay safetensors_fuzz_replay \
+  peft_fuzz_replay shard_fuzz_replay base_tests tensor_tests data_tests config_tests ckpt_tests
+test-asan-ci: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=address
+	cmake --build build-asan -j $(JOBS) --target $(ASAN_CI_TARGETS)
+	./tests/sanitizers/ctest.sh build-asan address -j $(JOBS) -L '^(fuzz|base|tensor|data|config|ckpt)$$'
 
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=thread
