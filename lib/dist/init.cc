@@ -31,6 +31,14 @@ bool g_initialised = false;
 double g_timeout_s = 600.0;  // init()'s timeout, for finalize() too
 int g_guard_fd = -1;         // this process's end of the exit guard's socket, or -1
 
+// This process's rank as the launcher announces it (before MPI knows it), or "?".
+const char* launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    if (const char* v = std::getenv(var)) return v;
+  }
+  return "?";
+}
+
 // MPI_Init and MPI_Finalize wait for every rank (PMIx fences) and have no
 // timeout of their own: with a rank stopped or wedged there, its peers would
 // wait forever. A Watchdog ends this process if `what` takes longer than
@@ -42,12 +50,10 @@ class Watchdog {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; }))
         return;
-      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-      if (rank == nullptr) rank = std::getenv("PMIX_RANK");
       std::fprintf(stderr,
                    "fdtrain: rank %s (pid %d): %s did not complete within %g s (dist.timeout_s): "
                    "another rank is stopped, dead or unreachable; ending the job\n",
-                   rank ? rank : "?", int(::getpid()), what, seconds);
+                   launcher_rank(), int(::getpid()), what, seconds);
       std::fflush(stderr);
       std::_Exit(1);
     });
@@ -146,9 +152,6 @@ char process_state(const char* stat_path) {
 // Forks the exit guard (see above); without it (socketpair or fork failed)
 // the run goes on unguarded, as any MPI program.
 void start_exit_guard(double seconds) {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (rank == nullptr) rank = std::getenv("PMIX_RANK");
-  if (rank == nullptr) rank = "?";
   GuardPlan plan{};
   plan.rank_pid = ::getpid();
   plan.limit_ms = seconds >= 1e6 ? 1000000000 : std::max(100, int(seconds * 1000));
@@ -157,7 +160,7 @@ void start_exit_guard(double seconds) {
                           "fdtrain: rank %.16s (pid %d) stayed stopped for %g s after it finished "
                           "(dist.timeout_s); no peer is left to notice, so its guard killed it "
                           "and the job ends\n",
-                          rank, int(plan.rank_pid), seconds);
+                          launcher_rank(), int(plan.rank_pid), seconds);
   plan.message_len = len > 0 ? std::min(size_t(len), sizeof plan.message - 1) : 0;
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
