@@ -28,7 +28,9 @@ LIMIT_MIB=60
 die() { echo "gpu_bundle: $*" >&2; exit 1; }
 [[ -x "$BUILD/bin/fdtrain" ]] || die "$BUILD/bin/fdtrain not found: build first (make build)"
 [[ -x "$BUILD/tests/gpu_tests" ]] || die "$BUILD/tests/gpu_tests not found: build with the tests"
-ldd "$BUILD/bin/fdtrain" | grep -q libcudart ||
+# Not `ldd | grep -q`: under pipefail, grep -q exiting at the first match can
+# kill ldd with SIGPIPE and fail the pipeline (seen in CI).
+[[ $(ldd "$BUILD/bin/fdtrain") == *libcudart* ]] ||
   die "$BUILD/bin/fdtrain has no CUDA backend: configure with -DFDTRAIN_CUDA=ON (needs nvcc)"
 command -v patchelf >/dev/null || die "patchelf missing: run scripts/install_deps.sh"
 

@@ -6,7 +6,7 @@
 source "$(dirname "$0")/common.bash"
 BUILD=$(dirname "$(dirname "$FDTRAIN")")
 ROOT=$(pwd)
-if ! ldd "$FDTRAIN" | grep -q libcudart; then
+if [[ $(ldd "$FDTRAIN") != *libcudart* ]]; then
   echo "skipped: this fdtrain has no CUDA backend"; finish; exit 0
 fi
 
