@@ -44,7 +44,7 @@ sed -i 's/^steps: 15/steps: 2000/' "$R"
 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$R" checkpoint.every=0 --no-progress \
   --run-dir "$TMP/sig" > "$TMP/sig.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q '"step":20,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q '"step":20,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
 kill -USR1 $pid
 wait $pid; rc=$?
 stopped=$(sed -n 's/^  "steps": \([0-9]*\),*$/\1/p' "$TMP/sig/summary.json")
