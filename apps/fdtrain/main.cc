@@ -27,6 +27,8 @@
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -55,6 +57,32 @@ void print_error(const std::string& message) {
       std::fprintf(stderr, "fdtrain: error: %s\n", line.c_str());
       fd::log::write_file_only(fd::log::Level::kError, line);  // RUN/logs/rank<r>.log, if open
     }
+}
+
+// A stop request for the trainer (Trainer::request_stop). A second SIGINT or
+// SIGTERM while the first is pending means "now": the default action.
+void on_stop_signal(int signo) {
+  if ((signo == SIGINT || signo == SIGTERM) && fd::engine::Trainer::stop_signal() == signo) {
+    std::signal(signo, SIG_DFL);
+    std::raise(signo);
+    return;
+  }
+  fd::engine::Trainer::request_stop(signo);
+  if (signo == SIGINT) {
+    static const char kMsg[] =
+        "\nfdtrain: stopping at the next step boundary (a checkpoint is saved); press Ctrl-C "
+        "again to stop at once\n";
+    ssize_t n = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+    (void)n;
+  }
+}
+
+void install_stop_handlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
 }
 
 std::string join_command_line(int argc, char** argv) {
@@ -262,8 +290,11 @@ int run(int argc, char** argv) {
   options.fault = fd::dist::fault_from_env();
   options.resume = resume;
   options.profile = profile;
-  // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step boundary and exit 0.
-  std::signal(SIGUSR1, [](int) { fd::engine::Trainer::request_stop(); });
+  // SIGUSR1 (mpirun forwards it to every rank), SIGTERM (a scheduler's
+  // preemption: Slurm, Kubernetes) and SIGINT (Ctrl-C): checkpoint at the next
+  // step boundary and end with status "interrupted" (exit 0, 143, 130). A
+  // second SIGINT or SIGTERM ends the process at once.
+  install_stop_handlers();
 
   // dist.timeout_s bounds every wait on other ranks, MPI initialisation included,
   // and (the exit guard) how long a rank may stay stopped after it finished.
@@ -276,23 +307,38 @@ int run(int argc, char** argv) {
     // the job cleanly; a failure while training is local to one rank and must
     // take the whole job down, or its peers would wait for it forever.
     fd::engine::Trainer trainer(r, options, *comm);
-    try {
-      nlohmann::json summary = trainer.run();
-      if (summary.contains("error")) {
-        if (comm->rank() == 0) print_error(summary["error"].get<std::string>());
-        code = 1;
+    if (trainer.finished()) {
+      // A resume of a run whose checkpoint is at its last step: nothing to do.
+      if (comm->rank() == 0) std::printf("%s\n", trainer.finished_message().c_str());
+    } else {
+      try {
+        nlohmann::json summary = trainer.run();
+        if (summary.contains("error")) {
+          if (comm->rank() == 0) print_error(summary["error"].get<std::string>());
+          code = 1;
+        } else if (summary["status"] == "interrupted") {
+          code = summary["signal"] == "SIGTERM" ? 128 + SIGTERM
+                 : summary["signal"] == "SIGINT" ? 128 + SIGINT
+                                                 : 0;
+        }
+      } catch (const std::exception& e) {
+        const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+        const std::string what =
+            oom ? std::string("out of memory; lower batch.micro, data.seq_len or the model size")
+                : std::string(e.what());
+        if (comm->size() == 1) {
+          // Into the log file while it is open (main() prints the message);
+          // with more ranks, abort() logs it.
+          fd::log::write_file_only(fd::log::Level::kError, what);
+          trainer.record_failure(what);
+          throw;
+        }
+        const auto* fe = dynamic_cast<const fd::Error*>(&e);
+        // abort() records the failure in summary.json (the trainer's abort hook).
+        comm->abort(fe ? fe->exit_code() : 1,
+                    fmt::format("rank {} failed at step {}: {}", comm->rank(),
+                                trainer.current_step() + 1, what));
       }
-    } catch (const std::exception& e) {
-      if (comm->size() == 1) {
-        // Into the log file while it is open (main() prints the message);
-        // with more ranks, abort() logs it.
-        fd::log::write_file_only(fd::log::Level::kError, e.what());
-        throw;
-      }
-      const auto* fe = dynamic_cast<const fd::Error*>(&e);
-      comm->abort(fe ? fe->exit_code() : 1,
-                  fmt::format("rank {} failed at step {}: {}", comm->rank(),
-                              trainer.current_step() + 1, e.what()));
     }
   }
   comm.reset();

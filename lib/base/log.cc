@@ -23,6 +23,7 @@ std::mutex g_mu;
 std::FILE* g_file = nullptr;
 bool g_buffering = true;  // until the first open_file or close_file
 std::string g_early;
+std::string g_status;  // the status line on the terminal, "" when none
 constexpr size_t kEarlyLimit = 64 * 1024;
 
 std::string line_of(Level l, std::string_view message) {
@@ -64,8 +65,22 @@ void set_rank(int rank) { g_rank = rank; }
 void write(Level l, std::string_view message) {
   const std::string line = line_of(l, message);
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_rank.load() <= 0 || l >= Level::kWarn) std::fputs(line.c_str(), stderr);
+  if (g_rank.load() <= 0 || l >= Level::kWarn) {
+    if (!g_status.empty()) std::fputs("\r\033[2K", stderr);  // erase the status line
+    std::fputs(line.c_str(), stderr);
+    if (!g_status.empty()) std::fputs(g_status.c_str(), stderr);
+    std::fflush(stderr);
+  }
   to_file_locked(line);
+}
+
+void set_status_line(std::string_view line) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (line.empty() && g_status.empty()) return;
+  std::fputs("\r\033[2K", stderr);
+  g_status = std::string(line);
+  std::fputs(g_status.c_str(), stderr);
+  std::fflush(stderr);
 }
 
 void write_file_only(Level l, std::string_view message) {

@@ -30,6 +30,11 @@ void write(Level level, std::string_view message);
 // To the log file only (nothing when none is open), e.g. step lines that the
 // terminal shows as a progress line instead.
 void write_file_only(Level level, std::string_view message);
+// A status line drawn in place at the bottom of the terminal (a progress
+// line, engine/progress.h): `line` replaces the one shown, without a newline;
+// "" erases it. While one is shown, a message printed to the terminal first
+// erases it and then draws it again below, so that the two never share a line.
+void set_status_line(std::string_view line);
 
 // Opens `path` (creating its parent directories) as the log file: truncated,
 // or appended to when `append`. Messages logged since the process started,

@@ -135,8 +135,8 @@ std::string to_yaml(const Recipe& r) {
   const auto& ac = r.activation_checkpointing;
   fmt::format_to(out, "activation_checkpointing:\n  layers: {}\n",
                  ac.layers.empty() ? std::string("none") : int_list(ac.layers));
-  fmt::format_to(out, "checkpoint:\n  every: {}\n  keep_last: {}\n", r.checkpoint.every,
-                 r.checkpoint.keep_last);
+  fmt::format_to(out, "checkpoint:\n  every: {}\n  keep_last: {}\n  at_end: {}\n",
+                 r.checkpoint.every, r.checkpoint.keep_last, r.checkpoint.at_end);
   const auto& g = r.logging;
   fmt::format_to(out, "logging:\n  every: {}\n  eval_every: {}\n  eval_batches: {}\n", g.every,
                  g.eval_every, g.eval_batches);
@@ -146,6 +146,7 @@ std::string to_yaml(const Recipe& r) {
                  number(g.sample_temperature), g.sample_top_k);
   fmt::format_to(out, "device: {}\nthreads: {}\nseed: {}\nsteps: {}\n", to_string(r.device),
                  r.threads, r.seed, r.steps);
+  fmt::format_to(out, "max_loss: {}\n", number(r.max_loss));
   return y;
 }
 

@@ -135,8 +135,9 @@ struct ActivationCheckpointingOptions {
 };
 
 struct CheckpointOptions {
-  int every = 0;      // save every N steps, >= 0; 0 = never (only 0 for now)
-  int keep_last = 3;  // checkpoints kept on disk, >= 1
+  int every = 0;        // save every N steps, >= 0; 0 = only at the end (at_end) or on a signal
+  int keep_last = 3;    // checkpoints kept on disk, >= 1
+  bool at_end = true;   // save after the last step, and when a signal stops the run
   bool operator==(const CheckpointOptions&) const = default;
 };
 
@@ -176,6 +177,9 @@ struct Recipe {
   int threads = 1;                       // BLAS threads per rank, >= 1
   int64_t seed = 1337;                   // seeds init, data order, dropout, sampling; >= 0
   int64_t steps = 0;                     // optimizer steps, >= 1 (required in the recipe)
+  // A loss above this ends the run as diverged (exit 1), like a non-finite
+  // one; >= 0, 0 = only non-finite losses.
+  double max_loss = 100.0;
 
   Sources sources;  // filled by the loader; see where()
 

@@ -130,9 +130,11 @@ const std::vector<KeyDoc>& key_reference() {
        "gradients are bitwise identical)"},
       // checkpoint
       {"checkpoint.every", "int", "0", ">= 0",
-       "save a sharded checkpoint every N steps and after the last step; 0 = only on SIGUSR1"},
+       "save a sharded checkpoint every N steps; 0 = only at the end (checkpoint.at_end)"},
       {"checkpoint.keep_last", "int", "3", ">= 1",
        "checkpoints kept on disk; older ones are deleted once a newer one is complete"},
+      {"checkpoint.at_end", "bool", "true", "",
+       "save after the last step, and when SIGTERM, SIGINT or SIGUSR1 stops the run"},
       // logging
       {"logging.every", "int", "10", ">= 1", "progress line and metrics every N steps"},
       {"logging.eval_every", "int", "0", ">= 0",
@@ -151,6 +153,9 @@ const std::vector<KeyDoc>& key_reference() {
       {"threads", "int", "1", ">= 1", "BLAS threads per rank"},
       {"seed", "int", "1337", ">= 0", "seeds initialisation, data order, dropout and sampling"},
       {"steps", "int", "", ">= 1", "optimizer steps to train"},
+      {"max_loss", "float", "100", ">= 0",
+       "a training loss above this ends the run as diverged (exit 1), as a non-finite one "
+       "does; 0 = only non-finite"},
   };
   return k;
 }

@@ -664,6 +664,7 @@ void Builder::checkpoint(const Node& root) {
   const Node* s = section(root, "checkpoint");
   get_int(s, "checkpoint", "every", &r_->checkpoint.every, at_least(0));
   get_int(s, "checkpoint", "keep_last", &r_->checkpoint.keep_last, at_least(1));
+  get_bool(s, "checkpoint", "at_end", &r_->checkpoint.at_end);
 }
 
 void Builder::logging(const Node& root) {
@@ -691,6 +692,7 @@ void Builder::top_level(const Node& root) {
   } else {
     get_int64(&root, "", "steps", &r_->steps, at_least(1));
   }
+  get_double(&root, "", "max_loss", &r_->max_loss, at_least(0.0));
 }
 
 void Builder::cross_checks() {

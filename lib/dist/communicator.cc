@@ -1,11 +1,39 @@
 #include "lib/dist/communicator.h"
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "lib/base/check.h"
 
 namespace fd::dist {
+
+namespace {
+std::mutex g_hook_mu;
+std::function<void(const std::string&)> g_abort_hook;
+std::atomic<bool> g_hook_ran{false};
+}  // namespace
+
+void set_abort_hook(std::function<void(const std::string& message)> hook) {
+  std::lock_guard<std::mutex> lock(g_hook_mu);
+  g_abort_hook = std::move(hook);
+}
+
+void run_abort_hook(const std::string& message) {
+  if (g_hook_ran.exchange(true)) return;
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(g_hook_mu);
+    hook = g_abort_hook;
+  }
+  if (!hook) return;
+  try {
+    hook(message);
+  } catch (...) {
+    // Ending the job matters more than the record of why.
+  }
+}
 
 std::string_view reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "max"; }
 

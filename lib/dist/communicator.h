@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -129,5 +130,13 @@ class Communicator {
   std::shared_ptr<CommStats> stats_ = std::make_shared<CommStats>();
   bool control_scope_ = false;  // inside an f64 helper: count as control traffic
 };
+
+// A function that abort() (and a collective's timeout, which aborts) calls on
+// the aborting rank just before the job ends, with the message: the trainer
+// records the failure in the run directory. Process-wide; pass nullptr to
+// remove it. The hook must not throw or call collectives.
+void set_abort_hook(std::function<void(const std::string& message)> hook);
+// Calls the hook, if any, once per process (later calls do nothing).
+void run_abort_hook(const std::string& message);
 
 }  // namespace fd::dist

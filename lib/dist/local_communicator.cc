@@ -64,6 +64,7 @@ void LocalCommunicator::abort(int exit_code, const std::string& message) {
   gethostname(host, sizeof(host) - 1);
   std::fputs(fmt::format("fdtrain: rank 0 (host {}): {}\n", host, message).c_str(), stderr);
   std::fflush(stderr);
+  run_abort_hook(message);
   std::exit(exit_code);
 }
 

@@ -56,6 +56,7 @@ void abort_job(int exit_code, const std::string& message) {
   std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
   log::write_file_only(log::Level::kError, message);  // RUN/logs/rank<r>.log, when open
+  run_abort_hook(message);
   if (r >= 0) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <map>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "lib/base/strings.h"
 #include "lib/ckpt/export.h"
 #include "lib/config/load.h"
+#include "lib/engine/run_dir.h"
 
 namespace fd::engine {
 
@@ -49,20 +51,144 @@ std::map<std::string, std::string> flatten(const std::string& yaml) {
 
 }  // namespace
 
-std::optional<fs::path> resolve_resume(const std::string& resume, const std::string& run_dir) {
-  if (resume == "auto") {
-    const fs::path dir = fs::path(run_dir) / "checkpoints";
-    std::optional<std::string> latest =
-        fs::is_directory(dir) ? ckpt::read_latest(dir.string()) : std::nullopt;
-    if (!latest) log::info("--resume auto: no checkpoint in {}; starting fresh", dir.string());
-    if (!latest) return std::nullopt;
-    return fs::path(*latest);
+namespace {
+
+// step_* directories of `root`, newest first.
+std::vector<fs::path> step_dirs_newest_first(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory(ec) && e.path().filename().string().rfind("step_", 0) == 0 &&
+        e.path().extension().empty())
+      out.push_back(e.path());
+  std::sort(out.rbegin(), out.rend());  // zero-padded names sort by step
+  return out;
+}
+
+// Whether `step_dir` is one of `run_dir`'s own checkpoints.
+bool belongs_to(const fs::path& step_dir, const fs::path& run_dir) {
+  std::error_code ec1, ec2;
+  const fs::path a = fs::weakly_canonical(step_dir, ec1).parent_path();
+  const fs::path b = fs::weakly_canonical(run_dir / "checkpoints", ec2);
+  return !ec1 && !ec2 && a == b;
+}
+
+// The step a `latest` or `latest.tmp` file names, or -1.
+int64_t named_step(const fs::path& pointer) {
+  std::ifstream in(pointer);
+  std::string name;
+  std::getline(in, name);
+  int64_t step = -1;
+  if (name.rfind("step_", 0) == 0 && name.size() > 5 &&
+      name.find_first_not_of("0123456789", 5) == std::string::npos)
+    step = std::stoll(name.substr(5));
+  return step;
+}
+
+}  // namespace
+
+std::vector<std::string> tidy_checkpoints(const fs::path& root) {
+  std::vector<std::string> done;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return done;
+  std::vector<fs::path> partial;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > 4 && n[0] == '.' && n.rfind(".step_", 0) == 0 && n.substr(n.size() - 4) == ".tmp")
+      partial.push_back(e.path());
   }
-  if (!fs::exists(resume))
-    usage_error("--resume {}: no such file or directory; give a checkpoint step directory, a "
-                "run's checkpoints/ directory, or --resume auto",
-                resume);
-  return fs::path(ckpt::resolve_step_dir(resume));
+  for (const fs::path& p : partial) {
+    fs::remove_all(p, ec);
+    done.push_back(fmt::format("removed {}, a checkpoint whose save was interrupted", p.string()));
+  }
+  const fs::path tmp = root / "latest.tmp";
+  if (fs::exists(tmp, ec)) {
+    const int64_t step = named_step(tmp);
+    const fs::path dir = root / ckpt::step_dir_name(std::max<int64_t>(step, 0));
+    const bool complete = step >= 0 && fs::exists(dir / "manifest.json", ec);
+    if (complete && step > named_step(root / "latest")) {
+      fs::rename(tmp, root / "latest", ec);
+      if (ec)
+        runtime_error("cannot rename {} to {}: {}", tmp.string(), (root / "latest").string(),
+                      ec.message());
+      done.push_back(fmt::format(
+          "{} names {}, a complete checkpoint newer than `latest` (a save interrupted just "
+          "before its last rename): it is now `latest`",
+          tmp.string(), dir.filename().string()));
+    } else {
+      fs::remove(tmp, ec);
+      done.push_back(fmt::format("removed {}, left by an interrupted save", tmp.string()));
+    }
+  }
+  return done;
+}
+
+ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool overwrite,
+                       int64_t steps) {
+  ResumePlan plan;
+  const RunDirState state = read_run_dir_state(run_dir);
+  if (resume.empty()) {
+    if (state.holds_run && !overwrite) refuse_existing_run(run_dir, state);
+    return plan;
+  }
+  if (resume == "auto") {
+    const fs::path root = run_dir / "checkpoints";
+    std::vector<fs::path> candidates;
+    std::optional<std::string> latest;
+    try {
+      if (fs::is_directory(root)) latest = ckpt::read_latest(root.string());
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUsage) throw;
+      plan.warnings.push_back(e.what());
+    }
+    if (latest) candidates.push_back(*latest);
+    for (const fs::path& d : step_dirs_newest_first(root))
+      if (!latest || fs::path(*latest) != d) candidates.push_back(d);
+    for (const fs::path& d : candidates) {
+      try {
+        plan.checkpoint = std::make_unique<OpenCheckpoint>(d);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUsage) throw;
+        plan.warnings.push_back(fmt::format("passing over {}: {}", d.string(), e.what()));
+        continue;
+      }
+      if (!plan.warnings.empty() || !latest)
+        plan.warnings.push_back(fmt::format(
+            "--resume auto: {}; resuming from {}, the newest checkpoint that verifies",
+            latest ? "`latest` does not verify" : "no `latest` pointer", d.string()));
+      break;
+    }
+    if (!plan.checkpoint) {
+      if (state.holds_run && !overwrite)
+        usage_error(
+            "{}: --resume auto: the run directory holds {} but no checkpoint to resume from{}; "
+            "nothing was changed. Pass --overwrite to replace that run and start afresh, or "
+            "choose a new --run-dir",
+            run_dir.string(), state.description,
+            candidates.empty() ? "" : " (none of its checkpoints verifies, see the warnings)");
+      return plan;  // nothing here yet: the first run of a requeued job
+    }
+    plan.in_place = true;
+  } else {
+    if (!fs::exists(resume))
+      usage_error("--resume {}: no such file or directory; give a checkpoint step directory, a "
+                  "run's checkpoints/ directory, or --resume auto",
+                  resume);
+    plan.checkpoint = std::make_unique<OpenCheckpoint>(ckpt::resolve_step_dir(resume));
+    plan.in_place = belongs_to(plan.checkpoint->dir(), run_dir);
+    if (!plan.in_place && state.holds_run && !overwrite)
+      usage_error(
+          "{}: the run directory holds {}, not the run of {}; nothing was changed. --resume PATH "
+          "continues a checkpoint's run in a directory of its own: choose a --run-dir that holds "
+          "no run, use --resume auto to continue the run in {}, or pass --overwrite to replace it",
+          run_dir.string(), state.description, plan.checkpoint->dir().string(), run_dir.string());
+  }
+  plan.step = plan.checkpoint->meta().step;
+  if (plan.step > steps)
+    usage_error("{}: the checkpoint is at step {}, beyond steps = {}; raise steps to train on",
+                plan.checkpoint->dir().string(), plan.step, steps);
+  plan.kind = plan.step == steps ? ResumePlan::Kind::kFinished : ResumePlan::Kind::kResume;
+  return plan;
 }
 
 OpenCheckpoint::OpenCheckpoint(const fs::path& step_dir)
@@ -170,7 +296,14 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
                       host(s.exp_avg), host(s.exp_avg_sq), host(s.params)});
   }
   const std::string shard = (tmp / ckpt::shard_file_name(comm.rank())).string();
-  ckpt::write_shard(shard, meta, ranges);
+  try {
+    ckpt::write_shard(shard, meta, ranges);
+  } catch (const Error&) {
+    // A partial checkpoint only takes space (a full disk stays full): rank 0
+    // removes it before the job ends, so that the summary can still be written.
+    if (rank0) fs::remove_all(tmp, ec);
+    throw;
+  }
   // Every shard's size and CRC-32 go into the manifest (read back from the
   // page cache: ~0.1 s per GiB), so a damaged shard is refused before HDF5
   // parses it. The gather is also the barrier after the writes.

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,13 +26,6 @@
 #include "lib/zero/zero_engine.h"
 
 namespace fd::engine {
-
-// The checkpoint directory `resume` names: "auto" -> RUN/checkpoints/latest if
-// it exists, else nullopt (a fresh start); otherwise a step directory or a
-// checkpoints directory (then its latest). A PATH that does not exist, or
-// holds no checkpoint, is a usage error (never a silent fresh start).
-std::optional<std::filesystem::path> resolve_resume(const std::string& resume,
-                                                     const std::string& run_dir);
 
 // An opened checkpoint (lib/ckpt's open_checkpoint: manifest, every shard
 // validated and cross-checked), read by global ranges.
@@ -49,6 +43,46 @@ class OpenCheckpoint {
   std::filesystem::path dir_;
   ckpt::Checkpoint checkpoint_;
 };
+
+// Tidies `checkpoints_dir` after an interrupted save. Call with the run
+// directory's lock held (rank 0). Removes partial step directories
+// (.step_N.tmp); a `latest.tmp` that names a complete step directory newer
+// than `latest` (a save killed between writing the pointer and renaming it)
+// becomes `latest`, any other is removed. Returns what was done, one line
+// each, for the log.
+std::vector<std::string> tidy_checkpoints(const std::filesystem::path& checkpoints_dir);
+
+// How a run starts with respect to checkpoints (`fdtrain train --resume`).
+struct ResumePlan {
+  enum class Kind {
+    kFresh,     // no checkpoint: train from step 0
+    kResume,    // continue from `checkpoint`
+    kFinished,  // the checkpoint is at the recipe's last step: nothing to train
+  };
+  Kind kind = Kind::kFresh;
+  std::unique_ptr<OpenCheckpoint> checkpoint;  // kResume, kFinished: opened and verified
+  int64_t step = 0;                            // the checkpoint's step
+  // The checkpoint belongs to the run in `run_dir` (under its checkpoints/):
+  // the run continues in place.
+  bool in_place = false;
+  // Lines for rank 0's log: a damaged `latest` passed over, and why.
+  std::vector<std::string> warnings;
+};
+
+// Decides how the run in `run_dir` starts. `resume`: "" (fresh), "auto"
+// (RUN/checkpoints: `latest`, or when it is missing or does not verify, the
+// newest step directory that does, with a warning), or a checkpoint path
+// (step, checkpoints or run directory). Usage errors, each saying what is
+// there and what to do:
+//   - "": `run_dir` holds a run and !overwrite;
+//   - "auto", no checkpoint: `run_dir` holds a run and !overwrite (a fresh
+//     start would replace it); with no run there, kFresh;
+//   - a path that holds no checkpoint that verifies;
+//   - a path outside `run_dir` while `run_dir` holds another run and !overwrite;
+//   - a checkpoint beyond `steps`.
+// Pure: reads, never writes. Every rank computes the same plan.
+ResumePlan plan_resume(const std::string& resume, const std::filesystem::path& run_dir,
+                       bool overwrite, int64_t steps);
 
 // Differences between the recipe a checkpoint was saved with and the current
 // one, as "key: saved -> now" lines. `refused` holds those that change shapes

@@ -1,5 +1,7 @@
 #include "lib/engine/progress.h"
 
+#include "lib/base/log.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -30,14 +32,16 @@ void Progress::update(int64_t step, double loss, double tokens_per_s, double eta
   last_draw_ = now;
   std::string line = fmt::format("step {}/{} | loss {:.4f} | {:.0f} tok/s | ETA {}", step, total_,
                                  loss, tokens_per_s, format_duration(eta_s));
-  std::fprintf(stderr, "\r\033[2K%s", line.c_str());
-  std::fflush(stderr);
+  log::set_status_line(line);
+  last_line_ = line;
   drawn_ = true;
 }
 
 void Progress::finish() {
   if (enabled_ && drawn_) {
-    std::fputc('\n', stderr);
+    // The final state stays on screen, as its own line.
+    log::set_status_line("");
+    std::fprintf(stderr, "%s\n", last_line_.c_str());
     std::fflush(stderr);
     drawn_ = false;
   }

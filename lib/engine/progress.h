@@ -25,6 +25,7 @@ class Progress {
   bool enabled_;
   int64_t total_;
   bool drawn_ = false;
+  std::string last_line_;
   std::chrono::steady_clock::time_point last_draw_{};
 };
 

@@ -12,6 +12,7 @@
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
 #include "lib/config/load.h"
+#include "lib/engine/run_lock.h"
 
 namespace fd::engine {
 namespace {
@@ -167,15 +168,21 @@ RunRecord read_run(const fs::path& dir) {
   // The outcome, when it finished.
   if (!fs::exists(dir / "summary.json", ec)) {
     r.exit_reason = "incomplete";
+    r.status = RunLock::holder(dir) ? "running" : "killed";
     return r;
   }
   json s = read_json(dir / "summary.json");
   if (s.is_discarded() || !s.is_object()) {
     r.exit_reason = "unreadable";
+    r.status = "unreadable";
     return r;
   }
   r.finished = true;
   r.exit_reason = string_or(s, "exit_reason", "unknown");
+  const std::string derived = r.exit_reason == "completed" ? "completed"
+                              : r.exit_reason == "signal"  ? "interrupted"
+                                                           : "diverged";
+  r.status = string_or(s, "status", derived);
   r.steps = integer_or(s, "steps", r.steps);
   r.steps_planned = integer_or(s, "steps_planned", r.steps_planned);
   r.final_loss = number_or(s, "final_loss", r.final_loss);
@@ -207,7 +214,7 @@ std::string format_run_table(const std::vector<RunRecord>& runs) {
   }
   std::vector<std::vector<std::string>> rows;
   rows.push_back(
-      {"run", "overrides", "steps", "train loss", "eval loss", "tok/s", "peak mem", "exit"});
+      {"run", "overrides", "steps", "train loss", "eval loss", "tok/s", "peak mem", "status"});
   for (const RunRecord& r : runs) {
     std::string key;
     for (const std::string& o : r.overrides)
@@ -219,7 +226,7 @@ std::string format_run_table(const std::vector<RunRecord>& runs) {
                     fixed_or_dash(r.final_loss, 4), fixed_or_dash(r.eval_loss, 4),
                     fixed_or_dash(r.tokens_per_s, 0),
                     r.peak_memory_bytes >= 0 ? format_bytes(double(r.peak_memory_bytes)) : "-",
-                    r.exit_reason});
+                    r.status});
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows)
@@ -253,6 +260,7 @@ json run_table_json(const std::vector<RunRecord>& runs) {
                    {"path", r.path.string()},
                    {"finished", r.finished},
                    {"exit_reason", r.exit_reason},
+                   {"status", r.status},
                    {"recipe", r.recipe},
                    {"overrides", r.overrides},
                    {"command", r.command},

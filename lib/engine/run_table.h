@@ -38,6 +38,12 @@ struct RunRecord {
   std::string recipe;                  // recipe path as given
   std::vector<std::string> overrides;  // as given, in order
   std::string command;                 // the command line
+  // How it ended (summary.json "status": completed, interrupted, diverged,
+  // failed; derived from exit_reason for summaries older than the field), or
+  // "running" (no summary, its job holds the directory's lock) or "killed" (no
+  // summary and nobody holds the lock: the process died without one), or
+  // "unreadable".
+  std::string status;
   int64_t steps = 0;                   // finished steps (an unfinished run: last logged step)
   int64_t steps_planned = -1;          // -1: unknown
   double final_loss = kUnknown;        // training loss of the last (logged) step

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "lib/base/sha256.h"
 #include "lib/base/strings.h"
 #include "lib/config/load.h"
+#include "lib/config/paths.h"
 #include "lib/data/byte_tokenizer.h"
 #include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
@@ -140,6 +142,15 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
   return out;
 }
 
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+  }
+  return "signal";
+}
+
 std::string this_host() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "?";
@@ -183,54 +194,105 @@ std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
 Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
                  dist::Communicator& comm)
     : recipe_(recipe), options_(options), comm_(comm) {
-  // Setup is collective: every rank learns whether any rank failed, so that a
-  // problem seen by one rank only (say, an existing run directory on rank 0)
-  // ends every rank cleanly instead of leaving the others in a collective.
-  double code = 0.0;
-  std::string message;
-  try {
-    setup(options);
-  } catch (const Error& e) {
-    code = e.exit_code();
-    message = e.what();
-  }
+  // Relative paths are recorded absolute (config.yaml, checkpoints), so that
+  // the run's files name the same data from any working directory.
+  if (options_.working_dir.empty()) options_.working_dir = std::filesystem::current_path().string();
+  config::make_paths_absolute(recipe_, options_.working_dir);
+  started_at_ = utc_now();
+  // Setup is collective and in stages: every rank learns whether any rank
+  // failed in a stage before the next begins, so that a problem seen by one
+  // rank only (say, a locked run directory on rank 0) ends every rank cleanly
+  // instead of leaving the others in a collective, and so that no rank reads
+  // the run directory for resuming before rank 0 holds its lock and has tidied it.
   const int world = comm_.size();
-  std::vector<double> codes(static_cast<size_t>(world));
-  comm_.all_gather_f64(&code, codes.data(), 1);
-  double worst = 0.0;
   int first_failed = -1;
-  for (int r = 0; r < world; ++r) {
-    worst = std::max(worst, codes[size_t(r)]);
-    if (codes[size_t(r)] != 0.0 && first_failed < 0) first_failed = r;
-  }
-  if (worst == 0.0) {
-    // Only now that the run directory is accepted: every rank logs to
-    // RUN/logs/rank<r>.log (appending when it resumes), and agrees again.
+  double worst = 0.0;
+  std::string message;
+  auto agree = [&](const std::function<void()>& stage) {
+    double code = 0.0;
     try {
-      log::open_file(std::filesystem::path(options.run_dir) / "logs" /
-                         fmt::format("rank{}.log", comm_.rank()),
-                     !resumed_from_.empty());
-      log_file_open_ = true;
-      log::write_file_only(log::Level::kInfo,
-                           fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(), world,
-                                       this_host(), int(getpid()), options.command_line));
+      stage();
     } catch (const Error& e) {
       code = e.exit_code();
       message = e.what();
     }
+    std::vector<double> codes(static_cast<size_t>(world));
     comm_.all_gather_f64(&code, codes.data(), 1);
     for (int r = 0; r < world; ++r) {
       worst = std::max(worst, codes[size_t(r)]);
       if (codes[size_t(r)] != 0.0 && first_failed < 0) first_failed = r;
     }
+    return worst == 0.0;
+  };
+  const bool ok =
+      agree([&] { open_run_directory(options_); }) && agree([&] { setup(options_); }) &&
+      // Only now that every rank is set up is the run directory changed
+      // (rank 0); then every rank logs to RUN/logs/rank<r>.log (appending
+      // when it resumes).
+      (finished() || (agree([&] { start_run_directory(options_); }) && agree([&] {
+         log::open_file(std::filesystem::path(options.run_dir) / "logs" /
+                            fmt::format("rank{}.log", comm_.rank()),
+                        !resumed_from_.empty());
+         log_file_open_ = true;
+         log::write_file_only(log::Level::kInfo,
+                              fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(),
+                                          world, this_host(), int(getpid()),
+                                          options.command_line));
+       })));
+  if (ok) {
+    if (!finished())
+      dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
+    return;
   }
-  if (worst == 0.0) return;
   if (log_file_open_) log::close_file();
   const ErrorKind kind = worst == 2.0 ? ErrorKind::kUsage : ErrorKind::kRuntime;
   if (comm_.rank() != first_failed) throw Error(kind, "");
   throw Error(kind, world > 1 && comm_.rank() != 0
                         ? fmt::format("rank {}: {}", comm_.rank(), message)
                         : message);
+}
+
+nlohmann::json Trainer::summary_head(const std::string& status, const std::string& exit_reason,
+                                     int64_t steps_done) const {
+  return {{"fdtrain_version", kVersion},
+          {"status", status},
+          {"exit_reason", exit_reason},
+          {"steps", steps_done},
+          {"steps_planned", recipe_.steps},
+          {"start_step", start_step_},
+          {"resumed_from",
+           resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_from_)},
+          {"world_size", comm_.size()},
+          {"recipe", options_.recipe_path},
+          {"overrides", options_.overrides},
+          {"command", options_.command_line},
+          {"working_dir", options_.working_dir},
+          {"started_at", started_at_},
+          {"ended_at", utc_now()}};
+}
+
+void Trainer::record_failure(const std::string& message) {
+  if (failure_recorded_.exchange(true)) return;
+  try {
+    nlohmann::json s = summary_head("failed", "error", std::max(steps_done_, start_step_));
+    s["error"] = message;
+    s["failed_rank"] = comm_.rank();
+    if (run_dir_) {
+      run_dir_->write_summary(s);
+    } else {
+      write_summary_file(options_.run_dir, s);
+    }
+  } catch (...) {
+    // Best effort: the failure itself is what the user must see.
+  }
+}
+
+void Trainer::open_run_directory(const TrainOptions& options) {
+  if (comm_.rank() != 0) return;
+  run_dir_ = std::make_unique<RunDirectory>(options.run_dir);
+  if (!options.resume.empty())
+    for (const std::string& line : tidy_checkpoints(run_dir_->path() / "checkpoints"))
+      log::warn("{}", line);
 }
 
 // This rank's GPU: its rank among the ranks on this node, from the launcher
@@ -273,6 +335,22 @@ void Trainer::setup_device() {
 void Trainer::setup(const TrainOptions& options) {
   const int world = comm_.size();
   config::check_world_size(recipe_, world);
+  // How the run starts, decided before anything is built: a refusal (a run
+  // already there, a damaged checkpoint) costs nothing, and a finished run is
+  // left as it is.
+  ResumePlan plan = plan_resume(options.resume, options.run_dir, options.overwrite, recipe_.steps);
+  if (comm_.rank() == 0)
+    for (const std::string& w : plan.warnings) log::warn("{}", w);
+  if (plan.kind == ResumePlan::Kind::kFinished) {
+    finished_message_ = fmt::format(
+        "{}: the run is finished: its checkpoint {} is at step {} of steps = {}; nothing to do, "
+        "nothing was changed. To train further, resume with a larger steps=N",
+        options.run_dir, plan.checkpoint->dir().string(), plan.step, recipe_.steps);
+    return;
+  }
+  if (options.resume == "auto" && plan.kind == ResumePlan::Kind::kFresh && comm_.rank() == 0)
+    log::info("--resume auto: no checkpoint in {}; starting fresh",
+              (std::filesystem::path(options.run_dir) / "checkpoints").string());
   setup_device();
   ops::set_blas_threads(recipe_.threads);
   comm_.set_timeout(recipe_.dist.timeout_s);
@@ -349,9 +427,7 @@ void Trainer::setup(const TrainOptions& options) {
   schedule_.total_steps = recipe_.steps;
   schedule_.min_lr = float(recipe_.schedule.min_lr);
 
-  std::optional<std::filesystem::path> resume_dir;
-  if (!options.resume.empty()) resume_dir = resolve_resume(options.resume, options.run_dir);
-  if (resume_dir) resume_from(resume_dir->string());
+  if (plan.checkpoint) resume_from(*plan.checkpoint);
 
   // Peaks count from here: what the run holds, not the one-off full buffers
   // the model is built and initialised in before ZeRO shards them.
@@ -362,22 +438,8 @@ void Trainer::setup(const TrainOptions& options) {
   targets_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
                            MemCategory::kOther, Device::cpu());
 
+  resume_in_place_ = plan.in_place;
   if (comm_.rank() == 0) {
-    // --resume auto without a checkpoint starts this run directory afresh.
-    run_dir_ = std::make_unique<RunDirectory>(options.run_dir,
-                                              options.overwrite || options.resume == "auto",
-                                              resume_dir ? start_step_ : -1);
-    run_dir_->write_config(config::to_yaml(recipe_));
-    run_dir_->write_command(options.command_line);
-    run_dir_->write_run_info({{"command", options.command_line},
-                              {"recipe", options.recipe_path},
-                              {"overrides", options.overrides},
-                              {"resume", options.resume},
-                              {"world_size", world},
-                              {"host", this_host()},
-                              {"started_at", utc_now()},
-                              {"fdtrain_version", kVersion}});
-    events_ = std::make_unique<EventFileWriter>(run_dir_->path());
     log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
               mc.d_model, mc.vocab_size, mc.max_seq_len, double(mc.num_params()) / 1e6,
               dataset_->summary());
@@ -388,11 +450,34 @@ void Trainer::setup(const TrainOptions& options) {
   }
 }
 
+void Trainer::start_run_directory(const TrainOptions& options) {
+  if (comm_.rank() != 0) return;
+  const RunDirectory::Start start = resume_in_place_ ? RunDirectory::Start::kResume
+                                    : run_dir_->state().holds_run
+                                        ? RunDirectory::Start::kReplace
+                                        : RunDirectory::Start::kFresh;
+  run_dir_->begin(start, start_step_);
+  run_dir_->write_config(config::to_yaml(recipe_));
+  run_dir_->write_command(options.command_line);
+  run_dir_->write_run_info({{"command", options.command_line},
+                            {"recipe", options.recipe_path},
+                            {"overrides", options.overrides},
+                            {"resume", options.resume},
+                            {"working_dir", options.working_dir},
+                            {"world_size", comm_.size()},
+                            {"host", this_host()},
+                            {"started_at", started_at_},
+                            {"fdtrain_version", kVersion}});
+  events_ = std::make_unique<EventFileWriter>(run_dir_->path());
+}
+
 Trainer::~Trainer() {
+  dist::set_abort_hook(nullptr);
   if (log_file_open_) log::close_file();
 }
 
-void Trainer::request_stop() { g_stop_requested.store(1); }
+void Trainer::request_stop(int signo) { g_stop_requested.store(signo); }
+int Trainer::stop_signal() { return g_stop_requested.load(); }
 
 void Trainer::load_adapter(const std::string& dir, const nn::LoraConfig& lora) {
   const std::string where = fmt::format("{}: lora.adapter", recipe_.where("lora.adapter"));
@@ -431,8 +516,8 @@ int64_t Trainer::frozen_bytes_estimate() const {
   return recipe_.zero.stage >= 3 ? c * P / comm_.size() : c * P;
 }
 
-void Trainer::resume_from(const std::string& step_dir) {
-  OpenCheckpoint ck(step_dir);
+void Trainer::resume_from(const OpenCheckpoint& ck) {
+  const std::string step_dir = ck.dir().string();
   const ckpt::ShardMeta& meta = ck.meta();
   config::LoadResult saved = config::try_parse_recipe(meta.recipe_yaml, step_dir + " (saved recipe)");
   if (!saved.ok()) {
@@ -484,9 +569,6 @@ void Trainer::resume_from(const std::string& step_dir) {
   start_step_ = meta.step;
   skipped_at_start_ = meta.skipped_steps;
   resumed_from_ = step_dir;
-  if (start_step_ > recipe_.steps)
-    usage_error("{}: the checkpoint is at step {}, beyond steps = {}; raise steps to train on",
-                step_dir, start_step_, recipe_.steps);
   if (comm_.rank() == 0)
     log::info("resuming from {} (step {}, saved at world size {}, ZeRO stage {}, {})", step_dir,
               meta.step, meta.world_size, meta.zero_stage, meta.precision);
@@ -563,17 +645,23 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     zero_->end_micro_batch(micro);
     clock.lap(ph.backward, ph.comm_wait);
   }
-  // One small all-reduce carries the loss and whether any rank was asked to stop.
-  double agreed[2] = {loss_sum, double(g_stop_requested.load())};
-  comm_.all_reduce_f64(agreed, 2);
+  // One small all-reduce carries the loss and which signals asked some rank to stop.
+  const int sig = g_stop_requested.load();
+  double agreed[4] = {loss_sum, double(sig == SIGTERM), double(sig == SIGINT),
+                      double(sig == SIGUSR1)};
+  comm_.all_reduce_f64(agreed, 4);
   clock.lap(other, ph.comm_wait);
   StepStats st;
   st.loss = agreed[0] / double(accum * world);
-  st.stop_requested = agreed[1] > 0.0;
+  st.stop_signal = agreed[1] > 0.0   ? SIGTERM
+                   : agreed[2] > 0.0 ? SIGINT
+                   : agreed[3] > 0.0 ? SIGUSR1
+                                     : 0;
   st.grad_norm = 0.0;
   st.skipped = false;
   st.loss_scale = scale;
-  if (!std::isfinite(st.loss)) return st;  // the caller stops the run before updating
+  // The caller ends the run as diverged, before updating the weights.
+  if (!std::isfinite(st.loss) || (recipe_.max_loss > 0 && st.loss > recipe_.max_loss)) return st;
   zero::StepResult r = zero_->step(optim::lr_at(schedule_, step), scale);
   clock.lap(ph.optimizer, ph.comm_wait);
   st.grad_norm = r.grad_norm;
@@ -634,13 +722,14 @@ nlohmann::json Trainer::run() {
   const double flops_per_token = model_->config().flops_per_token(recipe_.data.seq_len);
 
   Progress progress(options_.progress && rank0, steps, options_.force_progress);
-  const std::string started_at = utc_now();
   const auto t_start = Clock::now();
+  double step_s_avg = -1.0;  // moving average of step time, for the progress line
   auto t_window = t_start;
   auto t_after_first = t_start;
   int64_t window_steps = 0;
   double loss = std::nan(""), eval_loss = std::nan(""), grad_norm = 0.0;
-  std::string exit_reason = "completed";
+  std::string status = "completed", exit_reason = "completed";
+  int stop_signal = 0;  // the signal that stopped the run, agreed by all ranks
   std::string fatal_message;
   int64_t done = start_step_;
   skipped_total_ = skipped_at_start_;
@@ -667,11 +756,13 @@ nlohmann::json Trainer::run() {
     loss = st.loss;
     grad_norm = st.grad_norm;
     ++window_steps;
-    if (!std::isfinite(loss)) {
-      exit_reason = "diverged";
+    if (!std::isfinite(loss) || (recipe_.max_loss > 0 && loss > recipe_.max_loss)) {
+      status = "diverged";
+      exit_reason = std::isfinite(loss) ? "loss_above_max" : "diverged";
       break;
     }
     if (st.scale_exhausted) {
+      status = "diverged";
       exit_reason = "loss_scale_at_minimum";
       fatal_message = fmt::format(
           "step {}: the gradients overflowed with the loss scale already at its minimum "
@@ -681,6 +772,7 @@ nlohmann::json Trainer::run() {
       break;
     }
     done = step + 1;
+    steps_done_ = done;
     if (st.skipped) {
       ++skipped_total_;
       if (rank0)
@@ -692,7 +784,11 @@ nlohmann::json Trainer::run() {
     const auto now = Clock::now();
     if (step == start_step_) t_after_first = now;
     const double train_s = seconds_between(t_start, now) - eval_seconds;
-    progress.update(done, loss, double(tokens_per_step) / seconds_between(t_step, now),
+    // Step times of small models are noisy: the line shows a moving average
+    // (over about 20 steps), saves and evaluation excluded.
+    const double step_s = seconds_between(t_step, now);
+    step_s_avg = step_s_avg < 0 ? step_s : 0.95 * step_s_avg + 0.05 * step_s;
+    progress.update(done, loss, double(tokens_per_step) / std::max(step_s_avg, 1e-12),
                     train_s / double(done - start_step_) * double(steps - done));
     const bool last = done == steps;
     const bool eval_now =
@@ -735,9 +831,15 @@ nlohmann::json Trainer::run() {
       t_window = Clock::now();  // the next window starts after evaluation and logging
       window_steps = 0;
     }
-    const bool save_now = recipe_.checkpoint.every > 0 &&
-                          (done % recipe_.checkpoint.every == 0 || last || st.stop_requested);
-    if (save_now || st.stop_requested) {
+    // Saved: every N steps, and at the end (the last step, or a stop asked
+    // for by a signal) unless checkpoint.at_end is off; with every > 0 and
+    // at_end off, a signal still saves (as it always has).
+    const bool enabled = recipe_.checkpoint.every > 0 || recipe_.checkpoint.at_end;
+    const bool at_end = last || st.stop_signal != 0;
+    const bool save_now =
+        (recipe_.checkpoint.every > 0 && done % recipe_.checkpoint.every == 0) ||
+        (at_end && recipe_.checkpoint.at_end) || (st.stop_signal != 0 && enabled);
+    if (save_now) {
       const auto t_save = Clock::now();
       PhaseClock clock(options_.profile, model_comm());
       last_checkpoint = save(done);
@@ -746,6 +848,7 @@ nlohmann::json Trainer::run() {
       checkpoint_seconds += secs;
       eval_seconds += secs;  // not training time
       ++checkpoints_saved;
+      t_window += Clock::now() - t_save;  // a save is not training time of the log window
       if (rank0) log::info("checkpoint of step {} saved to {} in {:.2f} s", done, last_checkpoint, secs);
     }
     if (options_.profile) {
@@ -753,9 +856,15 @@ nlohmann::json Trainer::run() {
       phases_.steps = 1;
       (step == start_step_ ? profile_first : profile_rest).add(phases_);
     }
-    if (st.stop_requested) {
+    if (st.stop_signal != 0) {
+      status = "interrupted";
       exit_reason = "signal";
-      if (rank0) log::info("stopping after step {} as asked (SIGUSR1)", done);
+      stop_signal = st.stop_signal;
+      if (rank0)
+        log::info("stopping after step {} as asked ({}){}", done, signal_name(stop_signal),
+                  save_now ? fmt::format("; resume with --resume auto --run-dir {}",
+                                         options_.run_dir)
+                           : std::string("; no checkpoint saved (checkpoints are off)"));
       break;
     }
     t_step = Clock::now();
@@ -796,11 +905,9 @@ nlohmann::json Trainer::run() {
     else
       log::info("{}", line);  // the log file only: other ranks show warnings and errors alone
   }
-  nlohmann::json summary = {
-      {"fdtrain_version", kVersion},
-      {"exit_reason", exit_reason},
-      {"steps", done},
-      {"steps_planned", steps},
+  nlohmann::json summary = summary_head(status, exit_reason, done);
+  summary["signal"] = stop_signal != 0 ? nlohmann::json(signal_name(stop_signal)) : nlohmann::json(nullptr);
+  summary.update({
       {"final_loss", number_or_null(loss)},
       {"eval_loss", number_or_null(eval_loss)},
       {"tokens_per_s", tokens_per_s},
@@ -811,8 +918,6 @@ nlohmann::json Trainer::run() {
       {"precision", std::string(config::to_string(recipe_.precision))},
       {"zero_stage", recipe_.zero.stage},
       {"skipped_steps", skipped_total_},
-      {"start_step", start_step_},
-      {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_from_)},
       {"last_checkpoint",
        last_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint)},
       {"checkpoint_s_per_save", checkpoints_saved > 0 ? checkpoint_seconds / double(checkpoints_saved) : 0.0},
@@ -833,12 +938,8 @@ nlohmann::json Trainer::run() {
         {"master", est.master},
         {"optimizer", est.optimizer},
         {"total", est.total()}}},
-      {"recipe", options_.recipe_path},
-      {"overrides", options_.overrides},
-      {"command", options_.command_line},
-      {"started_at", started_at},
-  };
-  if (exit_reason == "completed" && recipe_.logging.sample_tokens > 0) {
+  });
+  if (status == "completed" && recipe_.logging.sample_tokens > 0) {
     data::ByteTokenizer tok;
     SampleOptions so;
     so.max_new_tokens = recipe_.logging.sample_tokens;
@@ -911,17 +1012,21 @@ nlohmann::json Trainer::run() {
     }
   }
   if (!fatal_message.empty()) summary["error"] = fatal_message;
-  if (exit_reason == "diverged") {
+  if (exit_reason == "diverged" || exit_reason == "loss_above_max") {
     summary["error"] = fmt::format(
-        "the loss became {} at step {}; the run stopped before updating the weights{}. Lower "
+        "the loss became {} at step {}{}; the run stopped before updating the weights{}. Lower "
         "optimizer.lr, raise schedule.warmup_steps or set optimizer.grad_clip",
         loss, done + 1,
+        exit_reason == "loss_above_max"
+            ? fmt::format(", above max_loss = {} (set max_loss=0 to train on)", recipe_.max_loss)
+            : std::string(),
         rank0 ? fmt::format(" (summary in {})", run_dir_->path().string()) : std::string());
   }
   cpu_allocator::empty_cache();  // generation allocates one size per context length
   summary["peak_rss_bytes"] = peak_rss_bytes();  // rank 0's process
   if (rank0) run_dir_->write_summary(summary);
-  if (exit_reason != "completed") return summary;
+  failure_recorded_ = true;  // the run's own summary stands
+  if (status != "completed") return summary;
   if (rank0) {
     log::info("done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {} | {:.0f} tok/s | "
               "weights {}",

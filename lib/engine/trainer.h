@@ -13,13 +13,26 @@
 //     size), every rank throws fd::Error with the highest exit code; the
 //     lowest failing rank's error carries the message, the others' an empty
 //     one (callers print only non-empty messages);
-//   - a non-finite loss, or an fp16 overflow at the minimum loss scale (all
-//     ranks agree), ends the run on every rank: run() returns a summary with
-//     exit_reason "diverged" / "loss_scale_at_minimum" and an "error" message;
-//   - any other failure during training is rank-local: the caller must end
-//     the job with Communicator::abort() (see apps/fdtrain/main.cc).
+//   - a non-finite loss, a loss above divergence.max_loss, or an fp16
+//     overflow at the minimum loss scale (all ranks agree), ends the run on
+//     every rank: run() returns a summary with status "diverged" and an
+//     "error" message;
+//   - a stop request (SIGUSR1, SIGTERM, SIGINT on any rank; request_stop())
+//     ends the run at the next step boundary on every rank, after saving a
+//     checkpoint when checkpoints are enabled: status "interrupted";
+//   - any other failure during training is rank-local: the caller records it
+//     (record_failure()) and ends the job with Communicator::abort() (see
+//     apps/fdtrain/main.cc); an abort from elsewhere (a collective's
+//     timeout) records it through the abort hook (communicator.h).
+//
+// Run directory (run_dir.h, docs/RUN_DIR.md): rank 0 locks it first, then
+// tidies what an interrupted job left; every rank then decides from the same
+// files how the run starts (checkpointing.h, plan_resume); nothing is changed
+// until every rank has set up. A resume of a finished run (its checkpoint at
+// the last step) changes nothing: finished() is true and run() returns at once.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +63,7 @@ class DynamicLossScaler;
 namespace fd::engine {
 
 class RunDirectory;
+class OpenCheckpoint;
 class EventFileWriter;
 
 struct TrainOptions {
@@ -62,7 +76,8 @@ struct TrainOptions {
   bool print_sample = true;            // print the generated sample to stdout at the end (rank 0)
   std::string command_line;            // recorded in command.txt and summary.json
   dist::FaultSpec fault;               // fault injection for tests (FDTRAIN_FAULT)
-  std::string resume;                  // "": fresh; "auto": RUN/checkpoints/latest if any; or a path
+  std::string resume;                  // "": fresh; "auto": RUN's newest checkpoint; or a path
+  std::string working_dir;             // relative recipe paths are read from here (run.json)
   bool profile = false;                // per-phase wall-time breakdown (log + summary.json "profile")
 };
 
@@ -86,19 +101,40 @@ class Trainer {
   // The step (0-based) this run started at: 0, or the checkpoint's step when resuming.
   int64_t start_step() const { return start_step_; }
 
-  // Makes the next step boundary save a checkpoint and end the run (exit_reason
-  // "signal"). Async-signal-safe: sets a flag (SIGUSR1 handler).
-  static void request_stop();
+  // Makes the next step boundary save a checkpoint (when checkpoints are
+  // enabled) and end the run (status "interrupted", exit_reason "signal",
+  // summary "signal": the signal's name). Async-signal-safe: sets a flag.
+  // signo: SIGUSR1, SIGTERM or SIGINT.
+  static void request_stop(int signo);
+  // The signal of a pending stop request, 0 when none.
+  static int stop_signal();
+
+  // True when there is nothing to train: a resume whose checkpoint is at the
+  // recipe's last step. run() then returns {"status": "finished_already"}
+  // without touching the run directory; finished_message() says why.
+  bool finished() const { return !finished_message_.empty(); }
+  const std::string& finished_message() const { return finished_message_; }
+
+  // Records a failure that ends the job (summary.json with status "failed"),
+  // once: later calls do nothing. Rank 0 writes through its RunDirectory,
+  // another rank writes summary.json itself (the job ends, so nobody else
+  // will). Best effort, never throws. Safe to call from the abort hook.
+  void record_failure(const std::string& message);
 
  private:
   void setup(const TrainOptions& options);
+  void open_run_directory(const TrainOptions& options);   // rank 0: lock and tidy
+  void start_run_directory(const TrainOptions& options);  // rank 0: begin, config, run.json
+  // The fields every summary.json has, however the run ended.
+  nlohmann::json summary_head(const std::string& status, const std::string& exit_reason,
+                              int64_t steps_done) const;
   struct StepStats {
     double loss;  // mean over micro-batches and ranks
     double grad_norm;
     bool skipped;
     double loss_scale;  // the scale this step used (1 without loss scaling)
     bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
-    bool stop_requested = false;   // some rank got SIGUSR1 (agreed by all ranks)
+    int stop_signal = 0;  // a signal asked some rank to stop (agreed by all ranks), else 0
   };
   // Wall seconds per phase of one step (--profile); each phase excludes the
   // communication wait inside it, which goes to comm_wait.
@@ -114,7 +150,7 @@ class Trainer {
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   int64_t frozen_bytes_estimate() const;
   void load_adapter(const std::string& dir, const nn::LoraConfig& lora);
-  void resume_from(const std::string& step_dir);
+  void resume_from(const OpenCheckpoint& checkpoint);
   std::string save(int64_t steps_done);  // collective; returns the step directory
 
   // device: cuda: picks this rank's GPU, opens the device scope for every
@@ -140,10 +176,15 @@ class Trainer {
   Tensor targets_;  // (micro, seq_len) i32
   optim::ScheduleOptions schedule_;
   int64_t current_step_ = -1;
+  int64_t steps_done_ = 0;  // steps finished (for a failure's summary)
   int64_t start_step_ = 0;
   int64_t skipped_at_start_ = 0;
   std::string resumed_from_;
   std::string base_sha256_;  // LoRA: SHA-256 of the frozen base's file
+  std::string finished_message_;  // see finished()
+  bool resume_in_place_ = false;  // the run continues in its own directory
+  std::atomic<bool> failure_recorded_{false};
+  std::string started_at_;
   int64_t skipped_total_ = 0;
   Phases phases_;  // the step in progress (--profile)
 };

@@ -64,9 +64,9 @@ damage() {  # damage NAME COMMAND-ON-DIR
   local step="$d/checkpoints/step_00000010"
   eval "$2"
   local before after out rc
-  before=$(cd "$d" && find . -type f -not -path './checkpoints/*' -exec md5sum {} + | sort)
+  before=$(cd "$d" && find . -type f -not -path './checkpoints/*' ! -name .lock -exec md5sum {} + | sort)
   out=$("${MPI[@]}" --run-dir "$d" --resume "$step" 2>&1); rc=$?
-  after=$(cd "$d" && find . -type f -not -path './checkpoints/*' -exec md5sum {} + | sort)
+  after=$(cd "$d" && find . -type f -not -path './checkpoints/*' ! -name .lock -exec md5sum {} + | sort)
   if [ $rc -eq 2 ] && grep -q "$3" <<<"$out" && [ "$before" = "$after" ]; then
     echo "ok: $1: exit 2, /$3/, run directory unchanged"
   else

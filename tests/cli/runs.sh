@@ -32,7 +32,7 @@ PY
 "$FDTRAIN" runs "$S" > "$TMP/table.txt" 2> "$TMP/table.err" || { echo "FAIL: fdtrain runs"; cat "$TMP/table.err"; FAILURES=$((FAILURES+1)); }
 cat "$TMP/table.txt"
 [ "$(wc -l < "$TMP/table.txt")" -eq 5 ] || { echo "FAIL: expected 5 lines"; FAILURES=$((FAILURES+1)); }
-grep -Eq '^run +overrides +steps +train loss +eval loss +tok/s +peak mem +exit$' "$TMP/table.txt" \
+grep -Eq '^run +overrides +steps +train loss +eval loss +tok/s +peak mem +status$' "$TMP/table.txt" \
   || { echo "FAIL: header"; FAILURES=$((FAILURES+1)); }
 grep -Eq '^lr1e-3 +optimizer.lr=1e-3 +6/6 +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ [KM]iB +completed$' "$TMP/table.txt" \
   || { echo "FAIL: row lr1e-3"; FAILURES=$((FAILURES+1)); }
@@ -90,9 +90,10 @@ PY
 expect_fail 2 "plot is an SVG file" plot "$S" --out "$TMP/loss.png"
 
 # A finished run is refused: exit 2, what/where/what to do, nothing touched.
-before=$(cd "$S/lr1e-3" && find . -type f -exec md5sum {} + | sort)
-expect_fail 2 "lr1e-3: the run directory already holds a finished run \(\"completed\" after 6 of 6 steps\); nothing was changed. Pass --overwrite .*--resume auto" \
+# (.lock, the run directory's lock file, names whichever job held it last.)
+before=$(cd "$S/lr1e-3" && find . -type f ! -name .lock -exec md5sum {} + | sort)
+expect_fail 2 "lr1e-3: the run directory already holds a finished run \(completed after 6 of 6 steps\); nothing was changed. Pass --overwrite .*--resume auto" \
   train "$R" "${common[@]}" optimizer.lr=1e-3 --run-dir "$S/lr1e-3"
-after=$(cd "$S/lr1e-3" && find . -type f -exec md5sum {} + | sort)
+after=$(cd "$S/lr1e-3" && find . -type f ! -name .lock -exec md5sum {} + | sort)
 [ "$before" = "$after" ] || { echo "FAIL: the refused run's files changed"; diff <(echo "$before") <(echo "$after"); FAILURES=$((FAILURES+1)); }
 finish

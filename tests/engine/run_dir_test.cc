@@ -8,11 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/engine/run_lock.h"
 
 namespace fd::engine {
 namespace {
@@ -45,6 +47,16 @@ std::vector<std::string> tmp_files(const fs::path& dir) {
   return out;
 }
 
+using Start = RunDirectory::Start;
+
+// Opens `dir` and begins a run in it (the two phases the trainer goes through).
+std::unique_ptr<RunDirectory> begin_run(const fs::path& dir, Start start = Start::kFresh,
+                                        int64_t resume_step = -1) {
+  auto rd = std::make_unique<RunDirectory>(dir);
+  rd->begin(start, resume_step);
+  return rd;
+}
+
 class RunDir : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,7 +72,8 @@ class RunDir : public ::testing::Test {
 
 TEST_F(RunDir, CreatesNestedDirectoryAndWritesFiles) {
   const fs::path dir = root_ / "a" / "b" / "run";
-  RunDirectory rd(dir, false);
+  auto owner = begin_run(dir);
+  RunDirectory& rd = *owner;
   EXPECT_EQ(rd.path(), dir);
   EXPECT_TRUE(fs::is_directory(dir));
   EXPECT_TRUE(fs::exists(dir / "metrics.jsonl"));
@@ -74,13 +87,13 @@ TEST_F(RunDir, CreatesNestedDirectoryAndWritesFiles) {
 TEST_F(RunDir, RefusesAnExistingRunAndLeavesItIntact) {
   const fs::path dir = root_ / "run";
   {
-    RunDirectory rd(dir, false);
-    rd.write_config("old: 1\n");
-    rd.append_metrics({{"step", 1}});
-    rd.write_summary({{"final_loss", 2.5}});
+    auto rd = begin_run(dir);
+    rd->write_config("old: 1\n");
+    rd->append_metrics({{"step", 1}});
+    rd->write_summary({{"final_loss", 2.5}});
   }
   try {
-    RunDirectory again(dir, false);
+    begin_run(dir);
     FAIL() << "an existing run was not refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
@@ -97,17 +110,19 @@ TEST_F(RunDir, RefusesAnExistingRunAndLeavesItIntact) {
 TEST_F(RunDir, OverwriteReplacesTheOldRunsOutputs) {
   const fs::path dir = root_ / "run";
   {
-    RunDirectory rd(dir, false);
-    rd.write_config("old: 1\n");
-    rd.write_command("old command");
-    rd.append_metrics({{"step", 1}});
-    rd.write_summary({{"final_loss", 2.5}});
+    auto rd = begin_run(dir);
+    rd->write_config("old: 1\n");
+    rd->write_command("old command");
+    rd->append_metrics({{"step", 1}});
+    rd->write_summary({{"final_loss", 2.5}});
+    fs::create_directories(dir / "checkpoints" / "step_00000001");
   }
-  RunDirectory rd(dir, true);
+  auto rd = begin_run(dir, Start::kReplace);
   EXPECT_EQ(read(dir / "metrics.jsonl"), "");  // no line of the old run survives
   EXPECT_FALSE(fs::exists(dir / "summary.json"));
   EXPECT_FALSE(fs::exists(dir / "command.txt"));
-  rd.write_config("new: 2\n");
+  EXPECT_FALSE(fs::exists(dir / "checkpoints"));  // nor a checkpoint a resume would pick up
+  rd->write_config("new: 2\n");
   EXPECT_EQ(read(dir / "config.yaml"), "new: 2\n");
 }
 
@@ -116,14 +131,14 @@ TEST_F(RunDir, DirectoryWithoutConfigIsNotARun) {
   const fs::path dir = root_ / "run";
   fs::create_directories(dir);
   write(dir / "notes.txt", "keep me");
-  RunDirectory rd(dir, false);
+  auto rd = begin_run(dir);
   EXPECT_EQ(read(dir / "notes.txt"), "keep me");
 }
 
 TEST_F(RunDir, PathThatIsAFileIsAUsageError) {
   write(root_ / "file", "x");
   try {
-    RunDirectory rd(root_ / "file", false);
+    RunDirectory rd(root_ / "file");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), 2) << e.what();
@@ -134,7 +149,7 @@ TEST_F(RunDir, PathThatIsAFileIsAUsageError) {
 TEST_F(RunDir, UncreatableDirectoryIsAUsageError) {
   write(root_ / "file", "x");
   try {
-    RunDirectory rd(root_ / "file" / "sub", false);
+    RunDirectory rd(root_ / "file" / "sub");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
@@ -144,7 +159,8 @@ TEST_F(RunDir, UncreatableDirectoryIsAUsageError) {
 }
 
 TEST_F(RunDir, MetricsLinesAreOnDiskImmediately) {
-  RunDirectory rd(root_ / "run", false);
+  auto owner = begin_run(root_ / "run");
+  RunDirectory& rd = *owner;
   std::vector<nlohmann::json> records;
   for (int step = 1; step <= 3; ++step) {
     records.push_back({{"step", step}, {"loss", 4.0 / step}, {"lr", 1e-3}});
@@ -162,7 +178,8 @@ TEST_F(RunDir, MetricsLinesAreOnDiskImmediately) {
 
 TEST_F(RunDir, SummaryIsWrittenAtomicallyAndReplaced) {
   const fs::path dir = root_ / "run";
-  RunDirectory rd(dir, false);
+  auto owner = begin_run(dir);
+  RunDirectory& rd = *owner;
   nlohmann::json s1 = {{"final_loss", 1.25}, {"weights_sha256", "ab"}, {"steps", 10}};
   rd.write_summary(s1);
   EXPECT_EQ(nlohmann::json::parse(read(dir / "summary.json")), s1);
@@ -177,12 +194,12 @@ TEST_F(RunDir, SummaryIsWrittenAtomicallyAndReplaced) {
 TEST_F(RunDir, RefusalSaysWhetherTheRunFinishedAndWhatToDo) {
   const fs::path dir = root_ / "run";
   {
-    RunDirectory rd(dir, false);
-    rd.write_config("old: 1\n");
+    auto rd = begin_run(dir);
+    rd->write_config("old: 1\n");
   }
   auto refusal = [&] {
     try {
-      RunDirectory again(dir, false);
+      begin_run(dir);
     } catch (const Error& e) {
       EXPECT_EQ(e.exit_code(), 2);
       return std::string(e.what());
@@ -198,8 +215,7 @@ TEST_F(RunDir, RefusalSaysWhetherTheRunFinishedAndWhatToDo) {
         R"({"exit_reason": "completed", "steps": 6, "steps_planned": 6})");
   msg = refusal();
   EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
-  EXPECT_NE(msg.find("finished run (\"completed\" after 6 of 6 steps)"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("a finished run (completed after 6 of 6 steps)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("nothing was changed"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--resume auto"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;
@@ -209,9 +225,9 @@ TEST_F(RunDir, RefusalSaysWhetherTheRunFinishedAndWhatToDo) {
 TEST_F(RunDir, OverwriteRemovesEventsAndLogsResumeKeepsThem) {
   const fs::path dir = root_ / "run";
   auto make_old_run = [&] {
-    RunDirectory rd(dir, true);
-    rd.write_config("old: 1\n");
-    rd.write_run_info({{"overrides", {"steps=2"}}});
+    auto rd = begin_run(dir, Start::kReplace);
+    rd->write_config("old: 1\n");
+    rd->write_run_info({{"overrides", {"steps=2"}}});
     write(dir / "events.out.tfevents.1.host", "x");
     fs::create_directories(dir / "logs");
     write(dir / "logs" / "rank0.log", "old log");
@@ -219,15 +235,78 @@ TEST_F(RunDir, OverwriteRemovesEventsAndLogsResumeKeepsThem) {
   make_old_run();
   EXPECT_EQ(nlohmann::json::parse(read(dir / "run.json"))["overrides"][0], "steps=2");
   {
-    RunDirectory resumed(dir, false, /*resume_step=*/0);
+    auto resumed = begin_run(dir, Start::kResume, /*resume_step=*/0);
     EXPECT_TRUE(fs::exists(dir / "events.out.tfevents.1.host"));
     EXPECT_EQ(read(dir / "logs" / "rank0.log"), "old log");
   }
   make_old_run();
-  RunDirectory replaced(dir, true);
+  auto replaced = begin_run(dir, Start::kReplace);
   EXPECT_FALSE(fs::exists(dir / "events.out.tfevents.1.host"));
   EXPECT_FALSE(fs::exists(dir / "logs"));
   EXPECT_FALSE(fs::exists(dir / "run.json"));
+}
+
+// A second job on the same directory is refused, naming the holder, and
+// changes nothing; the lock goes with its holder.
+TEST_F(RunDir, SecondJobIsRefusedWhileTheFirstHoldsTheLock) {
+  const fs::path dir = root_ / "run";
+  auto first = begin_run(dir);
+  first->write_config("first: 1\n");
+  first->append_metrics({{"step", 1}});
+  ASSERT_TRUE(RunLock::holder(dir).has_value());
+  EXPECT_NE(RunLock::holder(dir)->find("pid " + std::to_string(getpid())), std::string::npos);
+  try {
+    RunDirectory second(dir);
+    FAIL() << "a second job on a locked directory was not refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("in use by another fdtrain job"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pid " + std::to_string(getpid())), std::string::npos) << msg;
+  }
+  EXPECT_EQ(read(dir / "config.yaml"), "first: 1\n");
+  EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 1u);
+  first.reset();
+  EXPECT_FALSE(RunLock::holder(dir).has_value());
+  RunDirectory again(dir);  // the lock went with its holder
+  EXPECT_TRUE(again.state().holds_run);
+}
+
+// A resume keeps the lines up to its step, rewrites the file whole (never
+// truncating it first), and leaves no temporary file; stale ones are removed.
+TEST_F(RunDir, ResumeKeepsMetricsUpToItsStepAndTidiesTemporaryFiles) {
+  const fs::path dir = root_ / "run";
+  {
+    auto rd = begin_run(dir);
+    rd->write_config("old: 1\n");
+    for (int step = 1; step <= 5; ++step) rd->append_metrics({{"step", step}});
+    rd->write_summary({{"status", "interrupted"}, {"steps", 5}});
+  }
+  write(dir / "metrics.jsonl.tmp", "partial");
+  write(dir / "summary.json.tmp", "partial");
+  RunDirectory rd(dir);
+  EXPECT_TRUE(tmp_files(dir).empty());  // tidied on opening, under the lock
+  ASSERT_TRUE(rd.state().summary.has_value());
+  EXPECT_EQ((*rd.state().summary)["status"], "interrupted");
+  EXPECT_TRUE(fs::exists(dir / "summary.json"));  // opening changes nothing else
+  EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 5u);
+  rd.begin(Start::kResume, 3);
+  std::vector<std::string> got = lines(read(dir / "metrics.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(got[2])["step"], 3);
+  rd.append_metrics({{"step", 4}});
+  EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 4u);
+  EXPECT_TRUE(tmp_files(dir).empty());
+}
+
+TEST_F(RunDir, SummaryFileOfAnotherRankUsesItsOwnTemporaryName) {
+  const fs::path dir = root_ / "run";
+  fs::create_directories(dir);
+  EXPECT_TRUE(write_summary_file(dir, {{"status", "failed"}}));
+  EXPECT_EQ(nlohmann::json::parse(read(dir / "summary.json"))["status"], "failed");
+  EXPECT_TRUE(tmp_files(dir).empty());
+  EXPECT_FALSE(write_summary_file(root_ / "missing", {{"status", "failed"}}));
+  EXPECT_FALSE(fs::exists(root_ / "missing"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Reading run directories back (fdtrain runs / plot): finished, unfinished and
 // broken runs, a sweep directory, the table and its JSON, the SVG's structure.
 #include "lib/engine/run_table.h"
+#include "lib/engine/run_lock.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -110,6 +111,12 @@ TEST_F(RunTable, ReadsFinishedAndUnfinishedRuns) {
   RunRecord running = read_run(root_ / "sweep" / "running");
   EXPECT_FALSE(running.finished);
   EXPECT_EQ(running.exit_reason, "incomplete");
+  EXPECT_EQ(running.status, "killed");  // no summary, and nobody holds its lock
+  {
+    RunLock held(root_ / "sweep" / "running");
+    EXPECT_EQ(read_run(root_ / "sweep" / "running").status, "running");
+  }
+  EXPECT_EQ(done.status, "completed");  // derived from exit_reason (no status field)
   EXPECT_EQ(running.steps, 2);
   EXPECT_DOUBLE_EQ(running.final_loss, 5.5);
   EXPECT_TRUE(std::isnan(running.eval_loss));
@@ -132,7 +139,7 @@ TEST_F(RunTable, TableShowsWhatTellsRunsApart) {
   EXPECT_NE(t.find("common overrides: steps=4"), std::string::npos) << t;
   EXPECT_NE(t.find("4.5000"), std::string::npos) << t;
   EXPECT_NE(t.find("3.00 MiB"), std::string::npos) << t;
-  EXPECT_NE(t.find("incomplete"), std::string::npos) << t;
+  EXPECT_NE(t.find("killed"), std::string::npos) << t;
   EXPECT_NE(t.find("4/4"), std::string::npos) << t;
 
   const nlohmann::json j = run_table_json(runs);
@@ -142,6 +149,7 @@ TEST_F(RunTable, TableShowsWhatTellsRunsApart) {
   EXPECT_EQ(j[0]["peak_memory_bytes"], 3145728);
   EXPECT_TRUE(j[2]["eval_loss"].is_null());
   EXPECT_EQ(j[2]["exit_reason"], "incomplete");
+  EXPECT_EQ(j[2]["status"], "killed");
 }
 
 TEST_F(RunTable, PlotHasOnePolylinePerSeriesAndEscapesNames) {

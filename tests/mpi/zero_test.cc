@@ -40,6 +40,7 @@ schedule: {name: cosine, warmup_steps: 3, min_lr: 3.0e-4}
 steps: 20
 seed: 11
 logging: {every: 100, eval_batches: 1, sample_tokens: 0}
+checkpoint: {at_end: false}  # each rank has a run directory of its own (run_dir below)
 )";
 
 config::Recipe recipe(const std::vector<std::string>& overrides) {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A resume on a full disk never empties metrics.jsonl (issue 16, item 2).
+# The run directory is on a 2 MiB tmpfs: a run with a checkpoint every 5 steps
+# fails at step 10 (the disk is full) and ends with summary.json status
+# "failed"; the partial checkpoint is removed, so `--resume auto` gets its
+# space back, continues from step 5 and keeps metrics lines 1-5; with the disk
+# filled to the last byte, a resume fails with one message (exit 1) and
+# leaves metrics.jsonl and summary.json exactly as they were.
+# Needs root to mount a tmpfs; skips with a message where mount is not permitted.
+source "$(dirname "$0")/common.bash"
+MNT=$TMP/small
+cleanup() { umount "$MNT" 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+if ! mkdir -p "$MNT" || ! mount -t tmpfs -o size=2m tmpfs "$MNT" 2>/dev/null; then
+  echo "skip: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); the full-disk resume test did not run"
+  exit 0
+fi
+R=$TMP/r.yaml
+write_recipe "$R"
+# A checkpoint of this model is about 1.5 MB: the second one does not fit.
+sed -i 's/^steps: 3/steps: 20/; s/^  n_layer: 1/  n_layer: 2/; s/^  d_model: 16/  d_model: 64/' "$R"
+RUN=$MNT/run
+fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+field() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("null" if v is None else v)' "$RUN/summary.json" "$1" 2>/dev/null; }
+lines() { wc -l < "$RUN/metrics.jsonl"; }
+
+out=$("$FDTRAIN" train "$R" checkpoint.every=5 checkpoint.keep_last=1 --run-dir "$RUN" --no-progress 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -Eiq "no space left|disk is full" <<<"$out" && [ "$(field status)" = failed ] \
+   && [ "$(field steps)" = 10 ] && [ ! -e "$RUN/checkpoints/.step_00000010.tmp" ] && [ "$(lines)" -eq 10 ]; then
+  echo "ok: the full disk ends the run at step 10: exit 1, status failed, partial checkpoint removed"
+else
+  fail "first run: exit $rc, status $(field status), steps $(field steps), $(lines) metrics lines"
+  echo "$out" | tail -4 | sed 's/^/    /'; ls -la "$RUN/checkpoints" | sed 's/^/    /'
+fi
+
+# The resume gets the space back, keeps lines 1-5 and fails again at the next save.
+out=$("$FDTRAIN" train "$R" checkpoint.every=5 checkpoint.keep_last=1 --run-dir "$RUN" --resume auto --no-progress 2>&1); rc=$?
+steps=$(python3 -c 'import json,sys; print(" ".join(str(json.loads(l)["step"]) for l in open(sys.argv[1])))' "$RUN/metrics.jsonl")
+if [ $rc -eq 1 ] && [ "$steps" = "1 2 3 4 5 6 7 8 9 10" ] && [ "$(field status)" = failed ] && [ "$(field start_step)" = 5 ]; then
+  echo "ok: the resume kept metrics 1-5, trained 6-10 and failed again with a summary"
+else
+  fail "resume: exit $rc, metrics steps '$steps', status $(field status)"; echo "$out" | tail -4 | sed 's/^/    /'
+fi
+
+# Not a byte free: the resume cannot rewrite metrics.jsonl; nothing is lost.
+before=$(cd "$RUN" && md5sum metrics.jsonl summary.json config.yaml)
+dd if=/dev/zero of="$MNT/filler" bs=4k status=none 2>/dev/null
+out=$("$FDTRAIN" train "$R" checkpoint.every=5 checkpoint.keep_last=1 --run-dir "$RUN" --resume auto --no-progress 2>&1); rc=$?
+after=$(cd "$RUN" && md5sum metrics.jsonl summary.json config.yaml)
+if [ $rc -eq 1 ] && grep -iq "metrics.jsonl.*no space left on device.*nothing else in .* was changed" <<<"$out" \
+   && [ "$before" = "$after" ] && ! ls "$RUN"/*.tmp > /dev/null 2>&1; then
+  echo "ok: on a full disk the resume fails with one message, metrics.jsonl and summary.json intact"
+else
+  fail "full-disk resume: exit $rc"; echo "$out" | tail -4 | sed 's/^/    /'; diff <(echo "$before") <(echo "$after")
+fi
+if grep -Eq "terminate called|what\(\)|Segmentation|core dumped|HDF5-DIAG" <<<"$out"; then fail "raw crash output"; fi
+finish
