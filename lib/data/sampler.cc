@@ -26,10 +26,8 @@ void fill(const TokenStream& split, int64_t start, int seq_len, int32_t* tokens,
 
 }  // namespace
 
-int64_t Sampler::train_start(int64_t step, int micro_index, int64_t global_index,
-                             int seq_len) const {
-  uint64_t h = hash_words(hash_words(seed_, kTrainStream), uint64_t(step), uint64_t(micro_index),
-                          uint64_t(global_index));
+int64_t Sampler::train_start(int64_t step, int64_t global_index, int seq_len) const {
+  uint64_t h = hash_words(hash_words(seed_, kTrainStream), uint64_t(step), uint64_t(global_index));
   return draw_start(h, dataset_.train(), seq_len);
 }
 
@@ -41,11 +39,14 @@ int64_t Sampler::val_start(int64_t batch_index, int64_t global_index, int seq_le
 
 void Sampler::sample_train(int64_t step, int micro_index, int rank, int world_size, int batch,
                            int seq_len, int32_t* tokens, int32_t* targets) const {
-  FD_CHECK(0 <= rank && rank < world_size && batch > 0, "rank {} of {}, batch {}", rank, world_size,
-           batch);
+  FD_CHECK(0 <= rank && rank < world_size && batch > 0 && micro_index >= 0,
+           "rank {} of {}, batch {}, micro-batch {}", rank, world_size, batch, micro_index);
+  // Micro-batch m of every rank before micro-batch m + 1 of any: with the
+  // global batch fixed, any (world, accumulation, micro) split of a step
+  // covers global indices 0 .. G - 1 exactly once.
+  const int64_t first = (int64_t(micro_index) * world_size + rank) * batch;
   for (int b = 0; b < batch; ++b) {
-    int64_t global = int64_t(rank) * batch + b;
-    int64_t start = train_start(step, micro_index, global, seq_len);
+    int64_t start = train_start(step, first + b, seq_len);
     size_t row = size_t(b) * size_t(seq_len);
     fill(dataset_.train(), start, seq_len, tokens + row, targets + row);
   }

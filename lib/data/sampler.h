@@ -1,12 +1,28 @@
 // Sampler: the sequences of every training step and evaluation batch.
 //
-// Counter-based: the start of each sequence is a hash of (seed, step,
-// micro-batch index, global sequence index) via fd::hash_words, never of how
-// many batches were drawn before, so a resumed run sees exactly the batches an
-// uninterrupted run would have. Starts are uniform over [0, N - seq_len - 1]
-// of the split; sequence b of rank r has global index r * batch + b, so ranks
-// draw different sequences. Validation batches hash (seed, batch index) on a
-// different stream, so they never depend on how far training has got.
+// Counter-based: the start of each sequence is a hash of its coordinates via
+// fd::hash_words, never of how many batches were drawn before, so a resumed
+// run sees exactly the batches an uninterrupted run would have. Starts are
+// uniform over [0, N - seq_len - 1] of the split.
+//
+// Training contract: the data of a step is a pure function of (seed, step,
+// global sample index g), independent of world size, micro-batch size and
+// accumulation. Row b of micro-batch m on rank r has
+//   g = (m * world_size + r) * batch + b,
+// so every split of a global batch G = batch * world_size * accumulation
+// draws samples 0 .. G - 1 of the step, each once, and sample g starts at
+// hash(seed, train stream, step, g). A run resumed at another world size or
+// accumulation with the same global batch therefore sees the same sequences;
+// only the order in which they are summed differs.
+//
+// Validation: row b of evaluation batch i on rank r is validation sample
+// g = r * batch + b of batch i, hashed with (seed, i) on a separate stream, so
+// it never depends on how far training has got. Accumulation plays no part:
+// an evaluation of K batches covers samples 0 .. world_size * batch - 1 of
+// batches 0 .. K - 1, so it is the same whenever world_size * batch is (world
+// 2 with micro 4 and world 4 with micro 2), but not across a change that keeps
+// the global batch by accumulation (world 1, micro 4, accumulation 2 evaluates
+// only samples 0 .. 3 of each batch).
 //
 // Outputs go to caller-provided row-major (batch, seq_len) int32 buffers;
 // nothing is allocated per call. The sampler is immutable and thread-safe.
@@ -25,18 +41,22 @@ class Sampler {
 
   // Fills tokens[b * seq_len + t] = train[start_b + t] and the next-token
   // targets[b * seq_len + t] = train[start_b + t + 1] for b < batch.
-  // Requires 0 <= rank < world_size and train().size() >= seq_len + 1.
+  // start_b = train_start(step, (micro_index * world_size + rank) * batch + b).
+  // Requires 0 <= rank < world_size, micro_index >= 0 and
+  // train().size() >= seq_len + 1.
   void sample_train(int64_t step, int micro_index, int rank, int world_size, int batch, int seq_len,
                     int32_t* tokens, int32_t* targets) const;
 
-  // The same for evaluation batch `batch_index` of the validation split.
-  // Requires dataset.has_val().
+  // The same for evaluation batch `batch_index` of the validation split, with
+  // start_b = val_start(batch_index, rank * batch + b). Requires
+  // dataset.has_val().
   void sample_val(int64_t batch_index, int rank, int world_size, int batch, int seq_len,
                   int32_t* tokens, int32_t* targets) const;
 
-  // The start offset the sampler uses for one training / validation sequence
+  // The start offset of training sample `global_index` of `step` / of
+  // validation sequence `global_index` of evaluation batch `batch_index`
   // (exposed for tests and for logging which data a step saw).
-  int64_t train_start(int64_t step, int micro_index, int64_t global_index, int seq_len) const;
+  int64_t train_start(int64_t step, int64_t global_index, int seq_len) const;
   int64_t val_start(int64_t batch_index, int64_t global_index, int seq_len) const;
 
  private:
