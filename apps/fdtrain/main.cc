@@ -3,7 +3,9 @@
 //
 //   fdtrain train RECIPE [KEY=VALUE | ~KEY ...] [--run-dir DIR] [--overwrite] [--no-progress] [--profile]
 //   fdtrain RECIPE ...                       (shorthand for train)
-//   fdtrain validate RECIPE [overrides...]   exit 0 when valid, 2 with every error
+//   fdtrain validate RECIPE [overrides...]   exit 0 when the recipe and its data files are
+//                                            valid, 2 with every error
+//   fdtrain help [COMMAND [SUBCOMMAND]]      the same as fdtrain [COMMAND ...] --help
 //   fdtrain print-config RECIPE [overrides...]
 //   fdtrain estimate RECIPE [overrides...] [--world-size N] [--json]
 //                                            memory and communication per rank, every ZeRO stage
@@ -43,6 +45,7 @@
 #include "lib/config/load.h"
 #include "lib/dist/fault.h"
 #include "lib/dist/init.h"
+#include "lib/engine/dataset.h"
 #include "lib/engine/estimate.h"
 #include "lib/engine/trainer.h"
 #include "lib/ops/blas_setup.h"
@@ -50,6 +53,10 @@
 namespace {
 
 constexpr const char* kVersion = "fdtrain 0.1.0";
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings) std::fprintf(stderr, "fdtrain: warning: %s\n", w.c_str());
+}
 
 void print_error(const std::string& message) {
   for (const std::string& line : fd::split(message, '\n'))
@@ -101,6 +108,19 @@ int run(int argc, char** argv) {
   static const std::vector<std::string> kCommands = {
       "train", "validate", "print-config", "estimate", "ckpt", "ls", "cp", "schema", "eval",
       "generate", "runs", "plot"};
+  // `fdtrain help [COMMAND [SUBCOMMAND]]` is `fdtrain [COMMAND [SUBCOMMAND]] --help`.
+  if (!args.empty() && args[0] == "help") {
+    args.erase(args.begin());
+    if (!args.empty() &&
+        std::find(kCommands.begin(), kCommands.end(), args[0]) == kCommands.end()) {
+      std::string near = fd::nearest(args[0], kCommands);
+      print_error(fmt::format("help: no command '{}'{}; the commands are {}", args[0],
+                              near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near),
+                              fmt::join(kCommands, ", ")));
+      return 2;
+    }
+    args.push_back("--help");
+  }
   if (!args.empty() && args[0].rfind("-", 0) != 0 &&
       std::find(kCommands.begin(), kCommands.end(), args[0]) == kCommands.end()) {
     args.insert(args.begin(), "train");
@@ -109,9 +129,11 @@ int run(int argc, char** argv) {
 
   CLI::App app{
       "fdtrain: memory-efficient distributed training of transformer language models "
-      "from a YAML recipe"};
+      "from a YAML recipe",
+      "fdtrain"};  // the name in "Usage: fdtrain ckpt export ..." (args come without argv[0])
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
+  app.footer("'fdtrain help COMMAND' (or 'fdtrain COMMAND --help') shows a command's options.");
 
   std::string recipe;
   std::vector<std::string> overrides;
@@ -140,7 +162,8 @@ int run(int argc, char** argv) {
   bool force_progress = false;
   train->add_flag("--progress", force_progress,
                   "show the progress line even when stderr is not a terminal (e.g. under mpirun)");
-  CLI::App* validate = app.add_subcommand("validate", "check a recipe; report every error");
+  CLI::App* validate = app.add_subcommand(
+      "validate", "check a recipe and open its data files as train would; report every error");
   add_recipe_args(validate);
   CLI::App* print = app.add_subcommand("print-config", "print the fully resolved recipe as YAML");
   add_recipe_args(print);
@@ -211,7 +234,18 @@ int run(int argc, char** argv) {
     if (*s.app) return s.run();
 
   if (*validate) {
-    std::vector<std::string> errors = fd::config::try_load_recipe(recipe, overrides).errors;
+    fd::config::LoadResult loaded = fd::config::try_load_recipe(recipe, overrides);
+    std::vector<std::string> errors = loaded.errors;
+    if (errors.empty()) {
+      // The data files, opened and split as train opens them (nothing trains).
+      try {
+        fd::engine::open_dataset(loaded.recipe);
+      } catch (const fd::Error& e) {
+        if (e.kind() != fd::ErrorKind::kUsage) throw;
+        errors.push_back(e.what());
+      }
+    }
+    print_warnings(loaded.warnings);
     if (errors.empty()) {
       std::printf("%s: ok\n", recipe.c_str());
       return 0;
@@ -263,7 +297,12 @@ int run(int argc, char** argv) {
     print_error(fmt::format("--world-size must be >= 1, got {}", world_size));
     return 2;
   }
-  fd::config::Recipe r = fd::config::load_recipe(recipe, overrides);
+  fd::config::LoadResult loaded = fd::config::try_load_recipe(recipe, overrides);
+  if (!loaded.ok())
+    throw fd::Error(fd::ErrorKind::kUsage, fmt::format("{}", fmt::join(loaded.errors, "\n")));
+  const std::vector<std::string> warnings = std::move(loaded.warnings);
+  fd::config::Recipe r = std::move(loaded.recipe);
+  if (!*train) print_warnings(warnings);  // train: rank 0 only, below
   if (*estimate) {
     fd::engine::Estimate e = fd::engine::estimate(r, world_size);
     e.recipe_path = recipe;
@@ -301,6 +340,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<fd::dist::Communicator> comm =
       fd::dist::init(&argc, &argv, r.dist.timeout_s, /*exit_guard=*/true);
   if (comm->rank() != 0) fd::log::set_rank(comm->rank());
+  if (comm->rank() == 0) print_warnings(warnings);
   int code = 0;
   {
     // Setup errors are agreed by every rank (Trainer's constructor) and end

@@ -295,7 +295,8 @@ LoadResult finish(Loader& loader, bool loaded, Node root, const std::string& nam
   LoadResult result;
   if (loaded) {
     loader.apply_overrides(&root, overrides);
-    build_recipe(root, name, loader.broken_sections(), check_files, &result.recipe, errors);
+    build_recipe(root, name, loader.broken_sections(), check_files, &result.recipe, errors,
+                 &result.warnings);
   }
   result.errors = std::move(*errors);
   return result;

@@ -6,7 +6,9 @@
 //   <file>:<line>:<col>: <key.path>: <what>[; did you mean '<nearest>'?]
 // with "override 'k=v'" in place of the file position for values set by an
 // override, and just "<file>" when there is no better place (a missing
-// required key). The include and override rules are in docs/RECIPE.md.
+// required key). Warnings (a valid recipe that probably does not do what was
+// meant) have the same form. The include and override rules are in
+// docs/RECIPE.md.
 #pragma once
 
 #include <string>
@@ -21,6 +23,9 @@ namespace fd::config {
 struct LoadResult {
   Recipe recipe;                    // meaningful only when errors is empty
   std::vector<std::string> errors;  // one complete message per problem
+  // One complete message per doubtful but valid value (e.g. a warmup longer
+  // than the run); the caller prints them and carries on.
+  std::vector<std::string> warnings;
   bool ok() const { return errors.empty(); }
 };
 
@@ -42,7 +47,7 @@ LoadResult try_parse_recipe(std::string_view yaml, const std::string& name,
 LoadResult try_parse_stored_recipe(std::string_view yaml, const std::string& name);
 
 // As try_load_recipe(), but throws one fd::Error (ErrorKind::kUsage) whose
-// message is all the error lines joined by '\n'.
+// message is all the error lines joined by '\n'. Warnings are dropped.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The fully resolved recipe as YAML: includes inlined, every default written

@@ -174,7 +174,7 @@ struct Recipe {
   CheckpointOptions checkpoint;
   LoggingOptions logging;
   DeviceName device = DeviceName::kCpu;  // where to train: cpu, or cuda (one GPU per rank)
-  int threads = 1;                       // BLAS threads per rank, >= 1
+  int threads = 1;                       // BLAS threads per rank, 1 .. 1024
   int64_t seed = 1337;                   // seeds init, data order, dropout, sampling; >= 0
   int64_t steps = 0;                     // optimizer steps, >= 1 (required in the recipe)
   // A loss above this ends the run as diverged (exit 1), like a non-finite

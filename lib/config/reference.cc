@@ -80,7 +80,8 @@ const std::vector<KeyDoc>& key_reference() {
       // schedule
       {"schedule.name", "string", "constant", "constant, cosine",
        "lr after warmup: constant, or cosine decay to schedule.min_lr at the last step"},
-      {"schedule.warmup_steps", "int", "0", ">= 0", "linear warmup from 0 to optimizer.lr"},
+      {"schedule.warmup_steps", "int", "0", ">= 0",
+       "linear warmup from 0 to optimizer.lr; more than steps is a warning (lr never peaks)"},
       {"schedule.min_lr", "number", "0.0", ">= 0; <= optimizer.lr with cosine",
        "final lr of the cosine schedule"},
       // precision
@@ -150,7 +151,8 @@ const std::vector<KeyDoc>& key_reference() {
       {"device", "string", "cpu", "cpu, cuda",
        "where to train: cpu (OpenBLAS + MPI) or cuda (kernels/, cuBLASLt, NCCL; one GPU per "
        "rank, chosen by the node-local rank)"},
-      {"threads", "int", "1", ">= 1", "BLAS threads per rank"},
+      {"threads", "int", "1", "1 .. 1024",
+       "BLAS threads per rank; more than the cores each rank has only slows it down"},
       {"seed", "int", "1337", ">= 0", "seeds initialisation, data order, dropout and sampling"},
       {"steps", "int", "", ">= 1", "optimizer steps to train"},
       {"max_loss", "float", "100", ">= 0",

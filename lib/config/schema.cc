@@ -11,11 +11,13 @@
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <set>
 #include <utility>
 
+#include "lib/base/file_type.h"
 #include "lib/base/strings.h"
 #include "lib/config/reference.h"
 
@@ -53,6 +55,10 @@ const Section* find_section(std::string_view name) {
   }
   return nullptr;
 }
+
+// threads: a bound on BLAS threads per rank, to catch a typo (OpenBLAS would
+// silently use fewer, the number it was built for).
+constexpr int kMaxThreads = 1024;
 
 const std::vector<std::string> kLoraTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
                                                "mlp.c_proj"};
@@ -93,22 +99,56 @@ Range above(double v) { return {v, std::nullopt, true, false}; }
 Range closed(double a, double b) { return {a, b, false, false}; }
 Range half_open(double a, double b) { return {a, b, false, true}; }
 
-std::optional<int64_t> parse_int(std::string_view s) {
+// A number read from a scalar: its value, or why there is none. A number
+// too large for its type is not a type error: it is out of range, and is
+// checked against the key's range as +-infinity (so `stage: 1e400` says
+// "must be in [0, 3]"). A double too small in magnitude (1e-400) underflows.
+template <typename T>
+struct Parsed {
+  enum class Status { kOk, kNotANumber, kOverflow, kUnderflow };
+  Status status = Status::kNotANumber;
+  T value{};
+  bool negative = false;  // kOverflow: below the type's lowest value
+
+  bool ok() const { return status == Status::kOk; }
+  bool out_of_range() const { return status == Status::kOverflow || status == Status::kUnderflow; }
+  // The value to check against a key's Range: +-infinity past the type's limits.
+  double for_range() const {
+    if (status == Status::kOverflow) return negative ? -HUGE_VAL : HUGE_VAL;
+    return static_cast<double>(value);
+  }
+};
+
+Parsed<int64_t> parse_int(std::string_view s) {
+  Parsed<int64_t> r;
   if (!s.empty() && s[0] == '+') s.remove_prefix(1);
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), r.value);
+  if (s.empty() || p != s.data() + s.size()) return r;
+  if (ec == std::errc::result_out_of_range) {
+    r.status = Parsed<int64_t>::Status::kOverflow;
+    r.negative = s[0] == '-';
+  } else if (ec == std::errc()) {
+    r.status = Parsed<int64_t>::Status::kOk;
+  }
+  return r;
 }
 
-std::optional<double> parse_double(std::string_view s) {
+Parsed<double> parse_double(std::string_view s) {
+  Parsed<double> r;
   if (!s.empty() && s[0] == '+') s.remove_prefix(1);
-  double v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) {
-    return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), r.value);
+  if (s.empty() || p != s.data() + s.size()) return r;
+  if (ec == std::errc::result_out_of_range) {
+    // from_chars says only "out of range": strtod tells overflow from underflow.
+    const double v = std::strtod(std::string(s).c_str(), nullptr);
+    r.status =
+        std::isinf(v) ? Parsed<double>::Status::kOverflow : Parsed<double>::Status::kUnderflow;
+    r.negative = std::signbit(v);
+    r.value = std::isinf(v) ? 0.0 : v;
+  } else if (ec == std::errc() && std::isfinite(r.value)) {
+    r.status = Parsed<double>::Status::kOk;
   }
-  return v;
+  return r;
 }
 
 std::optional<bool> parse_bool(std::string_view s) {
@@ -130,10 +170,12 @@ std::string current_dir() {
 class Builder {
  public:
   Builder(const std::string& recipe_file, Recipe* r, std::vector<std::string>* errors,
-          const std::set<std::string>& broken_sections, bool check_files)
+          std::vector<std::string>* warnings, const std::set<std::string>& broken_sections,
+          bool check_files)
       : file_(recipe_file),
         r_(r),
         errors_(errors),
+        warnings_(warnings),
         bad_(broken_sections),
         check_files_(check_files) {}
 
@@ -147,6 +189,9 @@ class Builder {
   }
   void error(const Location& loc, std::string_view path, std::string_view what) {
     error(loc.str(), path, what);
+  }
+  void warning(const std::string& loc, std::string_view path, std::string_view what) {
+    warnings_->push_back(fmt::format("{}: {}: {}", loc, path, what));
   }
   // True when a value at `path` or below it was reported bad.
   bool bad(std::string_view path) const {
@@ -221,20 +266,25 @@ class Builder {
     std::string path;
     const Node* n = field(map, sec, key, &path);
     if (n == nullptr || !scalar_or_error(*n, path, "an integer")) return false;
-    std::optional<int64_t> v = parse_int(n->scalar);
-    if (!v) {
+    Parsed<int64_t> v = parse_int(n->scalar);
+    if (!v.ok() && !v.out_of_range()) {
       error(n->loc, path, fmt::format("expected an integer, got {}", n->describe()));
       return false;
     }
-    if (!range.contains(static_cast<double>(*v))) {
+    if (!range.contains(v.for_range())) {
       error(n->loc, path, fmt::format("{}, got {}", range.message(), n->scalar));
       return false;
     }
-    if (*v > max) {
+    if (v.out_of_range()) {
+      error(n->loc, path,
+            fmt::format("{} is out of range for an integer (at most {})", n->scalar, max));
+      return false;
+    }
+    if (v.value > max) {
       error(n->loc, path, fmt::format("must be <= {}, got {}", max, n->scalar));
       return false;
     }
-    *out = *v;
+    *out = v.value;
     return true;
   }
 
@@ -248,16 +298,29 @@ class Builder {
 
   bool number(const Node& n, const std::string& path, Range range, double* out) {
     if (!scalar_or_error(n, path, "a number")) return false;
-    std::optional<double> v = parse_double(n.scalar);
-    if (!v) {
+    Parsed<double> v = parse_double(n.scalar);
+    if (!v.ok() && !v.out_of_range()) {
       error(n.loc, path, fmt::format("expected a number, got {}", n.describe()));
       return false;
     }
-    if (!range.contains(*v)) {
+    if (v.status == Parsed<double>::Status::kUnderflow) {  // not 0, though it would read as 0
+      error(n.loc, path,
+            fmt::format("{} is out of range for a number (the smallest magnitude above 0 is "
+                        "4.9e-324)",
+                        n.scalar));
+      return false;
+    }
+    if (!range.contains(v.for_range())) {
       error(n.loc, path, fmt::format("{}, got {}", range.message(), n.scalar));
       return false;
     }
-    *out = *v;
+    if (v.status == Parsed<double>::Status::kOverflow) {
+      error(
+          n.loc, path,
+          fmt::format("{} is out of range for a number (at most 1.8e308 in magnitude)", n.scalar));
+      return false;
+    }
+    *out = v.value;
     return true;
   }
 
@@ -369,22 +432,37 @@ class Builder {
       *why = "expected a path, got ''";
       return out;
     }
-    std::error_code ec;
-    if (fs::is_directory(pattern, ec)) {
-      *why =
-          fmt::format("'{}' is a directory; name the files in it (e.g. '{}/*')", pattern, pattern);
+    const std::string type = describe_file_type(pattern);
+    if (type == "a regular file") return {pattern};
+    if (type == "a directory") {
+      *why = fmt::format(
+          "'{}' is a directory, not a regular file; name the files in it (e.g. "
+          "'{}/*')",
+          pattern, pattern);
       return out;
     }
-    if (fs::is_regular_file(pattern, ec)) return {pattern};
+    if (!type.empty()) {
+      *why = fmt::format("'{}' is {}, not a regular file; name text or token files", pattern, type);
+      return out;
+    }
+    std::string skipped;  // the first match that is not a regular file
     glob_t g{};
     if (glob(pattern.c_str(), GLOB_TILDE, nullptr, &g) == 0) {
       for (size_t i = 0; i < g.gl_pathc; ++i) {
-        if (fs::is_regular_file(g.gl_pathv[i], ec)) out.emplace_back(g.gl_pathv[i]);
+        const std::string match = g.gl_pathv[i];
+        if (describe_file_type(match) == "a regular file") {
+          out.push_back(match);
+        } else if (skipped.empty()) {
+          skipped = match;
+        }
       }
     }
     globfree(&g);
     std::sort(out.begin(), out.end());
-    if (out.empty()) {
+    if (out.empty() && !skipped.empty()) {
+      *why = fmt::format("'{}' matches no regular file ('{}' is {}); name text or token files",
+                         pattern, skipped, describe_file_type(skipped));
+    } else if (out.empty()) {
       *why =
           fmt::format("no file matches '{}'; check the path (relative paths are resolved from {})",
                       pattern, current_dir());
@@ -397,20 +475,23 @@ class Builder {
     std::vector<int> v;
     bool ok = true;
     for (const Node& item : n.items) {
-      std::optional<int64_t> i = item.is_scalar() ? parse_int(item.scalar) : std::nullopt;
-      if (!i) {
+      Parsed<int64_t> i = item.is_scalar() ? parse_int(item.scalar) : Parsed<int64_t>{};
+      if (!i.ok() && !i.out_of_range()) {
         error(item.loc, path, fmt::format("expected a block index, got {}", item.describe()));
         ok = false;
-      } else if (*i < 0) {
+      } else if (i.for_range() < 0) {
         error(item.loc, path, fmt::format("must be >= 0, got {}", item.scalar));
         ok = false;
-      } else if (!bad("model.n_layer") && *i >= r_->model.n_layer) {
+      } else if (!bad("model.n_layer") && i.for_range() >= r_->model.n_layer) {
         error(item.loc, path,
-              fmt::format("block {} does not exist (model.n_layer = {}, so blocks are 0..{})", *i,
-                          r_->model.n_layer, r_->model.n_layer - 1));
+              fmt::format("block {} does not exist (model.n_layer = {}, so blocks are 0..{})",
+                          i.ok() ? fmt::format("{}", i.value) : item.scalar, r_->model.n_layer,
+                          r_->model.n_layer - 1));
+        ok = false;
+      } else if (i.out_of_range()) {  // model.n_layer is itself bad: nothing to compare with
         ok = false;
       } else {
-        v.push_back(static_cast<int>(*i));
+        v.push_back(static_cast<int>(i.value));
       }
     }
     if (!ok) return false;
@@ -445,6 +526,7 @@ class Builder {
   const std::string& file_;
   Recipe* r_;
   std::vector<std::string>* errors_;
+  std::vector<std::string>* warnings_;
   std::set<std::string> bad_;  // key paths reported bad
   bool check_files_;           // the files the recipe names must exist
 };
@@ -685,7 +767,7 @@ void Builder::top_level(const Node& root) {
            &r_->precision);
   get_enum(&root, "", "device", std::vector<DeviceName>{DeviceName::kCpu, DeviceName::kCuda},
            &r_->device);
-  get_int(&root, "", "threads", &r_->threads, at_least(1));
+  get_int(&root, "", "threads", &r_->threads, closed(1, kMaxThreads));
   get_int64(&root, "", "seed", &r_->seed, at_least(0));
   if (root.find("steps") == nullptr) {
     error(file_, "steps", "required key is missing");
@@ -740,6 +822,12 @@ void Builder::cross_checks() {
           fmt::format("{} is above optimizer.lr ({}); cosine decays from lr down to min_lr",
                       s.min_lr, r_->optimizer.lr));
   }
+  // Warnings: valid, but probably not what was meant.
+  if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
+    warning(loc_of("schedule.warmup_steps"), "schedule.warmup_steps",
+            fmt::format("{} is more than steps ({}): the learning rate never reaches its peak",
+                        s.warmup_steps, r_->steps));
+  }
 }
 
 }  // namespace
@@ -787,8 +875,8 @@ std::string check_key_path(std::string_view key_path) {
 
 void build_recipe(const Node& root, const std::string& recipe_file,
                   const std::set<std::string>& broken_sections, bool check_files, Recipe* recipe,
-                  std::vector<std::string>* errors) {
-  Builder builder(recipe_file, recipe, errors, broken_sections, check_files);
+                  std::vector<std::string>* errors, std::vector<std::string>* warnings) {
+  Builder builder(recipe_file, recipe, errors, warnings, broken_sections, check_files);
   builder.build(root);
 }
 

@@ -31,8 +31,9 @@ std::string check_key_path(std::string_view key_path);
 // sections whose include failed (already reported): they are not checked
 // further. Without check_files, the files the recipe names (data globs,
 // model.init_from, lora.adapter) are taken as written, not looked for.
+// Doubtful but valid values are appended to *warnings in the same form.
 void build_recipe(const Node& root, const std::string& recipe_file,
                   const std::set<std::string>& broken_sections, bool check_files, Recipe* recipe,
-                  std::vector<std::string>* errors);
+                  std::vector<std::string>* errors, std::vector<std::string>* warnings);
 
 }  // namespace fd::config

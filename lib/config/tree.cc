@@ -156,6 +156,23 @@ Node Converter::convert(const YAML::Node& y, const Location& fallback, int depth
   return n;
 }
 
+// The 1-based column of the first tab in the indentation of line `line`
+// (1-based) of `text`, or 0 when its indentation has none. yaml-cpp reports
+// such a tab as "illegal map value" or "illegal tab when looking for
+// indentation", at that line.
+int tab_in_indentation(std::string_view text, int line) {
+  size_t start = 0;
+  for (int l = 1; l < line; ++l) {
+    start = text.find('\n', start);
+    if (start == std::string_view::npos) return 0;
+    ++start;
+  }
+  for (size_t i = start; i < text.size() && (text[i] == ' ' || text[i] == '\t'); ++i) {
+    if (text[i] == '\t') return int(i - start) + 1;
+  }
+  return 0;
+}
+
 void relocate(Node* n, const Location& loc) {
   n->loc = loc;
   for (auto& item : n->items) relocate(&item, loc);
@@ -170,6 +187,14 @@ Node parse_yaml(std::string_view text, const std::string& file, std::vector<std:
   try {
     doc = YAML::Load(std::string(text));
   } catch (const YAML::ParserException& e) {
+    if (!e.mark.is_null()) {
+      if (int col = tab_in_indentation(text, e.mark.line + 1); col > 0) {
+        errors->push_back(
+            fmt::format("{}: YAML forbids tabs for indentation; indent this line with spaces",
+                        Location::in_file(file, e.mark.line + 1, col).str()));
+        return Node{};
+      }
+    }
     Location loc = e.mark.is_null() ? Location::in_file(file)
                                     : Location::in_file(file, e.mark.line + 1, e.mark.column + 1);
     errors->push_back(fmt::format("{}: YAML syntax error: {}", loc.str(), e.msg));

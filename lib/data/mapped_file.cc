@@ -7,23 +7,27 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
 
 namespace fd::data {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat refuses it below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
-    if (err == ENOENT)
-      usage_error("{}: no such file; check data.train_files / data.val_files", path);
+    if (err == ENOENT) usage_error("{}: no such file; check the path", path);
     usage_error("{}: cannot open data file: {}", path, std::strerror(err));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    usage_error("{}: not a regular file; data files must be token or text files", path);
+    std::string type = describe_file_type(path);
+    usage_error("{}: {}, not a regular file; data files must be token or text files", path,
+                type.empty() ? "not found" : "is " + type);
   }
   if (st.st_size == 0) {
     ::close(fd);

@@ -63,7 +63,7 @@ int32_t TokenStream::operator[](int64_t i) const {
 
 TokenDataset::TokenDataset(const DatasetOptions& options) : options_(options) {
   const DatasetOptions& o = options_;
-  if (o.train_files.empty()) usage_error("data: no training files; set data.train_files");
+  if (o.train_files.empty()) usage_error("data: no training files; set data.train");
   if (o.seq_len <= 0) usage_error("data: seq_len must be positive, got {}", o.seq_len);
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
     usage_error("data: val_fraction must be in [0, 1), got {}", o.val_fraction);

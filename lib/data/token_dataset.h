@@ -18,9 +18,9 @@
 namespace fd::data {
 
 struct DatasetOptions {
-  // Training files, concatenated in this order (data.train_files). Required.
+  // Training files, concatenated in this order (the recipe's data.train). Required.
   std::vector<std::string> train_files;
-  // Validation files (data.val_files); empty: hold out the tail of train.
+  // Validation files (data.val); empty: hold out the tail of train.
   std::vector<std::string> val_files;
   // How to read every file (data.format).
   TokenFormat format = TokenFormat::kAuto;

@@ -9,6 +9,12 @@
 namespace fd::data {
 namespace {
 
+// A file read as tokens that is not a token file: how to read it as text
+// instead. TokenFile serves both a recipe's data and fdtrain eval's --data,
+// so the hint names the setting of each.
+constexpr const char* kAsText =
+    "to read it as raw text, set data.format: text in a recipe or --format text for fdtrain eval";
+
 int32_t header_word(const MappedFile& f, int i) {
   int32_t v;
   std::memcpy(&v, f.data() + 4 * i, 4);
@@ -33,8 +39,8 @@ int64_t check_llmc_header(const MappedFile& f) {
   if (f.size() < kLlmcHeaderBytes)
     usage_error(
         "{}: {} bytes, shorter than the {}-byte llm.c token-file header; the file is "
-        "truncated or not a token file (use data.format: text for raw text)",
-        path, f.size(), kLlmcHeaderBytes);
+        "truncated or not a token file ({})",
+        path, f.size(), kLlmcHeaderBytes, kAsText);
   int32_t magic = header_word(f, 0);
   if (magic == kLlmcLlama3Magic)
     usage_error(
@@ -44,8 +50,8 @@ int64_t check_llmc_header(const MappedFile& f) {
   if (magic != kLlmcMagic)
     usage_error(
         "{}: not an llm.c token file (magic {}, expected {}); write it with llm.c's data scripts "
-        "(dev/data/*.py) or use data.format: text",
-        path, magic, kLlmcMagic);
+        "(dev/data/*.py) or, {}",
+        path, magic, kLlmcMagic, kAsText);
   int32_t version = header_word(f, 1);
   if (version != kLlmcVersion)
     usage_error(

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
 #include "lib/base/rng.h"
 #include "lib/base/sha256.h"
 #include "lib/base/strings.h"
@@ -43,6 +48,22 @@ TEST(Rng, CounterBasedAndUniform) {
   }
   EXPECT_NEAR(sum / n, 0.5, 0.01);
   for (int i = 0; i < 1000; ++i) EXPECT_LT(uniform_below(hash_words(9, i), 17), 17u);
+}
+
+TEST(FileType, NamesWhatAPathIs) {
+  const std::string dir = ::testing::TempDir() + "fd_base_file_type";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/file") << "x";
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  std::filesystem::create_symlink(dir + "/file", dir + "/link");
+  EXPECT_EQ(describe_file_type(dir + "/file"), "a regular file");
+  EXPECT_EQ(describe_file_type(dir + "/link"), "a regular file");  // links are followed
+  EXPECT_EQ(describe_file_type(dir), "a directory");
+  EXPECT_EQ(describe_file_type(dir + "/fifo"), "a FIFO");
+  EXPECT_EQ(describe_file_type("/dev/null"), "a character device");
+  EXPECT_EQ(describe_file_type(dir + "/missing"), "");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Error, ExitCodes) {

@@ -32,6 +32,35 @@ head -c 1012 /dev/zero >> "$TMP/short.bin"; head -c 100 /dev/zero >> "$TMP/short
 write_recipe "$R"; sed -i "s#format: text#format: tokens#; s#/usr/share/games/fortunes/fortunes#$TMP/short.bin#" "$R"
 expect_fail 2 "data.train\\[0\\]: .*short.bin.*1000 tokens" train "$R" --run-dir "$TMP/run"
 
+# A number beyond its type is out of range (not a type error), in the recipe and as an override.
+write_recipe "$R"; sed -i 's/^steps: 3/steps: 99999999999999999999/' "$R"
+expect_fail 2 "$R:16:8: steps: 99999999999999999999 is out of range for an integer \(at most 9223372036854775807\)" \
+  train "$R" --run-dir "$TMP/run"
+write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lr: 1e400/' "$R"
+expect_fail 2 "$R:15:7: optimizer.lr: 1e400 is out of range for a number" validate "$R"
+write_recipe "$R"
+expect_fail 2 "override 'steps=99999999999999999999': steps: 99999999999999999999 is out of range for an integer" \
+  train "$R" steps=99999999999999999999 --run-dir "$TMP/run"
+expect_fail 2 "override 'optimizer.lr=1e400': optimizer.lr: 1e400 is out of range for a number" \
+  train "$R" optimizer.lr=1e400 --run-dir "$TMP/run"
+
+# A tab in the indentation (yaml-cpp: "illegal map value").
+write_recipe "$R"; sed -i 's/^  micro: 2/\tmicro: 2/' "$R"
+expect_fail 2 "$R:13:1: YAML forbids tabs for indentation; indent this line with spaces" \
+  train "$R" --run-dir "$TMP/run"
+
+# A data path that is not a regular file says what it is.
+mkfifo "$TMP/fifo"; mkdir -p "$TMP/adir"
+for spec in "/dev/zero|a character device" "$TMP/fifo|a FIFO" "$TMP/adir|a directory"; do
+  path=${spec%|*}; what=${spec#*|}
+  write_recipe "$R"; sed -i "s#/usr/share/games/fortunes/fortunes#$path#" "$R"
+  expect_fail 2 "$R:9:11: data.train: '$path' is $what, not a regular file" train "$R" --run-dir "$TMP/run"
+done
+
+# threads is bounded.
+write_recipe "$R"
+expect_fail 2 "override 'threads=100000': threads: must be in \[1, 1024\], got 100000" validate "$R" threads=100000
+
 # Sequence longer than the model's context.
 write_recipe "$R"; sed -i 's/^  seq_len: 16/  seq_len: 64/' "$R"
 expect_fail 2 "$R:11:12: data.seq_len: 64 is longer than the model's context" train "$R" --run-dir "$TMP/run"
@@ -56,6 +85,44 @@ expect_fail 2 "lora.r: must be >= 1" train "$R" "lora={r: 0}" --run-dir "$TMP/ru
 write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lrr: 1.0e-3/; s/^  micro: 2/  micro: 0/' "$R"
 expect_fail 2 "2 errors in" validate "$R"
 expect_fail 2 "batch.micro: must be >= 1, got 0" validate "$R"
+
+# validate opens the data files as train does: what train refuses, validate refuses with the
+# same message (an empty file; too few tokens for seq_len + 1; a val_fraction split too short).
+: > "$TMP/empty.txt"
+head -c 10 /usr/share/games/fortunes/fortunes > "$TMP/ten.txt"
+head -c 30 /usr/share/games/fortunes/fortunes > "$TMP/thirty.txt"
+for spec in "empty.txt||$R:9:11: data.train\[0\]: .*empty.txt: empty file" \
+            "ten.txt||$R:7:1: data: the training split holds 10 tokens, fewer than seq_len \+ 1 = 17" \
+            "thirty.txt|data.val_fraction=0.2|$R:7:1: data: the validation split holds 6 tokens"; do
+  IFS='|' read -r file override pattern <<<"$spec"
+  write_recipe "$R"; sed -i "s#/usr/share/games/fortunes/fortunes#$TMP/$file#" "$R"
+  expect_fail 2 "$pattern" validate "$R" $override
+  v=$("$FDTRAIN" validate "$R" $override 2>&1 | grep 'fdtrain: error')
+  t=$("$FDTRAIN" train "$R" $override --run-dir "$TMP/run_$file" 2>&1 | grep 'fdtrain: error')
+  if [ -z "$v" ] || [ "$v" != "$t" ]; then
+    echo "FAIL: validate and train differ on $file:"; echo "    validate: $v"; echo "    train:    $t"
+    FAILURES=$((FAILURES + 1))
+  else
+    echo "ok: validate and train give the same message for $file"
+  fi
+done
+
+# A warmup longer than the run is a warning: validate says ok, train runs; both print it.
+write_recipe "$R"; printf 'schedule:\n  warmup_steps: 500\n' >> "$R"
+warning="fdtrain: warning: $R:21:17: schedule.warmup_steps: 500 is more than steps \(3\): the learning rate never reaches its peak"
+# expect_warning ARGS...: fdtrain ARGS exits 0 and prints $warning exactly once.
+expect_warning() {
+  local out rc
+  out=$("$FDTRAIN" "$@" 2>&1); rc=$?
+  if [ $rc -ne 0 ] || [ "$(grep -Ec "^$warning\$" <<<"$out")" -ne 1 ]; then
+    echo "FAIL: fdtrain $*: exit $rc, expected 0 and one warning /$warning/"
+    echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1))
+  else
+    echo "ok: fdtrain $1 warns once and carries on"
+  fi
+}
+expect_warning validate "$R"
+expect_warning train "$R" --run-dir "$TMP/warm" --no-progress
 
 # Missing recipe file; unknown command-line flag.
 expect_fail 2 "no/such/recipe.yaml.*not found" train no/such/recipe.yaml

@@ -15,4 +15,14 @@ while IFS= read -r f; do
   else echo "FAIL: ${f#"$RECIPES/"}"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
 done < <(find "$RECIPES" -name '*.yaml' | sort)
 [ "$n" -ge 4 ] || { echo "FAIL: found only $n recipes in $RECIPES"; FAILURES=$((FAILURES + 1)); }
+
+# So does the example at the top of docs/RECIPE.md (its includes found from the working
+# directory, the repository root).
+awk '/^```yaml$/ {n++; next} n == 1 && /^```$/ {exit} n == 1' \
+  "$(dirname "$0")/../../docs/RECIPE.md" > "$TMP/recipe_md_example.yaml"
+if [ -s "$TMP/recipe_md_example.yaml" ] && out=$("$FDTRAIN" validate "$TMP/recipe_md_example.yaml" 2>&1); then
+  echo "ok: the example in docs/RECIPE.md validates"
+else
+  echo "FAIL: the example in docs/RECIPE.md"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1))
+fi
 finish

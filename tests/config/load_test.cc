@@ -1,6 +1,9 @@
 // Loading recipes: values, locations, and one message per problem.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "lib/base/error.h"
 #include "tests/config/test_util.h"
@@ -101,6 +104,44 @@ TEST_F(ConfigTest, OutOfRange) {
                              "inline.yaml:4:8: steps: must be >= 1, got 0"}));
 }
 
+// A number too large for its type is out of range, not of the wrong type; a
+// range the key has is checked against it first.
+TEST_F(ConfigTest, NumbersBeyondTheirTypeAreOutOfRange) {
+  LoadResult r = try_parse_recipe(
+      "data: {train: tests/config/data/tiny.txt}\n"
+      "optimizer: {lr: 1e400, eps: 1e-400, weight_decay: -1e400}\n"
+      "zero: {stage: 99999999999999999999}\n"
+      "batch: {micro: 99999999999999999999}\n"
+      "activation_checkpointing: {layers: [99999999999999999999]}\n"
+      "seed: 99999999999999999999\n"
+      "steps: -99999999999999999999\n",
+      "inline.yaml");
+  EXPECT_EQ(r.errors,
+            (Lines{"inline.yaml:4:16: batch.micro: 99999999999999999999 is out of range for an "
+                   "integer (at most 2147483647)",
+                   "inline.yaml:2:17: optimizer.lr: 1e400 is out of range for a number (at most "
+                   "1.8e308 in magnitude)",
+                   "inline.yaml:2:29: optimizer.eps: 1e-400 is out of range for a number (the "
+                   "smallest magnitude above 0 is 4.9e-324)",
+                   "inline.yaml:2:51: optimizer.weight_decay: must be >= 0, got -1e400",
+                   "inline.yaml:3:15: zero.stage: must be in [0, 3], got 99999999999999999999",
+                   "inline.yaml:5:37: activation_checkpointing.layers: block "
+                   "99999999999999999999 does not exist (model.n_layer = 4, so blocks are 0..3)",
+                   "inline.yaml:6:7: seed: 99999999999999999999 is out of range for an integer "
+                   "(at most 9223372036854775807)",
+                   "inline.yaml:7:8: steps: must be >= 1, got -99999999999999999999"}));
+  // The largest values that fit are accepted.
+  r = try_parse_recipe(
+      "data: {train: tests/config/data/tiny.txt}\n"
+      "optimizer: {lr: 1.7e308}\n"
+      "seed: 9223372036854775807\n"
+      "steps: 1\n",
+      "inline.yaml");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  EXPECT_EQ(r.recipe.seed, INT64_MAX);
+  EXPECT_EQ(r.recipe.optimizer.lr, 1.7e308);
+}
+
 TEST_F(ConfigTest, MissingRequiredKeys) {
   EXPECT_EQ(errors_of("missing_steps.yaml"),
             (Lines{"tests/config/data/missing_steps.yaml: steps: required key is missing"}));
@@ -115,6 +156,25 @@ TEST_F(ConfigTest, YamlSyntaxErrorHasItsLocation) {
   EXPECT_EQ(errors_of("syntax_error.yaml"),
             (Lines{"tests/config/data/syntax_error.yaml:4:10: YAML syntax error: end of "
                    "sequence flow not found"}));
+}
+
+TEST_F(ConfigTest, TabIndentationIsNamedWithWhereToFixIt) {
+  // yaml-cpp says "illegal map value" or "illegal tab when looking for indentation".
+  EXPECT_EQ(
+      try_parse_recipe("data:\n\ttrain: tests/config/data/tiny.txt\nsteps: 1\n", "t.yaml").errors,
+      (Lines{"t.yaml:2:1: YAML forbids tabs for indentation; indent this line with spaces"}));
+  EXPECT_EQ(try_parse_recipe("data:\n  train: tests/config/data/tiny.txt\n \tseq_len: 8\n"
+                             "steps: 1\n",
+                             "t.yaml")
+                .errors,
+            (Lines{"t.yaml:3:2: YAML forbids tabs for indentation; indent this line with spaces"}));
+  EXPECT_EQ(
+      try_parse_recipe("data:\n  train:\n\t- tests/config/data/tiny.txt\nsteps: 1\n", "t.yaml")
+          .errors,
+      (Lines{"t.yaml:3:1: YAML forbids tabs for indentation; indent this line with spaces"}));
+  // A tab after the indentation is only white space.
+  EXPECT_TRUE(
+      try_parse_recipe("data:\n  train:\ttests/config/data/tiny.txt\nsteps:\t1\n", "t.yaml").ok());
 }
 
 TEST_F(ConfigTest, MissingRecipeFile) {
@@ -145,10 +205,33 @@ TEST_F(ConfigTest, DataFilesThatDoNotExist) {
                    "'tests/config/data/missing.txt'; check the path (relative paths are resolved "
                    "from " +
                        cwd + ")"}));
+}
+
+// A path to something that is not a regular file says what it is.
+TEST_F(ConfigTest, DataPathsThatAreNotRegularFiles) {
   LoadResult r = try_parse_recipe("data: {train: tests/config/data}\nsteps: 1\n", "inline.yaml");
   EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:15: data.train: 'tests/config/data' is a "
-                             "directory; name the files in it (e.g. "
+                             "directory, not a regular file; name the files in it (e.g. "
                              "'tests/config/data/*')"}));
+  r = try_parse_recipe("data: {train: /dev/zero}\nsteps: 1\n", "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{"inline.yaml:1:15: data.train: '/dev/zero' is a character device, "
+                             "not a regular file; name text or token files"}));
+  const std::string fifo = ::testing::TempDir() + "fd_config_fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  r = try_parse_recipe(fmt::format("data: {{train: tests/config/data/tiny.txt, val: {}}}\n"
+                                   "steps: 1\n",
+                                   fifo),
+                       "inline.yaml");
+  EXPECT_EQ(r.errors, (Lines{fmt::format("inline.yaml:1:48: data.val: '{}' is a FIFO, not a "
+                                         "regular file; name text or token files",
+                                         fifo)}));
+  std::filesystem::remove(fifo);
+  // A glob that matches only directories.
+  r = try_parse_recipe("data: {train: 'tests/config/data/sh*'}\nsteps: 1\n", "inline.yaml");
+  EXPECT_EQ(r.errors,
+            (Lines{"inline.yaml:1:15: data.train: 'tests/config/data/sh*' matches no regular file "
+                   "('tests/config/data/shards' is a directory); name text or token files"}));
 }
 
 TEST_F(ConfigTest, GlobsAreSortedPerPatternAndDeduplicated) {
@@ -200,6 +283,30 @@ TEST_F(ConfigTest, CrossFieldRules) {
              "decays from lr down to min_lr"}));
 }
 
+// A warmup longer than the run is valid (a run may be extended on resume)
+// but is most likely a mistake: a warning, not an error.
+TEST_F(ConfigTest, WarmupLongerThanTheRunIsAWarning) {
+  const std::string yaml =
+      "data: {train: tests/config/data/tiny.txt}\nschedule: {warmup_steps: 500}\nsteps: 100\n";
+  LoadResult r = try_parse_recipe(yaml, "inline.yaml");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  EXPECT_EQ(r.recipe.schedule.warmup_steps, 500);
+  EXPECT_EQ(r.warnings, (Lines{"inline.yaml:2:26: schedule.warmup_steps: 500 is more than steps "
+                               "(100): the learning rate never reaches its peak"}));
+  // At warmup_steps == steps the last step runs at the peak.
+  r = try_parse_recipe(yaml, "inline.yaml", {"steps=500"});
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  EXPECT_TRUE(r.warnings.empty()) << ::testing::PrintToString(r.warnings);
+  r = try_parse_recipe(yaml, "inline.yaml", {"steps=20"});
+  EXPECT_EQ(r.warnings, (Lines{"inline.yaml:2:26: schedule.warmup_steps: 500 is more than steps "
+                               "(20): the learning rate never reaches its peak"}));
+  // No warning about a value that is itself an error.
+  r = try_parse_recipe(yaml, "inline.yaml", {"steps=0"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.warnings.empty()) << ::testing::PrintToString(r.warnings);
+  EXPECT_TRUE(try_load_recipe(fixture("valid.yaml")).warnings.empty());
+}
+
 TEST_F(ConfigTest, SeveralErrorsAreReportedAtOnce) {
   const std::string f = "tests/config/data/many_errors.yaml";
   EXPECT_EQ(
@@ -208,7 +315,8 @@ TEST_F(ConfigTest, SeveralErrorsAreReportedAtOnce) {
              f + ":8:7: optimizer.lr: must be > 0, got -1",
              f + ":9:16: optimizer.betas: must be in [0, 1), got 1.5",
              f + ":11:9: schedule.name: expected one of constant, cosine, got 'linear'",
-             f + ":12:10: threads: must be >= 1, got 0", f + ": steps: required key is missing",
+             f + ":12:10: threads: must be in [1, 1024], got 0",
+             f + ": steps: required key is missing",
              f + ":2:11: model.n_head: model.d_model (128) must be divisible by model.n_head (3)",
              f + ":3:15: model.vocab_size: data.format text needs vocab_size >= 256 (one token "
                  "per byte), got 100"}));

@@ -67,6 +67,24 @@ TEST_F(ConfigTest, OverrideLocationInALaterValidationError) {
                    "context (model.max_seq_len = 256)"}));
 }
 
+TEST_F(ConfigTest, OverrideOfANumberBeyondItsTypeIsOutOfRange) {
+  EXPECT_EQ(errors_of("valid.yaml", {"steps=99999999999999999999", "optimizer.lr=1e400"}),
+            (Lines{"override 'optimizer.lr=1e400': optimizer.lr: 1e400 is out of range for a "
+                   "number (at most 1.8e308 in magnitude)",
+                   "override 'steps=99999999999999999999': steps: 99999999999999999999 is out of "
+                   "range for an integer (at most 9223372036854775807)"}));
+}
+
+TEST_F(ConfigTest, ThreadsAreBounded) {
+  EXPECT_EQ(errors_of("valid.yaml", {"threads=100000"}),
+            (Lines{"override 'threads=100000': threads: must be in [1, 1024], got 100000"}));
+  EXPECT_EQ(errors_of("valid.yaml", {"threads=0"}),
+            (Lines{"override 'threads=0': threads: must be in [1, 1024], got 0"}));
+  LoadResult r = try_load_recipe(fixture("valid.yaml"), {"threads=1024"});
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  EXPECT_EQ(r.recipe.threads, 1024);
+}
+
 TEST_F(ConfigTest, MalformedOverrides) {
   EXPECT_EQ(errors_of("valid.yaml", {"steps", "optimizer.betas=[0.9"}),
             (Lines{"override 'steps': expected key.path=value (to set a key) or ~key.path (to "

@@ -102,7 +102,7 @@ TEST(TokenDataset, RejectsBadOptions) {
   DatasetOptions o;
   o.seq_len = 4;
   o.vocab_size = 256;
-  expect_usage_error([&] { TokenDataset{o}; }, {"no training files", "data.train_files"});
+  expect_usage_error([&] { TokenDataset{o}; }, {"no training files", "set data.train"});
   o.train_files = {write_bytes("a.txt", "some text here")};
   o.val_fraction = 1.0;
   expect_usage_error([&] { TokenDataset{o}; }, {"val_fraction must be in [0, 1)"});

@@ -1,6 +1,7 @@
 #include "lib/data/token_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "tests/data/data_test_util.h"
 
@@ -11,6 +12,11 @@ using test_util::expect_usage_error;
 using test_util::LlmcHeader;
 using test_util::write_bytes;
 using test_util::write_llmc;
+
+// The way out of a wrong format names both settings: the file may have come
+// from a recipe (data.format) or from fdtrain eval (--format).
+constexpr const char* kAsText =
+    "to read it as raw text, set data.format: text in a recipe or --format text for fdtrain eval";
 
 TEST(TokenFile, ReadsBackLlmcFile) {
   std::vector<uint16_t> tokens = {0, 1, 50256, 65535, 7, 300};
@@ -46,7 +52,7 @@ TEST(TokenFile, AutoDetectsFormat) {
       [&] {
         TokenFile::open(write_bytes("x.bin", std::string(2000, 'a')), TokenFormat::kAuto, 256);
       },
-      {"not an llm.c token file", "use data.format: text"});
+      {"not an llm.c token file", kAsText});
 }
 
 TEST(TokenFile, FormatNames) {
@@ -61,7 +67,7 @@ TEST(TokenFile, RejectsBadMagic) {
   std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.magic = 12345});
   expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
                      {path, "not an llm.c token file (magic 12345, expected 20240520)",
-                      "llm.c's data scripts", "data.format: text"});
+                      "llm.c's data scripts", kAsText});
 }
 
 TEST(TokenFile, RejectsLlama3Variant) {
@@ -102,7 +108,7 @@ TEST(TokenFile, RejectsZeroOrNegativeCount) {
 TEST(TokenFile, RejectsFileShorterThanHeader) {
   std::string path = write_bytes("short.bin", std::string(100, '\0'));
   expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
-                     {path, "100 bytes, shorter than the 1024-byte"});
+                     {path, "100 bytes, shorter than the 1024-byte", kAsText});
 }
 
 TEST(TokenFile, RejectsEmptyFile) {
@@ -119,7 +125,18 @@ TEST(TokenFile, RejectsMissingFileAndDirectory) {
   std::string dir = test_util::temp_path("adir");
   std::filesystem::create_directories(dir);
   expect_usage_error([&] { TokenFile::open(dir, TokenFormat::kAuto, 50257); },
-                     {dir, "not a regular file"});
+                     {dir, "is a directory, not a regular file"});
+}
+
+TEST(TokenFile, RejectsDevicesAndFifosWithoutWaiting) {
+  expect_usage_error([&] { TokenFile::open("/dev/zero", TokenFormat::kAuto, 50257); },
+                     {"/dev/zero", "is a character device, not a regular file"});
+  std::string fifo = test_util::temp_path("fifo");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO for reading would wait for a writer: it must be refused at once.
+  expect_usage_error([&] { TokenFile::open(fifo, TokenFormat::kText, 256); },
+                     {fifo, "is a FIFO, not a regular file"});
 }
 
 TEST(TokenFile, RejectsTokenIdAtOrAboveVocabSize) {
