@@ -3,9 +3,24 @@
 // The mean loss and perplexity of a model (a run / checkpoint directory or a
 // weights file, lib/ckpt/inference_model.h) over the first N non-overlapping
 // windows of T + 1 tokens of FILE (lib/engine/evaluate.h defines the number).
-// FILE is raw text (byte tokenizer) or an llm.c .bin token file.
+// FILE is raw text (byte tokenizer) or an llm.c .bin token file. A run
+// directory is read at its latest checkpoint, which is named on stderr. While
+// it runs, a terminal stderr shows a progress line (windows done / total,
+// running mean loss), cleared at the end; nothing when stderr is not a TTY.
+//
+// --json prints one object (also in docs/RUN_DIR.md, "eval --json"):
+//   model       string  what was read: the step directory or the weights file
+//   data        string  --data as given
+//   format      string  "text" or "llmc": how FILE was read
+//   seq_len     int     T
+//   windows     int     N
+//   targets     int     N * T: the tokens predicted
+//   mean_loss   float   mean cross-entropy over the targets, in nats
+//   perplexity  float   exp(mean_loss)
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -34,6 +49,26 @@ struct EvalOptions {
   int threads = 1;
   bool json = false;
 };
+
+// The progress line on a terminal: "eval: 1,200/5,000 windows | mean loss 2.3141",
+// redrawn at most about 10 times a second and cleared after the last window.
+// Off (an empty callback) when `on` is false.
+engine::EvalProgress progress_line(bool on) {
+  if (!on) return {};
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [last](int64_t done, int64_t total, double mean) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done == total) {
+      std::fputs("\r\033[2K", stderr);
+    } else if (now - *last >= std::chrono::milliseconds(100)) {
+      *last = now;
+      std::fputs(
+          fmt::format("\r\033[2Keval: {}/{} windows | mean loss {:.4f}", done, total, mean).c_str(),
+          stderr);
+    }
+    std::fflush(stderr);
+  };
+}
 
 int run_eval(const EvalOptions& o) {
   std::error_code ec;
@@ -73,7 +108,8 @@ int run_eval(const EvalOptions& o) {
   std::vector<int32_t> tokens(size_t(N * W));
   file.copy(0, N * W, tokens.data());
 
-  engine::EvalResult r = engine::evaluate_windows(*m.model, tokens, T, o.batch);
+  engine::EvalResult r =
+      engine::evaluate_windows(*m.model, tokens, T, o.batch, progress_line(isatty(fileno(stderr))));
   const std::string format(data::token_format_name(file.format()));
   if (o.json) {
     nlohmann::json j = {{"model", m.source},        {"data", o.data},

@@ -1,7 +1,10 @@
 // fdtrain generate MODEL [--prompt TEXT | --tokens 1,2,3] [--max-tokens N] [--temperature T]
-//                        [--top-k K] [--seed S] [--context C] [--json]
+//                        [--top-k K] [--top-p P] [--seed S] [--context C] [--json]
 //
-// Samples a continuation with the KV-cached decoder (lib/engine/generate.h).
+// Samples a continuation with the KV-cached decoder (lib/engine/generate.h):
+// temperature T (0 = greedy), then top-k, then top-p (nucleus) as Hugging Face
+// applies them. A run directory is read at its latest checkpoint, which is
+// named on stderr (lib/ckpt/inference_model.h).
 // Byte-level models (a checkpoint of a data.format text run, or a weights
 // file with a 256-token vocabulary) take --prompt text and print text; other
 // models take --tokens and print token ids (fdtrain has no BPE tokenizer).
@@ -9,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -33,6 +37,7 @@ struct GenerateOptions {
   int max_tokens = 200;
   float temperature = 0.8f;
   int top_k = 40;
+  float top_p = 1.0f;
   int64_t seed = 1337;
   int context = -1;  // -1: the run's data.seq_len (checkpoints), else max_seq_len
   int threads = 1;
@@ -63,8 +68,14 @@ std::vector<int32_t> parse_tokens(const std::string& text, int vocab_size) {
 
 int run_generate(const GenerateOptions& o) {
   if (o.max_tokens < 0) usage_error("--max-tokens must be >= 0, got {}", o.max_tokens);
-  if (!(o.temperature > 0.0f)) usage_error("--temperature must be > 0, got {}", o.temperature);
+  if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
+    usage_error("--temperature must be >= 0 (0 = greedy), got {}", o.temperature);
   if (o.top_k < 0) usage_error("--top-k must be >= 0 (0 = all tokens), got {}", o.top_k);
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f))
+    usage_error(
+        "--top-p must be in (0, 1] (the probability mass of the likeliest tokens kept; "
+        "1 = all), got {}",
+        o.top_p);
   if (o.seed < 0) usage_error("--seed must be >= 0, got {}", o.seed);
   if (o.context == 0 || o.context < -1) usage_error("--context must be >= 1, got {}", o.context);
   if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);
@@ -93,6 +104,7 @@ int run_generate(const GenerateOptions& o) {
   so.max_new_tokens = o.max_tokens;
   so.temperature = o.temperature;
   so.top_k = o.top_k;
+  so.top_p = o.top_p;
   so.seed = uint64_t(o.seed);
   so.max_context = o.context != -1 ? o.context : m.recipe ? m.recipe->data.seq_len : 0;
   if (so.max_context > mc.max_seq_len)
@@ -114,6 +126,7 @@ int run_generate(const GenerateOptions& o) {
                         {"seed", o.seed},
                         {"temperature", o.temperature},
                         {"top_k", o.top_k},
+                        {"top_p", o.top_p},
                         {"context", so.max_context > 0 ? so.max_context : mc.max_seq_len},
                         {"seconds", secs}};
     if (bytes) j["text"] = tok.decode(out);
@@ -139,8 +152,12 @@ void add_generate_command(CLI::App& app, std::vector<Subcommand>* out) {
   cmd->add_option("--prompt", o->prompt, "text to continue (byte-level models)");
   cmd->add_option("--tokens", o->tokens, "prompt as token ids, comma-separated (any model)");
   cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate (default 200)");
-  cmd->add_option("--temperature", o->temperature, "sampling temperature, > 0 (default 0.8)");
+  cmd->add_option("--temperature", o->temperature,
+                  "sampling temperature, >= 0; 0 = greedy (argmax) (default 0.8)");
   cmd->add_option("--top-k", o->top_k, "sample among the k likeliest tokens; 0 = all (default 40)");
+  cmd->add_option("--top-p", o->top_p,
+                  "then among the fewest likeliest tokens holding probability >= P, 0 < P <= 1; "
+                  "1 = all (default 1)");
   cmd->add_option("--seed", o->seed, "sampling seed (default 1337): same seed, same text");
   cmd->add_option("--context", o->context,
                   "context window in tokens (default: the run's data.seq_len for a checkpoint, "

@@ -13,6 +13,7 @@
 #include "lib/base/log.h"
 #include "lib/base/strings.h"
 #include "lib/ckpt/h5.h"
+#include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
 #include "lib/config/load.h"
 #include "lib/tensor/safetensors.h"
@@ -409,13 +410,15 @@ std::tuple<int, int64_t, int, std::string> gpt2_order(const std::string& name) {
 }
 
 // The checkpoint's recipe (for the LoRA exports, which need its lora section
-// and model.init_from). Throws fd::Error kUsage if it does not validate here.
+// and model.init_from), read as stored: the files it names need not exist
+// here (an adapter export needs none of them; the merged export checks the
+// base itself). Throws fd::Error kUsage if it does not validate.
 config::Recipe lora_recipe(const Checkpoint& c) {
-  config::LoadResult r = config::try_parse_recipe(c.meta().recipe_yaml, "checkpoint recipe");
+  config::LoadResult r = config::try_parse_stored_recipe(c.meta().recipe_yaml, "checkpoint recipe");
   if (!r.ok())
     usage_error(
-        "{}: the checkpoint's recipe does not validate here, so its LoRA settings cannot be "
-        "read (files it names must exist at the same paths):\n{}",
+        "{}: the checkpoint's stored recipe does not validate, so its LoRA settings cannot be "
+        "read (was it written by another fdtrain version?):\n{}",
         c.dir, fmt::join(r.errors, "\n"));
   if (!r.recipe.lora)
     usage_error(
@@ -630,13 +633,10 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
   Checkpoint c = open_checkpoint(path);
   const ShardMeta& m = c.meta();
   config::Recipe recipe = lora_recipe(c);
+  // The base must be the very file the adapters were trained on.
+  find_lora_base(c.dir, recipe.model.init_from, m.base_sha256);
   LoraSpec spec;
   std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, DType::kF32, recipe, &spec);
-  if (spec.base.empty())
-    usage_error(
-        "{}: the checkpoint's recipe has no model.init_from, so there is no base model to merge "
-        "the adapters into",
-        c.dir);
 
   // The base, read the way load_weights() reads it, checked against the recipe's model.
   std::unique_ptr<WeightFile> w = open_weights(spec.base);

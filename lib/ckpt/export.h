@@ -65,9 +65,11 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
 // Checkpoints of LoRA runs hold only the adapters (parameters named
 // h.N.<module>.lora_{A,B}.weight, lib/ckpt/peft.h); export_checkpoint()
 // refuses them and points to the two exports below. Both read the adapter
-// settings (lora section) and the base (model.init_from) from the
-// checkpoint's recipe, which must therefore validate here (the files it
-// names must exist): otherwise fd::Error kUsage listing its errors.
+// settings (lora section) and the base's path (model.init_from) from the
+// checkpoint's stored recipe, which must validate (as stored: the files it
+// names need not exist) or fd::Error kUsage lists its errors. Only the merged
+// export reads the base, which must then be the file the adapters were
+// trained on (find_lora_base(), lib/ckpt/lora_base.h).
 
 // Writes the LoRA parameters of the checkpoint at `path` in `dtype` (kF32 or
 // kBF16) as a PEFT adapter directory `dir` (write_peft_adapter(): keys
@@ -77,7 +79,8 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
 std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
                                 bool overwrite);
 
-// Writes the full model: the base from model.init_from (read as load_weights()
+// Writes the full model: the base from model.init_from (checked to be the
+// file the adapters were trained on by its SHA-256, read as load_weights()
 // reads it, and checked against the recipe's model dimensions) with the
 // checkpoint's fp32 LoRA deltas merged in (merge_lora(), scaling alpha / r),
 // as `out` (.safetensors or .h5, Hugging Face GPT-2 names, as

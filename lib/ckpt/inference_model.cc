@@ -1,12 +1,18 @@
 #include "lib/ckpt/inference_model.h"
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
+#include <sstream>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/lora_base.h"
+#include "lib/ckpt/manifest.h"
 #include "lib/config/load.h"
 
 namespace fd::ckpt {
@@ -38,8 +44,137 @@ void fill(const std::vector<const nn::Parameter*>& params,
   }
 }
 
+// Reads a file whole; nullopt if it cannot be read.
+std::optional<std::string> slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The last step a run directory records: summary.json "steps", else the last
+// "step" in metrics.jsonl; -1 when neither says. Sets *from to the file used.
+int64_t run_last_step(const fs::path& run, std::string* from) {
+  if (std::optional<std::string> text = slurp(run / "summary.json")) {
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("steps") && j["steps"].is_number_integer()) {
+      *from = (run / "summary.json").string();
+      return j["steps"].get<int64_t>();
+    }
+  }
+  if (std::optional<std::string> text = slurp(run / "metrics.jsonl")) {
+    std::istringstream lines(*text);
+    int64_t last = -1;
+    for (std::string line; std::getline(lines, line);) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer())
+        last = j["step"].get<int64_t>();
+    }
+    if (last >= 0) {
+      *from = (run / "metrics.jsonl").string();
+      return last;
+    }
+  }
+  return -1;
+}
+
+// `run` (a run directory) has no checkpoint: throws an error that says why.
+[[noreturn]] void no_checkpoints(const fs::path& run) {
+  const fs::path config = run / "config.yaml";
+  const std::string where = run.string();
+  std::optional<std::string> yaml = slurp(config);
+  std::optional<config::Recipe> recipe;
+  if (yaml) {
+    config::LoadResult r = config::try_parse_stored_recipe(*yaml, config.string());
+    if (r.ok()) recipe = r.recipe;
+  }
+  if (!recipe)
+    usage_error(
+        "{} has no checkpoints ({} has no `latest`); give a run directory with checkpoints, "
+        "a step directory or a weights file",
+        where, (run / "checkpoints").string());
+  const int every = recipe->checkpoint.every;
+  if (every == 0)
+    usage_error(
+        "{} has no checkpoints: the run saved none (checkpoint.every: 0 in {}); train with "
+        "checkpoint.every=N to save one every N steps and at the end",
+        where, config.string());
+  std::string from;
+  const int64_t last = run_last_step(run, &from);
+  if (last < 0)
+    usage_error(
+        "{} has no checkpoints: checkpoint.every is {}, but the run has logged no step yet "
+        "(still starting, or it stopped before its first save); wait for step {}, or train again",
+        where, every, every);
+  // A run that completes saves at its last step; one that stops early only every N steps.
+  std::string exit_reason;
+  if (std::optional<std::string> text = slurp(run / "summary.json")) {
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("exit_reason") && j["exit_reason"].is_string())
+      exit_reason = j["exit_reason"].get<std::string>();
+  }
+  if (last < every && exit_reason != "completed")
+    usage_error(
+        "{} has no checkpoints: checkpoint.every is {}, but the run stopped at step {} ({}{}), "
+        "before its first save; train again (or wait, if it is still running)",
+        where, every, last, from, exit_reason.empty() ? "" : ", exit_reason " + exit_reason);
+  usage_error(
+      "{} has no checkpoints: checkpoint.every is {} and the run got to step {} ({}), but {} "
+      "has no `latest`: its checkpoints were removed or moved; give a step directory, or train "
+      "again",
+      where, every, last, from, (run / "checkpoints").string());
+}
+
+bool is_run_dir(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p / "checkpoints", ec) || fs::exists(p / "config.yaml", ec) ||
+         fs::exists(p / "metrics.jsonl", ec) || fs::exists(p / "summary.json", ec);
+}
+
+// The step directory `path` names (as resolve_step_dir()), saying which one
+// when `path` is a run or checkpoints directory, and why there is none.
+// Sets *run to the run directory, if `path` is in one.
+std::string choose_step_dir(const std::string& path, fs::path* run) {
+  std::error_code ec;
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "RUN/" -> "RUN"
+  // A step directory: the user chose it.
+  if (fs::exists(p / "manifest.json", ec)) return resolve_step_dir(path);
+  fs::path checkpoints;
+  if (is_run_dir(p)) {
+    *run = p;
+    checkpoints = p / "checkpoints";
+  } else if (fs::exists(p / "latest", ec) || p.filename() == "checkpoints") {
+    checkpoints = p;
+    const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (is_run_dir(parent)) *run = parent;
+  } else {
+    return resolve_step_dir(path);  // neither: its error
+  }
+  std::optional<std::string> latest =
+      fs::is_directory(checkpoints, ec) ? read_latest(checkpoints.string()) : std::nullopt;
+  if (!latest) {
+    if (!run->empty()) no_checkpoints(*run);
+    return resolve_step_dir(path);
+  }
+  log::info("using checkpoint {} of {}", fs::path(*latest).filename().string(), path);
+  return *latest;
+}
+
 InferenceModel from_checkpoint(const std::string& path) {
-  Checkpoint c = open_checkpoint(path);
+  fs::path run;
+  Checkpoint c = open_checkpoint(choose_step_dir(path, &run));
+  if (!run.empty()) {
+    std::string from;
+    const int64_t last = run_last_step(run, &from);
+    if (last > c.meta().step)
+      log::warn(
+          "{} is at step {}, but the run went on to step {} ({}); it is not the run's final "
+          "model (the later steps were not saved); give a step directory to choose a "
+          "checkpoint",
+          fs::path(c.dir).filename().string(), c.meta().step, last, from);
+  }
   config::LoadResult r = config::try_parse_stored_recipe(c.meta().recipe_yaml, "checkpoint recipe");
   if (!r.ok())
     usage_error(
@@ -62,14 +197,9 @@ InferenceModel from_checkpoint(const std::string& path) {
   std::map<std::string, Tensor> tensors;
   for (auto& [name, t] : consolidate_ordered(c, DType::kF32)) tensors[name] = t;
   if (lora.enabled()) {
-    const std::string& base = recipe.model.init_from;
-    if (base.empty() || !fs::exists(base))
-      usage_error(
-          "{}: a LoRA checkpoint holds only the adapters, and its base model "
-          "(model.init_from '{}') is not here; run from the directory the run was "
-          "started in, or export the merged model with `fdtrain ckpt export {} "
-          "--merge-lora --out FILE` and use FILE",
-          c.dir, base, path);
+    // A LoRA checkpoint holds only the adapters: the base must be the very file they were
+    // trained on.
+    const std::string base = find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
     load_weights(base, *m.model, fmt::format("{}: base model (model.init_from)", c.dir));
   }
   fill(m.model->parameters(), tensors, c.dir);

@@ -9,8 +9,16 @@
 // model.safetensors). The model is always fp32 on the CPU:
 //  - a checkpoint: the dimensions come from its stored recipe, the weights are
 //    its consolidated fp32 master weights (what `ckpt export` writes). For a
-//    LoRA run, the base is read from the recipe's model.init_from (which must
-//    exist here) and the adapters from the checkpoint; adapter dropout is off.
+//    LoRA run, the base is read from the recipe's model.init_from and the
+//    adapters from the checkpoint; adapter dropout is off. The base must be
+//    the file the adapters were trained on (find_lora_base(): its SHA-256 is
+//    checked; a relative path is resolved from the current directory, and the
+//    error says it was relative to the directory the run was started in).
+//    A run or checkpoints directory is read at the step its `latest` names:
+//    "using checkpoint step_N of PATH" is logged, with a warning when the run
+//    went on past that step (summary.json "steps", else metrics.jsonl). A run
+//    directory without checkpoints is refused with the reason
+//    (checkpoint.every: 0, stopped before the first save, or removed).
 //  - a weights file: the dimensions come from the tensor shapes, n_head from
 //    the file's metadata (fdtrain exports record it). A file without n_head
 //    (a Hugging Face GPT-2 model.safetensors) is read with GPT-2's head size

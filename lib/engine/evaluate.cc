@@ -9,7 +9,7 @@
 namespace fd::engine {
 
 EvalResult evaluate_windows(const nn::Gpt& model, std::span<const int32_t> tokens, int seq_len,
-                            int batch) {
+                            int batch, const EvalProgress& progress) {
   const int64_t T = seq_len, W = T + 1;
   FD_CHECK(seq_len >= 1 && seq_len <= model.config().max_seq_len,
            "seq_len {} outside 1..max_seq_len {}", seq_len, model.config().max_seq_len);
@@ -30,6 +30,7 @@ EvalResult evaluate_windows(const nn::Gpt& model, std::span<const int32_t> token
     }
     const double mean = model.loss(in, out).value().to_vector()[0];
     sum += mean * double(B * T);
+    if (progress) progress(first + B, N, sum / double((first + B) * T));
   }
   EvalResult r;
   r.windows = N;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "lib/nn/gpt.h"
@@ -26,12 +27,18 @@ struct EvalResult {
   int64_t targets = 0;      // N * T
 };
 
+// Called after each forward with the windows done so far, the total, and the
+// mean loss over the targets of the windows done (for a progress line).
+using EvalProgress = std::function<void(int64_t windows_done, int64_t windows, double mean_loss)>;
+
 // Evaluates `model` on windows = tokens.size() / (seq_len + 1) windows of
 // `tokens` (the first windows * (seq_len + 1) tokens of the stream; the size
 // must be a multiple of seq_len + 1, each id < vocab_size). Requires
 // 1 <= seq_len <= max_seq_len. Runs `batch` windows per forward, without
 // autograd; the result does not depend on `batch` beyond float rounding.
+// `progress`, if set, is called after every forward; its last call has
+// windows_done == windows and the result's mean_loss.
 EvalResult evaluate_windows(const nn::Gpt& model, std::span<const int32_t> tokens, int seq_len,
-                            int batch = 8);
+                            int batch = 8, const EvalProgress& progress = {});
 
 }  // namespace fd::engine

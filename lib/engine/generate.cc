@@ -5,6 +5,7 @@
 #include <numeric>
 #include <span>
 
+#include "lib/base/check.h"
 #include "lib/base/rng.h"
 #include "lib/nn/gpt_decoder.h"
 
@@ -19,7 +20,9 @@ class TokenSampler {
 
   int32_t draw(std::span<const float> logits, int index) {
     const int V = int(probs_.size());
-    const float mx = *std::max_element(logits.begin(), logits.end());
+    const auto max_it = std::max_element(logits.begin(), logits.end());
+    if (options_.temperature == 0.0f) return int32_t(max_it - logits.begin());  // greedy
+    const float mx = *max_it;
     for (int v = 0; v < V; ++v) probs_[v] = std::exp((logits[v] - mx) / options_.temperature);
     if (options_.top_k > 0 && options_.top_k < V) {
       std::iota(order_.begin(), order_.end(), 0);
@@ -27,6 +30,8 @@ class TokenSampler {
                        [&](int a, int b) { return probs_[a] > probs_[b]; });
       for (int r = options_.top_k; r < V; ++r) probs_[order_[r]] = 0.0f;
     }
+    // 1 keeps everything: skipped, as summing floats to 1 could cut the tail by rounding.
+    if (options_.top_p < 1.0f) keep_nucleus();
     double total = std::accumulate(probs_.begin(), probs_.end(), 0.0);
     double u = uniform01(hash_words(options_.seed, 0x5a3b1e, uint64_t(index))) * total;
     int32_t pick = -1;
@@ -40,6 +45,29 @@ class TokenSampler {
   }
 
  private:
+  // Zeroes every token outside the nucleus of the (unnormalised) probs_: with
+  // the tokens sorted by probability, descending (ties: lower id first), the
+  // shortest prefix holding >= top_p of the total; at least one token.
+  void keep_nucleus() {
+    std::iota(order_.begin(), order_.end(), 0);
+    const auto end = std::partition(order_.begin(), order_.end(),
+                                    [&](int v) { return probs_[size_t(v)] > 0.0f; });
+    std::sort(order_.begin(), end, [&](int a, int b) {
+      return probs_[size_t(a)] > probs_[size_t(b)] ||
+             (probs_[size_t(a)] == probs_[size_t(b)] && a < b);
+    });
+    double total = 0.0;
+    for (auto it = order_.begin(); it != end; ++it) total += probs_[size_t(*it)];
+    const double want = double(options_.top_p) * total;
+    double sum = 0.0;
+    auto it = order_.begin();
+    while (it != end) {
+      sum += probs_[size_t(*it++)];
+      if (sum >= want) break;
+    }
+    for (; it != end; ++it) probs_[size_t(*it)] = 0.0f;
+  }
+
   const SampleOptions& options_;
   std::vector<float> probs_;
   std::vector<int> order_;
@@ -49,6 +77,11 @@ class TokenSampler {
 
 std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& options) {
+  FD_CHECK(options.temperature >= 0.0f && std::isfinite(options.temperature),
+           "temperature must be >= 0, got {}", options.temperature);
+  FD_CHECK(options.top_k >= 0, "top_k must be >= 0, got {}", options.top_k);
+  FD_CHECK(options.top_p > 0.0f && options.top_p <= 1.0f, "top_p must be in (0, 1], got {}",
+           options.top_p);
   std::vector<int32_t> out;
   if (options.max_new_tokens <= 0) return out;
   const int window = options.max_context > 0

@@ -15,6 +15,7 @@
 
 #include "lib/base/strings.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/lora_base.h"
 #include "lib/tensor/safetensors.h"
 #include "tests/ckpt/ckpt_test_util.h"
 
@@ -439,7 +440,9 @@ void write_tokens(const std::string& path, int n) {
 
 // A checkpoint as a LoRA run of the tiny model (2 blocks, C = 16) writes one
 // at world size `world`: the layout holds only the adapters, one segment per
-// block, and the recipe names the base and the lora section.
+// block, the recipe names the base and the lora section, and the shards record
+// the base file's SHA-256. `base_layers` other than 2 writes a base that does
+// not fit the recipe (an inconsistent checkpoint that records its digest).
 struct LoraRun {
   std::string base;    // the base model file (HF names, "transformer." prefix, mask buffers)
   Named base_tensors;  // as HF names without the prefix
@@ -447,10 +450,11 @@ struct LoraRun {
   std::string ckpt;
 };
 
-LoraRun write_lora_run(const TempDir& tmp, int world, bool with_lora_section = true) {
+LoraRun write_lora_run(const TempDir& tmp, int world, bool with_lora_section = true,
+                       int base_layers = 2) {
   LoraRun run;
   run.base = tmp.path("base.safetensors");
-  run.base_tensors = gpt2_base(2, kWidth, 64, 16, 21);
+  run.base_tensors = gpt2_base(base_layers, kWidth, 64, 16, 21);
   Named file;
   for (const auto& [n, t] : run.base_tensors) file.emplace_back("transformer." + n, t);
   file.emplace_back("transformer.h.0.attn.bias", Tensor::zeros(Shape{1, 1, 16, 16}));
@@ -499,6 +503,7 @@ LoraRun write_lora_run(const TempDir& tmp, int world, bool with_lora_section = t
     m.seed = 1;
     m.layout = layout;
     m.fdtrain_version = "fdtrain test";
+    m.base_sha256 = file_sha256(run.base);
     SegmentRange range{"h.1", numel, r * share, share, {}, {}, {}, {}};
     range.master = all.flat_slice(r * share, share).to(DType::kF32);
     range.exp_avg = Tensor::zeros(Shape{share});
@@ -568,12 +573,40 @@ TEST(LoraExport, MergedModelIsTheBasePlusTheDeltas) {
 
 TEST(LoraExport, MergeRefusesABaseThatDoesNotFitTheRecipe) {
   TempDir tmp;
-  LoraRun run = write_lora_run(tmp, 1);
-  write_safetensors(run.base, gpt2_base(3, kWidth, 64, 16, 21));  // 3 blocks; the recipe has 2
+  LoraRun run = write_lora_run(tmp, 1, true, /*base_layers=*/3);  // 3 blocks; the recipe has 2
   std::string msg = error_of(
       [&] { export_merged_lora(tmp.path("run"), tmp.path("m.safetensors"), DType::kF32, false); });
   EXPECT_NE(msg.find("set model.n_layer to 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find(run.base), std::string::npos) << msg;
+}
+
+// The adapters are deltas to one file: another one at the base's path is
+// refused by its SHA-256, whether its shapes differ or one value does.
+TEST(LoraExport, MergeRefusesAnotherBaseFile) {
+  TempDir tmp;
+  LoraRun run = write_lora_run(tmp, 1);
+  const std::string trained = file_sha256(run.base);
+  std::string bytes;
+  {
+    std::ifstream in(run.base, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (int other = 0; other < 2; ++other) {
+    if (other == 0) {
+      write_safetensors(run.base, gpt2_base(3, kWidth, 64, 16, 21));  // 3 blocks
+    } else {
+      bytes[bytes.size() - 3] ^= 1;  // one bit of the last tensor's data
+      std::ofstream(run.base, std::ios::binary | std::ios::trunc) << bytes;
+    }
+    std::string msg = error_of([&] {
+      export_merged_lora(tmp.path("run"), tmp.path("m.safetensors"), DType::kF32, false);
+    });
+    EXPECT_NE(msg.find("trained on a base with SHA-256 " + trained + ", but model.init_from (" +
+                       run.base + ") has " + file_sha256(run.base)),
+              std::string::npos)
+        << msg;
+    EXPECT_FALSE(fs::exists(tmp.path("m.safetensors")));
+  }
 }
 
 TEST(LoraExport, RefusesACheckpointWithoutALoraSection) {

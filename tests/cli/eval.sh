@@ -21,8 +21,9 @@ done
 check_loss() {
   local model=$1 summary=${2:-$TMP/run/summary.json}
   local out
-  out=$("$FDTRAIN" eval "$model" --data "$TMP/val.txt" --seq-len 16 --windows 1 --json 2>&1) \
-    || { echo "FAIL: eval $model"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); return; }
+  # stdout is the JSON; stderr may name the checkpoint read.
+  out=$("$FDTRAIN" eval "$model" --data "$TMP/val.txt" --seq-len 16 --windows 1 --json 2>"$TMP/eval.err") \
+    || { echo "FAIL: eval $model"; sed 's/^/    /' "$TMP/eval.err"; FAILURES=$((FAILURES + 1)); return; }
   if python3 - "$summary" "$out" <<'PY'; then
 import json, sys
 trainer = json.load(open(sys.argv[1]))["eval_loss"]
@@ -61,6 +62,19 @@ out=$("$FDTRAIN" eval "$TMP/model.safetensors" --data "$TMP/three.txt" --seq-len
 if grep -q "^windows     3 x 17 tokens" <<<"$out" && grep -q "^perplexity  " <<<"$out"; then
   echo "ok: text output, 3 windows fit 60 tokens"
 else echo "FAIL: eval text output"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+
+# Progress on a terminal only: `script` gives fdtrain a TTY; the first window draws the line,
+# the last clears it.
+if command -v script > /dev/null; then
+  out=$(script -qec "$FDTRAIN eval $TMP/model.safetensors --data $TMP/three.txt --seq-len 16 --batch 1" /dev/null)
+  if grep -Eq $'eval: 1/3 windows \\| mean loss [0-9.]+' <<<"$out" && grep -q $'\r\e\\[2Kmodel ' <<<"$out"; then
+    echo "ok: a progress line on a terminal, cleared before the result"
+  else echo "FAIL: no progress line on a TTY"; echo "$out" | cat -v | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+else echo "skipped: no \`script\` for a TTY"; fi
+err=$("$FDTRAIN" eval "$TMP/model.safetensors" --data "$TMP/three.txt" --seq-len 16 --batch 1 2>&1 >/dev/null)
+if grep -q "windows |" <<<"$err" || grep -q $'\e' <<<"$err"; then
+  echo "FAIL: progress drawn when stderr is not a terminal"; echo "$err" | cat -v; FAILURES=$((FAILURES + 1))
+else echo "ok: no progress line when stderr is not a terminal"; fi
 
 expect_fail 2 "nope.*does not exist" eval "$TMP/nope" --data "$TMP/val.txt"
 expect_fail 2 "--data .*missing.txt: no such file" eval "$TMP/run" --data "$TMP/missing.txt"

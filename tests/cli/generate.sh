@@ -2,7 +2,8 @@
 # fdtrain generate: from a run directory it reproduces the sample the trainer
 # printed at the end of the run (same weights, prompt, temperature, top-k, seed
 # and context), also from the run's export; a fixed seed gives the same text,
-# another seed other text; --tokens on a model without a byte vocabulary; errors.
+# another seed other text; --temperature 0 and a tiny --top-p are greedy;
+# --tokens on a model without a byte vocabulary; errors.
 source "$(dirname "$0")/common.bash"
 R=$TMP/r.yaml
 write_recipe "$R"
@@ -70,7 +71,22 @@ expect_fail 2 "not a byte-level model.*--tokens" generate "$TMP/tiny.safetensors
 expect_fail 2 "token 67 is outside the model's vocabulary \[0, 67\)" \
   generate "$TMP/tiny.safetensors" --tokens 1,67
 expect_fail 2 "'x' is not a token id" generate "$TMP/tiny.safetensors" --tokens 1,x
-expect_fail 2 "--temperature must be > 0" generate "$TMP/run" --temperature 0
+# --temperature 0 is greedy: the same text whatever the seed, as --top-k 1; a tiny --top-p keeps
+# only the likeliest token, so it is greedy too.
+g0=$("$FDTRAIN" generate "$TMP/run" --prompt "To be" --max-tokens 40 --temperature 0 --seed 1 2>/dev/null)
+g1=$("$FDTRAIN" generate "$TMP/run" --prompt "To be" --max-tokens 40 --temperature 0 --seed 2 2>/dev/null)
+g2=$("$FDTRAIN" generate "$TMP/run" --prompt "To be" --max-tokens 40 --top-k 1 --seed 3 2>/dev/null)
+g3=$("$FDTRAIN" generate "$TMP/run" --prompt "To be" --max-tokens 40 --top-p 1e-6 --seed 4 2>/dev/null)
+s1=$("$FDTRAIN" generate "$TMP/run" --prompt "To be" --max-tokens 40 --temperature 2 --top-k 0 --seed 1 2>/dev/null)
+if [ -n "$g0" ] && [ "$g0" = "$g1" ] && [ "$g0" = "$g2" ] && [ "$g0" = "$g3" ] && [ "$g0" != "$s1" ]; then
+  echo "ok: --temperature 0 is greedy (= --top-k 1 = --top-p 1e-6, any seed; sampling differs)"
+else echo "FAIL: greedy: '$g0' / '$g1' / '$g2' / '$g3' / sampled '$s1'"; FAILURES=$((FAILURES + 1)); fi
+top_p=$(gen "$TMP/run" --max-tokens 2 --top-p 0.9 | python3 -c 'import json,sys; print(json.load(sys.stdin)["top_p"])')
+[ "$top_p" = 0.8999999761581421 ] || [ "$top_p" = 0.9 ] && echo "ok: --json records top_p" \
+  || { echo "FAIL: --json top_p '$top_p'"; FAILURES=$((FAILURES + 1)); }
+expect_fail 2 "--temperature must be >= 0" generate "$TMP/run" --temperature -1
+expect_fail 2 "--top-p must be in \(0, 1\]" generate "$TMP/run" --top-p 0
+expect_fail 2 "--top-p must be in \(0, 1\].*got 1.5" generate "$TMP/run" --top-p 1.5
 expect_fail 2 "not both" generate "$TMP/run" --prompt a --tokens 1
 expect_fail 2 "--context 40 is longer than the model's max_seq_len 32" generate "$TMP/run" --context 40
 expect_fail 2 "nope does not exist" generate "$TMP/nope"

@@ -113,5 +113,28 @@ TEST_F(Evaluate, BatchDoesNotChangeTheResultAndMatchesTheTrainingLoss) {
   EXPECT_NEAR(one, sum / 6, 1e-6);
 }
 
+// The progress callback: one call per forward (7 windows in batches of 3: after
+// 3, 6 and 7), the running mean being that of the windows done so far (checked
+// against evaluating just those), the last call the result itself.
+TEST_F(Evaluate, ProgressReportsTheRunningMean) {
+  ckpt::InferenceModel m = ckpt::load_inference_model(weights_);
+  std::vector<int32_t> s;
+  for (int i = 0; i < 7 * 9; ++i) s.push_back(int32_t((i * 29 + 5) % 67));
+  std::vector<int64_t> done;
+  std::vector<double> means;
+  EvalResult r = evaluate_windows(*m.model, s, 8, 3, [&](int64_t d, int64_t total, double mean) {
+    EXPECT_EQ(total, 7);
+    done.push_back(d);
+    means.push_back(mean);
+  });
+  ASSERT_EQ(done, (std::vector<int64_t>{3, 6, 7}));
+  EXPECT_DOUBLE_EQ(means.back(), r.mean_loss);
+  for (size_t i = 0; i < done.size(); ++i) {
+    std::span<const int32_t> head(s.data(), size_t(done[i] * 9));
+    EXPECT_NEAR(means[i], evaluate_windows(*m.model, head, 8, 3).mean_loss, 1e-9) << done[i];
+  }
+  EXPECT_GT(std::fabs(means[0] - means[2]), 1e-6);  // the means differ: the check has teeth
+}
+
 }  // namespace
 }  // namespace fd::engine

@@ -216,6 +216,38 @@ TEST_F(Generate, TopOneIsArgmaxOfTheModelsLogits) {
   EXPECT_GE(std::count(picked.begin(), picked.end(), true), 2);  // the check has teeth
 }
 
+// temperature 0 is greedy: each token is the argmax of the model's logits,
+// whatever the seed, top_k and top_p; the same tokens as top_k = 1.
+TEST_F(Generate, TemperatureZeroIsArgmax) {
+  SampleOptions o;
+  o.max_new_tokens = 16;
+  o.temperature = 0.0f;
+  o.top_k = 0;
+  std::vector<bool> picked(size_t(tiny().vocab_size), false);
+  for (int32_t first = 0; first < 8; ++first) {
+    std::vector<int32_t> seq = {first, 2 * first + 1, 31 - first};
+    o.seed = uint64_t(first) + 100;
+    o.top_p = first % 2 ? 0.3f : 1.0f;
+    std::vector<int32_t> out = generate(model_, seq, o);
+    ASSERT_EQ(out.size(), 16u);
+    SampleOptions top1 = o;
+    top1.temperature = 0.8f;
+    top1.top_k = 1;
+    top1.top_p = 1.0f;
+    EXPECT_EQ(out, generate(model_, seq, top1)) << "prompt " << first;
+    ContextRule rule(tiny().max_seq_len, seq.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<float> l = last_logits(model_, seq, int64_t(rule.length()));
+      rule.advance();
+      const int32_t want = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      EXPECT_EQ(out[i], want) << "prompt " << first << " token " << i;
+      picked[size_t(out[i])] = true;
+      seq.push_back(out[i]);
+    }
+  }
+  EXPECT_GE(std::count(picked.begin(), picked.end(), true), 2);  // the check has teeth
+}
+
 // top_k = 3: every token is one of the three largest logits at its step.
 TEST_F(Generate, TopKSamplesOnlyFromTheKLargest) {
   SampleOptions o;
@@ -293,6 +325,38 @@ class Sampling : public ::testing::Test {
     }
   }
 
+  // Draws n tokens at temperature 1 with top_k and top_p: exactly the tokens
+  // of `nucleus` must come out, each as often as its softmax probability
+  // renormalised over the nucleus (within 5 sigma).
+  void check_nucleus(int top_k, float top_p, const std::vector<int>& nucleus, int n = 4000) {
+    std::vector<double> p(kV, 0.0);
+    double z = 0;
+    for (int v : nucleus) {
+      p[size_t(v)] = std::exp(double(logits_[v]));
+      z += p[size_t(v)];
+    }
+    SampleOptions o;
+    o.max_new_tokens = n;
+    o.temperature = 1.0f;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.seed = 7;
+    std::vector<int> count(kV, 0);
+    for (int32_t t : generate(model_, {0}, o)) ++count[size_t(t)];
+    std::vector<int> drawn;
+    for (int v = 0; v < kV; ++v) {
+      if (count[v] > 0) drawn.push_back(v);
+      p[v] /= z;
+      const double f = double(count[v]) / n;
+      const double sigma = std::sqrt(p[v] * (1 - p[v]) / n);
+      std::printf("  k %d p %.2f token %d: freq %.4f  p %.4f\n", top_k, top_p, v, f, p[v]);
+      if (p[v] > 0) {
+        EXPECT_LE(std::fabs(f - p[v]), 5 * sigma) << "token " << v;
+      }
+    }
+    EXPECT_EQ(drawn, nucleus) << "top_k " << top_k << " top_p " << top_p;
+  }
+
   static constexpr int kV = 8;
   const float logits_[kV] = {-1.0f, -0.5f, 0.0f, 0.25f, 0.5f, 1.0f, 1.5f, 2.0f};
   nn::Gpt model_{nn::GptConfig{1, 1, 8, kV, 4}};
@@ -308,6 +372,25 @@ TEST_F(Sampling, LogitsDoNotDependOnContext) {
 TEST_F(Sampling, FullSoftmaxAtTemperatureTwo) { check(2.0f, 0, 4000); }
 
 TEST_F(Sampling, TopThreeAtTemperatureOne) { check(1.0f, 3, 4000); }
+
+// Top-p on a hand-computed distribution. softmax(logits_) is, for tokens 0..7,
+//   0.0189 0.0311 0.0513 0.0659 0.0846 0.1394 0.2299 0.3790,
+// so from the likeliest down the cumulative sums are 0.3790 (7), 0.6089 (6),
+// 0.7483 (5), 0.8329 (4), 0.8987 (3), 0.9500 (2), 0.9811 (1), 1 (0).
+TEST_F(Sampling, TopPKeepsTheSmallestPrefixReachingP) {
+  check_nucleus(0, 0.30f, {7});              // 0.3790 >= 0.30: the likeliest alone
+  check_nucleus(0, 0.50f, {6, 7});           // 0.6089 >= 0.50 > 0.3790
+  check_nucleus(0, 0.70f, {5, 6, 7});        // 0.7483 >= 0.70 > 0.6089
+  check_nucleus(0, 0.85f, {3, 4, 5, 6, 7});  // 0.8987 >= 0.85 > 0.8329
+  check_nucleus(0, 1.00f, {0, 1, 2, 3, 4, 5, 6, 7});
+  check_nucleus(0, 1e-6f, {7});  // never empty
+}
+
+// Top-p applies to the distribution left by top-k, renormalised (as Hugging
+// Face's warpers do): over tokens 5..7 the cumulative sums are 0.5065 (7),
+// 0.8137 (6), 1, so p = 0.7 keeps {6, 7}; applied to the full distribution it
+// would keep {5, 6, 7} (0.7483).
+TEST_F(Sampling, TopPAppliesAfterTopK) { check_nucleus(3, 0.70f, {6, 7}); }
 
 }  // namespace
 }  // namespace fd::engine
