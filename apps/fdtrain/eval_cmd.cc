@@ -30,6 +30,7 @@
 
 #include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
 #include "lib/base/log.h"
 #include "lib/ckpt/inference_model.h"
 #include "lib/data/token_file.h"
@@ -72,8 +73,11 @@ engine::EvalProgress progress_line(bool on) {
 
 int run_eval(const EvalOptions& o) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(o.data, ec))
-    usage_error("--data {}: no such file; give a text file or an llm.c .bin token file", o.data);
+  if (!std::filesystem::is_regular_file(o.data, ec)) {
+    const std::string kind = describe_file_type(o.data);
+    usage_error("--data {}: {}; give a text file or an llm.c .bin token file", o.data,
+                kind.empty() ? std::string("no such file") : "is " + kind + ", not a regular file");
+  }
   if (o.windows == 0 || o.windows < -1) usage_error("--windows must be >= 1, got {}", o.windows);
   if (o.batch < 1) usage_error("--batch must be >= 1, got {}", o.batch);
   if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);

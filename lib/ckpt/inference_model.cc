@@ -95,13 +95,22 @@ int64_t run_last_step(const fs::path& run, std::string* from) {
         "a step directory or a weights file",
         where, (run / "checkpoints").string());
   const int every = recipe->checkpoint.every;
-  if (every == 0)
+  if (every == 0 && !recipe->checkpoint.at_end)
     usage_error(
-        "{} has no checkpoints: the run saved none (checkpoint.every: 0 in {}); train with "
-        "checkpoint.every=N to save one every N steps and at the end",
+        "{} has no checkpoints: the run saved none (checkpoint.every: 0 and checkpoint.at_end: "
+        "false in {}); train with checkpoint.at_end=true (the default) to save the weights at the "
+        "end, or checkpoint.every=N to save every N steps",
         where, config.string());
   std::string from;
   const int64_t last = run_last_step(run, &from);
+  if (every == 0)
+    usage_error(
+        "{} has no checkpoints: the run saves its weights only at its end (checkpoint.every: 0) "
+        "and has not saved them ({}); wait for it to finish, or train with checkpoint.every=N "
+        "to save every N steps",
+        where,
+        last < 0 ? std::string("no step logged yet")
+                 : fmt::format("it got to step {}, {}", last, from));
   if (last < 0)
     usage_error(
         "{} has no checkpoints: checkpoint.every is {}, but the run has logged no step yet "

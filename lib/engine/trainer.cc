@@ -20,7 +20,6 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/rng.h"
-#include "lib/base/sha256.h"
 #include "lib/base/strings.h"
 #include "lib/config/load.h"
 #include "lib/config/paths.h"
@@ -28,7 +27,9 @@
 #include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
+#include "lib/engine/dataset.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/progress.h"
@@ -70,16 +71,6 @@ DType compute_dtype(config::Precision p) {
   return DType::kF32;
 }
 
-std::string file_sha256(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) usage_error("{}: cannot read the file", path);
-  Sha256 sha;
-  std::vector<char> buf(1 << 20);
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) sha.update(buf.data(), n);
-  std::fclose(f);
-  return sha.hex_digest();
-}
 
 // Laps the wall clock for --profile: each lap adds its time, less the
 // communication wait inside it, to one phase, and that wait to `wait`. Off, it
@@ -155,38 +146,6 @@ std::string this_host() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "?";
   return buf;
-}
-
-// Opens the dataset; on a bad file, names the recipe entry that brought it in.
-std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
-  data::DatasetOptions o;
-  o.train_files = r.data.train;
-  o.val_files = r.data.val;
-  o.format = r.data.format == config::DataFormat::kTokens ? data::TokenFormat::kLlmc
-                                                          : data::TokenFormat::kText;
-  o.val_fraction = r.data.val_fraction;
-  o.seq_len = r.data.seq_len;
-  o.vocab_size = r.model.vocab_size;
-  try {
-    return std::make_unique<data::TokenDataset>(o);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kUsage) throw;
-    // Find the file at fault to point at its line in the recipe.
-    auto locate = [&](const std::vector<std::string>& files, const char* key) -> std::string {
-      for (size_t i = 0; i < files.size(); ++i) {
-        try {
-          data::TokenFile::open(files[i], o.format, o.vocab_size);
-        } catch (const Error&) {
-          return fmt::format("{}: {}[{}]: ", r.where(fmt::format("{}[{}]", key, i)), key, i);
-        }
-      }
-      return "";
-    };
-    std::string where = locate(o.train_files, "data.train");
-    if (where.empty()) where = locate(o.val_files, "data.val");
-    if (where.empty()) where = fmt::format("{}: ", r.where("data"));
-    throw Error(ErrorKind::kUsage, where + e.what());
-  }
 }
 
 }  // namespace
@@ -379,7 +338,7 @@ void Trainer::setup(const TrainOptions& options) {
   if (!recipe_.model.init_from.empty()) {
     ckpt::load_weights(recipe_.model.init_from, *model_,
                        fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
-    if (lora.enabled()) base_sha256_ = file_sha256(recipe_.model.init_from);
+    if (lora.enabled()) base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
   }
   if (recipe_.lora && !recipe_.lora->adapter.empty()) load_adapter(recipe_.lora->adapter, lora);
   if (lora.enabled() && comm_.rank() == 0) {
@@ -559,13 +518,8 @@ void Trainer::resume_from(const OpenCheckpoint& ck) {
     st.hysteresis_left = meta.loss_scaler->hysteresis_left;
     scaler_->set_state(st);
   }
-  if (meta.base_sha256 != base_sha256_) {
-    usage_error("{}: the checkpoint's LoRA adapters were trained on a base with SHA-256 {}, but "
-                "model.init_from ({}) has {}; resume with the same base file",
-                step_dir, meta.base_sha256.empty() ? "(none)" : meta.base_sha256,
-                recipe_.model.init_from.empty() ? "none" : recipe_.model.init_from,
-                base_sha256_.empty() ? "(none)" : base_sha256_);
-  }
+  ckpt::check_lora_base_digest(step_dir, meta.base_sha256, recipe_.model.init_from, base_sha256_,
+                               "resume with the same base file");
   start_step_ = meta.step;
   skipped_at_start_ = meta.skipped_steps;
   resumed_from_ = step_dir;

@@ -15,8 +15,8 @@
 #   - no checkpoint is lost: `latest`, if any, passes `fdtrain ckpt inspect`
 #     (every checksum), and is no older than the last step the job logged
 #     allows (a checkpoint for step c is complete before step c + 1 starts);
-#   - `--resume auto` then completes from that checkpoint (or from scratch if
-#     there was none) with the final weights (summary.json weights_sha256) of
+#   - `--resume auto --overwrite` (a requeue script's command) then completes
+#     from that checkpoint (or from scratch if there was none) with the final weights (summary.json weights_sha256) of
 #     an uninterrupted run at the same world size: training is deterministic.
 # Prints one line per trial and a summary (trials, failures, hangs, lost
 # checkpoints, worst time to exit); exits 1 if any trial failed.
@@ -137,7 +137,7 @@ while [ $trial -lt "$TRIALS" ]; do
 
   # Resume to the end: same weights as the uninterrupted run.
   timeout 180 mpirun --oversubscribe --bind-to none -n $n "$FDTRAIN" "${ARGS[@]}" --run-dir "$d" \
-    --resume auto > "$d.resume.log" 2>&1
+    --resume auto --overwrite > "$d.resume.log" 2>&1
   rc2=$?
   if [ $rc2 -ne 0 ]; then
     problems+=("--resume auto exited $rc2: $(grep -m1 'error' "$d.resume.log")")

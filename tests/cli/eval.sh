@@ -78,6 +78,8 @@ else echo "ok: no progress line when stderr is not a terminal"; fi
 
 expect_fail 2 "nope.*does not exist" eval "$TMP/nope" --data "$TMP/val.txt"
 expect_fail 2 "--data .*missing.txt: no such file" eval "$TMP/run" --data "$TMP/missing.txt"
+expect_fail 2 "--data /dev/zero: is a character device, not a regular file" eval "$TMP/run" --data /dev/zero
+expect_fail 2 "--data .*: is a directory, not a regular file" eval "$TMP/run" --data "$TMP"
 expect_fail 2 "--seq-len 33 is longer than the model's context \(max_seq_len 32\)" \
   eval "$TMP/run" --data "$TMP/three.txt" --seq-len 33
 expect_fail 2 "holds 60 tokens: room for 3 windows of seq_len \+ 1 = 17 tokens, not 4" \

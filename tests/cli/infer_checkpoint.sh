@@ -53,9 +53,9 @@ err=$(stderr_of generate "$TMP/run" --max-tokens 2)
 check "without summary.json, the last step comes from metrics.jsonl" "$err" "$STALE"
 
 # No checkpoint at all.
-"$FDTRAIN" train "$R" checkpoint.every=0 --run-dir "$TMP/none" --no-progress > /dev/null 2>&1 \
+"$FDTRAIN" train "$R" checkpoint.every=0 checkpoint.at_end=false --run-dir "$TMP/none" --no-progress > /dev/null 2>&1 \
   || { echo "FAIL: run without checkpoints"; exit 1; }
-NONE="none has no checkpoints: the run saved none \(checkpoint.every: 0 in .*config.yaml\).*checkpoint.every=N"
+NONE="none has no checkpoints: the run saved none \(checkpoint.every: 0 and checkpoint.at_end: false in .*config.yaml\).*checkpoint.at_end=true"
 expect_fail 2 "$NONE" eval "$TMP/none" --data "$TMP/val.txt"
 expect_fail 2 "$NONE" generate "$TMP/none"
 # Checkpoints were due (every 3) but are not there.

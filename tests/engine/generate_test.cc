@@ -117,6 +117,21 @@ class Generate : public ::testing::Test {
         for (int64_t i = 0; i < p->value.numel(); ++i) p->value.f32()[i] *= 20.0f;
   }
   nn::Gpt model_{tiny()};
+
+  // Each token of `out`, generated after `seq`, is the argmax of the model's
+  // logits over the context generate() used; marks the tokens in `picked`.
+  void expect_argmax(std::vector<int32_t> seq, const std::vector<int32_t>& out, int32_t prompt,
+                     std::vector<bool>& picked) {
+    ContextRule rule(tiny().max_seq_len, seq.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<float> l = last_logits(model_, seq, int64_t(rule.length()));
+      rule.advance();
+      const int32_t want = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      EXPECT_EQ(out[i], want) << "prompt " << prompt << " token " << i;
+      picked[size_t(out[i])] = true;
+      seq.push_back(out[i]);
+    }
+  }
 };
 
 TEST_F(Generate, DeterministicInSeedAndInRange) {
@@ -203,15 +218,7 @@ TEST_F(Generate, TopOneIsArgmaxOfTheModelsLogits) {
     std::vector<int32_t> seq = {first, 2 * first + 1, 31 - first};
     std::vector<int32_t> out = generate(model_, seq, o);
     ASSERT_EQ(out.size(), 16u);
-    ContextRule rule(tiny().max_seq_len, seq.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<float> l = last_logits(model_, seq, int64_t(rule.length()));
-      rule.advance();
-      const int32_t want = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-      EXPECT_EQ(out[i], want) << "prompt " << first << " token " << i;
-      picked[size_t(out[i])] = true;
-      seq.push_back(out[i]);
-    }
+    expect_argmax(seq, out, first, picked);
   }
   EXPECT_GE(std::count(picked.begin(), picked.end(), true), 2);  // the check has teeth
 }
@@ -235,15 +242,7 @@ TEST_F(Generate, TemperatureZeroIsArgmax) {
     top1.top_k = 1;
     top1.top_p = 1.0f;
     EXPECT_EQ(out, generate(model_, seq, top1)) << "prompt " << first;
-    ContextRule rule(tiny().max_seq_len, seq.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<float> l = last_logits(model_, seq, int64_t(rule.length()));
-      rule.advance();
-      const int32_t want = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-      EXPECT_EQ(out[i], want) << "prompt " << first << " token " << i;
-      picked[size_t(out[i])] = true;
-      seq.push_back(out[i]);
-    }
+    expect_argmax(seq, out, first, picked);
   }
   EXPECT_GE(std::count(picked.begin(), picked.end(), true), 2);  // the check has teeth
 }
