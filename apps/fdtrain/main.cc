@@ -41,6 +41,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/strings.h"
+#include "lib/base/version.h"
 #include "lib/ckpt/export.h"
 #include "lib/config/load.h"
 #include "lib/dist/fault.h"
@@ -52,7 +53,6 @@
 
 namespace {
 
-constexpr const char* kVersion = "fdtrain 0.1.0";
 
 void print_warnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "fdtrain: warning: %s\n", w.c_str());
@@ -131,7 +131,7 @@ int run(int argc, char** argv) {
       "fdtrain: memory-efficient distributed training of transformer language models "
       "from a YAML recipe",
       "fdtrain"};  // the name in "Usage: fdtrain ckpt export ..." (args come without argv[0])
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", std::string("fdtrain ") + fd::version());
   app.require_subcommand(1);
   app.footer("'fdtrain help COMMAND' (or 'fdtrain COMMAND --help') shows a command's options.");
 

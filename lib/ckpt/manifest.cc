@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -132,11 +133,14 @@ Manifest read_manifest(const std::string& dir) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const nlohmann::json::parse_error& e) {
     usage_error(
-        "{} is not valid JSON ({}); the checkpoint is corrupt; resume from another "
+        "{} is not valid JSON (at byte {}); the checkpoint is corrupt; resume from another "
         "checkpoint",
-        path, e.what());
+        path, e.byte);
+  } catch (const nlohmann::json::exception&) {
+    usage_error("{} is not valid JSON; the checkpoint is corrupt; resume from another checkpoint",
+                path);
   }
   Manifest m;
   try {
@@ -240,13 +244,20 @@ std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
   fs::path latest = fs::path(checkpoints_dir) / "latest";
   std::error_code ec;
   if (!fs::exists(latest, ec)) return std::nullopt;
+  if (!fs::is_regular_file(fs::symlink_status(latest, ec)))
+    usage_error("{} is not the plain file fdtrain writes (a directory or a link); delete it or "
+                "write the name of a complete step directory into a file of that name",
+                latest.string());
   std::string name = read_text(latest.string());
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  if (name.empty() || name.find('/') != std::string::npos)
+  const bool plain = name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+                     });
+  if (name.empty() || !plain)
     usage_error(
-        "{} does not name a step directory (it holds '{}'); delete it or write the name "
+        "{} does not name a step directory (it holds {}); delete it or write the name "
         "of a complete step directory into it",
-        latest.string(), name);
+        latest.string(), plain ? "nothing" : fmt::format("{} bytes of something else", name.size()));
   fs::path dir = fs::path(checkpoints_dir) / name;
   if (!fs::is_directory(dir, ec))
     usage_error(

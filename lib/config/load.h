@@ -54,5 +54,18 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 // out, data globs expanded to their files, numbers printed so that they read
 // back exactly. Loading it again yields an equal Recipe.
 std::string to_yaml(const Recipe& recipe);
+// to_yaml()'s first line begins so: it marks the config.yaml of a run directory.
+inline constexpr const char* kResolvedHeader = "# fdtrain recipe, fully resolved";
+
+// The resolved recipe as the list of its fields, in to_yaml()'s order: the
+// one place that enumerates a Recipe's fields for output (to_yaml() writes
+// them, diff_recipes() compares them).
+struct RecipeField {
+  std::string path;                // "optimizer.lr"; a top-level key has no dot ("steps")
+  std::string value;               // the YAML scalar or flow list ("3e-04", "[0.9, 0.95]")
+  std::vector<std::string> items;  // block: the list's entries, as YAML scalars
+  bool block = false;              // written as a block list (data.train, data.val)
+};
+std::vector<RecipeField> recipe_fields(const Recipe& recipe);
 
 }  // namespace fd::config

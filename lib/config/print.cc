@@ -2,8 +2,11 @@
 // (sections in schema order, one key per line) and numbers round-trip.
 #include <fmt/format.h>
 
-#include <iterator>
+#include <fmt/ranges.h>
+
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lib/config/load.h"
 
@@ -69,84 +72,121 @@ std::string str(const std::string& s) {
   return out + "\"";
 }
 
-std::string path_list(const std::vector<std::string>& files) {
-  if (files.empty()) return " []\n";
-  std::string out = "\n";
-  for (const auto& f : files) out += fmt::format("    - {}\n", str(f));
-  return out;
-}
-
 std::string int_list(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+
+std::string boolean(bool b) { return b ? "true" : "false"; }
 
 }  // namespace
 
-std::string to_yaml(const Recipe& r) {
-  std::string y;
-  auto out = std::back_inserter(y);
-  fmt::format_to(out, "# fdtrain recipe, fully resolved: includes inlined, defaults filled in,\n");
-  fmt::format_to(out, "# data globs expanded. See docs/RECIPE.md.\n");
+std::vector<RecipeField> recipe_fields(const Recipe& r) {
+  std::vector<RecipeField> f;
+  auto add = [&](const char* path, std::string value) {
+    f.push_back({path, std::move(value), {}, false});
+  };
+  auto add_list = [&](const char* path, const std::vector<std::string>& files) {
+    RecipeField x{path, "", {}, true};
+    for (const auto& s : files) x.items.push_back(str(s));
+    f.push_back(std::move(x));
+  };
   const auto& m = r.model;
-  fmt::format_to(out, "model:\n");
-  fmt::format_to(out, "  arch: {}\n", to_string(m.arch));
-  fmt::format_to(out, "  n_layer: {}\n  n_head: {}\n  d_model: {}\n", m.n_layer, m.n_head,
-                 m.d_model);
-  fmt::format_to(out, "  vocab_size: {}\n  max_seq_len: {}\n", m.vocab_size, m.max_seq_len);
-  fmt::format_to(out, "  init_from: {}\n", str(m.init_from));
+  add("model.arch", std::string(to_string(m.arch)));
+  add("model.n_layer", std::to_string(m.n_layer));
+  add("model.n_head", std::to_string(m.n_head));
+  add("model.d_model", std::to_string(m.d_model));
+  add("model.vocab_size", std::to_string(m.vocab_size));
+  add("model.max_seq_len", std::to_string(m.max_seq_len));
+  add("model.init_from", str(m.init_from));
   const auto& d = r.data;
-  fmt::format_to(out, "data:\n  format: {}\n", to_string(d.format));
-  fmt::format_to(out, "  train:{}", path_list(d.train));
-  fmt::format_to(out, "  val:{}", path_list(d.val));
-  fmt::format_to(out, "  val_fraction: {}\n  seq_len: {}\n", number(d.val_fraction), d.seq_len);
+  add("data.format", std::string(to_string(d.format)));
+  add_list("data.train", d.train);
+  add_list("data.val", d.val);
+  add("data.val_fraction", number(d.val_fraction));
+  add("data.seq_len", std::to_string(d.seq_len));
   const auto& b = r.batch;
-  fmt::format_to(out, "batch:\n  micro: {}\n  accumulation: {}\n  global: {}\n", b.micro,
-                 b.accumulation, b.global);
+  add("batch.micro", std::to_string(b.micro));
+  add("batch.accumulation", std::to_string(b.accumulation));
+  add("batch.global", std::to_string(b.global));
   const auto& o = r.optimizer;
-  fmt::format_to(out, "optimizer:\n  name: {}\n  lr: {}\n", to_string(o.name), number(o.lr));
-  fmt::format_to(out, "  betas: [{}, {}]\n", number(o.betas[0]), number(o.betas[1]));
-  fmt::format_to(out, "  eps: {}\n  weight_decay: {}\n  grad_clip: {}\n", number(o.eps),
-                 number(o.weight_decay), number(o.grad_clip));
+  add("optimizer.name", std::string(to_string(o.name)));
+  add("optimizer.lr", number(o.lr));
+  add("optimizer.betas", fmt::format("[{}, {}]", number(o.betas[0]), number(o.betas[1])));
+  add("optimizer.eps", number(o.eps));
+  add("optimizer.weight_decay", number(o.weight_decay));
+  add("optimizer.grad_clip", number(o.grad_clip));
   const auto& s = r.schedule;
-  fmt::format_to(out, "schedule:\n  name: {}\n  warmup_steps: {}\n  min_lr: {}\n",
-                 to_string(s.name), s.warmup_steps, number(s.min_lr));
-  fmt::format_to(out, "precision: {}\n", to_string(r.precision));
+  add("schedule.name", std::string(to_string(s.name)));
+  add("schedule.warmup_steps", std::to_string(s.warmup_steps));
+  add("schedule.min_lr", number(s.min_lr));
+  add("precision", std::string(to_string(r.precision)));
   const auto& l = r.loss_scale;
-  fmt::format_to(out, "loss_scale:\n  loss_scale: {}\n  initial_scale_power: {}\n",
-                 number(l.loss_scale), l.initial_scale_power);
-  fmt::format_to(out, "  loss_scale_window: {}\n  hysteresis: {}\n", l.loss_scale_window,
-                 l.hysteresis);
-  fmt::format_to(out, "  consecutive_hysteresis: {}\n  min_loss_scale: {}\n",
-                 l.consecutive_hysteresis, number(l.min_loss_scale));
-  const auto& z = r.zero;
-  fmt::format_to(out, "zero:\n  stage: {}\n  overlap_comm: {}\n", z.stage, z.overlap_comm);
-  fmt::format_to(out, "dist:\n  timeout_s: {}\n", number(r.dist.timeout_s));
+  add("loss_scale.loss_scale", number(l.loss_scale));
+  add("loss_scale.initial_scale_power", std::to_string(l.initial_scale_power));
+  add("loss_scale.loss_scale_window", std::to_string(l.loss_scale_window));
+  add("loss_scale.hysteresis", std::to_string(l.hysteresis));
+  add("loss_scale.consecutive_hysteresis", boolean(l.consecutive_hysteresis));
+  add("loss_scale.min_loss_scale", number(l.min_loss_scale));
+  add("zero.stage", std::to_string(r.zero.stage));
+  add("zero.overlap_comm", boolean(r.zero.overlap_comm));
+  add("dist.timeout_s", number(r.dist.timeout_s));
   if (!r.lora) {
-    fmt::format_to(out, "lora: null\n");
+    add("lora", "null");
   } else {
     const auto& a = *r.lora;
-    fmt::format_to(out, "lora:\n  r: {}\n  alpha: {}\n  dropout: {}\n", a.r, number(a.alpha),
-                   number(a.dropout));
+    add("lora.r", std::to_string(a.r));
+    add("lora.alpha", number(a.alpha));
+    add("lora.dropout", number(a.dropout));
     std::vector<std::string> targets;
     for (const auto& t : a.targets) targets.push_back(str(t));
-    fmt::format_to(out, "  targets: [{}]\n", fmt::join(targets, ", "));
-    fmt::format_to(out, "  layers: {}\n",
-                   a.layers.empty() ? std::string("all") : int_list(a.layers));
-    fmt::format_to(out, "  adapter: {}\n", str(a.adapter));
+    add("lora.targets", fmt::format("[{}]", fmt::join(targets, ", ")));
+    add("lora.layers", a.layers.empty() ? std::string("all") : int_list(a.layers));
+    add("lora.adapter", str(a.adapter));
   }
   const auto& ac = r.activation_checkpointing;
-  fmt::format_to(out, "activation_checkpointing:\n  layers: {}\n",
-                 ac.layers.empty() ? std::string("none") : int_list(ac.layers));
-  fmt::format_to(out, "checkpoint:\n  every: {}\n  keep_last: {}\n  at_end: {}\n",
-                 r.checkpoint.every, r.checkpoint.keep_last, r.checkpoint.at_end);
+  add("activation_checkpointing.layers",
+      ac.layers.empty() ? std::string("none") : int_list(ac.layers));
+  add("checkpoint.every", std::to_string(r.checkpoint.every));
+  add("checkpoint.keep_last", std::to_string(r.checkpoint.keep_last));
+  add("checkpoint.at_end", boolean(r.checkpoint.at_end));
   const auto& g = r.logging;
-  fmt::format_to(out, "logging:\n  every: {}\n  eval_every: {}\n  eval_batches: {}\n", g.every,
-                 g.eval_every, g.eval_batches);
-  fmt::format_to(out, "  sample_tokens: {}\n  sample_prompt: {}\n", g.sample_tokens,
-                 str(g.sample_prompt));
-  fmt::format_to(out, "  sample_temperature: {}\n  sample_top_k: {}\n",
-                 number(g.sample_temperature), g.sample_top_k);
-  fmt::format_to(out, "device: {}\nthreads: {}\nseed: {}\nsteps: {}\n", to_string(r.device),
-                 r.threads, r.seed, r.steps);
-  fmt::format_to(out, "max_loss: {}\n", number(r.max_loss));
+  add("logging.every", std::to_string(g.every));
+  add("logging.eval_every", std::to_string(g.eval_every));
+  add("logging.eval_batches", std::to_string(g.eval_batches));
+  add("logging.sample_tokens", std::to_string(g.sample_tokens));
+  add("logging.sample_prompt", str(g.sample_prompt));
+  add("logging.sample_temperature", number(g.sample_temperature));
+  add("logging.sample_top_k", std::to_string(g.sample_top_k));
+  add("device", std::string(to_string(r.device)));
+  add("threads", std::to_string(r.threads));
+  add("seed", std::to_string(r.seed));
+  add("steps", std::to_string(r.steps));
+  add("max_loss", number(r.max_loss));
+  return f;
+}
+
+std::string to_yaml(const Recipe& r) {
+  std::string y = std::string(kResolvedHeader) +
+                  ": includes inlined, defaults filled in,\n"
+                  "# data globs expanded. See docs/RECIPE.md.\n";
+  std::string section;  // the section whose keys are being written
+  for (const RecipeField& f : recipe_fields(r)) {
+    const size_t dot = f.path.find('.');
+    const std::string sec = dot == std::string::npos ? "" : f.path.substr(0, dot);
+    const std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
+    if (!sec.empty() && sec != section) y += sec + ":\n";
+    section = sec;
+    const std::string indent = sec.empty() ? "" : "  ";
+    if (f.block) {
+      // A block list of paths, one per line ([] when empty).
+      if (f.items.empty()) {
+        y += indent + key + ": []\n";
+      } else {
+        y += indent + key + ":\n";
+        for (const std::string& item : f.items) y += indent + "  - " + item + "\n";
+      }
+    } else {
+      y += indent + key + ": " + f.value + "\n";
+    }
+  }
   return y;
 }
 

@@ -1,6 +1,7 @@
 #include "lib/engine/checkpointing.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <csignal>
@@ -18,38 +19,6 @@
 namespace fd::engine {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// "key.path: value" for every leaf of a resolved recipe, from its YAML text.
-std::map<std::string, std::string> flatten(const std::string& yaml) {
-  std::map<std::string, std::string> out;
-  std::string section;
-  std::string list_key;
-  for (const std::string& raw : split(yaml, '\n')) {
-    if (raw.empty() || raw[0] == '#') continue;
-    const bool indented = raw[0] == ' ';
-    std::string line = raw.substr(raw.find_first_not_of(' '));
-    if (line.rfind("- ", 0) == 0) {  // block list item
-      out[list_key] += (out[list_key].empty() ? "" : ", ") + line.substr(2);
-      continue;
-    }
-    size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, colon);
-    std::string value = colon + 1 < line.size() ? line.substr(colon + 2) : "";
-    std::string path = indented ? section + "." + key : key;
-    if (!indented && value.empty()) {
-      section = key;
-      continue;
-    }
-    list_key = path;
-    out[path] = value;
-  }
-  return out;
-}
-
-}  // namespace
 
 namespace {
 
@@ -123,16 +92,39 @@ std::vector<std::string> tidy_checkpoints(const fs::path& root) {
   return done;
 }
 
+namespace {
+
+// Opens and verifies `dir`; a step directory must be named for the step its
+// manifest records (a renamed copy would resume at the wrong place).
+std::unique_ptr<OpenCheckpoint> open_checked(const fs::path& dir) {
+  auto ck = std::make_unique<OpenCheckpoint>(dir);
+  const std::string name = fs::path(ck->dir()).filename().string();
+  const std::string want = ckpt::step_dir_name(ck->meta().step);
+  if (name.rfind("step_", 0) == 0 && name != want)
+    usage_error("{}: the checkpoint in it is of step {}, but the directory is named {}: it was "
+                "renamed or copied; rename it to {}, or give the directory of the step you mean",
+                ck->dir().string(), ck->meta().step, name, want);
+  return ck;
+}
+
+}  // namespace
+
 ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool overwrite,
                        int64_t steps) {
   ResumePlan plan;
   const RunDirState state = read_run_dir_state(run_dir);
+  if (state.foreign) refuse_existing_run(run_dir, state);
   if (resume.empty()) {
     if (state.holds_run && !overwrite) refuse_existing_run(run_dir, state);
     return plan;
   }
+  const fs::path root = run_dir / "checkpoints";
+  std::error_code ec;
+  if (fs::exists(root / "latest", ec) && !fs::is_regular_file(fs::symlink_status(root / "latest", ec)))
+    usage_error("{}: is not the plain file fdtrain writes (a directory or a link); nothing was "
+                "changed. Remove it: --resume auto then finds the newest checkpoint itself",
+                (root / "latest").string());
   if (resume == "auto") {
-    const fs::path root = run_dir / "checkpoints";
     std::vector<fs::path> candidates;
     std::optional<std::string> latest;
     try {
@@ -146,7 +138,7 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
       if (!latest || fs::path(*latest) != d) candidates.push_back(d);
     for (const fs::path& d : candidates) {
       try {
-        plan.checkpoint = std::make_unique<OpenCheckpoint>(d);
+        plan.checkpoint = open_checked(d);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kUsage) throw;
         plan.warnings.push_back(fmt::format("passing over {}: {}", d.string(), e.what()));
@@ -174,7 +166,7 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
       usage_error("--resume {}: no such file or directory; give a checkpoint step directory, a "
                   "run's checkpoints/ directory, or --resume auto",
                   resume);
-    plan.checkpoint = std::make_unique<OpenCheckpoint>(ckpt::resolve_step_dir(resume));
+    plan.checkpoint = open_checked(ckpt::resolve_step_dir(resume));
     plan.in_place = belongs_to(plan.checkpoint->dir(), run_dir);
     if (!plan.in_place && state.holds_run && !overwrite)
       usage_error(
@@ -184,11 +176,45 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
           run_dir.string(), state.description, plan.checkpoint->dir().string(), run_dir.string());
   }
   plan.step = plan.checkpoint->meta().step;
+  if (plan.in_place) {
+    // Checkpoints after the one resumed belong to a history this run replaces
+    // (its metrics after plan.step are dropped too): never two histories in
+    // one directory. --resume auto passes over only those that do not verify.
+    for (const fs::path& d : step_dirs_newest_first(root))
+      if (d.filename().string() > ckpt::step_dir_name(plan.step)) plan.newer.push_back(d);
+    if (!plan.newer.empty() && resume != "auto" && !overwrite) {
+      std::vector<std::string> names;
+      for (const fs::path& d : plan.newer) names.push_back(d.filename().string());
+      usage_error(
+          "{}: the run has checkpoints after step {} ({}); resuming from step {} in place would "
+          "mix two histories in one directory; nothing was changed. Pass --overwrite to discard "
+          "the later checkpoints and metrics and continue from step {}, or resume into a new "
+          "--run-dir",
+          run_dir.string(), plan.step, fmt::join(names, ", "), plan.step, plan.step);
+    }
+  }
   if (plan.step > steps)
     usage_error("{}: the checkpoint is at step {}, beyond steps = {}; raise steps to train on",
                 plan.checkpoint->dir().string(), plan.step, steps);
   plan.kind = plan.step == steps ? ResumePlan::Kind::kFinished : ResumePlan::Kind::kResume;
   return plan;
+}
+
+std::vector<std::string> discard_newer(const std::vector<fs::path>& newer, int64_t step,
+                                       const fs::path& root) {
+  std::vector<std::string> done;
+  std::error_code ec;
+  for (const fs::path& d : newer) {
+    fs::remove_all(d, ec);
+    if (ec)
+      runtime_error("cannot remove {}: {}; remove it, then resume again", d.string(), ec.message());
+    done.push_back(fmt::format("removed {}: the run continues from step {}, and this later "
+                               "checkpoint belongs to the history it replaces",
+                               d.string(), step));
+  }
+  // `latest` names the step the run continues from until its next save.
+  if (named_step(root / "latest") != step) ckpt::write_latest(root.string(), step);
+  return done;
 }
 
 OpenCheckpoint::OpenCheckpoint(const fs::path& step_dir)
@@ -211,27 +237,6 @@ void OpenCheckpoint::read(const std::string& segment, const std::string& field, 
   if (!found)
     usage_error("{}: holds no segment '{}'; the checkpoint is of a different model",
                 dir_.string(), segment);
-}
-
-RecipeDiff diff_recipes(const config::Recipe& saved, const config::Recipe& now) {
-  RecipeDiff d;
-  auto a = flatten(config::to_yaml(saved)), b = flatten(config::to_yaml(now));
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : a) keys.push_back(k);
-  for (const auto& [k, v] : b)
-    if (!a.count(k)) keys.push_back(k);
-  for (const std::string& k : keys) {
-    std::string va = a.count(k) ? a[k] : "(absent)", vb = b.count(k) ? b[k] : "(absent)";
-    if (va == vb) continue;
-    std::string line = fmt::format("{}: {} -> {}", k, va, vb);
-    // Shapes and the trainable set: the model's dimensions and the adapters'
-    // rank, targets and layers. Which base file (model.init_from) is checked by
-    // its digest instead; alpha, dropout and the adapter directory may change.
-    const bool shape = (k.rfind("model.", 0) == 0 && k != "model.init_from") || k == "lora" ||
-                       k == "lora.r" || k == "lora.targets" || k == "lora.layers";
-    (shape ? d.refused : d.warnings).push_back(line);
-  }
-  return d;
 }
 
 std::vector<ckpt::ParamLayout> layout_of(const nn::Module& model) {
@@ -323,12 +328,19 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     for (int r = 0; r < comm.size(); ++r)
       m.digests.push_back(
           {uint64_t(digests[2 * size_t(r)]), uint32_t(digests[2 * size_t(r) + 1])});
-    ckpt::write_manifest(tmp.string(), m);
-    maybe_kill(req.fault, 0, req.step, 3);
-    // A step saved again after a resume replaces the old directory atomically.
-    ckpt::replace_directory(tmp.string(), final_dir.string());
-    maybe_kill(req.fault, 0, req.step, 4);
-    ckpt::write_latest(root.string(), req.step);
+    try {
+      ckpt::write_manifest(tmp.string(), m);
+      maybe_kill(req.fault, 0, req.step, 3);
+      // A step saved again after a resume replaces the old directory atomically.
+      ckpt::replace_directory(tmp.string(), final_dir.string());
+      maybe_kill(req.fault, 0, req.step, 4);
+      ckpt::write_latest(root.string(), req.step);
+    } catch (const Error&) {
+      // As for a shard: a partial checkpoint (or pointer) only takes space.
+      fs::remove_all(tmp, ec);
+      fs::remove(root / "latest.tmp", ec);
+      throw;
+    }
     // Only now that the new checkpoint is complete: drop the oldest beyond keep_last.
     std::vector<fs::path> steps;
     for (const auto& e : fs::directory_iterator(root, ec))

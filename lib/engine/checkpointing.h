@@ -67,6 +67,10 @@ struct ResumePlan {
   bool in_place = false;
   // Lines for rank 0's log: a damaged `latest` passed over, and why.
   std::vector<std::string> warnings;
+  // in_place: the run's step directories after `step` (--resume auto: those
+  // that do not verify; --resume PATH: only with overwrite). They belong to a
+  // history this run replaces: discard_newer() removes them when it starts.
+  std::vector<std::filesystem::path> newer;
 };
 
 // Decides how the run in `run_dir` starts. `resume`: "" (fresh), "auto"
@@ -79,21 +83,20 @@ struct ResumePlan {
 //     start would replace it); with no run there, kFresh;
 //   - a path that holds no checkpoint that verifies;
 //   - a path outside `run_dir` while `run_dir` holds another run and !overwrite;
-//   - a checkpoint beyond `steps`.
+//   - a checkpoint beyond `steps`;
+//   - a path in `run_dir` with later checkpoints beside it and !overwrite
+//     (resuming it in place would mix two histories);
+//   - `run_dir`/checkpoints/latest that is not a plain file; a step
+//     directory whose name is not its checkpoint's step.
 // Pure: reads, never writes. Every rank computes the same plan.
 ResumePlan plan_resume(const std::string& resume, const std::filesystem::path& run_dir,
                        bool overwrite, int64_t steps);
 
-// Differences between the recipe a checkpoint was saved with and the current
-// one, as "key: saved -> now" lines. `refused` holds those that change shapes
-// or what is trained (model dimensions; lora r, targets, layers); `warnings`
-// everything else (schedule, steps, batch, data, zero stage, precision,
-// model.init_from, whose identity is checked by digest, ...).
-struct RecipeDiff {
-  std::vector<std::string> refused;
-  std::vector<std::string> warnings;
-};
-RecipeDiff diff_recipes(const config::Recipe& saved, const config::Recipe& now);
+// Rank 0, when a run resumed in place starts: removes `newer` (ResumePlan)
+// and points `checkpoints_dir`/latest at `step`, the resumed one. Returns
+// what was done, one line each, for the log.
+std::vector<std::string> discard_newer(const std::vector<std::filesystem::path>& newer,
+                                       int64_t step, const std::filesystem::path& checkpoints_dir);
 
 // The flat layout of `model` in checkpoint form (names, segments, offsets, shapes).
 std::vector<ckpt::ParamLayout> layout_of(const nn::Module& model);

@@ -21,6 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The summary's reserved space (begin(), write_summary()).
+constexpr const char* kSummaryReserve = ".summary_reserve";
+constexpr off_t kSummaryReserveBytes = 256 * 1024;
+
 // Writes `content` to `path` through a temporary file (`path`.tmp, or
 // `path`.<pid>.tmp for a writer that may race rank 0): write, fsync, rename,
 // then fsync the directory. Returns "" or what failed.
@@ -99,6 +103,14 @@ RunDirState read_run_dir_state(const fs::path& dir) {
   RunDirState s;
   std::error_code ec;
   s.holds_run = fs::exists(dir / "config.yaml", ec);
+  if (s.holds_run) {
+    // fdtrain writes config.yaml with this first line; another program's
+    // config.yaml (a project directory given as --run-dir) is not a run.
+    std::ifstream in(dir / "config.yaml");
+    std::string first;
+    std::getline(in, first);
+    s.foreign = first.rfind(kConfigHeader, 0) != 0 && !fs::exists(dir / "run.json", ec);
+  }
   if (fs::exists(dir / "summary.json", ec)) {
     auto j = nlohmann::json::parse(read_file(dir / "summary.json"), nullptr, false);
     if (!j.is_discarded() && j.is_object()) s.summary = std::move(j);
@@ -108,6 +120,11 @@ RunDirState read_run_dir_state(const fs::path& dir) {
 }
 
 void refuse_existing_run(const fs::path& dir, const RunDirState& state) {
+  if (state.foreign)
+    usage_error("{}: the directory holds a config.yaml that fdtrain did not write, so it is not a "
+                "run directory, and fdtrain would not replace it even with --overwrite; nothing "
+                "was changed. Choose another --run-dir",
+                dir.string());
   usage_error(
       "{}: the run directory already holds {}; nothing was changed. Pass --overwrite to "
       "replace it, --resume auto to continue it from its last checkpoint (with a larger "
@@ -117,20 +134,32 @@ void refuse_existing_run(const fs::path& dir, const RunDirState& state) {
 
 RunDirectory::RunDirectory(fs::path path) : path_(std::move(path)) {
   std::error_code ec;
+  if (fs::is_symlink(path_, ec) && !fs::exists(path_, ec))
+    usage_error("{}: --run-dir is a symbolic link to nothing ({}); choose another --run-dir",
+                path_.string(), fs::read_symlink(path_, ec).string());
   if (fs::exists(path_, ec) && !fs::is_directory(path_, ec))
     usage_error("{}: --run-dir exists and is not a directory; choose another --run-dir",
                 path_.string());
+  // Not the root, and not inside another run directory (its checkpoints/ or
+  // logs/, which that run prunes and --overwrite removes).
+  const fs::path full = fs::weakly_canonical(fs::absolute(path_, ec), ec);
+  if (full == full.root_path())
+    usage_error("{}: --run-dir is the root of the file system; choose a directory of its own",
+                path_.string());
+  for (fs::path p = full.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+    const RunDirState outer = read_run_dir_state(p);
+    if (outer.holds_run && !outer.foreign)
+      usage_error("{}: --run-dir is inside the run directory {}, whose files fdtrain manages "
+                  "(checkpoints are pruned, --overwrite removes them); nothing was changed. "
+                  "Choose a directory outside it",
+                  path_.string(), p.string());
+  }
   created_ = !fs::exists(path_, ec);
   fs::create_directories(path_, ec);
   if (ec)
     usage_error("{}: cannot create the run directory: {}; choose another --run-dir",
                 path_.string(), ec.message());
   lock_ = std::make_unique<RunLock>(path_);
-  // Holding the lock, any *.tmp here is a write an interrupted job left.
-  std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(path_, ec))
-    if (e.path().extension() == ".tmp") stale.push_back(e.path());
-  for (const fs::path& p : stale) fs::remove(p, ec);
   state_ = read_run_dir_state(path_);
 }
 
@@ -147,29 +176,48 @@ RunDirectory::~RunDirectory() {
 }
 
 void RunDirectory::begin(Start start, int64_t resume_step) {
-  begun_ = true;
   std::error_code ec;
+  if (state_.foreign) refuse_existing_run(path_, state_);
+  if (start == Start::kFresh && state_.holds_run) refuse_existing_run(path_, state_);
+  begun_ = true;
+  // Temporary files of fdtrain's own writes that an interrupted job left.
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(path_, ec)) {
+    const std::string n = e.path().filename().string();
+    for (const char* own : {"config.yaml.", "command.txt.", "run.json.", "metrics.jsonl.",
+                            "summary.json."})
+      if (n.rfind(own, 0) == 0 && e.path().extension() == ".tmp") stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
   std::string kept;  // metrics.jsonl's lines a resumed run keeps
   switch (start) {
     case Start::kFresh:
-      if (state_.holds_run) refuse_existing_run(path_, state_);
       break;
     case Start::kReplace: {
-      // The old run's results, its checkpoints included: a replaced run's
-      // `latest` would otherwise be resumed into the new run's metrics.
+      // The old run's results, its checkpoints included (a replaced run's
+      // `latest` would otherwise be resumed into the new run's metrics): what
+      // fdtrain wrote, by name, and nothing else a user put there.
       for (const char* name : {"metrics.jsonl", "summary.json", "command.txt", "run.json",
                                "config.yaml"})
         fs::remove(path_ / name, ec);
-      std::vector<fs::path> events;
-      for (const auto& e : fs::directory_iterator(path_, ec))
-        if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
-          events.push_back(e.path());
-      for (const fs::path& p : events) fs::remove(p, ec);
-      fs::remove_all(path_ / "logs", ec);
-      fs::remove_all(path_ / "checkpoints", ec);
-      if (ec)
-        runtime_error("{}: cannot remove the replaced run's files: {}", path_.string(),
-                      ec.message());
+      auto remove_own = [&](const fs::path& dir, auto&& ours) {
+        std::vector<fs::path> doomed;
+        for (const auto& e : fs::directory_iterator(dir, ec))
+          if (ours(e.path().filename().string())) doomed.push_back(e.path());
+        for (const fs::path& p : doomed) fs::remove_all(p, ec);
+      };
+      remove_own(path_, [](const std::string& n) { return n.rfind("events.out.tfevents.", 0) == 0; });
+      remove_own(path_ / "logs", [](const std::string& n) {
+        return n.rfind("rank", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".log";
+      });
+      remove_own(path_ / "checkpoints", [](const std::string& n) {
+        return n.rfind("step_", 0) == 0 || n.rfind(".step_", 0) == 0 || n == "latest" ||
+               n == "latest.tmp";
+      });
+      // The directories go when nothing of the user's is left in them.
+      fs::remove(path_ / "logs", ec);
+      fs::remove(path_ / "checkpoints", ec);
+      ec.clear();
       break;
     }
     case Start::kResume: {
@@ -192,6 +240,16 @@ void RunDirectory::begin(Start start, int64_t resume_step) {
   metrics_ = std::fopen((path_ / "metrics.jsonl").c_str(), "ae");
   if (metrics_ == nullptr)
     runtime_error("{}: cannot append to metrics.jsonl: {}", path_.string(), std::strerror(errno));
+  // Room for the summary, kept from the start: a run that fails because its
+  // disk filled up can still say so (write_summary frees it first).
+  int fd = ::open((path_ / kSummaryReserve).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    if (::posix_fallocate(fd, 0, kSummaryReserveBytes) != 0) {
+      std::error_code ignored;
+      fs::remove(path_ / kSummaryReserve, ignored);  // no room for it: do without
+    }
+    ::close(fd);
+  }
   // A resumed run ends with a summary of its own; until then there is none,
   // so that summary.json present means "the latest segment ended".
   if (start == Start::kResume) fs::remove(path_ / "summary.json", ec);
@@ -224,6 +282,8 @@ void RunDirectory::append_metrics(const nlohmann::json& record) {
 }
 
 void RunDirectory::write_summary(const nlohmann::json& summary) {
+  std::error_code ec;
+  fs::remove(path_ / kSummaryReserve, ec);
   write_file_atomically(
       "summary.json",
       summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -232,6 +292,7 @@ void RunDirectory::write_summary(const nlohmann::json& summary) {
 bool write_summary_file(const fs::path& dir, const nlohmann::json& summary) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
+  fs::remove(dir / kSummaryReserve, ec);
   return write_atomically(dir / "summary.json",
                           summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
                               "\n",

@@ -6,14 +6,19 @@
 //   RUN/run.json         the command line, recipe path and overrides (a list), at start
 //   RUN/metrics.jsonl    one JSON object per logged step (fields: docs/RUN_DIR.md)
 //   RUN/summary.json     written once at the end, however the run ended
+//   RUN/.summary_reserve 256 KiB held from begin() until the summary is written,
+//                        so that a run stopped by a full disk can still write it
 //
 // Two phases, so that nothing is changed before the whole job agrees to run:
-//   1. The constructor creates the directory if needed, takes the lock, and
-//      removes the temporary files an interrupted writer left (*.tmp). It
-//      reads what the directory holds (state()) and changes nothing else.
-//   2. begin() makes the directory the new run's: kFresh needs a directory
-//      that holds no run; kReplace (--overwrite) removes the old run's files,
-//      checkpoints included; kResume keeps metrics.jsonl's lines up to the
+//   1. The constructor creates the directory if needed (not `/`, not inside
+//      another run directory) and takes the lock. It reads what the directory
+//      holds (state()) and changes nothing else.
+//   2. begin() makes the directory the new run's: it removes the temporary
+//      files of its own writes an interrupted job left (config.yaml.tmp, ...);
+//      kFresh needs a directory that holds no run; kReplace (--overwrite)
+//      removes the old run's files by name (checkpoints' step directories and
+//      `latest`, rank logs, event files; nothing else a user put there);
+//      a config.yaml fdtrain did not write is never replaced; kResume keeps metrics.jsonl's lines up to the
 //      resumed step, rewritten through a temporary file, fsync and rename, so
 //      a failure (a full disk) leaves the old file whole.
 // Every write is checked; a failed one throws fd::Error (kRuntime) naming the
@@ -28,6 +33,8 @@
 #include <optional>
 #include <string>
 
+#include "lib/config/load.h"
+
 namespace fd::engine {
 
 class RunLock;
@@ -35,11 +42,15 @@ class RunLock;
 // What a directory holds before a run starts in it.
 struct RunDirState {
   bool holds_run = false;                // config.yaml present
+  bool foreign = false;  // a config.yaml fdtrain did not write: never used as a run directory
   std::optional<nlohmann::json> summary;  // summary.json, when present and readable
   // "a finished run (completed after 7 of 7 steps)", "a run that did not
   // finish (no summary.json)", ... for messages.
   std::string description;
 };
+
+// The first line of every config.yaml fdtrain writes begins so (config::to_yaml).
+inline constexpr const char* kConfigHeader = config::kResolvedHeader;
 
 // Reads what `dir` holds without changing or locking anything.
 RunDirState read_run_dir_state(const std::filesystem::path& dir);

@@ -21,6 +21,8 @@
 #include "lib/base/log.h"
 #include "lib/base/rng.h"
 #include "lib/base/strings.h"
+#include "lib/base/version.h"
+#include "lib/config/diff.h"
 #include "lib/config/load.h"
 #include "lib/config/paths.h"
 #include "lib/data/byte_tokenizer.h"
@@ -49,7 +51,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int> g_stop_requested{0};
-constexpr const char* kVersion = "0.1.0";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -213,7 +214,7 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
 
 nlohmann::json Trainer::summary_head(const std::string& status, const std::string& exit_reason,
                                      int64_t steps_done) const {
-  return {{"fdtrain_version", kVersion},
+  return {{"fdtrain_version", version()},
           {"status", status},
           {"exit_reason", exit_reason},
           {"steps", steps_done},
@@ -398,6 +399,7 @@ void Trainer::setup(const TrainOptions& options) {
                            MemCategory::kOther, Device::cpu());
 
   resume_in_place_ = plan.in_place;
+  discard_on_start_ = plan.newer;
   if (comm_.rank() == 0) {
     log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
               mc.d_model, mc.vocab_size, mc.max_seq_len, double(mc.num_params()) / 1e6,
@@ -416,6 +418,10 @@ void Trainer::start_run_directory(const TrainOptions& options) {
                                         ? RunDirectory::Start::kReplace
                                         : RunDirectory::Start::kFresh;
   run_dir_->begin(start, start_step_);
+  if (resume_in_place_)
+    for (const std::string& line :
+         discard_newer(discard_on_start_, start_step_, run_dir_->path() / "checkpoints"))
+      log::warn("{}", line);
   run_dir_->write_config(config::to_yaml(recipe_));
   run_dir_->write_command(options.command_line);
   run_dir_->write_run_info({{"command", options.command_line},
@@ -426,7 +432,7 @@ void Trainer::start_run_directory(const TrainOptions& options) {
                             {"world_size", comm_.size()},
                             {"host", this_host()},
                             {"started_at", started_at_},
-                            {"fdtrain_version", kVersion}});
+                            {"fdtrain_version", version()}});
   events_ = std::make_unique<EventFileWriter>(run_dir_->path());
 }
 
@@ -483,7 +489,7 @@ void Trainer::resume_from(const OpenCheckpoint& ck) {
     usage_error("{}: the recipe stored in the checkpoint does not load: {}", step_dir,
                 saved.errors.front());
   }
-  RecipeDiff diff = diff_recipes(saved.recipe, recipe_);
+  config::RecipeDiff diff = config::diff_recipes(saved.recipe, recipe_);
   if (!diff.refused.empty()) {
     std::string lines;
     for (const auto& l : diff.refused) lines += "\n  " + l;
@@ -543,7 +549,7 @@ std::string Trainer::save(int64_t steps_done) {
   m.seed = recipe_.seed;
   m.skipped_steps = skipped_total_;
   m.layout = layout_of(*model_);
-  m.fdtrain_version = kVersion;
+  m.fdtrain_version = version();
   m.base_sha256 = base_sha256_;
   if (scaler_) {
     precision::LossScalerState st = scaler_->state();

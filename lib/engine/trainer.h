@@ -33,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -183,6 +184,7 @@ class Trainer {
   std::string base_sha256_;  // LoRA: SHA-256 of the frozen base's file
   std::string finished_message_;  // see finished()
   bool resume_in_place_ = false;  // the run continues in its own directory
+  std::vector<std::filesystem::path> discard_on_start_;  // ResumePlan::newer
   std::atomic<bool> failure_recorded_{false};
   std::string started_at_;
   int64_t skipped_total_ = 0;

@@ -88,6 +88,51 @@ expect_run 0 train "$R" steps=12 --run-dir "$TMP/b2" --resume "$B/checkpoints/st
        "$TMP/b2/metrics.jsonl" && [ "$(field "$TMP/b2" start_step)" = 5 ] \
   && echo "ok: 3: --resume PATH into a new directory"
 
+# Resuming an older checkpoint in place would mix two histories: refused; with --overwrite the
+# later checkpoints go, and `latest` names the resumed step until the next save.
+before=$(fingerprint "$B")
+expect_fail 2 "b: the run has checkpoints after step 5 \(step_00000012, step_00000010\); resuming from step 5 in place would mix two histories" \
+  train "$R" steps=12 checkpoint.every=5 --run-dir "$B" --resume "$B/checkpoints/step_00000005"
+[ "$before" = "$(fingerprint "$B")" ] || fail "3: the refused in-place resume changed the run directory"
+# (It diverges at once, max_loss=1, exit 1: no new checkpoint, so `latest` must name step 5.)
+expect_run 1 train "$R" steps=7 checkpoint.every=5 checkpoint.at_end=false max_loss=1 --run-dir "$B" \
+  --resume "$B/checkpoints/step_00000005" --overwrite --no-progress
+if [ "$(cat "$B/checkpoints/latest")" = step_00000005 ] && [ ! -e "$B/checkpoints/step_00000010" ] \
+   && [ ! -e "$B/checkpoints/step_00000012" ] \
+   && grep -q "removed .*step_00000010: the run continues from step 5" "$B/logs/rank0.log"; then
+  echo "ok: 3: --overwrite discards the later history; latest names the resumed step"
+else
+  fail "3: later checkpoints after an in-place resume: latest $(cat "$B/checkpoints/latest"), $(ls "$B/checkpoints")"
+fi
+
+# A run directory inside another run's files, or the root: refused before anything is made.
+expect_fail 2 "is inside the run directory .*/b, whose files fdtrain manages" \
+  train "$R" --run-dir "$B/checkpoints/step_00000005/nested" --resume "$B/checkpoints/step_00000005"
+[ ! -e "$B/checkpoints/step_00000005/nested" ] || fail "2: a nested run directory was made"
+expect_fail 2 "is inside the run directory" train "$R" --run-dir "$B/logs/x"
+expect_fail 2 "--run-dir is the root of the file system" train "$R" --run-dir /
+# A directory with a config.yaml of another program is not a run: refused even with --overwrite,
+# and a refusal leaves the user's files (notes.tmp included) alone.
+mkdir -p "$TMP/project/checkpoints/mine"
+echo "name: my project" > "$TMP/project/config.yaml"
+echo x > "$TMP/project/notes.tmp"; echo w > "$TMP/project/checkpoints/mine/weights.bin"
+before=$(fingerprint "$TMP/project")
+expect_fail 2 "holds a config.yaml that fdtrain did not write" train "$R" --run-dir "$TMP/project" --overwrite
+expect_fail 2 "holds a config.yaml that fdtrain did not write" train "$R" --run-dir "$TMP/project" --resume auto
+[ "$before" = "$(fingerprint "$TMP/project")" ] && echo "ok: a foreign directory is left alone" \
+  || fail "a refused run changed a foreign directory"
+# --overwrite of a real run removes what fdtrain wrote, not what the user added.
+mkdir -p "$TMP/b2/checkpoints/mine"; echo w > "$TMP/b2/checkpoints/mine/weights.bin"
+expect_run 0 train "$R" --run-dir "$TMP/b2" --overwrite --no-progress \
+  && [ -f "$TMP/b2/checkpoints/mine/weights.bin" ] && [ -d "$TMP/b2/checkpoints/step_00000007" ] \
+  && [ ! -e "$TMP/b2/checkpoints/step_00000012" ] && echo "ok: --overwrite keeps the user's own files" \
+  || fail "--overwrite and the user's files: $(ls "$TMP/b2/checkpoints")"
+# A `latest` that is a directory, and a step directory renamed: refused / passed over.
+mkdir -p "$TMP/c2" && cp -r "$TMP/c/." "$TMP/c2/" && rm "$TMP/c2/checkpoints/latest" && mkdir "$TMP/c2/checkpoints/latest"
+expect_fail 2 "checkpoints/latest: is not the plain file fdtrain writes" train "$R" steps=30 --run-dir "$TMP/c2" --resume auto
+expect_fail 2 "the checkpoint in it is of step 15, but the directory is named step_00000017" \
+  train "$R" steps=30 --run-dir "$TMP/c3" --resume "$(mv "$TMP/c2/checkpoints/step_00000015" "$TMP/c2/checkpoints/step_00000017" && echo "$TMP/c2/checkpoints/step_00000017")"
+
 # --- 6. --resume auto on a finished run: exit 0, nothing touched ---
 F=$TMP/f
 expect_run 0 train "$R" --run-dir "$F" --no-progress

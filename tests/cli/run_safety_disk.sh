@@ -54,4 +54,21 @@ else
   fail "full-disk resume: exit $rc"; echo "$out" | tail -4 | sed 's/^/    /'; diff <(echo "$before") <(echo "$after")
 fi
 if grep -Eq "terminate called|what\(\)|Segmentation|core dumped|HDF5-DIAG" <<<"$out"; then fail "raw crash output"; fi
+
+# The disk fills up under a running job (another program writes): the metrics line cannot be
+# appended (or the event file written), and the summary is still written, into the room the run kept for it.
+rm -f "$MNT/filler"; rm -rf "$RUN"
+RUN=$MNT/run2
+sed -i 's/^steps: 20/steps: 100000/' "$R"
+"$FDTRAIN" train "$R" --run-dir "$RUN" --no-progress > "$TMP/fill.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q '"step":20[,}]' "$RUN/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+dd if=/dev/zero of="$MNT/filler" bs=4k status=none 2>/dev/null
+wait $pid; rc=$?
+if [ $rc -eq 1 ] && [ "$(field status)" = failed ] && grep -qi "no space left on device" "$RUN/summary.json" \
+   && [ ! -e "$RUN/.summary_reserve" ]; then
+  echo "ok: a disk filled by someone else: exit 1 and a failed summary, written into the reserved room"
+else
+  fail "disk filled while running: exit $rc, status $(field status)"; tail -3 "$TMP/fill.log" | sed 's/^/    /'
+fi
 finish

@@ -49,6 +49,10 @@ std::vector<std::string> tmp_files(const fs::path& dir) {
 
 using Start = RunDirectory::Start;
 
+// config.yaml as fdtrain writes it (its first line marks a run directory).
+const std::string kOldConfig = std::string(kConfigHeader) + "\nold: 1\n";
+const std::string kFirstConfig = std::string(kConfigHeader) + "\nfirst: 1\n";
+
 // Opens `dir` and begins a run in it (the two phases the trainer goes through).
 std::unique_ptr<RunDirectory> begin_run(const fs::path& dir, Start start = Start::kFresh,
                                         int64_t resume_step = -1) {
@@ -88,7 +92,7 @@ TEST_F(RunDir, RefusesAnExistingRunAndLeavesItIntact) {
   const fs::path dir = root_ / "run";
   {
     auto rd = begin_run(dir);
-    rd->write_config("old: 1\n");
+    rd->write_config(kOldConfig);
     rd->append_metrics({{"step", 1}});
     rd->write_summary({{"final_loss", 2.5}});
   }
@@ -102,7 +106,7 @@ TEST_F(RunDir, RefusesAnExistingRunAndLeavesItIntact) {
     EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;   // where
     EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;  // what to do
   }
-  EXPECT_EQ(read(dir / "config.yaml"), "old: 1\n");
+  EXPECT_EQ(read(dir / "config.yaml"), kOldConfig);
   EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 1u);
   EXPECT_TRUE(fs::exists(dir / "summary.json"));
 }
@@ -111,7 +115,7 @@ TEST_F(RunDir, OverwriteReplacesTheOldRunsOutputs) {
   const fs::path dir = root_ / "run";
   {
     auto rd = begin_run(dir);
-    rd->write_config("old: 1\n");
+    rd->write_config(kOldConfig);
     rd->write_command("old command");
     rd->append_metrics({{"step", 1}});
     rd->write_summary({{"final_loss", 2.5}});
@@ -195,7 +199,7 @@ TEST_F(RunDir, RefusalSaysWhetherTheRunFinishedAndWhatToDo) {
   const fs::path dir = root_ / "run";
   {
     auto rd = begin_run(dir);
-    rd->write_config("old: 1\n");
+    rd->write_config(kOldConfig);
   }
   auto refusal = [&] {
     try {
@@ -226,7 +230,7 @@ TEST_F(RunDir, OverwriteRemovesEventsAndLogsResumeKeepsThem) {
   const fs::path dir = root_ / "run";
   auto make_old_run = [&] {
     auto rd = begin_run(dir, Start::kReplace);
-    rd->write_config("old: 1\n");
+    rd->write_config(kOldConfig);
     rd->write_run_info({{"overrides", {"steps=2"}}});
     write(dir / "events.out.tfevents.1.host", "x");
     fs::create_directories(dir / "logs");
@@ -251,7 +255,7 @@ TEST_F(RunDir, OverwriteRemovesEventsAndLogsResumeKeepsThem) {
 TEST_F(RunDir, SecondJobIsRefusedWhileTheFirstHoldsTheLock) {
   const fs::path dir = root_ / "run";
   auto first = begin_run(dir);
-  first->write_config("first: 1\n");
+  first->write_config(kFirstConfig);
   first->append_metrics({{"step", 1}});
   ASSERT_TRUE(RunLock::holder(dir).has_value());
   EXPECT_NE(RunLock::holder(dir)->find("pid " + std::to_string(getpid())), std::string::npos);
@@ -264,7 +268,7 @@ TEST_F(RunDir, SecondJobIsRefusedWhileTheFirstHoldsTheLock) {
     EXPECT_NE(msg.find("in use by another fdtrain job"), std::string::npos) << msg;
     EXPECT_NE(msg.find("pid " + std::to_string(getpid())), std::string::npos) << msg;
   }
-  EXPECT_EQ(read(dir / "config.yaml"), "first: 1\n");
+  EXPECT_EQ(read(dir / "config.yaml"), kFirstConfig);
   EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 1u);
   first.reset();
   EXPECT_FALSE(RunLock::holder(dir).has_value());
@@ -278,19 +282,23 @@ TEST_F(RunDir, ResumeKeepsMetricsUpToItsStepAndTidiesTemporaryFiles) {
   const fs::path dir = root_ / "run";
   {
     auto rd = begin_run(dir);
-    rd->write_config("old: 1\n");
+    rd->write_config(kOldConfig);
     for (int step = 1; step <= 5; ++step) rd->append_metrics({{"step", step}});
     rd->write_summary({{"status", "interrupted"}, {"steps", 5}});
   }
   write(dir / "metrics.jsonl.tmp", "partial");
   write(dir / "summary.json.tmp", "partial");
   RunDirectory rd(dir);
-  EXPECT_TRUE(tmp_files(dir).empty());  // tidied on opening, under the lock
+  EXPECT_EQ(tmp_files(dir).size(), 2u);  // opening changes nothing
   ASSERT_TRUE(rd.state().summary.has_value());
   EXPECT_EQ((*rd.state().summary)["status"], "interrupted");
   EXPECT_TRUE(fs::exists(dir / "summary.json"));  // opening changes nothing else
   EXPECT_EQ(lines(read(dir / "metrics.jsonl")).size(), 5u);
+  write(dir / "user_notes.tmp", "not fdtrain's");
   rd.begin(Start::kResume, 3);
+  // fdtrain's own temporary files are tidied, under the lock; the user's stay.
+  EXPECT_EQ(tmp_files(dir), std::vector<std::string>{"user_notes.tmp"});
+  fs::remove(dir / "user_notes.tmp");
   std::vector<std::string> got = lines(read(dir / "metrics.jsonl"));
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(nlohmann::json::parse(got[2])["step"], 3);
@@ -307,6 +315,53 @@ TEST_F(RunDir, SummaryFileOfAnotherRankUsesItsOwnTemporaryName) {
   EXPECT_TRUE(tmp_files(dir).empty());
   EXPECT_FALSE(write_summary_file(root_ / "missing", {{"status", "failed"}}));
   EXPECT_FALSE(fs::exists(root_ / "missing"));
+}
+
+// A directory with another program's config.yaml is not a run: refused even
+// with --overwrite (kReplace), and left as it was.
+TEST_F(RunDir, ForeignConfigIsNeverReplaced) {
+  const fs::path dir = root_ / "project";
+  fs::create_directories(dir / "logs");
+  write(dir / "config.yaml", "name: my project\n");
+  write(dir / "logs" / "rank0.log", "mine");
+  RunDirectory rd(dir);
+  EXPECT_TRUE(rd.state().foreign);
+  for (Start start : {Start::kFresh, Start::kReplace, Start::kResume}) {
+    try {
+      rd.begin(start, 0);
+      FAIL() << "a foreign directory was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      EXPECT_NE(std::string(e.what()).find("config.yaml that fdtrain did not write"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(read(dir / "config.yaml"), "name: my project\n");
+  EXPECT_EQ(read(dir / "logs" / "rank0.log"), "mine");
+}
+
+// Not the root, not inside another run directory; a directory made for a
+// refused run is taken away again.
+TEST_F(RunDir, NoRunDirectoryInsideAnother) {
+  const fs::path outer = root_ / "outer";
+  {
+    auto rd = begin_run(outer);
+    rd->write_config(kOldConfig);
+  }
+  for (const fs::path& inner : {outer / "checkpoints" / "step_00000001", outer / "logs" / "x"}) {
+    try {
+      RunDirectory rd(inner);
+      FAIL() << inner << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is inside the run directory"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(fs::exists(inner));
+  }
+  EXPECT_THROW(RunDirectory rd("/"), Error);
+  { RunDirectory refused(root_ / "made"); }  // never begun
+  EXPECT_FALSE(fs::exists(root_ / "made"));
 }
 
 }  // namespace
