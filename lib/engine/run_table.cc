@@ -179,10 +179,13 @@ RunRecord read_run(const fs::path& dir) {
   }
   r.finished = true;
   r.exit_reason = string_or(s, "exit_reason", "unknown");
-  const std::string derived = r.exit_reason == "completed" ? "completed"
-                              : r.exit_reason == "signal"  ? "interrupted"
-                                                           : "diverged";
-  r.status = string_or(s, "status", derived);
+  // Summaries older than the status field: from exit_reason.
+  const std::string derived = r.exit_reason == "completed"              ? "completed"
+                              : r.exit_reason == "signal"               ? "interrupted"
+                              : r.exit_reason == "diverged" ||
+                                      r.exit_reason == "loss_scale_at_minimum" ? "diverged"
+                                                                        : "unknown";
+  r.status = s.contains("status") ? string_or(s, "status", "unknown") : derived;
   r.steps = integer_or(s, "steps", r.steps);
   r.steps_planned = integer_or(s, "steps_planned", r.steps_planned);
   r.final_loss = number_or(s, "final_loss", r.final_loss);

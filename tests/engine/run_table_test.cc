@@ -123,6 +123,8 @@ TEST_F(RunTable, ReadsFinishedAndUnfinishedRuns) {
   EXPECT_DOUBLE_EQ(running.tokens_per_s, 90.0);
   EXPECT_EQ(running.overrides, (std::vector<std::string>{"steps=4", "zero.stage=3"}));
 
+  write(root_ / "odd" / "summary.json", R"({"status": 5, "exit_reason": "completed"})");
+  EXPECT_EQ(read_run(root_ / "odd").status, "unknown");  // not a string: not guessed
   write(root_ / "broken" / "summary.json", "{not json");
   EXPECT_EQ(read_run(root_ / "broken").exit_reason, "unreadable");
 }
