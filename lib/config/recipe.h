@@ -46,7 +46,7 @@ struct ModelOptions {
   int d_model = 128;        // embedding width, >= 1, divisible by n_head
   int vocab_size = 256;     // token vocabulary, >= 1 (>= 256 for data.format text)
   int max_seq_len = 256;    // context length of the position embedding, >= 1
-  std::string init_from;    // base checkpoint to start from; "" = random init (only "" for now)
+  std::string init_from;    // weights to start from (fdtrain export, HF GPT-2 safetensors); "" = random init
   bool operator==(const ModelOptions&) const = default;
 };
 
@@ -169,7 +169,7 @@ struct Recipe {
   LossScaleOptions loss_scale;             // used only with precision fp16
   ZeroOptions zero;
   DistOptions dist;
-  std::optional<LoraOptions> lora;  // nullopt = full fine-tuning (only nullopt for now)
+  std::optional<LoraOptions> lora;  // nullopt = full fine-tuning
   ActivationCheckpointingOptions activation_checkpointing;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
