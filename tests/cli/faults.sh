@@ -41,4 +41,28 @@ fault_case stall "stall:rank=1:step=3" "rank 0 .*did not complete within 5 s" di
 fault_case throw "throw:rank=0:step=2" "rank 0 failed at step 3: .*injected fault"
 fault_case throw1 "throw:rank=1:step=2" "rank 1 failed at step 3: .*injected fault"
 echo "worst time to exit: ${WORST}s"
+
+# How each run ended, in its run directory: a failure (a throw on either rank, or the timeout of
+# the rank that waited for a stalled peer, through the communicator's abort hook) leaves
+# summary.json with status failed and the rank that recorded it; a rank killed outright leaves
+# none, and `fdtrain runs` reports the run as killed (nobody holds its lock).
+summary_is() {  # summary_is NAME RANK PATTERN
+  if python3 - "$TMP/$1/summary.json" "$2" "$3" <<'PY'
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+assert s["status"] == "failed" and s["exit_reason"] == "error", s
+assert s["failed_rank"] == int(sys.argv[2]), s["failed_rank"]
+assert re.search(sys.argv[3], s["error"]), s["error"]
+PY
+  then echo "ok: $1: summary.json status failed, failed_rank $2"; else
+    echo "FAIL: $1: summary.json"; cat "$TMP/$1/summary.json" 2>&1 | head -5 | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1))
+  fi
+}
+summary_is stall 0 "did not complete within 5 s"
+summary_is throw 0 "injected fault"
+summary_is throw1 1 "injected fault"
+status=$("$FDTRAIN" runs "$TMP/kill" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["status"])')
+[ "$status" = killed ] && [ ! -e "$TMP/kill/summary.json" ] && echo "ok: kill: no summary, runs says killed" \
+  || { echo "FAIL: kill: status '$status'"; FAILURES=$((FAILURES + 1)); }
 finish
