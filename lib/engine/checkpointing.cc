@@ -196,7 +196,15 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
   if (plan.step > steps)
     usage_error("{}: the checkpoint is at step {}, beyond steps = {}; raise steps to train on",
                 plan.checkpoint->dir().string(), plan.step, steps);
-  plan.kind = plan.step == steps ? ResumePlan::Kind::kFinished : ResumePlan::Kind::kResume;
+  // At the last step: finished when the run in place said so. Without that
+  // summary (killed after its last save) the run resumes with nothing left
+  // to train, and ends with the summary it never wrote.
+  const bool said_completed =
+      state.summary && ((state.summary->contains("status") && (*state.summary)["status"] == "completed") ||
+                        (!state.summary->contains("status") && state.summary->contains("exit_reason") &&
+                         (*state.summary)["exit_reason"] == "completed"));
+  plan.kind = plan.step == steps && plan.in_place && said_completed ? ResumePlan::Kind::kFinished
+                                                                    : ResumePlan::Kind::kResume;
   return plan;
 }
 

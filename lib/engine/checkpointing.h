@@ -57,7 +57,7 @@ struct ResumePlan {
   enum class Kind {
     kFresh,     // no checkpoint: train from step 0
     kResume,    // continue from `checkpoint`
-    kFinished,  // the checkpoint is at the recipe's last step: nothing to train
+    kFinished,  // in place, at the recipe's last step, and summary.json says completed
   };
   Kind kind = Kind::kFresh;
   std::unique_ptr<OpenCheckpoint> checkpoint;  // kResume, kFinished: opened and verified

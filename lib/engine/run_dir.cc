@@ -225,8 +225,10 @@ void RunDirectory::begin(Start start, int64_t resume_step) {
       for (std::string line; std::getline(in, line);) {
         auto rec = nlohmann::json::parse(line, nullptr, false);
         if (!rec.is_discarded() && rec.contains("step") && rec["step"].is_number_integer() &&
-            rec["step"].get<int64_t>() <= resume_step)
+            rec["step"].get<int64_t>() <= resume_step) {
           kept += line + "\n";
+          last_metrics_ = std::move(rec);
+        }
       }
       break;
     }

@@ -90,6 +90,8 @@ class RunDirectory {
   // Appends one line to metrics.jsonl and flushes it. Requires begin().
   void append_metrics(const nlohmann::json& record);
   void write_summary(const nlohmann::json& summary);
+  // kResume: the last metrics.jsonl record kept (nullopt when none).
+  const std::optional<nlohmann::json>& last_metrics() const { return last_metrics_; }
 
  private:
   void write_file_atomically(const std::string& name, const std::string& content);
@@ -97,6 +99,7 @@ class RunDirectory {
   std::unique_ptr<RunLock> lock_;
   RunDirState state_;
   std::FILE* metrics_ = nullptr;
+  std::optional<nlohmann::json> last_metrics_;
   bool created_ = false;  // the constructor made the directory
   bool begun_ = false;    // begin() was called
 };

@@ -830,6 +830,16 @@ nlohmann::json Trainer::run() {
     t_step = Clock::now();
   }
   progress.finish();
+  if (done == start_step_ && start_step_ == steps) {
+    // Resumed at the last step (a run killed after its final save): nothing
+    // trained, so the summary takes the last logged loss and measures the
+    // validation loss once (collective: the same on every rank).
+    if (rank0 && run_dir_->last_metrics()) {
+      const nlohmann::json& m = *run_dir_->last_metrics();
+      if (m.contains("loss") && m["loss"].is_number()) loss = m["loss"].get<double>();
+    }
+    eval_loss = evaluate();
+  }
   const auto t_end = Clock::now();
   const double elapsed = seconds_between(t_start, t_end);
   const int64_t ran = done - start_step_;  // steps this process trained

@@ -144,6 +144,19 @@ if expect_run 0 train "$R" --run-dir "$F" --resume auto --no-progress; then
   [ "$before" = "$(fingerprint "$F")" ] && echo "ok: 6: a finished run is left as it is" || fail "6: files changed"
 fi
 
+# Killed after its final save, before its summary: --resume auto trains nothing and writes the
+# summary the run never wrote (the last logged loss, the same weights).
+cp -r "$F" "$TMP/g" && rm "$TMP/g/summary.json"
+if expect_run 0 train "$R" --run-dir "$TMP/g" --resume auto --no-progress; then
+  if grep -q "resuming from .*step_00000007" <<<"$OUT" && [ "$(field "$TMP/g" status)" = completed ] \
+     && [ "$(field "$TMP/g" final_loss)" = "$(field "$F" final_loss)" ] \
+     && [ "$(field "$TMP/g" weights_sha256)" = "$(field "$F" weights_sha256)" ]; then
+    echo "ok: 6: a run killed after its last save gets its summary on --resume auto"
+  else
+    fail "6: no summary for a run killed after its last save: $(field "$TMP/g" status) $(field "$TMP/g" final_loss)"
+  fi
+fi
+
 # --- 8. weights saved by default: generate works on the run ---
 expect_run 0 generate "$F" --prompt "The " --max-tokens 5 && echo "ok: 8: generate on a default run"
 
