@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lib/base/check.h"
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
 
@@ -26,39 +27,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// fsync of a directory, so that renames in it survive a crash.
-void sync_directory(const fs::path& dir) {
-  int dfd = ::open(dir.string().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-// Writes `text` to `path` atomically: `path`.tmp, fsync, rename, fsync of the
-// directory so the rename itself survives a crash.
+// Writes `text` to `path` atomically (lib/base/atomic_file.h) through `path`.tmp.
 void write_file_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    runtime_error("cannot create {}; check that its directory exists and is writable", tmp);
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      runtime_error("cannot write {} ({}); is the disk full?", tmp,
-                    errno == ENOSPC ? "no space left on device" : "write failed");
-    }
-    done += size_t(n);
-  }
-  bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) runtime_error("cannot sync {} to disk", tmp);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) runtime_error("cannot rename {} to {}: {}", tmp, path, ec.message());
-  sync_directory(fs::path(path).parent_path());
+  const std::string failed = fd::write_file_atomically(path, text, path + ".tmp");
+  if (!failed.empty()) runtime_error("{}; is the disk full or read-only?", failed);
 }
 
 std::string read_text(const std::string& path) {

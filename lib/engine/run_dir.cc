@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/engine/run_lock.h"
@@ -25,49 +26,13 @@ namespace {
 constexpr const char* kSummaryReserve = ".summary_reserve";
 constexpr off_t kSummaryReserveBytes = 256 * 1024;
 
-// Writes `content` to `path` through a temporary file (`path`.tmp, or
-// `path`.<pid>.tmp for a writer that may race rank 0): write, fsync, rename,
-// then fsync the directory. Returns "" or what failed.
+// Writes `content` to `path` atomically (lib/base/atomic_file.h) through
+// `path`.tmp, or `path`.<pid>.tmp for a writer that may race rank 0.
 std::string write_atomically(const fs::path& path, const std::string& content,
                              bool unique_tmp = false) {
   const fs::path tmp = unique_tmp ? fmt::format("{}.{}.tmp", path.string(), ::getpid())
                                   : fmt::format("{}.tmp", path.string());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fmt::format("cannot create {}: {}", tmp.string(), std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      std::error_code ec;
-      fs::remove(tmp, ec);  // a partial file would only take space
-      return fmt::format("cannot write {}: {}", tmp.string(),
-                         n == 0 ? "short write" : std::strerror(err));
-    }
-    done += size_t(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  std::error_code ec;
-  if (!synced) {
-    fs::remove(tmp, ec);
-    return fmt::format("cannot write {} to disk: {}", tmp.string(), std::strerror(err));
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return fmt::format("cannot rename {} into place: {}", tmp.string(), ec.message());
-  }
-  int dfd = ::open(path.parent_path().empty() ? "." : path.parent_path().c_str(),
-                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return "";
+  return fd::write_file_atomically(path, content, tmp);
 }
 
 std::string read_file(const fs::path& p) {
