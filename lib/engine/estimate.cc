@@ -10,6 +10,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/engine/assemble.h"
 
 namespace fd::engine {
 namespace {
@@ -1020,12 +1021,9 @@ int64_t comm_bytes_per_step(int stage, int world, int accumulation, int64_t P,
 Estimate estimate(const config::Recipe& r, int world) {
   FD_CHECK(world >= 1, "world size {}", world);
   config::check_world_size(r, world);
+  const Assembly a = assemble(r, world);
   Estimate e;
-  e.model.n_layer = r.model.n_layer;
-  e.model.n_head = r.model.n_head;
-  e.model.d_model = r.model.d_model;
-  e.model.vocab_size = r.model.vocab_size;
-  e.model.max_seq_len = r.model.max_seq_len;
+  e.model = a.model;
   e.micro = r.batch.micro;
   e.seq_len = r.data.seq_len;
   e.accumulation = r.batch.accumulation;
@@ -1033,15 +1031,9 @@ Estimate estimate(const config::Recipe& r, int world) {
   e.recipe_stage = r.zero.stage;
   e.overlap_comm = r.zero.overlap_comm;
   e.precision = r.precision;
-  e.compute_bytes = r.precision == config::Precision::kFp32 ? 4 : 2;
+  e.compute_bytes = int(dtype_size(a.dtype));
   e.checkpointed = r.activation_checkpointing.layers;
-  if (r.lora) {
-    e.lora.r = r.lora->r;
-    e.lora.alpha = float(r.lora->alpha);
-    e.lora.dropout = float(r.lora->dropout);
-    e.lora.modules = nn::lora_modules_for_targets(r.lora->targets);
-    e.lora.layers = r.lora->layers;
-  }
+  e.lora = a.lora;
   const bool lora = e.lora.enabled();
   e.num_params = lora ? e.lora.num_params(e.model) : e.model.num_params();
   const std::vector<int64_t> numel = lora ? lora_segment_padded_numel(e.model, e.lora, world)

@@ -31,6 +31,7 @@
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
+#include "lib/engine/assemble.h"
 #include "lib/engine/dataset.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
@@ -61,15 +62,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-DType compute_dtype(config::Precision p) {
-  switch (p) {
-    case config::Precision::kBf16: return DType::kBF16;
-    case config::Precision::kFp16: return DType::kF16;
-    case config::Precision::kFp32: break;
-  }
-  return DType::kF32;
 }
 
 
@@ -318,24 +310,10 @@ void Trainer::setup(const TrainOptions& options) {
   dataset_ = open_dataset(recipe_);
   sampler_ = std::make_unique<data::Sampler>(*dataset_, uint64_t(recipe_.seed));
 
-  nn::GptConfig mc;
-  mc.n_layer = recipe_.model.n_layer;
-  mc.n_head = recipe_.model.n_head;
-  mc.d_model = recipe_.model.d_model;
-  mc.vocab_size = recipe_.model.vocab_size;
-  mc.max_seq_len = recipe_.model.max_seq_len;
-  nn::LoraConfig lora;
-  if (recipe_.lora) {
-    lora.r = recipe_.lora->r;
-    lora.alpha = float(recipe_.lora->alpha);
-    lora.dropout = float(recipe_.lora->dropout);
-    lora.modules = nn::lora_modules_for_targets(recipe_.lora->targets);
-    lora.layers = recipe_.lora->layers;
-  }
-  model_ = std::make_unique<nn::Gpt>(mc, compute_dtype(recipe_.precision),
-                                     zero::layout_for(recipe_.zero.stage, world), lora,
-                                     zero::frozen_layout_for(recipe_.zero.stage, world));
-  model_->init_gpt2(uint64_t(recipe_.seed));
+  const Assembly a = assemble(recipe_, world);
+  const nn::GptConfig& mc = a.model;
+  const nn::LoraConfig& lora = a.lora;
+  model_ = build_model(a);
   if (!recipe_.model.init_from.empty()) {
     ckpt::load_weights(recipe_.model.init_from, *model_,
                        fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
@@ -355,37 +333,9 @@ void Trainer::setup(const TrainOptions& options) {
                                               : "");
   }
 
-  zero::ZeroConfig zc;
-  zc.stage = recipe_.zero.stage;
-  zc.overlap_comm = recipe_.zero.overlap_comm;
-  zc.accumulation = recipe_.batch.accumulation;
-  zc.adamw.lr = float(recipe_.optimizer.lr);
-  zc.adamw.beta1 = float(recipe_.optimizer.betas[0]);
-  zc.adamw.beta2 = float(recipe_.optimizer.betas[1]);
-  zc.adamw.eps = float(recipe_.optimizer.eps);
-  zc.adamw.weight_decay = float(recipe_.optimizer.weight_decay);
-  zc.grad_clip = float(recipe_.optimizer.grad_clip);
-  for (int layer : recipe_.activation_checkpointing.layers)
-    zc.checkpoint_segments.push_back(1 + layer);  // segment 0 is the embedding
-  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), zc);
-  if (recipe_.precision == config::Precision::kFp16) {
-    precision::LossScalerOptions lo;
-    lo.loss_scale = recipe_.loss_scale.loss_scale;
-    lo.initial_scale_power = recipe_.loss_scale.initial_scale_power;
-    lo.loss_scale_window = recipe_.loss_scale.loss_scale_window;
-    lo.hysteresis = recipe_.loss_scale.hysteresis;
-    lo.consecutive_hysteresis = recipe_.loss_scale.consecutive_hysteresis;
-    lo.min_loss_scale = recipe_.loss_scale.min_loss_scale;
-    scaler_ = std::make_unique<precision::DynamicLossScaler>(lo);
-  }
-
-  schedule_.kind = recipe_.schedule.name == config::ScheduleName::kCosine
-                       ? optim::ScheduleKind::kCosine
-                       : optim::ScheduleKind::kConstant;
-  schedule_.peak_lr = zc.adamw.lr;
-  schedule_.warmup_steps = recipe_.schedule.warmup_steps;
-  schedule_.total_steps = recipe_.steps;
-  schedule_.min_lr = float(recipe_.schedule.min_lr);
+  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), a.zero);
+  if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
+  schedule_ = a.schedule;
 
   if (plan.checkpoint) resume_from(*plan.checkpoint);
 
@@ -911,18 +861,10 @@ nlohmann::json Trainer::run() {
   });
   if (status == "completed" && recipe_.logging.sample_tokens > 0) {
     data::ByteTokenizer tok;
-    SampleOptions so;
-    so.max_new_tokens = recipe_.logging.sample_tokens;
-    so.temperature = float(recipe_.logging.sample_temperature);
-    so.top_k = recipe_.logging.sample_top_k;
-    so.seed = uint64_t(recipe_.seed);
-    so.max_context = recipe_.data.seq_len;  // positions beyond it were never trained
+    const SampleOptions so = sample_options(recipe_);
     const bool text = recipe_.data.format == config::DataFormat::kText;
     std::vector<int32_t> prompt;
     if (text) prompt = tok.encode(recipe_.logging.sample_prompt);
-    // Byte-level text starts from '\n'; token files from GPT-2's <|endoftext|>
-    // (50256) when the vocabulary has it, else from token 0.
-    so.start_token = text ? 10 : (recipe_.model.vocab_size > 50256 ? 50256 : 0);
     std::vector<int32_t> out;
     // Every rank generates (identical weights, identical sampling), so that
     // stage 3's parameter gathers stay collective.

@@ -1,0 +1,114 @@
+#include "lib/engine/assemble.h"
+
+namespace fd::engine {
+
+DType compute_dtype(config::Precision precision) {
+  switch (precision) {
+    case config::Precision::kBf16: return DType::kBF16;
+    case config::Precision::kFp16: return DType::kF16;
+    case config::Precision::kFp32: break;
+  }
+  return DType::kF32;
+}
+
+namespace {
+
+nn::GptConfig model_config(const config::ModelOptions& m) {
+  nn::GptConfig c;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.d_model = m.d_model;
+  c.vocab_size = m.vocab_size;
+  c.max_seq_len = m.max_seq_len;
+  return c;
+}
+
+nn::LoraConfig lora_config(const config::Recipe& r) {
+  nn::LoraConfig lora;
+  if (!r.lora) return lora;
+  lora.r = r.lora->r;
+  lora.alpha = float(r.lora->alpha);
+  lora.dropout = float(r.lora->dropout);
+  lora.modules = nn::lora_modules_for_targets(r.lora->targets);
+  lora.layers = r.lora->layers;
+  return lora;
+}
+
+}  // namespace
+
+Assembly assemble(const config::Recipe& r, int world) {
+  Assembly a;
+  a.world = world;
+  a.model = model_config(r.model);
+  a.lora = lora_config(r);
+  a.dtype = compute_dtype(r.precision);
+  a.layout = zero::layout_for(r.zero.stage, world);
+  a.frozen_layout = zero::frozen_layout_for(r.zero.stage, world);
+  a.seed = uint64_t(r.seed);
+  a.micro = r.batch.micro;
+  a.seq_len = r.data.seq_len;
+
+  zero::ZeroConfig& z = a.zero;
+  z.stage = r.zero.stage;
+  z.overlap_comm = r.zero.overlap_comm;
+  z.accumulation = r.batch.accumulation;
+  z.adamw.lr = float(r.optimizer.lr);
+  z.adamw.beta1 = float(r.optimizer.betas[0]);
+  z.adamw.beta2 = float(r.optimizer.betas[1]);
+  z.adamw.eps = float(r.optimizer.eps);
+  z.adamw.weight_decay = float(r.optimizer.weight_decay);
+  z.grad_clip = float(r.optimizer.grad_clip);
+  for (int layer : r.activation_checkpointing.layers)
+    z.checkpoint_segments.push_back(1 + layer);  // segment 0 is the embedding
+
+  if (r.precision == config::Precision::kFp16) {
+    precision::LossScalerOptions lo;
+    lo.loss_scale = r.loss_scale.loss_scale;
+    lo.initial_scale_power = r.loss_scale.initial_scale_power;
+    lo.loss_scale_window = r.loss_scale.loss_scale_window;
+    lo.hysteresis = r.loss_scale.hysteresis;
+    lo.consecutive_hysteresis = r.loss_scale.consecutive_hysteresis;
+    lo.min_loss_scale = r.loss_scale.min_loss_scale;
+    a.loss_scaler = lo;
+  }
+
+  a.schedule.kind = r.schedule.name == config::ScheduleName::kCosine
+                        ? optim::ScheduleKind::kCosine
+                        : optim::ScheduleKind::kConstant;
+  a.schedule.peak_lr = z.adamw.lr;
+  a.schedule.warmup_steps = r.schedule.warmup_steps;
+  a.schedule.total_steps = r.steps;
+  a.schedule.min_lr = float(r.schedule.min_lr);
+  return a;
+}
+
+Assembly assemble_for_inference(const config::Recipe& r) {
+  Assembly a;
+  a.model = model_config(r.model);
+  a.lora = lora_config(r);
+  a.lora.dropout = 0.0f;
+  a.seed = uint64_t(r.seed);
+  a.micro = r.batch.micro;
+  a.seq_len = r.data.seq_len;
+  return a;
+}
+
+std::unique_ptr<nn::Gpt> build_model(const Assembly& a, Init init) {
+  auto model = std::make_unique<nn::Gpt>(a.model, a.dtype, a.layout, a.lora, a.frozen_layout);
+  if (init == Init::kGpt2) model->init_gpt2(a.seed);
+  return model;
+}
+
+SampleOptions sample_options(const config::Recipe& r) {
+  SampleOptions so;
+  so.max_new_tokens = r.logging.sample_tokens;
+  so.temperature = float(r.logging.sample_temperature);
+  so.top_k = r.logging.sample_top_k;
+  so.seed = uint64_t(r.seed);
+  so.max_context = r.data.seq_len;  // positions beyond it were never trained
+  const bool text = r.data.format == config::DataFormat::kText;
+  so.start_token = text ? 10 : (r.model.vocab_size > 50256 ? 50256 : 0);
+  return so;
+}
+
+}  // namespace fd::engine

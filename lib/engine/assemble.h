@@ -1,0 +1,67 @@
+// Assembly: the one place a config::Recipe becomes the objects of a run.
+//
+//   Assembly a = assemble(recipe, comm.size());
+//   std::unique_ptr<nn::Gpt> model = build_model(a);  // GPT-2 init from a.seed
+//   zero::ZeroEngine engine(*model, comm, a.zero);
+//
+// The trainer, `fdtrain estimate`, eval/generate and the exports that rebuild
+// a model from a checkpoint all go through here (the C API builds no model
+// from a recipe). A recipe field that changes what is built is one edit here
+// plus its schema entry (lib/config/schema.cc). The data side (dataset,
+// tokenizer) is opened by open_dataset() (dataset.h) from the same recipe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "lib/config/recipe.h"
+#include "lib/engine/generate.h"
+#include "lib/nn/gpt.h"
+#include "lib/optim/schedule.h"
+#include "lib/precision/loss_scaler.h"
+#include "lib/zero/zero_engine.h"
+
+namespace fd::engine {
+
+// Parameters, gradients and activations: fp32 -> f32, bf16 -> bf16, fp16 -> f16.
+DType compute_dtype(config::Precision precision);
+
+// Everything a run is built from, for one world size.
+struct Assembly {
+  int world = 1;                  // ranks the layouts are padded for
+  nn::GptConfig model;            // the network's dimensions
+  nn::LoraConfig lora;            // adapters; disabled (r = 0) without a lora section
+  DType dtype = DType::kF32;      // the compute dtype (fp32 master weights when 16-bit)
+  nn::GroupLayout layout;         // trainable flat groups, padded for zero.stage and world
+  nn::GroupLayout frozen_layout;  // the frozen base of a LoRA run
+  zero::ZeroConfig zero;          // stage, overlap, accumulation, AdamW, clipping, checkpointing
+  std::optional<precision::LossScalerOptions> loss_scaler;  // fp16 only
+  optim::ScheduleOptions schedule;
+  uint64_t seed = 0;              // model init, sampling, adapter dropout
+  int micro = 1;                  // sequences per micro-batch
+  int seq_len = 1;                // tokens per sequence
+};
+
+// A training run of `r` at `world` ranks (r as validated by lib/config).
+Assembly assemble(const config::Recipe& r, int world);
+
+// The model of a checkpoint's stored recipe, for inference and exports: fp32,
+// one rank, unpadded groups, adapter dropout off.
+Assembly assemble_for_inference(const config::Recipe& r);
+
+// How build_model() fills the parameters.
+enum class Init {
+  kGpt2,  // GPT-2's initialisation from Assembly::seed (training)
+  kNone,  // contents unspecified: the caller loads every parameter (inference)
+};
+
+// The model `a` describes, in a.dtype on the thread's default device
+// (model.init_from, adapters and checkpoints are loaded by the caller).
+std::unique_ptr<nn::Gpt> build_model(const Assembly& a, Init init = Init::kGpt2);
+
+// The end-of-run sample of `r` (logging.sample_*): byte-level text starts
+// from '\n', token files from GPT-2's <|endoftext|> when the vocabulary has it.
+SampleOptions sample_options(const config::Recipe& r);
+
+}  // namespace fd::engine
