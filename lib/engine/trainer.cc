@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,7 +21,6 @@
 #include "lib/base/rng.h"
 #include "lib/base/strings.h"
 #include "lib/base/version.h"
-#include "lib/config/diff.h"
 #include "lib/config/load.h"
 #include "lib/config/paths.h"
 #include "lib/data/byte_tokenizer.h"
@@ -34,8 +32,10 @@
 #include "lib/engine/assemble.h"
 #include "lib/engine/dataset.h"
 #include "lib/engine/checkpointing.h"
+#include "lib/engine/resume.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/progress.h"
+#include "lib/engine/report.h"
 #include "lib/engine/run_dir.h"
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
@@ -64,67 +64,6 @@ std::string utc_now() {
   return buf;
 }
 
-
-// Laps the wall clock for --profile: each lap adds its time, less the
-// communication wait inside it, to one phase, and that wait to `wait`. Off, it
-// reads no clock.
-class PhaseClock {
- public:
-  PhaseClock(bool on, const dist::Communicator& comm) : on_(on), comm_(comm) {
-    if (on_) {
-      t_ = Clock::now();
-      w_ = comm_.wait_seconds();
-    }
-  }
-  void lap(double& phase, double& wait) {
-    if (!on_) return;
-    const auto now = Clock::now();
-    const double w = comm_.wait_seconds();
-    phase += std::chrono::duration<double>(now - t_).count() - (w - w_);
-    wait += w - w_;
-    t_ = now;
-    w_ = w;
-  }
-
- private:
-  bool on_;
-  const dist::Communicator& comm_;
-  Clock::time_point t_;
-  double w_ = 0.0;
-};
-
-nlohmann::json number_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
-int64_t peak_rss_bytes() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return int64_t(ru.ru_maxrss) * 1024;
-}
-
-// The TensorBoard scalars of one metrics.jsonl record (docs/RUN_DIR.md). No
-// MFU: that needs the hardware's peak FLOP/s, which fdtrain does not know;
-// effective GFLOP/s is the model arithmetic per second (summary.json's
-// effective_gflops, per log window).
-std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& rec,
-                                                                double flops_per_token) {
-  std::vector<std::pair<std::string, double>> out;
-  auto add = [&](const char* tag, const char* key, double scale = 1.0) {
-    auto it = rec.find(key);
-    if (it != rec.end() && it->is_number()) out.emplace_back(tag, it->get<double>() * scale);
-  };
-  add("train/loss", "loss");
-  add("train/lr", "lr");
-  add("train/grad_norm", "grad_norm");
-  add("train/loss_scale", "loss_scale");
-  add("train/tokens_per_s", "tokens_per_s");
-  add("train/effective_gflops", "tokens_per_s", flops_per_token / 1e9);
-  add("eval/loss", "eval_loss");
-  add("memory/peak_tracked_mib", "peak_memory_bytes", 1.0 / (1024.0 * 1024.0));
-  add("memory/peak_rss_mib", "peak_rss_bytes", 1.0 / (1024.0 * 1024.0));
-  return out;
-}
 
 const char* signal_name(int signo) {
   switch (signo) {
@@ -337,7 +276,17 @@ void Trainer::setup(const TrainOptions& options) {
   if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
   schedule_ = a.schedule;
 
-  if (plan.checkpoint) resume_from(*plan.checkpoint);
+  if (plan.checkpoint) {
+    const Resumed r = load_for_resume(*plan.checkpoint, recipe_, *model_, *zero_, scaler_.get(),
+                                      base_sha256_);
+    start_step_ = r.step;
+    skipped_at_start_ = r.skipped_steps;
+    resumed_from_ = r.dir;
+    if (comm_.rank() == 0) {
+      for (const std::string& w : r.warnings) log::warn("{}", w);
+      log::info("{}", r.info);
+    }
+  }
 
   // Peaks count from here: what the run holds, not the one-off full buffers
   // the model is built and initialised in before ZeRO shards them.
@@ -431,59 +380,6 @@ int64_t Trainer::frozen_bytes_estimate() const {
   return recipe_.zero.stage >= 3 ? c * P / comm_.size() : c * P;
 }
 
-void Trainer::resume_from(const OpenCheckpoint& ck) {
-  const std::string step_dir = ck.dir().string();
-  const ckpt::ShardMeta& meta = ck.meta();
-  config::LoadResult saved = config::try_parse_recipe(meta.recipe_yaml, step_dir + " (saved recipe)");
-  if (!saved.ok()) {
-    usage_error("{}: the recipe stored in the checkpoint does not load: {}", step_dir,
-                saved.errors.front());
-  }
-  config::RecipeDiff diff = config::diff_recipes(saved.recipe, recipe_);
-  if (!diff.refused.empty()) {
-    std::string lines;
-    for (const auto& l : diff.refused) lines += "\n  " + l;
-    usage_error("{}: the checkpoint was saved with a different model, which cannot be resumed "
-                "(saved -> now):{}\nresume with the saved model settings, or start a new run",
-                step_dir, lines);
-  }
-  if (comm_.rank() == 0) {
-    for (const auto& l : diff.warnings)
-      log::warn("resuming with a changed recipe (saved -> now): {}", l);
-  }
-  // The same parameters at the same places of the same segments.
-  std::vector<ckpt::ParamLayout> mine = layout_of(*model_);
-  bool same = mine.size() == meta.layout.size();
-  for (size_t i = 0; same && i < mine.size(); ++i) {
-    same = mine[i].name == meta.layout[i].name && mine[i].segment == meta.layout[i].segment &&
-           mine[i].offset == meta.layout[i].offset && mine[i].shape == meta.layout[i].shape;
-  }
-  if (!same)
-    usage_error("{}: the checkpoint's parameter layout differs from this model's; it was written "
-                "for a different model",
-                step_dir);
-  zero_->load_state(
-      [&](const std::string& segment, const std::string& field, int64_t offset, int64_t count,
-          const Tensor& out) { ck.read(segment, field, offset, count, out); },
-      meta.optimizer_step);
-  if (scaler_ && meta.loss_scaler) {
-    precision::LossScalerState st;
-    st.scale = meta.loss_scaler->scale;
-    st.iter = meta.loss_scaler->iter;
-    st.last_overflow_iter = meta.loss_scaler->last_overflow_iter;
-    st.hysteresis_left = meta.loss_scaler->hysteresis_left;
-    scaler_->set_state(st);
-  }
-  ckpt::check_lora_base_digest(step_dir, meta.base_sha256, recipe_.model.init_from, base_sha256_,
-                               "resume with the same base file");
-  start_step_ = meta.step;
-  skipped_at_start_ = meta.skipped_steps;
-  resumed_from_ = step_dir;
-  if (comm_.rank() == 0)
-    log::info("resuming from {} (step {}, saved at world size {}, ZeRO stage {}, {})", step_dir,
-              meta.step, meta.world_size, meta.zero_stage, meta.precision);
-}
-
 std::string Trainer::save(int64_t steps_done) {
   SaveRequest req;
   req.run_dir = options_.run_dir;
@@ -509,17 +405,6 @@ std::string Trainer::save(int64_t steps_done) {
   return save_checkpoint(req, *zero_, comm_).string();
 }
 
-void Trainer::Phases::add(const Phases& o) {
-  data += o.data;
-  forward += o.forward;
-  backward += o.backward;
-  comm_wait += o.comm_wait;
-  optimizer += o.optimizer;
-  checkpoint += o.checkpoint;
-  total += o.total;
-  steps += o.steps;
-}
-
 void Trainer::with_full_parameters(const std::function<void()>& fn) {
   zero_->with_full_parameters(fn);
 }
@@ -535,7 +420,7 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     seed = std::numeric_limits<float>::infinity();  // test hook: this rank's gradients overflow
   }
   double loss_sum = 0.0;
-  Phases& ph = phases_;
+  Phases& ph = report_->phases();
   PhaseClock clock(options_.profile, model_comm());
   double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
   for (int micro = 0; micro < accum; ++micro) {
@@ -625,47 +510,27 @@ nlohmann::json Trainer::memory_json() {
 
 nlohmann::json Trainer::run() {
   const int64_t steps = recipe_.steps;
-  const int world = comm_.size();
   const bool rank0 = comm_.rank() == 0;
-  const int64_t tokens_per_step = int64_t(recipe_.batch.micro) * recipe_.batch.accumulation *
-                                  recipe_.data.seq_len * world;
-  const double flops_per_token = model_->config().flops_per_token(recipe_.data.seq_len);
-
-  Progress progress(options_.progress && rank0, steps, options_.force_progress);
-  const auto t_start = Clock::now();
-  double step_s_avg = -1.0;  // moving average of step time, for the progress line
-  auto t_window = t_start;
-  auto t_after_first = t_start;
-  int64_t window_steps = 0;
-  double loss = std::nan(""), eval_loss = std::nan(""), grad_norm = 0.0;
+  RunReport report(recipe_, rank0, comm_.size(), start_step_,
+                   model_->config().flops_per_token(recipe_.data.seq_len), model_comm(),
+                   run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
+                   options_.profile);
+  report_ = &report;
+  double loss = std::nan(""), grad_norm = 0.0;
   std::string status = "completed", exit_reason = "completed";
   int stop_signal = 0;  // the signal that stopped the run, agreed by all ranks
   std::string fatal_message;
   int64_t done = start_step_;
   skipped_total_ = skipped_at_start_;
-  std::string last_checkpoint;
-  double checkpoint_seconds = 0.0;
-  int64_t checkpoints_saved = 0;
-  double eval_seconds = 0.0;     // evaluation time, excluded from throughput
-  int64_t train_comm_bytes = 0;  // model traffic of training steps (not evaluation)
-  double train_wait_s = 0.0;     // compute-thread time blocked on communication
-  auto t_step = t_start;
-  // --profile: the first step of this run (warm-up) apart from the rest.
-  Phases profile_first, profile_rest;
   for (int64_t step = start_step_; step < steps; ++step) {
     current_step_ = step;
-    phases_ = Phases{};
-    const auto t_profile = options_.profile ? Clock::now() : Clock::time_point{};
+    report.begin_step();
     dist::inject_fault(options_.fault, comm_.rank(), step);
     const float lr = optim::lr_at(schedule_, step);
-    const int64_t bytes0 = model_comm().bytes_sent();
-    const double wait0 = model_comm().wait_seconds();
     StepStats st = train_step(step);
-    train_comm_bytes += model_comm().bytes_sent() - bytes0;
-    train_wait_s += model_comm().wait_seconds() - wait0;
+    report.end_train_step();
     loss = st.loss;
     grad_norm = st.grad_norm;
-    ++window_steps;
     if (!std::isfinite(loss) || (recipe_.max_loss > 0 && loss > recipe_.max_loss)) {
       status = "diverged";
       exit_reason = std::isfinite(loss) ? "loss_above_max" : "diverged";
@@ -691,81 +556,30 @@ nlohmann::json Trainer::run() {
                   scaler_ ? fmt::format("; loss scale {} -> {}", st.loss_scale, scaler_->scale())
                           : std::string());
     }
-    const auto now = Clock::now();
-    if (step == start_step_) t_after_first = now;
-    const double train_s = seconds_between(t_start, now) - eval_seconds;
-    // Step times of small models are noisy: the line shows a moving average
-    // (over about 20 steps), saves and evaluation excluded.
-    const double step_s = seconds_between(t_step, now);
-    step_s_avg = step_s_avg < 0 ? step_s : 0.95 * step_s_avg + 0.05 * step_s;
-    progress.update(done, loss, double(tokens_per_step) / std::max(step_s_avg, 1e-12),
-                    train_s / double(done - start_step_) * double(steps - done));
-    const bool last = done == steps;
-    const bool eval_now =
-        last || (recipe_.logging.eval_every > 0 && done % recipe_.logging.eval_every == 0);
-    if (done % recipe_.logging.every == 0 || last || eval_now || st.skipped) {
-      const double window_s = seconds_between(t_window, now);
-      const double tok_s = double(tokens_per_step * window_steps) / std::max(window_s, 1e-9);
-      nlohmann::json rec = {{"step", done},
-                            {"loss", loss},
-                            {"lr", lr},
-                            {"grad_norm", number_or_null(grad_norm)},
-                            {"tokens_per_s", tok_s},
-                            {"elapsed_s", seconds_between(t_start, now)},
-                            {"skipped", st.skipped},
-                            {"skipped_total", skipped_total_}};
-      if (scaler_) rec["loss_scale"] = scaler_->scale();
-      rec["peak_memory_bytes"] = MemoryAccountant::global().peak_total();
-      rec["peak_rss_bytes"] = peak_rss_bytes();
-      if (eval_now) {
-        const auto t_eval = Clock::now();
-        eval_loss = evaluate();
-        eval_seconds += seconds_between(t_eval, Clock::now());
-        rec["eval_loss"] = number_or_null(eval_loss);
-      }
-      if (rank0) {
-        run_dir_->append_metrics(rec);
-        events_->add_scalars(done, tensorboard_scalars(rec, flops_per_token));
-        events_->flush();
-        // The progress line stands in for the step lines on the terminal; the log has them.
-        const std::string line = fmt::format(
-            "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}", done,
-            steps, loss, lr, grad_norm, tok_s,
-            eval_now && std::isfinite(eval_loss) ? fmt::format(" | eval loss {:.4f}", eval_loss)
-                                                 : std::string());
-        if (progress.enabled())
-          log::write_file_only(log::Level::kInfo, line);
-        else
-          log::info("{}", line);
-      }
-      t_window = Clock::now();  // the next window starts after evaluation and logging
-      window_steps = 0;
-    }
+    StepRecord rec;
+    rec.loss = loss;
+    rec.lr = lr;
+    rec.grad_norm = grad_norm;
+    rec.skipped = st.skipped;
+    rec.skipped_total = skipped_total_;
+    if (scaler_) rec.loss_scale = scaler_->scale();
+    report.step_done(done, rec, [this] { return evaluate(); });
     // Saved: every N steps, and at the end (the last step, or a stop asked
     // for by a signal) unless checkpoint.at_end is off; with every > 0 and
     // at_end off, a signal still saves (as it always has).
     const bool enabled = recipe_.checkpoint.every > 0 || recipe_.checkpoint.at_end;
-    const bool at_end = last || st.stop_signal != 0;
+    const bool at_end = done == steps || st.stop_signal != 0;
     const bool save_now =
         (recipe_.checkpoint.every > 0 && done % recipe_.checkpoint.every == 0) ||
         (at_end && recipe_.checkpoint.at_end) || (st.stop_signal != 0 && enabled);
     if (save_now) {
       const auto t_save = Clock::now();
       PhaseClock clock(options_.profile, model_comm());
-      last_checkpoint = save(done);
-      clock.lap(phases_.checkpoint, phases_.comm_wait);
-      const double secs = seconds_between(t_save, Clock::now());
-      checkpoint_seconds += secs;
-      eval_seconds += secs;  // not training time
-      ++checkpoints_saved;
-      t_window += Clock::now() - t_save;  // a save is not training time of the log window
-      if (rank0) log::info("checkpoint of step {} saved to {} in {:.2f} s", done, last_checkpoint, secs);
+      const std::string dir = save(done);
+      clock.lap(report.phases().checkpoint, report.phases().comm_wait);
+      report.checkpoint_saved(done, dir, seconds_between(t_save, Clock::now()));
     }
-    if (options_.profile) {
-      phases_.total = seconds_between(t_profile, Clock::now());
-      phases_.steps = 1;
-      (step == start_step_ ? profile_first : profile_rest).add(phases_);
-    }
+    report.end_step(step);
     if (st.stop_signal != 0) {
       status = "interrupted";
       exit_reason = "signal";
@@ -777,9 +591,7 @@ nlohmann::json Trainer::run() {
                            : std::string("; no checkpoint saved (checkpoints are off)"));
       break;
     }
-    t_step = Clock::now();
   }
-  progress.finish();
   if (done == start_step_ && start_step_ == steps) {
     // Resumed at the last step (a run killed after its final save): nothing
     // trained, so the summary takes the last logged loss and measures the
@@ -788,23 +600,24 @@ nlohmann::json Trainer::run() {
       const nlohmann::json& m = *run_dir_->last_metrics();
       if (m.contains("loss") && m["loss"].is_number()) loss = m["loss"].get<double>();
     }
-    eval_loss = evaluate();
+    report.set_eval_loss(evaluate());
   }
-  const auto t_end = Clock::now();
-  const double elapsed = seconds_between(t_start, t_end);
-  const int64_t ran = done - start_step_;  // steps this process trained
-  // Steady-state throughput excludes step 1 (allocator and cache warm-up)
-  // when there is more than one step.
-  const double steady_s =
-      (ran > 1 ? seconds_between(t_after_first, t_end) : elapsed) - eval_seconds;
-  const int64_t steady_steps = ran > 1 ? ran - 1 : ran;
-  const double tokens_per_s = double(tokens_per_step * steady_steps) / std::max(steady_s, 1e-9);
+  report.finish_loop();
+  report_ = nullptr;
+  return finish(report, {status, exit_reason, stop_signal, fatal_message, loss, done});
+}
 
+nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
+  const bool rank0 = comm_.rank() == 0;
+  const std::string& status = end.status;
+  const std::string& exit_reason = end.exit_reason;
+  const double loss = end.loss;
+  const int64_t done = end.done;
   std::string digest;
   zero_->with_full_parameters([&] { digest = weights_sha256(*model_); });
   const int64_t P = zero_->padded_params();
   const zero::ModelStateBytes est =
-      zero::model_state_bytes(recipe_.zero.stage, world, recipe_.batch.accumulation, P,
+      zero::model_state_bytes(recipe_.zero.stage, comm_.size(), recipe_.batch.accumulation, P,
                               int(dtype_size(compute_dtype(recipe_.precision))));
   nlohmann::json memory = memory_json();
   {
@@ -816,39 +629,33 @@ nlohmann::json Trainer::run() {
         parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ",
                              mem_category_name(MemCategory(c)),
                              format_bytes(double(acct.peak(MemCategory(c)))));
+    const int64_t ran = done - start_step_;
     const std::string line = fmt::format(
         "rank {}: {} steps; peak memory {} ({}); communication wait {:.3f} s per step",
         comm_.rank(), ran, format_bytes(double(acct.peak_total())), parts,
-        ran > 0 ? train_wait_s / double(ran) : 0.0);
+        ran > 0 ? report.train_wait_s() / double(ran) : 0.0);
     if (rank0)
       log::write_file_only(log::Level::kInfo, line);
     else
       log::info("{}", line);  // the log file only: other ranks show warnings and errors alone
   }
+  const double eval_loss = report.eval_loss();
   nlohmann::json summary = summary_head(status, exit_reason, done);
-  summary["signal"] = stop_signal != 0 ? nlohmann::json(signal_name(stop_signal)) : nlohmann::json(nullptr);
+  summary["signal"] =
+      end.signal != 0 ? nlohmann::json(signal_name(end.signal)) : nlohmann::json(nullptr);
+  report.add_to_summary(summary, done);
   summary.update({
       {"final_loss", number_or_null(loss)},
       {"eval_loss", number_or_null(eval_loss)},
-      {"tokens_per_s", tokens_per_s},
-      {"ms_per_step", steady_steps > 0 ? 1e3 * steady_s / double(steady_steps) : 0.0},
-      {"effective_gflops", tokens_per_s * flops_per_token / 1e9},
-      {"elapsed_s", elapsed},
-      {"world_size", world},
+      {"world_size", comm_.size()},
       {"precision", std::string(config::to_string(recipe_.precision))},
       {"zero_stage", recipe_.zero.stage},
       {"skipped_steps", skipped_total_},
-      {"last_checkpoint",
-       last_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint)},
-      {"checkpoint_s_per_save", checkpoints_saved > 0 ? checkpoint_seconds / double(checkpoints_saved) : 0.0},
       {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json(nullptr)},
       {"num_params", model_->parameter_count()},
       {"frozen_params", recipe_.lora ? model_->config().num_params() : 0},
       {"frozen_bytes_estimate", frozen_bytes_estimate()},
       {"padded_params", P},
-      {"tokens_per_step", tokens_per_step},
-      {"comm_bytes_per_step", ran > 0 ? train_comm_bytes / ran : 0},
-      {"comm_wait_s_per_step", ran > 0 ? train_wait_s / double(ran) : 0.0},
       {"weights_sha256", digest},
       {"memory", memory["max"]},
       {"memory_per_rank", memory["per_rank"]},
@@ -859,71 +666,21 @@ nlohmann::json Trainer::run() {
         {"optimizer", est.optimizer},
         {"total", est.total()}}},
   });
-  if (status == "completed" && recipe_.logging.sample_tokens > 0) {
-    data::ByteTokenizer tok;
+  if (status == "completed") {
     const SampleOptions so = sample_options(recipe_);
-    const bool text = recipe_.data.format == config::DataFormat::kText;
-    std::vector<int32_t> prompt;
-    if (text) prompt = tok.encode(recipe_.logging.sample_prompt);
-    std::vector<int32_t> out;
     // Every rank generates (identical weights, identical sampling), so that
     // stage 3's parameter gathers stay collective.
-    zero_->with_full_parameters([&] {
-      autograd::NoGradGuard no_grad;
-      out = generate(*model_, prompt, so);  // the decoder reads GPU weights into host fp32
+    report.add_sample(summary, options_.print_sample, [&](const std::vector<int32_t>& prompt) {
+      std::vector<int32_t> out;
+      zero_->with_full_parameters([&] {
+        autograd::NoGradGuard no_grad;
+        out = generate(*model_, prompt, so);  // the decoder reads GPU weights into host fp32
+      });
+      return out;
     });
-    if (text) {
-      std::string sample = recipe_.logging.sample_prompt + tok.decode(out);
-      summary["sample"] = sample;
-      if (options_.print_sample && rank0)
-        std::printf("--- sample (%d tokens, temperature %.2f) ---\n%s\n---\n",
-                    recipe_.logging.sample_tokens, recipe_.logging.sample_temperature,
-                    sample.c_str());
-    } else {
-      summary["sample_tokens"] = out;
-    }
   }
-  if (options_.profile) {
-    // Steps after the first of this run; the first alone when only one ran.
-    const bool warm = profile_rest.steps > 0;
-    const Phases& p = warm ? profile_rest : profile_first;
-    const double phases_s =
-        p.data + p.forward + p.backward + p.comm_wait + p.optimizer + p.checkpoint;
-    summary["profile"] = {{"data_s", p.data},
-                          {"forward_s", p.forward},
-                          {"backward_s", p.backward},
-                          {"comm_wait_s", p.comm_wait},
-                          {"optimizer_s", p.optimizer},
-                          {"checkpoint_s", p.checkpoint},
-                          {"other_s", std::max(0.0, p.total - phases_s)},
-                          {"total_s", p.total},
-                          {"steps", p.steps},
-                          {"first_step_excluded", warm}};
-    if (rank0) {
-      const double n = double(std::max<int64_t>(p.steps, 1));
-      const double total = std::max(p.total, 1e-12);
-      std::string table = fmt::format(
-          "profile (rank 0, {} step{}{}; wall time, each phase less the communication wait "
-          "inside it):\n  {:<12} {:>10} {:>12} {:>7}\n",
-          p.steps, p.steps == 1 ? "" : "s", warm ? ", first step excluded" : "", "phase",
-          "total s", "ms/step", "%");
-      auto row = [&](const char* name, double v) {
-        table += fmt::format("  {:<12} {:>10.3f} {:>12.2f} {:>6.1f}%\n", name, v, 1e3 * v / n,
-                             100.0 * v / total);
-      };
-      row("data", p.data);
-      row("forward", p.forward);
-      row("backward", p.backward);
-      row("comm wait", p.comm_wait);
-      row("optimizer", p.optimizer);
-      row("checkpoint", p.checkpoint);
-      row("other", std::max(0.0, p.total - phases_s));
-      row("step total", p.total);
-      table.pop_back();
-      log::info("{}", table);
-    }
-  }
-  if (!fatal_message.empty()) summary["error"] = fatal_message;
+  report.add_profile(summary);
+  if (!end.message.empty()) summary["error"] = end.message;
   if (exit_reason == "diverged" || exit_reason == "loss_above_max") {
     summary["error"] = fmt::format(
         "the loss became {} at step {}{}; the run stopped before updating the weights{}. Lower "
@@ -942,9 +699,9 @@ nlohmann::json Trainer::run() {
   if (rank0) {
     log::info("done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {} | {:.0f} tok/s | "
               "weights {}",
-              done, elapsed, loss,
+              done, report.elapsed_s(), loss,
               std::isfinite(eval_loss) ? fmt::format("{:.4f}", eval_loss) : std::string("n/a"),
-              tokens_per_s, digest.substr(0, 16));
+              report.tokens_per_s(), digest.substr(0, 16));
   }
   return summary;
 }

@@ -27,7 +27,7 @@
 //
 // Run directory (run_dir.h, docs/RUN_DIR.md): rank 0 locks it first, then
 // tidies what an interrupted job left; every rank then decides from the same
-// files how the run starts (checkpointing.h, plan_resume); nothing is changed
+// files how the run starts (resume.h, plan_resume); nothing is changed
 // until every rank has set up. A resume of a finished run (its checkpoint at
 // the last step) changes nothing: finished() is true and run() returns at once.
 #pragma once
@@ -64,8 +64,8 @@ class DynamicLossScaler;
 namespace fd::engine {
 
 class RunDirectory;
-class OpenCheckpoint;
 class EventFileWriter;
+class RunReport;
 
 struct TrainOptions {
   std::string recipe_path;             // as given on the command line
@@ -137,21 +137,24 @@ class Trainer {
     bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
     int stop_signal = 0;  // a signal asked some rank to stop (agreed by all ranks), else 0
   };
-  // Wall seconds per phase of one step (--profile); each phase excludes the
-  // communication wait inside it, which goes to comm_wait.
-  struct Phases {
-    double data = 0, forward = 0, backward = 0, comm_wait = 0, optimizer = 0, checkpoint = 0;
-    double total = 0;  // wall time of the whole step, logging and evaluation included
-    int64_t steps = 0;
-    void add(const Phases& o);
-  };
   StepStats train_step(int64_t step);
+  // How the loop ended, for finish().
+  struct Ending {
+    std::string status;       // completed, interrupted, diverged
+    std::string exit_reason;  // completed, signal, diverged, loss_above_max, loss_scale_at_minimum
+    int signal = 0;           // the signal that stopped the run (interrupted)
+    std::string message;      // an error to report (loss scale exhausted)
+    double loss = 0.0;        // the last step's loss
+    int64_t done = 0;         // steps completed in all
+  };
+  // After the loop: the weights digest, memory, the sample and the summary
+  // (written by rank 0). Collective.
+  nlohmann::json finish(RunReport& report, const Ending& end);
   double evaluate();  // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   int64_t frozen_bytes_estimate() const;
   void load_adapter(const std::string& dir, const nn::LoraConfig& lora);
-  void resume_from(const OpenCheckpoint& checkpoint);
   std::string save(int64_t steps_done);  // collective; returns the step directory
 
   // device: cuda: picks this rank's GPU, opens the device scope for every
@@ -188,7 +191,7 @@ class Trainer {
   std::atomic<bool> failure_recorded_{false};
   std::string started_at_;
   int64_t skipped_total_ = 0;
-  Phases phases_;  // the step in progress (--profile)
+  RunReport* report_ = nullptr;  // run()'s report while the loop runs
 };
 
 }  // namespace fd::engine

@@ -1,0 +1,164 @@
+// RunReport: what a training run tells the user while it trains and when it
+// ends, kept beside Trainer::run's loop so that the loop reads as one step
+// after another (llm.c's train_gpt2.c is the model).
+//
+//   RunReport report(...);
+//   for (step ...) {
+//     report.begin_step();
+//     StepStats st = train_step(step);            // laps a PhaseClock into report.phases()
+//     report.end_train_step();                    // communication traffic and wait of the step
+//     report.step_done(done, {...}, evaluate);    // progress line; metrics.jsonl, TensorBoard
+//     ...save: report.checkpoint_saved(...)...    // and the log, every logging.every steps
+//     report.end_step(step);                      // --profile: the step's phases
+//   }
+//   nlohmann::json summary = ...;  report.add_to_summary(summary, done);
+//
+// It owns the clocks (throughput excludes evaluation, saves and the first
+// step's warm-up), the progress line, the metrics records (docs/RUN_DIR.md),
+// the --profile breakdown and the end-of-run sample. Rank 0 writes; every
+// rank keeps the same clocks (evaluation is collective, so every rank calls
+// step_done()).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "lib/config/recipe.h"
+#include "lib/dist/communicator.h"
+#include "lib/engine/progress.h"
+
+namespace fd::engine {
+
+class RunDirectory;
+class EventFileWriter;
+
+// A number for summary.json and metrics.jsonl: null when not finite.
+nlohmann::json number_or_null(double v);
+// This process's peak resident set size (getrusage), bytes.
+int64_t peak_rss_bytes();
+
+// Wall seconds per phase of one step (--profile); each phase excludes the
+// communication wait inside it, which goes to comm_wait.
+struct Phases {
+  double data = 0, forward = 0, backward = 0, comm_wait = 0, optimizer = 0, checkpoint = 0;
+  double total = 0;  // wall time of the whole step, logging and evaluation included
+  int64_t steps = 0;
+  void add(const Phases& o);
+};
+
+// Laps the wall clock for --profile: each lap adds its time, less the
+// communication wait inside it, to one phase, and that wait to `wait`. Off, it
+// reads no clock.
+class PhaseClock {
+ public:
+  PhaseClock(bool on, const dist::Communicator& comm);
+  void lap(double& phase, double& wait);
+
+ private:
+  bool on_;
+  const dist::Communicator& comm_;
+  std::chrono::steady_clock::time_point t_;
+  double w_ = 0.0;
+};
+
+// What one optimizer step produced, for the progress line and metrics.
+struct StepRecord {
+  double loss = 0.0;       // mean over micro-batches and ranks
+  float lr = 0.0f;         // the learning rate the step used
+  double grad_norm = 0.0;  // global, before clipping
+  bool skipped = false;    // non-finite gradients: no update
+  int64_t skipped_total = 0;
+  std::optional<double> loss_scale;  // fp16: the scaler's scale after the step
+};
+
+class RunReport {
+ public:
+  // `model_comm` carries the model's collectives (its traffic and waits are
+  // reported); `run_dir` and `events` are rank 0's (null elsewhere).
+  RunReport(const config::Recipe& recipe, bool rank0, int world, int64_t start_step,
+            double flops_per_token, const dist::Communicator& model_comm, RunDirectory* run_dir,
+            EventFileWriter* events, bool progress, bool force_progress, bool profile);
+
+  // Before a step: the profile clock starts, traffic counters are read.
+  void begin_step();
+  // After the step's micro-batches and optimizer update.
+  void end_train_step();
+  // The phases of the step in progress, for PhaseClock laps.
+  Phases& phases() { return phases_; }
+
+  // Step `done` (1-based) finished without ending the run: redraws the
+  // progress line and, every logging.every steps, at evaluation steps, the
+  // last step and a skipped step, writes the metrics record (rank 0), with
+  // the validation loss from `evaluate` (collective: every rank calls this)
+  // at evaluation steps and the last one.
+  void step_done(int64_t done, const StepRecord& s, const std::function<double()>& evaluate);
+  // A checkpoint of step `done` took `seconds` (not training time).
+  void checkpoint_saved(int64_t done, const std::string& dir, double seconds);
+  // End of the step that started at begin_step() (--profile).
+  void end_step(int64_t step);
+  // The run's loop is over: ends the progress line and stops the run's clock.
+  void finish_loop();
+
+  // The validation loss last measured (NaN before the first evaluation).
+  double eval_loss() const { return eval_loss_; }
+  void set_eval_loss(double v) { eval_loss_ = v; }
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // Wall seconds from the loop's start to finish_loop().
+  double elapsed_s() const;
+  double train_wait_s() const { return train_wait_s_; }
+
+  // Adds the run's timing fields to `summary` (tokens_per_s, ms_per_step,
+  // effective_gflops, elapsed_s, checkpoint_s_per_save, last_checkpoint,
+  // comm_bytes_per_step, comm_wait_s_per_step, tokens_per_step), measured to
+  // finish_loop(). `done`: steps completed in all.
+  void add_to_summary(nlohmann::json& summary, int64_t done);
+  // --profile: adds "profile" to `summary` and prints the table (rank 0).
+  void add_profile(nlohmann::json& summary);
+  // Steady-state throughput after add_to_summary (tokens per second).
+  double tokens_per_s() const { return tokens_per_s_; }
+
+  // The end-of-run sample (logging.sample_tokens > 0): `generate` returns the
+  // tokens after the prompt (collective under ZeRO-3). Adds "sample" (text)
+  // or "sample_tokens" (token files) to `summary`; prints the text on rank 0
+  // when `print`.
+  void add_sample(nlohmann::json& summary, bool print,
+                  const std::function<std::vector<int32_t>(const std::vector<int32_t>&)>& generate);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const config::Recipe& recipe_;
+  bool rank0_;
+  int world_;
+  int64_t start_step_;
+  double flops_per_token_;
+  int64_t tokens_per_step_;
+  const dist::Communicator& comm_;
+  RunDirectory* run_dir_;
+  EventFileWriter* events_;
+  Progress progress_;
+  bool profile_;
+
+  Clock::time_point t_start_, t_window_, t_after_first_, t_step_, t_profile_, t_end_;
+  double step_s_avg_ = -1.0;  // moving average of step time, for the progress line
+  int64_t window_steps_ = 0;
+  double eval_loss_;
+  double eval_seconds_ = 0.0;  // evaluation and save time, excluded from throughput
+  double checkpoint_seconds_ = 0.0;
+  int64_t checkpoints_saved_ = 0;
+  std::string last_checkpoint_;
+  int64_t bytes0_ = 0;
+  double wait0_ = 0.0;
+  int64_t train_comm_bytes_ = 0;  // model traffic of training steps (not evaluation)
+  double train_wait_s_ = 0.0;     // compute-thread time blocked on communication
+  double tokens_per_s_ = 0.0;
+  Phases phases_;                        // the step in progress
+  Phases profile_first_, profile_rest_;  // the first step of this run (warm-up) apart
+};
+
+}  // namespace fd::engine

@@ -1,0 +1,305 @@
+#include "lib/engine/resume.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+#include <vector>
+
+#include "lib/base/error.h"
+#include "lib/ckpt/export.h"
+#include "lib/ckpt/lora_base.h"
+#include "lib/config/diff.h"
+#include "lib/config/load.h"
+#include "lib/engine/checkpointing.h"
+#include "lib/engine/run_dir.h"
+#include "lib/precision/loss_scaler.h"
+
+namespace fd::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// step_* directories of `root`, newest first.
+std::vector<fs::path> step_dirs_newest_first(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory(ec) && e.path().filename().string().rfind("step_", 0) == 0 &&
+        e.path().extension().empty())
+      out.push_back(e.path());
+  std::sort(out.rbegin(), out.rend());  // zero-padded names sort by step
+  return out;
+}
+
+// Whether `step_dir` is one of `run_dir`'s own checkpoints.
+bool belongs_to(const fs::path& step_dir, const fs::path& run_dir) {
+  std::error_code ec1, ec2;
+  const fs::path a = fs::weakly_canonical(step_dir, ec1).parent_path();
+  const fs::path b = fs::weakly_canonical(run_dir / "checkpoints", ec2);
+  return !ec1 && !ec2 && a == b;
+}
+
+// The step a `latest` or `latest.tmp` file names, or -1.
+int64_t named_step(const fs::path& pointer) {
+  std::ifstream in(pointer);
+  std::string name;
+  std::getline(in, name);
+  int64_t step = -1;
+  if (name.rfind("step_", 0) == 0 && name.size() > 5 &&
+      name.find_first_not_of("0123456789", 5) == std::string::npos)
+    step = std::stoll(name.substr(5));
+  return step;
+}
+
+}  // namespace
+
+std::vector<std::string> tidy_checkpoints(const fs::path& root) {
+  std::vector<std::string> done;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return done;
+  std::vector<fs::path> partial;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > 4 && n[0] == '.' && n.rfind(".step_", 0) == 0 && n.substr(n.size() - 4) == ".tmp")
+      partial.push_back(e.path());
+  }
+  for (const fs::path& p : partial) {
+    fs::remove_all(p, ec);
+    done.push_back(fmt::format("removed {}, a checkpoint whose save was interrupted", p.string()));
+  }
+  const fs::path tmp = root / "latest.tmp";
+  if (fs::exists(tmp, ec)) {
+    const int64_t step = named_step(tmp);
+    const fs::path dir = root / ckpt::step_dir_name(std::max<int64_t>(step, 0));
+    const bool complete = step >= 0 && fs::exists(dir / "manifest.json", ec);
+    if (complete && step > named_step(root / "latest")) {
+      fs::rename(tmp, root / "latest", ec);
+      if (ec)
+        runtime_error("cannot rename {} to {}: {}", tmp.string(), (root / "latest").string(),
+                      ec.message());
+      done.push_back(fmt::format(
+          "{} names {}, a complete checkpoint newer than `latest` (a save interrupted just "
+          "before its last rename): it is now `latest`",
+          tmp.string(), dir.filename().string()));
+    } else {
+      fs::remove(tmp, ec);
+      done.push_back(fmt::format("removed {}, left by an interrupted save", tmp.string()));
+    }
+  }
+  return done;
+}
+
+namespace {
+
+// Opens and verifies `dir`; a step directory must be named for the step its
+// manifest records (a renamed copy would resume at the wrong place).
+std::unique_ptr<OpenCheckpoint> open_checked(const fs::path& dir) {
+  auto ck = std::make_unique<OpenCheckpoint>(dir);
+  const std::string name = fs::path(ck->dir()).filename().string();
+  const std::string want = ckpt::step_dir_name(ck->meta().step);
+  if (name.rfind("step_", 0) == 0 && name != want)
+    usage_error("{}: the checkpoint in it is of step {}, but the directory is named {}: it was "
+                "renamed or copied; rename it to {}, or give the directory of the step you mean",
+                ck->dir().string(), ck->meta().step, name, want);
+  return ck;
+}
+
+}  // namespace
+
+ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool overwrite,
+                       int64_t steps) {
+  ResumePlan plan;
+  const RunDirState state = read_run_dir_state(run_dir);
+  if (state.foreign) refuse_existing_run(run_dir, state);
+  if (resume.empty()) {
+    if (state.holds_run && !overwrite) refuse_existing_run(run_dir, state);
+    return plan;
+  }
+  const fs::path root = run_dir / "checkpoints";
+  std::error_code ec;
+  if (fs::exists(root / "latest", ec) && !fs::is_regular_file(fs::symlink_status(root / "latest", ec)))
+    usage_error("{}: is not the plain file fdtrain writes (a directory or a link); nothing was "
+                "changed. Remove it: --resume auto then finds the newest checkpoint itself",
+                (root / "latest").string());
+  if (resume == "auto") {
+    std::vector<fs::path> candidates;
+    std::optional<std::string> latest;
+    try {
+      if (fs::is_directory(root)) latest = ckpt::read_latest(root.string());
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUsage) throw;
+      plan.warnings.push_back(e.what());
+    }
+    if (latest) candidates.push_back(*latest);
+    for (const fs::path& d : step_dirs_newest_first(root))
+      if (!latest || fs::path(*latest) != d) candidates.push_back(d);
+    for (const fs::path& d : candidates) {
+      try {
+        plan.checkpoint = open_checked(d);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUsage) throw;
+        plan.warnings.push_back(fmt::format("passing over {}: {}", d.string(), e.what()));
+        continue;
+      }
+      if (!plan.warnings.empty() || !latest)
+        plan.warnings.push_back(fmt::format(
+            "--resume auto: {}; resuming from {}, the newest checkpoint that verifies",
+            latest ? "`latest` does not verify" : "no `latest` pointer", d.string()));
+      break;
+    }
+    if (!plan.checkpoint) {
+      if (state.holds_run && !overwrite)
+        usage_error(
+            "{}: --resume auto: the run directory holds {} but no checkpoint to resume from{}; "
+            "nothing was changed. Pass --overwrite to replace that run and start afresh, or "
+            "choose a new --run-dir",
+            run_dir.string(), state.description,
+            candidates.empty() ? "" : " (none of its checkpoints verifies, see the warnings)");
+      return plan;  // nothing here yet: the first run of a requeued job
+    }
+    plan.in_place = true;
+  } else {
+    if (!fs::exists(resume))
+      usage_error("--resume {}: no such file or directory; give a checkpoint step directory, a "
+                  "run's checkpoints/ directory, or --resume auto",
+                  resume);
+    plan.checkpoint = open_checked(ckpt::resolve_step_dir(resume));
+    plan.in_place = belongs_to(plan.checkpoint->dir(), run_dir);
+    if (!plan.in_place && state.holds_run && !overwrite)
+      usage_error(
+          "{}: the run directory holds {}, not the run of {}; nothing was changed. --resume PATH "
+          "continues a checkpoint's run in a directory of its own: choose a --run-dir that holds "
+          "no run, use --resume auto to continue the run in {}, or pass --overwrite to replace it",
+          run_dir.string(), state.description, plan.checkpoint->dir().string(), run_dir.string());
+  }
+  plan.step = plan.checkpoint->meta().step;
+  if (plan.in_place) {
+    // Checkpoints after the one resumed belong to a history this run replaces
+    // (its metrics after plan.step are dropped too): never two histories in
+    // one directory. --resume auto passes over only those that do not verify.
+    for (const fs::path& d : step_dirs_newest_first(root))
+      if (d.filename().string() > ckpt::step_dir_name(plan.step)) plan.newer.push_back(d);
+    if (!plan.newer.empty() && resume != "auto" && !overwrite) {
+      std::vector<std::string> names;
+      for (const fs::path& d : plan.newer) names.push_back(d.filename().string());
+      usage_error(
+          "{}: the run has checkpoints after step {} ({}); resuming from step {} in place would "
+          "mix two histories in one directory; nothing was changed. Pass --overwrite to discard "
+          "the later checkpoints and metrics and continue from step {}, or resume into a new "
+          "--run-dir",
+          run_dir.string(), plan.step, fmt::join(names, ", "), plan.step, plan.step);
+    }
+  }
+  if (plan.step > steps)
+    usage_error("{}: the checkpoint is at step {}, beyond steps = {}; raise steps to train on",
+                plan.checkpoint->dir().string(), plan.step, steps);
+  // At the last step: finished when the run in place said so. Without that
+  // summary (killed after its last save) the run resumes with nothing left
+  // to train, and ends with the summary it never wrote.
+  const bool said_completed =
+      state.summary && ((state.summary->contains("status") && (*state.summary)["status"] == "completed") ||
+                        (!state.summary->contains("status") && state.summary->contains("exit_reason") &&
+                         (*state.summary)["exit_reason"] == "completed"));
+  plan.kind = plan.step == steps && plan.in_place && said_completed ? ResumePlan::Kind::kFinished
+                                                                    : ResumePlan::Kind::kResume;
+  return plan;
+}
+
+std::vector<std::string> discard_newer(const std::vector<fs::path>& newer, int64_t step,
+                                       const fs::path& root) {
+  std::vector<std::string> done;
+  std::error_code ec;
+  for (const fs::path& d : newer) {
+    fs::remove_all(d, ec);
+    if (ec)
+      runtime_error("cannot remove {}: {}; remove it, then resume again", d.string(), ec.message());
+    done.push_back(fmt::format("removed {}: the run continues from step {}, and this later "
+                               "checkpoint belongs to the history it replaces",
+                               d.string(), step));
+  }
+  // `latest` names the step the run continues from until its next save.
+  if (named_step(root / "latest") != step) ckpt::write_latest(root.string(), step);
+  return done;
+}
+
+OpenCheckpoint::OpenCheckpoint(const fs::path& step_dir)
+    : dir_(step_dir), checkpoint_(ckpt::open_checkpoint(step_dir.string())) {}
+
+void OpenCheckpoint::read(const std::string& segment, const std::string& field, int64_t offset,
+                          int64_t count, const Tensor& out) const {
+  out.zero_();
+  bool found = false;
+  for (const ckpt::ShardReader& r : checkpoint_.shards) {
+    for (const ckpt::ShardReader::RangeInfo& ri : r.ranges()) {
+      if (ri.segment != segment) continue;
+      found = true;
+      const int64_t lo = std::max(offset, ri.offset);
+      const int64_t hi = std::min({offset + count, ri.offset + ri.count, ri.segment_numel});
+      if (lo >= hi) continue;
+      r.read(segment, field, lo, hi - lo, out.flat_slice(lo - offset, hi - lo));
+    }
+  }
+  if (!found)
+    usage_error("{}: holds no segment '{}'; the checkpoint is of a different model",
+                dir_.string(), segment);
+}
+
+Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
+                        const nn::Module& model, zero::ZeroEngine& engine,
+                        precision::DynamicLossScaler* scaler, const std::string& base_sha256) {
+  const std::string step_dir = ck.dir().string();
+  const ckpt::ShardMeta& meta = ck.meta();
+  config::LoadResult saved =
+      config::try_parse_recipe(meta.recipe_yaml, step_dir + " (saved recipe)");
+  if (!saved.ok()) {
+    usage_error("{}: the recipe stored in the checkpoint does not load: {}", step_dir,
+                saved.errors.front());
+  }
+  config::RecipeDiff diff = config::diff_recipes(saved.recipe, recipe);
+  if (!diff.refused.empty()) {
+    std::string lines;
+    for (const auto& l : diff.refused) lines += "\n  " + l;
+    usage_error("{}: the checkpoint was saved with a different model, which cannot be resumed "
+                "(saved -> now):{}\nresume with the saved model settings, or start a new run",
+                step_dir, lines);
+  }
+  Resumed r;
+  for (const auto& l : diff.warnings)
+    r.warnings.push_back(fmt::format("resuming with a changed recipe (saved -> now): {}", l));
+  // The same parameters at the same places of the same segments.
+  std::vector<ckpt::ParamLayout> mine = layout_of(model);
+  bool same = mine.size() == meta.layout.size();
+  for (size_t i = 0; same && i < mine.size(); ++i) {
+    same = mine[i].name == meta.layout[i].name && mine[i].segment == meta.layout[i].segment &&
+           mine[i].offset == meta.layout[i].offset && mine[i].shape == meta.layout[i].shape;
+  }
+  if (!same)
+    usage_error("{}: the checkpoint's parameter layout differs from this model's; it was written "
+                "for a different model",
+                step_dir);
+  engine.load_state(
+      [&](const std::string& segment, const std::string& field, int64_t offset, int64_t count,
+          const Tensor& out) { ck.read(segment, field, offset, count, out); },
+      meta.optimizer_step);
+  if (scaler && meta.loss_scaler) {
+    precision::LossScalerState st;
+    st.scale = meta.loss_scaler->scale;
+    st.iter = meta.loss_scaler->iter;
+    st.last_overflow_iter = meta.loss_scaler->last_overflow_iter;
+    st.hysteresis_left = meta.loss_scaler->hysteresis_left;
+    scaler->set_state(st);
+  }
+  ckpt::check_lora_base_digest(step_dir, meta.base_sha256, recipe.model.init_from, base_sha256,
+                               "resume with the same base file");
+  r.step = meta.step;
+  r.skipped_steps = meta.skipped_steps;
+  r.dir = step_dir;
+  r.info = fmt::format("resuming from {} (step {}, saved at world size {}, ZeRO stage {}, {})",
+                       step_dir, meta.step, meta.world_size, meta.zero_stage, meta.precision);
+  return r;
+}
+
+}  // namespace fd::engine
