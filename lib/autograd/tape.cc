@@ -4,6 +4,8 @@ namespace fd::autograd {
 namespace {
 thread_local Tape* t_current = nullptr;
 thread_local bool t_grad_enabled = true;
+thread_local BackwardObserver* t_observer = nullptr;
+thread_local int t_backward_depth = 0;
 
 Tape& default_tape() {
   thread_local Tape tape;
@@ -38,12 +40,25 @@ void Tape::backward(const Variable& root, float seed) {
   run_backward();
 }
 
+BackwardObserver* set_backward_observer(BackwardObserver* observer) {
+  BackwardObserver* previous = t_observer;
+  t_observer = observer;
+  return previous;
+}
+
 void Tape::run_backward() {
   NoGradGuard no_grad;  // backward closures never record
+  const int depth = t_backward_depth++;
+  struct Leave {
+    ~Leave() { --t_backward_depth; }
+  } leave;
   for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
     bool any = false;
     for (const auto& s : it->outputs) any = any || s->has_grad();
-    if (any) it->backward();
+    if (any) {
+      it->backward();
+      if (t_observer != nullptr) t_observer->node_done(it->name, depth);
+    }
     for (const auto& s : it->outputs)
       if (!s->is_leaf) s->grad = Tensor();  // consumed: free it now
     it->backward = nullptr;                 // drop saved tensors early

@@ -87,6 +87,19 @@ class EnableGradGuard {
   bool previous_;
 };
 
+// Watches backward on the calling thread (the memory estimate attributes
+// peaks to the node that reached them). node_done() is called after each
+// node that ran, with its name and the nesting depth of its tape (0: the
+// outermost tape; the nodes of a segment's inner tape run at depth 1, before
+// the segment's own node is done).
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  virtual void node_done(const char* name, int depth) = 0;
+};
+// Sets the calling thread's observer (nullptr: none) and returns the previous one.
+BackwardObserver* set_backward_observer(BackwardObserver* observer);
+
 // True when an op over `inputs` must be recorded (grad mode on and some input requires grad).
 bool should_record(std::initializer_list<const Variable*> inputs);
 

@@ -32,13 +32,14 @@ void stage(int64_t bytes) {
 
 }  // namespace
 
-CountingCommunicator::CountingCommunicator(int rank, int size) : rank_(rank), size_(size) {
+CountingCommunicator::CountingCommunicator(int rank, int size, bool staging)
+    : rank_(rank), size_(size), staging_(staging && size > 1) {
   FD_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} of {} ranks", rank, size);
 }
 
 WorkPtr CountingCommunicator::all_reduce_async(void*, int64_t count, DType dtype, ReduceOp) {
   FD_CHECK(count >= 0, "all_reduce of {} elements", count);
-  if (size_ > 1 && is_16bit(dtype)) stage(count * 4);
+  if (staging_ && is_16bit(dtype)) stage(count * 4);
   count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
   return done();
 }
@@ -47,7 +48,7 @@ WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                    int64_t recv_count, DType dtype) {
   FD_CHECK(recv_count >= 0, "reduce_scatter of {} elements", recv_count);
   const size_t esize = dtype_size(dtype);
-  if (size_ > 1) {
+  if (staging_) {
     if (is_16bit(dtype)) {
       stage(4 * recv_count * size_ + 4 * recv_count);
     } else if (overlaps(send, size_t(recv_count * size_) * esize, recv,

@@ -28,8 +28,9 @@ namespace fd::dist {
 
 class CountingCommunicator final : public Communicator {
  public:
-  // Rank `rank` of `size` ranks (0 <= rank < size).
-  CountingCommunicator(int rank, int size);
+  // Rank `rank` of `size` ranks (0 <= rank < size). `staging` false leaves
+  // the MPI staging out (to tell it apart from the caller's buffers).
+  CountingCommunicator(int rank, int size, bool staging = true);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -50,6 +51,7 @@ class CountingCommunicator final : public Communicator {
  private:
   int rank_;
   int size_;
+  bool staging_;  // size > 1 and staging asked for
 };
 
 }  // namespace fd::dist
