@@ -1,7 +1,7 @@
 // fdtrain eval MODEL --data FILE [--seq-len T] [--windows N] [--format F] [--json]
 //
 // The mean loss and perplexity of a model (a run / checkpoint directory or a
-// weights file, lib/ckpt/inference_model.h) over the first N non-overlapping
+// weights file, lib/engine/inference_model.h) over the first N non-overlapping
 // windows of T + 1 tokens of FILE (lib/engine/evaluate.h defines the number).
 // FILE is raw text (byte tokenizer) or an llm.c .bin token file. A run
 // directory is read at its latest checkpoint, which is named on stderr. While
@@ -32,9 +32,9 @@
 #include "lib/base/error.h"
 #include "lib/base/file_type.h"
 #include "lib/base/log.h"
-#include "lib/ckpt/inference_model.h"
 #include "lib/data/token_file.h"
 #include "lib/engine/evaluate.h"
+#include "lib/engine/inference_model.h"
 #include "lib/ops/blas_setup.h"
 
 namespace fd::cli {
@@ -83,7 +83,7 @@ int run_eval(const EvalOptions& o) {
   if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);
   ops::set_blas_threads(o.threads);
 
-  ckpt::InferenceModel m = ckpt::load_inference_model(o.model);
+  engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::GptConfig& mc = m.model->config();
   int T = o.seq_len;
   if (T == -1) T = m.recipe ? std::min(m.recipe->data.seq_len, mc.max_seq_len) : mc.max_seq_len;

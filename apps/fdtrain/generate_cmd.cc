@@ -4,7 +4,7 @@
 // Samples a continuation with the KV-cached decoder (lib/engine/generate.h):
 // temperature T (0 = greedy), then top-k, then top-p (nucleus) as Hugging Face
 // applies them. A run directory is read at its latest checkpoint, which is
-// named on stderr (lib/ckpt/inference_model.h).
+// named on stderr (lib/engine/inference_model.h).
 // Byte-level models (a checkpoint of a data.format text run, or a weights
 // file with a 256-token vocabulary) take --prompt text and print text; other
 // models take --tokens and print token ids (fdtrain has no BPE tokenizer).
@@ -22,9 +22,9 @@
 #include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
-#include "lib/ckpt/inference_model.h"
 #include "lib/data/byte_tokenizer.h"
 #include "lib/engine/generate.h"
+#include "lib/engine/inference_model.h"
 #include "lib/ops/blas_setup.h"
 
 namespace fd::cli {
@@ -83,7 +83,7 @@ int run_generate(const GenerateOptions& o) {
     usage_error("give the prompt as --prompt TEXT or as --tokens IDS, not both");
   ops::set_blas_threads(o.threads);
 
-  ckpt::InferenceModel m = ckpt::load_inference_model(o.model);
+  engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::GptConfig& mc = m.model->config();
   const bool bytes = m.recipe ? m.recipe->data.format == config::DataFormat::kText
                               : mc.vocab_size == data::ByteTokenizer::kVocabSize;

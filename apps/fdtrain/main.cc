@@ -48,6 +48,7 @@
 #include "lib/dist/init.h"
 #include "lib/engine/dataset.h"
 #include "lib/engine/estimate.h"
+#include "lib/engine/export.h"
 #include "lib/engine/trainer.h"
 #include "lib/ops/blas_setup.h"
 
@@ -280,17 +281,17 @@ int run(int argc, char** argv) {
       return 2;
     }
     if (!lora_adapter_dir.empty())
-      std::printf("%s\n", fd::ckpt::export_lora_adapter(ckpt_path, lora_adapter_dir, dtype,
-                                                        export_overwrite)
+      std::printf("%s\n", fd::engine::export_lora_adapter(ckpt_path, lora_adapter_dir, dtype,
+                                                          export_overwrite)
                               .c_str());
     if (merge_lora)
       std::printf(
           "%s\n",
-          fd::ckpt::export_merged_lora(ckpt_path, export_out, dtype, export_overwrite).c_str());
+          fd::engine::export_merged_lora(ckpt_path, export_out, dtype, export_overwrite).c_str());
     if (lora_adapter_dir.empty() && !merge_lora)
       std::printf(
           "%s\n",
-          fd::ckpt::export_checkpoint(ckpt_path, export_out, dtype, export_overwrite).c_str());
+          fd::engine::export_checkpoint(ckpt_path, export_out, dtype, export_overwrite).c_str());
     return 0;
   }
   if (*estimate && world_size < 1) {

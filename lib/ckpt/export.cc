@@ -10,12 +10,11 @@
 #include <tuple>
 
 #include "lib/base/error.h"
-#include "lib/base/log.h"
 #include "lib/base/strings.h"
 #include "lib/ckpt/h5.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
-#include "lib/config/load.h"
+#include "lib/ckpt/weights_file.h"
 #include "lib/tensor/safetensors.h"
 
 namespace fd::ckpt {
@@ -34,10 +33,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  return Shape(std::span<const int64_t>(shape)).str();
-}
-
 bool same_layout(const std::vector<ParamLayout>& a, const std::vector<ParamLayout>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -45,59 +40,6 @@ bool same_layout(const std::vector<ParamLayout>& a, const std::vector<ParamLayou
         a[i].shape != b[i].shape || a[i].decay != b[i].decay)
       return false;
   return true;
-}
-
-// The model dimensions a set of GPT-2 tensors implies (-1: unknown).
-struct ImpliedDims {
-  int64_t n_layer = -1, d_model = -1, vocab_size = -1, max_seq_len = -1;
-};
-
-ImpliedDims implied_dims(const std::map<std::string, std::vector<int64_t>>& shapes) {
-  ImpliedDims d;
-  static const std::regex kBlock(R"(^h\.(\d+)\..*)");
-  std::smatch m;
-  for (const auto& [name, shape] : shapes) {
-    if (std::regex_match(name, m, kBlock))
-      d.n_layer = std::max<int64_t>(d.n_layer, std::stoll(m[1].str()) + 1);
-    if (name == "wte.weight" && shape.size() == 2) {
-      d.vocab_size = shape[0];
-      d.d_model = shape[1];
-    }
-    if (name == "wpe.weight" && shape.size() == 2) d.max_seq_len = shape[0];
-  }
-  if (d.n_layer < 0 && (d.d_model >= 0)) d.n_layer = 0;
-  return d;
-}
-
-// "the file holds a model with n_layer 2, d_model 16, ...: set model.n_layer to 2" or "".
-std::string dims_hint(const ImpliedDims& file, const ImpliedDims& model) {
-  std::vector<std::string> have, set;
-  auto one = [&](const char* key, int64_t f, int64_t m) {
-    if (f < 0) return;
-    have.push_back(fmt::format("{} {}", key, f));
-    if (m >= 0 && f != m) set.push_back(fmt::format("model.{} to {}", key, f));
-  };
-  one("n_layer", file.n_layer, model.n_layer);
-  one("d_model", file.d_model, model.d_model);
-  one("vocab_size", file.vocab_size, model.vocab_size);
-  one("max_seq_len", file.max_seq_len, model.max_seq_len);
-  if (have.empty()) return "";
-  std::string s = "; the file holds a model with " + fmt::format("{}", fmt::join(have, ", "));
-  if (!set.empty())
-    s += fmt::format(": set {} to load it", fmt::join(set, " and "));
-  else
-    s += ": check model.n_head and the file";
-  return s;
-}
-
-// Reads the model options out of the checkpoint's resolved recipe (only
-// lib/config reads YAML; the files it names need not exist here). nullopt when
-// it does not validate (e.g. written by another version): the dimensions then
-// come from the layout alone.
-std::optional<config::Recipe> checkpoint_recipe(const ShardMeta& meta) {
-  config::LoadResult r = config::try_parse_stored_recipe(meta.recipe_yaml, "checkpoint recipe");
-  if (!r.ok()) return std::nullopt;
-  return r.recipe;
 }
 
 void check_against_manifest(const Checkpoint& c, size_t i) {
@@ -187,124 +129,9 @@ std::map<std::string, std::vector<Piece>> plan_reads(const Checkpoint& c) {
   return plan;
 }
 
-// A source of named weight tensors: a safetensors file or our .h5 export.
-class WeightFile {
- public:
-  virtual ~WeightFile() = default;
-  virtual std::vector<std::string> names() const = 0;
-  virtual std::vector<int64_t> shape(const std::string& name) const = 0;
-  virtual Tensor load(const std::string& name) const = 0;
-  // The file's metadata: safetensors "__metadata__", or an .h5's string root attributes.
-  virtual std::map<std::string, std::string> metadata() const = 0;
-};
-
-class SafetensorsWeights : public WeightFile {
- public:
-  explicit SafetensorsWeights(const std::string& path) : f_(SafetensorsFile::open(path)) {}
-  std::vector<std::string> names() const override { return f_.names(); }
-  std::vector<int64_t> shape(const std::string& name) const override {
-    return f_.entry(name).shape;
-  }
-  Tensor load(const std::string& name) const override { return f_.load(name); }
-  std::map<std::string, std::string> metadata() const override { return f_.metadata(); }
-
- private:
-  SafetensorsFile f_;
-};
-
-class H5Weights : public WeightFile {
- public:
-  explicit H5Weights(const std::string& path) : path_(path) {
-    h5::quiet();
-    file_ = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    if (!file_)
-      usage_error("cannot open {} ({}): the file is truncated or corrupt", path, h5::last_error());
-    hsize_t idx = 0;
-    H5Literate(
-        file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx,
-        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-          static_cast<std::vector<std::string>*>(data)->push_back(name);
-          return 0;
-        },
-        &names_);
-    for (const std::string& n : names_) {
-      H5O_info_t info;
-      if (H5Oget_info_by_name(file_.get(), n.c_str(), &info, H5P_DEFAULT) < 0 ||
-          info.type != H5O_TYPE_DATASET)
-        usage_error(
-            "{}: '{}' is not a dataset; a weights file holds one dataset per parameter "
-            "at its root (docs/FORMAT.md)",
-            path, n);
-    }
-  }
-  std::vector<std::string> names() const override { return names_; }
-  std::map<std::string, std::string> metadata() const override {
-    std::vector<std::string> attrs;
-    hsize_t idx = 0;
-    H5Aiterate2(
-        file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx,
-        [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-          static_cast<std::vector<std::string>*>(data)->push_back(name);
-          return 0;
-        },
-        &attrs);
-    std::map<std::string, std::string> out;
-    for (const std::string& a : attrs)
-      if (std::optional<std::string> v = h5::read_attr_str(file_.get(), a.c_str())) out[a] = *v;
-    h5::last_error();  // a non-string attribute is skipped, not an error
-    return out;
-  }
-  std::vector<int64_t> shape(const std::string& name) const override {
-    H5Id ds(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT));
-    auto dims = ds ? h5::dataset_dims(ds.get()) : std::nullopt;
-    if (!dims) usage_error("{}: cannot read dataset '{}': the file is corrupt", path_, name);
-    return std::vector<int64_t>(dims->begin(), dims->end());
-  }
-  Tensor load(const std::string& name) const override {
-    std::vector<int64_t> dims = shape(name);
-    H5Id ds(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT));
-    H5Id type(H5Dget_type(ds.get()));
-    std::string declared = h5::read_attr_str(ds.get(), "dtype").value_or("f32");
-    DType dt = DType::kF32;
-    hid_t mem = H5T_NATIVE_FLOAT;
-    if (declared == "bf16" || declared == "f16") {
-      dt = declared == "bf16" ? DType::kBF16 : DType::kF16;
-      mem = H5T_NATIVE_UINT16;
-      if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 2)
-        usage_error("{}: dataset '{}' says dtype {} but is not uint16", path_, name, declared);
-    } else if (H5Tget_class(type.get()) != H5T_FLOAT) {
-      usage_error("{}: dataset '{}' is not a floating-point dataset", path_, name);
-    }
-    Tensor t = Tensor::empty(Shape(std::span<const int64_t>(dims)), dt, MemCategory::kOther, Device::cpu());
-    if (t.numel() > 0 && H5Dread(ds.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0) {
-      std::string stack = h5::last_error();
-      usage_error("{}: {} reading dataset '{}': the file is corrupt", path_,
-                  h5::error_is_checksum(stack) ? "checksum mismatch" : "failure (" + stack + ")",
-                  name);
-    }
-    return t;
-  }
-
- private:
-  std::string path_;
-  H5Id file_;
-  std::vector<std::string> names_;
-};
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::unique_ptr<WeightFile> open_weights(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) usage_error("{} does not exist; check the path", path);
-  h5::quiet();
-  if (H5Fis_hdf5(path.c_str()) > 0) return std::make_unique<H5Weights>(path);
-  h5::last_error();
-  if (ends_with(path, ".h5") || ends_with(path, ".hdf5"))
-    usage_error("{} is not an HDF5 file (no HDF5 signature): the file is corrupt", path);
-  return std::make_unique<SafetensorsWeights>(path);
 }
 
 void write_h5_export(const std::string& path,
@@ -336,23 +163,6 @@ void write_h5_export(const std::string& path,
   if (!file.close()) fail("closing the file");
 }
 
-// --out checks shared by the exports: a known extension, no accidental overwrite.
-// Exports are written in fp32 or bf16.
-void check_export_dtype(DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16)
-    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
-}
-
-bool check_out_path(const std::string& out, bool overwrite) {
-  bool safetensors = ends_with(out, ".safetensors");
-  if (!safetensors && !ends_with(out, ".h5"))
-    usage_error("--out {}: the file name must end in .safetensors or .h5", out);
-  std::error_code ec;
-  if (fs::exists(out, ec) && !overwrite)
-    usage_error("{} already exists; pass --overwrite to replace it, or choose another --out", out);
-  return safetensors;
-}
-
 // Writes `tensors` to `out` (.safetensors or .h5) via out.tmp and rename.
 void write_weights_file(const std::string& out,
                         const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -368,26 +178,6 @@ void write_weights_file(const std::string& out,
     fs::rename(tmp, out, ec);
     if (ec) runtime_error("cannot rename {} to {}: {}", tmp, out, ec.message());
   }
-}
-
-// A GPT-2 weights file's tensors under our names (see load_weights()): the
-// "transformer." prefix stripped, the causal-mask buffers dropped, and
-// lm_head.weight set aside in *lm_head (its file name) if present.
-// Returns our name -> the file's name.
-std::map<std::string, std::string> gpt2_names(const WeightFile& w,
-                                              std::optional<std::string>* lm_head) {
-  static const std::regex kMaskBuffer(R"(^h\.\d+\.attn\.(bias|masked_bias)$)");
-  std::map<std::string, std::string> by_name;
-  for (const std::string& raw : w.names()) {
-    std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
-    if (std::regex_match(name, kMaskBuffer)) continue;
-    if (name == "lm_head.weight") {
-      *lm_head = raw;
-      continue;
-    }
-    by_name[name] = raw;
-  }
-  return by_name;
 }
 
 // Sort key putting GPT-2 tensor names in the model's order: wte, wpe, the
@@ -409,30 +199,8 @@ std::tuple<int, int64_t, int, std::string> gpt2_order(const std::string& name) {
   return {4, 0, 0, name};
 }
 
-// The checkpoint's recipe (for the LoRA exports, which need its lora section
-// and model.init_from), read as stored: the files it names need not exist
-// here (an adapter export needs none of them; the merged export checks the
-// base itself). Throws fd::Error kUsage if it does not validate.
-config::Recipe lora_recipe(const Checkpoint& c) {
-  config::LoadResult r = config::try_parse_stored_recipe(c.meta().recipe_yaml, "checkpoint recipe");
-  if (!r.ok())
-    usage_error(
-        "{}: the checkpoint's stored recipe does not validate, so its LoRA settings cannot be "
-        "read (was it written by another fdtrain version?):\n{}",
-        c.dir, fmt::join(r.errors, "\n"));
-  if (!r.recipe.lora)
-    usage_error(
-        "{}: the checkpoint is not from a LoRA run (its recipe has no lora section); export it "
-        "with --out FILE",
-        c.dir);
-  return r.recipe;
-}
-
-// The checkpoint's LoRA parameters (fp32 masters converted to `dtype`),
-// and the adapter settings from its recipe.
-std::vector<std::pair<std::string, Tensor>> lora_tensors(const Checkpoint& c, DType dtype,
-                                                         const config::Recipe& recipe,
-                                                         LoraSpec* spec) {
+// The checkpoint's LoRA parameters (fp32 masters converted to `dtype`).
+std::vector<std::pair<std::string, Tensor>> lora_tensors(const Checkpoint& c, DType dtype) {
   std::vector<std::pair<std::string, Tensor>> lora;
   for (auto& [name, t] : consolidate_ordered(c, dtype))
     if (is_lora_name(name)) lora.emplace_back(name, t);
@@ -441,18 +209,38 @@ std::vector<std::pair<std::string, Tensor>> lora_tensors(const Checkpoint& c, DT
         "{}: the checkpoint holds no LoRA parameters (names with .lora_A. or .lora_B.), though "
         "its recipe has a lora section; the checkpoint is inconsistent",
         c.dir);
-  const config::LoraOptions& l = *recipe.lora;
-  *spec = LoraSpec{l.r, l.alpha, l.dropout, l.targets, l.layers, recipe.model.init_from};
   return lora;
 }
 
-bool has_lora_params(const Checkpoint& c) {
+void check_export_dtype(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+}
+
+}  // namespace
+
+bool is_lora_checkpoint(const Checkpoint& c) {
   const std::vector<ParamLayout>& layout = c.meta().layout;
   return std::any_of(layout.begin(), layout.end(),
                      [](const ParamLayout& p) { return is_lora_name(p.name); });
 }
 
-}  // namespace
+void check_export_file(const std::string& out, DType dtype, bool overwrite) {
+  check_export_dtype(dtype);
+  if (!ends_with(out, ".safetensors") && !ends_with(out, ".h5"))
+    usage_error("--out {}: the file name must end in .safetensors or .h5", out);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !overwrite)
+    usage_error("{} already exists; pass --overwrite to replace it, or choose another --out", out);
+}
+
+void check_export_dir(const std::string& dir, DType dtype, bool overwrite) {
+  check_export_dtype(dtype);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !overwrite)
+    usage_error(
+        "{} already exists; pass --overwrite to replace it, or choose another --lora-adapter", dir);
+}
 
 // ---------------------------------------------------------------------------
 
@@ -560,14 +348,11 @@ std::string inspect_checkpoint(const std::string& path) {
   return s;
 }
 
-std::string export_checkpoint(const std::string& path, const std::string& out, DType dtype,
-                              bool overwrite) {
-  check_export_dtype(dtype);
-  check_out_path(out, overwrite);
-
-  Checkpoint c = open_checkpoint(path);
+std::string export_checkpoint(const Checkpoint& c, const std::string& out, DType dtype,
+                              bool overwrite, std::optional<int64_t> n_head) {
+  check_export_file(out, dtype, overwrite);
   const ShardMeta& m = c.meta();
-  if (has_lora_params(c))
+  if (is_lora_checkpoint(c))
     usage_error(
         "{}: the checkpoint is from a LoRA run and holds only the adapters; export them with "
         "--lora-adapter DIR (PEFT format), or the merged model with --merge-lora --out FILE",
@@ -589,14 +374,7 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
       {"vocab_size", std::to_string(dims.vocab_size)},
       {"max_seq_len", std::to_string(dims.max_seq_len)},
   };
-  if (std::optional<config::Recipe> r = checkpoint_recipe(m)) {
-    meta["n_head"] = std::to_string(r->model.n_head);
-  } else {
-    log::warn(
-        "{}: the checkpoint's recipe does not validate; n_head is left out of the export's "
-        "metadata",
-        c.dir);
-  }
+  if (n_head) meta["n_head"] = std::to_string(*n_head);
 
   write_weights_file(out, tensors, meta);
   int64_t n = 0;
@@ -605,17 +383,10 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
                      tensors.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", c.dir, m.step, out);
 }
 
-std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
-                                bool overwrite) {
-  check_export_dtype(dtype);
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !overwrite)
-    usage_error(
-        "{} already exists; pass --overwrite to replace it, or choose another --lora-adapter", dir);
-  Checkpoint c = open_checkpoint(path);
-  config::Recipe recipe = lora_recipe(c);
-  LoraSpec spec;
-  std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, dtype, recipe, &spec);
+std::string export_lora_adapter(const Checkpoint& c, const std::string& dir, DType dtype,
+                                bool overwrite, const LoraSpec& spec) {
+  check_export_dir(dir, dtype, overwrite);
+  std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, dtype);
   write_peft_adapter(dir, spec, lora, overwrite);
   int64_t n = 0;
   for (const auto& t : lora) n += t.second.numel();
@@ -626,33 +397,24 @@ std::string export_lora_adapter(const std::string& path, const std::string& dir,
       c.meta().step, dir);
 }
 
-std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
-                               bool overwrite) {
-  check_export_dtype(dtype);
-  check_out_path(out, overwrite);
-  Checkpoint c = open_checkpoint(path);
+std::string export_merged_lora(const Checkpoint& c, const std::string& out, DType dtype,
+                               bool overwrite, const LoraSpec& spec, const ModelDims& mo) {
+  check_export_file(out, dtype, overwrite);
   const ShardMeta& m = c.meta();
-  config::Recipe recipe = lora_recipe(c);
   // The base must be the very file the adapters were trained on.
-  find_lora_base(c.dir, recipe.model.init_from, m.base_sha256);
-  LoraSpec spec;
-  std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, DType::kF32, recipe, &spec);
+  find_lora_base(c.dir, spec.base, m.base_sha256);
+  std::vector<std::pair<std::string, Tensor>> lora = lora_tensors(c, DType::kF32);
 
-  // The base, read the way load_weights() reads it, checked against the recipe's model.
-  std::unique_ptr<WeightFile> w = open_weights(spec.base);
-  std::optional<std::string> lm_head;
-  std::map<std::string, std::string> by_name = gpt2_names(*w, &lm_head);
-  std::map<std::string, std::vector<int64_t>> file_shapes;
-  for (const auto& [name, raw] : by_name) file_shapes[name] = w->shape(raw);
-  const config::ModelOptions& mo = recipe.model;
+  // The base, read as a weights file, checked against the run's model.
+  WeightsFile w = WeightsFile::open(spec.base);
   ImpliedDims want{mo.n_layer, mo.d_model, mo.vocab_size, mo.max_seq_len};
-  ImpliedDims have = implied_dims(file_shapes);
+  ImpliedDims have = implied_dims(w.shapes());
   if (have.n_layer != want.n_layer || have.d_model != want.d_model ||
       have.vocab_size != want.vocab_size || have.max_seq_len != want.max_seq_len)
     usage_error("{}: the base model (model.init_from of {}'s recipe) does not fit its model{}",
                 spec.base, c.dir, dims_hint(have, want));
   std::vector<std::pair<std::string, Tensor>> base;
-  for (const auto& [name, raw] : by_name) base.emplace_back(name, w->load(raw));
+  for (const auto& [name, shape] : w.shapes()) base.emplace_back(name, w.load(name));
   std::stable_sort(base.begin(), base.end(), [](const auto& a, const auto& b) {
     return gpt2_order(a.first) < gpt2_order(b.first);
   });
@@ -688,78 +450,6 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
       "r {}, alpha {}) to {}",
       merged.size(), n, dtype == DType::kF32 ? "fp32" : "bf16", spec.base, c.dir, m.step, spec.r,
       spec.alpha, out);
-}
-
-WeightsInfo read_weights_info(const std::string& file) {
-  std::unique_ptr<WeightFile> w = open_weights(file);
-  WeightsInfo info;
-  info.metadata = w->metadata();
-  std::optional<std::string> lm_head;
-  for (const auto& [name, raw] : gpt2_names(*w, &lm_head)) info.shapes[name] = w->shape(raw);
-  return info;
-}
-
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
-  std::string prefix = where.empty() ? "" : where + ": ";
-  std::unique_ptr<WeightFile> w;
-  try {
-    w = open_weights(file);
-  } catch (const Error& e) {
-    throw Error(e.kind(), prefix + e.what());
-  }
-
-  // File names -> our names.
-  std::optional<std::string> lm_head;
-  std::map<std::string, std::string> by_name = gpt2_names(*w, &lm_head);  // ours -> the file's
-  std::map<std::string, std::vector<int64_t>> file_shapes;
-  for (const auto& [name, raw] : by_name) file_shapes[name] = w->shape(raw);
-
-  // A LoRA model loads its frozen base; the adapters start from their own init.
-  std::vector<const nn::Parameter*> targets = model.frozen_parameters();
-  if (targets.empty()) targets = model.parameters();
-  std::map<std::string, std::vector<int64_t>> model_shapes;
-  for (const nn::Parameter* p : targets) {
-    const Shape& s = p->value.shape();
-    std::vector<int64_t> v;
-    for (int i = 0; i < s.ndim(); ++i) v.push_back(s[i]);
-    model_shapes[p->name] = v;
-  }
-  std::string hint = dims_hint(implied_dims(file_shapes), implied_dims(model_shapes));
-
-  for (const nn::Parameter* p : targets) {
-    auto it = file_shapes.find(p->name);
-    if (it == file_shapes.end())
-      usage_error("{}{} has no tensor '{}' of shape {}, which the model needs{}", prefix, file,
-                  p->name, shape_str(model_shapes[p->name]), hint);
-    if (it->second != model_shapes[p->name])
-      usage_error("{}{}: tensor '{}' has shape {} in the file but {} in the model{}", prefix, file,
-                  p->name, shape_str(it->second), shape_str(model_shapes[p->name]), hint);
-  }
-  for (const auto& [name, shape] : file_shapes)
-    if (!model_shapes.count(name))
-      usage_error("{}{} holds tensor '{}' {}, which the model does not have{}", prefix, file,
-                  by_name[name], shape_str(shape), hint.empty() ? "; is it a GPT-2 model?" : hint);
-
-  for (const nn::Parameter* p : targets) {
-    try {
-      p->value.copy_from(w->load(by_name[p->name]));
-    } catch (const Error& e) {
-      throw Error(e.kind(), prefix + e.what());
-    }
-  }
-  if (lm_head) {
-    bool tied = false;
-    if (by_name.count("wte.weight") && w->shape(*lm_head) == file_shapes["wte.weight"]) {
-      std::vector<float> a = w->load(*lm_head).to_vector();
-      std::vector<float> b = w->load(by_name["wte.weight"]).to_vector();
-      tied = a == b;
-    }
-    if (!tied)
-      log::warn(
-          "{}{}: lm_head.weight differs from wte.weight; fdtrain ties the head to wte, so "
-          "lm_head.weight is ignored",
-          prefix, file);
-  }
 }
 
 std::string diff_checkpoints(const std::string& a, const std::string& b, double* total_relative) {

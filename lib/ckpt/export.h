@@ -1,8 +1,7 @@
 // Whole-checkpoint operations: open and cross-check all shards of a step
 // directory, inspect (verify every checksum), consolidate the sharded fp32
-// master weights into full tensors, export them as one file, and load
-// weights from such a file (or a Hugging Face GPT-2 model.safetensors) into
-// a model.
+// master weights into full tensors, and export them as one file (read back by
+// WeightsFile, lib/ckpt/weights_file.h) or as a PEFT adapter.
 //
 // Export formats (docs/FORMAT.md):
 //   .safetensors  Hugging Face GPT-2 names and layouts (Conv1D weights (in, out),
@@ -14,14 +13,16 @@
 //                 the same metadata as root attributes.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "lib/ckpt/manifest.h"
+#include "lib/ckpt/peft.h"
 #include "lib/ckpt/shard.h"
-#include "lib/nn/module.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::ckpt {
@@ -54,69 +55,67 @@ std::vector<std::pair<std::string, Tensor>> consolidate_ordered(const Checkpoint
 // any problem (the message names the file).
 std::string inspect_checkpoint(const std::string& path);
 
-// Writes the consolidated weights of the checkpoint at `path` to `out`
-// (.safetensors or .h5, by extension) in `dtype` (kF32 or kBF16), via
-// `out`.tmp and rename. Refuses to replace an existing `out` unless
-// `overwrite`, and refuses a LoRA run's checkpoint (see below). Returns a
-// one-line summary.
-std::string export_checkpoint(const std::string& path, const std::string& out, DType dtype,
-                              bool overwrite);
+// True when the checkpoint holds LoRA parameters (names with .lora_A. or
+// .lora_B., lib/ckpt/peft.h): a LoRA run's checkpoint holds only the adapters.
+bool is_lora_checkpoint(const Checkpoint& c);
 
-// Checkpoints of LoRA runs hold only the adapters (parameters named
-// h.N.<module>.lora_{A,B}.weight, lib/ckpt/peft.h); export_checkpoint()
-// refuses them and points to the two exports below. Both read the adapter
-// settings (lora section) and the base's path (model.init_from) from the
-// checkpoint's stored recipe, which must validate (as stored: the files it
-// names need not exist) or fd::Error kUsage lists its errors. Only the merged
-// export reads the base, which must then be the file the adapters were
-// trained on (find_lora_base(), lib/ckpt/lora_base.h).
+// The checks an export makes before it reads anything, so that a bad
+// argument is refused before a large checkpoint is opened: `dtype` is kF32 or
+// kBF16 ("--dtype must be fp32 or bf16"), and `out` ends in .safetensors or
+// .h5 and does not exist unless `overwrite` (check_export_file), or the
+// adapter directory `dir` does not exist unless `overwrite`
+// (check_export_dir). Throws fd::Error kUsage. The exports below make them
+// too.
+void check_export_file(const std::string& out, DType dtype, bool overwrite);
+void check_export_dir(const std::string& dir, DType dtype, bool overwrite);
 
-// Writes the LoRA parameters of the checkpoint at `path` in `dtype` (kF32 or
-// kBF16) as a PEFT adapter directory `dir` (write_peft_adapter(): keys
+// Exports read the checkpoint's tensors; what only its stored recipe says
+// (n_head, the LoRA settings, the base file) the caller passes in: lib/ckpt
+// does not read recipes (lib/engine/export.h reads them and calls these).
+
+// Writes the consolidated weights of checkpoint `c` to `out` (.safetensors or
+// .h5, by extension) in `dtype` (kF32 or kBF16), via `out`.tmp and rename.
+// The metadata's dimensions come from the layout; `n_head` is recorded when
+// given. Refuses to replace an
+// existing `out` unless `overwrite`, and refuses a LoRA checkpoint (pointing
+// to the two exports below). Returns a one-line summary.
+std::string export_checkpoint(const Checkpoint& c, const std::string& out, DType dtype,
+                              bool overwrite, std::optional<int64_t> n_head);
+
+// A GPT-2 model's dimensions, as a recipe's model section gives them.
+struct ModelDims {
+  int64_t n_layer = 0, n_head = 0, d_model = 0, vocab_size = 0, max_seq_len = 0;
+};
+
+// The LoRA exports of checkpoint `c` (a LoRA run's: parameters named
+// h.N.<module>.lora_{A,B}.weight), with `spec` the run's lora section and
+// spec.base its model.init_from. Only the merged export reads the base, which
+// must then be the file the adapters were trained on (find_lora_base(),
+// lib/ckpt/lora_base.h).
+
+// Writes the LoRA parameters of `c` in `dtype` (kF32 or kBF16) as a PEFT
+// adapter directory `dir` (write_peft_adapter(): keys
 // base_model.model.transformer.h.N.<module>.lora_{A,B}.weight, adapter_config.json
-// from the recipe, base_model_name_or_path = model.init_from). Refuses an
-// existing `dir` unless `overwrite`. Returns a one-line summary.
-std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
-                                bool overwrite);
+// from `spec`, base_model_name_or_path = spec.base). Refuses an existing `dir`
+// unless `overwrite`. Returns a one-line summary.
+std::string export_lora_adapter(const Checkpoint& c, const std::string& dir, DType dtype,
+                                bool overwrite, const LoraSpec& spec);
 
-// Writes the full model: the base from model.init_from (checked to be the
-// file the adapters were trained on by its SHA-256, read as load_weights()
-// reads it, and checked against the recipe's model dimensions) with the
-// checkpoint's fp32 LoRA deltas merged in (merge_lora(), scaling alpha / r),
-// as `out` (.safetensors or .h5, Hugging Face GPT-2 names, as
-// export_checkpoint() writes) in `dtype` (kF32 or kBF16). The metadata also
-// records "base" and "lora" (r, alpha, targets, layers). Refuses an existing
-// `out` unless `overwrite`. Returns a one-line summary.
-std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
-                               bool overwrite);
+// Writes the full model: the base spec.base (checked to be the file the
+// adapters were trained on by its SHA-256, read as WeightsFile reads it, and
+// checked against `model`'s dimensions) with the checkpoint's fp32 LoRA
+// deltas merged in (merge_lora(), scaling alpha / r), as `out` (.safetensors
+// or .h5, Hugging Face GPT-2 names, as export_checkpoint() writes) in `dtype`
+// (kF32 or kBF16). The metadata records `model`'s dimensions, "base" and
+// "lora" (r, alpha, targets, layers). Refuses an existing `out` unless
+// `overwrite`. Returns a one-line summary.
+std::string export_merged_lora(const Checkpoint& c, const std::string& out, DType dtype,
+                               bool overwrite, const LoraSpec& spec, const ModelDims& model);
 
 // Compares the weights of two checkpoints (or exports' sources) tensor by
 // tensor: per tensor ||a - b|| / ||b|| and max |a - b|, then the whole model's
 // ||a - b|| / ||b||, which it also stores in *total_relative. Both must hold
 // the same parameters (different names or shapes: fd::Error kUsage).
 std::string diff_checkpoints(const std::string& a, const std::string& b, double* total_relative);
-
-// What a weights file (anything load_weights() reads) holds, without reading
-// its tensors: the metadata (a .safetensors "__metadata__", an .h5 export's
-// string root attributes; see above) and the shape of every tensor under the
-// names load_weights() maps it to ("transformer." stripped, mask buffers and
-// lm_head.weight left out). Throws fd::Error kUsage for a missing or
-// malformed file.
-struct WeightsInfo {
-  std::map<std::string, std::string> metadata;
-  std::map<std::string, std::vector<int64_t>> shapes;
-};
-WeightsInfo read_weights_info(const std::string& file);
-
-// Copies the weights in `file` into `model`'s parameters, converting dtype
-// (round to nearest even). `file` is an fdtrain export (.safetensors or .h5)
-// or a Hugging Face GPT-2 model.safetensors: an optional "transformer."
-// prefix is stripped, the causal-mask buffers h.N.attn.bias / masked_bias are
-// skipped, and lm_head.weight, if present, is ignored (the head is tied to
-// wte; a note is logged if it differs). Every model parameter must be present
-// with its shape and nothing else may be: otherwise fd::Error kUsage, prefixed
-// with `where` (e.g. "recipes/x.yaml:3:14: model.init_from"), naming the file,
-// the tensor, both shapes and the recipe change that would fit the file.
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
 
 }  // namespace fd::ckpt

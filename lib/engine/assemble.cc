@@ -1,5 +1,7 @@
 #include "lib/engine/assemble.h"
 
+#include "lib/base/check.h"
+
 namespace fd::engine {
 
 DType compute_dtype(config::Precision precision) {
@@ -109,6 +111,12 @@ SampleOptions sample_options(const config::Recipe& r) {
   const bool text = r.data.format == config::DataFormat::kText;
   so.start_token = text ? 10 : (r.model.vocab_size > 50256 ? 50256 : 0);
   return so;
+}
+
+ckpt::LoraSpec lora_spec(const config::Recipe& r) {
+  FD_CHECK(r.lora.has_value());
+  const config::LoraOptions& l = *r.lora;
+  return ckpt::LoraSpec{l.r, l.alpha, l.dropout, l.targets, l.layers, r.model.init_from};
 }
 
 }  // namespace fd::engine

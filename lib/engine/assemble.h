@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "lib/ckpt/peft.h"
 #include "lib/config/recipe.h"
 #include "lib/engine/generate.h"
 #include "lib/nn/gpt.h"
@@ -63,5 +64,10 @@ std::unique_ptr<nn::Gpt> build_model(const Assembly& a, Init init = Init::kGpt2)
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts
 // from '\n', token files from GPT-2's <|endoftext|> when the vocabulary has it.
 SampleOptions sample_options(const config::Recipe& r);
+
+// The adapter settings of `r`'s lora section as a PEFT adapter records them
+// (`ckpt export --lora-adapter`), with base = model.init_from. `r` must have a
+// lora section.
+ckpt::LoraSpec lora_spec(const config::Recipe& r);
 
 }  // namespace fd::engine

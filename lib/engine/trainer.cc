@@ -39,6 +39,7 @@
 #include "lib/engine/run_dir.h"
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
+#include "lib/engine/weights_io.h"
 #include "lib/dist/nccl_communicator.h"
 #include "lib/nn/gpt.h"
 #include "lib/ops/blas_setup.h"
@@ -254,8 +255,8 @@ void Trainer::setup(const TrainOptions& options) {
   const nn::LoraConfig& lora = a.lora;
   model_ = build_model(a);
   if (!recipe_.model.init_from.empty()) {
-    ckpt::load_weights(recipe_.model.init_from, *model_,
-                       fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
+    load_weights(recipe_.model.init_from, *model_,
+                 fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
     if (lora.enabled()) base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
   }
   if (recipe_.lora && !recipe_.lora->adapter.empty()) load_adapter(recipe_.lora->adapter, lora);

@@ -46,7 +46,7 @@ class BadCheckpoint : public ::testing::Test {
   }
 
   TempDir tmp_;
-  std::unique_ptr<nn::Gpt> model_;
+  std::unique_ptr<testing::TestModel> model_;
   std::string dir_, shard_;
 };
 

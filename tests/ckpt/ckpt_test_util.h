@@ -1,4 +1,6 @@
-// Helpers for the checkpoint tests: temporary directories, a tiny GPT and a
+// Helpers for the checkpoint tests: temporary directories, the tensors of a
+// tiny GPT-2 (TestModel: names, shapes and flat segments as lib/nn's Gpt lays
+// them out, without lib/nn, which lib/ckpt does not depend on) and a
 // checkpoint of it written the way a ZeRO run at world size W writes one
 // (each rank the W-th part of every segment's flat space).
 #pragma once
@@ -7,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,7 +21,7 @@
 #include "lib/base/error.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/ckpt/shard.h"
-#include "lib/nn/gpt.h"
+#include "lib/tensor/tensor.h"
 
 namespace fd::ckpt::testing {
 
@@ -42,8 +46,17 @@ class TempDir {
   fs::path path_;
 };
 
-inline nn::GptConfig tiny_config(int n_layer = 2, int d_model = 16) {
-  nn::GptConfig c;
+// A GPT-2's dimensions (those of lib/nn's GptConfig).
+struct TinyConfig {
+  int n_layer = 2;
+  int n_head = 2;
+  int d_model = 16;
+  int vocab_size = 64;
+  int max_seq_len = 16;
+};
+
+inline TinyConfig tiny_config(int n_layer = 2, int d_model = 16) {
+  TinyConfig c;
   c.n_layer = n_layer;
   c.n_head = 2;
   c.d_model = d_model;
@@ -52,11 +65,63 @@ inline nn::GptConfig tiny_config(int n_layer = 2, int d_model = 16) {
   return c;
 }
 
+// One parameter: its Hugging Face GPT-2 name, fp32 values, offset in its
+// segment's flat space and whether weight decay applies (2-D weights).
+struct TestParam {
+  std::string name;
+  Tensor value;
+  int64_t offset = 0;
+  bool decay = false;
+};
+
+// A segment (embed, h.N, final): its parameters back to back, each aligned to
+// 16 elements, the total padded to a multiple of 16 * world (as lib/nn's
+// FlatParamGroup), padding zero.
+class TestSegment {
+ public:
+  TestSegment(std::string name, std::vector<TestParam> params, Tensor flat)
+      : name_(std::move(name)), params_(std::move(params)), flat_(std::move(flat)) {}
+  const std::string& name() const { return name_; }
+  int64_t numel() const { return flat_.numel(); }
+  const std::vector<TestParam>& params() const { return params_; }
+  const Tensor& flat() const { return flat_; }
+
+ private:
+  std::string name_;
+  std::vector<TestParam> params_;
+  Tensor flat_;  // fp32, numel() elements
+};
+
+// The tensors of a GPT-2 (tied head) in canonical order, with deterministic
+// values.
+class TestModel {
+ public:
+  TestModel(const TinyConfig& c, std::vector<std::unique_ptr<TestSegment>> segments)
+      : config_(c), segments_(std::move(segments)) {}
+  const TinyConfig& config() const { return config_; }
+  const std::vector<std::unique_ptr<TestSegment>>& segments() const { return segments_; }
+  std::vector<const TestParam*> parameters() const {
+    std::vector<const TestParam*> out;
+    for (const auto& seg : segments_)
+      for (const TestParam& p : seg->params()) out.push_back(&p);
+    return out;
+  }
+  const TestParam* find(const std::string& name) const {
+    for (const TestParam* p : parameters())
+      if (p->name == name) return p;
+    return nullptr;
+  }
+
+ private:
+  TinyConfig config_;
+  std::vector<std::unique_ptr<TestSegment>> segments_;
+};
+
 // The model's layout rows, in canonical order.
-inline std::vector<ParamLayout> layout_of(const nn::Gpt& model) {
+inline std::vector<ParamLayout> layout_of(const TestModel& model) {
   std::vector<ParamLayout> out;
   for (const auto& seg : model.segments())
-    for (const nn::Parameter& p : seg->params()) {
+    for (const TestParam& p : seg->params()) {
       std::vector<int64_t> shape;
       for (int i = 0; i < p.value.shape().ndim(); ++i) shape.push_back(p.value.shape()[i]);
       out.push_back({p.name, seg->name(), p.offset, shape, p.decay});
@@ -64,7 +129,7 @@ inline std::vector<ParamLayout> layout_of(const nn::Gpt& model) {
   return out;
 }
 
-inline ShardMeta test_meta(const nn::Gpt& model, int world, int rank, int64_t step,
+inline ShardMeta test_meta(const TestModel& model, int world, int rank, int64_t step,
                            const std::string& precision) {
   ShardMeta m;
   m.step = step;
@@ -91,7 +156,7 @@ inline Tensor ramp(int64_t offset, int64_t count, float k) {
 
 // Rank `rank`'s ranges of `model` (f32) split `world` ways; params in
 // `params_dtype` (kF32: left undefined when `omit_f32_params`).
-inline std::vector<SegmentRange> test_ranges(const nn::Gpt& model, int world, int rank,
+inline std::vector<SegmentRange> test_ranges(const TestModel& model, int world, int rank,
                                              DType params_dtype, bool omit_f32_params = false) {
   std::vector<SegmentRange> out;
   for (const auto& seg : model.segments()) {
@@ -99,7 +164,7 @@ inline std::vector<SegmentRange> test_ranges(const nn::Gpt& model, int world, in
     EXPECT_EQ(n % world, 0);
     int64_t share = n / world, off = int64_t(rank) * share;
     SegmentRange r{seg->name(), n, off, share, {}, {}, {}, {}};
-    r.master = seg->flat_params().flat_slice(off, share).to(DType::kF32);
+    r.master = seg->flat().flat_slice(off, share).to(DType::kF32);
     r.exp_avg = ramp(off, share, 1.0f);
     r.exp_avg_sq = ramp(off, share, 2.0f);
     if (params_dtype != DType::kF32 || !omit_f32_params) r.params = r.master.to(params_dtype);
@@ -110,7 +175,7 @@ inline std::vector<SegmentRange> test_ranges(const nn::Gpt& model, int world, in
 
 // Writes a complete checkpoint of `model` at `world` ranks into `dir`
 // (created), with its manifest. Returns the step directory.
-inline std::string write_test_checkpoint(const std::string& dir, const nn::Gpt& model, int world,
+inline std::string write_test_checkpoint(const std::string& dir, const TestModel& model, int world,
                                          int64_t step, DType params_dtype = DType::kF32,
                                          const std::string& precision = "fp32") {
   fs::create_directories(dir);
@@ -131,14 +196,63 @@ inline std::string write_test_checkpoint(const std::string& dir, const nn::Gpt& 
   return dir;
 }
 
-// A GPT initialised with GPT-2 init, its groups padded for `world` ranks.
-inline std::unique_ptr<nn::Gpt> make_model(const nn::GptConfig& c, int world = 1, uint64_t seed = 7,
-                                           DType dtype = DType::kF32) {
-  nn::GroupLayout layout;
-  layout.pad_multiple = world;
-  auto m = std::make_unique<nn::Gpt>(c, dtype, layout);
-  m->init_gpt2(seed);
-  return m;
+// A GPT-2 of `c` with values drawn from `seed` (weights in [-0.1, 0.1],
+// biases and norms near 0 and 1), its segments padded for `world` ranks.
+inline std::unique_ptr<TestModel> make_model(const TinyConfig& c, int world = 1,
+                                             uint64_t seed = 7) {
+  struct Spec {
+    std::string name;
+    std::vector<int64_t> shape;
+    bool decay;
+  };
+  const int64_t C = c.d_model, V = c.vocab_size, T = c.max_seq_len;
+  std::vector<std::pair<std::string, std::vector<Spec>>> specs;
+  specs.push_back({"embed", {{"wte.weight", {V, C}, true}, {"wpe.weight", {T, C}, true}}});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    specs.push_back({"h." + std::to_string(l),
+                     {{h + "ln_1.weight", {C}, false},
+                      {h + "ln_1.bias", {C}, false},
+                      {h + "attn.c_attn.weight", {C, 3 * C}, true},
+                      {h + "attn.c_attn.bias", {3 * C}, false},
+                      {h + "attn.c_proj.weight", {C, C}, true},
+                      {h + "attn.c_proj.bias", {C}, false},
+                      {h + "ln_2.weight", {C}, false},
+                      {h + "ln_2.bias", {C}, false},
+                      {h + "mlp.c_fc.weight", {C, 4 * C}, true},
+                      {h + "mlp.c_fc.bias", {4 * C}, false},
+                      {h + "mlp.c_proj.weight", {4 * C, C}, true},
+                      {h + "mlp.c_proj.bias", {C}, false}}});
+  }
+  specs.push_back({"final", {{"ln_f.weight", {C}, false}, {"ln_f.bias", {C}, false}}});
+
+  constexpr int64_t kAlign = 16;
+  auto aligned = [](int64_t n, int64_t unit) { return (n + unit - 1) / unit * unit; };
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  std::vector<std::unique_ptr<TestSegment>> segments;
+  for (const auto& [seg_name, params] : specs) {
+    std::vector<float> flat;
+    std::vector<TestParam> out;
+    for (const Spec& p : params) {
+      int64_t n = 1;
+      for (int64_t d : p.shape) n *= d;
+      const bool norm_weight =
+          p.name.find("ln_") != std::string::npos && p.name.find(".weight") != std::string::npos;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = (norm_weight ? 1.0f : 0.0f) + u(rng);
+      const int64_t offset = int64_t(flat.size());
+      flat.insert(flat.end(), v.begin(), v.end());
+      flat.resize(size_t(aligned(int64_t(flat.size()), kAlign)), 0.0f);
+      out.push_back({p.name, Tensor::from_vector(v, Shape(std::span<const int64_t>(p.shape))),
+                     offset, p.decay});
+    }
+    flat.resize(size_t(aligned(int64_t(flat.size()), kAlign * world)), 0.0f);
+    const int64_t numel = int64_t(flat.size());
+    segments.push_back(std::make_unique<TestSegment>(seg_name, std::move(out),
+                                                     Tensor::from_vector(flat, Shape{numel})));
+  }
+  return std::make_unique<TestModel>(c, std::move(segments));
 }
 
 // Runs `cmd`; returns its stdout and sets *rc to its exit status.

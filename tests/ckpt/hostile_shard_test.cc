@@ -42,7 +42,7 @@ class HostileShard : public ::testing::Test {
   }
 
   TempDir tmp_;
-  std::unique_ptr<nn::Gpt> model_;
+  std::unique_ptr<testing::TestModel> model_;
   std::string dir_, shard_;
 };
 

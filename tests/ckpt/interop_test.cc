@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "lib/base/strings.h"
@@ -84,7 +85,7 @@ TEST(Interop, H5dumpFindsTheDocumentedLayout) {
   EXPECT_NE(recipe.find("# a test recipe"), std::string::npos) << recipe;
   std::string names = run_command("h5dump -d /layout/name '" + shard + "'", &rc);
   EXPECT_EQ(rc, 0) << names;
-  for (const nn::Parameter* p : model->parameters())
+  for (const testing::TestParam* p : model->parameters())
     EXPECT_NE(names.find("\"" + p->name + "\""), std::string::npos) << p->name;
 
   // A master range, element by element.
@@ -132,7 +133,7 @@ TEST(Interop, PythonReaderSeesTheExportedValues) {
     auto model = testing::make_model(testing::tiny_config(), 2);
     testing::write_test_checkpoint(tmp.path("ck"), *model, 2, 3);
     std::string out = tmp.path("model.safetensors");
-    export_checkpoint(tmp.path("ck"), out, dtype, false);
+    export_checkpoint(open_checkpoint(tmp.path("ck")), out, dtype, false, std::nullopt);
     int rc = 0;
     std::string text = run_command(
         "python3 '" + std::string(FD_SOURCE_DIR) + "/tests/ckpt/read_safetensors.py' '" + out + "'",
@@ -149,7 +150,7 @@ TEST(Interop, PythonReaderSeesTheExportedValues) {
     EXPECT_EQ(meta["n_layer"], "2");
     EXPECT_EQ(meta["dtype"], dtype == DType::kF32 ? "fp32" : "bf16");
     ASSERT_EQ(py.size(), model->parameters().size()) << text;
-    for (const nn::Parameter* p : model->parameters()) {
+    for (const testing::TestParam* p : model->parameters()) {
       ASSERT_TRUE(py.count(p->name)) << p->name;
       const PyTensor& t = py[p->name];
       Tensor want = p->value.to(dtype);

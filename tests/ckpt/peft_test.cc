@@ -1,9 +1,9 @@
 // LoRA adapters in PEFT format: write -> read is exact (settings and
 // tensors); an independent Python reader (json + struct only) finds PEFT's
 // keys, shapes and config; merging matches a float64 reference; malformed
-// adapters are refused with one message naming the file; and the checkpoint
-// exports (--lora-adapter, --merge-lora) work from a LoRA run's checkpoint,
-// in-process and through the fdtrain binary.
+// adapters are refused with one message naming the file. (The checkpoint
+// exports --lora-adapter and --merge-lora, which read the run's recipe, are
+// tested in tests/engine/export_test.cc.)
 #include "lib/ckpt/peft.h"
 
 #include <gtest/gtest.h>
@@ -14,10 +14,9 @@
 #include <random>
 
 #include "lib/base/strings.h"
-#include "lib/ckpt/export.h"
-#include "lib/ckpt/lora_base.h"
 #include "lib/tensor/safetensors.h"
 #include "tests/ckpt/ckpt_test_util.h"
+#include "tests/ckpt/lora_test_util.h"
 
 namespace fd::ckpt {
 namespace {
@@ -26,75 +25,12 @@ using testing::error_of;
 using testing::run_command;
 using testing::TempDir;
 namespace fs = std::filesystem;
-using Named = std::vector<std::pair<std::string, Tensor>>;
-
-constexpr int kWidth = 16;  // C of the tiny model (testing::tiny_config())
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-Tensor random_tensor(const Shape& shape, std::mt19937& rng, double scale = 1.0,
-                     DType dt = DType::kF32) {
-  std::normal_distribution<float> dist(0.0f, float(scale));
-  std::vector<float> v(size_t(shape.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector(v, shape, dt, MemCategory::kOther);
-}
-
-// (in, out) of a block module of a width-C GPT-2.
-std::pair<int64_t, int64_t> module_dims(const std::string& module, int64_t c) {
-  if (module == "attn.c_attn") return {c, 3 * c};
-  if (module == "attn.c_proj") return {c, c};
-  if (module == "mlp.c_fc") return {c, 4 * c};
-  return {4 * c, c};  // mlp.c_proj
-}
-
-// Random LoRA pairs (A (r, in), B (out, r)) for `modules` of blocks `layers`,
-// in canonical order.
-Named random_lora(int r, const std::vector<int>& layers, const std::vector<std::string>& modules,
-                  uint64_t seed, DType dt = DType::kF32, int64_t c = kWidth) {
-  std::mt19937 rng{uint32_t(seed)};
-  Named out;
-  for (int layer : layers)
-    for (const std::string& m : modules) {
-      auto [in, o] = module_dims(m, c);
-      std::string base = fmt::format("h.{}.{}.", layer, m);
-      out.emplace_back(base + "lora_A.weight", random_tensor(Shape{r, in}, rng, 0.5, dt));
-      out.emplace_back(base + "lora_B.weight", random_tensor(Shape{o, r}, rng, 0.5, dt));
-    }
-  return out;
-}
-
-// A GPT-2 base in Hugging Face names and layouts (Conv1D (in, out)).
-Named gpt2_base(int n_layer, int64_t c, int64_t vocab, int64_t seq, uint64_t seed,
-                DType dt = DType::kF32) {
-  std::mt19937 rng{uint32_t(seed)};
-  Named out;
-  out.emplace_back("wte.weight", random_tensor(Shape{vocab, c}, rng, 0.02, dt));
-  out.emplace_back("wpe.weight", random_tensor(Shape{seq, c}, rng, 0.02, dt));
-  for (int i = 0; i < n_layer; ++i) {
-    std::string h = fmt::format("h.{}.", i);
-    out.emplace_back(h + "ln_1.weight", random_tensor(Shape{c}, rng, 1.0, dt));
-    out.emplace_back(h + "ln_1.bias", random_tensor(Shape{c}, rng, 0.1, dt));
-    for (const char* m : {"attn.c_attn", "attn.c_proj"}) {
-      auto [in, o] = module_dims(m, c);
-      out.emplace_back(h + m + ".weight", random_tensor(Shape{in, o}, rng, 0.02, dt));
-      out.emplace_back(h + m + ".bias", random_tensor(Shape{o}, rng, 0.02, dt));
-    }
-    out.emplace_back(h + "ln_2.weight", random_tensor(Shape{c}, rng, 1.0, dt));
-    out.emplace_back(h + "ln_2.bias", random_tensor(Shape{c}, rng, 0.1, dt));
-    for (const char* m : {"mlp.c_fc", "mlp.c_proj"}) {
-      auto [in, o] = module_dims(m, c);
-      out.emplace_back(h + m + ".weight", random_tensor(Shape{in, o}, rng, 0.02, dt));
-      out.emplace_back(h + m + ".bias", random_tensor(Shape{o}, rng, 0.02, dt));
-    }
-  }
-  out.emplace_back("ln_f.weight", random_tensor(Shape{c}, rng, 1.0, dt));
-  out.emplace_back("ln_f.bias", random_tensor(Shape{c}, rng, 0.1, dt));
-  return out;
-}
+using testing::gpt2_base;
+using testing::kWidth;
+using testing::Named;
+using testing::random_lora;
+using testing::random_tensor;
+using testing::same_bytes;
 
 LoraSpec test_spec() {
   LoraSpec s;
@@ -420,229 +356,6 @@ TEST(MergeLora, AcceptsTransformerPrefixAndRefusesAMismatchedBase) {
   Named wide = gpt2_base(3, 2 * kWidth, 64, 16, 11);
   msg = error_of([&] { merge_lora(wide, test_lora(), 1.0); });
   EXPECT_NE(msg.find("has shape (32, 96) in the base"), std::string::npos) << msg;
-}
-
-// ---------------------------------------------------------------------------
-// Exports from a LoRA run's checkpoint.
-
-// An llm.c token file of `n` tokens.
-void write_tokens(const std::string& path, int n) {
-  std::vector<int32_t> header(256, 0);
-  header[0] = 20240520;
-  header[1] = 1;
-  header[2] = n;
-  std::vector<uint16_t> tokens(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) tokens[size_t(i)] = uint16_t(i % 64);
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(header.data()), 1024);
-  f.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(2 * n));
-}
-
-// A checkpoint as a LoRA run of the tiny model (2 blocks, C = 16) writes one
-// at world size `world`: the layout holds only the adapters, one segment per
-// block, the recipe names the base and the lora section, and the shards record
-// the base file's SHA-256. `base_layers` other than 2 writes a base that does
-// not fit the recipe (an inconsistent checkpoint that records its digest).
-struct LoraRun {
-  std::string base;    // the base model file (HF names, "transformer." prefix, mask buffers)
-  Named base_tensors;  // as HF names without the prefix
-  Named lora;
-  std::string ckpt;
-};
-
-LoraRun write_lora_run(const TempDir& tmp, int world, bool with_lora_section = true,
-                       int base_layers = 2) {
-  LoraRun run;
-  run.base = tmp.path("base.safetensors");
-  run.base_tensors = gpt2_base(base_layers, kWidth, 64, 16, 21);
-  Named file;
-  for (const auto& [n, t] : run.base_tensors) file.emplace_back("transformer." + n, t);
-  file.emplace_back("transformer.h.0.attn.bias", Tensor::zeros(Shape{1, 1, 16, 16}));
-  file.emplace_back("lm_head.weight", run.base_tensors[0].second);
-  write_safetensors(run.base, file);
-  write_tokens(tmp.path("train.bin"), 4096);
-  std::string recipe = fmt::format(
-      "model:\n  n_layer: 2\n  n_head: 2\n  d_model: 16\n  vocab_size: 64\n  max_seq_len: 16\n"
-      "  init_from: {}\ndata:\n  format: tokens\n  seq_len: 8\n  train: {}\nsteps: 5\n",
-      run.base, tmp.path("train.bin"));
-  if (with_lora_section)
-    recipe +=
-        "lora:\n  r: 2\n  alpha: 3\n  dropout: 0.1\n  targets: [c_attn, c_proj]\n  layers: [1]\n";
-  run.lora = random_lora(2, {1}, {"attn.c_attn", "attn.c_proj", "mlp.c_proj"}, 33);
-
-  // One segment "h.1" with the six tensors back to back, padded for `world`.
-  std::vector<ParamLayout> layout;
-  std::vector<float> flat;
-  for (const auto& [n, t] : run.lora) {
-    std::vector<int64_t> shape = {t.shape()[0], t.shape()[1]};
-    layout.push_back({n, "h.1", int64_t(flat.size()), shape, false});
-    std::vector<float> v = t.to_vector();
-    flat.insert(flat.end(), v.begin(), v.end());
-  }
-  while (flat.size() % size_t(world)) flat.push_back(0.0f);
-  const int64_t numel = int64_t(flat.size()), share = numel / world;
-  Tensor all = Tensor::from_vector(flat, Shape{numel});
-  run.ckpt = tmp.path("run/checkpoints/step_00000006");
-  fs::create_directories(run.ckpt);
-  Manifest mf;
-  mf.format_version = kFormatVersion;
-  mf.step = 6;
-  mf.world_size = world;
-  mf.zero_stage = 2;
-  mf.precision = "fp32";
-  mf.segments.push_back({"h.1", numel});
-  for (int r = 0; r < world; ++r) {
-    ShardMeta m;
-    m.step = 6;
-    m.world_size = world;
-    m.rank = r;
-    m.zero_stage = 2;
-    m.precision = "fp32";
-    m.recipe_yaml = recipe;
-    m.optimizer_step = 6;
-    m.seed = 1;
-    m.layout = layout;
-    m.fdtrain_version = "fdtrain test";
-    m.base_sha256 = file_sha256(run.base);
-    SegmentRange range{"h.1", numel, r * share, share, {}, {}, {}, {}};
-    range.master = all.flat_slice(r * share, share).to(DType::kF32);
-    range.exp_avg = Tensor::zeros(Shape{share});
-    range.exp_avg_sq = Tensor::zeros(Shape{share});
-    write_shard((fs::path(run.ckpt) / shard_file_name(r)).string(), m, {range});
-    mf.files.push_back(shard_file_name(r));
-  }
-  write_manifest(run.ckpt, mf);
-  write_latest(tmp.path("run/checkpoints"), 6);
-  return run;
-}
-
-TEST(LoraExport, AdapterFromACheckpoint) {
-  TempDir tmp;
-  LoraRun run = write_lora_run(tmp, 2);
-  std::string summary =
-      export_lora_adapter(tmp.path("run"), tmp.path("adapter"), DType::kF32, false);
-  EXPECT_NE(summary.find("6 tensors"), std::string::npos) << summary;
-  PeftAdapter a = read_peft_adapter(tmp.path("adapter"));
-  EXPECT_EQ(a.spec, (LoraSpec{2, 3.0, 0.1, {"c_attn", "c_proj"}, {1}, run.base}));
-  ASSERT_EQ(a.tensors.size(), run.lora.size());
-  for (size_t i = 0; i < run.lora.size(); ++i) {
-    EXPECT_EQ(a.tensors[i].first, run.lora[i].first);
-    EXPECT_TRUE(same_bytes(a.tensors[i].second, run.lora[i].second)) << run.lora[i].first;
-  }
-  export_lora_adapter(tmp.path("run"), tmp.path("adapter_bf16"), DType::kBF16, false);
-  PeftAdapter b = read_peft_adapter(tmp.path("adapter_bf16"));
-  for (size_t i = 0; i < run.lora.size(); ++i)
-    EXPECT_TRUE(same_bytes(b.tensors[i].second, run.lora[i].second.to(DType::kBF16)));
-
-  std::string msg = error_of(
-      [&] { export_lora_adapter(tmp.path("run"), tmp.path("adapter"), DType::kF32, false); });
-  EXPECT_NE(msg.find("already exists"), std::string::npos) << msg;
-  msg = error_of(
-      [&] { export_checkpoint(tmp.path("run"), tmp.path("m.safetensors"), DType::kF32, false); });
-  EXPECT_NE(msg.find("--lora-adapter DIR"), std::string::npos) << msg;
-}
-
-TEST(LoraExport, MergedModelIsTheBasePlusTheDeltas) {
-  for (const char* ext : {".safetensors", ".h5"}) {
-    TempDir tmp;
-    LoraRun run = write_lora_run(tmp, 3);
-    std::string out = tmp.path(std::string("merged") + ext);
-    std::string summary = export_merged_lora(tmp.path("run"), out, DType::kF32, false);
-    EXPECT_NE(summary.find("merged with the LoRA adapter"), std::string::npos) << summary;
-    Named want = merge_lora(run.base_tensors, run.lora, 3.0 / 2.0);
-
-    // Loads into a plain model of the recipe's size, and holds exactly the merge.
-    auto model = testing::make_model(testing::tiny_config());
-    load_weights(out, *model, "");
-    std::map<std::string, Tensor> by_name(want.begin(), want.end());
-    ASSERT_EQ(model->parameters().size(), want.size());
-    for (const nn::Parameter* p : model->parameters()) {
-      ASSERT_TRUE(by_name.count(p->name)) << p->name;
-      EXPECT_TRUE(same_bytes(p->value, by_name[p->name])) << p->name;
-    }
-    if (std::string(ext) == ".safetensors") {
-      SafetensorsFile f = SafetensorsFile::open(out);
-      EXPECT_EQ(f.names().size(), want.size());  // no mask buffers, no lm_head
-      EXPECT_EQ(f.metadata().at("base"), run.base);
-      EXPECT_EQ(f.metadata().at("lora"), "r=2 alpha=3 targets=c_attn,c_proj layers=1");
-      EXPECT_EQ(f.metadata().at("n_head"), "2");
-      EXPECT_FALSE(same_bytes(f.load("h.1.attn.c_attn.weight"), run.base_tensors[16].second));
-    }
-  }
-}
-
-TEST(LoraExport, MergeRefusesABaseThatDoesNotFitTheRecipe) {
-  TempDir tmp;
-  LoraRun run = write_lora_run(tmp, 1, true, /*base_layers=*/3);  // 3 blocks; the recipe has 2
-  std::string msg = error_of(
-      [&] { export_merged_lora(tmp.path("run"), tmp.path("m.safetensors"), DType::kF32, false); });
-  EXPECT_NE(msg.find("set model.n_layer to 3"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(run.base), std::string::npos) << msg;
-}
-
-// The adapters are deltas to one file: another one at the base's path is
-// refused by its SHA-256, whether its shapes differ or one value does.
-TEST(LoraExport, MergeRefusesAnotherBaseFile) {
-  TempDir tmp;
-  LoraRun run = write_lora_run(tmp, 1);
-  const std::string trained = file_sha256(run.base);
-  std::string bytes;
-  {
-    std::ifstream in(run.base, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  for (int other = 0; other < 2; ++other) {
-    if (other == 0) {
-      write_safetensors(run.base, gpt2_base(3, kWidth, 64, 16, 21));  // 3 blocks
-    } else {
-      bytes[bytes.size() - 3] ^= 1;  // one bit of the last tensor's data
-      std::ofstream(run.base, std::ios::binary | std::ios::trunc) << bytes;
-    }
-    std::string msg = error_of([&] {
-      export_merged_lora(tmp.path("run"), tmp.path("m.safetensors"), DType::kF32, false);
-    });
-    EXPECT_NE(msg.find("trained on a base with SHA-256 " + trained + ", but model.init_from (" +
-                       run.base + ") has " + file_sha256(run.base)),
-              std::string::npos)
-        << msg;
-    EXPECT_FALSE(fs::exists(tmp.path("m.safetensors")));
-  }
-}
-
-TEST(LoraExport, RefusesACheckpointWithoutALoraSection) {
-  TempDir tmp;
-  write_lora_run(tmp, 1, /*with_lora_section=*/false);
-  std::string msg =
-      error_of([&] { export_lora_adapter(tmp.path("run"), tmp.path("a"), DType::kF32, false); });
-  EXPECT_NE(msg.find("not from a LoRA run"), std::string::npos) << msg;
-}
-
-TEST(LoraExport, FdtrainCkptExportCommands) {
-  std::string bin = std::string(FD_BINARY_DIR) + "/bin/fdtrain";
-  if (!fs::exists(bin)) GTEST_SKIP() << bin << " not built";
-  TempDir tmp;
-  write_lora_run(tmp, 2);
-  int rc = 0;
-  std::string out = run_command(bin + " ckpt export '" + tmp.path("run") + "' --lora-adapter '" +
-                                    tmp.path("adapter") + "' --merge-lora --out '" +
-                                    tmp.path("merged.safetensors") + "'",
-                                &rc);
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_TRUE(fs::exists(tmp.path("adapter/adapter_config.json"))) << out;
-  EXPECT_TRUE(fs::exists(tmp.path("adapter/adapter_model.safetensors"))) << out;
-  EXPECT_TRUE(fs::exists(tmp.path("merged.safetensors"))) << out;
-  out = run_command(bin + " ckpt export '" + tmp.path("run") + "' --merge-lora", &rc);
-  EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("--merge-lora needs --out"), std::string::npos) << out;
-  out = run_command(bin + " ckpt export '" + tmp.path("run") + "' --out '" + tmp.path("x.h5") + "'",
-                    &rc);
-  EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("from a LoRA run"), std::string::npos) << out;
-  out = run_command(
-      bin + " ckpt export '" + tmp.path("run") + "' --lora-adapter '" + tmp.path("adapter") + "'",
-      &rc);
-  EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("already exists"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ class ShardDigest : public ::testing::Test {
   }
 
   TempDir tmp_;
-  std::unique_ptr<nn::Gpt> model_;
+  std::unique_ptr<testing::TestModel> model_;
   std::string dir_, shard_;
 };
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "lib/autograd/tape.h"
-#include "lib/ckpt/inference_model.h"
+#include "lib/engine/inference_model.h"
 #include "lib/tensor/safetensors.h"
 
 namespace fd::engine {
@@ -74,7 +74,7 @@ class Evaluate : public ::testing::Test {
 };
 
 TEST_F(Evaluate, MatchesTorchOnTheGoldenModel) {
-  ckpt::InferenceModel m = ckpt::load_inference_model(weights_);
+  InferenceModel m = load_inference_model(weights_);
   EXPECT_EQ(m.model->config().n_head, 3);  // from the file's metadata
   EvalResult r = evaluate_windows(*m.model, stream_, T_);
   EXPECT_EQ(r.windows, B_);
@@ -91,7 +91,7 @@ TEST_F(Evaluate, MatchesTorchOnTheGoldenModel) {
 }
 
 TEST_F(Evaluate, BatchDoesNotChangeTheResultAndMatchesTheTrainingLoss) {
-  ckpt::InferenceModel m = ckpt::load_inference_model(weights_);
+  InferenceModel m = load_inference_model(weights_);
   // Six windows of 8 + 1 tokens from a longer stream.
   std::vector<int32_t> s;
   for (int i = 0; i < 6 * 9; ++i) s.push_back(int32_t((i * 37 + 11) % 67));
@@ -117,7 +117,7 @@ TEST_F(Evaluate, BatchDoesNotChangeTheResultAndMatchesTheTrainingLoss) {
 // 3, 6 and 7), the running mean being that of the windows done so far (checked
 // against evaluating just those), the last call the result itself.
 TEST_F(Evaluate, ProgressReportsTheRunningMean) {
-  ckpt::InferenceModel m = ckpt::load_inference_model(weights_);
+  InferenceModel m = load_inference_model(weights_);
   std::vector<int32_t> s;
   for (int i = 0; i < 7 * 9; ++i) s.push_back(int32_t((i * 29 + 5) % 67));
   std::vector<int64_t> done;

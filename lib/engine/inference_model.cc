@@ -1,4 +1,4 @@
-#include "lib/ckpt/inference_model.h"
+#include "lib/engine/inference_model.h"
 
 #include <filesystem>
 #include <fstream>
@@ -13,9 +13,12 @@
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/manifest.h"
+#include "lib/ckpt/weights_file.h"
 #include "lib/config/load.h"
+#include "lib/engine/assemble.h"
+#include "lib/engine/weights_io.h"
 
-namespace fd::ckpt {
+namespace fd::engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -149,7 +152,7 @@ std::string choose_step_dir(const std::string& path, fs::path* run) {
   fs::path p = fs::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();  // "RUN/" -> "RUN"
   // A step directory: the user chose it.
-  if (fs::exists(p / "manifest.json", ec)) return resolve_step_dir(path);
+  if (fs::exists(p / "manifest.json", ec)) return ckpt::resolve_step_dir(path);
   fs::path checkpoints;
   if (is_run_dir(p)) {
     *run = p;
@@ -159,13 +162,13 @@ std::string choose_step_dir(const std::string& path, fs::path* run) {
     const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
     if (is_run_dir(parent)) *run = parent;
   } else {
-    return resolve_step_dir(path);  // neither: its error
+    return ckpt::resolve_step_dir(path);  // neither: its error
   }
   std::optional<std::string> latest =
-      fs::is_directory(checkpoints, ec) ? read_latest(checkpoints.string()) : std::nullopt;
+      fs::is_directory(checkpoints, ec) ? ckpt::read_latest(checkpoints.string()) : std::nullopt;
   if (!latest) {
     if (!run->empty()) no_checkpoints(*run);
-    return resolve_step_dir(path);
+    return ckpt::resolve_step_dir(path);
   }
   log::info("using checkpoint {} of {}", fs::path(*latest).filename().string(), path);
   return *latest;
@@ -173,7 +176,7 @@ std::string choose_step_dir(const std::string& path, fs::path* run) {
 
 InferenceModel from_checkpoint(const std::string& path) {
   fs::path run;
-  Checkpoint c = open_checkpoint(choose_step_dir(path, &run));
+  ckpt::Checkpoint c = ckpt::open_checkpoint(choose_step_dir(path, &run));
   if (!run.empty()) {
     std::string from;
     const int64_t last = run_last_step(run, &from);
@@ -191,41 +194,37 @@ InferenceModel from_checkpoint(const std::string& path) {
         "rebuilt:\n{}",
         c.dir, fmt::join(r.errors, "\n"));
   const config::Recipe& recipe = r.recipe;
-  nn::GptConfig mc{recipe.model.n_layer, recipe.model.n_head, recipe.model.d_model,
-                   recipe.model.vocab_size, recipe.model.max_seq_len};
-  nn::LoraConfig lora;
-  if (recipe.lora) {
-    lora.r = recipe.lora->r;
-    lora.alpha = float(recipe.lora->alpha);
-    lora.dropout = 0.0f;  // inference
-    lora.modules = nn::lora_modules_for_targets(recipe.lora->targets);
-    lora.layers = recipe.lora->layers;
-  }
+  const Assembly a = assemble_for_inference(recipe);  // fp32, one rank, adapter dropout off
   InferenceModel m;
-  m.model = std::make_unique<nn::Gpt>(mc, DType::kF32, nn::GroupLayout{}, lora);
+  m.model = build_model(a, Init::kNone);  // every parameter is loaded below
   std::map<std::string, Tensor> tensors;
-  for (auto& [name, t] : consolidate_ordered(c, DType::kF32)) tensors[name] = t;
-  if (lora.enabled()) {
+  for (auto& [name, t] : ckpt::consolidate_ordered(c, DType::kF32)) tensors[name] = t;
+  if (a.lora.enabled()) {
     // A LoRA checkpoint holds only the adapters: the base must be the very file they were
     // trained on.
-    const std::string base = find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
+    const std::string base =
+        ckpt::find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
     load_weights(base, *m.model, fmt::format("{}: base model (model.init_from)", c.dir));
   }
   fill(m.model->parameters(), tensors, c.dir);
   m.source = c.dir;
-  m.description =
-      fmt::format("checkpoint {} (step {}{}; {})", c.dir, c.meta().step,
-                  lora.enabled() ? ", LoRA merged into " + recipe.model.init_from : "", dims(mc));
+  m.description = fmt::format(
+      "checkpoint {} (step {}{}; {})", c.dir, c.meta().step,
+      a.lora.enabled() ? ", LoRA merged into " + recipe.model.init_from : "", dims(a.model));
   m.recipe = recipe;
   return m;
 }
 
 InferenceModel from_file(const std::string& path) {
-  WeightsInfo info = read_weights_info(path);
-  nn::GptConfig mc{0, 0, 0, 0, 0};
+  const ckpt::WeightsFile file = ckpt::WeightsFile::open(path);
+  const std::map<std::string, std::string> metadata = file.metadata();
+  // No recipe: the model is assembled from the file's shapes (fp32, no adapters).
+  Assembly a;
+  nn::GptConfig& mc = a.model;
+  mc = nn::GptConfig{0, 0, 0, 0, 0};
   static const std::regex kBlock(R"(^h\.(\d+)\..*)");
   std::smatch match;
-  for (const auto& [name, shape] : info.shapes) {
+  for (const auto& [name, shape] : file.shapes()) {
     if (std::regex_match(name, match, kBlock))
       mc.n_layer = std::max(mc.n_layer, std::stoi(match[1].str()) + 1);
     if (name == "wte.weight" && shape.size() == 2) {
@@ -239,8 +238,8 @@ InferenceModel from_file(const std::string& path) {
         "{}: no wte.weight / wpe.weight tensors: not a GPT-2 model (give an fdtrain "
         "export, a Hugging Face GPT-2 model.safetensors, or a checkpoint directory)",
         path);
-  auto it = info.metadata.find("n_head");
-  if (it != info.metadata.end()) {
+  auto it = metadata.find("n_head");
+  if (it != metadata.end()) {
     try {
       mc.n_head = std::stoi(it->second);
     } catch (const std::exception&) {
@@ -259,13 +258,12 @@ InferenceModel from_file(const std::string& path) {
         path, mc.d_model);
   }
   InferenceModel m;
-  m.model = std::make_unique<nn::Gpt>(mc);
+  m.model = build_model(a, Init::kNone);
   load_weights(path, *m.model, "");
   m.source = path;
-  auto step = info.metadata.find("step");
-  m.description =
-      fmt::format("{}{} ({})", path,
-                  step == info.metadata.end() ? "" : " (step " + step->second + ")", dims(mc));
+  auto step = metadata.find("step");
+  m.description = fmt::format(
+      "{}{} ({})", path, step == metadata.end() ? "" : " (step " + step->second + ")", dims(mc));
   return m;
 }
 
@@ -281,4 +279,4 @@ InferenceModel load_inference_model(const std::string& path) {
   return fs::is_directory(path, ec) ? from_checkpoint(path) : from_file(path);
 }
 
-}  // namespace fd::ckpt
+}  // namespace fd::engine

@@ -1,14 +1,15 @@
 // A trained model read back for inference (`fdtrain eval`, `fdtrain generate`).
 //
-//   InferenceModel m = fd::ckpt::load_inference_model("runs/quickstart");
+//   InferenceModel m = fd::engine::load_inference_model("runs/quickstart");
 //   m.model->forward(tokens) ...
 //
 // `path` is either a checkpoint (a run directory, its checkpoints directory or
 // a step directory: anything resolve_step_dir() accepts) or a weights file (an
 // `fdtrain ckpt export` .safetensors / .h5, or a Hugging Face GPT-2
 // model.safetensors). The model is always fp32 on the CPU:
-//  - a checkpoint: the dimensions come from its stored recipe, the weights are
-//    its consolidated fp32 master weights (what `ckpt export` writes). For a
+//  - a checkpoint: the model is assembled from its stored recipe
+//    (assemble_for_inference(), assemble.h), the weights are its consolidated
+//    fp32 master weights (what `ckpt export` writes). For a
 //    LoRA run, the base is read from the recipe's model.init_from and the
 //    adapters from the checkpoint; adapter dropout is off. The base must be
 //    the file the adapters were trained on (find_lora_base(): its SHA-256 is
@@ -33,7 +34,7 @@
 #include "lib/config/recipe.h"
 #include "lib/nn/gpt.h"
 
-namespace fd::ckpt {
+namespace fd::engine {
 
 struct InferenceModel {
   std::unique_ptr<nn::Gpt> model;        // fp32, on the CPU
@@ -44,4 +45,4 @@ struct InferenceModel {
 
 InferenceModel load_inference_model(const std::string& path);
 
-}  // namespace fd::ckpt
+}  // namespace fd::engine

@@ -1,0 +1,26 @@
+// Filling a model's parameters from a weights file (model.init_from, a LoRA
+// run's base, `fdtrain eval`/`generate` of an export). The file is read by
+// lib/ckpt (WeightsFile, lib/ckpt/weights_file.h); this matches its tensors
+// to the model's parameters.
+#pragma once
+
+#include <string>
+
+#include "lib/nn/module.h"
+
+namespace fd::engine {
+
+// Copies the weights in `file` into `model`'s parameters, converting dtype
+// (round to nearest even). `file` is an fdtrain export (.safetensors or .h5)
+// or a Hugging Face GPT-2 model.safetensors: an optional "transformer."
+// prefix is stripped, the causal-mask buffers h.N.attn.bias / masked_bias are
+// skipped, and lm_head.weight, if present, is ignored (the head is tied to
+// wte; a note is logged if it differs). A LoRA model gets its frozen base
+// (the adapters keep their own values). Every such parameter must be present
+// with its shape and nothing else may be: otherwise fd::Error kUsage,
+// prefixed with `where` (e.g. "recipes/x.yaml:3:14: model.init_from"),
+// naming the file, the tensor, both shapes and the recipe change that would
+// fit the file.
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
+
+}  // namespace fd::engine
