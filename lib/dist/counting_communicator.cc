@@ -1,0 +1,102 @@
+#include "lib/dist/counting_communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "lib/base/check.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd::dist {
+namespace {
+
+WorkPtr done() { return std::make_shared<CompletedWork>(); }
+
+bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+void check_count(int64_t count) {
+  FD_CHECK(count >= 0, "collective with negative count {}", count);
+}
+
+}  // namespace
+
+CountingCommunicator::CountingCommunicator(int rank, int size) : rank_(rank), size_(size) {
+  FD_CHECK(size >= 1 && rank >= 0 && rank < size, "counting communicator: rank {} of {}", rank,
+           size);
+}
+
+void CountingCommunicator::stage(int64_t count) const {
+  if (size_ == 1) return;
+  // On meta: accounted exactly like MpiCommunicator's host buffer, holding no bytes.
+  Tensor staging = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, Device::meta());
+}
+
+void CountingCommunicator::stage_reduce_scatter(int64_t recv_count) const {
+  if (size_ == 1) return;
+  // In and out are alive together, as on the MPI comm thread.
+  Tensor in = Tensor::empty(Shape{recv_count * size_}, DType::kF32, MemCategory::kComm,
+                            Device::meta());
+  Tensor out = Tensor::empty(Shape{recv_count}, DType::kF32, MemCategory::kComm, Device::meta());
+}
+
+WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype,
+                                               ReduceOp op) {
+  (void)buf, (void)op;
+  check_count(count);
+  if (is_16bit(dtype)) stage(count);
+  count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv,
+                                                   int64_t recv_count, DType dtype) {
+  (void)send, (void)recv;
+  check_count(recv_count);
+  if (is_16bit(dtype)) stage_reduce_scatter(recv_count);
+  count_bytes(Collective::kReduceScatter, int64_t(size_) * recv_count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+WorkPtr CountingCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,
+                                               DType dtype) {
+  (void)send, (void)recv;
+  check_count(send_count);
+  count_bytes(Collective::kAllGather, int64_t(size_) * send_count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+WorkPtr CountingCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  (void)buf;
+  check_count(count);
+  FD_CHECK(root >= 0 && root < size_, "broadcast root {} outside [0, {})", root, size_);
+  count_bytes(Collective::kBroadcast, count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+WorkPtr CountingCommunicator::barrier_async() { return done(); }
+
+void CountingCommunicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {
+  check_count(send_count);
+  // The base class sends a double as two i32 words through all_gather: the same bytes.
+  count_control_bytes(Collective::kAllGather, int64_t(size_) * 2 * send_count * 4);
+  for (int r = 0; r < size_; ++r) {
+    double* slot = recv + r * send_count;
+    if (slot != send) std::copy(send, send + send_count, slot);
+  }
+}
+
+void CountingCommunicator::set_timeout(double seconds) {
+  FD_CHECK(seconds > 0, "communicator timeout must be positive, got {}", seconds);
+}
+
+void CountingCommunicator::abort(int exit_code, const std::string& message) {
+  std::fputs(fmt::format("fdtrain: rank {} of {} (simulated): {}\n", rank_, size_, message).c_str(),
+             stderr);
+  std::fflush(stderr);
+  run_abort_hook(message);
+  std::exit(exit_code);
+}
+
+}  // namespace fd::dist

@@ -1,0 +1,65 @@
+// CountingCommunicator: rank `rank` of a simulated world of `size` ranks, for
+// running a rank's setup and training step in one process on the meta device
+// (lib/tensor/device.h) to measure its memory and traffic.
+//
+// It moves no data: every collective completes when it is issued (the Work is
+// already complete) and leaves the buffers as they are, so pass meta tensors'
+// Tensor::comm_data() (nullptr) or host memory whose contents do not matter.
+// The f64 helpers (all_gather_f64, all_reduce_f64) see every rank holding this
+// rank's values, so the engine's control flow (norms, loss averages) runs.
+//
+// What it counts is what MpiCommunicator counts at the same world size:
+//   - bytes_sent() and control_bytes(): the ring model (communicator.h), per
+//     collective, from the same counts and dtypes;
+//   - at size > 1, the fp32 staging MpiCommunicator's comm thread allocates for
+//     16-bit sums (MemCategory::kComm): a reduce-scatter of recv_count elements
+//     stages size*recv_count fp32 in and recv_count fp32 out, an all-reduce of
+//     count elements stages count fp32. Here the staging is allocated and freed
+//     (on meta) when the collective is issued, so the accountant's kComm peak
+//     includes it on top of what is held at that moment. (MPI holds it while
+//     the collective runs, one collective at a time, while the compute thread
+//     goes on; that overlap is not modelled.) At size 1 the trainer uses
+//     LocalCommunicator, which stages nothing, and so does this.
+// Not counted: MpiCommunicator's copy-out buffer for a reduce-scatter whose
+// send and recv overlap (ZeroEngine never issues one).
+#pragma once
+
+#include "lib/dist/communicator.h"
+
+namespace fd::dist {
+
+class CountingCommunicator final : public Communicator {
+ public:
+  // 0 <= rank < size.
+  CountingCommunicator(int rank, int size);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "counting"; }
+
+  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                               DType dtype) override;
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
+  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  WorkPtr barrier_async() override;
+
+  // recv gets this rank's values in every rank's slot; counted as control traffic.
+  void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
+
+  void set_timeout(double seconds) override;
+  // Prints the message (prefixed with the simulated rank) and exits, as the
+  // local backend does.
+  [[noreturn]] void abort(int exit_code, const std::string& message) override;
+
+ private:
+  // Account the fp32 staging of a 16-bit all-reduce of `count` elements, and
+  // of a 16-bit reduce-scatter of `recv_count` (kComm, on meta), freed at once.
+  void stage(int64_t count) const;
+  void stage_reduce_scatter(int64_t recv_count) const;
+
+  int rank_;
+  int size_;
+};
+
+}  // namespace fd::dist

@@ -1,0 +1,82 @@
+// CountingCommunicator counts what MpiCommunicator counts (ring-model bytes,
+// 16-bit fp32 staging) and moves nothing.
+#include "lib/dist/counting_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "lib/tensor/memory.h"
+
+namespace fd::dist {
+namespace {
+
+int64_t comm_current() { return MemoryAccountant::global().current(MemCategory::kComm); }
+int64_t comm_peak() { return MemoryAccountant::global().peak(MemCategory::kComm); }
+
+TEST(CountingCommunicator, BytesFollowTheRingModel) {
+  CountingCommunicator c(1, 4);
+  EXPECT_EQ(c.rank(), 1);
+  EXPECT_EQ(c.size(), 4);
+  EXPECT_EQ(c.backend(), "counting");
+  // Reduce-scatter of 1000 bf16 per rank: S = 4 * 1000 * 2 bytes; a rank sends 3/4 S.
+  c.reduce_scatter_async(nullptr, nullptr, 1000, DType::kBF16)->wait();
+  EXPECT_EQ(c.bytes_sent(), 6000);
+  c.all_gather(nullptr, nullptr, 1000, DType::kF32);  // S = 16000: 12000
+  EXPECT_EQ(c.bytes_sent(), 18000);
+  c.all_reduce(nullptr, 10, DType::kF32);  // 2 * 3/4 * 40 = 60
+  EXPECT_EQ(c.bytes_sent(), 18060);
+  c.broadcast(nullptr, 10, DType::kF16, 0);  // 3/4 * 20 = 15
+  c.barrier();
+  EXPECT_EQ(c.bytes_sent(), 18075);
+  EXPECT_EQ(c.control_bytes(), 0);
+  // Exact accumulation: three ops of 1 byte * 3/4 each add up to 2 (9/4), not 0.
+  c.reset_counters();
+  for (int i = 0; i < 3; ++i) c.broadcast(nullptr, 1, DType::kF32, 0);  // 3 bytes each
+  EXPECT_EQ(c.bytes_sent(), 9);
+}
+
+TEST(CountingCommunicator, SixteenBitSumsAccountMpisFp32Staging) {
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const int64_t base = comm_current();
+  CountingCommunicator c(3, 4);
+  acct.reset_peaks();
+  c.reduce_scatter(nullptr, nullptr, 100, DType::kBF16);
+  EXPECT_EQ(comm_peak() - base, (4 * 100 + 100) * 4);  // in and out together, fp32
+  EXPECT_EQ(comm_current(), base);                     // and freed
+  acct.reset_peaks();
+  c.all_reduce(nullptr, 50, DType::kF16);
+  EXPECT_EQ(comm_peak() - base, 50 * 4);
+  acct.reset_peaks();
+  c.reduce_scatter(nullptr, nullptr, 100, DType::kF32);  // fp32: no staging
+  c.all_gather(nullptr, nullptr, 100, DType::kBF16);     // gathers never stage
+  EXPECT_EQ(comm_peak(), base);
+  // A world of one is the local backend: no staging.
+  CountingCommunicator one(0, 1);
+  one.reduce_scatter(nullptr, nullptr, 100, DType::kBF16);
+  EXPECT_EQ(comm_peak(), base);
+  EXPECT_EQ(one.bytes_sent(), 0);
+}
+
+TEST(CountingCommunicator, MovesNothingButTheF64HelpersSeeEveryRankAlike) {
+  CountingCommunicator c(2, 3);
+  std::vector<float> buf = {1, 2, 3}, out = {7, 7, 7, 7, 7, 7, 7, 7, 7};
+  c.all_gather(buf.data(), out.data(), 3, DType::kF32);
+  EXPECT_EQ(out, std::vector<float>(9, 7.0f));
+  c.all_reduce(buf.data(), 3, DType::kF32);
+  EXPECT_EQ(buf, (std::vector<float>{1, 2, 3}));
+  const double mine[2] = {1.5, -2.0};
+  double all[6] = {};
+  c.all_gather_f64(mine, all, 2);
+  EXPECT_EQ(std::vector<double>(all, all + 6), (std::vector<double>{1.5, -2, 1.5, -2, 1.5, -2}));
+  double sum[1] = {0.25};
+  c.all_reduce_f64(sum, 1);
+  EXPECT_EQ(sum[0], 0.75);
+  // The gather: 2/3 of 36 bytes; the all-reduce: 2 * 2/3 of 12.
+  EXPECT_EQ(c.bytes_sent(), 24 + 16);
+  // The f64 helpers, as control traffic: 2/3 of 48 bytes, then 2/3 of 24.
+  EXPECT_EQ(c.control_bytes(), 32 + 16);
+}
+
+}  // namespace
+}  // namespace fd::dist
