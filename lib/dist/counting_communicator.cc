@@ -36,13 +36,12 @@ void CountingCommunicator::stage(int64_t count) const {
 void CountingCommunicator::stage_reduce_scatter(int64_t recv_count) const {
   if (size_ == 1) return;
   // In and out are alive together, as on the MPI comm thread.
-  Tensor in = Tensor::empty(Shape{recv_count * size_}, DType::kF32, MemCategory::kComm,
-                            Device::meta());
+  Tensor in =
+      Tensor::empty(Shape{recv_count * size_}, DType::kF32, MemCategory::kComm, Device::meta());
   Tensor out = Tensor::empty(Shape{recv_count}, DType::kF32, MemCategory::kComm, Device::meta());
 }
 
-WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype,
-                                               ReduceOp op) {
+WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   (void)buf, (void)op;
   check_count(count);
   if (is_16bit(dtype)) stage(count);
@@ -50,8 +49,8 @@ WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType d
   return done();
 }
 
-WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv,
-                                                   int64_t recv_count, DType dtype) {
+WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                                                   DType dtype) {
   (void)send, (void)recv;
   check_count(recv_count);
   if (is_16bit(dtype)) stage_reduce_scatter(recv_count);
