@@ -1,8 +1,8 @@
 // A whole training step on the meta device against the same step on the CPU:
 // model construction, the ZeRO engine's setup, forward, backward, gradient
-// reductions and the optimizer step must allocate and free the same bytes at
-// the same moments, so every category's peak and what is left afterwards are
-// equal. This is what makes an estimate by execution on meta exact.
+// reductions, the optimizer step and an evaluation forward must allocate and
+// free the same bytes at the same moments, so every category's peak and what
+// is left afterwards are equal. This is what makes an estimate by execution on meta exact.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -53,9 +53,10 @@ std::string describe(const StepCase& k) {
 }
 
 // Accountant readings, relative to before the run: peaks and what is held
-// after setup (model + engine), then after one step (peaks reset in between).
+// after setup (model + engine), after one step, and of an evaluation forward
+// (no gradients) after it (peaks reset in between).
 struct Measured {
-  Bytes setup_peak, setup_held, step_peak, step_held;
+  Bytes setup_peak, setup_held, step_peak, step_held, eval_peak;
 };
 
 Measured run_step(Device device, const nn::GptConfig& c, const StepCase& k, int micro, int T) {
@@ -106,6 +107,13 @@ Measured run_step(Device device, const nn::GptConfig& c, const StepCase& k, int 
     EXPECT_FALSE(r.skipped);
     m.step_peak = minus(peaks(), base);
     m.step_held = minus(currents(), base);
+    acct.reset_peaks();
+    {
+      autograd::NoGradGuard no_grad;
+      const float loss = model.loss(tokens, targets, &engine).value().to_vector()[0];
+      EXPECT_EQ(device.is_meta(), loss == 0.0f);  // meta: scalar reads give zeros
+    }
+    m.eval_peak = minus(peaks(), base);
   }
   EXPECT_EQ(currents(), base) << "the run left memory behind on " << device.str();
   return m;
@@ -144,6 +152,7 @@ TEST(MetaStep, EqualsACpuStepInEveryCategory) {
     expect_equal(cpu.setup_held, meta.setup_held, "held after setup");
     expect_equal(cpu.step_peak, meta.step_peak, "step peak");
     expect_equal(cpu.step_held, meta.step_held, "held after the step");
+    expect_equal(cpu.eval_peak, meta.eval_peak, "evaluation peak");
     EXPECT_GT(cpu.step_peak[size_t(MemCategory::kActivations)], 0);
   }
 }
