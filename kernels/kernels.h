@@ -3,7 +3,7 @@
 // streams and events, cuBLASLt GEMM).
 //
 // This header is plain C++ (no CUDA types), so lib/ compiles with g++ and
-// includes it only in builds with FDTRAIN_HAVE_CUDA. kernels/ includes
+// includes it only from its cuda/ sibling files (compiled in CUDA builds). kernels/ includes
 // nothing from lib/: pointers are device pointers, element types are DT
 // values (the same numbering as fd::DType), sizes are element counts.
 //

@@ -1,11 +1,13 @@
 #include "lib/dist/counting_communicator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "lib/base/check.h"
-#include "lib/base/error.h"
-#include "lib/tensor/memory.h"
+#include "lib/tensor/tensor.h"
 
 namespace fd::dist {
 namespace {
@@ -14,60 +16,60 @@ WorkPtr done() { return std::make_shared<CompletedWork>(); }
 
 bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
-// Null buffers (meta tensors without placeholders) never overlap.
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  if (a == nullptr || b == nullptr) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
-}
-
-// The staging the MPI comm thread holds while it runs one collective: counted
-// in and out at once (the peak sees it on top of what the caller holds).
-void stage(int64_t bytes) {
-  if (bytes <= 0) return;
-  MemoryAccountant& acct = MemoryAccountant::global();
-  acct.add(MemCategory::kComm, bytes);
-  acct.sub(MemCategory::kComm, bytes);
+void check_count(int64_t count) {
+  FD_CHECK(count >= 0, "collective with negative count {}", count);
 }
 
 }  // namespace
 
 CountingCommunicator::CountingCommunicator(int rank, int size, bool staging)
     : rank_(rank), size_(size), staging_(staging && size > 1) {
-  FD_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} of {} ranks", rank, size);
+  FD_CHECK(size >= 1 && rank >= 0 && rank < size, "counting communicator: rank {} of {}", rank,
+           size);
 }
 
-WorkPtr CountingCommunicator::all_reduce_async(void*, int64_t count, DType dtype, ReduceOp) {
-  FD_CHECK(count >= 0, "all_reduce of {} elements", count);
-  if (staging_ && is_16bit(dtype)) stage(count * 4);
+void CountingCommunicator::stage(int64_t count) const {
+  if (!staging_) return;
+  // On meta: accounted exactly like MpiCommunicator's host buffer, holding no bytes.
+  Tensor staging = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, Device::meta());
+}
+
+void CountingCommunicator::stage_reduce_scatter(int64_t recv_count) const {
+  if (!staging_) return;
+  // In and out are alive together, as on the MPI comm thread.
+  Tensor in =
+      Tensor::empty(Shape{recv_count * size_}, DType::kF32, MemCategory::kComm, Device::meta());
+  Tensor out = Tensor::empty(Shape{recv_count}, DType::kF32, MemCategory::kComm, Device::meta());
+}
+
+WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  (void)buf, (void)op;
+  check_count(count);
+  if (is_16bit(dtype)) stage(count);
   count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
   return done();
 }
 
-WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv,
-                                                   int64_t recv_count, DType dtype) {
-  FD_CHECK(recv_count >= 0, "reduce_scatter of {} elements", recv_count);
-  const size_t esize = dtype_size(dtype);
-  if (staging_) {
-    if (is_16bit(dtype)) {
-      stage(4 * recv_count * size_ + 4 * recv_count);
-    } else if (overlaps(send, size_t(recv_count * size_) * esize, recv,
-                        size_t(recv_count) * esize)) {
-      stage(recv_count * int64_t(esize));
-    }
-  }
-  count_bytes(Collective::kReduceScatter, int64_t(size_) * recv_count * int64_t(esize));
+WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
+                                                   DType dtype) {
+  (void)send, (void)recv;
+  check_count(recv_count);
+  if (is_16bit(dtype)) stage_reduce_scatter(recv_count);
+  count_bytes(Collective::kReduceScatter, int64_t(size_) * recv_count * int64_t(dtype_size(dtype)));
   return done();
 }
 
-WorkPtr CountingCommunicator::all_gather_async(const void*, void*, int64_t send_count,
+WorkPtr CountingCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,
                                                DType dtype) {
-  FD_CHECK(send_count >= 0, "all_gather of {} elements", send_count);
+  (void)send, (void)recv;
+  check_count(send_count);
   count_bytes(Collective::kAllGather, int64_t(size_) * send_count * int64_t(dtype_size(dtype)));
   return done();
 }
 
-WorkPtr CountingCommunicator::broadcast_async(void*, int64_t count, DType dtype, int root) {
+WorkPtr CountingCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  (void)buf;
+  check_count(count);
   FD_CHECK(root >= 0 && root < size_, "broadcast root {} outside [0, {})", root, size_);
   count_bytes(Collective::kBroadcast, count * int64_t(dtype_size(dtype)));
   return done();
@@ -76,16 +78,25 @@ WorkPtr CountingCommunicator::broadcast_async(void*, int64_t count, DType dtype,
 WorkPtr CountingCommunicator::barrier_async() { return done(); }
 
 void CountingCommunicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {
-  for (int r = 0; r < size_; ++r) std::copy(send, send + send_count, recv + r * send_count);
-  count_control_bytes(Collective::kAllGather, int64_t(size_) * send_count * 8);
+  check_count(send_count);
+  // The base class sends a double as two i32 words through all_gather: the same bytes.
+  count_control_bytes(Collective::kAllGather, int64_t(size_) * 2 * send_count * 4);
+  for (int r = 0; r < size_; ++r) {
+    double* slot = recv + r * send_count;
+    if (slot != send) std::copy(send, send + send_count, slot);
+  }
 }
 
 void CountingCommunicator::set_timeout(double seconds) {
   FD_CHECK(seconds > 0, "communicator timeout must be positive, got {}", seconds);
 }
 
-void CountingCommunicator::abort(int, const std::string& message) {
-  throw Error(ErrorKind::kRuntime, message);
+void CountingCommunicator::abort(int exit_code, const std::string& message) {
+  std::fputs(fmt::format("fdtrain: rank {} of {} (simulated): {}\n", rank_, size_, message).c_str(),
+             stderr);
+  std::fflush(stderr);
+  run_abort_hook(message);
+  std::exit(exit_code);
 }
 
 }  // namespace fd::dist

@@ -1,25 +1,27 @@
-// CountingCommunicator: rank r of a world of n ranks that moves no data, for
-// `fdtrain estimate` (lib/engine/estimate.h), which runs the real training
-// step on the counting device (Device::meta()) with ranks simulated in one
-// process.
+// CountingCommunicator: rank `rank` of a simulated world of `size` ranks, for
+// running a rank's setup and training step in one process on the meta device
+// (lib/tensor/device.h) to measure its memory and traffic.
 //
-// Every collective completes at once and touches no buffer (its pointers may
-// be meta tensors' placeholders). What it does do is what the memory and
-// traffic of a real run depend on:
-//   - bytes_sent() counts as the real backend does (the ring model of
-//     communicator.h), so an estimate's "comm per step" is what summary.json
-//     measures;
-//   - at n > 1 it allocates and frees, in MemCategory::kComm, the staging the
-//     MPI backend's communication thread makes (mpi_communicator.cc): for a
-//     16-bit all-reduce an fp32 copy of the buffer; for a 16-bit
-//     reduce-scatter fp32 copies of the input and of the output; for an
-//     fp32/i32 reduce-scatter whose output overlaps its input, a copy of the
-//     output. The comm thread runs one collective at a time, and when it
-//     stages one depends on timing; the counting communicator stages each
-//     one at the moment it is launched, when the caller holds the most
-//     buffers in flight: the worst case, which a run measures or stays under.
-//   At n = 1 (the LocalCommunicator a one-rank run uses) nothing is staged.
-//   - all_gather_f64 (metrics, norms) gives every rank this rank's values.
+// It moves no data: every collective completes when it is issued (the Work is
+// already complete) and leaves the buffers as they are, so pass meta tensors'
+// Tensor::comm_data() (nullptr) or host memory whose contents do not matter.
+// The f64 helpers (all_gather_f64, all_reduce_f64) see every rank holding this
+// rank's values, so the engine's control flow (norms, loss averages) runs.
+//
+// What it counts is what MpiCommunicator counts at the same world size:
+//   - bytes_sent() and control_bytes(): the ring model (communicator.h), per
+//     collective, from the same counts and dtypes;
+//   - at size > 1, the fp32 staging MpiCommunicator's comm thread allocates for
+//     16-bit sums (MemCategory::kComm): a reduce-scatter of recv_count elements
+//     stages size*recv_count fp32 in and recv_count fp32 out, an all-reduce of
+//     count elements stages count fp32. Here the staging is allocated and freed
+//     (on meta) when the collective is issued, so the accountant's kComm peak
+//     includes it on top of what is held at that moment. (MPI holds it while
+//     the collective runs, one collective at a time, while the compute thread
+//     goes on; that overlap is not modelled.) At size 1 the trainer uses
+//     LocalCommunicator, which stages nothing, and so does this.
+// Not counted: MpiCommunicator's copy-out buffer for a reduce-scatter whose
+// send and recv overlap (ZeroEngine never issues one).
 #pragma once
 
 #include "lib/dist/communicator.h"
@@ -28,13 +30,13 @@ namespace fd::dist {
 
 class CountingCommunicator final : public Communicator {
  public:
-  // Rank `rank` of `size` ranks (0 <= rank < size). `staging` false leaves
-  // the MPI staging out (to tell it apart from the caller's buffers).
+  // 0 <= rank < size. `staging` false leaves the MPI staging out (the
+  // estimate tells it apart from the engine's own buffers that way).
   CountingCommunicator(int rank, int size, bool staging = true);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string_view backend() const override { return size_ == 1 ? "local" : "mpi"; }
+  std::string_view backend() const override { return "counting"; }
 
   WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
@@ -42,13 +44,21 @@ class CountingCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkPtr barrier_async() override;
+
+  // recv gets this rank's values in every rank's slot; counted as control traffic.
   void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
 
   void set_timeout(double seconds) override;
-  // Throws fd::Error (kRuntime) with the message: nothing to end.
+  // Prints the message (prefixed with the simulated rank) and exits, as the
+  // local backend does.
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
 
  private:
+  // Account the fp32 staging of a 16-bit all-reduce of `count` elements, and
+  // of a 16-bit reduce-scatter of `recv_count` (kComm, on meta), freed at once.
+  void stage(int64_t count) const;
+  void stage_reduce_scatter(int64_t recv_count) const;
+
   int rank_;
   int size_;
   bool staging_;  // size > 1 and staging asked for

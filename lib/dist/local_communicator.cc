@@ -31,7 +31,7 @@ WorkPtr LocalCommunicator::reduce_scatter_async(const void* send, void* recv, in
                                                 DType dtype) {
   check_count(recv_count);
   const size_t bytes = size_t(recv_count) * dtype_size(dtype);
-  if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
+  if (bytes > 0 && send != recv && send != nullptr) std::memmove(recv, send, bytes);
   count_bytes(Collective::kReduceScatter, int64_t(bytes));
   return done();
 }
@@ -40,7 +40,7 @@ WorkPtr LocalCommunicator::all_gather_async(const void* send, void* recv, int64_
                                             DType dtype) {
   check_count(send_count);
   const size_t bytes = size_t(send_count) * dtype_size(dtype);
-  if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
+  if (bytes > 0 && send != recv && send != nullptr) std::memmove(recv, send, bytes);
   count_bytes(Collective::kAllGather, int64_t(bytes));
   return done();
 }

@@ -1,6 +1,7 @@
 // LocalCommunicator: the world of one process. Collectives are copies or
 // no-ops done synchronously (the returned Work is already complete); the ring
-// model gives 0 bytes sent (n - 1 = 0).
+// model gives 0 bytes sent (n - 1 = 0). Null buffers (meta tensors'
+// Tensor::comm_data()) are left alone, so a meta run at world 1 works too.
 #pragma once
 
 #include "lib/dist/communicator.h"

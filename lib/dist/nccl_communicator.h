@@ -1,5 +1,6 @@
-// NcclCommunicator: collectives over NCCL on GPU buffers (builds with
-// FDTRAIN_HAVE_CUDA only).
+// NcclCommunicator: collectives over NCCL on GPU buffers. Defined in CUDA
+// builds only (cuda/nccl_communicator.cc); code that must build either way
+// makes one through make_gpu_communicator (gpu_communicator.h).
 //
 // It rides on a host communicator (MPI, or local for a world of one), which
 // supplies rank and size, broadcasts rank 0's ncclUniqueId, carries the f64
@@ -19,8 +20,6 @@
 // buffers on the GPU (MemCategory::kComm), reduced in fp32 by NCCL and rounded
 // back once. Byte counters follow the same ring model.
 #pragma once
-
-#if FDTRAIN_HAVE_CUDA
 
 #include <memory>
 #include <string>
@@ -64,5 +63,3 @@ class NcclCommunicator final : public Communicator {
 std::string nccl_version();
 
 }  // namespace fd::dist
-
-#endif  // FDTRAIN_HAVE_CUDA

@@ -40,7 +40,7 @@
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
 #include "lib/engine/weights_io.h"
-#include "lib/dist/nccl_communicator.h"
+#include "lib/dist/gpu_communicator.h"
 #include "lib/nn/gpt.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
@@ -218,10 +218,8 @@ void Trainer::setup_device() {
   for (int r = 0; r < comm_.size(); ++r)
     if (oks[size_t(r)] == 0.0) runtime_error("rank {} could not start its GPU", r);
   device_scope_ = std::make_unique<DeviceScope>(Device::cuda(ordinal));
-#if FDTRAIN_HAVE_CUDA
-  gpu_comm_ = std::make_unique<dist::NcclCommunicator>(comm_);
+  gpu_comm_ = dist::make_gpu_communicator(comm_);
   gpu_comm_->set_timeout(recipe_.dist.timeout_s);
-#endif
 }
 
 void Trainer::setup(const TrainOptions& options) {

@@ -215,6 +215,8 @@ void Gpt::init_gpt2(uint64_t seed) {
     return s.size() >= suffix.size() &&
            s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
+  // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
+  if (segments_.front()->flat_params().is_meta()) return;
   std::vector<const Parameter*> all = lora_.enabled() ? frozen_parameters() : parameters();
   for (const Parameter* p : all) {
     const int64_t n = p->value.numel();
@@ -267,11 +269,10 @@ Variable Gpt::forward(const Tensor& tokens, SegmentRunner* runner) const {
            config_.max_seq_len);
   if (!positions_.defined() || positions_.shape() != tokens.shape() ||
       positions_.device() != default_device()) {
-    Tensor host = Tensor::empty(tokens.shape(), DType::kI32, MemCategory::kOther, Device::cpu());
+    std::vector<float> ids(size_t(B * T));
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) host.i32()[b * T + t] = int32_t(t);
-    positions_ = default_device().is_cpu() ? host : host.to_device(default_device(),
-                                                                   MemCategory::kOther);
+      for (int64_t t = 0; t < T; ++t) ids[size_t(b * T + t)] = float(t);
+    positions_ = Tensor::from_vector(ids, tokens.shape(), DType::kI32, MemCategory::kOther);
   }
   DirectRunner direct;
   SegmentRunner& run = runner ? *runner : direct;

@@ -95,7 +95,8 @@ class Gpt : public Module {
   // mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. Each element
   // is a counter-based function of (seed, parameter name, index), so the
   // result does not depend on layout, world size or order of construction.
-  // With LoRA: the base as above, A Kaiming-uniform, B zero.
+  // With LoRA: the base as above, A Kaiming-uniform, B zero. Does nothing on
+  // the meta device.
   void init_gpt2(uint64_t seed);
   // Seed of the adapters' dropout masks for the coming forward (the Trainer
   // derives it from (seed, step, micro-batch), so recompute and resume repeat it).

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "lib/base/check.h"
-#include "lib/ops/gpu.h"
+#include "lib/ops/backend.h"
 
 namespace fd::ops {
 
@@ -30,12 +30,9 @@ void adamw_update(float* __restrict param, const float* __restrict grad, float* 
   }
 }
 
-#if FDTRAIN_HAVE_CUDA
-void adamw_update_gpu(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,
-                      const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,
-                      const AdamWStep& s) {
-  for (const Tensor* t : {&param, &grad, &m, &v, &compute})
-    gpu::expect_cuda(*t, "adamw", "a state tensor");
+void adamw_update(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,
+                  const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,
+                  const AdamWStep& s) {
   FD_CHECK(param.dtype() == DType::kF32 && m.dtype() == DType::kF32 && v.dtype() == DType::kF32,
            "adamw: parameters and moments must be fp32");
   FD_CHECK(offset >= 0 && offset + n <= param.numel() && param.numel() == grad.numel() &&
@@ -43,20 +40,9 @@ void adamw_update_gpu(const Tensor& param, const Tensor& grad, float grad_scale,
                (!compute.defined() || compute.numel() == param.numel()),
            "adamw: range [{}, {}) of tensors with {} / {} / {} / {} elements", offset, offset + n,
            param.numel(), grad.numel(), m.numel(), v.numel());
-  // Bias corrections in double, as torch computes them in Python.
-  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
-  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
-  kernels::AdamWArgs a{s.lr,           s.beta1, s.beta2,
-                       s.eps,          s.weight_decay,
-                       float(double(s.lr) / bc1), float(std::sqrt(bc2)), grad_scale};
-  const size_t gsize = dtype_size(grad.dtype());
-  void* out16 = compute.defined()
-                    ? static_cast<char*>(compute.raw()) + size_t(offset) * dtype_size(compute.dtype())
-                    : nullptr;
-  kernels::adamw(param.data<float>() + offset, static_cast<const char*>(grad.raw()) + size_t(offset) * gsize,
-                 gpu::dt(grad.dtype()), m.data<float>() + offset, v.data<float>() + offset, n, a, out16,
-                 gpu::dt(compute.defined() ? compute.dtype() : DType::kBF16));
+  if (param.is_cuda())
+    return cuda::adamw_update(param, grad, grad_scale, m, v, compute, offset, n, s);
+  cpu::adamw_update(param, grad, grad_scale, m, v, compute, offset, n, s);
 }
-#endif
 
 }  // namespace fd::ops

@@ -2,7 +2,8 @@
 //
 // Bitwise-minded copy of torch.optim.AdamW's single-tensor path (amsgrad off):
 // the bias corrections are computed in double, as torch does in Python, and
-// the per-element arithmetic is fp32. lib/optim calls it once per contiguous range.
+// the per-element arithmetic is fp32. lib/optim calls it once per contiguous
+// run of equal weight decay.
 #pragma once
 
 #include "lib/tensor/tensor.h"
@@ -26,14 +27,14 @@ struct AdamWStep {
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWStep& s);
 
-#if FDTRAIN_HAVE_CUDA
-// The same step over elements [offset, offset + n) of GPU tensors, in one
-// kernel: param, m, v fp32; grad in any float dtype, multiplied by grad_scale
-// as it is read (the loss-scale and clip factor); when compute is defined
-// (a 16-bit copy of param), the updated values are written into it too.
-void adamw_update_gpu(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,
-                      const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,
-                      const AdamWStep& s);
-#endif
+// The same step over elements [offset, offset + n) of flat tensors, on their
+// device (one fused loop per chunk on the CPU, one kernel on the GPU, nothing
+// on meta): param, m, v fp32; grad in any float dtype, multiplied by
+// grad_scale as it is read (the loss-scale and clip factor); when compute is
+// defined (a 16-bit copy of param, same numel), the updated values are written
+// into it too, rounded to nearest even. All tensors have the same numel.
+void adamw_update(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,
+                  const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,
+                  const AdamWStep& s);
 
 }  // namespace fd::ops

@@ -1,43 +1,15 @@
 #include "lib/ops/elementwise.h"
 
 #include "lib/autograd/tape.h"
-#include "lib/ops/f32_buffer.h"
-#include "lib/ops/gpu.h"
+#include "lib/ops/backend.h"
 
 namespace fd::ops {
 namespace {
 
-void add_into(const Tensor& dst, const Tensor& src) {
-#if FDTRAIN_HAVE_CUDA
-  if (dst.is_cuda()) {
-    gpu::expect_cuda(src, "add", "the gradient");
-    return kernels::accumulate(dst.raw(), gpu::dt(dst.dtype()), src.raw(), gpu::dt(src.dtype()),
-                               dst.numel());
-  }
-#endif
-  F32In S(src);
-  F32Out D = F32Out::accumulate(dst);
-  const float* __restrict s = S.get();
-  float* __restrict d = D.get();
-  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
-  D.store();
-}
-
-// dst += src * factor.
-void add_scaled_into(const Tensor& dst, const Tensor& src, float factor) {
-#if FDTRAIN_HAVE_CUDA
-  if (dst.is_cuda()) {
-    gpu::expect_cuda(src, "add", "the gradient");
-    return kernels::accumulate(dst.raw(), gpu::dt(dst.dtype()), src.raw(), gpu::dt(src.dtype()),
-                               dst.numel(), factor);
-  }
-#endif
-  F32In S(src);
-  F32Out D = F32Out::accumulate(dst);
-  const float* __restrict s = S.get();
-  float* __restrict d = D.get();
-  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i] * factor;
-  D.store();
+// dst += src * factor, on dst's device.
+void accumulate(const Tensor& dst, const Tensor& src, float factor) {
+  if (dst.is_cuda()) return cuda::accumulate(dst, src, factor);
+  cpu::accumulate(dst, src, factor);
 }
 
 }  // namespace
@@ -45,21 +17,10 @@ void add_scaled_into(const Tensor& dst, const Tensor& src, float factor) {
 Variable add(const Variable& a, const Variable& b) {
   FD_CHECK(a.shape() == b.shape(), "add: shapes {} and {}", a.shape().str(), b.shape().str());
   Tensor out = Tensor::empty(a.shape(), a.dtype());
-#if FDTRAIN_HAVE_CUDA
   if (a.value().is_cuda()) {
-    gpu::expect_cuda(b.value(), "add", "b");
-    kernels::add(a.value().raw(), gpu::dt(a.dtype()), b.value().raw(), gpu::dt(b.dtype()),
-                 out.raw(), gpu::dt(out.dtype()), out.numel());
-  } else
-#endif
-  {
-    F32In A(a.value()), B(b.value());
-    F32Out Y = F32Out::overwrite(out);
-    const float* __restrict pa = A.get();
-    const float* __restrict pb = B.get();
-    float* __restrict y = Y.get();
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = pa[i] + pb[i];
-    Y.store();
+    cuda::add(a.value(), b.value(), out);
+  } else {
+    cpu::add(a.value(), b.value(), out);
   }
   bool rec = autograd::should_record({&a, &b});
   Variable y = Variable::op_output(out, rec);
@@ -68,8 +29,10 @@ Variable add(const Variable& a, const Variable& b) {
     auto as = a.slot();
     auto bs = b.slot();
     autograd::current_tape().record({"add", {ys}, [ys, as, bs] {
-                                       if (as->requires_grad) add_into(as->ensure_grad(), ys->grad);
-                                       if (bs->requires_grad) add_into(bs->ensure_grad(), ys->grad);
+                                       if (as->requires_grad)
+                                         accumulate(as->ensure_grad(), ys->grad, 1.0f);
+                                       if (bs->requires_grad)
+                                         accumulate(bs->ensure_grad(), ys->grad, 1.0f);
                                      }});
   }
   return y;
@@ -77,19 +40,10 @@ Variable add(const Variable& a, const Variable& b) {
 
 Variable scale(const Variable& x, float factor) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-#if FDTRAIN_HAVE_CUDA
   if (x.value().is_cuda()) {
-    kernels::cast(x.value().raw(), gpu::dt(x.dtype()), out.raw(), gpu::dt(out.dtype()),
-                  out.numel(), factor);
-  } else
-#endif
-  {
-    F32In X(x.value());
-    F32Out Y = F32Out::overwrite(out);
-    const float* __restrict px = X.get();
-    float* __restrict y = Y.get();
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = px[i] * factor;
-    Y.store();
+    cuda::scale(x.value(), factor, out);
+  } else {
+    cpu::scale(x.value(), factor, out);
   }
   bool rec = autograd::should_record({&x});
   Variable y = Variable::op_output(out, rec);
@@ -98,7 +52,7 @@ Variable scale(const Variable& x, float factor) {
     auto xs = x.slot();
     autograd::current_tape().record({"scale", {ys}, [ys, xs, factor] {
                                        if (xs->requires_grad)
-                                         add_scaled_into(xs->ensure_grad(), ys->grad, factor);
+                                         accumulate(xs->ensure_grad(), ys->grad, factor);
                                      }});
   }
   return y;

@@ -1,9 +1,13 @@
-// F32In / F32Out: fp32 access to tensors of any float dtype.
+// F32In / F32Out: fp32 access to tensors of any float dtype, for the CPU backend.
 //
 // Every op computes in fp32. For f32 tensors these classes hand out the
 // tensor's own memory (no copy); for bf16/f16 they convert into a scratch
 // tensor from the caching allocator and, for outputs, convert back with
 // round-to-nearest-even in store(). Internal to lib/ops.
+//
+// Meta tensors: the scratch copy is allocated (on meta) exactly as for a CPU
+// tensor of that dtype, nothing is converted, and get() is an FD_CHECK
+// failure: the op must skip its arithmetic on meta (lib/ops/backend.h).
 #pragma once
 
 #include "lib/tensor/tensor.h"
@@ -14,11 +18,12 @@ namespace fd::ops {
 class F32In {
  public:
   explicit F32In(const Tensor& t);
-  const float* get() const { return p_; }
+  const float* get() const;
 
  private:
   Tensor copy_;  // defined only when t is not f32
-  const float* p_;
+  const float* p_ = nullptr;
+  bool meta_ = false;
 };
 
 // fp32 memory whose contents end up in `dst` (f32, bf16 or f16).
@@ -29,7 +34,7 @@ class F32Out {
   // Starts as dst's values, so the op can add (+=) into it (gradients).
   static F32Out accumulate(const Tensor& dst) { return F32Out(dst, true); }
 
-  float* get() const { return p_; }
+  float* get() const;
   // Writes the fp32 values into dst (a no-op for f32). Call once, after computing.
   void store() const;
 
@@ -37,7 +42,8 @@ class F32Out {
   F32Out(const Tensor& dst, bool load);
   Tensor dst_;
   Tensor copy_;  // defined only when dst is not f32
-  float* p_;
+  float* p_ = nullptr;
+  bool meta_ = false;
 };
 
 }  // namespace fd::ops

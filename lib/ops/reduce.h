@@ -18,6 +18,7 @@ bool all_finite(const Tensor& t);
 void add_(const Tensor& acc, const Tensor& x);
 
 // Each runs on the tensor's device; the GPU forms of sum_of_squares and
-// all_finite synchronise to return their value.
+// all_finite synchronise to return their value. On meta tensors (no values)
+// sum_of_squares is 0, all_finite is true, and scale_ and add_ do nothing.
 
 }  // namespace fd::ops

@@ -51,46 +51,12 @@ AdamW::AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOp
 
 void AdamW::step(float lr, float grad_scale) {
   ++step_;
-  constexpr int64_t kChunk = 4096;
   for (ShardState& s : state_) {
-#if FDTRAIN_HAVE_CUDA
-    if (s.shard.params.is_cuda()) {  // one fused kernel per run, straight from the gradients
-      for (const Run& r : s.runs) {
-        ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
-                          r.decay ? options_.weight_decay : 0.0f, step_};
-        ops::adamw_update_gpu(s.shard.params, s.shard.grads, grad_scale, s.m, s.v,
-                              s.shard.compute_params, r.offset, r.count, hp);
-      }
-      continue;
-    }
-#endif
-    float* p = s.shard.params.f32();
-    float* m = s.m.f32();
-    float* v = s.v.f32();
-    const DType gt = s.shard.grads.dtype();
-    const bool direct = gt == DType::kF32 && grad_scale == 1.0f;
-    const char* g = static_cast<const char*>(s.shard.grads.raw());
-    const size_t gsize = dtype_size(gt);
-    const bool write_back = s.shard.compute_params.defined();
-    char* c = write_back ? static_cast<char*>(s.shard.compute_params.raw()) : nullptr;
-    const DType ct = write_back ? s.shard.compute_params.dtype() : DType::kF32;
     for (const Run& r : s.runs) {
       ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
                         r.decay ? options_.weight_decay : 0.0f, step_};
-      for (int64_t off = r.offset; off < r.offset + r.count; off += kChunk) {
-        const int64_t n = std::min(kChunk, r.offset + r.count - off);
-        const float* gf;
-        if (direct) {
-          gf = reinterpret_cast<const float*>(g) + off;
-        } else {
-          scratch_.resize(size_t(kChunk));
-          convert_to_f32(gt, g + size_t(off) * gsize, scratch_.data(), size_t(n));
-          for (int64_t i = 0; i < n; ++i) scratch_[size_t(i)] *= grad_scale;
-          gf = scratch_.data();
-        }
-        ops::adamw_update(p + off, gf, m + off, v + off, n, hp);
-        if (write_back) convert_f32_to(ct, p + off, c + size_t(off) * dtype_size(ct), size_t(n));
-      }
+      ops::adamw_update(s.shard.params, s.shard.grads, grad_scale, s.m, s.v,
+                        s.shard.compute_params, r.offset, r.count, hp);
     }
   }
 }

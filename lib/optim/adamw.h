@@ -66,7 +66,6 @@ class AdamW {
   };
   AdamWOptions options_;
   std::vector<ShardState> state_;
-  std::vector<float> scratch_;  // fp32 gradients of one chunk when they need converting
   int64_t step_ = 0;
 };
 

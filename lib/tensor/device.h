@@ -1,6 +1,14 @@
-// Where a tensor's bytes live: the CPU, or a CUDA device (builds with
-// FDTRAIN_HAVE_CUDA; the kernels live in kernels/, and lib/ops dispatches to
-// them by the tensor's device).
+// Where a tensor's bytes live: the CPU, a CUDA device (CUDA builds: the
+// kernels live in kernels/, and lib/ops dispatches to them by the tensor's
+// device), or nowhere: the meta device.
+//
+// Meta (the counting device, like PyTorch's meta tensors): a tensor on it has
+// a shape, a dtype and a memory category but no bytes. Its Storage reports
+// every allocation and free to the MemoryAccountant exactly as a CPU Storage
+// of the same size would, and every op allocates on it what its CPU
+// implementation allocates and computes nothing, so running setup and a
+// training step under DeviceScope(Device::meta()) measures their memory
+// without doing the work (tensor.h says which accesses are allowed).
 //
 // New tensors go to the calling thread's default device (the CPU unless a
 // DeviceScope says otherwise): the trainer opens a DeviceScope for the GPU
@@ -13,7 +21,7 @@
 
 namespace fd {
 
-enum class DeviceType { kCPU, kCUDA };
+enum class DeviceType { kCPU, kCUDA, kMeta };
 
 struct Device {
   DeviceType type = DeviceType::kCPU;
@@ -21,11 +29,16 @@ struct Device {
 
   static Device cpu() { return {}; }
   static Device cuda(int index) { return {DeviceType::kCUDA, index}; }
+  static Device meta() { return {DeviceType::kMeta, 0}; }
   bool is_cpu() const { return type == DeviceType::kCPU; }
   bool is_cuda() const { return type == DeviceType::kCUDA; }
+  bool is_meta() const { return type == DeviceType::kMeta; }
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
-  std::string str() const;  // "cpu", "cuda:0"
+  std::string str() const;  // "cpu", "cuda:0", "meta"
 };
+
+// The CUDA runtime. Defined in cuda/device.cc in CUDA builds and in
+// cuda_stub.cc otherwise (no devices; init_cuda_device throws).
 
 // True when this binary was built with the CUDA backend.
 bool cuda_built();

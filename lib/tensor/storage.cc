@@ -8,10 +8,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
-
-#if FDTRAIN_HAVE_CUDA
-#include "kernels/kernels.h"
-#endif
+#include "lib/tensor/cuda_memory.h"
 
 namespace fd {
 namespace cpu_allocator {
@@ -76,14 +73,7 @@ void empty_cache() {
 
 Storage::Storage(size_t bytes, MemCategory category, Device device)
     : bytes_(bytes), category_(category), device_(device) {
-#if FDTRAIN_HAVE_CUDA
-  FD_CHECK(device.is_cpu() || device.index == kernels::current_device(),
-           "storage on {} but this process runs on cuda:{}", device.str(),
-           kernels::current_device());
-#else
-  if (!device.is_cpu())
-    runtime_error("a tensor on {} was requested, but {}", device.str(), cuda_unavailable_reason());
-#endif
+  if (device.is_cuda()) cuda_memory::check_device(device);
   acquire();
 }
 
@@ -91,41 +81,43 @@ Storage::~Storage() { release(); }
 
 void* Storage::data() const {
   FD_CHECK(resident(), "access to released storage of {} bytes", bytes_);
+  FD_CHECK(!device_.is_meta(),
+           "access to the data of a meta tensor ({} bytes of {}): meta tensors have sizes but no "
+           "values",
+           bytes_, mem_category_name(category_));
   return data_;
 }
 
 void Storage::release() {
-  if (data_ == nullptr) return;
-#if FDTRAIN_HAVE_CUDA
-  if (device_.is_cuda()) {
-    kernels::device_free(data_, bytes_);
-  } else {
-    cpu_allocator::deallocate(data_, bytes_);
+  if (!resident_) return;
+  switch (device_.type) {
+    case DeviceType::kCPU:
+      cpu_allocator::deallocate(data_, bytes_);
+      break;
+    case DeviceType::kCUDA:
+      cuda_memory::deallocate(data_, bytes_);
+      break;
+    case DeviceType::kMeta:
+      break;
   }
-#else
-  cpu_allocator::deallocate(data_, bytes_);
-#endif
   data_ = nullptr;
+  resident_ = false;
   MemoryAccountant::global().sub(category_, static_cast<int64_t>(bytes_));
 }
 
 void Storage::acquire() {
-  if (data_ != nullptr || bytes_ == 0) return;
-#if FDTRAIN_HAVE_CUDA
-  if (device_.is_cuda()) {
-    try {
-      data_ = kernels::device_alloc(bytes_);
-    } catch (const kernels::Error& e) {
-      runtime_error("out of GPU memory allocating {} bytes of {} ({}); lower the micro-batch or "
-                    "sequence length, checkpoint more layers, or raise the ZeRO stage",
-                    bytes_, mem_category_name(category_), e.what());
-    }
-  } else {
-    data_ = cpu_allocator::allocate(bytes_);
+  if (resident_ || bytes_ == 0) return;
+  switch (device_.type) {
+    case DeviceType::kCPU:
+      data_ = cpu_allocator::allocate(bytes_);
+      break;
+    case DeviceType::kCUDA:
+      data_ = cuda_memory::allocate(bytes_, category_);
+      break;
+    case DeviceType::kMeta:
+      break;
   }
-#else
-  data_ = cpu_allocator::allocate(bytes_);
-#endif
+  resident_ = true;
   MemoryAccountant::global().add(category_, static_cast<int64_t>(bytes_));
 }
 

@@ -7,6 +7,10 @@
 // acquire() are unspecified. CPU memory comes from a caching allocator, so a
 // training step that allocates the same sizes every step reaches a steady
 // state with no calls to the system allocator.
+//
+// A meta Storage (Device::meta()) holds no bytes but is accounted exactly as a
+// CPU one: the constructor, release(), acquire() and the destructor add and
+// subtract `bytes` under its category at the same moments; data() throws.
 #pragma once
 
 #include <cstddef>
@@ -19,15 +23,16 @@ namespace fd {
 class Storage {
  public:
   // Allocates `bytes` (contents unspecified) on `device`. GPU memory comes
-  // from kernels/' caching allocator; out of memory is an fd::Error.
+  // from kernels/' caching allocator; out of memory is an fd::Error. A GPU in
+  // a build without CUDA is an fd::Error too.
   Storage(size_t bytes, MemCategory category, Device device = Device::cpu());
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const;  // requires resident()
+  void* data() const;  // requires resident() and a device with bytes (not meta)
   size_t bytes() const { return bytes_; }
-  bool resident() const { return data_ != nullptr || bytes_ == 0; }
+  bool resident() const { return resident_ || bytes_ == 0; }
   MemCategory category() const { return category_; }
   Device device() const { return device_; }
 
@@ -37,7 +42,8 @@ class Storage {
   void acquire();
 
  private:
-  void* data_ = nullptr;
+  void* data_ = nullptr;  // null on meta
+  bool resident_ = false;
   size_t bytes_;
   MemCategory category_;
   Device device_;

@@ -2,17 +2,9 @@
 
 #include <cstring>
 
-#if FDTRAIN_HAVE_CUDA
-#include "kernels/kernels.h"
-#endif
+#include "lib/tensor/cuda_memory.h"
 
 namespace fd {
-
-#if FDTRAIN_HAVE_CUDA
-namespace {
-kernels::DT kdt(DType t) { return static_cast<kernels::DT>(t); }
-}  // namespace
-#endif
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category) {
   return empty(shape, dtype, category, default_device());
@@ -52,6 +44,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
   FD_CHECK(int64_t(values.size()) == shape.numel(), "{} values for shape {}", values.size(),
            shape.str());
   const Device device = default_device();
+  if (device.is_meta()) return empty(shape, dtype, category, device);
   Tensor t = empty(shape, dtype, category, Device::cpu());
   if (dtype == DType::kI32) {
     for (size_t i = 0; i < values.size(); ++i) t.data<int32_t>()[i] = int32_t(values[i]);
@@ -73,22 +66,15 @@ Tensor Tensor::flat_slice(int64_t begin, int64_t count) const {
 }
 
 void Tensor::zero_() const {
-#if FDTRAIN_HAVE_CUDA
-  if (is_cuda()) return kernels::memset_zero(raw(), nbytes());
-#endif
+  if (is_meta()) return;
+  if (is_cuda()) return cuda_memory::zero(*this);
   if (nbytes() != 0) std::memset(raw(), 0, nbytes());  // an empty tensor may have no memory (UB)
 }
 
 void Tensor::fill_(float value) const {
+  if (is_meta()) return;
+  if (is_cuda()) return cuda_memory::fill(*this, value);
   size_t n = size_t(numel());
-#if FDTRAIN_HAVE_CUDA
-  if (is_cuda()) {
-    if (dtype_ != DType::kI32) return kernels::fill(raw(), kdt(dtype_), numel(), value);
-    Tensor host = empty(shape_, dtype_, MemCategory::kOther, Device::cpu());
-    host.fill_(value);
-    return copy_from(host);
-  }
-#endif
   switch (dtype_) {
     case DType::kF32: {
       float* p = data<float>();
@@ -112,23 +98,16 @@ void Tensor::fill_(float value) const {
 
 void Tensor::copy_from(const Tensor& src) const {
   FD_CHECK(src.numel() == numel(), "copy of {} elements into {}", src.numel(), numel());
-#if FDTRAIN_HAVE_CUDA
-  if (is_cuda() || src.is_cuda()) {
-    if (src.dtype_ == dtype_) {
-      if (is_cuda() && src.is_cuda()) return kernels::copy_device(raw(), src.raw(), nbytes());
-      if (is_cuda()) return kernels::copy_to_device(raw(), src.raw(), nbytes());
-      return kernels::copy_to_host(raw(), src.raw(), nbytes());
-    }
-    FD_CHECK(dtype_ != DType::kI32 && src.dtype_ != DType::kI32, "no conversion {} -> {}",
-             dtype_name(src.dtype_), dtype_name(dtype_));
-    if (is_cuda() && src.is_cuda())
-      return kernels::cast(src.raw(), kdt(src.dtype_), raw(), kdt(dtype_), numel());
-    // Across devices: move the bytes first, convert where the result lives.
-    Tensor moved = empty(shape_, src.dtype_, MemCategory::kOther, device());
-    moved.copy_from(src);
-    return copy_from(moved);
+  if (is_meta() || src.is_meta()) {
+    FD_CHECK(is_meta() && !src.is_cuda(),
+             "copy from {} into {}: a meta tensor has no values to copy out, and takes values "
+             "only from the CPU or meta",
+             src.device().str(), device().str());
+    FD_CHECK(src.dtype_ == dtype_ || (dtype_ != DType::kI32 && src.dtype_ != DType::kI32),
+             "no conversion {} -> {}", dtype_name(src.dtype_), dtype_name(dtype_));
+    return;
   }
-#endif
+  if (is_cuda() || src.is_cuda()) return cuda_memory::copy(*this, src);
   if (numel() == 0) return;  // empty tensors may have no memory: nothing to pass to memmove
   if (src.dtype_ == dtype_) {
     std::memmove(raw(), src.raw(), nbytes());
@@ -160,6 +139,7 @@ Tensor Tensor::to_device(Device d, MemCategory category) const {
 }
 
 std::vector<float> Tensor::to_vector() const {
+  if (is_meta()) return std::vector<float>(static_cast<size_t>(numel()), 0.0f);
   if (is_cuda()) return to_device(Device::cpu(), MemCategory::kOther).to_vector();
   std::vector<float> out(static_cast<size_t>(numel()));
   if (dtype_ == DType::kI32) {

@@ -4,6 +4,21 @@
 // Tensor copies the handle, not the data. All tensors are row-major and
 // contiguous; a view is an element offset plus a shape into a larger
 // storage, which is how parameters live inside a segment's flat buffer.
+//
+// Meta tensors (device.h) have no values. Reading or writing their elements
+// (raw(), data(), f32(), i32()) is an FD_CHECK failure, so nothing can compute
+// on them by accident. What the engine does with tensors whatever their
+// device still works, and costs nothing:
+//   - zero_() and fill_() do nothing;
+//   - copy_from() into a meta tensor, from a meta or CPU tensor, does nothing
+//     (to() and to_device(meta) allocate the result as usual); a copy out of
+//     a meta tensor into a CPU or GPU tensor is an FD_CHECK failure;
+//   - to_vector() returns zeros: the engine reads scalars (a loss, a norm) to
+//     steer its control flow, which then runs as if every value were 0;
+//   - from_vector() on the meta default device returns a meta tensor (the
+//     values are dropped);
+//   - comm_data() is nullptr, which only communicators that move nothing
+//     accept (LocalCommunicator, the counting communicator).
 #pragma once
 
 #include <memory>
@@ -32,13 +47,15 @@ class Tensor {
   // A view of `shape` at element offset `offset` (in units of dtype) into `storage`.
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape,
                         DType dtype);
-  // Tensor on the default device holding a copy of `values` (size must match shape).
+  // Tensor on the default device holding a copy of `values` (size must match
+  // shape; on meta the values are dropped).
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape,
                             DType dtype = DType::kF32,
                             MemCategory category = MemCategory::kActivations);
 
   bool defined() const { return storage_ != nullptr; }
   bool is_cuda() const { return storage_ != nullptr && storage_->device().is_cuda(); }
+  bool is_meta() const { return storage_ != nullptr && storage_->device().is_meta(); }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_->device(); }
@@ -49,8 +66,10 @@ class Tensor {
 
   // The first element's address: host memory for CPU tensors, a device
   // pointer for CUDA tensors (pass it to kernels/ or a communicator, never
-  // dereference it on the host).
+  // dereference it on the host). Not for meta tensors (FD_CHECK).
   void* raw() const { return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_); }
+  // The buffer to hand a communicator: raw(), or nullptr for a meta tensor.
+  void* comm_data() const { return is_meta() ? nullptr : raw(); }
   template <typename T>
   T* data() const {
     return static_cast<T*>(raw());
@@ -79,7 +98,8 @@ class Tensor {
   Tensor to(DType dtype, MemCategory category = MemCategory::kActivations) const;
   // A new tensor with the same elements and dtype on `device`.
   Tensor to_device(Device device, MemCategory category = MemCategory::kActivations) const;
-  // The elements as fp32 values (copied to the host; synchronises with the GPU).
+  // The elements as fp32 values (copied to the host; synchronises with the
+  // GPU). Zeros for a meta tensor.
   std::vector<float> to_vector() const;
 
  private:

@@ -126,11 +126,12 @@ void ZeroEngine::pin_params(int g) {
   if (s.param_pins++ > 0) return;
   const Tensor& full = s.group->flat_params();
   full.storage()->acquire();
-  if (s.shard > 0) comm_.all_gather(s.param_shard.raw(), full.raw(), s.shard, dtype_);
+  if (s.shard > 0) comm_.all_gather(s.param_shard.comm_data(), full.comm_data(), s.shard, dtype_);
   if (s.frozen != nullptr) {
     const Tensor& base = s.frozen->flat_params();
     base.storage()->acquire();
-    comm_.all_gather(s.frozen_shard.raw(), base.raw(), s.frozen_shard.numel(), base.dtype());
+    comm_.all_gather(s.frozen_shard.comm_data(), base.comm_data(), s.frozen_shard.numel(),
+                     base.dtype());
   }
 }
 
@@ -204,7 +205,7 @@ void ZeroEngine::launch_reduce(int g) {
   p.into_shard = micro_ == 0 && s.grad_shard_own;
   p.recv = p.into_shard ? s.grad_shard : Tensor::empty(Shape{s.shard}, dtype_, MemCategory::kComm);
   const Tensor& full = s.group->flat_grads();
-  p.work = comm_.reduce_scatter_async(full.raw(), p.recv.raw(), s.shard, dtype_);
+  p.work = comm_.reduce_scatter_async(full.comm_data(), p.recv.comm_data(), s.shard, dtype_);
   pending_.push_back(std::move(p));
   const size_t limit = config_.overlap_comm ? kMaxInFlight : 0;
   while (pending_.size() > limit) {
@@ -282,8 +283,8 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
       if (s.shard == 0) continue;
       Tensor mine = s.group->flat_grads().flat_slice(begin_of(s), s.shard);
       if (s.grad_shard_own) mine.copy_from(s.grad_shard);
-      works.push_back(
-          comm_.all_gather_async(mine.raw(), s.group->flat_grads().raw(), s.shard, dtype_));
+      works.push_back(comm_.all_gather_async(mine.comm_data(), s.group->flat_grads().comm_data(),
+                                             s.shard, dtype_));
     }
     for (auto& w : works) w->wait();
   }
@@ -293,8 +294,8 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
     for (const Segment& s : segments_) {
       if (s.shard == 0) continue;
       const Tensor& full = s.group->flat_params();
-      works.push_back(comm_.all_gather_async(full.flat_slice(begin_of(s), s.shard).raw(),
-                                             full.raw(), s.shard, dtype_));
+      works.push_back(comm_.all_gather_async(full.flat_slice(begin_of(s), s.shard).comm_data(),
+                                             full.comm_data(), s.shard, dtype_));
     }
     for (auto& w : works) w->wait();
   }
@@ -354,7 +355,8 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
     for (const Segment& s : segments_) {
       if (s.shard == 0) continue;
       const Tensor& full = s.group->flat_params();
-      comm_.all_gather(full.flat_slice(begin_of(s), s.shard).raw(), full.raw(), s.shard, dtype_);
+      comm_.all_gather(full.flat_slice(begin_of(s), s.shard).comm_data(), full.comm_data(),
+                       s.shard, dtype_);
     }
   }
 }

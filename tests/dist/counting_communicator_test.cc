@@ -1,6 +1,5 @@
-// CountingCommunicator: the ring-model bytes of each collective (exact
-// integers, as the MPI backend counts them), the MPI comm thread's staging
-// counted in and out of MemCategory::kComm at n > 1 only, and no buffer read.
+// CountingCommunicator counts what MpiCommunicator counts (ring-model bytes,
+// 16-bit fp32 staging) and moves nothing.
 #include "lib/dist/counting_communicator.h"
 
 #include <gtest/gtest.h>
@@ -12,60 +11,71 @@
 namespace fd::dist {
 namespace {
 
-TEST(CountingCommunicator, CountsRingBytesLikeTheRealBackends) {
-  for (int n : {1, 2, 4, 8}) {
-    CountingCommunicator c(n - 1, n);
-    EXPECT_EQ(c.rank(), n - 1);
-    EXPECT_EQ(c.size(), n);
-    // 1000 fp32 per rank reduce-scattered: (n-1)/n of n*4000 bytes = (n-1)*4000.
-    c.reduce_scatter_async(nullptr, nullptr, 1000, DType::kF32)->wait();
-    EXPECT_EQ(c.bytes_sent(), int64_t(n - 1) * 4000) << "n " << n;
-    c.reset_counters();
-    c.all_gather_async(nullptr, nullptr, 1000, DType::kBF16)->wait();
-    EXPECT_EQ(c.bytes_sent(), int64_t(n - 1) * 2000) << "n " << n;
-    c.reset_counters();
-    c.all_reduce_async(nullptr, 1000, DType::kF32, ReduceOp::kSum)->wait();
-    EXPECT_EQ(c.bytes_sent(), 2 * int64_t(n - 1) * 4000 / n) << "n " << n;
-    c.reset_counters();
-    // The f64 helpers count as control traffic and give every rank this rank's values.
-    double mine[2] = {1.5, -2.0};
-    std::vector<double> all(size_t(2 * n));
-    c.all_gather_f64(mine, all.data(), 2);
-    for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(all[size_t(2 * r)], 1.5);
-      EXPECT_EQ(all[size_t(2 * r + 1)], -2.0);
-    }
-    EXPECT_EQ(c.bytes_sent(), 0);
-    EXPECT_EQ(c.control_bytes(), int64_t(n - 1) * 16);
-  }
+int64_t comm_current() { return MemoryAccountant::global().current(MemCategory::kComm); }
+int64_t comm_peak() { return MemoryAccountant::global().peak(MemCategory::kComm); }
+
+TEST(CountingCommunicator, BytesFollowTheRingModel) {
+  CountingCommunicator c(1, 4);
+  EXPECT_EQ(c.rank(), 1);
+  EXPECT_EQ(c.size(), 4);
+  EXPECT_EQ(c.backend(), "counting");
+  // Reduce-scatter of 1000 bf16 per rank: S = 4 * 1000 * 2 bytes; a rank sends 3/4 S.
+  c.reduce_scatter_async(nullptr, nullptr, 1000, DType::kBF16)->wait();
+  EXPECT_EQ(c.bytes_sent(), 6000);
+  c.all_gather(nullptr, nullptr, 1000, DType::kF32);  // S = 16000: 12000
+  EXPECT_EQ(c.bytes_sent(), 18000);
+  c.all_reduce(nullptr, 10, DType::kF32);  // 2 * 3/4 * 40 = 60
+  EXPECT_EQ(c.bytes_sent(), 18060);
+  c.broadcast(nullptr, 10, DType::kF16, 0);  // 3/4 * 20 = 15
+  c.barrier();
+  EXPECT_EQ(c.bytes_sent(), 18075);
+  EXPECT_EQ(c.control_bytes(), 0);
+  // Exact accumulation: three ops of 1 byte * 3/4 each add up to 2 (9/4), not 0.
+  c.reset_counters();
+  for (int i = 0; i < 3; ++i) c.broadcast(nullptr, 1, DType::kF32, 0);  // 3 bytes each
+  EXPECT_EQ(c.bytes_sent(), 9);
 }
 
-// At n = 4, a bf16 reduce-scatter of 100 elements per rank stages an fp32
-// input (4 x 400) and output (4 x 100): 2000 bytes at its launch, gone after.
-TEST(CountingCommunicator, StagesSixteenBitReductionsAtLaunchLikeTheMpiCommThread) {
+TEST(CountingCommunicator, SixteenBitSumsAccountMpisFp32Staging) {
   MemoryAccountant& acct = MemoryAccountant::global();
-  auto staged = [&](int n, auto&& launch) {
-    CountingCommunicator c(0, n);
-    const int64_t before = acct.current(MemCategory::kComm);
-    acct.reset_peaks();
-    launch(c);
-    EXPECT_EQ(acct.current(MemCategory::kComm), before);
-    return acct.peak(MemCategory::kComm) - before;
-  };
-  EXPECT_EQ(staged(4, [](Communicator& c) { c.reduce_scatter(nullptr, nullptr, 100, DType::kBF16); }),
-            4 * 400 + 4 * 100);
-  EXPECT_EQ(staged(4, [](Communicator& c) { c.all_reduce(nullptr, 100, DType::kF16); }), 400);
-  EXPECT_EQ(staged(4, [](Communicator& c) { c.reduce_scatter(nullptr, nullptr, 100, DType::kF32); }),
-            0);
-  // fp32 in place (the output inside the input): the output is staged.
-  std::vector<float> buf(400);
-  EXPECT_EQ(staged(4, [&](Communicator& c) {
-              c.reduce_scatter(buf.data(), buf.data() + 100, 100, DType::kF32);
-            }),
-            400);
-  // One rank: the LocalCommunicator a one-rank run uses stages nothing.
-  EXPECT_EQ(staged(1, [](Communicator& c) { c.reduce_scatter(nullptr, nullptr, 100, DType::kBF16); }),
-            0);
+  const int64_t base = comm_current();
+  CountingCommunicator c(3, 4);
+  acct.reset_peaks();
+  c.reduce_scatter(nullptr, nullptr, 100, DType::kBF16);
+  EXPECT_EQ(comm_peak() - base, (4 * 100 + 100) * 4);  // in and out together, fp32
+  EXPECT_EQ(comm_current(), base);                     // and freed
+  acct.reset_peaks();
+  c.all_reduce(nullptr, 50, DType::kF16);
+  EXPECT_EQ(comm_peak() - base, 50 * 4);
+  acct.reset_peaks();
+  c.reduce_scatter(nullptr, nullptr, 100, DType::kF32);  // fp32: no staging
+  c.all_gather(nullptr, nullptr, 100, DType::kBF16);     // gathers never stage
+  EXPECT_EQ(comm_peak(), base);
+  // A world of one is the local backend: no staging.
+  CountingCommunicator one(0, 1);
+  one.reduce_scatter(nullptr, nullptr, 100, DType::kBF16);
+  EXPECT_EQ(comm_peak(), base);
+  EXPECT_EQ(one.bytes_sent(), 0);
+}
+
+TEST(CountingCommunicator, MovesNothingButTheF64HelpersSeeEveryRankAlike) {
+  CountingCommunicator c(2, 3);
+  std::vector<float> buf = {1, 2, 3}, out = {7, 7, 7, 7, 7, 7, 7, 7, 7};
+  c.all_gather(buf.data(), out.data(), 3, DType::kF32);
+  EXPECT_EQ(out, std::vector<float>(9, 7.0f));
+  c.all_reduce(buf.data(), 3, DType::kF32);
+  EXPECT_EQ(buf, (std::vector<float>{1, 2, 3}));
+  const double mine[2] = {1.5, -2.0};
+  double all[6] = {};
+  c.all_gather_f64(mine, all, 2);
+  EXPECT_EQ(std::vector<double>(all, all + 6), (std::vector<double>{1.5, -2, 1.5, -2, 1.5, -2}));
+  double sum[1] = {0.25};
+  c.all_reduce_f64(sum, 1);
+  EXPECT_EQ(sum[0], 0.75);
+  // The gather: 2/3 of 36 bytes; the all-reduce: 2 * 2/3 of 12.
+  EXPECT_EQ(c.bytes_sent(), 24 + 16);
+  // The f64 helpers, as control traffic: 2/3 of 48 bytes, then 2/3 of 24.
+  EXPECT_EQ(c.control_bytes(), 32 + 16);
 }
 
 }  // namespace

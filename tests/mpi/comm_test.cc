@@ -11,15 +11,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "lib/dist/communicator.h"
+#include "lib/dist/counting_communicator.h"
 #include "lib/dist/init.h"
-#include "tests/mpi/mpi_test_main.h"
 #include "lib/dist/mpi_communicator.h"
 #include "lib/tensor/dtype.h"
+#include "lib/tensor/memory.h"
+#include "tests/mpi/mpi_test_main.h"
 
 namespace fd::dist {
 namespace {
@@ -371,6 +374,57 @@ TEST(Comm, DestructorDrainsPendingOpsAndWorksOutliveIt) {
     expect_all(
         bufs[size_t(k)], 0, n, [&](int64_t i) { return sum_over_ranks(i + k); },
         "drained all_reduce " + std::to_string(k));
+}
+
+// The counting communicator (one simulated rank, for estimates on the meta
+// device) counts what the MPI backend counts: the same bytes and control
+// bytes, and the same kComm peak from the fp32 staging of 16-bit sums.
+TEST(Comm, CountingCommunicatorCountsAsMpi) {
+  const int w = g_comm->size();
+  std::vector<uint16_t> h(size_t(64 * w));
+  std::vector<float> f(size_t(64 * w));
+  std::vector<double> d(size_t(2 * w), 1.0);
+  // Each collective, blocking, with the buffers the test gives it.
+  const std::vector<std::function<void(Communicator&, bool)>> ops = {
+      [&](Communicator& c, bool real) {
+        c.reduce_scatter(real ? h.data() : nullptr, real ? f.data() : nullptr, 64, DType::kBF16);
+      },
+      [&](Communicator& c, bool real) {
+        c.reduce_scatter(real ? f.data() : nullptr, real ? h.data() : nullptr, 32, DType::kF32);
+      },
+      [&](Communicator& c, bool real) { c.all_reduce(real ? h.data() : nullptr, 50, DType::kF16); },
+      [&](Communicator& c, bool real) { c.all_reduce(real ? f.data() : nullptr, 50, DType::kF32); },
+      [&](Communicator& c, bool real) {
+        c.all_gather(real ? h.data() : nullptr, real ? h.data() + 64 * w / 2 : nullptr, 3,
+                     DType::kBF16);
+      },
+      [&](Communicator& c, bool real) {
+        c.broadcast(real ? f.data() : nullptr, 9, DType::kF32, w - 1);
+      },
+      [&](Communicator& c, bool) { c.barrier(); },
+      [&](Communicator& c, bool) { c.all_reduce_f64(d.data(), 2); },
+  };
+  MemoryAccountant& acct = MemoryAccountant::global();
+  CountingCommunicator counting(g_comm->rank(), w);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "collective " << i);
+    int64_t bytes[2], control[2], peak[2];
+    for (int k = 0; k < 2; ++k) {
+      Communicator& c = k == 0 ? *g_comm : counting;
+      g_comm->barrier();
+      c.reset_counters();
+      const int64_t base = acct.current(MemCategory::kComm);
+      acct.reset_peaks();
+      ops[i](c, k == 0);
+      bytes[k] = c.bytes_sent();
+      control[k] = c.control_bytes();
+      peak[k] = acct.peak(MemCategory::kComm) - base;
+      EXPECT_EQ(acct.current(MemCategory::kComm), base);
+    }
+    EXPECT_EQ(bytes[1], bytes[0]);
+    EXPECT_EQ(control[1], control[0]);
+    EXPECT_EQ(peak[1], peak[0]);
+  }
 }
 
 // On ranks other than 0: print only failed assertions, prefixed with the rank.

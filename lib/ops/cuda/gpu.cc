@@ -1,6 +1,4 @@
-#include "lib/ops/gpu.h"
-
-#if FDTRAIN_HAVE_CUDA
+#include "lib/ops/cuda/gpu.h"
 
 #include "lib/base/check.h"
 
@@ -26,5 +24,3 @@ Tensor device_ids(const Tensor& ids, int64_t hi, const char* op, bool allow_igno
 }
 
 }  // namespace fd::ops::gpu
-
-#endif  // FDTRAIN_HAVE_CUDA

@@ -1,13 +1,10 @@
-// Helpers for the GPU paths of lib/ops (builds with FDTRAIN_HAVE_CUDA only).
-// Internal to lib/ops.
+// Helpers for the GPU backend of lib/ops (cuda/*.cc). Internal to lib/ops.
 //
 // An op runs on the GPU when its main input lives there; every other tensor
 // it reads must then live there too (checked), except integer ids and
 // targets, which may come from the host: they are validated there (the CPU
 // ops' checks) and copied over.
 #pragma once
-
-#if FDTRAIN_HAVE_CUDA
 
 #include "kernels/kernels.h"
 #include "lib/tensor/tensor.h"
@@ -25,5 +22,3 @@ Tensor device_ids(const Tensor& ids, int64_t hi, const char* op, bool allow_igno
                   int ignore_index = -1);
 
 }  // namespace fd::ops::gpu
-
-#endif  // FDTRAIN_HAVE_CUDA

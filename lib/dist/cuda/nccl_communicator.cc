@@ -1,6 +1,5 @@
+// The NCCL backend (CUDA builds; lib/dist/nccl_communicator.h).
 #include "lib/dist/nccl_communicator.h"
-
-#if FDTRAIN_HAVE_CUDA
 
 #include <nccl.h>
 
@@ -327,5 +326,3 @@ std::string nccl_version() {
 }
 
 }  // namespace fd::dist
-
-#endif  // FDTRAIN_HAVE_CUDA

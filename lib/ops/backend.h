@@ -1,0 +1,109 @@
+// The backends behind lib/ops. Internal to lib/ops.
+//
+// Each op's public function (<op>.cc) checks shapes, allocates its outputs,
+// records its tape node and hands the arithmetic to the backend of its main
+// input's device, through the entry points below, declared once per backend:
+//   cpu/<op>.cc   the CPU (BLAS, vectorised loops over fp32; F32In/F32Out);
+//   cuda/<op>.cc  the GPU, through kernels/ (CUDA builds; cuda_stub.cc, whose
+//                 entry points throw, otherwise). CMake picks the files.
+//
+// Meta tensors (lib/tensor/device.h) run through the CPU backend, which keeps
+// one source of truth for what an op allocates: every CPU entry point makes
+// its allocations (scratch, F32In/F32Out copies, gradients through
+// ensure_grad) at the same moments for meta tensors as for CPU ones, and skips
+// only the arithmetic (`if (meta) return;` and the like after the
+// allocations). Data it would read to validate (ids, targets) is not read on
+// meta. F32In/F32Out allocate their copies on meta and fail (FD_CHECK) when
+// asked for a pointer there, so an entry point that forgets to skip its
+// arithmetic fails loudly. tests/ops/meta_test.cc holds every op to this:
+// equal accountant peaks and currents on the CPU and on meta.
+//
+// Backward entry points take gradient slots (null or !requires_grad: not
+// wanted) and call ensure_grad() where their allocation order needs it.
+// Tensors another backend cannot read are the caller's mistake: the CUDA
+// backend checks that operands live on the GPU (integer ids and targets may
+// come from the host, checked there and copied).
+#pragma once
+
+#include <cstdint>
+
+#include "lib/autograd/variable.h"
+#include "lib/ops/adamw.h"
+#include "lib/ops/matmul.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd::ops {
+
+struct MatmulDims {
+  int64_t M, K, N;  // op(a) is (M, K), op(b) is (K, N)
+};
+
+struct AttentionDims {
+  int64_t B, T, C, n_head, hs;  // hs = C / n_head
+};
+
+// What cross-entropy's forward leaves for its backward.
+struct CrossEntropySaved {
+  Tensor logits;       // (..., V) as given
+  Tensor targets;      // i32, a copy on the backend's device (when recording)
+  Tensor lse;          // fp32 logsumexp per row
+  Tensor count;        // CUDA: i32 device scalar, the rows whose target counts
+  int64_t host_count;  // CPU: the same count; meta: every row (targets are not read)
+  int ignore_index;
+};
+
+// The entry points every backend defines, with the same contracts as the
+// public ops (which say what each computes and saves).
+#define FD_OPS_BACKEND_ENTRY_POINTS                                                             \
+  /* out = a + b; out = x * factor; dst += src * factor. */                                     \
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);                                \
+  void scale(const Tensor& x, float factor, const Tensor& out);                                 \
+  void accumulate(const Tensor& dst, const Tensor& src, float factor);                          \
+  void gelu_forward(const Tensor& x, const Tensor& out);                                        \
+  void gelu_backward(const Tensor& x, const Tensor& dy, autograd::GradSlot* dx);                \
+  void dropout_forward(const Tensor& x, const Tensor& out, float p, uint64_t seed,              \
+                       uint64_t stream);                                                        \
+  void dropout_backward(const Tensor& dy, autograd::GradSlot* dx, float p, uint64_t seed,       \
+                        uint64_t stream);                                                       \
+  /* Returns the ids as this backend read them (on the GPU: a device copy of host ids). */      \
+  Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& out);         \
+  void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor& dweight);          \
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,  \
+                         const Tensor& out, const Tensor& mean, const Tensor& rstd);            \
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,            \
+                          const Tensor& rstd, const Tensor& dy, autograd::GradSlot* dx,         \
+                          autograd::GradSlot* dweight, autograd::GradSlot* dbias);              \
+  void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& bias, MatmulOptions o,    \
+                      MatmulDims d, const Tensor& out);                                         \
+  void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, MatmulOptions o,     \
+                       MatmulDims d, autograd::GradSlot* da, autograd::GradSlot* db,            \
+                       autograd::GradSlot* dbias);                                              \
+  void attention_forward(const Tensor& qkv, AttentionDims d, const Tensor& out,                 \
+                         const Tensor& lse);                                                    \
+  /* out: the forward's output (the GPU's backward needs it; the CPU's does not). */            \
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,              \
+                          const Tensor& dy, AttentionDims d, autograd::GradSlot* dqkv);         \
+  /* Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`). */         \
+  Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ignore_index,   \
+                               const Tensor& lse, bool record, CrossEntropySaved* saved);       \
+  void cross_entropy_backward(const CrossEntropySaved& saved, const Tensor& dloss,              \
+                              autograd::GradSlot* dlogits);                                     \
+  double sum_of_squares(const Tensor& t);                                                       \
+  void scale_(const Tensor& t, float factor);                                                   \
+  bool all_finite(const Tensor& t);                                                             \
+  void add_(const Tensor& acc, const Tensor& x);                                                \
+  void adamw_update(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m, \
+                    const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,          \
+                    const AdamWStep& s);
+
+namespace cpu {
+FD_OPS_BACKEND_ENTRY_POINTS
+}  // namespace cpu
+
+namespace cuda {
+FD_OPS_BACKEND_ENTRY_POINTS
+}  // namespace cuda
+
+#undef FD_OPS_BACKEND_ENTRY_POINTS
+
+}  // namespace fd::ops

@@ -1,0 +1,68 @@
+// The GPU backend of lib/ops in a build without CUDA (CMake compiles this file
+// instead of cuda/*.cc). No GPU tensor can exist in such a build (lib/tensor
+// refuses to make one), so these are never reached; each throws all the same.
+#include "lib/base/error.h"
+#include "lib/ops/backend.h"
+
+namespace fd::ops::cuda {
+namespace {
+
+[[noreturn]] void no_cuda(const char* op) {
+  usage_error("{}: a tensor on the GPU reached lib/ops, but {}", op, cuda_unavailable_reason());
+}
+
+}  // namespace
+
+void add(const Tensor&, const Tensor&, const Tensor&) { no_cuda("add"); }
+void scale(const Tensor&, float, const Tensor&) { no_cuda("scale"); }
+void accumulate(const Tensor&, const Tensor&, float) { no_cuda("add"); }
+void gelu_forward(const Tensor&, const Tensor&) { no_cuda("gelu"); }
+void gelu_backward(const Tensor&, const Tensor&, autograd::GradSlot*) { no_cuda("gelu"); }
+void dropout_forward(const Tensor&, const Tensor&, float, uint64_t, uint64_t) {
+  no_cuda("dropout");
+}
+void dropout_backward(const Tensor&, autograd::GradSlot*, float, uint64_t, uint64_t) {
+  no_cuda("dropout");
+}
+Tensor embedding_forward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("embedding"); }
+void embedding_backward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("embedding"); }
+void layernorm_forward(const Tensor&, const Tensor&, const Tensor&, float, const Tensor&,
+                       const Tensor&, const Tensor&) {
+  no_cuda("layernorm");
+}
+void layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        autograd::GradSlot*, autograd::GradSlot*, autograd::GradSlot*) {
+  no_cuda("layernorm");
+}
+void matmul_forward(const Tensor&, const Tensor&, const Tensor&, MatmulOptions, MatmulDims,
+                    const Tensor&) {
+  no_cuda("matmul");
+}
+void matmul_backward(const Tensor&, const Tensor&, const Tensor&, MatmulOptions, MatmulDims,
+                     autograd::GradSlot*, autograd::GradSlot*, autograd::GradSlot*) {
+  no_cuda("matmul");
+}
+void attention_forward(const Tensor&, AttentionDims, const Tensor&, const Tensor&) {
+  no_cuda("causal_attention");
+}
+void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, AttentionDims,
+                        autograd::GradSlot*) {
+  no_cuda("causal_attention");
+}
+Tensor cross_entropy_forward(const Tensor&, const Tensor&, int, const Tensor&, bool,
+                             CrossEntropySaved*) {
+  no_cuda("cross_entropy");
+}
+void cross_entropy_backward(const CrossEntropySaved&, const Tensor&, autograd::GradSlot*) {
+  no_cuda("cross_entropy");
+}
+double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
+void scale_(const Tensor&, float) { no_cuda("scale_"); }
+bool all_finite(const Tensor&) { no_cuda("all_finite"); }
+void add_(const Tensor&, const Tensor&) { no_cuda("add_"); }
+void adamw_update(const Tensor&, const Tensor&, float, const Tensor&, const Tensor&, const Tensor&,
+                  int64_t, int64_t, const AdamWStep&) {
+  no_cuda("adamw");
+}
+
+}  // namespace fd::ops::cuda

@@ -1,0 +1,43 @@
+// lib/tensor in a build without the CUDA backend: no GPU exists, and asking
+// for one is an fd::Error that says how to get one. (CMake compiles this file
+// instead of cuda/*.cc when nvcc is absent or FDTRAIN_CUDA=OFF.)
+#include "lib/base/error.h"
+#include "lib/tensor/cuda_memory.h"
+#include "lib/tensor/device.h"
+
+namespace fd {
+
+bool cuda_built() { return false; }
+
+std::string cuda_device_name() { return "none (built without CUDA)"; }
+
+int cuda_device_count() { return 0; }
+
+std::string cuda_unavailable_reason() {
+  return "this fdtrain was built without the CUDA backend (FDTRAIN_CUDA=OFF, or nvcc was not "
+         "found when it was configured)";
+}
+
+void init_cuda_device(int) {
+  runtime_error("device: cuda requested, but {}; rebuild with nvcc on PATH or use device: cpu",
+                cuda_unavailable_reason());
+}
+
+namespace cuda_memory {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  usage_error("{} on the GPU, but {}", what, cuda_unavailable_reason());
+}
+}  // namespace
+
+void check_device(Device device) {
+  runtime_error("a tensor on {} was requested, but {}", device.str(), cuda_unavailable_reason());
+}
+void* allocate(size_t, MemCategory) { no_cuda("an allocation"); }
+void deallocate(void*, size_t) { no_cuda("a free"); }
+void zero(const Tensor&) { no_cuda("zeroing a tensor"); }
+void fill(const Tensor&, float) { no_cuda("filling a tensor"); }
+void copy(const Tensor&, const Tensor&) { no_cuda("a copy"); }
+
+}  // namespace cuda_memory
+}  // namespace fd
