@@ -1,26 +1,31 @@
 // Estimate: the memory and communication one rank of a training run needs,
-// for every ZeRO stage, computed from the recipe alone (nothing is allocated).
+// for every ZeRO stage, found by running the run on the counting device.
 //
 //   Estimate e = estimate(recipe, /*world=*/4);
 //   std::fputs(format_estimate(e).c_str(), stdout);   // or estimate_json(e)
 //
-// What each number is (docs/ZERO.md has the derivations):
-//   - model states (params, grads, master, optimizer): zero::model_state_bytes()
-//     at P, the padded parameter count at this world size, computed from
-//     Gpt::segment_specs() and FlatParamGroup::padded_numel(): the same
-//     functions the model and the engine use, so a run measures exactly these;
-//   - activations: the peak of the tensors the ops save for backward, the
-//     transient gradients of backward and the ops' scratch (fp32 copies of
-//     16-bit tensors included), for one micro-batch, with checkpointed blocks
-//     recomputed in backward: a replay of the allocations of lib/ops,
-//     lib/autograd (tape, segment) and nn::Gpt with their lifetimes;
-//     estimate_test.cc checks it against a measured step;
-//   - comm buffers: the peak of MemCategory::kComm during a step: stage 3's
-//     gathered segments and stages 2-3's full-gradient buckets (at most two
-//     reduce-scatters in flight plus the one being launched), plus the
-//     reduce-scatter outputs that are not the gradient shard itself, plus
-//     (16-bit, N > 1) the fp32 staging of one reduce-scatter at the worst
-//     moment. It mirrors ZeroEngine's protocol (lib/zero/zero_engine.cc);
+// For each stage and each rank of the world, the model is built through the
+// assembly step (assemble.h) on Device::meta(), whose tensors allocate
+// nothing but are counted by the memory accountant exactly as the CPU
+// backend's, with a dist::CountingCommunicator in place of MPI; then what the
+// trainer runs is run: setup (peaks count from its end), one training step
+// (every micro-batch's forward and backward with the ZeRO hooks, the
+// optimizer update), one evaluation batch, and the gather of the full
+// parameters a run ends with (the weights digest). The figures are the
+// accountant's per-category peaks, the largest over ranks, as summary.json's
+// 'memory' reports them; nothing here describes the model a second time, so
+// any model the trainer can build is estimated exactly (estimate_test.cc and
+// tests/cli/estimate.sh compare with measured runs).
+//   - model states (params, grads, master, optimizer): the accountant's
+//     peaks; they equal zero::model_state_bytes() at P, the padded parameter
+//     count at this world size;
+//   - activations: the peak of kActivations over the step and the
+//     evaluation batch, with the moment it is reached (the segment and the
+//     backward node);
+//   - comm buffers: the peak of kComm in the step (stage 3's gathered
+//     segments, gradient buckets in flight, reduce-scatter outputs, and at
+//     N > 1 with 16-bit gradients the MPI comm thread's fp32 staging, counted
+//     at each reduction's launch: the worst moment) and at the end's full gather;
 //   - communication: bytes sent per rank per optimizer step, ring model, as
 //     Communicator::bytes_sent() counts them.
 // Precision: fp32, bf16 and fp16 (16-bit params, grads and activations, fp32 master).
@@ -42,71 +47,17 @@ namespace fd::engine {
 struct ActivationEstimate {
   int compute_bytes = 4;  // c: 2 for bf16/fp16 activations, 4 for fp32
   int checkpointed = 0;   // blocks whose activations are recomputed in backward
-  int64_t per_block = 0;  // saved by one (not checkpointed) block for backward, its output included
-  int64_t per_checkpointed_block = 0;  // kept by a checkpointed block: its output (cRC)
-  int64_t embed = 0;      // the embedding's output and its copies of the token and position ids
-  int64_t head = 0;     // ln_f's output and statistics, the logits, cross-entropy's lse and targets
+  // What forward keeps for backward, measured after each segment's forward
+  // (the largest block where blocks differ):
+  int64_t per_block = 0;  // a block that is not checkpointed, its output included (0: none)
+  int64_t per_checkpointed_block = 0;  // a checkpointed block: its output, cRC (0: none)
+  int64_t embed = 0;      // the embedding segment
+  int64_t head = 0;     // the head segment (ln_f, logits) and the loss
   int64_t saved = 0;    // all of it at the end of forward (the scalar loss aside)
   int64_t peak = 0;     // the highest point of forward + backward (and of evaluation)
-  std::string peak_at;  // the moment of the peak, e.g. "cross-entropy backward"
+  std::string peak_at;  // the moment of the peak, e.g. "block 1 backward (matmul)"
   int64_t eval_peak = 0;  // the highest point of an evaluation batch (no grad)
 };
-
-// Activations of `model` training on micro-batches of `micro` sequences of
-// `seq_len` tokens, activations in `compute_bytes` (4 fp32, 2 bf16/fp16; the
-// ops' fp32 statistics and 16-bit tensors' fp32 scratch copies included),
-// blocks `checkpointed` (0-based) recomputed in backward.
-ActivationEstimate estimate_activations(const nn::GptConfig& model, int micro, int seq_len,
-                                        int compute_bytes = 4,
-                                        const std::vector<int>& checkpointed = {});
-// The same with LoRA adapters (lora.enabled()): the frozen base saves only
-// what a trainable input needs (layernorm inputs and statistics, attention's
-// qkv, GELU inputs once a gradient flows), the adapters save their input (the
-// dropout output when dropout > 0) and the rank-r product; the embedding
-// segment records nothing. per_block, embed and head are 0 (no closed form);
-// saved and peak come from the replay. `has_backward` (optional) receives, per
-// segment, whether its backward runs (a node was recorded): the embedding's
-// never does under LoRA.
-ActivationEstimate estimate_lora_activations(const nn::GptConfig& model, const nn::LoraConfig& lora,
-                                             int micro, int seq_len, int compute_bytes = 4,
-                                             const std::vector<int>& checkpointed = {},
-                                             std::vector<bool>* has_backward = nullptr);
-
-// Padded elements of each segment (embed, h.0 .. h.{L-1}, final) at `world` ranks.
-std::vector<int64_t> segment_padded_numel(const nn::GptConfig& model, int world);
-
-// Peak bytes of communication buffers during one optimizer step of
-// `accumulation` micro-batches; `segment_numel` as segment_padded_numel() gives
-// it (the last segment also uses the first: the tied lm head).
-// Buffers are in the compute dtype (compute_bytes); fp32_staging adds the
-// fp32 copies MpiCommunicator makes of a 16-bit reduce-scatter (its input and
-// output) for the one reduction its comm thread runs at a time, at the worst
-// moment (world > 1 with 16-bit gradients; the world-1 LocalCommunicator
-// reduces in place).
-// LoRA: `frozen_numel` (per segment, the frozen base padded by frozen_layout_for)
-// is gathered with the segment's adapters under stage 3; `has_backward` marks
-// the segments whose backward runs (empty = all); a segment without trainable
-// elements launches no reduce-scatter.
-int64_t comm_buffer_bytes(int stage, int world, int accumulation, bool overlap_comm,
-                          const std::vector<int64_t>& segment_numel, int compute_bytes = 4,
-                          bool fp32_staging = false,
-                          const std::vector<int64_t>& frozen_numel = {},
-                          const std::vector<bool>& has_backward = {});
-
-// Padded elements of each frozen base segment (LoRA) at `world` ranks.
-std::vector<int64_t> frozen_padded_numel(const nn::GptConfig& model, int world);
-// Padded elements of each trainable (adapter) segment at `world` ranks.
-std::vector<int64_t> lora_segment_padded_numel(const nn::GptConfig& model,
-                                               const nn::LoraConfig& lora, int world);
-// Stage 3 with LoRA, bytes each rank sends per optimizer step: per micro-batch
-// every segment's adapters and frozen base are gathered for its forward (the
-// embedding's again for the tied head) and again for its backward when it has
-// one (the embedding's has none), and the adapters' gradients reduce-scattered.
-int64_t lora_stage3_comm_bytes_per_step(int world, int accumulation,
-                                        const std::vector<int64_t>& segment_numel,
-                                        const std::vector<int64_t>& frozen_numel,
-                                        const std::vector<bool>& has_backward,
-                                        int element_bytes = 4);
 
 // Bytes each rank sends per optimizer step (ring model), P padded parameters of
 // e bytes (the compute dtype, as Communicator::bytes_sent() counts them):
@@ -124,14 +75,14 @@ struct StageEstimate {
   // (comm_step) and, for stage 3, the full parameters (cP) gathered once at the
   // end for the weights digest (and for the sample, checkpoints and exports).
   int64_t comm_buffers = 0;
-  int64_t comm_step = 0;        // comm_buffer_bytes(), worst-case fp32 staging included
+  int64_t comm_step = 0;        // kComm peak of a step, worst-case fp32 staging included
   int64_t comm_staging = 0;     // of comm_step, the 16-bit reduce-scatter's fp32 staging
   int64_t comm_full_gather = 0;  // stage 3: cP (with_full_parameters); 0 otherwise
-  int64_t other = 0;                   // the token, target and position id buffers
+  int64_t other = 0;                   // the token, target and position id buffers (kOther)
   // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or
   // cP_base/N (stage 3, the rank's shard); 0 without LoRA.
   int64_t frozen = 0;
-  int64_t comm_bytes_per_step = 0;     // comm_bytes_per_step()
+  int64_t comm_bytes_per_step = 0;     // counted in the step (comm_bytes_per_step() without LoRA)
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {

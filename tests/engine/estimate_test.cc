@@ -1,7 +1,9 @@
-// The estimate against the things it predicts: padded sizes against
-// constructed models, model states against the ZeRO formulas (exact
-// integers), and activations, comm buffers and model states against the
-// memory accountant's peaks over a real training step (world 1, every stage).
+// The estimate (a run on the counting device) against the things it
+// predicts: padded sizes against constructed models, model states against the
+// ZeRO formulas (exact integers), and activations, comm buffers and model
+// states against the memory accountant's peaks over a real training step on
+// the CPU (world 1, every stage, fp32/bf16/fp16, checkpointing, LoRA), for
+// models the estimator is told nothing about.
 #include "lib/engine/estimate.h"
 
 #include <gtest/gtest.h>
@@ -29,7 +31,9 @@ nn::GptConfig unpadded() { return config(2, 4, 64, 128, 64); }
 // d_model 24: 1-D parameters of 24 elements need alignment padding, and segments world padding.
 nn::GptConfig padded() { return config(2, 2, 24, 40, 8); }
 
-config::Recipe recipe_for(const nn::GptConfig& c, int micro, int seq_len, int accumulation) {
+config::Recipe recipe_for(const nn::GptConfig& c, int micro, int seq_len, int accumulation,
+                          int stage = 0, bool overlap = true, DType dtype = DType::kF32,
+                          const std::vector<int>& checkpointed = {}) {
   config::Recipe r;
   r.model.n_layer = c.n_layer;
   r.model.n_head = c.n_head;
@@ -39,6 +43,12 @@ config::Recipe recipe_for(const nn::GptConfig& c, int micro, int seq_len, int ac
   r.batch.micro = micro;
   r.batch.accumulation = accumulation;
   r.data.seq_len = seq_len;
+  r.zero.stage = stage;
+  r.zero.overlap_comm = overlap;
+  r.precision = dtype == DType::kBF16  ? config::Precision::kBf16
+                : dtype == DType::kF16 ? config::Precision::kFp16
+                                       : config::Precision::kFp32;
+  r.activation_checkpointing.layers = checkpointed;
   return r;
 }
 
@@ -46,16 +56,10 @@ TEST(Estimate, PaddedSizesEqualAConstructedModel) {
   for (const nn::GptConfig& c : {unpadded(), padded(), config(3, 3, 48, 257, 33)}) {
     for (int world : {1, 2, 3, 4, 8}) {
       nn::Gpt model(c, DType::kF32, zero::layout_for(0, world));
-      const std::vector<int64_t> numel = segment_padded_numel(c, world);
-      ASSERT_EQ(numel.size(), model.groups().size());
-      int64_t sum = 0, built = 0;
-      for (size_t i = 0; i < numel.size(); ++i) {
-        EXPECT_EQ(numel[i], model.groups()[i]->numel()) << "segment " << i << " world " << world;
-        sum += numel[i];
-        built += model.groups()[i]->numel();
-      }
-      EXPECT_EQ(sum, built);
-      EXPECT_EQ(estimate(recipe_for(c, 1, c.max_seq_len, 1), world).padded_params, built);
+      int64_t built = 0;
+      for (const nn::FlatParamGroup* g : model.groups()) built += g->numel();
+      EXPECT_EQ(estimate(recipe_for(c, 1, c.max_seq_len, 1), world).padded_params, built)
+          << "world " << world;
     }
   }
 }
@@ -195,20 +199,13 @@ struct StepCase {
 // attention score blocks; V = 2C + 1 the cross-entropy backward.
 const StepCase kCases[] = {
     {config(2, 4, 64, 129, 64), 3, 32, "cross-entropy backward"},
-    {config(2, 2, 64, 40, 160), 1, 150, "block 1 mlp.c_proj backward"},
+    {config(2, 2, 64, 40, 160), 1, 150, "block 1 backward (matmul)"},
     {config(1, 3, 48, 300, 16), 2, 16, "cross-entropy backward"},
     {config(3, 2, 24, 40, 8), 2, 8, nullptr},
 };
 
 TEST(Estimate, ActivationsAndCommBuffersEqualAMeasuredStep) {
   for (const StepCase& k : kCases) {
-    const ActivationEstimate act = estimate_activations(k.model, k.micro, k.seq_len);
-    if (k.peak_at != nullptr) {
-      EXPECT_EQ(act.peak_at, k.peak_at);
-    }
-    const std::vector<int64_t> numel = segment_padded_numel(k.model, 1);
-    int64_t P = 0;
-    for (int64_t v : numel) P += v;
     for (int stage = 0; stage < 4; ++stage) {
       for (int accumulation : {1, 2}) {
         for (bool overlap : {true, false}) {
@@ -216,15 +213,26 @@ TEST(Estimate, ActivationsAndCommBuffersEqualAMeasuredStep) {
                        << "C " << k.model.d_model << " V " << k.model.vocab_size << " T "
                        << k.seq_len << " stage " << stage << " accumulation " << accumulation
                        << " overlap " << overlap);
+          const Estimate e = estimate(
+              recipe_for(k.model, k.micro, k.seq_len, accumulation, stage, overlap), 1);
+          const StageEstimate& st = e.stages[size_t(stage)];
+          if (k.peak_at != nullptr) {
+            EXPECT_EQ(e.activations.peak_at, k.peak_at);
+          }
           const Measured m =
               measure_step(k.model, stage, k.micro, k.seq_len, accumulation, overlap);
-          const zero::ModelStateBytes ms = zero::model_state_bytes(stage, 1, accumulation, P);
+          const zero::ModelStateBytes ms =
+              zero::model_state_bytes(stage, 1, accumulation, e.padded_params);
           EXPECT_EQ(m.params, ms.params);
           EXPECT_EQ(m.grads, ms.grads);
           EXPECT_EQ(m.master, ms.master);
           EXPECT_EQ(m.optimizer, ms.optimizer);
-          EXPECT_EQ(m.activations, act.peak) << "estimated peak at " << act.peak_at;
-          EXPECT_EQ(m.comm, comm_buffer_bytes(stage, 1, accumulation, overlap, numel));
+          EXPECT_EQ(st.model_states.total(), ms.total());
+          EXPECT_EQ(m.params, st.model_states.params);
+          EXPECT_EQ(m.grads, st.model_states.grads);
+          EXPECT_EQ(m.optimizer, st.model_states.optimizer);
+          EXPECT_EQ(m.activations, st.activations) << "estimated peak at " << e.activations.peak_at;
+          EXPECT_EQ(m.comm, st.comm_step);
         }
       }
     }
@@ -238,16 +246,11 @@ TEST(Estimate, SixteenBitAndCheckpointedActivationsEqualAMeasuredStep) {
   const std::vector<std::vector<int>> layer_sets = {{}, {0, 1, 2}, {0}, {1}, {0, 2}};
   for (const StepCase& k : {kCases[0], kCases[1], kCases[3]}) {
     const int L = k.model.n_layer;
-    const std::vector<int64_t> numel = segment_padded_numel(k.model, 1);
-    int64_t P = 0;
-    for (int64_t v : numel) P += v;
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       for (const std::vector<int>& all_layers : layer_sets) {
         std::vector<int> layers;
         for (int l : all_layers)
           if (l < L) layers.push_back(l);
-        const ActivationEstimate act = estimate_activations(k.model, k.micro, k.seq_len, 2, layers);
-        EXPECT_LT(act.eval_peak, act.peak);
         for (int stage : {0, 2, 3}) {
           for (int accumulation : {1, 2}) {
             SCOPED_TRACE(::testing::Message()
@@ -255,15 +258,22 @@ TEST(Estimate, SixteenBitAndCheckpointedActivationsEqualAMeasuredStep) {
                          << " checkpointed " << layers.size() << " of " << L << " (first "
                          << (layers.empty() ? -1 : layers[0]) << ") stage " << stage
                          << " accumulation " << accumulation);
+            const Estimate e = estimate(recipe_for(k.model, k.micro, k.seq_len, accumulation,
+                                                   stage, true, dtype, layers),
+                                        1);
+            EXPECT_LT(e.activations.eval_peak, e.activations.peak);
+            const StageEstimate& st = e.stages[size_t(stage)];
             const Measured m = measure_step(k.model, stage, k.micro, k.seq_len, accumulation, true,
                                             dtype, layers);
-            const zero::ModelStateBytes ms = zero::model_state_bytes(stage, 1, accumulation, P, 2);
+            const zero::ModelStateBytes ms =
+                zero::model_state_bytes(stage, 1, accumulation, e.padded_params, 2);
             EXPECT_EQ(m.params, ms.params);
             EXPECT_EQ(m.grads, ms.grads);
             EXPECT_EQ(m.master, ms.master);
             EXPECT_EQ(m.optimizer, ms.optimizer);
-            EXPECT_EQ(m.activations, act.peak) << "estimated peak at " << act.peak_at;
-            EXPECT_EQ(m.comm, comm_buffer_bytes(stage, 1, accumulation, true, numel, 2, false));
+            EXPECT_EQ(st.model_states.total(), ms.total());
+            EXPECT_EQ(m.activations, st.activations) << "estimated peak at " << e.activations.peak_at;
+            EXPECT_EQ(m.comm, st.comm_step);
           }
         }
       }
@@ -272,20 +282,26 @@ TEST(Estimate, SixteenBitAndCheckpointedActivationsEqualAMeasuredStep) {
 }
 
 // Checkpointing every block keeps one output per block instead of the full
-// saved set, and the fp32 replay still gives the fp32 figures.
+// saved set, and the fp32 figures are the closed form.
 TEST(Estimate, CheckpointingKeepsOnlyBlockOutputs) {
   const nn::GptConfig c = config(8, 4, 64, 96, 64);
-  for (int bytes : {4, 2}) {
-    const ActivationEstimate none = estimate_activations(c, 2, 64, bytes);
-    const ActivationEstimate all = estimate_activations(c, 2, 64, bytes, {0, 1, 2, 3, 4, 5, 6, 7});
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t bytes = int64_t(dtype_size(dtype));
+    const ActivationEstimate none =
+        estimate(recipe_for(c, 2, 64, 1, 0, true, dtype), 1).activations;
+    const ActivationEstimate all =
+        estimate(recipe_for(c, 2, 64, 1, 0, true, dtype, {0, 1, 2, 3, 4, 5, 6, 7}), 1).activations;
     const int64_t R = 2 * 64, C = 64;
     EXPECT_EQ(all.per_checkpointed_block, bytes * R * C);
     EXPECT_EQ(none.saved - all.saved, 8 * (none.per_block - all.per_checkpointed_block));
     EXPECT_LT(all.peak, none.peak);
     EXPECT_EQ(all.checkpointed, 8);
+    EXPECT_EQ(none.embed, all.embed);
+    EXPECT_EQ(none.head, all.head);
+    EXPECT_EQ(none.saved, none.embed + 8 * none.per_block + none.head);
   }
-  // Without checkpointing, fp32: the former closed form (tests above measure both).
-  const ActivationEstimate f32 = estimate_activations(c, 2, 64);
+  // fp32 without checkpointing: a block saves 16 RC values and 4 rows of statistics of R x 4 bytes.
+  const ActivationEstimate f32 = estimate(recipe_for(c, 2, 64, 1), 1).activations;
   EXPECT_EQ(f32.per_block, 4 * (16 * 128 * 64 + 4 * 128 + 4 * 128));
 }
 
@@ -322,37 +338,6 @@ TEST(Estimate, SixteenBitModelStatesAreThePaperFormulas) {
   EXPECT_EQ(comm_bytes_per_step(3, 4, 1, 1024, 2), 3 * 1536);
 }
 
-// 16-bit at N > 1: the MPI comm thread's fp32 staging of one reduce-scatter
-// (input 4 bytes x segment, output 4 bytes x shard), at the worst moment.
-TEST(Estimate, SixteenBitStagingOfOneReduceScatter) {
-  const std::vector<int64_t> numel = {1000, 100, 100, 100, 100, 12};
-  // Stage 2 at N = 2: the worst moment is the embedding's own reduce-scatter
-  // being launched (and staged: 4 x (1000 + 500)) while its bucket (2 x 1000)
-  // and the buckets of h.1 and h.0, still in flight, are held.
-  EXPECT_EQ(comm_buffer_bytes(2, 2, 1, true, numel, 2, true),
-            2 * (1000 + 100 + 100) + 4 * (1000 + 500));
-  EXPECT_EQ(comm_buffer_bytes(2, 2, 1, true, numel, 2, false), 2 * (1000 + 100 + 100 + 100));
-  // Without overlap each reduction completes at once: its bucket next to its staging.
-  EXPECT_EQ(comm_buffer_bytes(2, 2, 1, false, numel, 2, true), 2 * 1000 + 4 * (1000 + 500));
-}
-
-// The comm-buffer replay by hand for the pattern that matters most: stage 3
-// holds, at the worst moment of backward, the embedding's parameters and
-// gradients (tied head) and the current block's parameters, next to the
-// gradients of two blocks in flight.
-TEST(Estimate, CommBuffersOfStageThreeByHand) {
-  const std::vector<int64_t> numel = {1000, 100, 100, 100, 100, 10};  // embed, 4 blocks, final
-  const int64_t w = 4;                                                // bytes per element
-  // Block 2's backward: params embed + h.2; grads embed + h.2 + two pending (h.3, h.4).
-  EXPECT_EQ(comm_buffer_bytes(3, 1, 1, true, numel), w * (1000 + 100 + 1000 + 100 + 100 + 100));
-  // Stage 2: gradients only.
-  EXPECT_EQ(comm_buffer_bytes(2, 1, 1, true, numel), w * (1000 + 100 + 100 + 100));
-  // Without overlap one reduction at a time.
-  EXPECT_EQ(comm_buffer_bytes(2, 1, 1, false, numel), w * (1000 + 100));
-  // Stage 0 at N = 2: reduce-scatter outputs (shards) of three segments.
-  EXPECT_EQ(comm_buffer_bytes(0, 2, 1, true, numel), w * (500 + 50 + 50));
-}
-
 }  // namespace
 }  // namespace fd::engine
 
@@ -363,10 +348,22 @@ namespace {
 // (every stage, fp32 and bf16, dropout on and off, with and without
 // checkpointed blocks) measures exactly the estimate: trainable model states
 // at the padded adapter count, the frozen base, activations and comm buffers.
+// The second model is one the estimator was never told about: five blocks,
+// adapters on c_fc of blocks 1 and 3 only.
 TEST(Estimate, LoraStepEqualsTheEstimate) {
-  const nn::GptConfig c = config(3, 2, 24, 40, 8);
-  for (const std::vector<std::string>& targets :
-       {std::vector<std::string>{"c_attn", "c_proj"}, std::vector<std::string>{"c_fc"}}) {
+  struct LoraCase {
+    nn::GptConfig c;
+    std::vector<std::string> targets;
+    std::vector<int> layers;
+  };
+  const std::vector<LoraCase> cases = {
+      {config(3, 2, 24, 40, 8), {"c_attn", "c_proj"}, {}},
+      {config(3, 2, 24, 40, 8), {"c_fc"}, {}},
+      {config(5, 2, 32, 50, 8), {"c_fc"}, {1, 3}},
+  };
+  for (const LoraCase& lc : cases) {
+    const nn::GptConfig& c = lc.c;
+    const std::vector<std::string>& targets = lc.targets;
     for (float dropout : {0.0f, 0.1f}) {
       for (DType dtype : {DType::kF32, DType::kBF16}) {
         for (const std::vector<int>& ckpt : {std::vector<int>{}, std::vector<int>{0, 1, 2}}) {
@@ -380,8 +377,10 @@ TEST(Estimate, LoraStepEqualsTheEstimate) {
             r.lora->alpha = 8;
             r.lora->dropout = dropout;
             r.lora->targets = targets;
+            r.lora->layers = lc.layers;
             const Estimate e = estimate(r, 1);
-            SCOPED_TRACE(::testing::Message() << "targets " << targets.size() << " dropout "
+            SCOPED_TRACE(::testing::Message() << "L " << c.n_layer << " targets " << targets.size()
+                                              << " layers " << lc.layers.size() << " dropout "
                                               << dropout << " " << dtype_name(dtype) << " ckpt "
                                               << ckpt.size() << " stage " << stage);
             EXPECT_EQ(e.num_params, e.lora.num_params(c));
