@@ -46,7 +46,7 @@
 #include "lib/config/load.h"
 #include "lib/dist/fault.h"
 #include "lib/dist/init.h"
-#include "lib/engine/dataset.h"
+#include "lib/engine/assemble.h"
 #include "lib/engine/estimate.h"
 #include "lib/engine/export.h"
 #include "lib/engine/trainer.h"

@@ -7,8 +7,8 @@
 // The trainer, `fdtrain estimate`, eval/generate and the exports that rebuild
 // a model from a checkpoint all go through here (the C API builds no model
 // from a recipe). A recipe field that changes what is built is one edit here
-// plus its schema entry (lib/config/schema.cc). The data side (dataset,
-// tokenizer) is opened by open_dataset() (dataset.h) from the same recipe.
+// plus its schema entry (lib/config/schema.cc). The data side is here too:
+// open_dataset().
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 
 #include "lib/ckpt/peft.h"
 #include "lib/config/recipe.h"
+#include "lib/data/token_dataset.h"
 #include "lib/engine/generate.h"
 #include "lib/nn/gpt.h"
 #include "lib/optim/schedule.h"
@@ -60,6 +61,16 @@ enum class Init {
 // The model `a` describes, in a.dtype on the thread's default device
 // (model.init_from, adapters and checkpoints are loaded by the caller).
 std::unique_ptr<nn::Gpt> build_model(const Assembly& a, Init init = Init::kGpt2);
+
+// Opens data.train and data.val (data.format, data.val_fraction,
+// data.seq_len, model.vocab_size) as a TokenDataset, as training opens them;
+// `fdtrain validate` calls it to find, without training, every data problem
+// `fdtrain train` would stop at (an empty or malformed file, a token id past
+// model.vocab_size, a split shorter than data.seq_len + 1). Throws fd::Error
+// (kUsage) for a bad file or split; the message starts with where the recipe
+// names the file at fault ("r.yaml:9:11: data.train[0]: ...", else where the
+// data section is), then the problem and what to do.
+std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r);
 
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts
 // from '\n', token files from GPT-2's <|endoftext|> when the vocabulary has it.

@@ -30,7 +30,6 @@
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
 #include "lib/engine/assemble.h"
-#include "lib/engine/dataset.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/resume.h"
 #include "lib/engine/generate.h"
