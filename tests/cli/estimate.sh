@@ -143,6 +143,36 @@ else
     [ "$comm" = "$(stage_field 3 comm_bytes_per_step)" ]
 fi
 
+# A model the estimator was never told about: 5 blocks, LoRA on c_fc of
+# blocks 1 and 3 only, fp16, stage 2, at N = 2: every measured figure equals
+# the estimate (the estimate runs the model; nothing describes it twice).
+NEW=(model.n_layer=5 "lora={r: 4, alpha: 8, targets: [c_fc], layers: [1, 3]}" zero.stage=2
+     precision=fp16 "activation_checkpointing.layers=[3]")
+json=$("$FDTRAIN" estimate "$Q" "$TINY" "${NEW[@]}" --world-size 2 --json 2>&1); rc=$?
+flat=$(tr -d ' \n' <<<"$json")
+check "5-block c_fc LoRA --json exits 0" [ "$rc" -eq 0 ]
+run="$TMP/run_new"
+log=$(timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$Q" "$TINY" \
+      steps=1 "${NEW[@]}" logging.sample_tokens=0 logging.eval_batches=1 \
+      --run-dir "$run" --no-progress 2>&1); rc=$?
+if [ $rc -ne 0 ] || [ ! -f "$run/summary.json" ]; then
+  echo "FAIL: 5-block LoRA 2-rank run exited $rc"; echo "$log" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+else
+  s=$(tr -d ' \n' < "$run/summary.json")
+  mem=$(sed -E 's/.*"memory":\{([^}]*)\}.*/\1/' <<<"$s")
+  field() { sed -E "s/.*\"$1\":([0-9]+).*/\\1/" <<<"$mem"; }
+  for k in params grads master optimizer frozen activations; do
+    check "5-block LoRA stage 2: measured $k $(field $k) == estimate $(stage_field 2 $k)" \
+      [ "$(field $k)" = "$(stage_field 2 $k)" ]
+  done
+  check "5-block LoRA stage 2: measured comm $(field comm) == estimate $(stage_field 2 comm_buffers)" \
+    [ "$(field comm)" = "$(stage_field 2 comm_buffers)" ]
+  comm=$(sed -E 's/.*"comm_bytes_per_step":([0-9]+).*/\1/' <<<"$s")
+  check "5-block LoRA stage 2: comm bytes per step $comm == estimate $(stage_field 2 comm_bytes_per_step)" \
+    [ "$comm" = "$(stage_field 2 comm_bytes_per_step)" ]
+fi
+
 # A world size below 1, or one the recipe's global batch does not fit, is refused.
 expect_fail 2 "--world-size must be >= 1, got 0" estimate "$Q" --world-size 0
 expect_fail 2 "--world-size must be >= 1, got -3" estimate "$Q" --world-size -3
