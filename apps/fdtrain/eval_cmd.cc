@@ -86,7 +86,7 @@ int run_eval(const EvalOptions& o) {
   engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::GptConfig& mc = m.model->config();
   int T = o.seq_len;
-  if (T == -1) T = m.recipe ? std::min(m.recipe->data.seq_len, mc.max_seq_len) : mc.max_seq_len;
+  if (T == -1) T = m.trained_seq_len > 0 ? std::min(m.trained_seq_len, mc.max_seq_len) : mc.max_seq_len;
   if (T < 1) usage_error("--seq-len must be >= 1, got {}", T);
   if (T > mc.max_seq_len)
     usage_error(

@@ -85,8 +85,7 @@ int run_generate(const GenerateOptions& o) {
 
   engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::GptConfig& mc = m.model->config();
-  const bool bytes = m.recipe ? m.recipe->data.format == config::DataFormat::kText
-                              : mc.vocab_size == data::ByteTokenizer::kVocabSize;
+  const bool bytes = m.byte_level;
   if (!o.prompt.empty() && !bytes)
     usage_error(
         "{} is not a byte-level model ({}), and fdtrain has no tokenizer for its "
@@ -106,13 +105,11 @@ int run_generate(const GenerateOptions& o) {
   so.top_k = o.top_k;
   so.top_p = o.top_p;
   so.seed = uint64_t(o.seed);
-  so.max_context = o.context != -1 ? o.context : m.recipe ? m.recipe->data.seq_len : 0;
+  so.max_context = o.context != -1 ? o.context : m.trained_seq_len;
   if (so.max_context > mc.max_seq_len)
     usage_error("--context {} is longer than the model's max_seq_len {}", so.max_context,
                 mc.max_seq_len);
-  // As the end-of-training sample: '\n' for bytes, else GPT-2's <|endoftext|> if the vocabulary has
-  // it.
-  so.start_token = bytes ? 10 : (mc.vocab_size > 50256 ? 50256 : 0);
+  so.start_token = engine::default_start_token(bytes, mc.vocab_size);  // as the run's sample
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out = engine::generate(*m.model, prompt, so);

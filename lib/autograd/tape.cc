@@ -56,8 +56,10 @@ void Tape::run_backward() {
     bool any = false;
     for (const auto& s : it->outputs) any = any || s->has_grad();
     if (any) {
+      const size_t index = size_t(nodes_.rend() - it) - 1;
+      if (t_observer != nullptr) t_observer->node_started(it->name, depth, index);
       it->backward();
-      if (t_observer != nullptr) t_observer->node_done(it->name, depth);
+      if (t_observer != nullptr) t_observer->node_done(it->name, depth, index);
     }
     for (const auto& s : it->outputs)
       if (!s->is_leaf) s->grad = Tensor();  // consumed: free it now

@@ -88,14 +88,15 @@ class EnableGradGuard {
 };
 
 // Watches backward on the calling thread (the memory estimate attributes
-// peaks to the node that reached them). node_done() is called after each
-// node that ran, with its name and the nesting depth of its tape (0: the
-// outermost tape; the nodes of a segment's inner tape run at depth 1, before
-// the segment's own node is done).
+// peaks to the node that reached them). node_started() and node_done() are
+// called around each node that runs, with its name, its index on its tape
+// (forward order) and the nesting depth of that tape (0: the outermost; a
+// segment's inner tape runs at depth 1, inside its segment's node).
 class BackwardObserver {
  public:
   virtual ~BackwardObserver() = default;
-  virtual void node_done(const char* name, int depth) = 0;
+  virtual void node_started(const char* name, int depth, size_t index) = 0;
+  virtual void node_done(const char* name, int depth, size_t index) = 0;
 };
 // Sets the calling thread's observer (nullptr: none) and returns the previous one.
 BackwardObserver* set_backward_observer(BackwardObserver* observer);

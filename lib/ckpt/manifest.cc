@@ -253,4 +253,17 @@ std::string resolve_step_dir(const std::string& path) {
       path);
 }
 
+std::vector<std::filesystem::path> step_dirs_newest_first(
+    const std::filesystem::path& checkpoints_dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints_dir, ec))
+    if (e.is_directory(ec) && e.path().filename().string().rfind("step_", 0) == 0 &&
+        e.path().extension().empty())
+      out.push_back(e.path());
+  std::sort(out.rbegin(), out.rend());  // zero-padded names sort by step
+  return out;
+}
+
 }  // namespace fd::ckpt

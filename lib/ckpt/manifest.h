@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,5 +97,10 @@ std::optional<std::string> read_latest(const std::string& checkpoints_dir);
 // manifest.json), a checkpoints directory (its `latest`) or a run directory
 // (its checkpoints/latest). Throws fd::Error kUsage when it is none of these.
 std::string resolve_step_dir(const std::string& path);
+
+// The complete step directories (step_XXXXXXXX, not a .step_N.tmp being
+// written) of `checkpoints_dir`, newest first; none when it does not exist.
+std::vector<std::filesystem::path> step_dirs_newest_first(
+    const std::filesystem::path& checkpoints_dir);
 
 }  // namespace fd::ckpt

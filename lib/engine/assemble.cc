@@ -5,18 +5,20 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/check.h"
 #include "lib/base/error.h"
 #include "lib/data/token_file.h"
-
-#include "lib/base/check.h"
 
 namespace fd::engine {
 
 DType compute_dtype(config::Precision precision) {
   switch (precision) {
-    case config::Precision::kBf16: return DType::kBF16;
-    case config::Precision::kFp16: return DType::kF16;
-    case config::Precision::kFp32: break;
+    case config::Precision::kBf16:
+      return DType::kBF16;
+    case config::Precision::kFp16:
+      return DType::kF16;
+    case config::Precision::kFp32:
+      break;
   }
   return DType::kF32;
 }
@@ -57,6 +59,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
+  a.byte_level = r.data.format == config::DataFormat::kText;
 
   zero::ZeroConfig& z = a.zero;
   z.stage = r.zero.stage;
@@ -100,6 +103,7 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
+  a.byte_level = r.data.format == config::DataFormat::kText;
   return a;
 }
 
@@ -147,8 +151,8 @@ SampleOptions sample_options(const config::Recipe& r) {
   so.top_k = r.logging.sample_top_k;
   so.seed = uint64_t(r.seed);
   so.max_context = r.data.seq_len;  // positions beyond it were never trained
-  const bool text = r.data.format == config::DataFormat::kText;
-  so.start_token = text ? 10 : (r.model.vocab_size > 50256 ? 50256 : 0);
+  so.start_token =
+      default_start_token(r.data.format == config::DataFormat::kText, r.model.vocab_size);
   return so;
 }
 

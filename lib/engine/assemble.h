@@ -40,9 +40,10 @@ struct Assembly {
   zero::ZeroConfig zero;          // stage, overlap, accumulation, AdamW, clipping, checkpointing
   std::optional<precision::LossScalerOptions> loss_scaler;  // fp16 only
   optim::ScheduleOptions schedule;
-  uint64_t seed = 0;              // model init, sampling, adapter dropout
-  int micro = 1;                  // sequences per micro-batch
-  int seq_len = 1;                // tokens per sequence
+  uint64_t seed = 0;       // model init, sampling, adapter dropout
+  int micro = 1;           // sequences per micro-batch
+  int seq_len = 1;         // tokens per sequence
+  bool byte_level = true;  // tokens are bytes (data.format text), else token ids
 };
 
 // A training run of `r` at `world` ranks (r as validated by lib/config).

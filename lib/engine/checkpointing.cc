@@ -11,6 +11,7 @@
 #include "lib/base/log.h"
 #include "lib/base/strings.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/manifest.h"
 
 namespace fd::engine {
 
@@ -103,8 +104,7 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     for (int r = 0; r < comm.size(); ++r) m.files.push_back(ckpt::shard_file_name(r));
     for (const auto& r : ranges) m.segments.push_back({r.segment, r.segment_numel});
     for (int r = 0; r < comm.size(); ++r)
-      m.digests.push_back(
-          {uint64_t(digests[2 * size_t(r)]), uint32_t(digests[2 * size_t(r) + 1])});
+      m.digests.push_back({uint64_t(digests[2 * size_t(r)]), uint32_t(digests[2 * size_t(r) + 1])});
     try {
       ckpt::write_manifest(tmp.string(), m);
       maybe_kill(req.fault, 0, req.step, 3);
@@ -119,15 +119,9 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
       throw;
     }
     // Only now that the new checkpoint is complete: drop the oldest beyond keep_last.
-    std::vector<fs::path> steps;
-    for (const auto& e : fs::directory_iterator(root, ec))
-      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
-        steps.push_back(e.path());
-    std::sort(steps.begin(), steps.end());
-    while (int(steps.size()) > req.keep_last) {
-      if (steps.front() != final_dir) fs::remove_all(steps.front(), ec);
-      steps.erase(steps.begin());
-    }
+    std::vector<fs::path> steps = ckpt::step_dirs_newest_first(root);
+    for (size_t i = size_t(std::max(req.keep_last, 0)); i < steps.size(); ++i)
+      if (steps[i] != final_dir) fs::remove_all(steps[i], ec);
   }
   comm.barrier();
   return final_dir;

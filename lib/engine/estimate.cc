@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <set>
 
 #include "lib/autograd/tape.h"
 #include "lib/base/check.h"
 #include "lib/base/error.h"
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/step.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
 
@@ -82,8 +84,8 @@ double paper_bytes(int stage, double psi, double n, int c) {
 }
 
 std::string comm_formula(int stage, int accumulation, int c) {
-  const char* passes = stage == 3 ? (accumulation == 1 ? "3P" : "3aP")
-                                  : (accumulation == 1 ? "2P" : "(a+1)P");
+  const char* passes =
+      stage == 3 ? (accumulation == 1 ? "3P" : "3aP") : (accumulation == 1 ? "2P" : "(a+1)P");
   return fmt::format("{}(N-1)/N x {} B", passes, c);
 }
 
@@ -93,12 +95,12 @@ std::string comm_formula(int stage, int accumulation, int c) {
 struct RankRun {
   zero::ModelStateBytes states;
   int64_t frozen = 0;
-  int64_t activations = 0;   // peak over the training step and the evaluation batch
-  int64_t eval_peak = 0;     // peak of the evaluation batch alone
-  int64_t comm_step = 0;     // kComm peak over the step and evaluation
+  int64_t activations = 0;       // peak over the training step and the evaluation batch
+  int64_t eval_peak = 0;         // peak of the evaluation batch alone
+  int64_t comm_step = 0;         // kComm peak over the step and evaluation
   int64_t comm_full_gather = 0;  // kComm peak of with_full_parameters (the digest at the end)
-  int64_t other = 0;         // token batch and positions
-  int64_t comm_bytes = 0;    // bytes sent in the step
+  int64_t other = 0;             // token batch and positions
+  int64_t comm_bytes = 0;        // bytes sent in the step
   int64_t padded_params = 0, frozen_padded_params = 0, num_params = 0;
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
@@ -107,56 +109,70 @@ struct RankRun {
   std::string peak_at;
 };
 
-std::string segment_label(int g, int n_layer) {
-  if (g == nn::Gpt::kEmbedSegment) return "embedding";
-  if (g == n_layer + 1) return "head";
-  return fmt::format("block {}", g - 1);
-}
-
 // Runs segments through the ZeRO engine, noting where the activation peak
-// rises: after each segment's forward, and (BackwardObserver) after each
-// node of backward, attributed to the segment whose backward runs.
+// rises: after each segment's forward, and (BackwardObserver) around each
+// node of backward, named by the outer tape node (segment or loss) it runs in.
 class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver {
  public:
-  Watch(zero::ZeroEngine& engine, int n_layer, int64_t act0)
-      : engine_(engine), n_layer_(n_layer), act0_(act0) {
+  Watch(zero::ZeroEngine& engine, const Assembly& a, int64_t act0)
+      : engine_(engine), a_(a), act0_(act0) {
     last_peak_ = acct().peak(MemCategory::kActivations);
   }
 
   autograd::Variable run(int g, const nn::SegmentFn& fn, const autograd::Variable& x,
                          const std::vector<int>& also_needs) override {
-    const size_t before = autograd::current_tape().size();
     autograd::Variable y = engine_.run(g, fn, x, also_needs);
-    if (autograd::grad_enabled() && autograd::current_tape().size() > before)
-      outer_.push_back(segment_label(g, n_layer_));
-    note(segment_label(g, n_layer_) + " forward");
+    const std::string label = segment_label(g);
+    name_nodes(autograd::current_tape().size(), label);
+    note(label + " forward");
     if (first_forward_)
-      after_.emplace_back(segment_label(g, n_layer_),
-                          acct().current(MemCategory::kActivations) - act0_);
+      after_.emplace_back(label, acct().current(MemCategory::kActivations) - act0_);
     return y;
   }
 
-  // After the loss: the nodes the loss added to the outer tape.
-  void loss_done(size_t outer_nodes) {
-    while (outer_.size() < outer_nodes) outer_.push_back("cross-entropy");
+  // Between the forward and the backward: the loss's nodes on the outer tape.
+  void forward_done(const autograd::Tape& tape) {
+    name_nodes(tape.size(), "cross-entropy");
     note("cross-entropy forward");
-    next_ = outer_.size();
     first_forward_ = false;
   }
 
-  void node_done(const char* name, int depth) override {
-    const std::string& owner = next_ > 0 ? outer_[next_ - 1] : outer_.front();
-    note(depth == 0 ? owner + " backward" : fmt::format("{} backward ({})", owner, name));
-    if (depth == 0 && next_ > 0) --next_;
+  void node_started(const char*, int depth, size_t index) override {
+    if (depth == 0) {
+      outer_ = index;
+      inner_started_ = false;
+    } else if (!inner_started_) {
+      // What the segment did before its inner tape runs: the ZeRO hooks and,
+      // for a checkpointed block, the recomputed forward.
+      inner_started_ = true;
+      note(owner() + (checkpointed_.count(owner()) ? " backward (recompute)" : " backward"));
+    }
   }
 
-  // A new micro-batch: its segments are recorded afresh.
-  void begin_micro_batch() { outer_.clear(); }
+  void node_done(const char* name, int depth, size_t) override {
+    note(depth == 0 ? owner() + " backward" : fmt::format("{} backward ({})", owner(), name));
+  }
+
   const std::string& peak_at() const { return peak_at_; }
   const std::vector<std::pair<std::string, int64_t>>& after() const { return after_; }
 
  private:
   static MemoryAccountant& acct() { return MemoryAccountant::global(); }
+
+  std::string segment_label(int g) const {
+    if (g == nn::Gpt::kEmbedSegment) return "embedding";
+    if (g == a_.model.n_layer + 1) return "head";
+    const std::string block = fmt::format("block {}", g - 1);
+    if (std::count(a_.zero.checkpoint_segments.begin(), a_.zero.checkpoint_segments.end(), g))
+      checkpointed_.insert(block);
+    return block;
+  }
+  // Nodes [labels_.size(), end) of the outer tape belong to `label`.
+  void name_nodes(size_t end, const std::string& label) {
+    if (!autograd::grad_enabled()) return;
+    while (labels_.size() < end) labels_.push_back(label);
+  }
+  std::string owner() const { return outer_ < labels_.size() ? labels_[outer_] : "?"; }
   void note(const std::string& where) {
     const int64_t p = acct().peak(MemCategory::kActivations);
     if (p > last_peak_) {
@@ -166,26 +182,32 @@ class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver 
   }
 
   zero::ZeroEngine& engine_;
-  int n_layer_;
+  const Assembly& a_;
   int64_t act0_;
   int64_t last_peak_;
   std::string peak_at_;
-  std::vector<std::string> outer_;  // the outer tape's nodes, forward order
-  size_t next_ = 0;                 // backward: outer_[next_ - 1] runs now
+  std::vector<std::string> labels_;  // the outer tape's nodes, by index
+  mutable std::set<std::string> checkpointed_;
+  size_t outer_ = 0;  // backward: the outer node running now
+  bool inner_started_ = false;
   bool first_forward_ = true;
   std::vector<std::pair<std::string, int64_t>> after_;
 };
 
 // One training step (`accumulation` micro-batches and the optimizer update),
 // one evaluation batch and the end-of-run gather of the full parameters, of
-// rank `rank` of `a.world` on the counting device.
+// rank `rank` of `a.world` on the counting device, through the trainer's own
+// step functions (step.h). The memory accountant is the process's: its peaks
+// are reset here.
 RankRun run_rank(const Assembly& a, int rank, bool staging) {
   MemoryAccountant& acct = MemoryAccountant::global();
   DeviceScope on_meta(Device::meta());
   dist::CountingCommunicator comm(rank, a.world, staging);
-  // What this process holds already (a test's own tensors): not the run's.
+  // What this process holds already (a test's own tensors) is not the run's:
+  // every figure is a peak above this base, as summary.json's are above 0.
   std::array<int64_t, kNumMemCategories> base{};
   for (int c = 0; c < kNumMemCategories; ++c) base[size_t(c)] = acct.current(MemCategory(c));
+  auto above_base = [&](MemCategory c) { return acct.peak(c) - base[size_t(c)]; };
   std::unique_ptr<nn::Gpt> model = build_model(a);
   zero::ZeroEngine engine(*model, comm, a.zero);
   RankRun out;
@@ -194,12 +216,11 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   for (const nn::FlatParamGroup* g : model->frozen_groups()) out.frozen_padded_params += g->numel();
 
   // As Trainer::setup: peaks count from here (what the model was built in
-  // before ZeRO sharded it is not the run's), then the token batch.
+  // before ZeRO sharded it is not the run's), then the batch buffers.
   acct.reset_peaks();
-  const Tensor tokens = Tensor::empty(Shape{a.micro, a.seq_len}, DType::kI32, MemCategory::kOther);
-  const Tensor targets = Tensor::empty(Shape{a.micro, a.seq_len}, DType::kI32, MemCategory::kOther);
+  const Batch batch = make_batch(a, Device::meta());
 
-  Watch watch(engine, a.model.n_layer, base[size_t(MemCategory::kActivations)]);
+  Watch watch(engine, a, base[size_t(MemCategory::kActivations)]);
   autograd::BackwardObserver* previous = autograd::set_backward_observer(&watch);
   struct Restore {
     autograd::BackwardObserver* p;
@@ -207,19 +228,14 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   } restore{previous};
   comm.reset_counters();
   for (int m = 0; m < a.zero.accumulation; ++m) {
-    engine.begin_micro_batch(m);
-    model->set_dropout_seed(uint64_t(m));
-    watch.begin_micro_batch();
-    autograd::Tape tape;
-    autograd::TapeScope scope(tape);
-    autograd::Variable loss = model->loss(tokens, targets, &watch);
-    if (m == 0)  // the scalar loss aside
-      out.saved = acct.current(MemCategory::kActivations) -
-                  base[size_t(MemCategory::kActivations)] - int64_t(loss.value().nbytes());
-    watch.loss_done(tape.size());
-    loss.value().to_vector();
-    tape.backward(loss, 1.0f);
-    engine.end_micro_batch(m);
+    train_micro_batch(*model, engine, watch, batch, m, uint64_t(m), 1.0f,
+                      [&](const autograd::Tape& tape, const autograd::Variable& loss) {
+                        if (m == 0)  // the scalar loss aside
+                          out.saved = acct.current(MemCategory::kActivations) -
+                                      base[size_t(MemCategory::kActivations)] -
+                                      int64_t(loss.value().nbytes());
+                        watch.forward_done(tape);
+                      });
   }
   engine.step(a.schedule.peak_lr, 1.0);
   out.comm_bytes = comm.bytes_sent();
@@ -231,26 +247,21 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   std::array<int64_t, kNumMemCategories> most{};
   auto keep_peaks = [&] {
     for (int c = 0; c < kNumMemCategories; ++c)
-      most[size_t(c)] = std::max(most[size_t(c)], acct.peak(MemCategory(c)) - base[size_t(c)]);
+      most[size_t(c)] = std::max(most[size_t(c)], above_base(MemCategory(c)));
   };
   keep_peaks();
+  const int64_t train_activations = most[size_t(MemCategory::kActivations)];
   out.comm_step = most[size_t(MemCategory::kComm)];
-  {
-    const int64_t act = acct.current(MemCategory::kActivations);
-    acct.reset_peaks();
-    autograd::NoGradGuard no_grad;
-    model->loss(tokens, targets, &engine).value().to_vector();
-    out.eval_peak = acct.peak(MemCategory::kActivations) - act;
-    keep_peaks();
-  }
-  out.comm_step = std::max(out.comm_step, most[size_t(MemCategory::kComm)]);
-  {
-    const int64_t comm0 = acct.current(MemCategory::kComm);
-    acct.reset_peaks();
-    engine.with_full_parameters([] {});
-    out.comm_full_gather = acct.peak(MemCategory::kComm) - comm0;
-    keep_peaks();
-  }
+  acct.reset_peaks();
+  eval_batch(*model, engine, batch);
+  out.eval_peak = above_base(MemCategory::kActivations);
+  if (out.eval_peak > train_activations) out.peak_at = "evaluation";
+  out.comm_step = std::max(out.comm_step, above_base(MemCategory::kComm));
+  keep_peaks();
+  acct.reset_peaks();
+  engine.with_full_parameters([] {});
+  out.comm_full_gather = above_base(MemCategory::kComm);
+  keep_peaks();
   out.states = {most[size_t(MemCategory::kParams)], most[size_t(MemCategory::kGrads)],
                 most[size_t(MemCategory::kMaster)], most[size_t(MemCategory::kOptimizer)]};
   out.frozen = most[size_t(MemCategory::kFrozen)];
@@ -259,17 +270,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   return out;
 }
 
-
 }  // namespace
-
-int64_t comm_bytes_per_step(int stage, int world, int accumulation, int64_t P,
-                            int element_bytes) {
-  FD_CHECK(P % world == 0, "padded parameter count {} not divisible by world {}", P, world);
-  // One collective over all P elements sends (N-1)/N * eP bytes per rank.
-  const int64_t pass = (P / world) * (world - 1) * element_bytes;
-  const int64_t passes = stage == 3 ? 3 * int64_t(accumulation) : int64_t(accumulation) + 1;
-  return passes * pass;
-}
 
 Estimate estimate(const config::Recipe& r, int world) {
   FD_CHECK(world >= 1, "world size {}", world);
@@ -278,15 +279,14 @@ Estimate estimate(const config::Recipe& r, int world) {
   Estimate e;
   e.model = recipe_assembly.model;
   e.lora = recipe_assembly.lora;
-  e.micro = r.batch.micro;
-  e.seq_len = r.data.seq_len;
-  e.accumulation = r.batch.accumulation;
+  e.micro = recipe_assembly.micro;
+  e.seq_len = recipe_assembly.seq_len;
+  e.accumulation = recipe_assembly.zero.accumulation;
   e.world = world;
-  e.recipe_stage = r.zero.stage;
-  e.overlap_comm = r.zero.overlap_comm;
+  e.recipe_stage = recipe_assembly.zero.stage;
   e.precision = r.precision;
   e.compute_bytes = int(dtype_size(recipe_assembly.dtype));
-  e.checkpointed = r.activation_checkpointing.layers;
+  for (int g : recipe_assembly.zero.checkpoint_segments) e.checkpointed.push_back(g - 1);
   {
     // P at one rank: alignment padding only.
     DeviceScope on_meta(Device::meta());
@@ -336,7 +336,6 @@ Estimate estimate(const config::Recipe& r, int world) {
     e.frozen_padded_params = most.frozen_padded_params;
     e.frozen_params = e.lora.enabled() ? e.model.num_params() : 0;
     ActivationEstimate& act = e.activations;
-    act.compute_bytes = e.compute_bytes;
     act.checkpointed = int(e.checkpointed.size());
     act.saved = most.saved;
     act.peak = most.activations;
@@ -353,15 +352,14 @@ Estimate estimate(const config::Recipe& r, int world) {
         act.embed = added;
       } else if (i <= size_t(e.model.n_layer)) {
         const int layer = int(i) - 1;
-        const bool ckpt = std::find(e.checkpointed.begin(), e.checkpointed.end(), layer) !=
-                          e.checkpointed.end();
+        const bool ckpt =
+            std::find(e.checkpointed.begin(), e.checkpointed.end(), layer) != e.checkpointed.end();
         int64_t& slot = ckpt ? act.per_checkpointed_block : act.per_block;
         slot = std::max(slot, added);
       }
     }
-    act.head = act.saved - (after.size() > size_t(e.model.n_layer)
-                                ? after[size_t(e.model.n_layer)].second
-                                : 0);
+    act.head = act.saved -
+               (after.size() > size_t(e.model.n_layer) ? after[size_t(e.model.n_layer)].second : 0);
   }
   for (StageEstimate& st : e.stages)
     st.paper_bytes = paper_bytes(st.stage, double(e.num_params), double(world), e.compute_bytes);
@@ -456,15 +454,14 @@ std::string format_estimate(const Estimate& e) {
   const nn::GptConfig& m = e.model;
   line(fmt::format("fdtrain estimate{}: bytes per rank at world size N = {}",
                    e.recipe_path.empty() ? "" : " for " + e.recipe_path, e.world));
-  line(
-      fmt::format("model: GPT-2 L{} H{} C{} V{} T{}; micro batch {} x {} tokens, accumulation {}; "
-                  "precision {}{}",
-                  m.n_layer, m.n_head, m.d_model, m.vocab_size, m.max_seq_len, e.micro, e.seq_len,
-                  e.accumulation, config::to_string(e.precision),
-                  e.checkpointed.empty()
-                      ? ""
-                      : fmt::format("; {} of {} blocks checkpointed", e.checkpointed.size(),
-                                    m.n_layer)));
+  line(fmt::format(
+      "model: GPT-2 L{} H{} C{} V{} T{}; micro batch {} x {} tokens, accumulation {}; "
+      "precision {}{}",
+      m.n_layer, m.n_head, m.d_model, m.vocab_size, m.max_seq_len, e.micro, e.seq_len,
+      e.accumulation, config::to_string(e.precision),
+      e.checkpointed.empty()
+          ? ""
+          : fmt::format("; {} of {} blocks checkpointed", e.checkpointed.size(), m.n_layer)));
   line(fmt::format(
       "Ψ = {} parameters; P = {} padded at N = {} (+{}: +{} aligning each parameter "
       "to 16 elements, +{} splitting segments into {} shard{})",
@@ -473,11 +470,12 @@ std::string format_estimate(const Estimate& e) {
       grouped(e.padded_params - e.padded_params_1), e.world, e.world == 1 ? "" : "s"));
   if (e.lora.enabled()) {
     const StageEstimate& rs = e.stages[size_t(e.recipe_stage)];
-    line(fmt::format("LoRA r = {} alpha = {} dropout = {} on [{}]: Ψ, P above are the trainable "
-                     "adapters; the frozen base has Ψ_base = {}, P_base = {} (no gradients, no "
-                     "optimizer state; replicated at stages 0-2, sharded at stage 3)",
-                     e.lora.r, e.lora.alpha, e.lora.dropout, fmt::join(e.lora.modules, ", "),
-                     grouped(e.frozen_params), grouped(e.frozen_padded_params)));
+    line(
+        fmt::format("LoRA r = {} alpha = {} dropout = {} on [{}]: Ψ, P above are the trainable "
+                    "adapters; the frozen base has Ψ_base = {}, P_base = {} (no gradients, no "
+                    "optimizer state; replicated at stages 0-2, sharded at stage 3)",
+                    e.lora.r, e.lora.alpha, e.lora.dropout, fmt::join(e.lora.modules, ", "),
+                    grouped(e.frozen_params), grouped(e.frozen_padded_params)));
     line(fmt::format("at stage {}: frozen base: {}; trainable (adapters) states: {}",
                      e.recipe_stage, human(rs.frozen), human(rs.model_states.total())));
   }
@@ -498,8 +496,7 @@ std::string format_estimate(const Estimate& e) {
       [](const StageEstimate& s) { return human(s.model_states.optimizer); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
-  if (e.lora.enabled())
-    row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
+  if (e.lora.enabled()) row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
   row("activations", [](const StageEstimate& s) { return human(s.activations); });
   row("comm buffers", [](const StageEstimate& s) { return human(s.comm_buffers); });
   row("other (token batch)", [](const StageEstimate& s) { return human(s.other); });
@@ -534,25 +531,27 @@ std::string format_estimate(const Estimate& e) {
     line("  16Ψ/N, apply with precision bf16 or fp16).");
   }
   if (e.lora.enabled()) {
-    out += wrapped(fmt::format("Activations (LoRA: the frozen base saves only what a gradient "
-                               "flowing to an adapter needs): {} saved at the end of forward; "
-                               "peak {} at {}.",
-                               human(e.activations.saved), human(e.activations.peak),
-                               e.activations.peak_at),
-                   "", "  ", 96);
-  } else
-  out += wrapped(
-      fmt::format("Activations: {} per block x {}{} + embedding {} + head {} = {} saved at the "
-                  "end of forward; peak {} at {}.",
-                  human(e.activations.per_block), m.n_layer - e.activations.checkpointed,
-                  e.activations.checkpointed == 0
-                      ? ""
-                      : fmt::format(" + {} per checkpointed block x {}",
-                                    human(e.activations.per_checkpointed_block),
-                                    e.activations.checkpointed),
-                  human(e.activations.embed), human(e.activations.head),
-                  human(e.activations.saved), human(e.activations.peak), e.activations.peak_at),
-      "", "  ", 96);
+    out += wrapped(
+        fmt::format("Activations (LoRA: the frozen base saves only what a gradient "
+                    "flowing to an adapter needs): {} saved at the end of forward; "
+                    "peak {} at {}.",
+                    human(e.activations.saved), human(e.activations.peak), e.activations.peak_at),
+        "", "  ", 96);
+  } else {
+    const int plain = m.n_layer - e.activations.checkpointed;
+    std::string blocks;
+    if (plain > 0) blocks = fmt::format("{} per block x {}", human(e.activations.per_block), plain);
+    if (e.activations.checkpointed > 0)
+      blocks +=
+          fmt::format("{}{} per checkpointed block x {}", blocks.empty() ? "" : " + ",
+                      human(e.activations.per_checkpointed_block), e.activations.checkpointed);
+    out += wrapped(
+        fmt::format("Activations: {} + embedding {} + head {} = {} saved at the end of "
+                    "forward; peak {} at {}.",
+                    blocks, human(e.activations.embed), human(e.activations.head),
+                    human(e.activations.saved), human(e.activations.peak), e.activations.peak_at),
+        "", "  ", 96);
+  }
   line("");
   line("Assumptions:");
   for (const std::string& a : estimate_assumptions(e)) out += wrapped(a, "  - ", "    ", 96);

@@ -29,6 +29,8 @@
 //   - communication: bytes sent per rank per optimizer step, ring model, as
 //     Communicator::bytes_sent() counts them.
 // Precision: fp32, bf16 and fp16 (16-bit params, grads and activations, fp32 master).
+// The figures are the CPU backend's (a GPU run's op scratch differs). The
+// estimate uses the process's memory accountant: it resets its peaks.
 #pragma once
 
 #include <array>
@@ -45,27 +47,18 @@ namespace fd::engine {
 
 // Activation memory of one micro-batch (bytes), by what holds it.
 struct ActivationEstimate {
-  int compute_bytes = 4;  // c: 2 for bf16/fp16 activations, 4 for fp32
-  int checkpointed = 0;   // blocks whose activations are recomputed in backward
+  int checkpointed = 0;  // blocks whose activations are recomputed in backward
   // What forward keeps for backward, measured after each segment's forward
   // (the largest block where blocks differ):
   int64_t per_block = 0;  // a block that is not checkpointed, its output included (0: none)
   int64_t per_checkpointed_block = 0;  // a checkpointed block: its output, cRC (0: none)
-  int64_t embed = 0;      // the embedding segment
-  int64_t head = 0;     // the head segment (ln_f, logits) and the loss
-  int64_t saved = 0;    // all of it at the end of forward (the scalar loss aside)
-  int64_t peak = 0;     // the highest point of forward + backward (and of evaluation)
-  std::string peak_at;  // the moment of the peak, e.g. "block 1 backward (matmul)"
+  int64_t embed = 0;                   // the embedding segment
+  int64_t head = 0;                    // the head segment (ln_f, logits) and the loss
+  int64_t saved = 0;                   // all of it at the end of forward (the scalar loss aside)
+  int64_t peak = 0;       // the highest point of forward + backward (and of evaluation)
+  std::string peak_at;    // the moment of the peak, e.g. "block 1 backward (matmul)"
   int64_t eval_peak = 0;  // the highest point of an evaluation batch (no grad)
 };
-
-// Bytes each rank sends per optimizer step (ring model), P padded parameters of
-// e bytes (the compute dtype, as Communicator::bytes_sent() counts them):
-//   stages 0-2: (a + 1) * P * (N-1)/N * e  (a reduce-scatter per micro-batch, one all-gather)
-//   stage 3:    3 * a * P * (N-1)/N * e    (per micro-batch: gather for forward, again for
-//                                           backward, reduce-scatter)
-int64_t comm_bytes_per_step(int stage, int world, int accumulation, int64_t padded_params,
-                            int element_bytes = 4);
 
 struct StageEstimate {
   int stage = 0;
@@ -75,14 +68,14 @@ struct StageEstimate {
   // (comm_step) and, for stage 3, the full parameters (cP) gathered once at the
   // end for the weights digest (and for the sample, checkpoints and exports).
   int64_t comm_buffers = 0;
-  int64_t comm_step = 0;        // kComm peak of a step, worst-case fp32 staging included
-  int64_t comm_staging = 0;     // of comm_step, the 16-bit reduce-scatter's fp32 staging
+  int64_t comm_step = 0;         // kComm peak of a step, worst-case fp32 staging included
+  int64_t comm_staging = 0;      // of comm_step, the 16-bit reduce-scatter's fp32 staging
   int64_t comm_full_gather = 0;  // stage 3: cP (with_full_parameters); 0 otherwise
-  int64_t other = 0;                   // the token, target and position id buffers (kOther)
+  int64_t other = 0;             // the token, target and position id buffers (kOther)
   // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or
   // cP_base/N (stage 3, the rank's shard); 0 without LoRA.
   int64_t frozen = 0;
-  int64_t comm_bytes_per_step = 0;     // counted in the step (comm_bytes_per_step() without LoRA)
+  int64_t comm_bytes_per_step = 0;  // bytes this rank sends in the step (ring model)
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
@@ -96,11 +89,10 @@ struct Estimate {
   int micro = 0, seq_len = 0, accumulation = 0;
   int world = 1;
   int recipe_stage = 0;
-  bool overlap_comm = true;
   config::Precision precision = config::Precision::kFp32;
-  int compute_bytes = 4;              // c: bytes of a parameter, gradient or activation
-  std::vector<int> checkpointed;      // activation_checkpointing.layers
-  int64_t num_params = 0;       // Ψ
+  int compute_bytes = 4;          // c: bytes of a parameter, gradient or activation
+  std::vector<int> checkpointed;  // activation_checkpointing.layers
+  int64_t num_params = 0;         // Ψ
   int64_t padded_params_1 = 0;  // P at world 1: Ψ plus the 16-element alignment of each parameter
   int64_t padded_params = 0;    // P at this world: each segment also padded to a multiple of 16N
   // LoRA (lora.enabled()): Ψ, P above are the trainable adapters'; the frozen base's:

@@ -75,6 +75,10 @@ class TokenSampler {
 
 }  // namespace
 
+int32_t default_start_token(bool byte_level, int vocab_size) {
+  return byte_level ? 10 : (vocab_size > 50256 ? 50256 : 0);
+}
+
 std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& options) {
   FD_CHECK(options.temperature >= 0.0f && std::isfinite(options.temperature),

@@ -23,6 +23,10 @@
 
 namespace fd::engine {
 
+// The context of an empty prompt: '\n' for byte-level text, else GPT-2's
+// <|endoftext|> (50256) when the vocabulary has it, else token 0.
+int32_t default_start_token(bool byte_level, int vocab_size);
+
 struct SampleOptions {
   int max_new_tokens = 200;  // tokens to generate
   float temperature = 0.8f;  // >= 0; logits are divided by it. 0 = greedy: the argmax

@@ -212,6 +212,8 @@ InferenceModel from_checkpoint(const std::string& path) {
       "checkpoint {} (step {}{}; {})", c.dir, c.meta().step,
       a.lora.enabled() ? ", LoRA merged into " + recipe.model.init_from : "", dims(a.model));
   m.recipe = recipe;
+  m.trained_seq_len = a.seq_len;
+  m.byte_level = a.byte_level;
   return m;
 }
 
@@ -261,6 +263,7 @@ InferenceModel from_file(const std::string& path) {
   m.model = build_model(a, Init::kNone);
   load_weights(path, *m.model, "");
   m.source = path;
+  m.byte_level = mc.vocab_size == 256;
   auto step = metadata.find("step");
   m.description = fmt::format(
       "{}{} ({})", path, step == metadata.end() ? "" : " (step " + step->second + ")", dims(mc));

@@ -41,6 +41,12 @@ struct InferenceModel {
   std::string source;                    // the step directory or the file read
   std::string description;               // one line: what was read, step, dimensions
   std::optional<config::Recipe> recipe;  // checkpoints only: the run's stored recipe
+  // What the model was trained on, for eval and generate: the sequence length
+  // (positions beyond it were never trained; 0 when unknown: a weights file),
+  // and whether its tokens are bytes (the run's data.format is text; for a
+  // weights file, a vocabulary of 256).
+  int trained_seq_len = 0;
+  bool byte_level = false;
 };
 
 InferenceModel load_inference_model(const std::string& path);

@@ -1,7 +1,6 @@
 #include "lib/engine/report.h"
 
 #include <fmt/format.h>
-
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 
 #include "lib/base/log.h"
 #include "lib/data/byte_tokenizer.h"
-#include "lib/engine/assemble.h"
 #include "lib/engine/run_dir.h"
 #include "lib/engine/tfevents.h"
 #include "lib/tensor/memory.h"
@@ -174,13 +172,16 @@ void RunReport::step_done(int64_t done, const StepRecord& s,
   window_steps_ = 0;
 }
 
-void RunReport::checkpoint_saved(int64_t done, const std::string& dir, double seconds) {
+void RunReport::begin_checkpoint() { t_save_ = Clock::now(); }
+
+void RunReport::checkpoint_saved(int64_t done, const std::string& dir) {
+  const auto now = Clock::now();
+  const double seconds = seconds_between(t_save_, now);
   last_checkpoint_ = dir;
   checkpoint_seconds_ += seconds;
   eval_seconds_ += seconds;  // not training time
   ++checkpoints_saved_;
-  // A save is not training time of the log window.
-  t_window_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  t_window_ += now - t_save_;  // a save is not training time of the log window
   if (rank0_) log::info("checkpoint of step {} saved to {} in {:.2f} s", done, dir, seconds);
 }
 
@@ -250,7 +251,8 @@ void RunReport::add_profile(nlohmann::json& summary) {
   // Steps after the first of this run; the first alone when only one ran.
   const bool warm = profile_rest_.steps > 0;
   const Phases& p = warm ? profile_rest_ : profile_first_;
-  const double phases_s = p.data + p.forward + p.backward + p.comm_wait + p.optimizer + p.checkpoint;
+  const double phases_s =
+      p.data + p.forward + p.backward + p.comm_wait + p.optimizer + p.checkpoint;
   summary["profile"] = {{"data_s", p.data},
                         {"forward_s", p.forward},
                         {"backward_s", p.backward},

@@ -23,11 +23,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "lib/config/recipe.h"
 #include "lib/dist/communicator.h"
@@ -98,8 +97,10 @@ class RunReport {
   // the validation loss from `evaluate` (collective: every rank calls this)
   // at evaluation steps and the last one.
   void step_done(int64_t done, const StepRecord& s, const std::function<double()>& evaluate);
-  // A checkpoint of step `done` took `seconds` (not training time).
-  void checkpoint_saved(int64_t done, const std::string& dir, double seconds);
+  // A save starts / has written `dir`, the checkpoint of step `done`: its
+  // time is not training time (throughput, the log window).
+  void begin_checkpoint();
+  void checkpoint_saved(int64_t done, const std::string& dir);
   // End of the step that started at begin_step() (--profile).
   void end_step(int64_t step);
   // The run's loop is over: ends the progress line and stops the run's clock.
@@ -108,7 +109,6 @@ class RunReport {
   // The validation loss last measured (NaN before the first evaluation).
   double eval_loss() const { return eval_loss_; }
   void set_eval_loss(double v) { eval_loss_ = v; }
-  const std::string& last_checkpoint() const { return last_checkpoint_; }
   // Wall seconds from the loop's start to finish_loop().
   double elapsed_s() const;
   double train_wait_s() const { return train_wait_s_; }
@@ -144,7 +144,7 @@ class RunReport {
   Progress progress_;
   bool profile_;
 
-  Clock::time_point t_start_, t_window_, t_after_first_, t_step_, t_profile_, t_end_;
+  Clock::time_point t_start_, t_window_, t_after_first_, t_step_, t_profile_, t_end_, t_save_;
   double step_s_avg_ = -1.0;  // moving average of step time, for the progress line
   int64_t window_steps_ = 0;
   double eval_loss_;

@@ -10,6 +10,7 @@
 #include "lib/base/error.h"
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
+#include "lib/ckpt/manifest.h"
 #include "lib/config/diff.h"
 #include "lib/config/load.h"
 #include "lib/engine/checkpointing.h"
@@ -21,18 +22,6 @@ namespace fd::engine {
 namespace fs = std::filesystem;
 
 namespace {
-
-// step_* directories of `root`, newest first.
-std::vector<fs::path> step_dirs_newest_first(const fs::path& root) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (e.is_directory(ec) && e.path().filename().string().rfind("step_", 0) == 0 &&
-        e.path().extension().empty())
-      out.push_back(e.path());
-  std::sort(out.rbegin(), out.rend());  // zero-padded names sort by step
-  return out;
-}
 
 // Whether `step_dir` is one of `run_dir`'s own checkpoints.
 bool belongs_to(const fs::path& step_dir, const fs::path& run_dir) {
@@ -63,7 +52,8 @@ std::vector<std::string> tidy_checkpoints(const fs::path& root) {
   std::vector<fs::path> partial;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.size() > 4 && n[0] == '.' && n.rfind(".step_", 0) == 0 && n.substr(n.size() - 4) == ".tmp")
+    if (n.size() > 4 && n[0] == '.' && n.rfind(".step_", 0) == 0 &&
+        n.substr(n.size() - 4) == ".tmp")
       partial.push_back(e.path());
   }
   for (const fs::path& p : partial) {
@@ -101,9 +91,10 @@ std::unique_ptr<OpenCheckpoint> open_checked(const fs::path& dir) {
   const std::string name = fs::path(ck->dir()).filename().string();
   const std::string want = ckpt::step_dir_name(ck->meta().step);
   if (name.rfind("step_", 0) == 0 && name != want)
-    usage_error("{}: the checkpoint in it is of step {}, but the directory is named {}: it was "
-                "renamed or copied; rename it to {}, or give the directory of the step you mean",
-                ck->dir().string(), ck->meta().step, name, want);
+    usage_error(
+        "{}: the checkpoint in it is of step {}, but the directory is named {}: it was "
+        "renamed or copied; rename it to {}, or give the directory of the step you mean",
+        ck->dir().string(), ck->meta().step, name, want);
   return ck;
 }
 
@@ -120,10 +111,12 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
   }
   const fs::path root = run_dir / "checkpoints";
   std::error_code ec;
-  if (fs::exists(root / "latest", ec) && !fs::is_regular_file(fs::symlink_status(root / "latest", ec)))
-    usage_error("{}: is not the plain file fdtrain writes (a directory or a link); nothing was "
-                "changed. Remove it: --resume auto then finds the newest checkpoint itself",
-                (root / "latest").string());
+  if (fs::exists(root / "latest", ec) &&
+      !fs::is_regular_file(fs::symlink_status(root / "latest", ec)))
+    usage_error(
+        "{}: is not the plain file fdtrain writes (a directory or a link); nothing was "
+        "changed. Remove it: --resume auto then finds the newest checkpoint itself",
+        (root / "latest").string());
   if (resume == "auto") {
     std::vector<fs::path> candidates;
     std::optional<std::string> latest;
@@ -134,7 +127,7 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
       plan.warnings.push_back(e.what());
     }
     if (latest) candidates.push_back(*latest);
-    for (const fs::path& d : step_dirs_newest_first(root))
+    for (const fs::path& d : ckpt::step_dirs_newest_first(root))
       if (!latest || fs::path(*latest) != d) candidates.push_back(d);
     for (const fs::path& d : candidates) {
       try {
@@ -145,9 +138,9 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
         continue;
       }
       if (!plan.warnings.empty() || !latest)
-        plan.warnings.push_back(fmt::format(
-            "--resume auto: {}; resuming from {}, the newest checkpoint that verifies",
-            latest ? "`latest` does not verify" : "no `latest` pointer", d.string()));
+        plan.warnings.push_back(
+            fmt::format("--resume auto: {}; resuming from {}, the newest checkpoint that verifies",
+                        latest ? "`latest` does not verify" : "no `latest` pointer", d.string()));
       break;
     }
     if (!plan.checkpoint) {
@@ -163,9 +156,10 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
     plan.in_place = true;
   } else {
     if (!fs::exists(resume))
-      usage_error("--resume {}: no such file or directory; give a checkpoint step directory, a "
-                  "run's checkpoints/ directory, or --resume auto",
-                  resume);
+      usage_error(
+          "--resume {}: no such file or directory; give a checkpoint step directory, a "
+          "run's checkpoints/ directory, or --resume auto",
+          resume);
     plan.checkpoint = open_checked(ckpt::resolve_step_dir(resume));
     plan.in_place = belongs_to(plan.checkpoint->dir(), run_dir);
     if (!plan.in_place && state.holds_run && !overwrite)
@@ -180,7 +174,7 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
     // Checkpoints after the one resumed belong to a history this run replaces
     // (its metrics after plan.step are dropped too): never two histories in
     // one directory. --resume auto passes over only those that do not verify.
-    for (const fs::path& d : step_dirs_newest_first(root))
+    for (const fs::path& d : ckpt::step_dirs_newest_first(root))
       if (d.filename().string() > ckpt::step_dir_name(plan.step)) plan.newer.push_back(d);
     if (!plan.newer.empty() && resume != "auto" && !overwrite) {
       std::vector<std::string> names;
@@ -200,9 +194,10 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
   // summary (killed after its last save) the run resumes with nothing left
   // to train, and ends with the summary it never wrote.
   const bool said_completed =
-      state.summary && ((state.summary->contains("status") && (*state.summary)["status"] == "completed") ||
-                        (!state.summary->contains("status") && state.summary->contains("exit_reason") &&
-                         (*state.summary)["exit_reason"] == "completed"));
+      state.summary &&
+      ((state.summary->contains("status") && (*state.summary)["status"] == "completed") ||
+       (!state.summary->contains("status") && state.summary->contains("exit_reason") &&
+        (*state.summary)["exit_reason"] == "completed"));
   plan.kind = plan.step == steps && plan.in_place && said_completed ? ResumePlan::Kind::kFinished
                                                                     : ResumePlan::Kind::kResume;
   return plan;
@@ -216,9 +211,10 @@ std::vector<std::string> discard_newer(const std::vector<fs::path>& newer, int64
     fs::remove_all(d, ec);
     if (ec)
       runtime_error("cannot remove {}: {}; remove it, then resume again", d.string(), ec.message());
-    done.push_back(fmt::format("removed {}: the run continues from step {}, and this later "
-                               "checkpoint belongs to the history it replaces",
-                               d.string(), step));
+    done.push_back(
+        fmt::format("removed {}: the run continues from step {}, and this later "
+                    "checkpoint belongs to the history it replaces",
+                    d.string(), step));
   }
   // `latest` names the step the run continues from until its next save.
   if (named_step(root / "latest") != step) ckpt::write_latest(root.string(), step);
@@ -243,8 +239,8 @@ void OpenCheckpoint::read(const std::string& segment, const std::string& field, 
     }
   }
   if (!found)
-    usage_error("{}: holds no segment '{}'; the checkpoint is of a different model",
-                dir_.string(), segment);
+    usage_error("{}: holds no segment '{}'; the checkpoint is of a different model", dir_.string(),
+                segment);
 }
 
 Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
@@ -262,9 +258,10 @@ Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
   if (!diff.refused.empty()) {
     std::string lines;
     for (const auto& l : diff.refused) lines += "\n  " + l;
-    usage_error("{}: the checkpoint was saved with a different model, which cannot be resumed "
-                "(saved -> now):{}\nresume with the saved model settings, or start a new run",
-                step_dir, lines);
+    usage_error(
+        "{}: the checkpoint was saved with a different model, which cannot be resumed "
+        "(saved -> now):{}\nresume with the saved model settings, or start a new run",
+        step_dir, lines);
   }
   Resumed r;
   for (const auto& l : diff.warnings)
@@ -277,9 +274,10 @@ Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
            mine[i].offset == meta.layout[i].offset && mine[i].shape == meta.layout[i].shape;
   }
   if (!same)
-    usage_error("{}: the checkpoint's parameter layout differs from this model's; it was written "
-                "for a different model",
-                step_dir);
+    usage_error(
+        "{}: the checkpoint's parameter layout differs from this model's; it was written "
+        "for a different model",
+        step_dir);
   engine.load_state(
       [&](const std::string& segment, const std::string& field, int64_t offset, int64_t count,
           const Tensor& out) { ck.read(segment, field, offset, count, out); },

@@ -2,18 +2,15 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
+#include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <limits>
 #include <optional>
-#include <ctime>
 
 #include "lib/autograd/tape.h"
 #include "lib/base/error.h"
@@ -21,25 +18,24 @@
 #include "lib/base/rng.h"
 #include "lib/base/strings.h"
 #include "lib/base/version.h"
-#include "lib/config/load.h"
-#include "lib/config/paths.h"
-#include "lib/data/byte_tokenizer.h"
-#include "lib/data/sampler.h"
-#include "lib/data/token_dataset.h"
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
+#include "lib/config/load.h"
+#include "lib/config/paths.h"
+#include "lib/data/sampler.h"
+#include "lib/data/token_dataset.h"
+#include "lib/dist/gpu_communicator.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/checkpointing.h"
-#include "lib/engine/resume.h"
 #include "lib/engine/generate.h"
-#include "lib/engine/progress.h"
 #include "lib/engine/report.h"
+#include "lib/engine/resume.h"
 #include "lib/engine/run_dir.h"
+#include "lib/engine/step.h"
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
 #include "lib/engine/weights_io.h"
-#include "lib/dist/gpu_communicator.h"
 #include "lib/nn/gpt.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
@@ -49,13 +45,7 @@
 namespace fd::engine {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 std::atomic<int> g_stop_requested{0};
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -64,12 +54,14 @@ std::string utc_now() {
   return buf;
 }
 
-
 const char* signal_name(int signo) {
   switch (signo) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
   }
   return "signal";
 }
@@ -121,18 +113,17 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
       // (rank 0); then every rank logs to RUN/logs/rank<r>.log (appending
       // when it resumes).
       (finished() || (agree([&] { start_run_directory(options_); }) && agree([&] {
-         log::open_file(std::filesystem::path(options.run_dir) / "logs" /
-                            fmt::format("rank{}.log", comm_.rank()),
-                        !resumed_from_.empty());
-         log_file_open_ = true;
-         log::write_file_only(log::Level::kInfo,
-                              fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(),
-                                          world, this_host(), int(getpid()),
-                                          options.command_line));
-       })));
+                        log::open_file(std::filesystem::path(options.run_dir) / "logs" /
+                                           fmt::format("rank{}.log", comm_.rank()),
+                                       !resumed_from_.empty());
+                        log_file_open_ = true;
+                        log::write_file_only(
+                            log::Level::kInfo,
+                            fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(),
+                                        world, this_host(), int(getpid()), options.command_line));
+                      })));
   if (ok) {
-    if (!finished())
-      dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
+    if (!finished()) dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
     return;
   }
   if (log_file_open_) log::close_file();
@@ -203,9 +194,10 @@ void Trainer::setup_device() {
   try {
     const int count = cuda_device_count();
     if (count > 0 && ordinal >= count)
-      usage_error("{}: device: cuda with {} ranks on this node, but it has {} GPU{}; start at "
-                  "most one rank per GPU (mpirun -n {} per node)",
-                  recipe_.where("device"), ordinal + 1, count, count == 1 ? "" : "s", count);
+      usage_error(
+          "{}: device: cuda with {} ranks on this node, but it has {} GPU{}; start at "
+          "most one rank per GPU (mpirun -n {} per node)",
+          recipe_.where("device"), ordinal + 1, count, count == 1 ? "" : "s", count);
     init_cuda_device(ordinal);
   } catch (const Error& e) {
     failure = e;
@@ -245,9 +237,9 @@ void Trainer::setup(const TrainOptions& options) {
   comm_.set_timeout(recipe_.dist.timeout_s);
 
   dataset_ = open_dataset(recipe_);
-  sampler_ = std::make_unique<data::Sampler>(*dataset_, uint64_t(recipe_.seed));
-
-  const Assembly a = assemble(recipe_, world);
+  assembly_ = assemble(recipe_, world);
+  const Assembly& a = assembly_;
+  sampler_ = std::make_unique<data::Sampler>(*dataset_, a.seed);
   const nn::GptConfig& mc = a.model;
   const nn::LoraConfig& lora = a.lora;
   model_ = build_model(a);
@@ -256,18 +248,21 @@ void Trainer::setup(const TrainOptions& options) {
                  fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
     if (lora.enabled()) base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
   }
-  if (recipe_.lora && !recipe_.lora->adapter.empty()) load_adapter(recipe_.lora->adapter, lora);
+  if (recipe_.lora && !recipe_.lora->adapter.empty())
+    load_peft_adapter(recipe_.lora->adapter, *model_, lora, recipe_.lora->targets,
+                      fmt::format("{}: lora.adapter", recipe_.where("lora.adapter")));
   if (lora.enabled() && comm_.rank() == 0) {
     const int64_t trainable = lora.num_params(mc);
-    log::info("LoRA r={} alpha={} on {} of {} blocks: {} trainable parameters "
-              "(sum of r*(in+out) over adapted modules), {:.3f}% of the {} frozen base "
-              "parameters{}",
-              lora.r, lora.alpha, fmt::join(lora.modules, ", "),
-              lora.layers.empty() ? mc.n_layer : int(lora.layers.size()), trainable,
-              100.0 * double(trainable) / double(mc.num_params()), mc.num_params(),
-              recipe_.model.init_from.empty() ? "; WARNING: no model.init_from, the base is a "
-                                                "random init"
-                                              : "");
+    log::info(
+        "LoRA r={} alpha={} on {} of {} blocks: {} trainable parameters "
+        "(sum of r*(in+out) over adapted modules), {:.3f}% of the {} frozen base "
+        "parameters{}",
+        lora.r, lora.alpha, fmt::join(lora.modules, ", "),
+        lora.layers.empty() ? mc.n_layer : int(lora.layers.size()), trainable,
+        100.0 * double(trainable) / double(mc.num_params()), mc.num_params(),
+        recipe_.model.init_from.empty() ? "; WARNING: no model.init_from, the base is a "
+                                          "random init"
+                                        : "");
   }
 
   zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), a.zero);
@@ -275,8 +270,8 @@ void Trainer::setup(const TrainOptions& options) {
   schedule_ = a.schedule;
 
   if (plan.checkpoint) {
-    const Resumed r = load_for_resume(*plan.checkpoint, recipe_, *model_, *zero_, scaler_.get(),
-                                      base_sha256_);
+    const Resumed r =
+        load_for_resume(*plan.checkpoint, recipe_, *model_, *zero_, scaler_.get(), base_sha256_);
     start_step_ = r.step;
     skipped_at_start_ = r.skipped_steps;
     resumed_from_ = r.dir;
@@ -290,10 +285,7 @@ void Trainer::setup(const TrainOptions& options) {
   // the model is built and initialised in before ZeRO shards them.
   MemoryAccountant::global().reset_peaks();
   // Batches are assembled on the host (ops copy them to the GPU when the model is there).
-  tokens_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
-                          MemCategory::kOther, Device::cpu());
-  targets_ = Tensor::empty(Shape{recipe_.batch.micro, recipe_.data.seq_len}, DType::kI32,
-                           MemCategory::kOther, Device::cpu());
+  batch_ = make_batch(a, Device::cpu());
 
   resume_in_place_ = plan.in_place;
   discard_on_start_ = plan.newer;
@@ -303,17 +295,15 @@ void Trainer::setup(const TrainOptions& options) {
               dataset_->summary());
     log::info("{} rank{} ({} backend), ZeRO stage {}, device {}; run directory: {}", world,
               world == 1 ? "" : "s", model_comm().backend(), recipe_.zero.stage,
-              device_scope_ ? cuda_device_name() : std::string("cpu"),
-              run_dir_->path().string());
+              device_scope_ ? cuda_device_name() : std::string("cpu"), run_dir_->path().string());
   }
 }
 
 void Trainer::start_run_directory(const TrainOptions& options) {
   if (comm_.rank() != 0) return;
-  const RunDirectory::Start start = resume_in_place_ ? RunDirectory::Start::kResume
-                                    : run_dir_->state().holds_run
-                                        ? RunDirectory::Start::kReplace
-                                        : RunDirectory::Start::kFresh;
+  const RunDirectory::Start start = resume_in_place_              ? RunDirectory::Start::kResume
+                                    : run_dir_->state().holds_run ? RunDirectory::Start::kReplace
+                                                                  : RunDirectory::Start::kFresh;
   run_dir_->begin(start, start_step_);
   if (resume_in_place_)
     for (const std::string& line :
@@ -341,41 +331,11 @@ Trainer::~Trainer() {
 void Trainer::request_stop(int signo) { g_stop_requested.store(signo); }
 int Trainer::stop_signal() { return g_stop_requested.load(); }
 
-void Trainer::load_adapter(const std::string& dir, const nn::LoraConfig& lora) {
-  const std::string where = fmt::format("{}: lora.adapter", recipe_.where("lora.adapter"));
-  ckpt::PeftAdapter a;
-  try {
-    a = ckpt::read_peft_adapter(dir);
-  } catch (const Error& e) {
-    throw Error(e.kind(), where + ": " + e.what());
-  }
-  std::vector<std::string> theirs = nn::lora_modules_for_targets(a.spec.targets), ours = lora.modules;
-  std::sort(theirs.begin(), theirs.end());
-  std::sort(ours.begin(), ours.end());
-  if (a.spec.r != lora.r || theirs != ours || a.spec.layers != lora.layers) {
-    usage_error("{}: the adapter in {} has r = {}, targets [{}], layers [{}]; the recipe asks for "
-                "r = {}, targets [{}], layers [{}]; make lora match the adapter",
-                where, dir, a.spec.r, fmt::join(a.spec.targets, ", "),
-                fmt::join(a.spec.layers, ", "), lora.r, fmt::join(recipe_.lora->targets, ", "),
-                fmt::join(lora.layers, ", "));
-  }
-  for (const nn::Parameter* p : model_->parameters()) {
-    auto it = std::find_if(a.tensors.begin(), a.tensors.end(),
-                           [&](const auto& t) { return t.first == p->name; });
-    if (it == a.tensors.end())
-      usage_error("{}: the adapter in {} has no {}", where, dir, p->name);
-    if (it->second.shape() != p->value.shape())
-      usage_error("{}: {} in {} has shape {}, the model needs {}", where, p->name, dir,
-                  it->second.shape().str(), p->value.shape().str());
-    p->value.copy_from(it->second);
-  }
-}
-
 int64_t Trainer::frozen_bytes_estimate() const {
   int64_t P = 0;
   for (const nn::FlatParamGroup* g : model_->frozen_groups()) P += g->numel();
-  const int64_t c = int64_t(dtype_size(compute_dtype(recipe_.precision)));
-  return recipe_.zero.stage >= 3 ? c * P / comm_.size() : c * P;
+  const int64_t c = int64_t(dtype_size(assembly_.dtype));
+  return assembly_.zero.stage >= 3 ? c * P / comm_.size() : c * P;
 }
 
 std::string Trainer::save(int64_t steps_done) {
@@ -397,8 +357,8 @@ std::string Trainer::save(int64_t steps_done) {
   m.base_sha256 = base_sha256_;
   if (scaler_) {
     precision::LossScalerState st = scaler_->state();
-    m.loss_scaler = ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter,
-                                          st.hysteresis_left};
+    m.loss_scaler =
+        ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter, st.hysteresis_left};
   }
   return save_checkpoint(req, *zero_, comm_).string();
 }
@@ -407,9 +367,9 @@ void Trainer::with_full_parameters(const std::function<void()>& fn) {
   zero_->with_full_parameters(fn);
 }
 
-Trainer::StepStats Trainer::train_step(int64_t step) {
-  const int B = recipe_.batch.micro, T = recipe_.data.seq_len;
-  const int accum = recipe_.batch.accumulation;
+Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
+  const int B = assembly_.micro, T = assembly_.seq_len;
+  const int accum = assembly_.zero.accumulation;
   const int world = comm_.size();
   // Gradients average over micro-batches and ranks; fp16 scales the loss.
   const double scale = scaler_ ? scaler_->scale() : 1.0;
@@ -418,24 +378,19 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
     seed = std::numeric_limits<float>::infinity();  // test hook: this rank's gradients overflow
   }
   double loss_sum = 0.0;
-  Phases& ph = report_->phases();
   PhaseClock clock(options_.profile, model_comm());
   double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
   for (int micro = 0; micro < accum; ++micro) {
-    sampler_->sample_train(step, micro, comm_.rank(), world, B, T, tokens_.i32(),
-                           targets_.i32());
+    sampler_->sample_train(step, micro, comm_.rank(), world, B, T, batch_.tokens.i32(),
+                           batch_.targets.i32());
     clock.lap(ph.data, ph.comm_wait);
-    zero_->begin_micro_batch(micro);
     // Adapter dropout masks: a function of (seed, step, micro-batch, rank).
-    model_->set_dropout_seed(hash_words(uint64_t(recipe_.seed), uint64_t(step), uint64_t(micro),
-                                        uint64_t(comm_.rank())));
-    autograd::Tape tape;
-    autograd::TapeScope scope(tape);
-    autograd::Variable loss = model_->loss(tokens_, targets_, zero_.get());
-    loss_sum += loss.value().to_vector()[0];
-    clock.lap(ph.forward, ph.comm_wait);
-    tape.backward(loss, seed);
-    zero_->end_micro_batch(micro);
+    const uint64_t dropout_seed =
+        hash_words(assembly_.seed, uint64_t(step), uint64_t(micro), uint64_t(comm_.rank()));
+    loss_sum += train_micro_batch(*model_, *zero_, *zero_, batch_, micro, dropout_seed, seed,
+                                  [&](const autograd::Tape&, const autograd::Variable&) {
+                                    clock.lap(ph.forward, ph.comm_wait);
+                                  });
     clock.lap(ph.backward, ph.comm_wait);
   }
   // One small all-reduce carries the loss and which signals asked some rank to stop.
@@ -469,12 +424,12 @@ Trainer::StepStats Trainer::train_step(int64_t step) {
 
 double Trainer::evaluate() {
   if (!dataset_->has_val()) return std::nan("");
-  autograd::NoGradGuard no_grad;
-  const int B = recipe_.batch.micro, T = recipe_.data.seq_len;
+  const int B = assembly_.micro, T = assembly_.seq_len;
   double sum = 0.0;
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
-    sampler_->sample_val(i, comm_.rank(), comm_.size(), B, T, tokens_.i32(), targets_.i32());
-    sum += model_->loss(tokens_, targets_, zero_.get()).value().to_vector()[0];
+    sampler_->sample_val(i, comm_.rank(), comm_.size(), B, T, batch_.tokens.i32(),
+                         batch_.targets.i32());
+    sum += eval_batch(*model_, *zero_, batch_);
   }
   comm_.all_reduce_f64(&sum, 1);
   return sum / double(recipe_.logging.eval_batches * comm_.size());
@@ -510,10 +465,9 @@ nlohmann::json Trainer::run() {
   const int64_t steps = recipe_.steps;
   const bool rank0 = comm_.rank() == 0;
   RunReport report(recipe_, rank0, comm_.size(), start_step_,
-                   model_->config().flops_per_token(recipe_.data.seq_len), model_comm(),
+                   model_->config().flops_per_token(assembly_.seq_len), model_comm(),
                    run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
                    options_.profile);
-  report_ = &report;
   double loss = std::nan(""), grad_norm = 0.0;
   std::string status = "completed", exit_reason = "completed";
   int stop_signal = 0;  // the signal that stopped the run, agreed by all ranks
@@ -525,7 +479,7 @@ nlohmann::json Trainer::run() {
     report.begin_step();
     dist::inject_fault(options_.fault, comm_.rank(), step);
     const float lr = optim::lr_at(schedule_, step);
-    StepStats st = train_step(step);
+    StepStats st = train_step(step, report.phases());
     report.end_train_step();
     loss = st.loss;
     grad_norm = st.grad_norm;
@@ -567,15 +521,14 @@ nlohmann::json Trainer::run() {
     // at_end off, a signal still saves (as it always has).
     const bool enabled = recipe_.checkpoint.every > 0 || recipe_.checkpoint.at_end;
     const bool at_end = done == steps || st.stop_signal != 0;
-    const bool save_now =
-        (recipe_.checkpoint.every > 0 && done % recipe_.checkpoint.every == 0) ||
-        (at_end && recipe_.checkpoint.at_end) || (st.stop_signal != 0 && enabled);
+    const bool save_now = (recipe_.checkpoint.every > 0 && done % recipe_.checkpoint.every == 0) ||
+                          (at_end && recipe_.checkpoint.at_end) || (st.stop_signal != 0 && enabled);
     if (save_now) {
-      const auto t_save = Clock::now();
+      report.begin_checkpoint();
       PhaseClock clock(options_.profile, model_comm());
       const std::string dir = save(done);
       clock.lap(report.phases().checkpoint, report.phases().comm_wait);
-      report.checkpoint_saved(done, dir, seconds_between(t_save, Clock::now()));
+      report.checkpoint_saved(done, dir);
     }
     report.end_step(step);
     if (st.stop_signal != 0) {
@@ -584,9 +537,9 @@ nlohmann::json Trainer::run() {
       stop_signal = st.stop_signal;
       if (rank0)
         log::info("stopping after step {} as asked ({}){}", done, signal_name(stop_signal),
-                  save_now ? fmt::format("; resume with --resume auto --run-dir {}",
-                                         options_.run_dir)
-                           : std::string("; no checkpoint saved (checkpoints are off)"));
+                  save_now
+                      ? fmt::format("; resume with --resume auto --run-dir {}", options_.run_dir)
+                      : std::string("; no checkpoint saved (checkpoints are off)"));
       break;
     }
   }
@@ -601,7 +554,6 @@ nlohmann::json Trainer::run() {
     report.set_eval_loss(evaluate());
   }
   report.finish_loop();
-  report_ = nullptr;
   return finish(report, {status, exit_reason, stop_signal, fatal_message, loss, done});
 }
 
@@ -615,8 +567,8 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   zero_->with_full_parameters([&] { digest = weights_sha256(*model_); });
   const int64_t P = zero_->padded_params();
   const zero::ModelStateBytes est =
-      zero::model_state_bytes(recipe_.zero.stage, comm_.size(), recipe_.batch.accumulation, P,
-                              int(dtype_size(compute_dtype(recipe_.precision))));
+      zero::model_state_bytes(assembly_.zero.stage, comm_.size(), assembly_.zero.accumulation, P,
+                              int(dtype_size(assembly_.dtype)));
   nlohmann::json memory = memory_json();
   {
     // Each rank's own account, for its log (rank 0's terminal has the summary).
@@ -624,14 +576,14 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
     std::string parts;
     for (int c = 0; c < kNumMemCategories; ++c)
       if (acct.peak(MemCategory(c)) > 0)
-        parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ",
-                             mem_category_name(MemCategory(c)),
-                             format_bytes(double(acct.peak(MemCategory(c)))));
+        parts +=
+            fmt::format("{}{} {}", parts.empty() ? "" : ", ", mem_category_name(MemCategory(c)),
+                        format_bytes(double(acct.peak(MemCategory(c)))));
     const int64_t ran = done - start_step_;
-    const std::string line = fmt::format(
-        "rank {}: {} steps; peak memory {} ({}); communication wait {:.3f} s per step",
-        comm_.rank(), ran, format_bytes(double(acct.peak_total())), parts,
-        ran > 0 ? report.train_wait_s() / double(ran) : 0.0);
+    const std::string line =
+        fmt::format("rank {}: {} steps; peak memory {} ({}); communication wait {:.3f} s per step",
+                    comm_.rank(), ran, format_bytes(double(acct.peak_total())), parts,
+                    ran > 0 ? report.train_wait_s() / double(ran) : 0.0);
     if (rank0)
       log::write_file_only(log::Level::kInfo, line);
     else
@@ -689,17 +641,18 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
             : std::string(),
         rank0 ? fmt::format(" (summary in {})", run_dir_->path().string()) : std::string());
   }
-  cpu_allocator::empty_cache();  // generation allocates one size per context length
+  cpu_allocator::empty_cache();                  // generation allocates one size per context length
   summary["peak_rss_bytes"] = peak_rss_bytes();  // rank 0's process
   if (rank0) run_dir_->write_summary(summary);
   failure_recorded_ = true;  // the run's own summary stands
   if (status != "completed") return summary;
   if (rank0) {
-    log::info("done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {} | {:.0f} tok/s | "
-              "weights {}",
-              done, report.elapsed_s(), loss,
-              std::isfinite(eval_loss) ? fmt::format("{:.4f}", eval_loss) : std::string("n/a"),
-              report.tokens_per_s(), digest.substr(0, 16));
+    log::info(
+        "done: {} steps in {:.1f} s | final loss {:.4f} | eval loss {} | {:.0f} tok/s | "
+        "weights {}",
+        done, report.elapsed_s(), loss,
+        std::isfinite(eval_loss) ? fmt::format("{:.4f}", eval_loss) : std::string("n/a"),
+        report.tokens_per_s(), digest.substr(0, 16));
   }
   return summary;
 }

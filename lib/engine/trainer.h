@@ -13,7 +13,7 @@
 //     size), every rank throws fd::Error with the highest exit code; the
 //     lowest failing rank's error carries the message, the others' an empty
 //     one (callers print only non-empty messages);
-//   - a non-finite loss, a loss above divergence.max_loss, or an fp16
+//   - a non-finite loss, a loss above max_loss, or an fp16
 //     overflow at the minimum loss scale (all ranks agree), ends the run on
 //     every rank: run() returns a summary with status "diverged" and an
 //     "error" message;
@@ -35,14 +35,16 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "lib/config/recipe.h"
 #include "lib/dist/communicator.h"
 #include "lib/dist/fault.h"
+#include "lib/engine/assemble.h"
+#include "lib/engine/report.h"
+#include "lib/engine/step.h"
 #include "lib/optim/schedule.h"
 #include "lib/tensor/tensor.h"
 
@@ -53,7 +55,7 @@ class Sampler;
 namespace fd::nn {
 class Gpt;
 struct LoraConfig;
-}
+}  // namespace fd::nn
 namespace fd::zero {
 class ZeroEngine;
 }
@@ -79,7 +81,7 @@ struct TrainOptions {
   dist::FaultSpec fault;               // fault injection for tests (FDTRAIN_FAULT)
   std::string resume;                  // "": fresh; "auto": RUN's newest checkpoint; or a path
   std::string working_dir;             // relative recipe paths are read from here (run.json)
-  bool profile = false;                // per-phase wall-time breakdown (log + summary.json "profile")
+  bool profile = false;  // per-phase wall-time breakdown (log + summary.json "profile")
 };
 
 class Trainer {
@@ -133,11 +135,12 @@ class Trainer {
     double loss;  // mean over micro-batches and ranks
     double grad_norm;
     bool skipped;
-    double loss_scale;  // the scale this step used (1 without loss scaling)
+    double loss_scale;             // the scale this step used (1 without loss scaling)
     bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
-    int stop_signal = 0;  // a signal asked some rank to stop (agreed by all ranks), else 0
+    int stop_signal = 0;           // a signal asked some rank to stop (agreed by all ranks), else 0
   };
-  StepStats train_step(int64_t step);
+  // One optimizer step; --profile laps go to `phases`.
+  StepStats train_step(int64_t step, Phases& phases);
   // How the loop ended, for finish().
   struct Ending {
     std::string status;       // completed, interrupted, diverged
@@ -150,11 +153,10 @@ class Trainer {
   // After the loop: the weights digest, memory, the sample and the summary
   // (written by rank 0). Collective.
   nlohmann::json finish(RunReport& report, const Ending& end);
-  double evaluate();  // mean validation loss over ranks (NaN when there is no split)
+  double evaluate();             // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   int64_t frozen_bytes_estimate() const;
-  void load_adapter(const std::string& dir, const nn::LoraConfig& lora);
   std::string save(int64_t steps_done);  // collective; returns the step directory
 
   // device: cuda: picks this rank's GPU, opens the device scope for every
@@ -165,33 +167,32 @@ class Trainer {
 
   config::Recipe recipe_;
   TrainOptions options_;
-  dist::Communicator& comm_;  // host collectives (f64 helpers, barriers, abort)
-  std::unique_ptr<DeviceScope> device_scope_;      // GPU runs: new tensors go to the GPU
+  dist::Communicator& comm_;                      // host collectives (f64 helpers, barriers, abort)
+  std::unique_ptr<DeviceScope> device_scope_;     // GPU runs: new tensors go to the GPU
   std::unique_ptr<dist::Communicator> gpu_comm_;  // GPU runs: NCCL over comm_
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<nn::Gpt> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
-  std::unique_ptr<RunDirectory> run_dir_;  // rank 0 only
-  std::unique_ptr<EventFileWriter> events_;  // rank 0 only: TensorBoard scalars
-  bool log_file_open_ = false;  // this rank logs to RUN/logs/rank<r>.log
-  Tensor tokens_;   // (micro, seq_len) i32, reused every micro-batch
-  Tensor targets_;  // (micro, seq_len) i32
+  std::unique_ptr<RunDirectory> run_dir_;                 // rank 0 only
+  std::unique_ptr<EventFileWriter> events_;               // rank 0 only: TensorBoard scalars
+  bool log_file_open_ = false;                            // this rank logs to RUN/logs/rank<r>.log
+  Assembly assembly_;                                     // what the recipe builds (assemble.h)
+  Batch batch_;                                           // the micro-batch buffers, on the host
   optim::ScheduleOptions schedule_;
   int64_t current_step_ = -1;
   int64_t steps_done_ = 0;  // steps finished (for a failure's summary)
   int64_t start_step_ = 0;
   int64_t skipped_at_start_ = 0;
   std::string resumed_from_;
-  std::string base_sha256_;  // LoRA: SHA-256 of the frozen base's file
-  std::string finished_message_;  // see finished()
-  bool resume_in_place_ = false;  // the run continues in its own directory
+  std::string base_sha256_;                              // LoRA: SHA-256 of the frozen base's file
+  std::string finished_message_;                         // see finished()
+  bool resume_in_place_ = false;                         // the run continues in its own directory
   std::vector<std::filesystem::path> discard_on_start_;  // ResumePlan::newer
   std::atomic<bool> failure_recorded_{false};
   std::string started_at_;
   int64_t skipped_total_ = 0;
-  RunReport* report_ = nullptr;  // run()'s report while the loop runs
 };
 
 }  // namespace fd::engine

@@ -1,11 +1,16 @@
 #include "lib/engine/weights_io.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <vector>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/ckpt/peft.h"
 #include "lib/ckpt/weights_file.h"
 
 namespace fd::engine {
@@ -75,6 +80,36 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
           "{}{}: lm_head.weight differs from wte.weight; fdtrain ties the head to wte, so "
           "lm_head.weight is ignored",
           prefix, file);
+  }
+}
+
+void load_peft_adapter(const std::string& dir, const nn::Module& model, const nn::LoraConfig& lora,
+                       const std::vector<std::string>& recipe_targets, const std::string& where) {
+  ckpt::PeftAdapter a;
+  try {
+    a = ckpt::read_peft_adapter(dir);
+  } catch (const Error& e) {
+    throw Error(e.kind(), where + ": " + e.what());
+  }
+  std::vector<std::string> theirs = nn::lora_modules_for_targets(a.spec.targets),
+                           ours = lora.modules;
+  std::sort(theirs.begin(), theirs.end());
+  std::sort(ours.begin(), ours.end());
+  if (a.spec.r != lora.r || theirs != ours || a.spec.layers != lora.layers) {
+    usage_error(
+        "{}: the adapter in {} has r = {}, targets [{}], layers [{}]; the recipe asks for "
+        "r = {}, targets [{}], layers [{}]; make lora match the adapter",
+        where, dir, a.spec.r, fmt::join(a.spec.targets, ", "), fmt::join(a.spec.layers, ", "),
+        lora.r, fmt::join(recipe_targets, ", "), fmt::join(lora.layers, ", "));
+  }
+  for (const nn::Parameter* p : model.parameters()) {
+    auto it = std::find_if(a.tensors.begin(), a.tensors.end(),
+                           [&](const auto& t) { return t.first == p->name; });
+    if (it == a.tensors.end()) usage_error("{}: the adapter in {} has no {}", where, dir, p->name);
+    if (it->second.shape() != p->value.shape())
+      usage_error("{}: {} in {} has shape {}, the model needs {}", where, p->name, dir,
+                  it->second.shape().str(), p->value.shape().str());
+    p->value.copy_from(it->second);
   }
 }
 

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "lib/nn/gpt.h"
 #include "lib/nn/module.h"
 
 namespace fd::engine {
@@ -22,5 +24,13 @@ namespace fd::engine {
 // naming the file, the tensor, both shapes and the recipe change that would
 // fit the file.
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
+
+// Copies a PEFT adapter directory (`lora.adapter`: adapter_config.json +
+// adapter_model.safetensors, lib/ckpt/peft.h) into `model`'s adapters. The
+// adapter must have `lora`'s r, modules and layers (`recipe_targets`: the
+// targets as the recipe names them, for the message) and hold every adapter
+// parameter with its shape; otherwise fd::Error (kUsage) prefixed with `where`.
+void load_peft_adapter(const std::string& dir, const nn::Module& model, const nn::LoraConfig& lora,
+                       const std::vector<std::string>& recipe_targets, const std::string& where);
 
 }  // namespace fd::engine

@@ -107,11 +107,8 @@ check "bf16 paper formulas in the table" grep -q '16Ψ  *4Ψ + 12Ψ/N  *2Ψ + 14
 
 # LoRA, stage 3, bf16, dropout 0.1, every block checkpointed, at N = 4: the
 # trainable (adapter) states, the frozen base shard, activations (the adapter
-# path replayed), comm buffers (the frozen base gathered with each segment)
-# and comm bytes per step (the frozen gathers included) equal the estimate.
-# steps=1: the engine keeps the embedding's frozen base gathered after the
-# first step (a pin it never drops: its segment has no backward), so later
-# steps send less; one step sends what the estimate counts per step.
+# path), comm buffers (the frozen base gathered with each segment) and comm
+# bytes per step (the frozen gathers included) equal the estimate.
 LORA=("lora={r: 8, alpha: 16, targets: [c_attn, c_proj], dropout: 0.1}" zero.stage=3 precision=bf16
       activation_checkpointing.layers=all)
 json=$("$FDTRAIN" estimate "$Q" "$TINY" "${LORA[@]}" --world-size 4 --json 2>&1); rc=$?

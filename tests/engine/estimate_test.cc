@@ -12,6 +12,7 @@
 #include "lib/dist/local_communicator.h"
 #include "lib/nn/gpt.h"
 #include "lib/zero/zero_engine.h"
+#include "tests/engine/ring_model.h"
 
 namespace fd::engine {
 namespace {
@@ -132,7 +133,17 @@ TEST(Estimate, AccumulationAddsAGradientShardToStagesZeroAndOne) {
   EXPECT_EQ(e.stages[3].model_states.total(), 16 * P / 4);
 }
 
+// The counted traffic of the estimate's step is the ring model's.
 TEST(Estimate, CommunicationPerStep) {
+  for (int N : {1, 2, 4}) {
+    for (int a : {1, 3}) {
+      const Estimate e = estimate(recipe_for(unpadded(), 2, 16, a), N);
+      for (int s = 0; s < 4; ++s)
+        EXPECT_EQ(e.stages[size_t(s)].comm_bytes_per_step,
+                  comm_bytes_per_step(s, N, a, e.padded_params))
+            << "stage " << s << " N " << N << " a " << a;
+    }
+  }
   const int64_t P = 1024;
   for (int s = 0; s < 4; ++s) EXPECT_EQ(comm_bytes_per_step(s, 1, 1, P), 0) << "world 1";
   // One pass over P at N = 4 sends 3/4 * 4P = 3072 bytes.
@@ -213,8 +224,8 @@ TEST(Estimate, ActivationsAndCommBuffersEqualAMeasuredStep) {
                        << "C " << k.model.d_model << " V " << k.model.vocab_size << " T "
                        << k.seq_len << " stage " << stage << " accumulation " << accumulation
                        << " overlap " << overlap);
-          const Estimate e = estimate(
-              recipe_for(k.model, k.micro, k.seq_len, accumulation, stage, overlap), 1);
+          const Estimate e =
+              estimate(recipe_for(k.model, k.micro, k.seq_len, accumulation, stage, overlap), 1);
           const StageEstimate& st = e.stages[size_t(stage)];
           if (k.peak_at != nullptr) {
             EXPECT_EQ(e.activations.peak_at, k.peak_at);
@@ -254,17 +265,17 @@ TEST(Estimate, SixteenBitAndCheckpointedActivationsEqualAMeasuredStep) {
         for (int stage : {0, 2, 3}) {
           for (int accumulation : {1, 2}) {
             SCOPED_TRACE(::testing::Message()
-                         << "C " << k.model.d_model << " T " << k.seq_len << " " << dtype_name(dtype)
-                         << " checkpointed " << layers.size() << " of " << L << " (first "
-                         << (layers.empty() ? -1 : layers[0]) << ") stage " << stage
+                         << "C " << k.model.d_model << " T " << k.seq_len << " "
+                         << dtype_name(dtype) << " checkpointed " << layers.size() << " of " << L
+                         << " (first " << (layers.empty() ? -1 : layers[0]) << ") stage " << stage
                          << " accumulation " << accumulation);
-            const Estimate e = estimate(recipe_for(k.model, k.micro, k.seq_len, accumulation,
-                                                   stage, true, dtype, layers),
-                                        1);
+            const Estimate e = estimate(
+                recipe_for(k.model, k.micro, k.seq_len, accumulation, stage, true, dtype, layers),
+                1);
             EXPECT_LT(e.activations.eval_peak, e.activations.peak);
             const StageEstimate& st = e.stages[size_t(stage)];
-            const Measured m = measure_step(k.model, stage, k.micro, k.seq_len, accumulation, true,
-                                            dtype, layers);
+            const Measured m =
+                measure_step(k.model, stage, k.micro, k.seq_len, accumulation, true, dtype, layers);
             const zero::ModelStateBytes ms =
                 zero::model_state_bytes(stage, 1, accumulation, e.padded_params, 2);
             EXPECT_EQ(m.params, ms.params);
@@ -272,7 +283,8 @@ TEST(Estimate, SixteenBitAndCheckpointedActivationsEqualAMeasuredStep) {
             EXPECT_EQ(m.master, ms.master);
             EXPECT_EQ(m.optimizer, ms.optimizer);
             EXPECT_EQ(st.model_states.total(), ms.total());
-            EXPECT_EQ(m.activations, st.activations) << "estimated peak at " << e.activations.peak_at;
+            EXPECT_EQ(m.activations, st.activations)
+                << "estimated peak at " << e.activations.peak_at;
             EXPECT_EQ(m.comm, st.comm_step);
           }
         }
@@ -369,7 +381,8 @@ TEST(Estimate, LoraStepEqualsTheEstimate) {
         for (const std::vector<int>& ckpt : {std::vector<int>{}, std::vector<int>{0, 1, 2}}) {
           for (int stage = 0; stage < 4; ++stage) {
             config::Recipe r = recipe_for(c, 2, 8, 1);
-            r.precision = dtype == DType::kF32 ? config::Precision::kFp32 : config::Precision::kBf16;
+            r.precision =
+                dtype == DType::kF32 ? config::Precision::kFp32 : config::Precision::kBf16;
             r.activation_checkpointing.layers = ckpt;
             r.zero.stage = stage;
             r.lora = config::LoraOptions{};
@@ -379,10 +392,10 @@ TEST(Estimate, LoraStepEqualsTheEstimate) {
             r.lora->targets = targets;
             r.lora->layers = lc.layers;
             const Estimate e = estimate(r, 1);
-            SCOPED_TRACE(::testing::Message() << "L " << c.n_layer << " targets " << targets.size()
-                                              << " layers " << lc.layers.size() << " dropout "
-                                              << dropout << " " << dtype_name(dtype) << " ckpt "
-                                              << ckpt.size() << " stage " << stage);
+            SCOPED_TRACE(::testing::Message()
+                         << "L " << c.n_layer << " targets " << targets.size() << " layers "
+                         << lc.layers.size() << " dropout " << dropout << " " << dtype_name(dtype)
+                         << " ckpt " << ckpt.size() << " stage " << stage);
             EXPECT_EQ(e.num_params, e.lora.num_params(c));
             EXPECT_EQ(e.frozen_params, c.num_params());
             dist::LocalCommunicator comm;

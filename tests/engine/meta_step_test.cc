@@ -14,6 +14,7 @@
 #include "lib/engine/estimate.h"
 #include "lib/nn/gpt.h"
 #include "lib/zero/zero_engine.h"
+#include "tests/engine/ring_model.h"
 
 namespace fd::engine {
 namespace {

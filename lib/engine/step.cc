@@ -1,0 +1,32 @@
+#include "lib/engine/step.h"
+
+namespace fd::engine {
+
+Batch make_batch(const Assembly& a, Device device) {
+  const Shape shape{a.micro, a.seq_len};
+  return {Tensor::empty(shape, DType::kI32, MemCategory::kOther, device),
+          Tensor::empty(shape, DType::kI32, MemCategory::kOther, device)};
+}
+
+double train_micro_batch(
+    nn::Gpt& model, zero::ZeroEngine& engine, nn::SegmentRunner& runner, const Batch& batch,
+    int micro, uint64_t dropout_seed, float grad_seed,
+    const std::function<void(const autograd::Tape&, const autograd::Variable&)>& between) {
+  engine.begin_micro_batch(micro);
+  model.set_dropout_seed(dropout_seed);
+  autograd::Tape tape;
+  autograd::TapeScope scope(tape);
+  autograd::Variable loss = model.loss(batch.tokens, batch.targets, &runner);
+  const double value = loss.value().to_vector()[0];
+  if (between) between(tape, loss);
+  tape.backward(loss, grad_seed);
+  engine.end_micro_batch(micro);
+  return value;
+}
+
+double eval_batch(const nn::Gpt& model, zero::ZeroEngine& engine, const Batch& batch) {
+  autograd::NoGradGuard no_grad;
+  return model.loss(batch.tokens, batch.targets, &engine).value().to_vector()[0];
+}
+
+}  // namespace fd::engine
