@@ -1,0 +1,131 @@
+#include "lib/nn/decoder_config.h"
+
+#include "lib/base/error.h"
+#include "lib/nn/gpt.h"
+
+namespace fd::nn {
+
+const char* family_name(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kGpt2:
+      return "gpt2";
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kMistral:
+      return "mistral";
+    case ModelFamily::kQwen2:
+      return "qwen2";
+    case ModelFamily::kQwen3:
+      return "qwen3";
+  }
+  return "?";
+}
+
+int64_t DecoderConfig::num_params() const {
+  const int64_t H = hidden_size, I = intermediate_size, V = vocab_size, D = head_dim;
+  const int64_t q_out = int64_t{num_heads} * D, kv_out = int64_t{num_kv_heads} * D;
+  const int64_t norm_params = norm == NormKind::kLayerNorm ? 2 * H : H;  // weight (+ bias)
+
+  int64_t attn = H * q_out + 2 * H * kv_out + q_out * H;  // q, k, v, o weights
+  if (attention_bias) attn += q_out + 2 * kv_out;
+  if (o_proj_bias) attn += H;
+  if (qk_norm) attn += 2 * D;
+
+  int64_t mlp_params = 0;
+  if (mlp == MlpKind::kSwiGlu) {
+    mlp_params = 3 * H * I;  // gate, up (I, H); down (H, I)
+    if (mlp_bias) mlp_params += 2 * I + H;
+  } else {
+    mlp_params = 2 * H * I;  // c_fc (H, I); c_proj (I, H)
+    if (mlp_bias) mlp_params += I + H;
+  }
+
+  int64_t total = V * H;  // token embedding
+  if (positions == PositionKind::kLearned) total += max_position_embeddings * H;
+  total += int64_t{num_layers} * (2 * norm_params + attn + mlp_params);
+  total += norm_params;  // final norm
+  if (!tie_word_embeddings) total += V * H;
+  return total;
+}
+
+void DecoderConfig::validate() const {
+  const char* fam = family_name(family);
+  auto positive = [&](const char* field, int64_t v) {
+    if (v <= 0) usage_error("{} config: {} is {}; it must be positive", fam, field, v);
+  };
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_layers", num_layers);
+  positive("num_heads", num_heads);
+  positive("num_kv_heads", num_kv_heads);
+  positive("head_dim", head_dim);
+  positive("vocab_size", vocab_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  if (num_heads % num_kv_heads != 0)
+    usage_error(
+        "{} config: num_kv_heads ({}) does not divide num_heads ({}); each key/value head "
+        "must serve the same number of query heads",
+        fam, num_kv_heads, num_heads);
+  if (!(norm_eps > 0.0))
+    usage_error("{} config: norm eps is {}; it must be positive", fam, norm_eps);
+  if (family == ModelFamily::kGpt2 && int64_t{num_heads} * head_dim != hidden_size)
+    usage_error(
+        "gpt2 config: num_heads ({}) x head_dim ({}) is not hidden_size ({}); GPT-2's fused "
+        "c_attn needs heads that tile hidden_size",
+        num_heads, head_dim, hidden_size);
+  if (family == ModelFamily::kGpt2 && num_kv_heads != num_heads)
+    usage_error("gpt2 config: num_kv_heads ({}) must equal num_heads ({}); GPT-2 has no GQA",
+                num_kv_heads, num_heads);
+  for (int64_t id : eos_token_ids)
+    if (id < 0 || id >= vocab_size)
+      usage_error("{} config: eos token id {} is outside the vocabulary (vocab_size {})", fam, id,
+                  vocab_size);
+  if (bos_token_id && (*bos_token_id < 0 || *bos_token_id >= vocab_size))
+    usage_error("{} config: bos token id {} is outside the vocabulary (vocab_size {})", fam,
+                *bos_token_id, vocab_size);
+  if (positions != PositionKind::kRope) return;
+
+  if (head_dim % 2 != 0)
+    usage_error("{} config: head_dim is {}; RoPE rotates pairs, so it must be even", fam, head_dim);
+  if (!(rope_theta > 0.0))
+    usage_error("{} config: rope_theta is {}; it must be positive", fam, rope_theta);
+  const RopeScaling& s = rope_scaling;
+  if (s.kind == RopeScalingKind::kDefault) return;
+  if (!(s.factor > 0.0))
+    usage_error("{} config: rope_scaling factor is {}; it must be positive", fam, s.factor);
+  if (s.kind != RopeScalingKind::kLlama3) return;
+  if (s.original_max_position_embeddings <= 0)
+    usage_error(
+        "{} config: rope_scaling original_max_position_embeddings is {}; llama3 scaling needs "
+        "the context it was trained at",
+        fam, s.original_max_position_embeddings);
+  if (!(s.low_freq_factor > 0.0) || !(s.high_freq_factor > s.low_freq_factor))
+    usage_error(
+        "{} config: rope_scaling low_freq_factor {} / high_freq_factor {}; llama3 scaling needs "
+        "0 < low_freq_factor < high_freq_factor",
+        fam, s.low_freq_factor, s.high_freq_factor);
+}
+
+DecoderConfig gpt2_config(const GptConfig& config) {
+  DecoderConfig c;
+  c.family = ModelFamily::kGpt2;
+  c.hidden_size = config.d_model;
+  c.intermediate_size = 4 * int64_t{config.d_model};
+  c.num_layers = config.n_layer;
+  c.num_heads = config.n_head;
+  c.num_kv_heads = config.n_head;
+  c.head_dim = config.n_head > 0 ? config.d_model / config.n_head : 0;
+  c.vocab_size = config.vocab_size;
+  c.max_position_embeddings = config.max_seq_len;
+  c.norm = NormKind::kLayerNorm;
+  c.norm_eps = 1e-5;
+  c.positions = PositionKind::kLearned;
+  c.attention_bias = true;
+  c.o_proj_bias = true;
+  c.mlp = MlpKind::kGeluTanh;
+  c.mlp_bias = true;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+}  // namespace fd::nn

@@ -1,0 +1,103 @@
+// DecoderConfig: the one decoder-only transformer fdtrain knows, as a
+// configuration (docs/DESIGN.md, decision 12). GPT-2, Llama 2/3, Mistral,
+// SmolLM and Qwen2/3 are the same stack of blocks
+//   x += o_proj(attention(norm_1(x)));  x += mlp(norm_2(x))
+// with switches for the norm, the positions, the attention's biases and
+// q/k norm, the MLP and the head. The family (model_type) names where a
+// configuration came from and which Hugging Face tensor names it uses; the
+// switches alone decide the computation.
+//
+// A DecoderConfig is a plain value: read_hf_config (hf_config.h) fills one
+// from a Hugging Face config.json; validate() refuses inconsistent ones.
+// nn::Gpt still takes a GptConfig; gpt2_config maps one onto the other.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fd::nn {
+
+struct GptConfig;
+
+// Where a configuration came from: the Hugging Face model_type.
+enum class ModelFamily { kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
+enum class NormKind {
+  kLayerNorm,  // (x - mean) / sqrt(var + eps) * w + b (GPT-2)
+  kRmsNorm,    // x * rsqrt(mean(x^2) + eps) * w, computed in fp32 (Llama family)
+};
+enum class PositionKind {
+  kLearned,  // a (max_position_embeddings, hidden) table added to the embeddings (GPT-2)
+  kRope,     // rotary embeddings on q and k, "rotate_half" pairing of i and i + head_dim/2
+};
+enum class RopeScalingKind {
+  kDefault,  // inv_freq[i] = theta^(-2i/head_dim), unscaled
+  kLinear,   // positions divided by factor (all frequencies divided by factor)
+  kLlama3,   // Llama 3.1's frequency-dependent scaling (docs/REFERENCE.md)
+};
+enum class MlpKind {
+  kGeluTanh,  // c_proj(gelu_tanh(c_fc(x))) (GPT-2's gelu_new)
+  kSwiGlu,    // down(silu(gate(x)) * up(x)) (Llama family)
+};
+
+// The Hugging Face model_type of each family ("gpt2", "llama", ...).
+const char* family_name(ModelFamily family);
+
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::kDefault;
+  double factor = 1.0;            // linear, llama3: how much longer the context gets
+  double low_freq_factor = 1.0;   // llama3: wavelengths above orig / low are divided by factor
+  double high_freq_factor = 4.0;  // llama3: wavelengths below orig / high are kept
+  int64_t original_max_position_embeddings = 0;  // llama3: the context trained before scaling
+};
+
+struct DecoderConfig {
+  ModelFamily family = ModelFamily::kLlama;  // model_type; decides tensor names, not math
+  int64_t hidden_size = 0;                   // H: the residual stream's width
+  int64_t intermediate_size = 0;             // I: the MLP's inner width
+  int num_layers = 0;                        // L: blocks
+  int num_heads = 0;                         // nH: query heads
+  int num_kv_heads = 0;    // nKV: key/value heads; nH / nKV query heads share each (GQA)
+  int head_dim = 0;        // D: per head; nH * D may differ from H (Qwen3: 16 * 128 vs 1024)
+  int64_t vocab_size = 0;  // V: rows of the embedding (and of the head)
+  int64_t max_position_embeddings = 0;  // learned: rows of the table; RoPE: trained context
+
+  NormKind norm = NormKind::kRmsNorm;  // every norm in the model (two per block + final)
+  double norm_eps = 1e-5;              // added to the variance / mean square
+
+  PositionKind positions = PositionKind::kRope;
+  double rope_theta = 10000.0;  // RoPE base
+  RopeScaling rope_scaling;     // RoPE only
+
+  bool attention_bias = false;  // q, k, v projections have biases (GPT-2, Qwen2)
+  bool o_proj_bias = false;     // the output projection has a bias (GPT-2)
+  bool qk_norm = false;         // RMSNorm over each head of q and k before RoPE (Qwen3)
+
+  MlpKind mlp = MlpKind::kSwiGlu;
+  bool mlp_bias = false;  // the MLP's linear layers have biases (GPT-2)
+
+  bool tie_word_embeddings = false;  // the lm head reuses the embedding matrix
+
+  std::optional<int64_t> bos_token_id;  // none: the model has no BOS token
+  std::vector<int64_t> eos_token_ids;   // generation stops at any of these; may be empty
+
+  // Parameters of the model: embeddings (+ learned positions), per block the
+  // two norms, q/k/v/o (+ biases, + q/k norms) and the MLP, the final norm,
+  // and the lm head unless tied. Checked against published counts in
+  // tests/nn/hf_config_test.cc (GPT-2 124,439,808; Llama-3.2-1B 1,235,814,400).
+  int64_t num_params() const;
+
+  // Throws fd::Error(kUsage) naming the first inconsistent field: sizes not
+  // positive, num_kv_heads not dividing num_heads, an odd head_dim with RoPE,
+  // a RoPE scaling without a usable factor, a GPT-2 whose heads do not tile
+  // hidden_size (its fused c_attn is (H, 3H)), ...
+  void validate() const;
+};
+
+// The DecoderConfig computing what nn::Gpt computes for `config`: LayerNorm
+// (eps 1e-5), learned positions, biased attention and GELU-tanh MLP (4H), tied
+// head. No BOS/EOS: a GptConfig does not know its tokenizer.
+DecoderConfig gpt2_config(const GptConfig& config);
+
+}  // namespace fd::nn

@@ -1,0 +1,358 @@
+#include "lib/nn/hf_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "lib/base/error.h"
+
+namespace fd::nn {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kSupportedTypes = "gpt2, llama, mistral, qwen2, qwen3";
+
+// Keys that only matter to the transformers runtime or to the hub: they do
+// not change the computation fdtrain performs, so they are accepted unread.
+const std::set<std::string_view> kIgnoredKeys = {
+    "_name_or_path",         // where the hub copy came from
+    "architectures",         // the transformers class (our family decides the names)
+    "transformers_version",  // the writer's version
+    "torch_dtype",           // the checkpoint's dtype: safetensors headers say it per tensor
+    "dtype",                 // newer spelling of torch_dtype
+    "use_cache",             // KV cache at generation
+    "initializer_range",     // init of a fresh model; fdtrain's init is the recipe's
+    "pad_token_id",          // padding is the data pipeline's business
+};
+
+[[noreturn]] void refuse(const std::string& where, const std::string& key, const json& value,
+                         const std::string& why) {
+  usage_error("{}: {} = {}: {}", where, key, value.dump(), why);
+}
+
+// Reads keys from one JSON object, remembering which it has consumed.
+class Reader {
+ public:
+  Reader(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+
+  const std::string& where() const { return where_; }
+
+  // The value of `key`, or nullptr when absent or null. Marks the key read.
+  const json* get(const std::string& key) {
+    seen_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool has(const std::string& key) const { return j_.contains(key); }
+
+  int64_t integer(const std::string& key, std::optional<int64_t> def = std::nullopt) {
+    const json* v = get(key);
+    if (!v) return required(key, def);
+    if (!v->is_number_integer()) refuse(where_, key, *v, "expected an integer");
+    return v->get<int64_t>();
+  }
+  double number(const std::string& key, std::optional<double> def = std::nullopt) {
+    const json* v = get(key);
+    if (!v) return required(key, def);
+    if (!v->is_number()) refuse(where_, key, *v, "expected a number");
+    return v->get<double>();
+  }
+  bool boolean(const std::string& key, bool def) {
+    const json* v = get(key);
+    if (!v) return def;
+    if (!v->is_boolean()) refuse(where_, key, *v, "expected true or false");
+    return v->get<bool>();
+  }
+  std::string string(const std::string& key, std::optional<std::string> def = std::nullopt) {
+    const json* v = get(key);
+    if (!v) return required(key, def);
+    if (!v->is_string()) refuse(where_, key, *v, "expected a string");
+    return v->get<std::string>();
+  }
+  // A key that is accepted only with the value fdtrain implements.
+  void expect(const std::string& key, const json& supported, const std::string& why) {
+    const json* v = get(key);
+    if (!v || *v == supported) return;
+    // 0 and 0.0 are the same dropout.
+    if (v->is_number() && supported.is_number() && v->get<double>() == supported.get<double>())
+      return;
+    refuse(where_, key, *v, fmt::format("fdtrain supports only {} ({})", supported.dump(), why));
+  }
+
+  // Refuses the first key neither read nor listed in `allowed`.
+  void refuse_unknown(const std::set<std::string_view>& allowed) const {
+    for (const auto& [key, value] : j_.items()) {
+      if (seen_.count(key) || allowed.count(key) || kIgnoredKeys.count(key)) continue;
+      refuse(where_, key, value,
+             "unknown key; fdtrain refuses keys it does not implement rather than ignore "
+             "them (remove it if it does not change the model)");
+    }
+  }
+
+ private:
+  template <typename T>
+  T required(const std::string& key, const std::optional<T>& def) {
+    if (def) return *def;
+    usage_error("{}: required field {} is missing", where_, key);
+  }
+
+  const json& j_;
+  std::string where_;
+  std::set<std::string> seen_;
+};
+
+// bos_token_id: an integer or null.
+std::optional<int64_t> read_bos(Reader& r) {
+  const json* v = r.get("bos_token_id");
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) refuse(r.where(), "bos_token_id", *v, "expected an integer");
+  return v->get<int64_t>();
+}
+
+// eos_token_id: an integer, a list of integers, or null.
+std::vector<int64_t> read_eos(Reader& r) {
+  const json* v = r.get("eos_token_id");
+  if (!v) return {};
+  if (v->is_number_integer()) return {v->get<int64_t>()};
+  std::vector<int64_t> ids;
+  if (v->is_array()) {
+    for (const json& e : *v) {
+      if (!e.is_number_integer()) break;
+      ids.push_back(e.get<int64_t>());
+    }
+    if (ids.size() == v->size()) return ids;
+  }
+  refuse(r.where(), "eos_token_id", *v, "expected an integer or a list of integers");
+}
+
+// rope_scaling (or rope_parameters, where newer transformers also puts
+// rope_theta): {rope_type | type, factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings}.
+void read_rope(Reader& top, const std::string& key, DecoderConfig& c) {
+  const json* v = top.get(key);
+  if (!v) return;
+  const std::string where = top.where() + ": " + key;
+  if (!v->is_object()) refuse(top.where(), key, *v, "expected an object");
+  Reader r(*v, where);
+  if (r.has("rope_theta")) c.rope_theta = r.number("rope_theta");
+  std::string type = "default";
+  if (r.has("rope_type")) {
+    type = r.string("rope_type");
+    if (r.has("type") && r.string("type") != type)
+      refuse(where, "type", v->at("type"), "disagrees with rope_type");
+  } else if (r.has("type")) {
+    type = r.string("type");
+  }
+  RopeScaling& s = c.rope_scaling;
+  if (type == "default") {
+    s.kind = RopeScalingKind::kDefault;
+  } else if (type == "linear") {
+    s.kind = RopeScalingKind::kLinear;
+    s.factor = r.number("factor");
+  } else if (type == "llama3") {
+    s.kind = RopeScalingKind::kLlama3;
+    s.factor = r.number("factor");
+    s.low_freq_factor = r.number("low_freq_factor");
+    s.high_freq_factor = r.number("high_freq_factor");
+    s.original_max_position_embeddings = r.integer("original_max_position_embeddings");
+  } else {
+    refuse(where, "rope_type", json(type),
+           "unsupported RoPE scaling; fdtrain supports default, linear and llama3");
+  }
+  r.refuse_unknown({});
+}
+
+DecoderConfig read_gpt2(Reader& r) {
+  DecoderConfig c;
+  c.family = ModelFamily::kGpt2;
+  c.hidden_size = r.integer("n_embd");
+  c.num_layers = static_cast<int>(r.integer("n_layer"));
+  c.num_heads = static_cast<int>(r.integer("n_head"));
+  c.num_kv_heads = c.num_heads;
+  if (c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
+    refuse(r.where(), "n_head", json(c.num_heads),
+           fmt::format("does not divide n_embd ({})", c.hidden_size));
+  c.head_dim = c.num_heads > 0 ? static_cast<int>(c.hidden_size / c.num_heads) : 0;
+  c.intermediate_size = r.integer("n_inner", 4 * c.hidden_size);  // null: 4 * n_embd
+  c.vocab_size = r.integer("vocab_size");
+  c.max_position_embeddings = r.integer("n_positions");
+  c.norm = NormKind::kLayerNorm;
+  c.norm_eps = r.number("layer_norm_epsilon", 1e-5);
+  c.positions = PositionKind::kLearned;
+  c.attention_bias = c.o_proj_bias = c.mlp_bias = true;
+  c.mlp = MlpKind::kGeluTanh;
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", true);
+  c.bos_token_id = read_bos(r);
+  c.eos_token_ids = read_eos(r);
+  const std::string act = r.string("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    refuse(r.where(), "activation_function", json(act),
+           "unsupported activation; fdtrain's GPT-2 MLP is GELU-tanh (gelu_new, "
+           "gelu_pytorch_tanh)");
+  r.expect("scale_attn_weights", true, "attention scaled by 1/sqrt(head_dim)");
+  r.expect("scale_attn_by_inverse_layer_idx", false, "no per-layer attention scaling");
+  r.expect("add_cross_attention", false, "decoder-only");
+  // n_ctx is GPT-2's legacy copy of n_positions.
+  if (r.has("n_ctx") && r.integer("n_ctx") != c.max_position_embeddings)
+    refuse(r.where(), "n_ctx", json(r.integer("n_ctx")),
+           fmt::format("disagrees with n_positions ({})", c.max_position_embeddings));
+  r.refuse_unknown({
+      // Dropout probabilities of the original training: fdtrain's dropout is a recipe setting.
+      "attn_pdrop",
+      "embd_pdrop",
+      "resid_pdrop",
+      // The sequence-summary head of GPT2DoubleHeadsModel / classification: not a causal LM part.
+      "summary_activation",
+      "summary_first_dropout",
+      "summary_proj_to_labels",
+      "summary_type",
+      "summary_use_proj",
+      // Generation defaults of the hub pipeline.
+      "task_specific_params",
+      // Upcasts attention to fp32 in transformers; fdtrain's attention accumulates in fp32.
+      "reorder_and_upcast_attn",
+  });
+  return c;
+}
+
+DecoderConfig read_llama_family(Reader& r, ModelFamily family) {
+  DecoderConfig c;
+  c.family = family;
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_layers = static_cast<int>(r.integer("num_hidden_layers"));
+  c.num_heads = static_cast<int>(r.integer("num_attention_heads"));
+  c.num_kv_heads = static_cast<int>(r.integer("num_key_value_heads", c.num_heads));
+  if (r.get("head_dim")) {  // absent or null: hidden_size / num_attention_heads
+    c.head_dim = static_cast<int>(r.integer("head_dim"));
+  } else {
+    if (c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
+      refuse(
+          r.where(), "num_attention_heads", json(c.num_heads),
+          fmt::format("does not divide hidden_size ({}) and there is no head_dim", c.hidden_size));
+    c.head_dim = c.num_heads > 0 ? static_cast<int>(c.hidden_size / c.num_heads) : 0;
+  }
+  c.vocab_size = r.integer("vocab_size");
+  c.max_position_embeddings = r.integer("max_position_embeddings");
+  c.norm = NormKind::kRmsNorm;
+  c.norm_eps = r.number("rms_norm_eps");
+  c.positions = PositionKind::kRope;
+  c.rope_theta = r.number("rope_theta", 10000.0);  // transformers' default for all four
+  read_rope(r, "rope_scaling", c);
+  read_rope(r, "rope_parameters", c);
+  c.mlp = MlpKind::kSwiGlu;
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);  // the classes' default
+  c.bos_token_id = read_bos(r);
+  c.eos_token_ids = read_eos(r);
+  const std::string act = r.string("hidden_act");
+  if (act != "silu")
+    refuse(r.where(), "hidden_act", json(act),
+           "unsupported activation; fdtrain's SwiGLU MLP uses silu");
+  r.expect("attention_dropout", 0.0, "no attention dropout");
+
+  std::set<std::string_view> allowed;  // keys accepted unread, besides kIgnoredKeys
+  switch (family) {
+    case ModelFamily::kLlama:
+      c.attention_bias = r.boolean("attention_bias", false);
+      c.o_proj_bias = c.attention_bias;  // Llama's attention_bias covers o_proj too
+      c.mlp_bias = r.boolean("mlp_bias", false);
+      r.expect("pretraining_tp", 1, "no tensor-parallel slicing of the projections");
+      // nanotron's keys (SmolLM): its Llama with the rotate_half RoPE Hugging Face uses.
+      r.expect("rope_interleaved", false, "RoPE in the rotate_half convention");
+      allowed.insert("is_llama_config");  // a marker of nanotron's converter
+      break;
+    case ModelFamily::kMistral:
+      if (const json* w = r.get("sliding_window"))
+        refuse(r.where(), "sliding_window", *w,
+               "sliding-window attention is not supported; fdtrain supports full causal "
+               "attention (sliding_window null)");
+      break;
+    case ModelFamily::kQwen2:
+    case ModelFamily::kQwen3: {
+      // Qwen files carry sliding_window and max_window_layers even when the
+      // window is off; they matter only with use_sliding_window.
+      r.expect("use_sliding_window", false,
+               "sliding-window attention is not supported; fdtrain supports full causal "
+               "attention");
+      r.get("sliding_window");
+      r.get("max_window_layers");
+      if (const json* types = r.get("layer_types")) {
+        if (!types->is_array()) refuse(r.where(), "layer_types", *types, "expected a list");
+        for (const json& t : *types)
+          if (t != "full_attention")
+            refuse(r.where(), "layer_types", t,
+                   "only full_attention layers are supported (no sliding-window attention)");
+      }
+      if (family == ModelFamily::kQwen2) {
+        c.attention_bias = true;  // Qwen2's q/k/v always have biases; o_proj has none
+      } else {
+        c.attention_bias = r.boolean("attention_bias", false);
+        c.o_proj_bias = c.attention_bias;
+        c.qk_norm = true;
+      }
+      break;
+    }
+    case ModelFamily::kGpt2:
+      break;
+  }
+  r.refuse_unknown(allowed);
+  return c;
+}
+
+}  // namespace
+
+DecoderConfig parse_hf_config(const std::string& json_text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    usage_error("{} is not valid JSON (at byte {}: {}); it should be a Hugging Face config.json",
+                where, e.byte, e.what());
+  }
+  if (!j.is_object())
+    usage_error("{} is not a JSON object; it should be a Hugging Face config.json", where);
+  Reader r(j, where);
+  const std::string type = r.string("model_type");
+  DecoderConfig c;
+  if (type == "gpt2") {
+    c = read_gpt2(r);
+  } else if (type == "llama") {
+    c = read_llama_family(r, ModelFamily::kLlama);
+  } else if (type == "mistral") {
+    c = read_llama_family(r, ModelFamily::kMistral);
+  } else if (type == "qwen2") {
+    c = read_llama_family(r, ModelFamily::kQwen2);
+  } else if (type == "qwen3") {
+    c = read_llama_family(r, ModelFamily::kQwen3);
+  } else {
+    refuse(where, "model_type", json(type),
+           fmt::format("unsupported model type; fdtrain supports {}", kSupportedTypes));
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    usage_error("{}: {}", where, e.what());
+  }
+  return c;
+}
+
+DecoderConfig read_hf_config(const std::string& dir_or_file) {
+  std::error_code ec;
+  fs::path path = dir_or_file;
+  if (fs::is_directory(path, ec)) path /= "config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    usage_error("cannot read {}; a Hugging Face model directory must contain config.json",
+                path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_hf_config(text.str(), path.string());
+}
+
+}  // namespace fd::nn

@@ -1,0 +1,30 @@
+// Reading a Hugging Face config.json into a DecoderConfig.
+//
+// Supported model_type: gpt2, llama, mistral, qwen2, qwen3. Every key of the
+// file is either read, checked to have the one value fdtrain implements
+// (pretraining_tp 1, attention_dropout 0, use_sliding_window false, ...), or on
+// an explicit list of keys that only matter to the transformers runtime
+// (torch_dtype, architectures, use_cache, ...). Anything else is refused:
+// an unknown key may change the model, and fdtrain never silently ignores
+// one (docs/DESIGN.md, decision 12).
+#pragma once
+
+#include <string>
+
+#include "lib/nn/decoder_config.h"
+
+namespace fd::nn {
+
+// Reads `dir_or_file` (a model directory holding config.json, or the file
+// itself) and returns the validated configuration. Throws fd::Error(kUsage)
+// naming the file, the field and its value, and what fdtrain supports, for: a
+// missing or malformed file (with the parser's byte position), an unsupported
+// model_type, hidden_act or rope type, sliding-window attention turned on, a
+// missing required field, a field of the wrong type, an unknown key, and an
+// inconsistent model (DecoderConfig::validate).
+DecoderConfig read_hf_config(const std::string& dir_or_file);
+
+// As read_hf_config, from JSON text; `where` names the source in messages.
+DecoderConfig parse_hf_config(const std::string& json_text, const std::string& where);
+
+}  // namespace fd::nn
