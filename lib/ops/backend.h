@@ -106,4 +106,19 @@ FD_OPS_BACKEND_ENTRY_POINTS
 
 #undef FD_OPS_BACKEND_ENTRY_POINTS
 
+// The Llama ops (issue 18), on the CPU (and meta) only so far: their public
+// functions refuse GPU tensors with a usage error until cuda/ implements them.
+namespace cpu {
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
+                      const Tensor& rstd);
+void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                       autograd::GradSlot* dx, autograd::GradSlot* dweight);
+void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,
+                     autograd::GradSlot* dgate, autograd::GradSlot* dup);
+// cos, sin: fp32 (P, D) tables (CPU or meta); x: (B, T, ...), a multiple of D per (b, t).
+void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
+void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, autograd::GradSlot* dx);
+}  // namespace cpu
+
 }  // namespace fd::ops

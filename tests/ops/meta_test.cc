@@ -19,6 +19,9 @@
 #include "lib/ops/layernorm.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/reduce.h"
+#include "lib/ops/rms_norm.h"
+#include "lib/ops/rope.h"
+#include "lib/ops/swiglu.h"
 
 namespace fd::ops {
 namespace {
@@ -175,6 +178,36 @@ TEST_P(MetaOps, Layernorm) {
           });
     }
   }
+}
+
+TEST_P(MetaOps, LlamaOps) {
+  const DType dt = GetParam();
+  for (bool frozen : {false, true}) {
+    expect_same_on_meta(fmt::format("rms_norm frozen={}", frozen), [=](const auto& done) {
+      Variable x(randn(Shape{2, 3, 8}, dt), true);
+      Variable w(randn(Shape{8}, dt, 2), !frozen);
+      autograd::Tape tape;
+      autograd::TapeScope scope(tape);
+      backward(tape, rms_norm(x, w));
+      done();
+    });
+    expect_same_on_meta(fmt::format("swiglu frozen={}", frozen), [=](const auto& done) {
+      Variable g(randn(Shape{2, 3, 8}, dt), true);
+      Variable u(randn(Shape{2, 3, 8}, dt, 2), !frozen);
+      autograd::Tape tape;
+      autograd::TapeScope scope(tape);
+      backward(tape, swiglu(g, u));
+      done();
+    });
+  }
+  expect_same_on_meta("rope", [dt](const auto& done) {
+    const RopeTables tab = rope_tables(RopeOptions{.head_dim = 4}, 5);
+    Variable x(randn(Shape{2, 3, 8}, dt), true);
+    autograd::Tape tape;
+    autograd::TapeScope scope(tape);
+    backward(tape, rope(x, tab.cos, tab.sin));
+    done();
+  });
 }
 
 TEST_P(MetaOps, Matmul) {

@@ -1,0 +1,22 @@
+// rms_norm: root-mean-square normalisation over the last dimension, then a
+// per-channel scale (Hugging Face LlamaRMSNorm).
+//
+// As LlamaRMSNorm: x is normalised in fp32, the normalised value is rounded
+// to x's dtype, and only then multiplied by the weight. The forward saves the
+// per-row 1/rms (rows floats); backward recomputes the normalised values.
+#pragma once
+
+#include "lib/autograd/variable.h"
+
+namespace fd::ops {
+
+using autograd::Variable;
+
+// out = weight * to_dtype(x * rsqrt(mean(x^2) + eps)), per row of the last dim.
+// x: (..., C); weight: (C). Any float dtypes; out has x's dtype. CPU and meta
+// only so far (a GPU tensor is a usage error). Saves x, weight and the fp32
+// rstd of each row for backward; the rounding to x's dtype is the identity
+// there (straight through), as in autograd.
+Variable rms_norm(const Variable& x, const Variable& weight, float eps = 1e-6f);
+
+}  // namespace fd::ops
