@@ -119,6 +119,23 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,
 // cos, sin: fp32 (P, D) tables (CPU or meta); x: (B, T, ...), a multiple of D per (b, t).
 void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
 void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, autograd::GradSlot* dx);
+
+// What linear_cross_entropy's forward leaves for its backward.
+struct LinearCrossEntropySaved {
+  Tensor h;            // (..., C) as given
+  Tensor weight;       // (V, C) as given
+  Tensor targets;      // i32, a copy (when recording)
+  Tensor lse;          // fp32 logsumexp per row (0 for ignored rows)
+  int64_t host_count;  // the rows whose target counts; meta: every row
+  int ignore_index;
+  int64_t chunk_rows;
+};
+// Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`).
+Tensor linear_cross_entropy_forward(const Tensor& h, const Tensor& weight, const Tensor& targets,
+                                    int ignore_index, int64_t chunk_rows, const Tensor& lse,
+                                    bool record, LinearCrossEntropySaved* saved);
+void linear_cross_entropy_backward(const LinearCrossEntropySaved& saved, const Tensor& dloss,
+                                   autograd::GradSlot* dh, autograd::GradSlot* dweight);
 }  // namespace cpu
 
 }  // namespace fd::ops

@@ -17,6 +17,7 @@
 #include "lib/ops/embedding.h"
 #include "lib/ops/gelu.h"
 #include "lib/ops/layernorm.h"
+#include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/reduce.h"
 #include "lib/ops/rms_norm.h"
@@ -267,6 +268,27 @@ TEST_P(MetaOps, CrossEntropy) {
                           backward(tape, loss);
                           done();
                         });
+  }
+}
+
+TEST_P(MetaOps, LinearCrossEntropy) {
+  const DType dt = GetParam();
+  for (int ignore_every : {0, 3}) {
+    for (bool train_w : {true, false}) {
+      expect_same_on_meta(
+          fmt::format("linear_cross_entropy ignore_every={} train_w={}", ignore_every, train_w),
+          [=](const auto& done) {
+            Variable h(randn(Shape{2, 5, 8}, dt), true);
+            Variable w(randn(Shape{13, 8}, dt, 2), train_w);
+            Tensor tg = ids(Shape{2, 5}, 13, ignore_every);
+            autograd::Tape tape;
+            autograd::TapeScope scope(tape);
+            Variable loss = linear_cross_entropy(h, w, tg, -1, 3);
+            EXPECT_EQ(loss.dtype(), DType::kF32);
+            backward(tape, loss);
+            done();
+          });
+    }
   }
 }
 

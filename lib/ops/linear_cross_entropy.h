@@ -1,0 +1,34 @@
+// linear_cross_entropy: the output head and cross-entropy in one op, chunked
+// over rows, so that full-vocabulary logits are never materialised.
+//
+// With a 128k-150k vocabulary the (rows, V) fp32 logits of matmul +
+// cross_entropy dominate activation memory. This op computes the logits of
+// `chunk_rows` rows at a time into one fp32 scratch buffer, keeps only each
+// row's logsumexp, and recomputes the chunk's logits in backward. The
+// activation peak of forward + backward is about chunk_rows * V * 4 bytes of
+// scratch (plus dh and, for weights without a bound gradient buffer, dW).
+#pragma once
+
+#include <cstdint>
+
+#include "lib/autograd/variable.h"
+
+namespace fd::ops {
+
+using autograd::Variable;
+
+// loss = cross_entropy(h @ weight^T, targets, ignore_index), with the semantics of
+// ops::cross_entropy: the mean over rows whose target != ignore_index, a 0-d f32 tensor
+// whatever the input dtypes, 0 (and no gradient) when every target is ignored.
+// h: (..., C), leading dims flattened into R rows; weight: (V, C), the head stored
+// [out, in] as Hugging Face stores lm_head / a tied wte; any float dtypes (bf16/f16 are
+// computed through fp32 copies; the logits are never rounded to h's dtype).
+// targets: i32 with numel R, each ignore_index or in [0, V) (FD_CHECK).
+// chunk_rows > 0: rows per chunk; any value works, chunk_rows >= R is one chunk.
+// Saves h, weight, a copy of targets and the fp32 logsumexp per row. Backward adds into
+// h's and weight's gradients, skipping either one that does not require grad (a frozen
+// base weight under LoRA). CPU and meta only so far (a GPU tensor is a usage error).
+Variable linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets,
+                              int ignore_index = -1, int64_t chunk_rows = 1024);
+
+}  // namespace fd::ops

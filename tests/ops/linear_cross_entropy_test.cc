@@ -1,0 +1,195 @@
+#include "lib/ops/linear_cross_entropy.h"
+
+#include <cstring>
+
+#include "lib/ops/cross_entropy.h"
+#include "lib/ops/matmul.h"
+#include "tests/ops/op_test_util.h"
+
+namespace fd::ops {
+namespace {
+
+using namespace fd::ops::testing;
+
+struct Result {
+  Vec loss, dh, dw;  // dw empty when the weight is frozen
+};
+
+// loss and gradients (seed `seed`) of the fused op (chunk_rows > 0) or of
+// matmul(h, w^T) + cross_entropy (chunk_rows == 0), on h (B, T, C) and w (V, C).
+Result run(const Vec& h, const Vec& w, int64_t B, int64_t T, int64_t C, int64_t V, DType dt,
+           const std::vector<float>& targets, int ignore, int64_t chunk_rows, bool train_w = true,
+           double seed = 1.3) {
+  Variable hv(make_tensor(h, Shape{B, T, C}, dt), true);
+  Variable wv(make_tensor(w, Shape{V, C}, dt), train_w);
+  Tensor tg = Tensor::from_vector(targets, Shape{B, T}, DType::kI32);
+  autograd::Tape tape;
+  autograd::TapeScope scope(tape);
+  Variable loss = chunk_rows > 0 ? linear_cross_entropy(hv, wv, tg, ignore, chunk_rows)
+                                 : cross_entropy(matmul(hv, wv, {}, {.trans_b = true}), tg, ignore);
+  EXPECT_EQ(loss.dtype(), DType::kF32);
+  EXPECT_EQ(loss.shape().numel(), 1);
+  backward_with(tape, loss, {seed});
+  Result r{values(loss.value()), values(hv.grad()), {}};
+  if (train_w)
+    r.dw = values(wv.grad());
+  else
+    EXPECT_FALSE(wv.slot()->grad.defined()) << "a frozen weight must get no gradient";
+  return r;
+}
+
+std::vector<float> make_targets(int64_t rows, int64_t V, int ignore, int every) {
+  std::vector<float> t;
+  for (int64_t r = 0; r < rows; ++r)
+    t.push_back(every > 0 && r % every == 1 ? float(ignore) : float((r * 7 + 2) % V));
+  return t;
+}
+
+int64_t bitwise_equal(const Vec& a, const Vec& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) n += a[i] == b[i];
+  return n;
+}
+
+// Against matmul + cross_entropy on the same f32 inputs, for chunks that divide the rows,
+// do not, are a single row, and cover every row.
+TEST(LinearCrossEntropy, MatchesMatmulPlusCrossEntropyF32) {
+  constexpr int64_t B = 3, T = 7, C = 16, V = 37, R = B * T;
+  std::mt19937 rng(5);
+  const Vec h = randn(R * C, rng), w = randn(V * C, rng, 0.5);
+  for (int ignore : {-1, 3}) {
+    const std::vector<float> tg = make_targets(R, V, ignore, 4);
+    const Result ref = run(h, w, B, T, C, V, DType::kF32, tg, ignore, 0);
+    for (int64_t chunk : {1, 5, 7, 21, 1000}) {
+      std::printf("linear_cross_entropy f32 ignore_index=%d chunk_rows=%lld\n", ignore,
+                  (long long)chunk);
+      const Result got = run(h, w, B, T, C, V, DType::kF32, tg, ignore, chunk);
+      expect_close("loss vs matmul+cross_entropy", got.loss, ref.loss, 1e-6);
+      expect_close("dh vs matmul+cross_entropy", got.dh, ref.dh, 1e-6);
+      expect_close("dW vs matmul+cross_entropy", got.dw, ref.dw, 1e-6);
+      std::printf("  bitwise equal: loss %lld/1, dh %lld/%zu, dW %lld/%zu\n",
+                  (long long)bitwise_equal(got.loss, ref.loss),
+                  (long long)bitwise_equal(got.dh, ref.dh), ref.dh.size(),
+                  (long long)bitwise_equal(got.dw, ref.dw), ref.dw.size());
+      for (int64_t r = 0; r < R; ++r) {
+        if (int(tg[size_t(r)]) != ignore) continue;
+        for (int64_t c = 0; c < C; ++c)
+          EXPECT_EQ(got.dh[size_t(r * C + c)], 0.0) << "ignored row " << r << " got a gradient";
+      }
+    }
+  }
+}
+
+// float64 reference: inputs {h (R, C), w (V, C)}.
+RefFn reference(int64_t R, int64_t C, int64_t V, const std::vector<float>& targets, int ignore) {
+  return [=](const std::vector<Vec>& in) {
+    double total = 0;
+    int count = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      if (int(targets[size_t(r)]) == ignore) continue;
+      Vec x(size_t(V), 0.0);
+      for (int64_t v = 0; v < V; ++v)
+        for (int64_t c = 0; c < C; ++c)
+          x[size_t(v)] += in[0][size_t(r * C + c)] * in[1][size_t(v * C + c)];
+      double m = -INFINITY, z = 0;
+      for (double xv : x) m = std::max(m, xv);
+      for (double xv : x) z += std::exp(xv - m);
+      total += m + std::log(z) - x[size_t(targets[size_t(r)])];
+      ++count;
+    }
+    return Vec{count ? total / count : 0.0};
+  };
+}
+
+void check_against_fd(DType dt, int64_t chunk, bool train_w) {
+  constexpr int64_t B = 1, T = 5, C = 4, V = 7, R = B * T;
+  std::printf("linear_cross_entropy %s chunk_rows=%lld vs finite differences%s\n", name_of(dt),
+              (long long)chunk, train_w ? "" : " (frozen weight)");
+  std::mt19937 rng(11);
+  const std::vector<Vec> in = {rounded(randn(R * C, rng), dt), rounded(randn(V * C, rng), dt)};
+  const std::vector<float> tg = make_targets(R, V, -1, 3);
+  const double seed = 0.7;
+  const Result got = run(in[0], in[1], B, T, C, V, dt, tg, -1, chunk, train_w, seed);
+  const RefFn ref = reference(R, C, V, tg, -1);
+  expect_close("loss", got.loss, ref(in), dt == DType::kF32 ? 1e-6 : 1e-5);
+  expect_close("dh", got.dh, fd_grad(ref, in, 0, {seed}), tol_for(dt));
+  if (train_w) expect_close("dW", got.dw, fd_grad(ref, in, 1, {seed}), tol_for(dt));
+}
+
+TEST(LinearCrossEntropy, FiniteDifferencesF32) {
+  for (int64_t chunk : {2, 5, 64}) check_against_fd(DType::kF32, chunk, true);
+}
+TEST(LinearCrossEntropy, FiniteDifferencesBF16) { check_against_fd(DType::kBF16, 2, true); }
+TEST(LinearCrossEntropy, FiniteDifferencesF16) { check_against_fd(DType::kF16, 3, true); }
+TEST(LinearCrossEntropy, FrozenWeightGetsNoGradient) { check_against_fd(DType::kBF16, 2, false); }
+
+// Every target ignored: loss 0 and nothing added to either gradient.
+TEST(LinearCrossEntropy, AllIgnoredGivesZeroLossAndZeroGrad) {
+  const std::vector<float> tg(6, -1.0f);
+  const Result r = run(Vec(6 * 4, 0.5), Vec(5 * 4, 0.25), 2, 3, 4, 5, DType::kF32, tg, -1, 4);
+  EXPECT_EQ(r.loss[0], 0.0);
+  for (double g : r.dh) EXPECT_EQ(g, 0.0);
+  for (double g : r.dw) EXPECT_EQ(g, 0.0);
+}
+
+using Bytes = int64_t;
+
+// kActivations peak over forward + backward, relative to just before the op.
+Bytes activation_peak(Device device, int64_t R, int64_t C, int64_t V, int64_t chunk) {
+  DeviceScope scope(device);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> hv(size_t(R * C)), wv(size_t(V * C)), tv(static_cast<size_t>(R));
+  for (float& x : hv) x = dist(rng);
+  for (float& x : wv) x = 0.1f * dist(rng);
+  for (size_t i = 0; i < tv.size(); ++i) tv[i] = float((i * 7919) % size_t(V));
+  // The weight's gradient lives with the other parameter gradients, as in training.
+  Variable w =
+      Variable::bound_leaf(Tensor::from_vector(wv, Shape{V, C}, DType::kF32, MemCategory::kParams),
+                           Tensor::zeros(Shape{V, C}, DType::kF32, MemCategory::kGrads));
+  Variable h(Tensor::from_vector(hv, Shape{4, R / 4, C}), true);
+  Tensor tg = Tensor::from_vector(tv, Shape{4, R / 4}, DType::kI32, MemCategory::kOther);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const Bytes base = acct.current(MemCategory::kActivations);
+  acct.reset_peaks();
+  {
+    autograd::Tape tape;
+    autograd::TapeScope tscope(tape);
+    Variable loss = chunk > 0 ? linear_cross_entropy(h, w, tg, -1, chunk)
+                              : cross_entropy(matmul(h, w, {}, {.trans_b = true}), tg);
+    tape.backward(loss);
+  }
+  return acct.peak(MemCategory::kActivations) - base;
+}
+
+// Qwen's vocabulary, 4 x 256 rows: the chunked head's activation peak is about one
+// chunk of fp32 logits, against two full (R, V) tensors (logits and their gradient).
+TEST(LinearCrossEntropy, ActivationPeakIsAChunkNotTheLogits) {
+  constexpr int64_t V = 151936, C = 64, R = 4 * 256, chunk = 64;
+  const Bytes chunked = activation_peak(Device::cpu(), R, C, V, chunk);
+  EXPECT_EQ(activation_peak(Device::meta(), R, C, V, chunk), chunked);
+  // The unchunked path allocates 2 x 622 MB; meta allocations equal the CPU's (meta_test.cc).
+  const Bytes unchunked = activation_peak(Device::meta(), R, C, V, 0);
+  const Bytes logits = R * V * 4, scratch = chunk * V * 4;
+  std::printf("activation peak, forward+backward, V=%lld C=%lld R=%lld:\n", (long long)V,
+              (long long)C, (long long)R);
+  std::printf("  matmul + cross_entropy     %12lld bytes (%.3fx the fp32 logits)\n",
+              (long long)unchunked, double(unchunked) / double(logits));
+  std::printf("  linear_cross_entropy/%-4lld  %12lld bytes (%.3fx; one chunk is %lld)\n",
+              (long long)chunk, (long long)chunked, double(chunked) / double(logits),
+              (long long)scratch);
+  EXPECT_LE(double(chunked), 0.25 * double(logits));
+  EXPECT_GE(unchunked, logits);
+  // One chunk of logits plus dh, lse and targets (R * (C + 2) * 4).
+  EXPECT_LE(chunked, scratch + R * (C + 2) * 4 + 4096);
+}
+
+TEST(LinearCrossEntropyDeathTest, OutOfRangeTargetFailsCheck) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Variable h(Tensor::zeros(Shape{2, 3}), false), w(Tensor::zeros(Shape{5, 3}), false);
+  Tensor tg = Tensor::from_vector({0, 5}, Shape{2}, DType::kI32);
+  EXPECT_DEATH(linear_cross_entropy(h, w, tg), "outside");
+}
+
+}  // namespace
+}  // namespace fd::ops
