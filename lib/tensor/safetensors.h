@@ -49,6 +49,10 @@ class SafetensorsFile {
   DType dtype(const std::string& name) const;
   // The "__metadata__" map (empty if the file has none).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // File offset of the data section (8 + header length): tensor `name`'s
+  // bytes lie at [data_start() + entry(name).begin, data_start() + entry(name).end),
+  // for readers that fetch only part of a tensor.
+  uint64_t data_start() const { return data_start_; }
 
   // A new CPU tensor holding a copy of `name`, in the file's dtype. Throws
   // fd::Error (kUsage) if absent or of an unsupported dtype, (kRuntime) if

@@ -1,0 +1,103 @@
+// The weights of a Hugging Face model directory, read and written as named
+// tensors: one `model.safetensors`, or shards listed by
+// `model.safetensors.index.json`, as transformers' save_pretrained writes them:
+//
+//   {"metadata": {"total_size": 497759232},
+//    "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors", ...}}
+//
+//   HfWeights w = HfWeights::open("Llama-3.2-1B");
+//   TensorInfo i = w.info("model.embed_tokens.weight");
+//   w.read_rows("model.embed_tokens.weight", row0, rows, my_partition);
+//
+// Names are the file's own (no renaming: mapping them onto a model is the
+// engine's). open() parses every shard's header once and checks the index
+// against the shards; tensor bytes are read (pread) only when asked for, and
+// read_rows() reads only the rows asked for, so a ZeRO-3 rank never holds a
+// whole tensor. Only F32, BF16 and F16 tensors can be read. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/tensor/tensor.h"
+
+namespace fd::ckpt {
+
+// "model.safetensors", "model.safetensors.index.json".
+inline constexpr const char* kHfWeightsFile = "model.safetensors";
+inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
+
+struct TensorInfo {
+  DType dtype = DType::kF32;  // the file's: kF32, kBF16 or kF16
+  Shape shape;
+};
+
+class HfWeights {
+ public:
+  // Opens the weights of model directory `dir`: its index when there is one,
+  // else its model.safetensors. Throws fd::Error kUsage naming the path and
+  // what to do when neither exists, the index is malformed or names a missing
+  // shard, a shard is malformed or truncated, or the index and the shards
+  // disagree (a tensor missing from its shard, or a shard holding a tensor the
+  // index does not list).
+  static HfWeights open(const std::string& dir);
+
+  HfWeights(HfWeights&&) noexcept;
+  HfWeights& operator=(HfWeights&&) noexcept;
+  ~HfWeights();
+
+  const std::string& dir() const { return dir_; }
+  // Tensor names, sorted.
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return where_.count(name) != 0; }
+  // dtype and shape of `name`. Throws fd::Error kUsage when it is absent or
+  // of a dtype other than F32, BF16, F16.
+  TensorInfo info(const std::string& name) const;
+  // The "__metadata__" of model.safetensors, or of the first shard.
+  std::map<std::string, std::string> metadata() const;
+
+  // Reads `name` into `out` (any device; shape must equal info(name).shape),
+  // converting to out's dtype. Throws fd::Error kUsage on a shape mismatch or
+  // an unsupported dtype, kRuntime when the file can no longer be read.
+  void read(const std::string& name, const Tensor& out) const;
+  // Reads rows [row0, row0 + rows) of the 2-D tensor `name` into `out` of
+  // shape (rows, cols), reading only those rows' bytes. Throws fd::Error
+  // kUsage when `name` is not 2-D, the range is out of bounds or out's shape
+  // is not (rows, cols).
+  void read_rows(const std::string& name, int64_t row0, int64_t rows, const Tensor& out) const;
+
+ private:
+  struct Shard;
+  HfWeights() = default;
+  void read_bytes(const std::string& name, uint64_t offset, const Shape& shape,
+                  const Tensor& out) const;
+
+  std::string dir_;
+  std::vector<std::unique_ptr<Shard>> shards_;  // in file-name order
+  std::map<std::string, size_t> where_;         // tensor name -> index into shards_
+};
+
+// Writes `tensors` (CPU tensors, unique names, any fdtrain float dtype) into
+// model directory `dir` (created if needed) as transformers does: one
+// model.safetensors when their bytes total at most `max_shard_bytes`, else
+// shards model-00001-of-0000N.safetensors (tensors in the given order, a new
+// shard whenever the next tensor would overflow the current one; a tensor
+// larger than max_shard_bytes gets a shard of its own) plus
+// model.safetensors.index.json with {"metadata": {"total_size": bytes},
+// "weight_map": {...}}. `metadata` goes into every file's "__metadata__".
+// Each file is written to a temporary name and renamed, the index last; weight
+// files of an earlier write that this one does not replace (a stale index,
+// model.safetensors, shards of another count) are removed afterwards. Other
+// files in `dir` (config.json, the tokenizer) are left alone. A reader racing
+// the writer sees the old or new index; where they mix, open() refuses the
+// mismatch rather than mixing weights. Throws fd::Error kRuntime on I/O
+// failure, kUsage on a bad argument.
+void write_hf_weights(const std::string& dir,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes);
+
+}  // namespace fd::ckpt
