@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
 #include "lib/tensor/safetensors.h"
 
@@ -277,16 +278,9 @@ void write_hf_weights(const std::string& dir,
     }
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
     std::string path = (fs::path(dir) / kHfIndexFile).string();
-    std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) runtime_error("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-      out << index.dump(2) << "\n";
-      out.flush();
-      if (!out) runtime_error("{}: write failed (disk full?): {}", tmp, std::strerror(errno));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      runtime_error("{}: cannot rename {} into place: {}", path, tmp, std::strerror(errno));
+    const std::string failed =
+        write_file_atomically(path, index.dump(2) + "\n", path + ".tmp");  // fsync'ed
+    if (!failed.empty()) runtime_error("{}; free space or fix permissions, then export again", failed);
     written.insert(kHfIndexFile);
   }
 
