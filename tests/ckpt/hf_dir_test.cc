@@ -143,6 +143,7 @@ TEST(HfDir, ReadRowsEqualsTheSliceOfAFullRead) {
       for (int64_t rows : {int64_t(0), int64_t(1), 9 - row0}) {
         Tensor part = Tensor::empty(Shape{rows, 5}, t.dtype(), MemCategory::kOther, Device::cpu());
         w.read_rows(name, row0, rows, part);
+        if (rows == 0) continue;  // an empty tensor has no bytes (and no pointer) to compare
         EXPECT_EQ(std::memcmp(part.raw(), full.flat_slice(row0 * 5, rows * 5).raw(), part.nbytes()),
                   0)
             << name << " rows " << row0 << "+" << rows;
