@@ -7,10 +7,10 @@
 namespace fd::ops {
 
 Variable rms_norm(const Variable& x, const Variable& weight, float eps) {
-  const int64_t C = x.shape().cols();
-  const int64_t rows = x.shape().rows();
-  FD_CHECK(x.shape().ndim() >= 1 && weight.shape() == Shape{C}, "rms_norm: x {}, weight {}",
-           x.shape().str(), weight.shape().str());
+  const int64_t C = weight.shape().ndim() == 1 ? weight.shape()[0] : 0;
+  FD_CHECK(x.shape().ndim() >= 1 && C > 0 && x.shape().cols() % C == 0,
+           "rms_norm: x {}, weight {}", x.shape().str(), weight.shape().str());
+  const int64_t rows = x.shape().numel() / C;
   if (x.value().is_cuda()) usage_error("rms_norm is not on the GPU yet (issue 18)");
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Tensor rstd_t = Tensor::empty(Shape{rows});

@@ -12,8 +12,10 @@ namespace fd::ops {
 
 using autograd::Variable;
 
-// out = weight * to_dtype(x * rsqrt(mean(x^2) + eps)), per row of the last dim.
-// x: (..., C); weight: (C). Any float dtypes; out has x's dtype. CPU and meta
+// out = weight * to_dtype(x * rsqrt(mean(x^2) + eps)), per row of C elements.
+// x: (..., k*C) for k >= 1; weight: (C). With k > 1 each group of C consecutive
+// elements of the last dim is normalised on its own: Qwen3's q/k norm over each
+// head of a (B, T, heads * head_dim) projection, without a reshape. Any float dtypes; out has x's dtype. CPU and meta
 // only so far (a GPU tensor is a usage error). Saves x, weight and the fp32
 // rstd of each row for backward; the rounding to x's dtype is the identity
 // there (straight through), as in autograd.

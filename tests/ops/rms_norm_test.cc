@@ -92,5 +92,46 @@ TEST(RmsNorm, BF16RoundsBeforeTheWeight) {
   }
 }
 
+
+// Per-head norm (Qwen3's q/k norm): x (3, 7, 4 * 3) with weight (3) normalises
+// each group of 3 consecutive elements on its own, the same as x viewed as
+// (3, 7, 4, 3) with rows of 3.
+TEST(RmsNorm, GroupsOfTheLastDimAreRowsOfTheirOwn) {
+  constexpr int64_t kHeadDim = 3;
+  std::mt19937 rng(7);
+  const Vec x = randn(kRows * kC, rng, 2.0), w = randn(kHeadDim, rng, 0.5),
+            R = randn(kRows * kC, rng);
+  auto run_shape = [&](Shape xs) {
+    Variable xv(make_tensor(x, xs, DType::kF32), true);
+    Variable wv(make_tensor(w, Shape{kHeadDim}, DType::kF32), true);
+    autograd::Tape tape;
+    autograd::TapeScope scope(tape);
+    Variable y = rms_norm(xv, wv, float(kEps));
+    backward_with(tape, y, R);
+    return Result{values(y.value()), values(xv.grad()), values(wv.grad())};
+  };
+  const Result grouped = run_shape(Shape{3, 7, kC});
+  const Result rows = run_shape(Shape{3, 7, kC / kHeadDim, kHeadDim});
+  EXPECT_EQ(grouped.out, rows.out);
+  EXPECT_EQ(grouped.dx, rows.dx);
+  EXPECT_EQ(grouped.dw, rows.dw);
+  // And the float64 reference per group.
+  for (int64_t g = 0; g < kRows * kC / kHeadDim; ++g) {
+    double ms = 0;
+    for (int64_t i = 0; i < kHeadDim; ++i) ms += x[g * kHeadDim + i] * x[g * kHeadDim + i] / kHeadDim;
+    for (int64_t i = 0; i < kHeadDim; ++i)
+      EXPECT_NEAR(grouped.out[g * kHeadDim + i], w[i] * x[g * kHeadDim + i] / std::sqrt(ms + kEps),
+                  1e-5);
+  }
+}
+
+// A weight that does not tile the last dim is a usage error, not a silent misread.
+TEST(RmsNorm, WeightMustTileTheLastDim) {
+  std::mt19937 rng(8);
+  Variable xv(make_tensor(randn(2 * 10, rng), Shape{2, 10}, DType::kF32), true);
+  Variable wv(make_tensor(randn(4, rng), Shape{4}, DType::kF32), true);
+  EXPECT_THROW(rms_norm(xv, wv), std::exception);
+}
+
 }  // namespace
 }  // namespace fd::ops

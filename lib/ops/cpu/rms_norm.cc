@@ -26,8 +26,8 @@ float round_to(DType dt, float v) {
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
                       const Tensor& rstd_t) {
   const bool meta = out.is_meta();
-  const int64_t C = x.shape().cols();
-  const int64_t rows = x.shape().rows();
+  const int64_t C = weight.numel();  // a row: C consecutive elements (a head with q/k norm)
+  const int64_t rows = x.numel() / C;
   const DType dt = x.dtype();
   F32In X(x), W(weight);
   F32Out Y = F32Out::overwrite(out);
@@ -54,8 +54,8 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Te
 void rms_norm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& rstd_t,
                        const Tensor& dy_t, autograd::GradSlot* xs, autograd::GradSlot* ws) {
   const bool meta = x_t.is_meta();
-  const int64_t C = x_t.shape().cols();
-  const int64_t rows = x_t.shape().rows();
+  const int64_t C = weight.numel();
+  const int64_t rows = x_t.numel() / C;
   const DType dt = x_t.dtype();
   const bool need_x = xs->requires_grad;
   const bool need_w = ws->requires_grad;
