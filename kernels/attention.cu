@@ -1,5 +1,8 @@
-// attention: fused causal multi-head attention over packed qkv, FlashAttention-2
-// style, in fp32 FMA arithmetic (no tensor cores).
+// attention: fused causal multi-head attention, FlashAttention-2 style, in fp32
+// FMA arithmetic (no tensor cores). q, k and v are read through a base pointer
+// and a row stride each (GPT-2's packed qkv: thirds of one tensor, stride 3C),
+// and query head h reads key/value head h / group (group = n_head / n_kv_head:
+// grouped-query and multi-query attention).
 //
 // The T x T scores never exist: a block holds one tile of rows in shared
 // memory and loops over the tiles of the other side that the causal mask
@@ -12,12 +15,14 @@
 // backward    three kernels, all deterministic (no atomics, every output
 //             element written by exactly one thread, fixed summation orders):
 //             1. D[row] = rowsum(dO * O)                (one warp per row)
-//             2. dK, dV: one block per key tile, looping over the query tiles at
-//                or below the diagonal, P recomputed from q, k and lse;
-//                dV += P^T dO, dS = P * (dO V^T - D), dK += scale dS^T Q.
+//             2. dK, dV: one block per (key tile, batch*kv head), looping over
+//                the group's query heads in order and, for each, over the query
+//                tiles at or below the diagonal, P recomputed from q, k and lse;
+//                dV += P^T dO, dS = P * (dO V^T - D), dK += scale dS^T Q. The
+//                sum over the group stays in registers: still no atomics.
 //             3. dQ: one block per query tile, looping over the key tiles up to
 //                the diagonal; dQ += scale dS K (P and dS recomputed again).
-//             The results are added into dqkv (dqkv += ...), in dqkv's dtype.
+//             The results are added into dq, dk, dv (+= ...), in their dtype.
 //
 // Tiles. 128 threads = 8 (ty) x 16 (tx). A block's own tile (the "X" side:
 // queries in forward and dQ, keys in dK/dV) has 8*kXR rows, thread (ty, tx)
@@ -199,11 +204,19 @@ __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
-// Problem geometry, shared by the kernels.
+// Problem geometry, shared by the kernels. Head h of row (b, t) of q starts
+// at element (b * T + t) * ldq + h * hs (k, v likewise); out and dout are
+// contiguous, row stride C.
 struct Geometry {
-  int T, C, n_head, hs;
-  float scale;       // 1 / sqrt(hs)
-  float scale_log2;  // scale * log2(e): scores in base-2 units
+  int T, C, n_head, n_kv_head, group, hs;  // C = n_head * hs, group = n_head / n_kv_head
+  int64_t ldq, ldk, ldv;                   // row strides of q, k, v (and dq, dk, dv)
+  float scale;                             // 1 / sqrt(hs)
+  float scale_log2;                        // scale * log2(e): scores in base-2 units
+
+  // Element offset of head h of row (b, 0) in an operand of row stride ld.
+  __device__ int64_t head(int b, int h, int64_t ld) const {
+    return int64_t(b) * T * ld + int64_t(h) * hs;
+  }
 };
 
 // ------------------------------------------------------------------ forward --
@@ -222,7 +235,8 @@ constexpr size_t forward_smem() {
 // are scheduled first.
 template <DT kDt, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(const void* qkv, void* out, float* lse, Geometry g) {
+    attention_forward_kernel(const void* q, const void* k, const void* v, void* out, float* lse,
+                             Geometry g) {
   constexpr int kXR = kFwdXR;
   constexpr int kBr = 8 * kXR;
   constexpr int kLd = row_stride<kHs>();
@@ -235,13 +249,13 @@ __global__ void __launch_bounds__(kThreads)
   float* Ps = Vs + kYTile * kLd;                // [kBr][kPStride]
 
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head;
+  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head, kvh = h / g.group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
   const int T = g.T;
-  const int64_t ld = 3 * int64_t(g.C);
-  const int64_t q_off = int64_t(b) * T * ld + int64_t(h) * g.hs;
+  const int64_t q_off = g.head(b, h, g.ldq);
+  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
 
-  load_tile<kDt, kHs, kBr>(qkv, q_off, ld, q0, T, g.hs, Qs);
+  load_tile<kDt, kHs, kBr>(q, q_off, g.ldq, q0, T, g.hs, Qs);
 
   float o[kXR][kEC];
   float m[kXR], l[kXR];
@@ -258,8 +272,8 @@ __global__ void __launch_bounds__(kThreads)
   const int last_q = min(q0 + kBr, T) - 1;
   for (int k0 = 0; k0 <= last_q; k0 += kYTile) {
     __syncthreads();  // the previous tile's K, V and P are no longer read
-    load_tile<kDt, kHs, kYTile>(qkv, q_off + g.C, ld, k0, T, g.hs, Ks);
-    load_tile<kDt, kHs, kYTile>(qkv, q_off + 2 * int64_t(g.C), ld, k0, T, g.hs, Vs);
+    load_tile<kDt, kHs, kYTile>(k, k_off, g.ldk, k0, T, g.hs, Ks);
+    load_tile<kDt, kHs, kYTile>(v, v_off, g.ldv, k0, T, g.hs, Vs);
     __syncthreads();
 
     float s[kXR][kYR];
@@ -352,12 +366,14 @@ constexpr size_t dkdv_smem() {
                           + 2 * size_t(kYTile));                    // lse (base 2), D
 }
 
-// grid (B * n_head, key tiles of 8*kXR keys); key tile 0 (the most query
-// tiles) is scheduled first. dqkv[k part] += scale dS^T Q, dqkv[v part] += P^T dO.
+// grid (B * n_kv_head, key tiles of 8*kXR keys); key tile 0 (the most query
+// tiles) is scheduled first. dk += scale dS^T Q, dv += P^T dO, summed over the
+// group's query heads; a null dk or dv is not written.
 template <DT kDt, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    attention_dkdv_kernel(const void* qkv, const void* dout, const float* lse, const float* D,
-                          void* dqkv, DT dqkv_dt, Geometry g) {
+    attention_dkdv_kernel(const void* q, const void* k, const void* v, const void* dout,
+                          const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
+                          Geometry g) {
   constexpr int kXR = bwd_xr<kHs>();
   constexpr int kBc = 8 * kXR;
   constexpr int kLd = row_stride<kHs>();
@@ -373,15 +389,13 @@ __global__ void __launch_bounds__(kThreads)
   float* Ds = lse2 + kYTile;                    // [64]
 
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head;
+  const int b = blockIdx.x / g.n_kv_head, kvh = blockIdx.x % g.n_kv_head;
   const int k0 = blockIdx.y * kBc;
   const int T = g.T;
-  const int64_t ld = 3 * int64_t(g.C);
-  const int64_t q_off = int64_t(b) * T * ld + int64_t(h) * g.hs;
-  const int64_t o_off = int64_t(b) * T * g.C + int64_t(h) * g.hs;
+  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
 
-  load_tile<kDt, kHs, kBc>(qkv, q_off + g.C, ld, k0, T, g.hs, Ks);
-  load_tile<kDt, kHs, kBc>(qkv, q_off + 2 * int64_t(g.C), ld, k0, T, g.hs, Vs);
+  load_tile<kDt, kHs, kBc>(k, k_off, g.ldk, k0, T, g.hs, Ks);
+  load_tile<kDt, kHs, kBc>(v, v_off, g.ldv, k0, T, g.hs, Vs);
 
   float dk[kXR][kEC], dv[kXR][kEC];
 #pragma unroll
@@ -389,51 +403,61 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kEC; ++u) dk[i][u] = dv[i][u] = 0.0f;
 
-  // Query tiles from the one holding key k0 (queries before it see none of these keys).
-  for (int q0 = (k0 / kYTile) * kYTile; q0 < T; q0 += kYTile) {
-    __syncthreads();  // the previous query tile is no longer read
-    load_tile<kDt, kHs, kYTile>(qkv, q_off, ld, q0, T, g.hs, Qs);
-    load_tile<kDt, kHs, kYTile>(dout, o_off, g.C, q0, T, g.hs, dOs);
-    load_vec(lse + int64_t(bh) * T, q0, T, kYTile, kLog2e, lse2);
-    load_vec(D + int64_t(bh) * T, q0, T, kYTile, 1.0f, Ds);
-    __syncthreads();
+  // The group's query heads in order (one for plain multi-head attention).
+  for (int h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
+    const int64_t bh = int64_t(b) * g.n_head + h;
+    const int64_t q_off = g.head(b, h, g.ldq), o_off = g.head(b, h, g.C);
+    // Query tiles from the one holding key k0 (queries before it see none of these keys).
+    for (int q0 = (k0 / kYTile) * kYTile; q0 < T; q0 += kYTile) {
+      __syncthreads();  // the previous query tile is no longer read
+      load_tile<kDt, kHs, kYTile>(q, q_off, g.ldq, q0, T, g.hs, Qs);
+      load_tile<kDt, kHs, kYTile>(dout, o_off, g.C, q0, T, g.hs, dOs);
+      load_vec(lse + bh * T, q0, T, kYTile, kLog2e, lse2);
+      load_vec(D + bh * T, q0, T, kYTile, 1.0f, Ds);
+      __syncthreads();
 
-    float s[kXR][kYR], dp[kXR][kYR];
+      float s[kXR][kYR], dp[kXR][kYR];
 #pragma unroll
-    for (int i = 0; i < kXR; ++i)
+      for (int i = 0; i < kXR; ++i)
 #pragma unroll
-      for (int j = 0; j < kYR; ++j) s[i][j] = dp[i][j] = 0.0f;
-    dot_tile<kXR, kHs>(Ks, Qs, tx, ty, s);    // s[i][j] = k_c . q_r
-    dot_tile<kXR, kHs>(Vs, dOs, tx, ty, dp);  // dp[i][j] = v_c . dO_r
+        for (int j = 0; j < kYR; ++j) s[i][j] = dp[i][j] = 0.0f;
+      dot_tile<kXR, kHs>(Ks, Qs, tx, ty, s);    // s[i][j] = k_c . q_r
+      dot_tile<kXR, kHs>(Vs, dOs, tx, ty, dp);  // dp[i][j] = v_c . dO_r
 
 #pragma unroll
-    for (int i = 0; i < kXR; ++i) {
-      const int c = k0 + ty * kXR + i;
+      for (int i = 0; i < kXR; ++i) {
+        const int c = k0 + ty * kXR + i;
 #pragma unroll
-      for (int j = 0; j < kYR; ++j) {
-        const int rl = tx + 16 * j, r = q0 + rl;
-        const float p = (c <= r && r < T) ? exp2f(s[i][j] * g.scale_log2 - lse2[rl]) : 0.0f;
-        Pt[(ty * kXR + i) * kPStride + rl] = p;
-        dSt[(ty * kXR + i) * kPStride + rl] = p * (dp[i][j] - Ds[rl]);
+        for (int j = 0; j < kYR; ++j) {
+          const int rl = tx + 16 * j, r = q0 + rl;
+          const float p = (c <= r && r < T) ? exp2f(s[i][j] * g.scale_log2 - lse2[rl]) : 0.0f;
+          Pt[(ty * kXR + i) * kPStride + rl] = p;
+          dSt[(ty * kXR + i) * kPStride + rl] = p * (dp[i][j] - Ds[rl]);
+        }
       }
+      __syncthreads();  // P^T and dS^T complete
+      mul_tile<kXR, kHs>(Pt, dOs, tx, ty, dv);
+      mul_tile<kXR, kHs>(dSt, Qs, tx, ty, dk);
     }
-    __syncthreads();  // P^T and dS^T complete
-    mul_tile<kXR, kHs>(Pt, dOs, tx, ty, dv);
-    mul_tile<kXR, kHs>(dSt, Qs, tx, ty, dk);
   }
 
 #pragma unroll
   for (int i = 0; i < kXR; ++i) {
     const int c = k0 + ty * kXR + i;
     if (c >= T) continue;
-    const int64_t k_at = q_off + int64_t(c) * ld + g.C;
+    const int64_t k_at = k_off + int64_t(c) * g.ldk, v_at = v_off + int64_t(c) * g.ldv;
 #pragma unroll
     for (int u = 0; u < kEC; ++u) {
       const int col = out_col<kHs>(tx, u);
       if (col >= g.hs) continue;
-      const int64_t kk = k_at + col, vv = k_at + g.C + col;
-      store_from_float(dqkv, dqkv_dt, kk, load_as_float(dqkv, dqkv_dt, kk) + g.scale * dk[i][u]);
-      store_from_float(dqkv, dqkv_dt, vv, load_as_float(dqkv, dqkv_dt, vv) + dv[i][u]);
+      const int64_t kk = k_at + col, vv = v_at + col;
+      if (dk_out != nullptr) {
+        store_from_float(dk_out, grad_dt, kk,
+                         load_as_float(dk_out, grad_dt, kk) + g.scale * dk[i][u]);
+      }
+      if (dv_out != nullptr) {
+        store_from_float(dv_out, grad_dt, vv, load_as_float(dv_out, grad_dt, vv) + dv[i][u]);
+      }
     }
   }
 }
@@ -448,11 +472,11 @@ constexpr size_t dq_smem() {
 }
 
 // grid (B * n_head, query tiles of 8*kXR queries); the last query tiles first.
-// dqkv[q part] += scale dS K.
+// dq += scale dS K.
 template <DT kDt, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(const void* qkv, const void* dout, const float* lse, const float* D,
-                        void* dqkv, DT dqkv_dt, Geometry g) {
+    attention_dq_kernel(const void* q, const void* k, const void* v, const void* dout,
+                        const float* lse, const float* D, void* dq_out, DT grad_dt, Geometry g) {
   constexpr int kXR = bwd_xr<kHs>();
   constexpr int kBr = 8 * kXR;
   constexpr int kLd = row_stride<kHs>();
@@ -467,14 +491,13 @@ __global__ void __launch_bounds__(kThreads)
   float* Ds = lse2 + kBr;                       // [kBr]
 
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head;
+  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head, kvh = h / g.group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
   const int T = g.T;
-  const int64_t ld = 3 * int64_t(g.C);
-  const int64_t q_off = int64_t(b) * T * ld + int64_t(h) * g.hs;
-  const int64_t o_off = int64_t(b) * T * g.C + int64_t(h) * g.hs;
+  const int64_t q_off = g.head(b, h, g.ldq), o_off = g.head(b, h, g.C);
+  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
 
-  load_tile<kDt, kHs, kBr>(qkv, q_off, ld, q0, T, g.hs, Qs);
+  load_tile<kDt, kHs, kBr>(q, q_off, g.ldq, q0, T, g.hs, Qs);
   load_tile<kDt, kHs, kBr>(dout, o_off, g.C, q0, T, g.hs, dOs);
   load_vec(lse + int64_t(bh) * T, q0, T, kBr, kLog2e, lse2);
   load_vec(D + int64_t(bh) * T, q0, T, kBr, 1.0f, Ds);
@@ -488,8 +511,8 @@ __global__ void __launch_bounds__(kThreads)
   const int last_q = min(q0 + kBr, T) - 1;
   for (int k0 = 0; k0 <= last_q; k0 += kYTile) {
     __syncthreads();  // the previous key tile and dS are no longer read
-    load_tile<kDt, kHs, kYTile>(qkv, q_off + g.C, ld, k0, T, g.hs, Ks);
-    load_tile<kDt, kHs, kYTile>(qkv, q_off + 2 * int64_t(g.C), ld, k0, T, g.hs, Vs);
+    load_tile<kDt, kHs, kYTile>(k, k_off, g.ldk, k0, T, g.hs, Ks);
+    load_tile<kDt, kHs, kYTile>(v, v_off, g.ldv, k0, T, g.hs, Vs);
     __syncthreads();
 
     float s[kXR][kYR], dp[kXR][kYR];
@@ -518,13 +541,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kXR; ++i) {
     const int r = q0 + ty * kXR + i;
     if (r >= T) continue;
-    const int64_t q_at = q_off + int64_t(r) * ld;
+    const int64_t q_at = q_off + int64_t(r) * g.ldq;
 #pragma unroll
     for (int u = 0; u < kEC; ++u) {
       const int col = out_col<kHs>(tx, u);
       if (col >= g.hs) continue;
       const int64_t qq = q_at + col;
-      store_from_float(dqkv, dqkv_dt, qq, load_as_float(dqkv, dqkv_dt, qq) + g.scale * dq[i][u]);
+      store_from_float(dq_out, grad_dt, qq,
+                       load_as_float(dq_out, grad_dt, qq) + g.scale * dq[i][u]);
     }
   }
 }
@@ -547,20 +571,33 @@ class DeviceBuffer {
 };
 
 // Checks the shapes shared by forward and backward and returns the geometry.
-Geometry check_shapes(const char* what, DT dt, int64_t B, int64_t T, int64_t C, int64_t n_head) {
+Geometry check_shapes(const char* what, DT dt, const AttentionShape& a) {
   require_float(dt, what);
-  require(B >= 0 && T >= 0, what, "negative batch or sequence length");
-  require(n_head > 0 && C > 0 && C % n_head == 0, what,
-          ("C (" + std::to_string(C) + ") must be a positive multiple of n_head (" +
-           std::to_string(n_head) + ")")
+  require(a.B >= 0 && a.T >= 0, what, "negative batch or sequence length");
+  require(a.n_head > 0 && a.n_kv_head > 0 && a.n_head % a.n_kv_head == 0, what,
+          ("n_head (" + std::to_string(a.n_head) + ") must be a positive multiple of n_kv_head (" +
+           std::to_string(a.n_kv_head) + ")")
               .c_str());
-  const int64_t hs = C / n_head;
-  require(hs <= 128, what,
-          ("head size " + std::to_string(hs) + " (C / n_head) is above the supported 128").c_str());
-  require(T <= int64_t(65535) * 32 && 3 * C <= INT_MAX, what, "T or C too large");
-  require(B * n_head <= INT_MAX, what, "B * n_head too large");
-  const float scale = 1.0f / sqrtf(float(hs));
-  return Geometry{int(T), int(C), int(n_head), int(hs), scale, scale * kLog2e};
+  require(a.hs > 0 && a.hs <= 128, what,
+          ("head size " + std::to_string(a.hs) + " is outside the supported 1..128").c_str());
+  const int64_t C = a.n_head * a.hs;
+  require(a.ld_q >= C && a.ld_k >= a.n_kv_head * a.hs && a.ld_v >= a.n_kv_head * a.hs, what,
+          "a row stride is shorter than its rows");
+  require(a.T <= int64_t(65535) * 32 && a.ld_q <= INT_MAX && a.ld_k <= INT_MAX && a.ld_v <= INT_MAX,
+          what, "T or a row stride too large");
+  require(a.B * a.n_head <= INT_MAX, what, "B * n_head too large");
+  const float scale = 1.0f / sqrtf(float(a.hs));
+  return Geometry{.T = int(a.T),
+                  .C = int(C),
+                  .n_head = int(a.n_head),
+                  .n_kv_head = int(a.n_kv_head),
+                  .group = int(a.n_head / a.n_kv_head),
+                  .hs = int(a.hs),
+                  .ldq = a.ld_q,
+                  .ldk = a.ld_k,
+                  .ldv = a.ld_v,
+                  .scale = scale,
+                  .scale_log2 = scale * kLog2e};
 }
 
 template <typename Kernel>
@@ -570,34 +607,38 @@ void allow_smem(Kernel kernel, size_t bytes, const char* what) {
 }
 
 template <DT kDt, int kHs>
-void launch_forward(const void* qkv, void* out, float* lse, int64_t B, const Geometry& g) {
+void launch_forward(const void* q, const void* k, const void* v, void* out, float* lse, int64_t B,
+                    const Geometry& g) {
   const cudaStream_t s = stream();  // first: makes the runtime's device current on this thread
   constexpr size_t kSmem = forward_smem<kHs>();
   auto kernel = attention_forward_kernel<kDt, kHs>;
   allow_smem(kernel, kSmem, "attention_forward: shared memory");
   const dim3 grid(unsigned(B * g.n_head), unsigned((g.T + 8 * kFwdXR - 1) / (8 * kFwdXR)));
-  kernel<<<grid, kThreads, kSmem, s>>>(qkv, out, lse, g);
+  kernel<<<grid, kThreads, kSmem, s>>>(q, k, v, out, lse, g);
   check_launch("attention_forward");
 }
 
 template <DT kDt, int kHs>
-void launch_backward(const void* qkv, const void* dout, const float* lse, const float* D,
-                     void* dqkv, DT dqkv_dt, int64_t B, const Geometry& g) {
+void launch_backward(const void* q, const void* k, const void* v, const void* dout,
+                     const float* lse, const float* D, void* dq, void* dk, void* dv, DT grad_dt,
+                     int64_t B, const Geometry& g) {
   const cudaStream_t s = stream();
   constexpr int kTile = 8 * bwd_xr<kHs>();
-  const unsigned bh = unsigned(B * g.n_head), tiles = unsigned((g.T + kTile - 1) / kTile);
-  {
+  const unsigned tiles = unsigned((g.T + kTile - 1) / kTile);
+  if (dk != nullptr || dv != nullptr) {
     constexpr size_t kSmem = dkdv_smem<kHs>();
     auto kernel = attention_dkdv_kernel<kDt, kHs>;
     allow_smem(kernel, kSmem, "attention_backward: shared memory");
-    kernel<<<dim3(bh, tiles), kThreads, kSmem, s>>>(qkv, dout, lse, D, dqkv, dqkv_dt, g);
+    kernel<<<dim3(unsigned(B * g.n_kv_head), tiles), kThreads, kSmem, s>>>(q, k, v, dout, lse, D,
+                                                                           dk, dv, grad_dt, g);
     check_launch("attention_backward (dK, dV)");
   }
-  {
+  if (dq != nullptr) {
     constexpr size_t kSmem = dq_smem<kHs>();
     auto kernel = attention_dq_kernel<kDt, kHs>;
     allow_smem(kernel, kSmem, "attention_backward: shared memory");
-    kernel<<<dim3(bh, tiles), kThreads, kSmem, s>>>(qkv, dout, lse, D, dqkv, dqkv_dt, g);
+    kernel<<<dim3(unsigned(B * g.n_head), tiles), kThreads, kSmem, s>>>(q, k, v, dout, lse, D, dq,
+                                                                        grad_dt, g);
     check_launch("attention_backward (dQ)");
   }
 }
@@ -630,28 +671,32 @@ void dispatch(DT dt, int hs, F&& f) {
 
 }  // namespace
 
-void attention_forward(const void* qkv, void* out, float* lse, DT dt, int64_t B, int64_t T,
-                       int64_t C, int64_t n_head) {
-  const Geometry g = check_shapes("attention_forward", dt, B, T, C, n_head);
-  if (B == 0 || T == 0) return;
-  require(qkv != nullptr && out != nullptr && lse != nullptr, "attention_forward", "null pointer");
-  dispatch(dt, g.hs, [&]<DT kDt, int kHs>() { launch_forward<kDt, kHs>(qkv, out, lse, B, g); });
+void attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, DT dt,
+                       const AttentionShape& a) {
+  const Geometry g = check_shapes("attention_forward", dt, a);
+  if (a.B == 0 || a.T == 0) return;
+  require(q != nullptr && k != nullptr && v != nullptr && out != nullptr && lse != nullptr,
+          "attention_forward", "null pointer");
+  dispatch(dt, g.hs,
+           [&]<DT kDt, int kHs>() { launch_forward<kDt, kHs>(q, k, v, out, lse, a.B, g); });
 }
 
-void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout, DT dt,
-                        void* dqkv, DT dqkv_dt, int64_t B, int64_t T, int64_t C, int64_t n_head) {
-  const Geometry g = check_shapes("attention_backward", dt, B, T, C, n_head);
-  require_float(dqkv_dt, "attention_backward (dqkv)");
-  if (B == 0 || T == 0) return;
-  require(qkv != nullptr && out != nullptr && lse != nullptr && dout != nullptr && dqkv != nullptr,
+void attention_backward(const void* q, const void* k, const void* v, const void* out,
+                        const float* lse, const void* dout, DT dt, void* dq, void* dk, void* dv,
+                        DT grad_dt, const AttentionShape& a) {
+  const Geometry g = check_shapes("attention_backward", dt, a);
+  require_float(grad_dt, "attention_backward (gradients)");
+  if (a.B == 0 || a.T == 0 || (dq == nullptr && dk == nullptr && dv == nullptr)) return;
+  require(q != nullptr && k != nullptr && v != nullptr && out != nullptr && lse != nullptr &&
+              dout != nullptr,
           "attention_backward", "null pointer");
-  const int64_t rows = B * n_head * T;
+  const int64_t rows = a.B * a.n_head * a.T;
   DeviceBuffer D(size_t(rows) * sizeof(float));
   attention_rowdot_kernel<<<grid_for(rows * 32), kBlock, 0, stream()>>>(
       out, dout, dt, D.floats(), rows, g.T, g.C, g.n_head, g.hs);
   check_launch("attention_backward (D)");
   dispatch(dt, g.hs, [&]<DT kDt, int kHs>() {
-    launch_backward<kDt, kHs>(qkv, dout, lse, D.floats(), dqkv, dqkv_dt, B, g);
+    launch_backward<kDt, kHs>(q, k, v, dout, lse, D.floats(), dq, dk, dv, grad_dt, a.B, g);
   });
 }
 

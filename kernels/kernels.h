@@ -58,13 +58,13 @@ void* compute_stream();
 void synchronize();
 
 // Events order work between the compute stream and a communication stream.
-void* event_create();               // an opaque cudaEvent_t (timing disabled)
+void* event_create();  // an opaque cudaEvent_t (timing disabled)
 void event_destroy(void* event);
-void event_record(void* event, void* stream);     // stream: opaque cudaStream_t
+void event_record(void* event, void* stream);  // stream: opaque cudaStream_t
 void stream_wait_event(void* stream, void* event);
-bool event_query(void* event);      // true when the work before the record is done
+bool event_query(void* event);  // true when the work before the record is done
 void event_synchronize(void* event);
-void* stream_create();              // a non-blocking stream (for communication)
+void* stream_create();  // a non-blocking stream (for communication)
 void stream_destroy(void* stream);
 void stream_synchronize(void* stream);
 
@@ -104,8 +104,7 @@ void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float fac
 // dst[i] = value.
 void fill(void* dst, DT dt, int64_t n, float value);
 // dst[i] += factor * src[i] (gradient accumulation; add/scale backward).
-void accumulate(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n,
-                float factor = 1.0f);
+void accumulate(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n, float factor = 1.0f);
 // out[i] = a[i] + b[i] (residual add), out in out_dt.
 void add(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt, int64_t n);
 
@@ -120,8 +119,8 @@ void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int
 void dropout_forward(const void* x, void* out, DT dt, int64_t n, float p, uint64_t seed,
                      uint64_t stream);
 // dx += dy * keep / (1 - p).
-void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, float p,
-                      uint64_t seed, uint64_t stream);
+void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, float p, uint64_t seed,
+                      uint64_t stream);
 
 // ---------------------------------------------------------------- layers --
 
@@ -145,15 +144,28 @@ void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, con
                         const float* rstd, const void* dout, DT dout_dt, void* dx, DT dx_dt,
                         void* dweight, void* dbias, DT dw_dt, int64_t rows, int64_t C);
 
-// Fused causal attention over packed qkv (B, T, 3C) -> out (B, T, C), n_head
-// heads of size C / n_head (lib/ops/attention.h). lse: B * n_head * T fp32, the
-// logsumexp of each score row (natural log, scores scaled by 1/sqrt(hs)).
-void attention_forward(const void* qkv, void* out, float* lse, DT dt, int64_t B, int64_t T,
-                       int64_t C, int64_t n_head);
-// dqkv += gradient of out w.r.t. qkv given dout; out and lse from the forward.
-void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
-                        DT dt, void* dqkv, DT dqkv_dt, int64_t B, int64_t T, int64_t C,
-                        int64_t n_head);
+// Fused causal attention (lib/ops/attention.h) over q, k and v given as base
+// pointers and row strides: head h of row (b, t) of q is the hs elements from
+// q + (b * T + t) * ld_q + h * hs, likewise k and v (with ld_k, ld_v), and
+// query head h reads key/value head h / (n_head / n_kv_head). GPT-2's packed
+// qkv (B, T, 3C) is q = qkv, k = qkv + C, v = qkv + 2C, every stride 3C,
+// n_kv_head = n_head. out and dout are (B, T, n_head * hs), contiguous.
+struct AttentionShape {
+  int64_t B, T;
+  int64_t n_head, n_kv_head;  // n_head a multiple of n_kv_head
+  int64_t hs;                 // head size, at most 128
+  int64_t ld_q, ld_k, ld_v;   // row strides of q, k, v and of dq, dk, dv
+};
+// lse: B * n_head * T fp32, the logsumexp of each score row (natural log,
+// scores scaled by 1/sqrt(hs)). q, k, v and out in dt.
+void attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, DT dt,
+                       const AttentionShape& a);
+// dq, dk, dv (in grad_dt) += the gradients of out given dout; out and lse from
+// the forward. dk, dv sum over each group's query heads. A null gradient
+// pointer: not wanted (not written).
+void attention_backward(const void* q, const void* k, const void* v, const void* out,
+                        const float* lse, const void* dout, DT dt, void* dq, void* dk, void* dv,
+                        DT grad_dt, const AttentionShape& a);
 
 // Fused log-softmax + NLL over rows of V logits (lib/ops/cross_entropy.h).
 // Writes lse[r] for every row, *count = number of targets != ignore_index, and
@@ -178,9 +190,9 @@ void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT d
 // cuBLASLt allows (then beta must be 0). fp32 inputs use tf32 tensor cores
 // when allow_tf32 is set, exact fp32 otherwise; 16-bit inputs accumulate in
 // fp32. Workspace comes from the caching allocator.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const void* A, int64_t lda, const void* B, int64_t ldb, DT ab_dt, float beta, void* C,
-          int64_t ldc, DT c_dt, const void* bias = nullptr, bool allow_tf32 = false);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* A,
+          int64_t lda, const void* B, int64_t ldb, DT ab_dt, float beta, void* C, int64_t ldc,
+          DT c_dt, const void* bias = nullptr, bool allow_tf32 = false);
 
 // ------------------------------------------------------- optimizer & norms --
 

@@ -1,11 +1,12 @@
-// causal_attention: fused causal multi-head self-attention over GPT-2's packed qkv.
+// causal_attention: fused causal multi-head self-attention, over GPT-2's packed
+// qkv or over separate q, k and v with fewer key/value heads (GQA, MQA).
 //
 // Flash-attention style on the CPU: queries are processed in blocks of rows,
 // and for each (batch, head, block) the scores exist only in a small scratch
-// (block x T), built by BLAS GEMMs that read q, k, v in place with row stride
-// 3C. Only the per-row logsumexp is saved; backward recomputes the
+// (block x T), built by BLAS GEMMs that read q, k, v in place with their row
+// strides. Only the per-row logsumexp is saved; backward recomputes the
 // probabilities from q, k and it. Causality also skips every score above the
-// diagonal block, about half the work.
+// diagonal block, about half the work. Both entry points run the same code.
 #pragma once
 
 #include "lib/autograd/variable.h"
@@ -19,5 +20,18 @@ using autograd::Variable;
 // out: (B, T, C), qkv's dtype, = concat over heads of softmax(q k^T / sqrt(hs) + causal mask) v.
 // Saves qkv and the fp32 logsumexp of each score row (B * n_head * T floats) for backward.
 Variable causal_attention(const Variable& qkv, int n_head);
+
+// q: (B, T, n_head * D); k, v: (B, T, n_kv_head * D); n_head % n_kv_head == 0; one float
+// dtype and one device for all three. Query head h attends with key/value head
+// h / (n_head / n_kv_head): a KV head serves a contiguous group of query heads, as Hugging
+// Face's repeat_kv, with no repeat materialised. n_kv_head == n_head is plain multi-head
+// attention, n_kv_head == 1 multi-query attention.
+// out: (B, T, n_head * D), q's dtype, = concat over heads of
+// softmax(q k^T / sqrt(D) + causal mask) v. Backward gives dq, dk and dv (dk, dv summed over
+// each group's query heads). Saves q, k, v and the fp32 logsumexp (B * n_head * T floats).
+// With n_kv_head == n_head and q, k, v the thirds of a packed qkv, the results are the
+// packed overload's, bit for bit.
+Variable causal_attention(const Variable& q, const Variable& k, const Variable& v, int n_head,
+                          int n_kv_head);
 
 }  // namespace fd::ops

@@ -39,7 +39,11 @@ struct MatmulDims {
 };
 
 struct AttentionDims {
-  int64_t B, T, C, n_head, hs;  // hs = C / n_head
+  int64_t B, T;
+  int64_t C;          // q's and out's width: n_head * hs
+  int64_t n_head;     // query heads
+  int64_t hs;         // head size
+  int64_t n_kv_head;  // key/value heads; divides n_head (the packed qkv: n_head)
 };
 
 // What cross-entropy's forward leaves for its backward.
@@ -54,46 +58,52 @@ struct CrossEntropySaved {
 
 // The entry points every backend defines, with the same contracts as the
 // public ops (which say what each computes and saves).
-#define FD_OPS_BACKEND_ENTRY_POINTS                                                             \
-  /* out = a + b; out = x * factor; dst += src * factor. */                                     \
-  void add(const Tensor& a, const Tensor& b, const Tensor& out);                                \
-  void scale(const Tensor& x, float factor, const Tensor& out);                                 \
-  void accumulate(const Tensor& dst, const Tensor& src, float factor);                          \
-  void gelu_forward(const Tensor& x, const Tensor& out);                                        \
-  void gelu_backward(const Tensor& x, const Tensor& dy, autograd::GradSlot* dx);                \
-  void dropout_forward(const Tensor& x, const Tensor& out, float p, uint64_t seed,              \
-                       uint64_t stream);                                                        \
-  void dropout_backward(const Tensor& dy, autograd::GradSlot* dx, float p, uint64_t seed,       \
-                        uint64_t stream);                                                       \
-  /* Returns the ids as this backend read them (on the GPU: a device copy of host ids). */      \
-  Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& out);         \
-  void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor& dweight);          \
-  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,  \
-                         const Tensor& out, const Tensor& mean, const Tensor& rstd);            \
-  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,            \
-                          const Tensor& rstd, const Tensor& dy, autograd::GradSlot* dx,         \
-                          autograd::GradSlot* dweight, autograd::GradSlot* dbias);              \
-  void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& bias, MatmulOptions o,    \
-                      MatmulDims d, const Tensor& out);                                         \
-  void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, MatmulOptions o,     \
-                       MatmulDims d, autograd::GradSlot* da, autograd::GradSlot* db,            \
-                       autograd::GradSlot* dbias);                                              \
-  void attention_forward(const Tensor& qkv, AttentionDims d, const Tensor& out,                 \
-                         const Tensor& lse);                                                    \
-  /* out: the forward's output (the GPU's backward needs it; the CPU's does not). */            \
-  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,              \
-                          const Tensor& dy, AttentionDims d, autograd::GradSlot* dqkv);         \
-  /* Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`). */         \
-  Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ignore_index,   \
-                               const Tensor& lse, bool record, CrossEntropySaved* saved);       \
-  void cross_entropy_backward(const CrossEntropySaved& saved, const Tensor& dloss,              \
-                              autograd::GradSlot* dlogits);                                     \
-  double sum_of_squares(const Tensor& t);                                                       \
-  void scale_(const Tensor& t, float factor);                                                   \
-  bool all_finite(const Tensor& t);                                                             \
-  void add_(const Tensor& acc, const Tensor& x);                                                \
-  void adamw_update(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m, \
-                    const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,          \
+#define FD_OPS_BACKEND_ENTRY_POINTS                                                                \
+  /* out = a + b; out = x * factor; dst += src * factor. */                                        \
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);                                   \
+  void scale(const Tensor& x, float factor, const Tensor& out);                                    \
+  void accumulate(const Tensor& dst, const Tensor& src, float factor);                             \
+  void gelu_forward(const Tensor& x, const Tensor& out);                                           \
+  void gelu_backward(const Tensor& x, const Tensor& dy, autograd::GradSlot* dx);                   \
+  void dropout_forward(const Tensor& x, const Tensor& out, float p, uint64_t seed,                 \
+                       uint64_t stream);                                                           \
+  void dropout_backward(const Tensor& dy, autograd::GradSlot* dx, float p, uint64_t seed,          \
+                        uint64_t stream);                                                          \
+  /* Returns the ids as this backend read them (on the GPU: a device copy of host ids). */         \
+  Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& out);            \
+  void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor& dweight);             \
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,     \
+                         const Tensor& out, const Tensor& mean, const Tensor& rstd);               \
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,               \
+                          const Tensor& rstd, const Tensor& dy, autograd::GradSlot* dx,            \
+                          autograd::GradSlot* dweight, autograd::GradSlot* dbias);                 \
+  void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& bias, MatmulOptions o,       \
+                      MatmulDims d, const Tensor& out);                                            \
+  void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, MatmulOptions o,        \
+                       MatmulDims d, autograd::GradSlot* da, autograd::GradSlot* db,               \
+                       autograd::GradSlot* dbias);                                                 \
+  void attention_forward(const Tensor& qkv, AttentionDims d, const Tensor& out,                    \
+                         const Tensor& lse);                                                       \
+  /* out: the forward's output (the GPU's backward needs it; the CPU's does not). */               \
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,                 \
+                          const Tensor& dy, AttentionDims d, autograd::GradSlot* dqkv);            \
+  /* The same over separate q (B, T, C), k and v (B, T, n_kv_head * hs), one dtype. */             \
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, AttentionDims d,       \
+                         const Tensor& out, const Tensor& lse);                                    \
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,    \
+                          const Tensor& lse, const Tensor& dy, AttentionDims d,                    \
+                          autograd::GradSlot* dq, autograd::GradSlot* dk, autograd::GradSlot* dv); \
+  /* Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`). */            \
+  Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ignore_index,      \
+                               const Tensor& lse, bool record, CrossEntropySaved* saved);          \
+  void cross_entropy_backward(const CrossEntropySaved& saved, const Tensor& dloss,                 \
+                              autograd::GradSlot* dlogits);                                        \
+  double sum_of_squares(const Tensor& t);                                                          \
+  void scale_(const Tensor& t, float factor);                                                      \
+  bool all_finite(const Tensor& t);                                                                \
+  void add_(const Tensor& acc, const Tensor& x);                                                   \
+  void adamw_update(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,    \
+                    const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,             \
                     const AdamWStep& s);
 
 namespace cpu {

@@ -49,6 +49,15 @@ void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tenso
                         autograd::GradSlot*) {
   no_cuda("causal_attention");
 }
+void attention_forward(const Tensor&, const Tensor&, const Tensor&, AttentionDims, const Tensor&,
+                       const Tensor&) {
+  no_cuda("causal_attention");
+}
+void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const Tensor&, AttentionDims, autograd::GradSlot*, autograd::GradSlot*,
+                        autograd::GradSlot*) {
+  no_cuda("causal_attention");
+}
 Tensor cross_entropy_forward(const Tensor&, const Tensor&, int, const Tensor&, bool,
                              CrossEntropySaved*) {
   no_cuda("cross_entropy");

@@ -205,6 +205,25 @@ TEST_P(GpuParity, CausalAttention) {
   }
 }
 
+// Separate q, k, v with grouped (GQA) and single (MQA) key/value heads: dk and dv sum
+// over each group's query heads, in the dK/dV kernel's registers.
+TEST_P(GpuParity, CausalAttentionGroupedKv) {
+  REQUIRE_GPU();
+  for (auto [T, n_head, n_kv_head, hs] : {std::tuple{70, 4, 2, 64}, std::tuple{33, 6, 3, 32},
+                                          std::tuple{130, 4, 1, 128}, std::tuple{65, 2, 2, 16}}) {
+    const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;
+    check_parity("attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) + "_kv" +
+                     std::to_string(n_kv_head) + "_hs" + std::to_string(hs),
+                 GetParam(),
+                 {{randn(B * T * Cq, 15), Shape{B, T, Cq}},
+                  {randn(B * T * Ckv, 16), Shape{B, T, Ckv}},
+                  {randn(B * T * Ckv, 17), Shape{B, T, Ckv}}},
+                 [n_head, n_kv_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                   return ops::causal_attention(v[0], v[1], v[2], n_head, n_kv_head);
+                 });
+  }
+}
+
 TEST_P(GpuParity, CrossEntropy) {
   REQUIRE_GPU();
   const int64_t R = 40, V = 300;

@@ -252,6 +252,22 @@ TEST_P(MetaOps, Attention) {
       done();
     });
   }
+  // Separate q, k, v with grouped key/value heads; frozen k and v take the
+  // backward's other path (no dk, dv buffers).
+  for (int64_t T : {5, 130}) {
+    for (bool frozen_kv : {false, true}) {
+      const std::string what = fmt::format("causal_attention gqa T={} frozen_kv={}", T, frozen_kv);
+      expect_same_on_meta(what, [=](const auto& done) {
+        Variable q(randn(Shape{2, T, 4 * 8}, dt), true);
+        Variable k(randn(Shape{2, T, 2 * 8}, dt, 2), !frozen_kv);
+        Variable v(randn(Shape{2, T, 2 * 8}, dt, 3), !frozen_kv);
+        autograd::Tape tape;
+        autograd::TapeScope scope(tape);
+        backward(tape, causal_attention(q, k, v, 4, 2));
+        done();
+      });
+    }
+  }
 }
 
 TEST_P(MetaOps, CrossEntropy) {
