@@ -13,7 +13,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/engine/generate.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/ops/blas_setup.h"
 
 namespace {
@@ -25,10 +25,10 @@ double seconds_since(Clock::time_point t) {
 }
 
 // The previous generate(): greedy, a full forward of the sequence per token.
-void full_rerun(const fd::nn::Gpt& model, int new_tokens) {
+void full_rerun(const fd::nn::Decoder& model, int new_tokens) {
   fd::autograd::NoGradGuard no_grad;
   std::vector<int32_t> seq = {10};
-  const int V = model.config().vocab_size;
+  const int V = int(model.config().vocab_size);
   for (int i = 0; i < new_tokens; ++i) {
     const int64_t T = int64_t(seq.size());
     fd::Tensor tokens = fd::Tensor::empty(fd::Shape{1, T}, fd::DType::kI32);
@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown config %s (S or M)\n", name.c_str());
       return 2;
     }
-    fd::nn::Gpt model(c);
-    model.init_gpt2(1);
+    fd::nn::Decoder model(c);
+    model.init_weights(1);
     const std::string desc = fmt::format("L{} H{} C{} V{} T{}", c.n_layer, c.n_head, c.d_model,
                                          c.vocab_size, c.max_seq_len);
     fd::engine::SampleOptions o;

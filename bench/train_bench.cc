@@ -14,7 +14,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/base/rng.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/adamw.h"
 #include "lib/optim/clip.h"
@@ -57,8 +57,8 @@ double peak_rss_mib() {
 }
 
 void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
-  fd::nn::Gpt model(c.model);
-  model.init_gpt2(1);
+  fd::nn::Decoder model(c.model);
+  model.init_weights(1);
   const std::vector<const fd::nn::FlatParamGroup*> groups = model.groups();
   fd::optim::AdamW opt(groups, {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f});
   fd::Tensor tokens = fd::Tensor::empty(fd::Shape{c.batch, c.seq_len}, fd::DType::kI32);
@@ -85,9 +85,9 @@ void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
   size_t steady_allocs = fd::cpu_allocator::system_allocations() - allocs_before;
   double ms = total / steps * 1e3;
   double tok_s = double(c.batch) * c.seq_len / (ms / 1e3);
-  double gflops = tok_s * c.model.flops_per_token(c.seq_len) / 1e9;
+  double gflops = tok_s * fd::nn::gpt2_config(c.model).flops_per_token(c.seq_len) / 1e9;
   std::printf("%-5s %10.1f %10.0f %9.1f %8.1f%% %9.0f %12.2f %14zu\n", c.name, ms, tok_s, gflops,
-              100.0 * gflops / peak, peak_rss_mib(), double(c.model.num_params()) / 1e6,
+              100.0 * gflops / peak, peak_rss_mib(), double(fd::nn::gpt2_config(c.model).num_params()) / 1e6,
               steady_allocs);
   std::fflush(stdout);
 }

@@ -84,18 +84,19 @@ int run_eval(const EvalOptions& o) {
   ops::set_blas_threads(o.threads);
 
   engine::InferenceModel m = engine::load_inference_model(o.model);
-  const nn::GptConfig& mc = m.model->config();
+  const nn::DecoderConfig& mc = m.model->config();
+  const int context = int(mc.max_position_embeddings), vocab = int(mc.vocab_size);
   int T = o.seq_len;
-  if (T == -1) T = m.trained_seq_len > 0 ? std::min(m.trained_seq_len, mc.max_seq_len) : mc.max_seq_len;
+  if (T == -1) T = m.trained_seq_len > 0 ? std::min(m.trained_seq_len, context) : context;
   if (T < 1) usage_error("--seq-len must be >= 1, got {}", T);
-  if (T > mc.max_seq_len)
+  if (T > context)
     usage_error(
         "--seq-len {} is longer than the model's context (max_seq_len {}); give "
         "--seq-len {} or less",
-        T, mc.max_seq_len, mc.max_seq_len);
+        T, context, context);
 
   data::TokenFile file =
-      data::TokenFile::open(o.data, *data::token_format_from_name(o.format), mc.vocab_size);
+      data::TokenFile::open(o.data, *data::token_format_from_name(o.format), vocab);
   const int64_t W = int64_t(T) + 1;
   const int64_t fit = file.size() / W;
   if (fit == 0)

@@ -84,21 +84,22 @@ int run_generate(const GenerateOptions& o) {
   ops::set_blas_threads(o.threads);
 
   engine::InferenceModel m = engine::load_inference_model(o.model);
-  const nn::GptConfig& mc = m.model->config();
+  const nn::DecoderConfig& mc = m.model->config();
+  const int context = int(mc.max_position_embeddings), vocab = int(mc.vocab_size);
   const bool bytes = m.byte_level;
   if (!o.prompt.empty() && !bytes)
     usage_error(
         "{} is not a byte-level model ({}), and fdtrain has no tokenizer for its "
         "vocabulary of {}; give the prompt as token ids: --tokens 1,2,3",
         o.model, m.recipe ? "its run used data.format tokens" : "its vocabulary is not 256",
-        mc.vocab_size);
-  if (bytes && mc.vocab_size < data::ByteTokenizer::kVocabSize)
+        vocab);
+  if (bytes && vocab < data::ByteTokenizer::kVocabSize)
     usage_error("{}: vocab_size {} is below 256, too small for byte-level text", o.model,
-                mc.vocab_size);
+                vocab);
 
   data::ByteTokenizer tok;
   std::vector<int32_t> prompt =
-      o.tokens.empty() ? tok.encode(o.prompt) : parse_tokens(o.tokens, mc.vocab_size);
+      o.tokens.empty() ? tok.encode(o.prompt) : parse_tokens(o.tokens, vocab);
   engine::SampleOptions so;
   so.max_new_tokens = o.max_tokens;
   so.temperature = o.temperature;
@@ -106,10 +107,10 @@ int run_generate(const GenerateOptions& o) {
   so.top_p = o.top_p;
   so.seed = uint64_t(o.seed);
   so.max_context = o.context != -1 ? o.context : m.trained_seq_len;
-  if (so.max_context > mc.max_seq_len)
+  if (so.max_context > context)
     usage_error("--context {} is longer than the model's max_seq_len {}", so.max_context,
-                mc.max_seq_len);
-  so.start_token = engine::default_start_token(bytes, mc.vocab_size);  // as the run's sample
+                context);
+  so.start_token = engine::default_start_token(bytes, vocab);  // as the run's sample
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out = engine::generate(*m.model, prompt, so);
@@ -124,7 +125,7 @@ int run_generate(const GenerateOptions& o) {
                         {"temperature", o.temperature},
                         {"top_k", o.top_k},
                         {"top_p", o.top_p},
-                        {"context", so.max_context > 0 ? so.max_context : mc.max_seq_len},
+                        {"context", so.max_context > 0 ? so.max_context : context},
                         {"seconds", secs}};
     if (bytes) j["text"] = tok.decode(out);
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -95,6 +95,22 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("model.d_model", std::to_string(m.d_model));
   add("model.vocab_size", std::to_string(m.vocab_size));
   add("model.max_seq_len", std::to_string(m.max_seq_len));
+  if (m.arch != Arch::kGpt2) {  // the Llama family's keys, as loaded (defaults filled in)
+    add("model.n_kv_head", std::to_string(m.n_kv_head));
+    add("model.head_dim", std::to_string(m.head_dim));
+    add("model.d_ff", std::to_string(m.d_ff));
+    add("model.norm_eps", number(m.norm_eps));
+    add("model.rope_theta", number(m.rope_theta));
+    add("model.rope_scaling", std::string(to_string(m.rope_scaling)));
+    add("model.rope_factor", number(m.rope_factor));
+    add("model.rope_low_freq_factor", number(m.rope_low_freq_factor));
+    add("model.rope_high_freq_factor", number(m.rope_high_freq_factor));
+    add("model.rope_original_max_seq_len", std::to_string(m.rope_original_max_seq_len));
+    add("model.tie_embeddings", m.tie_embeddings ? "true" : "false");
+    add("model.attention_bias", m.attention_bias ? "true" : "false");
+    add("model.mlp_bias", m.mlp_bias ? "true" : "false");
+    add("model.qk_norm", m.qk_norm ? "true" : "false");
+  }
   add("model.init_from", str(m.init_from));
   const auto& d = r.data;
   add("data.format", std::string(to_string(d.format)));

@@ -8,6 +8,26 @@ std::string_view to_string(Arch v) {
   switch (v) {
     case Arch::kGpt2:
       return "gpt2";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kMistral:
+      return "mistral";
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kQwen3:
+      return "qwen3";
+  }
+  return "?";
+}
+
+std::string_view to_string(RopeScalingName v) {
+  switch (v) {
+    case RopeScalingName::kNone:
+      return "none";
+    case RopeScalingName::kLinear:
+      return "linear";
+    case RopeScalingName::kLlama3:
+      return "llama3";
   }
   return "?";
 }

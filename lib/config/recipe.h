@@ -21,7 +21,8 @@
 
 namespace fd::config {
 
-enum class Arch { kGpt2 };
+enum class Arch { kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
+enum class RopeScalingName { kNone, kLinear, kLlama3 };
 enum class DataFormat {
   kText,    // raw bytes, byte tokenizer (token = byte, vocab 256)
   kTokens,  // llm.c / nanoGPT .bin token files
@@ -33,19 +34,40 @@ enum class DeviceName { kCpu, kCuda };
 
 // The recipe spelling of each enum value ("gpt2", "text", "cosine", "bf16", ...).
 std::string_view to_string(Arch v);
+std::string_view to_string(RopeScalingName v);
 std::string_view to_string(DataFormat v);
 std::string_view to_string(OptimizerName v);
 std::string_view to_string(ScheduleName v);
 std::string_view to_string(Precision v);
 std::string_view to_string(DeviceName v);
 
+// The model section. arch picks the family; the keys after max_seq_len
+// belong to the Llama family (llama, mistral, qwen2, qwen3) and are refused
+// for gpt2. After loading, the family's defaults are filled in (n_kv_head,
+// head_dim, norm_eps, rope_theta, attention_bias), so a loaded recipe states
+// every value it runs with.
 struct ModelOptions {
-  Arch arch = Arch::kGpt2;  // model family; gpt2 is the only one so far
+  Arch arch = Arch::kGpt2;  // model family: gpt2, llama, mistral, qwen2, qwen3
   int n_layer = 4;          // transformer blocks, >= 1
-  int n_head = 4;           // attention heads per block, >= 1
-  int d_model = 128;        // embedding width, >= 1, divisible by n_head
+  int n_head = 4;           // attention (query) heads per block, >= 1
+  int d_model = 128;        // residual width, >= 1 (gpt2: divisible by n_head)
   int vocab_size = 256;     // token vocabulary, >= 1 (>= 256 for data.format text)
-  int max_seq_len = 256;    // context length of the position embedding, >= 1
+  int max_seq_len = 256;    // context: gpt2's position table; the others' max_position_embeddings
+  // Llama family only.
+  int n_kv_head = 0;        // key/value heads (GQA), divides n_head; loaded: default n_head
+  int head_dim = 0;         // per head, even; loaded: default d_model / n_head
+  int d_ff = 0;             // the MLP's inner width (intermediate_size), required
+  double norm_eps = 0.0;    // RMSNorm eps; loaded: default 1e-5 (llama, mistral), 1e-6 (qwen)
+  double rope_theta = 0.0;  // RoPE base; loaded: default 10000 (llama, mistral), 1e6 (qwen)
+  RopeScalingName rope_scaling = RopeScalingName::kNone;  // rope_scaling.rope_type
+  double rope_factor = 1.0;            // linear, llama3
+  double rope_low_freq_factor = 1.0;   // llama3
+  double rope_high_freq_factor = 4.0;  // llama3
+  int rope_original_max_seq_len = 0;   // llama3: original_max_position_embeddings
+  bool tie_embeddings = false;         // the head reuses the embedding (tie_word_embeddings)
+  bool attention_bias = false;  // biases on q, k, v and (llama, qwen3) o; qwen2: q, k, v always
+  bool mlp_bias = false;        // biases on the MLP's projections (llama only)
+  bool qk_norm = false;                // per-head q/k RMSNorm (qwen3: always)
   std::string init_from;    // weights to start from (fdtrain export, HF GPT-2 safetensors); "" = random init
   bool operator==(const ModelOptions&) const = default;
 };

@@ -38,13 +38,42 @@ const std::vector<SectionDoc>& section_reference() {
 const std::vector<KeyDoc>& key_reference() {
   static const std::vector<KeyDoc> k = {
       // model
-      {"model.arch", "string", "gpt2", "gpt2", "model family"},
+      {"model.arch", "string", "gpt2", "gpt2, llama, mistral, qwen2, qwen3",
+       "model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head) or the Llama "
+       "family (RMSNorm, RoPE, SwiGLU MLP; qwen2 adds q/k/v biases, qwen3 per-head q/k norm)"},
       {"model.n_layer", "int", "4", ">= 1", "transformer blocks"},
       {"model.n_head", "int", "4", ">= 1", "attention heads per block"},
       {"model.d_model", "int", "128", ">= 1, divisible by model.n_head", "embedding width"},
       {"model.vocab_size", "int", "256", ">= 1; >= 256 with data.format text", "token vocabulary"},
       {"model.max_seq_len", "int", "256", ">= 1, >= data.seq_len",
        "context length (rows of the position embedding)"},
+      {"model.n_kv_head", "int", "model.n_head", ">= 1, divides model.n_head; not gpt2",
+       "key/value heads (grouped-query attention; 1 = multi-query)"},
+      {"model.head_dim", "int", "d_model / n_head", ">= 2, even; not gpt2",
+       "width of each head (Qwen3 uses n_head * head_dim != d_model)"},
+      {"model.d_ff", "int", "", ">= 1; required for the Llama family, not gpt2",
+       "the MLP's inner width (intermediate_size)"},
+      {"model.norm_eps", "float", "1e-5 (llama, mistral), 1e-6 (qwen2, qwen3)", "> 0; not gpt2",
+       "RMSNorm epsilon (rms_norm_eps)"},
+      {"model.rope_theta", "float", "10000 (llama, mistral), 1e6 (qwen2, qwen3)", "> 0; not gpt2",
+       "RoPE base"},
+      {"model.rope_scaling", "string", "none", "none, linear, llama3; not gpt2",
+       "RoPE frequency scaling (rope_scaling.rope_type)"},
+      {"model.rope_factor", "float", "1", "> 0", "linear and llama3 scaling: the factor"},
+      {"model.rope_low_freq_factor", "float", "1", "> 0", "llama3 scaling: low_freq_factor"},
+      {"model.rope_high_freq_factor", "float", "4", "> model.rope_low_freq_factor",
+       "llama3 scaling: high_freq_factor"},
+      {"model.rope_original_max_seq_len", "int", "0", ">= 1 with llama3",
+       "llama3 scaling: original_max_position_embeddings"},
+      {"model.tie_embeddings", "bool", "false", "not gpt2 (always tied)",
+       "the output head reuses the embedding matrix (tie_word_embeddings)"},
+      {"model.attention_bias", "bool", "false (qwen2: true)", "not gpt2; qwen2 always",
+       "biases on the q, k, v and (llama, qwen3) o projections, as Hugging Face's "
+       "attention_bias; qwen2 has q, k, v biases and none on o"},
+      {"model.mlp_bias", "bool", "false", "llama only",
+       "biases on the MLP's gate, up and down projections (mlp_bias)"},
+      {"model.qk_norm", "bool", "false (qwen3: true)", "not gpt2; qwen3 always",
+       "per-head RMSNorm of q and k before RoPE"},
       {"model.init_from", "string", "\"\"", "an existing file",
        "start from these weights instead of a random init: an `fdtrain ckpt export` "
        "(.safetensors or .h5) or a Hugging Face GPT-2 model.safetensors; every parameter must be "
@@ -116,9 +145,10 @@ const std::vector<KeyDoc>& key_reference() {
       {"lora.alpha", "number", "lora.r", "> 0", "scaling: the update is multiplied by alpha / r"},
       {"lora.dropout", "number", "0.0", "[0, 1)", "dropout on the adapter input"},
       {"lora.targets", "list", "[c_attn]",
-       "non-empty; each c_attn, c_proj, attn.c_proj, c_fc, "
-       "mlp.c_proj",
-       "linear layers that get adapters (c_proj = both projections)"},
+       "non-empty; gpt2: each c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj, all-linear; Llama "
+       "family: each q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear",
+       "linear layers that get adapters (gpt2's c_proj = both projections); default [c_attn] "
+       "for gpt2, [q_proj, v_proj] for the Llama family"},
       {"lora.layers", "all or list", "all", "block indices 0 .. model.n_layer-1",
        "blocks that get adapters"},
       {"lora.adapter", "string", "\"\"", "a PEFT adapter directory",

@@ -60,8 +60,12 @@ const Section* find_section(std::string_view name) {
 // silently use fewer, the number it was built for).
 constexpr int kMaxThreads = 1024;
 
-const std::vector<std::string> kLoraTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
-                                               "mlp.c_proj"};
+// LoRA targets by family (PEFT's module names; all-linear: every block linear layer).
+const std::vector<std::string> kGpt2LoraTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
+                                                   "mlp.c_proj", "all-linear"};
+const std::vector<std::string> kLlamaLoraTargets = {"q_proj",    "k_proj",  "v_proj",
+                                                    "o_proj",    "gate_proj", "up_proj",
+                                                    "down_proj", "all-linear"};
 
 std::string unknown_key(std::string_view path, std::string_view key,
                         const std::vector<std::string>& known) {
@@ -509,6 +513,7 @@ class Builder {
 
   // --- sections ------------------------------------------------------------------
   void model(const Node& root);
+  void llama_family(const Node* model_section);
   void data(const Node& root);
   void batch(const Node& root);
   void optimizer(const Node& root);
@@ -557,12 +562,15 @@ void Builder::build(const Node& root) {
 void Builder::model(const Node& root) {
   const Node* s = section(root, "model");
   auto& m = r_->model;
-  get_enum(s, "model", "arch", std::vector<Arch>{Arch::kGpt2}, &m.arch);
+  get_enum(s, "model", "arch",
+           std::vector<Arch>{Arch::kGpt2, Arch::kLlama, Arch::kMistral, Arch::kQwen2, Arch::kQwen3},
+           &m.arch);
   get_int(s, "model", "n_layer", &m.n_layer, at_least(1));
   get_int(s, "model", "n_head", &m.n_head, at_least(1));
   get_int(s, "model", "d_model", &m.d_model, at_least(1));
   get_int(s, "model", "vocab_size", &m.vocab_size, at_least(1));
   get_int(s, "model", "max_seq_len", &m.max_seq_len, at_least(1));
+  llama_family(s);
   get_string(s, "model", "init_from", &m.init_from);
   if (check_files_ && !m.init_from.empty() && !bad("model.init_from") &&
       !std::filesystem::exists(m.init_from)) {
@@ -571,6 +579,73 @@ void Builder::model(const Node& root) {
                       "Hugging Face GPT-2 model.safetensors",
                       m.init_from));
   }
+}
+
+// The Llama family's keys: refused for gpt2 (whose shape the five keys
+// above fix), read and then completed with the family's defaults otherwise.
+void Builder::llama_family(const Node* s) {
+  auto& m = r_->model;
+  static const char* const kKeys[] = {
+      "n_kv_head",    "head_dim",    "d_ff",           "norm_eps",
+      "rope_theta",   "rope_scaling", "rope_factor",   "rope_low_freq_factor",
+      "rope_high_freq_factor", "rope_original_max_seq_len", "tie_embeddings", "attention_bias",
+      "mlp_bias", "qk_norm"};
+  if (bad("model.arch")) return;
+  if (m.arch == Arch::kGpt2) {
+    for (const char* k : kKeys) {
+      std::string path;
+      if (const Node* n = field(s, "model", k, &path))
+        error(n->loc, path,
+              fmt::format("is a setting of the Llama family (model.arch llama, mistral, qwen2, "
+                          "qwen3); a gpt2 model's shape is n_layer, n_head, d_model, vocab_size "
+                          "and max_seq_len (MLP 4 x d_model, LayerNorm, tied head)"));
+    }
+    return;
+  }
+  const bool qwen = m.arch == Arch::kQwen2 || m.arch == Arch::kQwen3;
+  m.n_kv_head = 0;
+  m.head_dim = 0;
+  m.norm_eps = qwen ? 1e-6 : 1e-5;
+  m.rope_theta = qwen ? 1e6 : 10000.0;
+  get_int(s, "model", "n_kv_head", &m.n_kv_head, at_least(1));
+  get_int(s, "model", "head_dim", &m.head_dim, at_least(2));
+  if (s == nullptr || s->find("d_ff") == nullptr)
+    error(s == nullptr ? file_ : loc_of("model"), "model.d_ff",
+          fmt::format("required for model.arch {}: the MLP's inner width (intermediate_size in "
+                      "a Hugging Face config.json)",
+                      to_string(m.arch)));
+  else
+    get_int(s, "model", "d_ff", &m.d_ff, at_least(1));
+  get_double(s, "model", "norm_eps", &m.norm_eps, above(0));
+  get_double(s, "model", "rope_theta", &m.rope_theta, above(0));
+  get_enum(s, "model", "rope_scaling",
+           std::vector<RopeScalingName>{RopeScalingName::kNone, RopeScalingName::kLinear,
+                                        RopeScalingName::kLlama3},
+           &m.rope_scaling);
+  get_double(s, "model", "rope_factor", &m.rope_factor, above(0));
+  get_double(s, "model", "rope_low_freq_factor", &m.rope_low_freq_factor, above(0));
+  get_double(s, "model", "rope_high_freq_factor", &m.rope_high_freq_factor, above(0));
+  get_int(s, "model", "rope_original_max_seq_len", &m.rope_original_max_seq_len, at_least(0));
+  get_bool(s, "model", "tie_embeddings", &m.tie_embeddings);
+  m.attention_bias = m.arch == Arch::kQwen2;
+  m.qk_norm = m.arch == Arch::kQwen3;
+  get_bool(s, "model", "attention_bias", &m.attention_bias);
+  get_bool(s, "model", "qk_norm", &m.qk_norm);
+  get_bool(s, "model", "mlp_bias", &m.mlp_bias);
+  if (m.mlp_bias && m.arch != Arch::kLlama)
+    error(loc_of("model.mlp_bias"), "model.mlp_bias",
+          fmt::format("{} models have no MLP biases (only llama's config has mlp_bias)",
+                      to_string(m.arch)));
+  if (m.arch == Arch::kQwen2 && !m.attention_bias)
+    error(loc_of("model.attention_bias"), "model.attention_bias",
+          "qwen2 models always have q/k/v biases; use model.arch llama for a model without them");
+  if (m.arch == Arch::kQwen3 && !m.qk_norm)
+    error(loc_of("model.qk_norm"), "model.qk_norm",
+          "qwen3 models always normalise q and k; use model.arch qwen2 or llama for a model "
+          "without q/k norm");
+  if (m.n_kv_head == 0 && !bad("model.n_head")) m.n_kv_head = m.n_head;
+  if (m.head_dim == 0 && !bad("model.n_head") && !bad("model.d_model"))
+    m.head_dim = m.d_model / m.n_head;
 }
 
 void Builder::data(const Node& root) {
@@ -677,6 +752,9 @@ void Builder::lora(const Node& root) {
                       "directory written by `fdtrain ckpt export --lora-adapter` or by PEFT",
                       l.adapter));
   }
+  const bool gpt2 = bad("model.arch") || r_->model.arch == Arch::kGpt2;
+  const std::vector<std::string>& kLoraTargets = gpt2 ? kGpt2LoraTargets : kLlamaLoraTargets;
+  if (!gpt2) l.targets = {"q_proj", "v_proj"};  // PEFT's default for the Llama family
   std::string path;
   if (const Node* n = field(s, "lora", "targets", &path)) {
     if (!n->is_list() || n->items.empty()) {
@@ -693,11 +771,19 @@ void Builder::lora(const Node& root) {
           }
           continue;
         }
+        if (t.is_scalar() && (t.scalar == "lm_head" || t.scalar == "embed_tokens" ||
+                              t.scalar == "wte" || t.scalar == "wpe")) {
+          error(t.loc, path,
+                fmt::format("{} cannot get adapters: LoRA goes on the blocks' linear layers ({}); "
+                            "the embedding and the head stay frozen",
+                            t.scalar, fmt::join(kLoraTargets, ", ")));
+          continue;
+        }
         std::string near = t.is_scalar() ? nearest(t.scalar, kLoraTargets) : "";
-        error(
-            t.loc, path,
-            fmt::format("expected one of {}, got {}{}", fmt::join(kLoraTargets, ", "), t.describe(),
-                        near.empty() ? "" : fmt::format("; did you mean '{}'?", near)));
+        error(t.loc, path,
+              fmt::format("a {} model has no layer {}; expected one of {}{}",
+                          to_string(r_->model.arch), t.describe(), fmt::join(kLoraTargets, ", "),
+                          near.empty() ? "" : fmt::format("; did you mean '{}'?", near)));
       }
       if (!bad(path)) l.targets = std::move(targets);
     }
@@ -779,7 +865,34 @@ void Builder::top_level(const Node& root) {
 
 void Builder::cross_checks() {
   const auto& m = r_->model;
-  if (!bad("model.d_model") && !bad("model.n_head") && m.d_model % m.n_head != 0) {
+  const bool gpt2 = !bad("model.arch") && m.arch == Arch::kGpt2;
+  if (!gpt2 && !bad("model.arch") && !bad("model.n_head") && !bad("model.n_kv_head") &&
+      m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
+    error(loc_of("model.n_kv_head"), "model.n_kv_head",
+          fmt::format("{} does not divide model.n_head ({}); each key/value head serves the "
+                      "same number of query heads",
+                      m.n_kv_head, m.n_head));
+  if (!gpt2 && !bad("model.arch") && !bad("model.head_dim") && !bad("model.n_head") &&
+      !bad("model.d_model") && (m.head_dim < 2 || m.head_dim % 2 != 0)) {
+    const std::string at = is_set("model.head_dim") ? "model.head_dim" : "model.d_model";
+    error(loc_of(at), at,
+          fmt::format("head_dim is {} (d_model / n_head unless model.head_dim is set); RoPE "
+                      "rotates pairs, so it must be even and >= 2",
+                      m.head_dim));
+  }
+  if (!gpt2 && !bad("model.arch") && m.rope_scaling == RopeScalingName::kLlama3) {
+    if (m.rope_original_max_seq_len < 1)
+      error(loc_of(is_set("model.rope_original_max_seq_len") ? "model.rope_original_max_seq_len"
+                                                             : "model.rope_scaling"),
+            "model.rope_original_max_seq_len",
+            "llama3 RoPE scaling needs the context the model was trained at before scaling "
+            "(original_max_position_embeddings)");
+    if (!(m.rope_high_freq_factor > m.rope_low_freq_factor))
+      error(loc_of("model.rope_high_freq_factor"), "model.rope_high_freq_factor",
+            fmt::format("must be above model.rope_low_freq_factor ({}), got {}",
+                        m.rope_low_freq_factor, m.rope_high_freq_factor));
+  }
+  if (gpt2 && !bad("model.d_model") && !bad("model.n_head") && m.d_model % m.n_head != 0) {
     std::string at = is_set("model.d_model") ? "model.d_model" : "model.n_head";
     error(loc_of(at), at,
           fmt::format("model.d_model ({}) must be divisible by model.n_head ({})", m.d_model,

@@ -25,23 +25,53 @@ DType compute_dtype(config::Precision precision) {
 
 namespace {
 
-nn::GptConfig model_config(const config::ModelOptions& m) {
-  nn::GptConfig c;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.d_model = m.d_model;
+nn::DecoderConfig model_config(const config::ModelOptions& m) {
+  using config::Arch;
+  if (m.arch == Arch::kGpt2)
+    return nn::gpt2_config({m.n_layer, m.n_head, m.d_model, m.vocab_size, m.max_seq_len});
+  nn::DecoderConfig c;
+  c.family = m.arch == Arch::kLlama     ? nn::ModelFamily::kLlama
+             : m.arch == Arch::kMistral ? nn::ModelFamily::kMistral
+             : m.arch == Arch::kQwen2   ? nn::ModelFamily::kQwen2
+                                        : nn::ModelFamily::kQwen3;
+  c.hidden_size = m.d_model;
+  c.intermediate_size = m.d_ff;
+  c.num_layers = m.n_layer;
+  c.num_heads = m.n_head;
+  c.num_kv_heads = m.n_kv_head;
+  c.head_dim = m.head_dim;
   c.vocab_size = m.vocab_size;
-  c.max_seq_len = m.max_seq_len;
+  c.max_position_embeddings = m.max_seq_len;
+  c.norm = nn::NormKind::kRmsNorm;
+  c.norm_eps = m.norm_eps;
+  c.positions = nn::PositionKind::kRope;
+  c.rope_theta = m.rope_theta;
+  c.rope_scaling.kind = m.rope_scaling == config::RopeScalingName::kLinear ? nn::RopeScalingKind::kLinear
+                        : m.rope_scaling == config::RopeScalingName::kLlama3
+                            ? nn::RopeScalingKind::kLlama3
+                            : nn::RopeScalingKind::kDefault;
+  c.rope_scaling.factor = m.rope_factor;
+  c.rope_scaling.low_freq_factor = m.rope_low_freq_factor;
+  c.rope_scaling.high_freq_factor = m.rope_high_freq_factor;
+  c.rope_scaling.original_max_position_embeddings = m.rope_original_max_seq_len;
+  c.attention_bias = m.attention_bias;
+  // Hugging Face's attention_bias covers o_proj too, except in Qwen2 (q, k, v only).
+  c.o_proj_bias = m.attention_bias && m.arch != Arch::kQwen2;
+  c.mlp_bias = m.mlp_bias;
+  c.qk_norm = m.qk_norm;
+  c.mlp = nn::MlpKind::kSwiGlu;
+  c.tie_word_embeddings = m.tie_embeddings;
+  c.validate();
   return c;
 }
 
-nn::LoraConfig lora_config(const config::Recipe& r) {
+nn::LoraConfig lora_config(const config::Recipe& r, const nn::DecoderConfig& model) {
   nn::LoraConfig lora;
   if (!r.lora) return lora;
   lora.r = r.lora->r;
   lora.alpha = float(r.lora->alpha);
   lora.dropout = float(r.lora->dropout);
-  lora.modules = nn::lora_modules_for_targets(r.lora->targets);
+  lora.modules = nn::lora_modules_for_targets(model, r.lora->targets);
   lora.layers = r.lora->layers;
   return lora;
 }
@@ -52,7 +82,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   Assembly a;
   a.world = world;
   a.model = model_config(r.model);
-  a.lora = lora_config(r);
+  a.lora = lora_config(r, a.model);
   a.dtype = compute_dtype(r.precision);
   a.layout = zero::layout_for(r.zero.stage, world);
   a.frozen_layout = zero::frozen_layout_for(r.zero.stage, world);
@@ -98,7 +128,7 @@ Assembly assemble(const config::Recipe& r, int world) {
 Assembly assemble_for_inference(const config::Recipe& r) {
   Assembly a;
   a.model = model_config(r.model);
-  a.lora = lora_config(r);
+  a.lora = lora_config(r, a.model);
   a.lora.dropout = 0.0f;
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
@@ -107,9 +137,9 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   return a;
 }
 
-std::unique_ptr<nn::Gpt> build_model(const Assembly& a, Init init) {
-  auto model = std::make_unique<nn::Gpt>(a.model, a.dtype, a.layout, a.lora, a.frozen_layout);
-  if (init == Init::kGpt2) model->init_gpt2(a.seed);
+std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init) {
+  auto model = std::make_unique<nn::Decoder>(a.model, a.dtype, a.layout, a.lora, a.frozen_layout);
+  if (init == Init::kRandom) model->init_weights(a.seed);
   return model;
 }
 

@@ -1,7 +1,7 @@
 // Assembly: the one place a config::Recipe becomes the objects of a run.
 //
 //   Assembly a = assemble(recipe, comm.size());
-//   std::unique_ptr<nn::Gpt> model = build_model(a);  // GPT-2 init from a.seed
+//   std::unique_ptr<nn::Decoder> model = build_model(a);  // GPT-2 init from a.seed
 //   zero::ZeroEngine engine(*model, comm, a.zero);
 //
 // The trainer, `fdtrain estimate`, eval/generate and the exports that rebuild
@@ -19,7 +19,7 @@
 #include "lib/config/recipe.h"
 #include "lib/data/token_dataset.h"
 #include "lib/engine/generate.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/optim/schedule.h"
 #include "lib/precision/loss_scaler.h"
 #include "lib/zero/zero_engine.h"
@@ -32,7 +32,7 @@ DType compute_dtype(config::Precision precision);
 // Everything a run is built from, for one world size.
 struct Assembly {
   int world = 1;                  // ranks the layouts are padded for
-  nn::GptConfig model;            // the network's dimensions
+  nn::DecoderConfig model;        // the network: family, dimensions, switches
   nn::LoraConfig lora;            // adapters; disabled (r = 0) without a lora section
   DType dtype = DType::kF32;      // the compute dtype (fp32 master weights when 16-bit)
   nn::GroupLayout layout;         // trainable flat groups, padded for zero.stage and world
@@ -55,13 +55,13 @@ Assembly assemble_for_inference(const config::Recipe& r);
 
 // How build_model() fills the parameters.
 enum class Init {
-  kGpt2,  // GPT-2's initialisation from Assembly::seed (training)
+  kRandom,  // the family's random initialisation from Assembly::seed (training; Decoder::init_weights)
   kNone,  // contents unspecified: the caller loads every parameter (inference)
 };
 
 // The model `a` describes, in a.dtype on the thread's default device
 // (model.init_from, adapters and checkpoints are loaded by the caller).
-std::unique_ptr<nn::Gpt> build_model(const Assembly& a, Init init = Init::kGpt2);
+std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kRandom);
 
 // Opens data.train and data.val (data.format, data.val_fraction,
 // data.seq_len, model.vocab_size) as a TokenDataset, as training opens them;

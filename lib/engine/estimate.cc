@@ -160,8 +160,8 @@ class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver 
   static MemoryAccountant& acct() { return MemoryAccountant::global(); }
 
   std::string segment_label(int g) const {
-    if (g == nn::Gpt::kEmbedSegment) return "embedding";
-    if (g == a_.model.n_layer + 1) return "head";
+    if (g == nn::Decoder::kEmbedSegment) return "embedding";
+    if (g == a_.model.num_layers + 1) return "head";
     const std::string block = fmt::format("block {}", g - 1);
     if (std::count(a_.zero.checkpoint_segments.begin(), a_.zero.checkpoint_segments.end(), g))
       checkpointed_.insert(block);
@@ -208,7 +208,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   std::array<int64_t, kNumMemCategories> base{};
   for (int c = 0; c < kNumMemCategories; ++c) base[size_t(c)] = acct.current(MemCategory(c));
   auto above_base = [&](MemCategory c) { return acct.peak(c) - base[size_t(c)]; };
-  std::unique_ptr<nn::Gpt> model = build_model(a);
+  std::unique_ptr<nn::Decoder> model = build_model(a);
   zero::ZeroEngine engine(*model, comm, a.zero);
   RankRun out;
   out.num_params = model->parameter_count();
@@ -290,7 +290,7 @@ Estimate estimate(const config::Recipe& r, int world) {
   {
     // P at one rank: alignment padding only.
     DeviceScope on_meta(Device::meta());
-    const std::unique_ptr<nn::Gpt> one = build_model(assemble(r, 1), Init::kNone);
+    const std::unique_ptr<nn::Decoder> one = build_model(assemble(r, 1), Init::kNone);
     for (const nn::FlatParamGroup* g : one->groups()) e.padded_params_1 += g->numel();
   }
   // 16-bit reductions are staged in fp32 by the MPI backend (N > 1) only.
@@ -350,7 +350,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       prev = after[i].second;
       if (i == 0) {
         act.embed = added;
-      } else if (i <= size_t(e.model.n_layer)) {
+      } else if (i <= size_t(e.model.num_layers)) {
         const int layer = int(i) - 1;
         const bool ckpt =
             std::find(e.checkpointed.begin(), e.checkpointed.end(), layer) != e.checkpointed.end();
@@ -359,7 +359,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       }
     }
     act.head = act.saved -
-               (after.size() > size_t(e.model.n_layer) ? after[size_t(e.model.n_layer)].second : 0);
+               (after.size() > size_t(e.model.num_layers) ? after[size_t(e.model.num_layers)].second : 0);
   }
   for (StageEstimate& st : e.stages)
     st.paper_bytes = paper_bytes(st.stage, double(e.num_params), double(world), e.compute_bytes);
@@ -451,17 +451,16 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
 std::string format_estimate(const Estimate& e) {
   std::string out;
   auto line = [&](const std::string& s) { out += s + "\n"; };
-  const nn::GptConfig& m = e.model;
+  const nn::DecoderConfig& m = e.model;
   line(fmt::format("fdtrain estimate{}: bytes per rank at world size N = {}",
                    e.recipe_path.empty() ? "" : " for " + e.recipe_path, e.world));
   line(fmt::format(
-      "model: GPT-2 L{} H{} C{} V{} T{}; micro batch {} x {} tokens, accumulation {}; "
-      "precision {}{}",
-      m.n_layer, m.n_head, m.d_model, m.vocab_size, m.max_seq_len, e.micro, e.seq_len,
+      "model: {}; micro batch {} x {} tokens, accumulation {}; precision {}{}", m.summary(),
+      e.micro, e.seq_len,
       e.accumulation, config::to_string(e.precision),
       e.checkpointed.empty()
           ? ""
-          : fmt::format("; {} of {} blocks checkpointed", e.checkpointed.size(), m.n_layer)));
+          : fmt::format("; {} of {} blocks checkpointed", e.checkpointed.size(), m.num_layers)));
   line(fmt::format(
       "Ψ = {} parameters; P = {} padded at N = {} (+{}: +{} aligning each parameter "
       "to 16 elements, +{} splitting segments into {} shard{})",
@@ -538,7 +537,7 @@ std::string format_estimate(const Estimate& e) {
                     human(e.activations.saved), human(e.activations.peak), e.activations.peak_at),
         "", "  ", 96);
   } else {
-    const int plain = m.n_layer - e.activations.checkpointed;
+    const int plain = m.num_layers - e.activations.checkpointed;
     std::string blocks;
     if (plain > 0) blocks = fmt::format("{} per block x {}", human(e.activations.per_block), plain);
     if (e.activations.checkpointed > 0)
@@ -566,11 +565,17 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   j["precision"] = std::string(config::to_string(e.precision));
   j["compute_bytes"] = e.compute_bytes;
   j["checkpointed_layers"] = e.checkpointed;
-  j["model"] = {{"n_layer", e.model.n_layer},
-                {"n_head", e.model.n_head},
-                {"d_model", e.model.d_model},
-                {"vocab_size", e.model.vocab_size},
-                {"max_seq_len", e.model.max_seq_len}};
+  const nn::DecoderConfig& m = e.model;
+  j["model"] = {{"family", nn::family_name(m.family)},
+                {"n_layer", m.num_layers},
+                {"n_head", m.num_heads},
+                {"n_kv_head", m.num_kv_heads},
+                {"head_dim", m.head_dim},
+                {"d_model", m.hidden_size},
+                {"intermediate_size", m.intermediate_size},
+                {"vocab_size", m.vocab_size},
+                {"max_seq_len", m.max_position_embeddings},
+                {"tied_head", m.tie_word_embeddings}};
   j["micro"] = e.micro;
   j["seq_len"] = e.seq_len;
   j["accumulation"] = e.accumulation;

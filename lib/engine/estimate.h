@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "lib/config/recipe.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/zero/zero_engine.h"
 
 namespace fd::engine {
@@ -85,7 +85,7 @@ struct StageEstimate {
 
 struct Estimate {
   std::string recipe_path;  // for the printed title; may be empty
-  nn::GptConfig model;
+  nn::DecoderConfig model;
   int micro = 0, seq_len = 0, accumulation = 0;
   int world = 1;
   int recipe_stage = 0;

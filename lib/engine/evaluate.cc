@@ -8,11 +8,12 @@
 
 namespace fd::engine {
 
-EvalResult evaluate_windows(const nn::Gpt& model, std::span<const int32_t> tokens, int seq_len,
+EvalResult evaluate_windows(const nn::Decoder& model, std::span<const int32_t> tokens, int seq_len,
                             int batch, const EvalProgress& progress) {
   const int64_t T = seq_len, W = T + 1;
-  FD_CHECK(seq_len >= 1 && seq_len <= model.config().max_seq_len,
-           "seq_len {} outside 1..max_seq_len {}", seq_len, model.config().max_seq_len);
+  FD_CHECK(seq_len >= 1 && seq_len <= model.config().max_position_embeddings,
+           "seq_len {} outside 1..max_position_embeddings {}", seq_len,
+           model.config().max_position_embeddings);
   FD_CHECK(int64_t(tokens.size()) % W == 0 && !tokens.empty(),
            "{} tokens are not a whole number of windows of {}", tokens.size(), W);
   FD_CHECK(batch >= 1, "batch must be >= 1");

@@ -15,7 +15,7 @@
 #include <functional>
 #include <span>
 
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 
 namespace fd::engine {
 
@@ -38,7 +38,7 @@ using EvalProgress = std::function<void(int64_t windows_done, int64_t windows, d
 // autograd; the result does not depend on `batch` beyond float rounding.
 // `progress`, if set, is called after every forward; its last call has
 // windows_done == windows and the result's mean_loss.
-EvalResult evaluate_windows(const nn::Gpt& model, std::span<const int32_t> tokens, int seq_len,
+EvalResult evaluate_windows(const nn::Decoder& model, std::span<const int32_t> tokens, int seq_len,
                             int batch = 8, const EvalProgress& progress = {});
 
 }  // namespace fd::engine

@@ -33,8 +33,9 @@ LoraRun lora_run(const ckpt::Checkpoint& c) {
         "{}: the checkpoint is not from a LoRA run (its recipe has no lora section); export it "
         "with --out FILE",
         c.dir);
-  const nn::GptConfig m = assemble_for_inference(r.recipe).model;
-  return {lora_spec(r.recipe), {m.n_layer, m.n_head, m.d_model, m.vocab_size, m.max_seq_len}};
+  const nn::DecoderConfig m = assemble_for_inference(r.recipe).model;
+  return {lora_spec(r.recipe),
+          {m.num_layers, m.num_heads, m.hidden_size, m.vocab_size, m.max_position_embeddings}};
 }
 
 }  // namespace
@@ -48,7 +49,7 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
     config::LoadResult r =
         config::try_parse_stored_recipe(c.meta().recipe_yaml, "checkpoint recipe");
     if (r.ok())
-      n_head = assemble_for_inference(r.recipe).model.n_head;
+      n_head = assemble_for_inference(r.recipe).model.num_heads;
     else
       log::warn(
           "{}: the checkpoint's recipe does not validate; n_head is left out of the export's "

@@ -7,7 +7,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/rng.h"
-#include "lib/nn/gpt_decoder.h"
+#include "lib/nn/kv_decoder.h"
 
 namespace fd::engine {
 namespace {
@@ -79,7 +79,7 @@ int32_t default_start_token(bool byte_level, int vocab_size) {
   return byte_level ? 10 : (vocab_size > 50256 ? 50256 : 0);
 }
 
-std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
+std::vector<int32_t> generate(const nn::Decoder& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& options) {
   FD_CHECK(options.temperature >= 0.0f && std::isfinite(options.temperature),
            "temperature must be >= 0, got {}", options.temperature);
@@ -88,12 +88,11 @@ std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& 
            options.top_p);
   std::vector<int32_t> out;
   if (options.max_new_tokens <= 0) return out;
-  const int window = options.max_context > 0
-                         ? std::min(options.max_context, model.config().max_seq_len)
-                         : model.config().max_seq_len;
+  // The cache holds the context window: options.max_context, else the model's.
+  nn::KvDecoder decoder(model, std::max(options.max_context, 0));
+  const int window = decoder.capacity();
   const int keep = (window + 1) / 2;  // what remains of a full window
   std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
-  nn::GptDecoder decoder(model);
   TokenSampler sampler(model.config().vocab_size, options);
   auto last = [&](size_t n) {
     return std::span<const int32_t>(seq).subspan(seq.size() - std::min(n, seq.size()));

@@ -2,7 +2,7 @@
 // top-k + top-p (nucleus) sampling, deterministic in the seed. Used for the
 // sample printed at the end of a run and by `fdtrain generate`.
 //
-// Decoding is incremental (nn::GptDecoder): the prompt runs once, then each
+// Decoding is incremental (nn::KvDecoder): the prompt runs once, then each
 // new token costs one token's forward over the KV cache, so time grows
 // linearly with the number of tokens (bench/generate_bench.sh).
 //
@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 
 namespace fd::engine {
 
@@ -50,7 +50,7 @@ struct SampleOptions {
 // whose renormalised p sums to >= top_p (never empty), as Hugging Face's
 // TopPLogitsWarper after its TopKLogitsWarper. temperature 0 takes the argmax.
 // Checks 0 <= temperature, 0 <= top_k and 0 < top_p <= 1 (FD_CHECK).
-std::vector<int32_t> generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
+std::vector<int32_t> generate(const nn::Decoder& model, const std::vector<int32_t>& prompt,
                               const SampleOptions& options);
 
 }  // namespace fd::engine

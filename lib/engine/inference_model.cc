@@ -23,9 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string dims(const nn::GptConfig& c) {
-  return fmt::format("n_layer {}, n_head {}, d_model {}, vocab_size {}, max_seq_len {}", c.n_layer,
-                     c.n_head, c.d_model, c.vocab_size, c.max_seq_len);
+std::string dims(const nn::DecoderConfig& c) {
+  if (c.family != nn::ModelFamily::kGpt2) return c.summary();
+  return fmt::format("n_layer {}, n_head {}, d_model {}, vocab_size {}, max_seq_len {}",
+                     c.num_layers, c.num_heads, c.hidden_size, c.vocab_size,
+                     c.max_position_embeddings);
 }
 
 // Copies tensors by name into the parameters; every parameter must be there with its shape.
@@ -222,8 +224,7 @@ InferenceModel from_file(const std::string& path) {
   const std::map<std::string, std::string> metadata = file.metadata();
   // No recipe: the model is assembled from the file's shapes (fp32, no adapters).
   Assembly a;
-  nn::GptConfig& mc = a.model;
-  mc = nn::GptConfig{0, 0, 0, 0, 0};
+  nn::GptConfig mc{0, 0, 0, 0, 0};
   static const std::regex kBlock(R"(^h\.(\d+)\..*)");
   std::smatch match;
   for (const auto& [name, shape] : file.shapes()) {
@@ -259,6 +260,7 @@ InferenceModel from_file(const std::string& path) {
         "head size 64; re-export it with `fdtrain ckpt export`",
         path, mc.d_model);
   }
+  a.model = nn::gpt2_config(mc);
   InferenceModel m;
   m.model = build_model(a, Init::kNone);
   load_weights(path, *m.model, "");
@@ -266,7 +268,8 @@ InferenceModel from_file(const std::string& path) {
   m.byte_level = mc.vocab_size == 256;
   auto step = metadata.find("step");
   m.description = fmt::format(
-      "{}{} ({})", path, step == metadata.end() ? "" : " (step " + step->second + ")", dims(mc));
+      "{}{} ({})", path, step == metadata.end() ? "" : " (step " + step->second + ")",
+      dims(a.model));
   return m;
 }
 

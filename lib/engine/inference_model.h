@@ -32,12 +32,12 @@
 #include <string>
 
 #include "lib/config/recipe.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 
 namespace fd::engine {
 
 struct InferenceModel {
-  std::unique_ptr<nn::Gpt> model;        // fp32, on the CPU
+  std::unique_ptr<nn::Decoder> model;        // fp32, on the CPU
   std::string source;                    // the step directory or the file read
   std::string description;               // one line: what was read, step, dimensions
   std::optional<config::Recipe> recipe;  // checkpoints only: the run's stored recipe

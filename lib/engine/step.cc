@@ -9,7 +9,7 @@ Batch make_batch(const Assembly& a, Device device) {
 }
 
 double train_micro_batch(
-    nn::Gpt& model, zero::ZeroEngine& engine, nn::SegmentRunner& runner, const Batch& batch,
+    nn::Decoder& model, zero::ZeroEngine& engine, nn::SegmentRunner& runner, const Batch& batch,
     int micro, uint64_t dropout_seed, float grad_seed,
     const std::function<void(const autograd::Tape&, const autograd::Variable&)>& between) {
   engine.begin_micro_batch(micro);
@@ -24,7 +24,7 @@ double train_micro_batch(
   return value;
 }
 
-double eval_batch(const nn::Gpt& model, zero::ZeroEngine& engine, const Batch& batch) {
+double eval_batch(const nn::Decoder& model, zero::ZeroEngine& engine, const Batch& batch) {
   autograd::NoGradGuard no_grad;
   return model.loss(batch.tokens, batch.targets, &engine).value().to_vector()[0];
 }

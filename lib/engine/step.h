@@ -14,7 +14,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/engine/assemble.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/nn/segment_runner.h"
 #include "lib/tensor/tensor.h"
 #include "lib/zero/zero_engine.h"
@@ -39,11 +39,11 @@ Batch make_batch(const Assembly& a, Device device);
 // the forward and before the backward, with the tape and the loss. Returns
 // the loss.
 double train_micro_batch(
-    nn::Gpt& model, zero::ZeroEngine& engine, nn::SegmentRunner& runner, const Batch& batch,
+    nn::Decoder& model, zero::ZeroEngine& engine, nn::SegmentRunner& runner, const Batch& batch,
     int micro, uint64_t dropout_seed, float grad_seed,
     const std::function<void(const autograd::Tape&, const autograd::Variable&)>& between = {});
 
 // An evaluation batch: the forward without gradients. Returns the loss.
-double eval_batch(const nn::Gpt& model, zero::ZeroEngine& engine, const Batch& batch);
+double eval_batch(const nn::Decoder& model, zero::ZeroEngine& engine, const Batch& batch);
 
 }  // namespace fd::engine

@@ -36,7 +36,7 @@
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
 #include "lib/engine/weights_io.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
 #include "lib/precision/loss_scaler.h"
@@ -240,7 +240,7 @@ void Trainer::setup(const TrainOptions& options) {
   assembly_ = assemble(recipe_, world);
   const Assembly& a = assembly_;
   sampler_ = std::make_unique<data::Sampler>(*dataset_, a.seed);
-  const nn::GptConfig& mc = a.model;
+  const nn::DecoderConfig& mc = a.model;
   const nn::LoraConfig& lora = a.lora;
   model_ = build_model(a);
   if (!recipe_.model.init_from.empty()) {
@@ -258,7 +258,7 @@ void Trainer::setup(const TrainOptions& options) {
         "(sum of r*(in+out) over adapted modules), {:.3f}% of the {} frozen base "
         "parameters{}",
         lora.r, lora.alpha, fmt::join(lora.modules, ", "),
-        lora.layers.empty() ? mc.n_layer : int(lora.layers.size()), trainable,
+        lora.layers.empty() ? mc.num_layers : int(lora.layers.size()), trainable,
         100.0 * double(trainable) / double(mc.num_params()), mc.num_params(),
         recipe_.model.init_from.empty() ? "; WARNING: no model.init_from, the base is a "
                                           "random init"
@@ -290,8 +290,7 @@ void Trainer::setup(const TrainOptions& options) {
   resume_in_place_ = plan.in_place;
   discard_on_start_ = plan.newer;
   if (comm_.rank() == 0) {
-    log::info("model: GPT-2 L{} H{} C{} V{} T{}, {:.2f}M parameters; {}", mc.n_layer, mc.n_head,
-              mc.d_model, mc.vocab_size, mc.max_seq_len, double(mc.num_params()) / 1e6,
+    log::info("model: {}, {:.2f}M parameters; {}", mc.summary(), double(mc.num_params()) / 1e6,
               dataset_->summary());
     log::info("{} rank{} ({} backend), ZeRO stage {}, device {}; run directory: {}", world,
               world == 1 ? "" : "s", model_comm().backend(), recipe_.zero.stage,

@@ -53,7 +53,7 @@ class TokenDataset;
 class Sampler;
 }  // namespace fd::data
 namespace fd::nn {
-class Gpt;
+class Decoder;
 struct LoraConfig;
 }  // namespace fd::nn
 namespace fd::zero {
@@ -96,7 +96,7 @@ class Trainer {
   // rank 0). Collective.
   nlohmann::json run();
 
-  const nn::Gpt& model() const { return *model_; }
+  const nn::Decoder& model() const { return *model_; }
   // Runs fn with every parameter of the model resident and current (ZeRO-3 gathers).
   void with_full_parameters(const std::function<void()>& fn);
   // The step (0-based) in progress, for failure messages.
@@ -172,7 +172,7 @@ class Trainer {
   std::unique_ptr<dist::Communicator> gpu_comm_;  // GPU runs: NCCL over comm_
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
-  std::unique_ptr<nn::Gpt> model_;
+  std::unique_ptr<nn::Decoder> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
   std::unique_ptr<RunDirectory> run_dir_;                 // rank 0 only

@@ -6,7 +6,7 @@
 
 namespace fd::engine {
 
-std::string weights_sha256(const nn::Gpt& model) {
+std::string weights_sha256(const nn::Decoder& model) {
   static_assert(std::endian::native == std::endian::little, "digest assumes little-endian hosts");
   Sha256 sha;
   for (const nn::Parameter* p : model.parameters()) {

@@ -83,7 +83,7 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
   }
 }
 
-void load_peft_adapter(const std::string& dir, const nn::Module& model, const nn::LoraConfig& lora,
+void load_peft_adapter(const std::string& dir, const nn::Decoder& model, const nn::LoraConfig& lora,
                        const std::vector<std::string>& recipe_targets, const std::string& where) {
   ckpt::PeftAdapter a;
   try {
@@ -91,7 +91,7 @@ void load_peft_adapter(const std::string& dir, const nn::Module& model, const nn
   } catch (const Error& e) {
     throw Error(e.kind(), where + ": " + e.what());
   }
-  std::vector<std::string> theirs = nn::lora_modules_for_targets(a.spec.targets),
+  std::vector<std::string> theirs = nn::lora_modules_for_targets(model.config(), a.spec.targets),
                            ours = lora.modules;
   std::sort(theirs.begin(), theirs.end());
   std::sort(ours.begin(), ours.end());

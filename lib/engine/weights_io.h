@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/nn/module.h"
 
 namespace fd::engine {
@@ -30,7 +30,7 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
 // adapter must have `lora`'s r, modules and layers (`recipe_targets`: the
 // targets as the recipe names them, for the message) and hold every adapter
 // parameter with its shape; otherwise fd::Error (kUsage) prefixed with `where`.
-void load_peft_adapter(const std::string& dir, const nn::Module& model, const nn::LoraConfig& lora,
+void load_peft_adapter(const std::string& dir, const nn::Decoder& model, const nn::LoraConfig& lora,
                        const std::vector<std::string>& recipe_targets, const std::string& where);
 
 }  // namespace fd::engine

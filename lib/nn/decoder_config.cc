@@ -1,7 +1,8 @@
 #include "lib/nn/decoder_config.h"
 
+#include <fmt/format.h>
+
 #include "lib/base/error.h"
-#include "lib/nn/gpt.h"
 
 namespace fd::nn {
 
@@ -46,6 +47,22 @@ int64_t DecoderConfig::num_params() const {
   total += norm_params;  // final norm
   if (!tie_word_embeddings) total += V * H;
   return total;
+}
+
+double DecoderConfig::flops_per_token(int seq_len) const {
+  const int64_t lookup_only = tie_word_embeddings ? 0 : vocab_size * hidden_size;
+  return 6.0 * double(num_params() - lookup_only) +
+         12.0 * num_layers * double(seq_len) * double(int64_t{num_heads} * head_dim);
+}
+
+std::string DecoderConfig::summary() const {
+  if (family == ModelFamily::kGpt2)
+    return fmt::format("GPT-2 L{} H{} C{} V{} T{}", num_layers, num_heads, hidden_size,
+                       vocab_size, max_position_embeddings);
+  return fmt::format("{} L{} hidden {} heads {} (kv {}) head_dim {} I{} V{} T{}{}",
+                     family_name(family), num_layers, hidden_size, num_heads, num_kv_heads,
+                     head_dim, intermediate_size, vocab_size, max_position_embeddings,
+                     tie_word_embeddings ? ", tied head" : "");
 }
 
 void DecoderConfig::validate() const {

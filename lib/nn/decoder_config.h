@@ -8,8 +8,10 @@
 // switches alone decide the computation.
 //
 // A DecoderConfig is a plain value: read_hf_config (hf_config.h) fills one
-// from a Hugging Face config.json; validate() refuses inconsistent ones.
-// nn::Gpt still takes a GptConfig; gpt2_config maps one onto the other.
+// from a Hugging Face config.json, the recipe's model section another;
+// validate() refuses inconsistent ones. nn::Decoder (decoder.h) builds the
+// model. GptConfig is the GPT-2 shorthand (n_layer, n_head, d_model, ...)
+// that gpt2_config expands.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,15 @@
 
 namespace fd::nn {
 
-struct GptConfig;
+// GPT-2 by its five numbers (the recipe's and tests' shorthand): LayerNorm,
+// learned positions, biased attention, GELU-tanh MLP of 4 * d_model, tied head.
+struct GptConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int d_model = 128;
+  int vocab_size = 256;
+  int max_seq_len = 256;
+};
 
 // Where a configuration came from: the Hugging Face model_type.
 enum class ModelFamily { kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
@@ -87,6 +97,12 @@ struct DecoderConfig {
   // and the lm head unless tied. Checked against published counts in
   // tests/nn/hf_config_test.cc (GPT-2 124,439,808; Llama-3.2-1B 1,235,814,400).
   int64_t num_params() const;
+  // Training FLOPs per token, forward + backward: 6 N + 12 L T nH D (nanoGPT/PaLM), with N
+  // the parameters that multiply (an untied input embedding is a lookup: not counted).
+  double flops_per_token(int seq_len) const;
+  // One line for logs: "GPT-2 L4 H4 C128 V256 T256" or
+  // "llama L6 hidden 512 heads 8 (kv 2) head_dim 64 I1408 V32000 T2048".
+  std::string summary() const;
 
   // Throws fd::Error(kUsage) naming the first inconsistent field: sizes not
   // positive, num_kv_heads not dividing num_heads, an odd head_dim with RoPE,
@@ -95,7 +111,7 @@ struct DecoderConfig {
   void validate() const;
 };
 
-// The DecoderConfig computing what nn::Gpt computes for `config`: LayerNorm
+// The DecoderConfig computing what nn::Decoder computes for `config`: LayerNorm
 // (eps 1e-5), learned positions, biased attention and GELU-tanh MLP (4H), tied
 // head. No BOS/EOS: a GptConfig does not know its tokenizer.
 DecoderConfig gpt2_config(const GptConfig& config);

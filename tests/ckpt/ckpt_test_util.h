@@ -1,5 +1,5 @@
 // Helpers for the checkpoint tests: temporary directories, the tensors of a
-// tiny GPT-2 (TestModel: names, shapes and flat segments as lib/nn's Gpt lays
+// tiny GPT-2 (TestModel: names, shapes and flat segments as lib/nn's Decoder lays
 // them out, without lib/nn, which lib/ckpt does not depend on) and a
 // checkpoint of it written the way a ZeRO run at world size W writes one
 // (each rank the W-th part of every segment's flat space).

@@ -69,7 +69,7 @@ expect_fail 2 "lora.adapter.*r = 8" train "$R" model.init_from="$TMP/base.safete
   || { echo "FAIL: training from the merged export"; FAILURES=$((FAILURES+1)); }
 
 # Bad input.
-expect_fail 2 "lora.targets: expected one of c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj" \
+expect_fail 2 "lora.targets: a gpt2 model has no layer 'qkv'; expected one of c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj, all-linear" \
   train "$R" "lora={r: 4, targets: [qkv]}" --run-dir "$TMP/bad"
 expect_fail 2 "lora.r: must be >= 1" train "$R" "lora={r: 0}" --run-dir "$TMP/bad"
 expect_fail 2 "model.init_from.*set model.d_model to 32" train "$R" model.d_model=64 \

@@ -381,8 +381,8 @@ TEST_F(ConfigTest, InvalidLoraReportsEachError) {
             (Lines{"override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.r: must "
                    "be >= 1, got 0",
                    "override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.targets: "
-                   "expected one of c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj, got "
-                   "'c_atn'; did you mean 'c_attn'?",
+                   "a gpt2 model has no layer 'c_atn'; expected one of c_attn, c_proj, "
+                   "attn.c_proj, c_fc, mlp.c_proj, all-linear; did you mean 'c_attn'?",
                    "override 'lora={r: 0, targets: [c_atn], layers: [9]}': lora.layers: "
                    "block 9 does not exist (model.n_layer = 4, so blocks are 0..3)"}));
 }
@@ -404,6 +404,81 @@ TEST_F(ConfigTest, GlobalBatchMustFitTheWorldSize) {
   Recipe d = load_recipe(fixture("valid.yaml"));
   EXPECT_EQ(global_batch(d, 3), 4 * 2 * 3);
   EXPECT_NO_THROW(check_world_size(d, 3));
+}
+
+// The Llama family: arch picks the family, the shape keys are Hugging Face's
+// fields under fdtrain's names, and the family's defaults are filled in.
+TEST_F(ConfigTest, LlamaFamilyModelLoadsWithItsDefaults) {
+  LoadResult r = try_load_recipe(
+      fixture("valid.yaml"), {"model={arch: qwen3, n_layer: 2, n_head: 4, n_kv_head: 2, "
+                              "head_dim: 16, d_model: 32, d_ff: 64, vocab_size: 256, "
+                              "max_seq_len: 128}",
+                              "data.seq_len=64", "lora={r: 4}"});
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  const ModelOptions& m = r.recipe.model;
+  EXPECT_EQ(m.arch, Arch::kQwen3);
+  EXPECT_EQ(m.n_kv_head, 2);
+  EXPECT_EQ(m.head_dim, 16);
+  EXPECT_EQ(m.d_ff, 64);
+  EXPECT_EQ(m.norm_eps, 1e-6);
+  EXPECT_EQ(m.rope_theta, 1e6);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_FALSE(m.attention_bias);
+  EXPECT_FALSE(m.tie_embeddings);
+  EXPECT_EQ(r.recipe.lora->targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+
+  LoadResult l = try_load_recipe(fixture("valid.yaml"),
+                                 {"model={arch: llama, n_layer: 2, n_head: 4, d_model: 32, "
+                                  "d_ff: 88, vocab_size: 256, max_seq_len: 128}",
+                                  "data.seq_len=64"});
+  ASSERT_TRUE(l.ok()) << ::testing::PrintToString(l.errors);
+  EXPECT_EQ(l.recipe.model.n_kv_head, 4);  // n_head
+  EXPECT_EQ(l.recipe.model.head_dim, 8);   // d_model / n_head
+  EXPECT_EQ(l.recipe.model.norm_eps, 1e-5);
+  EXPECT_EQ(l.recipe.model.rope_theta, 10000.0);
+  EXPECT_EQ(l.recipe.model.rope_scaling, RopeScalingName::kNone);
+}
+
+TEST_F(ConfigTest, LlamaFamilyMistakesAreReportedWithTheKey) {
+  const std::string o = "override 'model={arch: llama, n_layer: 2, n_head: 6, n_kv_head: 4, "
+                        "d_model: 30, vocab_size: 256, max_seq_len: 128}': ";
+  EXPECT_EQ(errors_of("valid.yaml", {"model={arch: llama, n_layer: 2, n_head: 6, n_kv_head: 4, "
+                                     "d_model: 30, vocab_size: 256, max_seq_len: 128}",
+                                     "data.seq_len=64"}),
+            (Lines{o + "model.d_ff: required for model.arch llama: the MLP's inner width "
+                       "(intermediate_size in a Hugging Face config.json)",
+                   o + "model.n_kv_head: 4 does not divide model.n_head (6); each key/value "
+                       "head serves the same number of query heads",
+                   o + "model.d_model: head_dim is 5 (d_model / n_head unless model.head_dim is "
+                       "set); RoPE rotates pairs, so it must be even and >= 2"}));
+  // gpt2 has no Llama-family keys; qwen2 always has q/k/v biases; llama3 scaling needs its context.
+  EXPECT_EQ(errors_of("valid.yaml", {"model.n_kv_head=2"}),
+            (Lines{"override 'model.n_kv_head=2': model.n_kv_head: is a setting of the Llama "
+                   "family (model.arch llama, mistral, qwen2, qwen3); a gpt2 model's shape is "
+                   "n_layer, n_head, d_model, vocab_size and max_seq_len (MLP 4 x d_model, "
+                   "LayerNorm, tied head)"}));
+  EXPECT_NE(::testing::PrintToString(errors_of(
+                "valid.yaml", {"model={arch: qwen2, d_ff: 64, attention_bias: false}",
+                               "data.seq_len=64"}))
+                .find("qwen2 models always have q/k/v biases"),
+            std::string::npos);
+  EXPECT_NE(::testing::PrintToString(errors_of(
+                "valid.yaml", {"model={arch: llama, d_ff: 64, rope_scaling: llama3}",
+                               "data.seq_len=64"}))
+                .find("llama3 RoPE scaling needs the context"),
+            std::string::npos);
+  // LoRA targets by family, with the reason for the head and the embedding.
+  EXPECT_NE(::testing::PrintToString(errors_of(
+                "valid.yaml", {"model={arch: llama, d_ff: 64}", "data.seq_len=64",
+                               "lora={r: 4, targets: [c_attn]}"}))
+                .find("a llama model has no layer 'c_attn'; expected one of q_proj, k_proj, "
+                      "v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear"),
+            std::string::npos);
+  EXPECT_NE(::testing::PrintToString(errors_of(
+                "valid.yaml", {"model={arch: llama, d_ff: 64}", "data.seq_len=64",
+                               "lora={r: 4, targets: [lm_head]}"}))
+                .find("lm_head cannot get adapters"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -49,8 +49,21 @@ TEST(Reference, DefaultsAreTheRecipeDefaults) {
   Recipe r;
   r.lora = LoraOptions{};
   const std::map<std::string, std::string> printed = printed_values(r);
-  // Defaults that are not a fixed value: lora.alpha defaults to lora.r.
-  const std::set<std::string> derived = {"lora.alpha"};
+  // Defaults that are not a fixed value: lora.alpha defaults to lora.r, and the
+  // Llama family's keys (printed only for those archs) have per-arch defaults.
+  std::set<std::string> derived = {"lora.alpha"};
+  for (const char* k : {"n_kv_head", "head_dim", "d_ff", "norm_eps", "rope_theta", "rope_scaling",
+                        "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                        "rope_original_max_seq_len", "tie_embeddings", "attention_bias", "mlp_bias", "qk_norm"})
+    derived.insert(std::string("model.") + k);
+  Recipe llama = r;
+  llama.model.arch = Arch::kLlama;
+  const std::map<std::string, std::string> printed_llama = printed_values(llama);
+  for (const std::string& k : derived)
+    if (k.rfind("model.", 0) == 0) {
+      EXPECT_FALSE(printed.count(k)) << k << " is printed for a gpt2 model";
+      EXPECT_TRUE(printed_llama.count(k)) << k << " is not printed for a llama model";
+    }
   int compared = 0;
   for (const KeyDoc& k : key_reference()) {
     if (k.required() || derived.count(k.path)) continue;
@@ -67,7 +80,7 @@ TEST(Reference, DefaultsAreTheRecipeDefaults) {
   // And the other way: every key to_yaml() prints is documented.
   std::set<std::string> documented;
   for (const KeyDoc& k : key_reference()) documented.insert(k.path);
-  for (const auto& [path, value] : printed) {
+  for (const auto& [path, value] : printed_llama) {
     if (!is_section(path)) {
       EXPECT_TRUE(documented.count(path)) << path << " is not documented";
     }
@@ -78,7 +91,8 @@ TEST(Reference, RequiredKeysAreTheRequiredOnes) {
   std::set<std::string> required;
   for (const KeyDoc& k : key_reference())
     if (k.required()) required.insert(k.path);
-  EXPECT_EQ(required, (std::set<std::string>{"data.train", "steps", "lora.r"}));
+  // model.d_ff: required for the Llama family only (gpt2's MLP is 4 x d_model).
+  EXPECT_EQ(required, (std::set<std::string>{"data.train", "steps", "lora.r", "model.d_ff"}));
 }
 
 // The loader accepts exactly the documented keys.

@@ -18,7 +18,7 @@
 #include "lib/config/load.h"
 #include "lib/dist/local_communicator.h"
 #include "lib/engine/trainer.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/zero/zero_engine.h"
 
 namespace fd {
@@ -81,8 +81,8 @@ TEST(ActivationCheckpointing, GradientsAreBitwiseIdentical) {
     std::vector<std::vector<float>> grads[2];
     for (int ckpt = 0; ckpt < 2; ++ckpt) {
       dist::LocalCommunicator comm;
-      nn::Gpt model(c, dtype, zero::layout_for(0, 1));
-      model.init_gpt2(5);
+      nn::Decoder model(c, dtype, zero::layout_for(0, 1));
+      model.init_weights(5);
       zero::ZeroConfig zc;
       if (ckpt) zc.checkpoint_segments = {1, 2, 3};
       zero::ZeroEngine engine(model, comm, zc);

@@ -10,7 +10,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/dist/local_communicator.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/zero/zero_engine.h"
 #include "tests/engine/ring_model.h"
 
@@ -56,7 +56,7 @@ config::Recipe recipe_for(const nn::GptConfig& c, int micro, int seq_len, int ac
 TEST(Estimate, PaddedSizesEqualAConstructedModel) {
   for (const nn::GptConfig& c : {unpadded(), padded(), config(3, 3, 48, 257, 33)}) {
     for (int world : {1, 2, 3, 4, 8}) {
-      nn::Gpt model(c, DType::kF32, zero::layout_for(0, world));
+      nn::Decoder model(c, DType::kF32, zero::layout_for(0, world));
       int64_t built = 0;
       for (const nn::FlatParamGroup* g : model.groups()) built += g->numel();
       EXPECT_EQ(estimate(recipe_for(c, 1, c.max_seq_len, 1), world).padded_params, built)
@@ -82,7 +82,7 @@ TEST(Estimate, FlatParamGroupPaddedNumelIsTheConstructedNumel) {
 // With P = Ψ the fp32 model states are exactly the paper's fp32 formulas.
 TEST(Estimate, ModelStatesAreThePaperFormulasWithoutPadding) {
   const nn::GptConfig c = unpadded();
-  const int64_t psi = c.num_params();
+  const int64_t psi = nn::gpt2_config(c).num_params();
   for (int64_t N : {1, 2, 4}) {
     const Estimate e = estimate(recipe_for(c, 2, 16, 1), int(N));
     ASSERT_EQ(e.num_params, psi);
@@ -105,7 +105,7 @@ TEST(Estimate, ModelStatesAreThePaperFormulasWithoutPadding) {
 // With padding the same formulas hold at P, and P - Ψ is the padding.
 TEST(Estimate, ModelStatesArePaddedFormulasWithPadding) {
   const nn::GptConfig c = padded();
-  const int64_t psi = c.num_params();
+  const int64_t psi = nn::gpt2_config(c).num_params();
   for (int64_t N : {1, 2, 4}) {
     const Estimate e = estimate(recipe_for(c, 2, 8, 1), int(N));
     const int64_t P = e.padded_params;
@@ -125,7 +125,7 @@ TEST(Estimate, ModelStatesArePaddedFormulasWithPadding) {
 
 TEST(Estimate, AccumulationAddsAGradientShardToStagesZeroAndOne) {
   const nn::GptConfig c = unpadded();
-  const int64_t P = c.num_params();
+  const int64_t P = nn::gpt2_config(c).num_params();
   const Estimate e = estimate(recipe_for(c, 2, 16, 3), 4);
   EXPECT_EQ(e.stages[0].model_states.total(), 16 * P + 4 * P / 4);
   EXPECT_EQ(e.stages[1].model_states.total(), 8 * P + 8 * P / 4 + 4 * P / 4);
@@ -165,8 +165,8 @@ Measured measure_step(const nn::GptConfig& c, int stage, int micro, int seq_len,
                       bool overlap, DType dtype = DType::kF32,
                       const std::vector<int>& checkpointed = {}) {
   dist::LocalCommunicator comm;
-  nn::Gpt model(c, dtype, zero::layout_for(stage, 1));
-  model.init_gpt2(7);
+  nn::Decoder model(c, dtype, zero::layout_for(stage, 1));
+  model.init_weights(7);
   zero::ZeroConfig zc;
   zc.stage = stage;
   zc.accumulation = accumulation;
@@ -207,11 +207,12 @@ struct StepCase {
 };
 
 // C > V makes the top block's MLP backward the peak; T > 128 uses several
-// attention score blocks; V = 2C + 1 the cross-entropy backward.
+// attention score blocks; V > 6C the head + loss backward (one chunk of
+// logits and their gradient, computed in place).
 const StepCase kCases[] = {
-    {config(2, 4, 64, 129, 64), 3, 32, "cross-entropy backward"},
+    {config(2, 4, 64, 129, 64), 3, 32, "block 1 backward (matmul)"},
     {config(2, 2, 64, 40, 160), 1, 150, "block 1 backward (matmul)"},
-    {config(1, 3, 48, 300, 16), 2, 16, "cross-entropy backward"},
+    {config(1, 3, 48, 300, 16), 2, 16, "head backward (linear_cross_entropy)"},
     {config(3, 2, 24, 40, 8), 2, 8, nullptr},
 };
 
@@ -322,7 +323,7 @@ TEST(Estimate, CheckpointingKeepsOnlyBlockOutputs) {
 // counts 2 bytes an element.
 TEST(Estimate, SixteenBitModelStatesAreThePaperFormulas) {
   const nn::GptConfig c = unpadded();
-  const int64_t psi = c.num_params();
+  const int64_t psi = nn::gpt2_config(c).num_params();
   for (config::Precision p : {config::Precision::kBf16, config::Precision::kFp16}) {
     for (int64_t N : {1, 2, 4}) {
       config::Recipe r = recipe_for(c, 2, 16, 1);
@@ -396,12 +397,12 @@ TEST(Estimate, LoraStepEqualsTheEstimate) {
                          << "L " << c.n_layer << " targets " << targets.size() << " layers "
                          << lc.layers.size() << " dropout " << dropout << " " << dtype_name(dtype)
                          << " ckpt " << ckpt.size() << " stage " << stage);
-            EXPECT_EQ(e.num_params, e.lora.num_params(c));
-            EXPECT_EQ(e.frozen_params, c.num_params());
+            EXPECT_EQ(e.num_params, e.lora.num_params(nn::gpt2_config(c)));
+            EXPECT_EQ(e.frozen_params, nn::gpt2_config(c).num_params());
             dist::LocalCommunicator comm;
-            nn::Gpt model(c, dtype, zero::layout_for(stage, 1), e.lora,
+            nn::Decoder model(c, dtype, zero::layout_for(stage, 1), e.lora,
                           zero::frozen_layout_for(stage, 1));
-            model.init_gpt2(7);
+            model.init_weights(7);
             int64_t P = 0, Pb = 0;
             for (const nn::FlatParamGroup* g : model.groups()) P += g->numel();
             for (const nn::FlatParamGroup* g : model.frozen_groups()) Pb += g->numel();

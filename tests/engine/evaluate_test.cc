@@ -75,7 +75,7 @@ class Evaluate : public ::testing::Test {
 
 TEST_F(Evaluate, MatchesTorchOnTheGoldenModel) {
   InferenceModel m = load_inference_model(weights_);
-  EXPECT_EQ(m.model->config().n_head, 3);  // from the file's metadata
+  EXPECT_EQ(m.model->config().num_heads, 3);  // from the file's metadata
   EvalResult r = evaluate_windows(*m.model, stream_, T_);
   EXPECT_EQ(r.windows, B_);
   EXPECT_EQ(r.targets, B_ * T_);
@@ -98,7 +98,7 @@ TEST_F(Evaluate, BatchDoesNotChangeTheResultAndMatchesTheTrainingLoss) {
   const double one = evaluate_windows(*m.model, s, 8, 1).mean_loss;
   for (int batch : {2, 4, 8})
     EXPECT_NEAR(evaluate_windows(*m.model, s, 8, batch).mean_loss, one, 1e-6);
-  // The training loss (Gpt::loss) of each window, averaged.
+  // The training loss (Decoder::loss) of each window, averaged.
   autograd::NoGradGuard no_grad;
   double sum = 0;
   for (int w = 0; w < 6; ++w) {

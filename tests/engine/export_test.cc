@@ -19,7 +19,7 @@
 #include "lib/ckpt/shard.h"
 #include "lib/config/load.h"
 #include "lib/engine/weights_io.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/tensor/safetensors.h"
 #include "tests/engine/weights_test_util.h"
 
@@ -76,7 +76,7 @@ TEST(Export, SafetensorsRoundTripIsBitwise) {
   expect_same_weights(*model, *fresh);
 
   // Into a bf16 model: converted with round to nearest even.
-  auto bf = std::make_unique<nn::Gpt>(testing::gpt_config(testing::tiny_config()), DType::kBF16);
+  auto bf = std::make_unique<nn::Decoder>(testing::gpt_config(testing::tiny_config()), DType::kBF16);
   load_weights(out, *bf, "");
   for (const testing::TestParam* p : model->parameters())
     EXPECT_TRUE(same_bytes(bf->find(p->name)->value, p->value.to(DType::kBF16))) << p->name;
@@ -124,7 +124,7 @@ TEST(Export, H5RoundTripIsBitwise) {
     ckpt::testing::write_test_checkpoint(tmp.path("ck"), *model, 1, 5);
     std::string out = tmp.path("model.h5");
     export_checkpoint(tmp.path("ck"), out, dtype, false);
-    auto fresh = std::make_unique<nn::Gpt>(testing::gpt_config(testing::tiny_config()), dtype);
+    auto fresh = std::make_unique<nn::Decoder>(testing::gpt_config(testing::tiny_config()), dtype);
     load_weights(out, *fresh, "");
     for (const testing::TestParam* p : model->parameters())
       EXPECT_TRUE(same_bytes(fresh->find(p->name)->value, p->value.to(dtype))) << p->name;

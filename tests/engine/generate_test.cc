@@ -31,7 +31,7 @@ nn::GptConfig tiny() {
 }
 
 // Logits of the last position of a full forward of the last `ctx` tokens of `seq`.
-std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq, int64_t ctx) {
+std::vector<float> last_logits(const nn::Decoder& m, const std::vector<int32_t>& seq, int64_t ctx) {
   autograd::NoGradGuard no_grad;
   const int64_t V = m.config().vocab_size;
   const int64_t start = std::max<int64_t>(0, int64_t(seq.size()) - ctx);
@@ -41,8 +41,8 @@ std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq
   std::vector<float> all = m.forward(tokens).value().to_vector();
   return std::vector<float>(all.end() - V, all.end());
 }
-std::vector<float> last_logits(const nn::Gpt& m, const std::vector<int32_t>& seq) {
-  return last_logits(m, seq, m.config().max_seq_len);
+std::vector<float> last_logits(const nn::Decoder& m, const std::vector<int32_t>& seq) {
+  return last_logits(m, seq, m.config().max_position_embeddings);
 }
 
 // The context generate() reads for each new token (generate.h): the whole
@@ -63,13 +63,13 @@ class ContextRule {
 // The previous generate(): a full forward of the last `window` tokens for
 // every new token, no cache (verbatim but for the context rule, which
 // `halve` switches to generate.h's; the two agree while the sequence fits).
-std::vector<int32_t> full_rerun_generate(const nn::Gpt& model, const std::vector<int32_t>& prompt,
+std::vector<int32_t> full_rerun_generate(const nn::Decoder& model, const std::vector<int32_t>& prompt,
                                          const SampleOptions& options, bool halve) {
   autograd::NoGradGuard no_grad;
-  const int V = model.config().vocab_size;
+  const int V = int(model.config().vocab_size);
   const int ctx = options.max_context > 0
-                      ? std::min(options.max_context, model.config().max_seq_len)
-                      : model.config().max_seq_len;
+                      ? std::min(options.max_context, int(model.config().max_position_embeddings))
+                      : int(model.config().max_position_embeddings);
   std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{options.start_token} : prompt;
   ContextRule rule(ctx, seq.size());
   std::vector<int32_t> out;
@@ -110,13 +110,13 @@ std::vector<int32_t> full_rerun_generate(const nn::Gpt& model, const std::vector
 class Generate : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_.init_gpt2(3);
+    model_.init_weights(3);
     // Larger weights than GPT-2 init so that logits are well separated.
     for (const nn::Parameter* p : model_.parameters())
       if (p->decay)
         for (int64_t i = 0; i < p->value.numel(); ++i) p->value.f32()[i] *= 20.0f;
   }
-  nn::Gpt model_{tiny()};
+  nn::Decoder model_{tiny()};
 
   // Each token of `out`, generated after `seq`, is the argmax of the model's
   // logits over the context generate() used; marks the tokens in `picked`.
@@ -284,12 +284,12 @@ TEST_F(Generate, EmptyPromptStartsFromNewline) {
 class Sampling : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_.init_gpt2(1);
+    model_.init_weights(1);
     model_.find("ln_f.weight")->value.zero_();
     Tensor bias = model_.find("ln_f.bias")->value;
     bias.zero_();
     bias.f32()[0] = 1.0f;
-    const int64_t C = model_.config().d_model;
+    const int64_t C = model_.config().hidden_size;
     for (int v = 0; v < kV; ++v) model_.find("wte.weight")->value.f32()[v * C] = logits_[v];
   }
 
@@ -358,7 +358,7 @@ class Sampling : public ::testing::Test {
 
   static constexpr int kV = 8;
   const float logits_[kV] = {-1.0f, -0.5f, 0.0f, 0.25f, 0.5f, 1.0f, 1.5f, 2.0f};
-  nn::Gpt model_{nn::GptConfig{1, 1, 8, kV, 4}};
+  nn::Decoder model_{nn::GptConfig{1, 1, 8, kV, 4}};
 };
 
 TEST_F(Sampling, LogitsDoNotDependOnContext) {

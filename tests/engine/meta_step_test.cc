@@ -12,7 +12,7 @@
 #include "lib/dist/counting_communicator.h"
 #include "lib/dist/local_communicator.h"
 #include "lib/engine/estimate.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/zero/zero_engine.h"
 #include "tests/engine/ring_model.h"
 
@@ -75,9 +75,9 @@ Measured run_step(Device device, const nn::GptConfig& c, const StepCase& k, int 
       lora.dropout = 0.1f;
       lora.modules = {"attn.c_attn", "mlp.c_proj"};
     }
-    nn::Gpt model(c, k.dtype, zero::layout_for(k.stage, 1), lora,
+    nn::Decoder model(c, k.dtype, zero::layout_for(k.stage, 1), lora,
                   zero::frozen_layout_for(k.stage, 1));
-    model.init_gpt2(7);
+    model.init_weights(7);
     zero::ZeroConfig zc;
     zc.stage = k.stage;
     zc.accumulation = k.accumulation;
@@ -196,8 +196,8 @@ TEST(MetaStep, CountingCommunicatorSendsTheEstimatedBytes) {
                                    accumulation, dtype_name(dtype)));
           DeviceScope scope(Device::meta());
           dist::CountingCommunicator comm(world - 1, world);
-          nn::Gpt model(c, dtype, zero::layout_for(stage, world));
-          model.init_gpt2(7);
+          nn::Decoder model(c, dtype, zero::layout_for(stage, world));
+          model.init_weights(7);
           zero::ZeroConfig zc;
           zc.stage = stage;
           zc.accumulation = accumulation;

@@ -38,9 +38,9 @@ std::vector<std::string> canonical_names(int n_layer) {
 }
 
 // The reference: bytes written explicitly least significant first.
-std::string reference_digest(const nn::Gpt& m) {
+std::string reference_digest(const nn::Decoder& m) {
   std::vector<uint8_t> bytes;
-  for (const std::string& name : canonical_names(m.config().n_layer)) {
+  for (const std::string& name : canonical_names(m.config().num_layers)) {
     const nn::Parameter* p = m.find(name);
     EXPECT_NE(p, nullptr) << name;
     if (p == nullptr) return "";
@@ -62,16 +62,16 @@ TEST(WeightsDigest, Sha256KnownAnswer) {  // the reference's own hash: FIPS 180-
 }
 
 TEST(WeightsDigest, EqualsSha256OfConcatenatedParameters) {
-  nn::Gpt m(tiny());
-  m.init_gpt2(11);
+  nn::Decoder m(tiny());
+  m.init_weights(11);
   const std::string d = weights_sha256(m);
   EXPECT_EQ(d.size(), 64u);
   EXPECT_EQ(d, reference_digest(m));
 }
 
 TEST(WeightsDigest, ChangesWithAnyElementAndComesBack) {
-  nn::Gpt m(tiny());
-  m.init_gpt2(11);
+  nn::Decoder m(tiny());
+  m.init_weights(11);
   const std::string d0 = weights_sha256(m);
   for (const char* name : {"wte.weight", "h.1.attn.c_attn.bias", "ln_f.bias"}) {
     const nn::Parameter* p = m.find(name);
@@ -88,8 +88,8 @@ TEST(WeightsDigest, ChangesWithAnyElementAndComesBack) {
 
 // Padding in the flat buffers and which segment a parameter lives in do not enter it.
 TEST(WeightsDigest, IgnoresPadding) {
-  nn::Gpt m(tiny());
-  m.init_gpt2(11);
+  nn::Decoder m(tiny());
+  m.init_weights(11);
   const std::string d0 = weights_sha256(m);
   int64_t poked = 0;
   for (const auto& s : m.segments()) {
@@ -108,10 +108,10 @@ TEST(WeightsDigest, IgnoresPadding) {
 }
 
 TEST(WeightsDigest, SameSeedSameDigestOtherSeedOther) {
-  nn::Gpt a(tiny()), b(tiny()), c(tiny());
-  a.init_gpt2(5);
-  b.init_gpt2(5);
-  c.init_gpt2(6);
+  nn::Decoder a(tiny()), b(tiny()), c(tiny());
+  a.init_weights(5);
+  b.init_weights(5);
+  c.init_weights(6);
   EXPECT_EQ(weights_sha256(a), weights_sha256(b));
   EXPECT_NE(weights_sha256(a), weights_sha256(c));
 }

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "lib/engine/export.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/tensor/safetensors.h"
 #include "tests/engine/weights_test_util.h"
 
@@ -65,7 +65,7 @@ TEST(LoadWeights, TheGoldenFileLoads) {
   c.d_model = 24;
   c.vocab_size = 67;
   c.max_seq_len = 16;
-  nn::Gpt model(c);
+  nn::Decoder model(c);
   std::string msg = error_of([&] { load_weights(golden, model, "here"); });
   EXPECT_NE(msg.find("which the model does not have"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("has no tensor"), std::string::npos) << msg;
@@ -80,7 +80,7 @@ class WrongModel : public ::testing::Test {
     export_checkpoint(tmp_.path("ck"), file_, DType::kF32, false);
   }
   std::string load_into(const testing::TinyConfig& c) {
-    nn::Gpt target(testing::gpt_config(c));
+    nn::Decoder target(testing::gpt_config(c));
     std::string msg = error_of([&] { load_weights(file_, target, "r.yaml:4:3: model.init_from"); });
     EXPECT_EQ(msg.rfind("r.yaml:4:3: model.init_from: ", 0), 0u) << msg;
     EXPECT_NE(msg.find(file_), std::string::npos) << msg;
@@ -114,7 +114,7 @@ TEST_F(WrongModel, OtherWidth) {
 
 TEST(LoadWeights, MissingOrBrokenFile) {
   TempDir tmp;
-  nn::Gpt model(testing::gpt_config(testing::tiny_config()));
+  nn::Decoder model(testing::gpt_config(testing::tiny_config()));
   std::string msg = error_of([&] { load_weights(tmp.path("nope.safetensors"), model, "w"); });
   EXPECT_NE(msg.find("nope.safetensors does not exist"), std::string::npos) << msg;
   std::ofstream(tmp.path("junk.safetensors")) << "junk";

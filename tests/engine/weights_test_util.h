@@ -1,6 +1,6 @@
 // Helpers for the engine tests that load what lib/ckpt writes into a model:
 // the checkpoint tests' TestModel (tests/ckpt/ckpt_test_util.h, a GPT-2's
-// tensors without lib/nn) as the source, an nn::Gpt of its size as the target.
+// tensors without lib/nn) as the source, an nn::Decoder of its size as the target.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "tests/ckpt/ckpt_test_util.h"
 #include "tests/ckpt/lora_test_util.h"
 
@@ -35,15 +35,15 @@ inline nn::GptConfig gpt_config(const TinyConfig& c) {
 
 // A GPT of `c` with GPT-2's initialisation from `seed` (so its values differ
 // from any TestModel's until weights are loaded).
-inline std::unique_ptr<nn::Gpt> make_gpt(const TinyConfig& c, uint64_t seed,
+inline std::unique_ptr<nn::Decoder> make_gpt(const TinyConfig& c, uint64_t seed,
                                          DType dtype = DType::kF32) {
-  auto m = std::make_unique<nn::Gpt>(gpt_config(c), dtype);
-  m->init_gpt2(seed);
+  auto m = std::make_unique<nn::Decoder>(gpt_config(c), dtype);
+  m->init_weights(seed);
   return m;
 }
 
 // Every parameter of `a` and `b` bitwise equal, in the same (canonical) order.
-inline void expect_same_weights(const TestModel& a, const nn::Gpt& b) {
+inline void expect_same_weights(const TestModel& a, const nn::Decoder& b) {
   auto pa = a.parameters();
   auto pb = b.parameters();
   ASSERT_EQ(pa.size(), pb.size());

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "lib/autograd/tape.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/tensor/safetensors.h"
 #include "tests/golden/parity_util.h"
 
@@ -48,7 +48,7 @@ struct Result {
   float our_loss = 0, ref_loss = 0, f32_loss = 0;
 };
 
-// Builds Gpt(config, kBF16) from the golden parameters (with `swap` names
+// Builds Decoder(config, kBF16) from the golden parameters (with `swap` names
 // exchanged, to show the test can fail), runs forward, loss and backward on the
 // tape and compares everything with the golden data.
 Result run_parity(std::pair<std::string, std::string> swap = {}) {
@@ -60,7 +60,7 @@ Result run_parity(std::pair<std::string, std::string> swap = {}) {
   c.d_model = meta_int(file, "d_model");
   c.vocab_size = meta_int(file, "vocab_size");
   c.max_seq_len = meta_int(file, "max_seq_len");
-  nn::Gpt model(c, DType::kBF16);
+  nn::Decoder model(c, DType::kBF16);
   for (const nn::Parameter* p : model.parameters()) {
     std::string src = p->name == swap.first    ? swap.second
                       : p->name == swap.second ? swap.first

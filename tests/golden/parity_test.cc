@@ -10,7 +10,7 @@
 #include <string>
 
 #include "lib/autograd/tape.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "lib/optim/adamw.h"
 #include "lib/optim/clip.h"
 #include "lib/tensor/safetensors.h"
@@ -34,7 +34,7 @@ class Parity : public ::testing::Test {
     c.d_model = meta_int(file_, "d_model");
     c.vocab_size = meta_int(file_, "vocab_size");
     c.max_seq_len = meta_int(file_, "max_seq_len");
-    model_ = std::make_unique<nn::Gpt>(c);
+    model_ = std::make_unique<nn::Decoder>(c);
     for (const nn::Parameter* p : model_->parameters()) {
       ASSERT_TRUE(file_.contains(p->name)) << p->name;
       ASSERT_EQ(file_.shape(p->name), p->value.shape()) << p->name;
@@ -47,7 +47,7 @@ class Parity : public ::testing::Test {
   std::vector<const nn::FlatParamGroup*> groups() const { return model_->groups(); }
 
   SafetensorsFile file_ = SafetensorsFile::open(kGolden);
-  std::unique_ptr<nn::Gpt> model_;
+  std::unique_ptr<nn::Decoder> model_;
   Tensor tokens_, targets_;
 };
 
@@ -112,7 +112,7 @@ TEST_F(Parity, TenAdamWStepsWithClipping) {
   // softmax row uniformly), so both sides see only rounding noise of ~1e-9
   // there, which Adam's normalisation turns into O(lr * |g| / eps) updates
   // that differ between any two implementations. It gets an absolute bound.
-  const int64_t C = model_->config().d_model;
+  const int64_t C = model_->config().hidden_size;
   for (const nn::Parameter* p : model_->parameters()) {
     std::vector<float> ours = p->value.to_vector();
     std::vector<float> ref = file_.load("final." + p->name).to_vector();

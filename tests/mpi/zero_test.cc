@@ -19,7 +19,7 @@
 #include "lib/config/load.h"
 #include "lib/dist/local_communicator.h"
 #include "lib/engine/trainer.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 #include "tests/mpi/mpi_test_main.h"
 
 namespace fd {
@@ -94,7 +94,18 @@ struct EquivalenceCase {
   int accumulation;
   const char* precision;
   bool lora = false;  // only the adapters train (the base is frozen and, at stage 3, partitioned)
+  const char* family = "gpt2";  // gpt2, or a Llama-family model (kLlamaModels)
 };
+
+// Llama-family models of the same size as the GPT-2 above: GQA, RoPE, SwiGLU;
+// qwen3 adds per-head q/k norm and a tied head, llama an untied head.
+const char* llama_model(const std::string& family) {
+  if (family == "qwen3")
+    return "model={arch: qwen3, n_layer: 2, n_head: 4, n_kv_head: 2, head_dim: 16, d_model: 32, "
+           "d_ff: 48, vocab_size: 256, max_seq_len: 32, tie_embeddings: true}";
+  return "model={arch: llama, n_layer: 2, n_head: 4, n_kv_head: 1, d_model: 32, d_ff: 48, "
+         "vocab_size: 256, max_seq_len: 32, rope_theta: 500000}";
+}
 
 class Zero : public ::testing::TestWithParam<EquivalenceCase> {};
 
@@ -109,14 +120,20 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
                                     "batch.accumulation=" + std::to_string(c.accumulation),
                                     std::string("precision=") + c.precision,
                                     std::string("activation_checkpointing.layers=") + ckpt};
-      if (c.lora) o.push_back("lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}");
+      const std::string family = c.family;
+      if (family != "gpt2") o.push_back(llama_model(family));
+      if (c.lora)
+        o.push_back(family == "gpt2"
+                        ? "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}"
+                        : "lora={r: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, down_proj]}");
       config::Recipe r = recipe(o);
       Result res = train(r, *g_comm, "stages");
       std::string digest = res.summary["weights_sha256"];
       if (g_comm->rank() == 0)
         std::printf("world %d, %s%s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
                     "%s, loss %.6f\n",
-                    g_comm->size(), c.precision, c.lora ? " LoRA" : "", c.accumulation, ckpt, stage,
+                    g_comm->size(), (std::string(c.family) + " " + c.precision).c_str(),
+                    c.lora ? " LoRA" : "", c.accumulation, ckpt, stage,
                     digest.substr(0, 16).c_str(), res.summary["final_loss"].get<double>());
       EXPECT_EQ(res.summary["steps"], 20);
       expect_same_on_all_ranks(digest);
@@ -134,7 +151,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, Zero,
                                            EquivalenceCase{1, "bf16"}, EquivalenceCase{2, "bf16"},
                                            EquivalenceCase{1, "fp16"},
                                            EquivalenceCase{1, "fp32", true},
-                                           EquivalenceCase{2, "bf16", true}));
+                                           EquivalenceCase{2, "bf16", true},
+                                           EquivalenceCase{1, "bf16", false, "qwen3"},
+                                           EquivalenceCase{2, "fp32", false, "llama"},
+                                           EquivalenceCase{1, "fp16", true, "llama"}));
 
 TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
   const int n = g_comm->size();

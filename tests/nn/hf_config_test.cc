@@ -11,7 +11,7 @@
 #include <string>
 
 #include "lib/base/error.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 
 namespace fd::nn {
 namespace {
@@ -401,10 +401,18 @@ TEST(HfConfig, Gpt2ConfigMatchesGpt) {
   g.max_seq_len = 1024;
   DecoderConfig c = gpt2_config(g);
   EXPECT_NO_THROW(c.validate());
-  EXPECT_EQ(c.num_params(), g.num_params());
-  EXPECT_EQ(c.num_params(), parse_hf_config(kGpt2, "gpt2").num_params());
-  GptConfig tiny;  // the defaults
-  EXPECT_EQ(gpt2_config(tiny).num_params(), tiny.num_params());
+  EXPECT_EQ(c.num_params(), 124'439'808);
+  DecoderConfig hf = parse_hf_config(kGpt2, "gpt2");
+  EXPECT_EQ(c.num_params(), hf.num_params());
+  // Every switch agrees with the config.json reading.
+  EXPECT_EQ(c.summary(), hf.summary());
+  EXPECT_EQ(c.norm, hf.norm);
+  EXPECT_EQ(c.positions, hf.positions);
+  EXPECT_EQ(c.mlp, hf.mlp);
+  EXPECT_EQ(c.attention_bias, hf.attention_bias);
+  EXPECT_EQ(c.o_proj_bias, hf.o_proj_bias);
+  EXPECT_EQ(c.mlp_bias, hf.mlp_bias);
+  EXPECT_EQ(c.tie_word_embeddings, hf.tie_word_embeddings);
 }
 
 TEST(HfConfig, UnknownKeyIsRefused) {

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "lib/autograd/tape.h"
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 
 namespace fd::nn {
 namespace {
@@ -18,12 +18,12 @@ LoraConfig adapters(std::vector<std::string> targets, std::vector<int> layers = 
   LoraConfig l;
   l.r = 4;
   l.alpha = 8.0f;
-  l.modules = lora_modules_for_targets(targets);
+  l.modules = lora_modules_for_targets(gpt2_config(tiny()), targets);
   l.layers = std::move(layers);
   return l;
 }
 
-void copy_base(const Gpt& from, const Gpt& lora_model) {
+void copy_base(const Decoder& from, const Decoder& lora_model) {
   auto dst = lora_model.frozen_parameters();
   auto src = from.parameters();
   ASSERT_EQ(dst.size(), src.size());
@@ -53,24 +53,24 @@ TEST(Lora, TrainableCountFollowsTheFormula) {
   };
   for (const Case& k : cases) {
     LoraConfig l = adapters(k.targets, k.layers);
-    Gpt m(c, DType::kF32, {}, l);
+    Decoder m(c, DType::kF32, {}, l);
     const int64_t blocks = k.layers.empty() ? c.n_layer : int64_t(k.layers.size());
-    EXPECT_EQ(l.num_params(c), k.per_block * blocks);
+    EXPECT_EQ(l.num_params(gpt2_config(c)), k.per_block * blocks);
     EXPECT_EQ(m.parameter_count(), k.per_block * blocks);
     // Only adapters are trainable; the whole base is frozen.
     for (const Parameter* p : m.parameters())
       EXPECT_NE(p->name.find(".lora_"), std::string::npos) << p->name;
     int64_t frozen = 0;
     for (const Parameter* p : m.frozen_parameters()) frozen += p->value.numel();
-    EXPECT_EQ(frozen, c.num_params());
+    EXPECT_EQ(frozen, gpt2_config(c).num_params());
   }
 }
 
 TEST(Lora, WithBZeroTheLossIsExactlyTheBaseLoss) {
-  Gpt base(tiny());
-  base.init_gpt2(3);
-  Gpt lora(tiny(), DType::kF32, {}, adapters({"c_attn", "c_proj", "c_fc"}));
-  lora.init_gpt2(3);
+  Decoder base(tiny());
+  base.init_weights(3);
+  Decoder lora(tiny(), DType::kF32, {}, adapters({"c_attn", "c_proj", "c_fc"}));
+  lora.init_weights(3);
   copy_base(base, lora);
   for (const Parameter* p : lora.parameters()) {  // A is random, B zero (PEFT init)
     if (p->name.find(".lora_B.") == std::string::npos) continue;
@@ -85,11 +85,11 @@ TEST(Lora, WithBZeroTheLossIsExactlyTheBaseLoss) {
 
 TEST(Lora, MergedWeightsGiveTheSameLogits) {
   const GptConfig c = tiny();
-  Gpt base(c);
-  base.init_gpt2(3);
+  Decoder base(c);
+  base.init_weights(3);
   LoraConfig l = adapters({"c_attn", "c_proj", "c_fc"});
-  Gpt lora(c, DType::kF32, {}, l);
-  lora.init_gpt2(3);
+  Decoder lora(c, DType::kF32, {}, l);
+  lora.init_weights(3);
   copy_base(base, lora);
   for (const Parameter* p : lora.parameters()) {  // give B values so the adapters matter
     std::vector<float> v = p->value.to_vector();
@@ -98,7 +98,7 @@ TEST(Lora, MergedWeightsGiveTheSameLogits) {
     p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
   }
   // Merge: W' (in, out) = W + (B A)^T * alpha / r, computed in double.
-  Gpt merged(c);
+  Decoder merged(c);
   for (size_t i = 0; i < base.parameters().size(); ++i)
     merged.parameters()[i]->value.copy_from(base.parameters()[i]->value);
   const double s = double(l.alpha) / l.r;
@@ -137,8 +137,8 @@ TEST(Lora, MergedWeightsGiveTheSameLogits) {
 }
 
 TEST(Lora, OnlyAdaptersReceiveGradients) {
-  Gpt lora(tiny(), DType::kF32, {}, adapters({"c_attn"}));
-  lora.init_gpt2(3);
+  Decoder lora(tiny(), DType::kF32, {}, adapters({"c_attn"}));
+  lora.init_weights(3);
   for (const Parameter* p : lora.frozen_parameters()) EXPECT_FALSE(p->grad.defined()) << p->name;
   autograd::Tape tape;
   autograd::TapeScope scope(tape);

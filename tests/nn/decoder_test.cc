@@ -1,8 +1,8 @@
-// Gpt: parameter names, shapes and order (Hugging Face GPT-2 state_dict),
+// Decoder: parameter names, shapes and order (Hugging Face GPT-2 state_dict),
 // parameter counts, GPT-2 initialisation (statistics and determinism), the
 // forward's shape and causality, the loss at a known point, and the gradient
 // of the whole model against central finite differences of the loss.
-#include "lib/nn/gpt.h"
+#include "lib/nn/decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -37,7 +37,7 @@ Tensor random_tokens(int64_t B, int64_t T, int V, uint32_t seed) {
   return t;
 }
 
-float loss_no_grad(const Gpt& m, const Tensor& tokens, const Tensor& targets) {
+float loss_no_grad(const Decoder& m, const Tensor& tokens, const Tensor& targets) {
   autograd::NoGradGuard no_grad;
   return m.loss(tokens, targets).value().to_vector()[0];
 }
@@ -67,11 +67,11 @@ std::vector<std::pair<std::string, Shape>> hf_state_dict(const GptConfig& c) {
   return out;
 }
 
-TEST(Gpt, ParametersFollowHuggingFaceStateDict) {
+TEST(Decoder, ParametersFollowHuggingFaceStateDict) {
   GptConfig c = tiny_config();
   c.n_layer = 3;
   c.max_seq_len = 12;  // distinct from every other dimension
-  Gpt m(c);
+  Decoder m(c);
   const auto want = hf_state_dict(c);
   const auto got = m.parameters();
   ASSERT_EQ(got.size(), want.size());
@@ -87,9 +87,9 @@ TEST(Gpt, ParametersFollowHuggingFaceStateDict) {
   EXPECT_EQ(m.find("h.3.ln_1.weight"), nullptr);
 }
 
-TEST(Gpt, SegmentsAreEmbedBlocksFinal) {
+TEST(Decoder, SegmentsAreEmbedBlocksFinal) {
   GptConfig c = tiny_config();
-  Gpt m(c);
+  Decoder m(c);
   ASSERT_EQ(m.segments().size(), size_t(c.n_layer + 2));
   EXPECT_EQ(m.segments()[0]->name(), "embed");
   EXPECT_EQ(m.segments()[1]->name(), "h.0");
@@ -103,23 +103,23 @@ TEST(Gpt, SegmentsAreEmbedBlocksFinal) {
   }
 }
 
-TEST(Gpt, NumParamsIsTheSumOfParameterSizes) {
+TEST(Decoder, NumParamsIsTheSumOfParameterSizes) {
   for (GptConfig c : {tiny_config(), GptConfig{}, GptConfig{1, 1, 8, 3, 5}}) {
-    Gpt m(c);
+    Decoder m(c);
     int64_t sum = 0, group_sum = 0;
     for (const Parameter* p : m.parameters()) sum += p->value.numel();
     for (const auto& s : m.segments()) group_sum += s->param_numel();
-    EXPECT_EQ(c.num_params(), sum) << "L" << c.n_layer << " C" << c.d_model;
+    EXPECT_EQ(gpt2_config(c).num_params(), sum) << "L" << c.n_layer << " C" << c.d_model;
     EXPECT_EQ(group_sum, sum);
   }
 }
 
-TEST(Gpt, NumParamsOfGpt2Small) {
+TEST(Decoder, NumParamsOfGpt2Small) {
   // GPT2LMHeadModel.from_pretrained("gpt2"): 124,439,808 parameters (lm head tied).
   GptConfig c{12, 12, 768, 50257, 1024};
-  EXPECT_EQ(c.num_params(), 124439808);
+  EXPECT_EQ(gpt2_config(c).num_params(), 124439808);
   // 6N + 12·L·T·C at T = 1024.
-  EXPECT_DOUBLE_EQ(c.flops_per_token(1024), 6.0 * 124439808 + 12.0 * 12 * 1024 * 768);
+  EXPECT_DOUBLE_EQ(gpt2_config(c).flops_per_token(1024), 6.0 * 124439808 + 12.0 * 12 * 1024 * 768);
 }
 
 struct Stats {
@@ -137,13 +137,13 @@ Stats stats(const std::vector<float>& v) {
   return {mean, std, double(within) / double(v.size())};
 }
 
-TEST(Gpt, InitGpt2Statistics) {
+TEST(Decoder, InitGpt2Statistics) {
   // L = 2: residual std 0.02 / sqrt(4) = 0.01. C = 72 leaves padding after 1-D parameters.
   GptConfig c{2, 2, 72, 256, 64};
-  Gpt m(c);
+  Decoder m(c);
   // Start from garbage so that "init sets every element" is checked too.
   for (const Parameter* p : m.parameters()) p->value.fill_(5.0f);
-  m.init_gpt2(1234);
+  m.init_weights(1234);
   for (const Parameter* p : m.parameters()) {
     std::vector<float> v = p->value.to_vector();
     const bool is_ln = p->name.find("ln_") != std::string::npos;
@@ -181,12 +181,12 @@ TEST(Gpt, InitGpt2Statistics) {
   EXPECT_GT(padding, 0);
 }
 
-TEST(Gpt, InitGpt2IsAFunctionOfSeedNameAndIndex) {
+TEST(Decoder, InitGpt2IsAFunctionOfSeedNameAndIndex) {
   GptConfig c = tiny_config();
-  Gpt a(c), b(c), other_seed(c);
-  a.init_gpt2(7);
-  b.init_gpt2(7);
-  other_seed.init_gpt2(8);
+  Decoder a(c), b(c), other_seed(c);
+  a.init_weights(7);
+  b.init_weights(7);
+  other_seed.init_weights(8);
   for (const Parameter* p : a.parameters()) {
     std::vector<float> va = p->value.to_vector();
     EXPECT_EQ(va, b.find(p->name)->value.to_vector()) << p->name;
@@ -206,8 +206,8 @@ TEST(Gpt, InitGpt2IsAFunctionOfSeedNameAndIndex) {
   GptConfig c3 = c;
   c3.n_layer = 3;
   c3.vocab_size = 40;
-  Gpt deep(c3);
-  deep.init_gpt2(7);
+  Decoder deep(c3);
+  deep.init_weights(7);
   EXPECT_EQ(a.find("h.0.attn.c_attn.weight")->value.to_vector(),
             deep.find("h.0.attn.c_attn.weight")->value.to_vector());
   EXPECT_EQ(a.find("h.1.mlp.c_fc.weight")->value.to_vector(),
@@ -224,10 +224,10 @@ TEST(Gpt, InitGpt2IsAFunctionOfSeedNameAndIndex) {
     ASSERT_NEAR(double(p3[i]) * ratio, double(p2[i]), 1e-6 * std::fabs(p2[i]) + 1e-12) << i;
 }
 
-TEST(Gpt, ForwardShapeAndCausality) {
+TEST(Decoder, ForwardShapeAndCausality) {
   GptConfig c = tiny_config();
-  Gpt m(c);
-  m.init_gpt2(3);
+  Decoder m(c);
+  m.init_weights(3);
   const int64_t B = 2, T = 6;
   Tensor tokens = random_tokens(B, T, c.vocab_size, 11);
   autograd::NoGradGuard no_grad;
@@ -264,10 +264,10 @@ TEST(Gpt, ForwardShapeAndCausality) {
     EXPECT_NEAR(short_logits[i], base[i], 1e-5f) << i;
 }
 
-TEST(Gpt, LossIsLogVocabWhenLogitsAreZero) {
+TEST(Decoder, LossIsLogVocabWhenLogitsAreZero) {
   GptConfig c = tiny_config();
-  Gpt m(c);
-  m.init_gpt2(5);
+  Decoder m(c);
+  m.init_weights(5);
   Tensor tokens = random_tokens(2, 8, c.vocab_size, 1);
   Tensor targets = random_tokens(2, 8, c.vocab_size, 2);
   const double ln_v = std::log(double(c.vocab_size));
@@ -285,8 +285,8 @@ TEST(Gpt, LossIsLogVocabWhenLogitsAreZero) {
 
 // Every parameter away from the GPT-2 init (random biases and norm parameters
 // too), so that no gradient is trivially zero or structurally special.
-void randomise(Gpt& m, uint32_t seed) {
-  m.init_gpt2(seed);
+void randomise(Decoder& m, uint32_t seed) {
+  m.init_weights(seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> noise(0.0f, 0.1f);
   for (const Parameter* p : m.parameters())
@@ -296,7 +296,7 @@ void randomise(Gpt& m, uint32_t seed) {
 class GptGradient : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = std::make_unique<Gpt>(tiny_config());
+    model_ = std::make_unique<Decoder>(tiny_config());
     randomise(*model_, 99);
     tokens_ = random_tokens(2, 6, tiny_config().vocab_size, 21);
     targets_ = random_tokens(2, 6, tiny_config().vocab_size, 22);
@@ -321,7 +321,7 @@ class GptGradient : public ::testing::Test {
     return (lp - lm) / (xp - xm);
   }
 
-  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<Decoder> model_;
   Tensor tokens_, targets_;
 };
 

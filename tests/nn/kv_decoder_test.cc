@@ -1,8 +1,8 @@
-// GptDecoder against Gpt::forward: the logits of every position, decoded one
+// KvDecoder against Decoder::forward: the logits of every position, decoded one
 // token at a time over the KV cache (and in chunks), equal those of a full
 // forward of the same prefix. Also with LoRA adapters (merged by the decoder)
 // and with bf16 weights (read as fp32).
-#include "lib/nn/gpt_decoder.h"
+#include "lib/nn/kv_decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -28,8 +28,8 @@ GptConfig config() {
 
 // GPT-2 init, weights scaled up so that attention is far from uniform and the
 // logits vary a lot between positions.
-void init(Gpt& m, uint64_t seed) {
-  m.init_gpt2(seed);
+void init(Decoder& m, uint64_t seed) {
+  m.init_weights(seed);
   for (const Parameter* p : m.parameters())
     if (p->decay) {
       std::vector<float> v = p->value.to_vector();
@@ -46,7 +46,7 @@ std::vector<int32_t> tokens(int n, uint64_t seed, int vocab) {
 }
 
 // Logits (T x V) of the full forward of `seq`.
-std::vector<float> full_logits(const Gpt& m, const std::vector<int32_t>& seq) {
+std::vector<float> full_logits(const Decoder& m, const std::vector<int32_t>& seq) {
   autograd::NoGradGuard no_grad;
   Tensor t = Tensor::empty(Shape{1, int64_t(seq.size())}, DType::kI32);
   std::copy(seq.begin(), seq.end(), t.i32());
@@ -70,7 +70,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b, int V) 
 }
 
 // Decodes `seq` one token at a time; every position's logits, concatenated.
-std::vector<float> decode_one_by_one(GptDecoder& d, const std::vector<int32_t>& seq) {
+std::vector<float> decode_one_by_one(KvDecoder& d, const std::vector<int32_t>& seq) {
   std::vector<float> out;
   for (int32_t t : seq) {
     std::span<const float> l = d.append(std::span<const int32_t>(&t, 1));
@@ -79,12 +79,12 @@ std::vector<float> decode_one_by_one(GptDecoder& d, const std::vector<int32_t>& 
   return out;
 }
 
-TEST(GptDecoder, IncrementalLogitsEqualFullForwardAtEveryPosition) {
-  Gpt m(config());
+TEST(KvDecoder, IncrementalLogitsEqualFullForwardAtEveryPosition) {
+  Decoder m(config());
   init(m, 5);
   const int V = config().vocab_size;
   const std::vector<int32_t> seq = tokens(config().max_seq_len, 11, V);  // fills the cache
-  GptDecoder d(m);
+  KvDecoder d(m);
   std::vector<float> inc = decode_one_by_one(d, seq);
   EXPECT_EQ(d.length(), config().max_seq_len);
   std::vector<float> full = full_logits(m, seq);
@@ -102,12 +102,12 @@ TEST(GptDecoder, IncrementalLogitsEqualFullForwardAtEveryPosition) {
   EXPECT_EQ(again, inc);
 }
 
-TEST(GptDecoder, ChunksEqualOneByOne) {
-  Gpt m(config());
+TEST(KvDecoder, ChunksEqualOneByOne) {
+  Decoder m(config());
   init(m, 6);
   const int V = config().vocab_size;
   const std::vector<int32_t> seq = tokens(20, 12, V);
-  GptDecoder d(m);
+  KvDecoder d(m);
   std::span<const int32_t> s(seq);
   std::span<const float> a = d.append(s.subspan(0, 7), /*all_logits=*/true);
   std::vector<float> chunked(a.begin(), a.end());
@@ -127,13 +127,13 @@ TEST(GptDecoder, ChunksEqualOneByOne) {
 
 // LoRA: the decoder merges W + alpha/r A^T B^T; the model's forward runs the
 // adapters separately. B is made non-zero so that the adapters matter.
-TEST(GptDecoder, MergesLoraAdapters) {
+TEST(KvDecoder, MergesLoraAdapters) {
   LoraConfig lora;
   lora.r = 2;
   lora.alpha = 4.0f;
   lora.modules = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
   lora.layers = {1};
-  Gpt m(config(), DType::kF32, {}, lora);
+  Decoder m(config(), DType::kF32, {}, lora);
   init(m, 7);
   for (const Parameter* p : m.parameters()) {
     std::vector<float> v = p->value.to_vector();
@@ -142,13 +142,13 @@ TEST(GptDecoder, MergesLoraAdapters) {
   }
   const int V = config().vocab_size;
   const std::vector<int32_t> seq = tokens(18, 13, V);
-  GptDecoder d(m);
+  KvDecoder d(m);
   std::vector<float> full = full_logits(m, seq);
   const double rel = max_rel(decode_one_by_one(d, seq), full, V);
   std::printf("  LoRA: max rel %.2e\n", rel);
   EXPECT_LT(rel, 1e-5);
   // The adapters change the logits (so the merge was needed).
-  Gpt base(config());
+  Decoder base(config());
   for (const Parameter* p : base.parameters()) {
     for (const Parameter* q : m.frozen_parameters())
       if (q->name == p->name) p->value.copy_from(q->value);
@@ -158,16 +158,90 @@ TEST(GptDecoder, MergesLoraAdapters) {
 
 // bf16 weights are read as fp32: the decoder of a bf16 model matches the fp32
 // forward of the same (rounded) weights.
-TEST(GptDecoder, ReadsBf16WeightsAsFp32) {
-  Gpt m16(config(), DType::kBF16);
+TEST(KvDecoder, ReadsBf16WeightsAsFp32) {
+  Decoder m16(config(), DType::kBF16);
   init(m16, 8);
-  Gpt m32(config());
+  Decoder m32(config());
   for (size_t i = 0; i < m32.parameters().size(); ++i)
     m32.parameters()[i]->value.copy_from(m16.parameters()[i]->value);
   const int V = config().vocab_size;
   const std::vector<int32_t> seq = tokens(16, 14, V);
-  GptDecoder d(m16);
+  KvDecoder d(m16);
   EXPECT_LT(max_rel(decode_one_by_one(d, seq), full_logits(m32, seq), V), 1e-5);
+}
+
+
+// The Llama family: RMSNorm, RoPE (with llama3 scaling), GQA/MQA, q/k norm,
+// q/k/v biases, SwiGLU, tied and untied heads.
+DecoderConfig family_config(ModelFamily f) {
+  DecoderConfig c;
+  c.family = f;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = f == ModelFamily::kMistral ? 1 : 2;
+  c.head_dim = f == ModelFamily::kQwen3 ? 16 : 8;
+  c.vocab_size = 40;
+  c.max_position_embeddings = 64;
+  c.norm_eps = 1e-6;
+  c.rope_theta = f == ModelFamily::kLlama ? 500000.0 : 10000.0;
+  if (f == ModelFamily::kLlama) {
+    c.rope_scaling.kind = RopeScalingKind::kLlama3;
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.original_max_position_embeddings = 8;
+  }
+  c.attention_bias = f == ModelFamily::kQwen2;
+  c.qk_norm = f == ModelFamily::kQwen3;
+  c.tie_word_embeddings = f == ModelFamily::kQwen2 || f == ModelFamily::kQwen3;
+  return c;
+}
+
+TEST(KvDecoder, LlamaFamilyIncrementalEqualsFullForward) {
+  for (ModelFamily f : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3,
+                        ModelFamily::kMistral}) {
+    const DecoderConfig c = family_config(f);
+    Decoder m(c);
+    init(m, 21);
+    // Norm weights and biases away from 1 and 0 so that they matter.
+    for (const Parameter* p : m.parameters())
+      if (!p->decay) {
+        std::vector<float> v = p->value.to_vector();
+        for (size_t i = 0; i < v.size(); ++i) v[i] += 0.3f * (uniform01(hash_words(9, i)) - 0.5f);
+        p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
+      }
+    const int V = int(c.vocab_size);
+    const std::vector<int32_t> seq = tokens(30, 15, V);
+    KvDecoder d(m, 40);
+    EXPECT_EQ(d.capacity(), 40);
+    std::vector<float> full = full_logits(m, seq);
+    const double rel = max_rel(decode_one_by_one(d, seq), full, V);
+    std::printf("  %s: max rel %.2e\n", family_name(f), rel);
+    EXPECT_LT(rel, 1e-5) << family_name(f);
+    d.reset();
+    std::span<const float> a = d.append(std::span<const int32_t>(seq), /*all_logits=*/true);
+    EXPECT_LT(max_rel(std::vector<float>(a.begin(), a.end()), full, V), 1e-5) << family_name(f);
+  }
+}
+
+TEST(KvDecoder, LlamaFamilyMergesLoraOnEveryLinear) {
+  const DecoderConfig c = family_config(ModelFamily::kLlama);
+  LoraConfig lora;
+  lora.r = 2;
+  lora.alpha = 4.0f;
+  lora.modules = lora_modules_for_targets(c, {"all-linear"});
+  ASSERT_EQ(lora.modules.size(), 7u);
+  Decoder m(c, DType::kF32, {}, lora);
+  init(m, 22);
+  for (const Parameter* p : m.parameters()) {
+    std::vector<float> v = p->value.to_vector();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.3f * (2.0f * uniform01(hash_words(4, i)) - 1.0f);
+    p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
+  }
+  const int V = int(c.vocab_size);
+  const std::vector<int32_t> seq = tokens(20, 16, V);
+  KvDecoder d(m);
+  EXPECT_LT(max_rel(decode_one_by_one(d, seq), full_logits(m, seq), V), 1e-5);
 }
 
 }  // namespace

@@ -1,0 +1,503 @@
+#include "lib/nn/decoder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "lib/base/error.h"
+#include "lib/base/rng.h"
+#include "lib/ops/attention.h"
+#include "lib/ops/dropout.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/embedding.h"
+#include "lib/ops/gelu.h"
+#include "lib/ops/layernorm.h"
+#include "lib/ops/linear_cross_entropy.h"
+#include "lib/ops/matmul.h"
+#include "lib/ops/rms_norm.h"
+#include "lib/ops/rope.h"
+#include "lib/ops/swiglu.h"
+
+namespace fd::nn {
+
+using autograd::Variable;
+
+namespace {
+
+bool is_gpt2(const DecoderConfig& c) { return c.family == ModelFamily::kGpt2; }
+
+std::string block_prefix(const DecoderConfig& c, int layer) {
+  return family_names(c).block_prefix(layer);
+}
+
+// A linear layer's weight as stored: GPT-2's Conv1D (in, out), else nn.Linear [out, in].
+Shape stored_shape(const DecoderConfig& c, const LinearShape& l) {
+  return is_gpt2(c) ? Shape{l.in, l.out} : Shape{l.out, l.in};
+}
+
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 0;  // our own hash (std::hash differs between platforms)
+  for (char ch : name) h = mix64(h ^ uint8_t(ch));
+  return h;
+}
+
+// Writes fp32 initial values into a parameter: straight into its memory on
+// the CPU (a temporary Tensor would stay in the allocator's cache), through a
+// host staging copy on the GPU.
+void store_init(const Tensor& param, const std::vector<float>& v) {
+  if (!param.is_cuda()) {
+    convert_f32_to(param.dtype(), v.data(), param.raw(), v.size());
+    return;
+  }
+  Tensor host = Tensor::empty(param.shape(), param.dtype(), MemCategory::kOther, Device::cpu());
+  convert_f32_to(param.dtype(), v.data(), host.raw(), v.size());
+  param.copy_from(host);
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The Llama family's LoRA target names: short name -> module.
+constexpr std::pair<const char*, const char*> kLlamaTargets[] = {
+    {"q_proj", "self_attn.q_proj"},  {"k_proj", "self_attn.k_proj"},
+    {"v_proj", "self_attn.v_proj"},  {"o_proj", "self_attn.o_proj"},
+    {"gate_proj", "mlp.gate_proj"},  {"up_proj", "mlp.up_proj"},
+    {"down_proj", "mlp.down_proj"},
+};
+
+}  // namespace
+
+std::string FamilyNames::block_prefix(int layer) const {
+  return gpt2_blocks ? fmt::format("h.{}.", layer) : fmt::format("model.layers.{}.", layer);
+}
+
+FamilyNames family_names(const DecoderConfig& c) {
+  if (is_gpt2(c)) return {"wte.weight", "wpe.weight", "ln_f", "lm_head.weight", "ln_1", "ln_2", true};
+  return {"model.embed_tokens.weight", "wpe.weight", "model.norm", "lm_head.weight",
+          "input_layernorm", "post_attention_layernorm", false};
+}
+
+ops::RopeOptions rope_options(const DecoderConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  ops::RopeOptions o;
+  o.head_dim = c.head_dim;
+  o.theta = c.rope_theta;
+  o.kind = s.kind == RopeScalingKind::kLinear   ? ops::RopeScalingKind::kLinear
+           : s.kind == RopeScalingKind::kLlama3 ? ops::RopeScalingKind::kLlama3
+                                                : ops::RopeScalingKind::kDefault;
+  o.factor = s.factor;
+  o.low_freq_factor = s.low_freq_factor;
+  o.high_freq_factor = s.high_freq_factor;
+  o.original_max_position_embeddings = s.original_max_position_embeddings;
+  return o;
+}
+
+std::vector<LinearShape> block_linears(const DecoderConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t q_out = int64_t{c.num_heads} * c.head_dim, kv_out = int64_t{c.num_kv_heads} * c.head_dim;
+  if (is_gpt2(c))
+    return {{"attn.c_attn", H, q_out + 2 * kv_out, c.attention_bias},
+            {"attn.c_proj", q_out, H, c.o_proj_bias},
+            {"mlp.c_fc", H, I, c.mlp_bias},
+            {"mlp.c_proj", I, H, c.mlp_bias}};
+  return {{"self_attn.q_proj", H, q_out, c.attention_bias},
+          {"self_attn.k_proj", H, kv_out, c.attention_bias},
+          {"self_attn.v_proj", H, kv_out, c.attention_bias},
+          {"self_attn.o_proj", q_out, H, c.o_proj_bias},
+          {"mlp.gate_proj", H, I, c.mlp_bias},
+          {"mlp.up_proj", H, I, c.mlp_bias},
+          {"mlp.down_proj", I, H, c.mlp_bias}};
+}
+
+bool LoraConfig::applies(int layer, const std::string& module) const {
+  if (!enabled()) return false;
+  if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end())
+    return false;
+  return std::find(modules.begin(), modules.end(), module) != modules.end();
+}
+
+int64_t LoraConfig::num_params(const DecoderConfig& config) const {
+  int64_t n = 0;
+  for (int l = 0; l < config.num_layers; ++l)
+    for (const LinearShape& m : block_linears(config))
+      if (applies(l, m.module)) n += int64_t(r) * (m.in + m.out);
+  return n;
+}
+
+std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
+                                                  const std::vector<std::string>& targets) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& m) {
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
+  const char* fam = family_name(config.family);
+  for (const std::string& t : targets) {
+    if (t == "lm_head" || t == "embed_tokens" || t == "wte" || t == "wpe")
+      usage_error(
+          "lora.targets: {} is not supported: adapters go on the blocks' linear layers, the "
+          "embedding and the head stay frozen (train them without lora instead)",
+          t);
+    if (is_gpt2(config)) {
+      bool known = false;
+      if (t == "c_attn" || t == "attn.c_attn") add("attn.c_attn"), known = true;
+      if (t == "c_proj" || t == "attn.c_proj") add("attn.c_proj"), known = true;
+      if (t == "c_fc" || t == "mlp.c_fc") add("mlp.c_fc"), known = true;
+      if (t == "c_proj" || t == "mlp.c_proj") add("mlp.c_proj"), known = true;
+      if (t == "all-linear") {
+        for (const LinearShape& l : block_linears(config)) add(l.module);
+        known = true;
+      }
+      if (!known)
+        usage_error(
+            "lora.targets: a {} model has no module {}; its targets are c_attn, c_proj, "
+            "attn.c_proj, c_fc, mlp.c_proj and all-linear",
+            fam, t);
+      continue;
+    }
+    bool known = false;
+    for (const auto& [short_name, module] : kLlamaTargets)
+      if (t == short_name || t == module) add(module), known = true;
+    if (t == "all-linear") {
+      for (const LinearShape& l : block_linears(config)) add(l.module);
+      known = true;
+    }
+    if (!known)
+      usage_error(
+          "lora.targets: a {} model has no module {}; its targets are q_proj, k_proj, v_proj, "
+          "o_proj, gate_proj, up_proj, down_proj and all-linear",
+          fam, t);
+  }
+  return out;
+}
+
+std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const LoraConfig& lora) {
+  const int64_t H = c.hidden_size;
+  std::vector<SegmentSpec> out;
+  if (lora.enabled()) {
+    out.push_back({"embed", {}});
+    for (int l = 0; l < c.num_layers; ++l) {
+      SegmentSpec seg{fmt::format("h.{}", l), {}};
+      for (const LinearShape& m : block_linears(c)) {
+        if (!lora.applies(l, m.module)) continue;
+        const std::string base = block_prefix(c, l) + m.module;
+        seg.params.push_back({base + ".lora_A.weight", Shape{lora.r, m.in}, true});
+        seg.params.push_back({base + ".lora_B.weight", Shape{m.out, lora.r}, true});
+      }
+      out.push_back(std::move(seg));
+    }
+    out.push_back({"final", {}});
+    return out;
+  }
+  const bool layer_norm = c.norm == NormKind::kLayerNorm;
+  const FamilyNames names = family_names(c);
+  auto add_norm = [&](std::vector<ParamSpec>& ps, const std::string& name, int64_t n) {
+    ps.push_back({name + ".weight", Shape{n}, false});
+    if (layer_norm) ps.push_back({name + ".bias", Shape{n}, false});
+  };
+  auto add_linear = [&](std::vector<ParamSpec>& ps, const std::string& prefix,
+                        const LinearShape& l) {
+    ps.push_back({prefix + l.module + ".weight", stored_shape(c, l), true});
+    if (l.bias) ps.push_back({prefix + l.module + ".bias", Shape{l.out}, false});
+  };
+
+  SegmentSpec embed{"embed", {{names.embed, Shape{c.vocab_size, H}, true}}};
+  if (c.positions == PositionKind::kLearned)
+    embed.params.push_back({names.positions, Shape{c.max_position_embeddings, H}, true});
+  out.push_back(std::move(embed));
+  const std::vector<LinearShape> linears = block_linears(c);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = block_prefix(c, l);
+    std::vector<ParamSpec> ps;
+    if (is_gpt2(c)) {  // GPT-2's state_dict order: ln_1, attn, ln_2, mlp
+      add_norm(ps, p + names.norm1, H);
+      add_linear(ps, p, linears[0]);
+      add_linear(ps, p, linears[1]);
+      add_norm(ps, p + names.norm2, H);
+      add_linear(ps, p, linears[2]);
+      add_linear(ps, p, linears[3]);
+    } else {  // the Llama family's: self_attn (q, k, v, o, q/k norms), mlp, the two norms
+      for (size_t i = 0; i < 4; ++i) add_linear(ps, p, linears[i]);
+      if (c.qk_norm) {
+        ps.push_back({p + "self_attn.q_norm.weight", Shape{c.head_dim}, false});
+        ps.push_back({p + "self_attn.k_norm.weight", Shape{c.head_dim}, false});
+      }
+      for (size_t i = 4; i < linears.size(); ++i) add_linear(ps, p, linears[i]);
+      add_norm(ps, p + names.norm1, H);
+      add_norm(ps, p + names.norm2, H);
+    }
+    out.push_back({fmt::format("h.{}", l), std::move(ps)});
+  }
+  SegmentSpec fin{"final", {}};
+  add_norm(fin.params, names.final_norm, H);
+  if (!c.tie_word_embeddings) fin.params.push_back({names.lm_head, Shape{c.vocab_size, H}, true});
+  out.push_back(std::move(fin));
+  return out;
+}
+
+Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& layout,
+                 const LoraConfig& lora, const GroupLayout& frozen_layout)
+    : config_(config), lora_(lora) {
+  config.validate();
+  for (SegmentSpec& s : segment_specs(config, lora))
+    segments_.push_back(
+        std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype, layout));
+  if (lora.enabled()) {
+    GroupLayout fl = frozen_layout;
+    fl.with_grads = false;
+    for (SegmentSpec& s : segment_specs(config))
+      frozen_.push_back(
+          std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype, fl));
+  }
+  // Resolve every parameter the forward reads once, by name.
+  auto find = [](const FlatParamGroup& g, const std::string& name) -> const Parameter* {
+    for (const Parameter& p : g.params())
+      if (p.name == name) return &p;
+    return nullptr;
+  };
+  const FamilyNames names = family_names(config);
+  const FlatParamGroup& emb = base_group(kEmbedSegment);
+  embed_w_ = find(emb, names.embed);
+  positions_w_ = find(emb, names.positions);
+  const FlatParamGroup& fin = base_group(final_segment());
+  final_w_ = find(fin, names.final_norm + ".weight");
+  final_b_ = find(fin, names.final_norm + ".bias");
+  lm_head_ = find(fin, names.lm_head);
+  for (int l = 0; l < config.num_layers; ++l) {
+    const FlatParamGroup& g = base_group(1 + l);
+    const std::string p = block_prefix(config, l);
+    BlockParams b;
+    b.norm1_w = find(g, p + names.norm1 + ".weight");
+    b.norm1_b = find(g, p + names.norm1 + ".bias");
+    b.norm2_w = find(g, p + names.norm2 + ".weight");
+    b.norm2_b = find(g, p + names.norm2 + ".bias");
+    b.q_norm = find(g, p + "self_attn.q_norm.weight");
+    b.k_norm = find(g, p + "self_attn.k_norm.weight");
+    for (const LinearShape& m : block_linears(config)) {
+      BlockParams::Linear lin{find(g, p + m.module + ".weight"), find(g, p + m.module + ".bias")};
+      if (lora.applies(l, m.module)) {
+        const FlatParamGroup& a = *segments_[size_t(1 + l)];
+        lin.lora_a = find(a, p + m.module + ".lora_A.weight");
+        lin.lora_b = find(a, p + m.module + ".lora_B.weight");
+      }
+      b.linears[m.module] = lin;
+    }
+    blocks_.push_back(std::move(b));
+  }
+}
+
+std::vector<const Parameter*> Decoder::parameters() const {
+  std::vector<const Parameter*> out;
+  for (const auto& s : segments_)
+    for (const auto& p : s->params()) out.push_back(&p);
+  return out;
+}
+
+std::vector<const Parameter*> Decoder::frozen_parameters() const {
+  std::vector<const Parameter*> out;
+  for (const auto& s : frozen_)
+    for (const auto& p : s->params()) out.push_back(&p);
+  return out;
+}
+
+std::vector<const FlatParamGroup*> Decoder::groups() const {
+  std::vector<const FlatParamGroup*> out;
+  for (const auto& s : segments_) out.push_back(s.get());
+  return out;
+}
+
+std::vector<const FlatParamGroup*> Decoder::frozen_groups() const {
+  std::vector<const FlatParamGroup*> out;
+  for (const auto& s : frozen_) out.push_back(s.get());
+  return out;
+}
+
+const FlatParamGroup& Decoder::base_group(int segment) const {
+  return lora_.enabled() ? *frozen_[size_t(segment)] : *segments_[size_t(segment)];
+}
+
+Variable Decoder::base_var(const Parameter& p) const {
+  return lora_.enabled() ? Variable(p.value, false) : p.var();
+}
+
+void Decoder::init_weights(uint64_t seed) {
+  const float std_base = 0.02f;
+  const float std_resid = 0.02f / std::sqrt(2.0f * float(config_.num_layers));
+  // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
+  if (segments_.front()->flat_params().is_meta()) return;
+  const bool gpt2 = is_gpt2(config_);
+  std::vector<const Parameter*> all = lora_.enabled() ? frozen_parameters() : parameters();
+  for (const Parameter* p : all) {
+    const int64_t n = p->value.numel();
+    std::vector<float> v(size_t(n), 0.0f);
+    const bool is_norm =
+        p->name.find("ln_") != std::string::npos || p->name.find("norm") != std::string::npos;
+    if (is_norm && ends_with(p->name, ".weight")) {
+      std::fill(v.begin(), v.end(), 1.0f);
+    } else if (p->decay) {  // 2-D weights
+      const float std = gpt2 && ends_with(p->name, "c_proj.weight") ? std_resid : std_base;
+      const uint64_t h = name_hash(p->name);
+      for (int64_t i = 0; i < n; ++i)
+        v[size_t(i)] = std * normal01(hash_words(seed, h, uint64_t(i), 0),
+                                      hash_words(seed, h, uint64_t(i), 1));
+    }
+    store_init(p->value, v);
+  }
+  if (!lora_.enabled()) return;
+  // Adapters: A Kaiming-uniform with a = sqrt(5) (PEFT): bound = 1/sqrt(in); B zero.
+  for (const Parameter* p : parameters()) {
+    const int64_t n = p->value.numel();
+    std::vector<float> v(size_t(n), 0.0f);
+    if (p->name.find(".lora_A.") != std::string::npos) {
+      const float bound = 1.0f / std::sqrt(float(p->value.shape()[1]));
+      const uint64_t h = name_hash(p->name);
+      for (int64_t i = 0; i < n; ++i)
+        v[size_t(i)] = bound * (2.0f * uniform01(hash_words(seed, h, uint64_t(i), 2)) - 1.0f);
+    }
+    store_init(p->value, v);
+  }
+}
+
+Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {
+  const BlockParams::Linear& p = blocks_[size_t(layer)].linears.at(module);
+  const ops::MatmulOptions stored{.trans_a = false, .trans_b = !is_gpt2(config_)};
+  Variable y = ops::matmul(x, base_var(*p.w), p.b ? base_var(*p.b) : Variable(), stored);
+  if (p.lora_a == nullptr) return y;
+  Variable in = x;
+  if (lora_.dropout > 0.0f)
+    in = ops::dropout(x, lora_.dropout, dropout_seed_, name_hash(p.lora_a->name));
+  const ops::MatmulOptions t{.trans_a = false, .trans_b = true};
+  Variable low = ops::matmul(in, p.lora_a->var(), {}, t);  // (..., r)
+  Variable up = ops::matmul(low, p.lora_b->var(), {}, t);  // (..., out)
+  return ops::add(y, ops::scale(up, lora_.alpha / float(lora_.r)));
+}
+
+Variable Decoder::norm(const Variable& x, const Parameter* w, const Parameter* b) const {
+  if (config_.norm == NormKind::kLayerNorm)
+    return ops::layernorm(x, base_var(*w), base_var(*b), float(config_.norm_eps));
+  return ops::rms_norm(x, base_var(*w), float(config_.norm_eps));
+}
+
+void Decoder::ensure_rope_tables(int64_t positions) const {
+  if (rope_cos_.defined() && rope_cos_.shape()[0] >= positions &&
+      rope_cos_.device() == default_device())
+    return;
+  ops::RopeTables t = ops::rope_tables(rope_options(config_), positions);
+  rope_cos_ = t.cos;
+  rope_sin_ = t.sin;
+}
+
+Variable Decoder::attention(int layer, const Variable& h) const {
+  const DecoderConfig& c = config_;
+  if (is_gpt2(c)) {  // one fused c_attn: q | k | v
+    Variable qkv = linear(layer, "attn.c_attn", h);
+    return linear(layer, "attn.c_proj", ops::causal_attention(qkv, c.num_heads));
+  }
+  const BlockParams& b = blocks_[size_t(layer)];
+  Variable q = linear(layer, "self_attn.q_proj", h);
+  Variable k = linear(layer, "self_attn.k_proj", h);
+  Variable v = linear(layer, "self_attn.v_proj", h);
+  if (c.qk_norm) {  // per head, before the rotation (Qwen3)
+    q = ops::rms_norm(q, base_var(*b.q_norm), float(c.norm_eps));
+    k = ops::rms_norm(k, base_var(*b.k_norm), float(c.norm_eps));
+  }
+  if (c.positions == PositionKind::kRope) {
+    q = ops::rope(q, rope_cos_, rope_sin_);
+    k = ops::rope(k, rope_cos_, rope_sin_);
+  }
+  Variable att = ops::causal_attention(q, k, v, c.num_heads, c.num_kv_heads);
+  return linear(layer, "self_attn.o_proj", att);
+}
+
+Variable Decoder::mlp(int layer, const Variable& h) const {
+  if (config_.mlp == MlpKind::kGeluTanh)
+    return linear(layer, "mlp.c_proj", ops::gelu(linear(layer, "mlp.c_fc", h)));
+  return linear(layer, "mlp.down_proj",
+                ops::swiglu(linear(layer, "mlp.gate_proj", h), linear(layer, "mlp.up_proj", h)));
+}
+
+Variable Decoder::block_forward(int layer, const Variable& x) const {
+  const BlockParams& b = blocks_[size_t(layer)];
+  Variable x2 = ops::add(x, attention(layer, norm(x, b.norm1_w, b.norm1_b)));
+  return ops::add(x2, mlp(layer, norm(x2, b.norm2_w, b.norm2_b)));
+}
+
+Variable Decoder::embed(const Tensor& tokens) const {
+  Variable x = ops::embedding(base_var(*embed_w_), tokens);
+  if (positions_w_ == nullptr) return x;
+  if (!position_ids_.defined() || position_ids_.shape() != tokens.shape() ||
+      position_ids_.device() != default_device()) {
+    const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
+    std::vector<float> ids(size_t(B * T));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) ids[size_t(b * T + t)] = float(t);
+    position_ids_ = Tensor::from_vector(ids, tokens.shape(), DType::kI32, MemCategory::kOther);
+  }
+  return ops::add(x, ops::embedding(base_var(*positions_w_), position_ids_));
+}
+
+Variable Decoder::final_norm(const Variable& x) const { return norm(x, final_w_, final_b_); }
+
+Variable Decoder::head_weight() const { return base_var(lm_head_ ? *lm_head_ : *embed_w_); }
+
+int64_t Decoder::head_chunk_rows() const {
+  constexpr int64_t kChunkBytes = int64_t{64} << 20;
+  const int64_t rows = kChunkBytes / (config_.vocab_size * int64_t(sizeof(float)));
+  return std::max<int64_t>(16, rows / 16 * 16);
+}
+
+// The segments in order; the last one's function is `head`. A runner may keep
+// a segment's function to run it again in backward (activation
+// checkpointing), so each one owns what it captures.
+namespace {
+Variable run_segments(const Decoder& m, SegmentRunner* runner, const SegmentFn& embed_fn,
+                      std::function<Variable(int, const Variable&)> block_fn,
+                      const SegmentFn& head, bool tied) {
+  DirectRunner direct;
+  SegmentRunner& run = runner ? *runner : direct;
+  Variable x = run.run(Decoder::kEmbedSegment, embed_fn, Variable(), {});
+  for (int l = 0; l < m.config().num_layers; ++l)
+    x = run.run(1 + l, [block_fn, l](const Variable& in) { return block_fn(l, in); }, x, {});
+  // A tied head reads the embedding's matrix: keep it resident through the final segment.
+  return run.run(m.final_segment(), head, x,
+                 tied ? std::vector<int>{Decoder::kEmbedSegment} : std::vector<int>{});
+}
+}  // namespace
+
+Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner) const {
+  FD_CHECK(tokens.shape().ndim() == 2, "tokens must be (B, T), got {}", tokens.shape().str());
+  const int64_t T = tokens.shape()[1];
+  FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
+           "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
+  if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
+  return run_segments(
+      *this, runner, [this, tokens](const Variable&) { return embed(tokens); },
+      [this](int l, const Variable& in) { return block_forward(l, in); },
+      [this](const Variable& in) {
+        return ops::matmul(final_norm(in), head_weight(), {},
+                           ops::MatmulOptions{.trans_a = false, .trans_b = true});
+      },
+      lm_head_ == nullptr);
+}
+
+Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner) const {
+  FD_CHECK(tokens.shape().ndim() == 2 && targets.shape() == tokens.shape(),
+           "tokens {} and targets {} must both be (B, T)", tokens.shape().str(),
+           targets.shape().str());
+  const int64_t T = tokens.shape()[1];
+  FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
+           "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
+  if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
+  return run_segments(
+      *this, runner, [this, tokens](const Variable&) { return embed(tokens); },
+      [this](int l, const Variable& in) { return block_forward(l, in); },
+      [this, targets](const Variable& in) {
+        return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
+                                         head_chunk_rows());
+      },
+      lm_head_ == nullptr);
+}
+
+}  // namespace fd::nn

@@ -1,0 +1,207 @@
+// Decoder: the one decoder-only transformer, built from a DecoderConfig
+// (decoder_config.h): GPT-2 and the Llama family (Llama 2/3, Mistral,
+// SmolLM, Qwen2, Qwen3) are configurations of it, not copies.
+//
+//   x = embed(tokens) (+ learned positions)
+//   per block: x += o_proj(attention(norm_1(x)));  x += mlp(norm_2(x))
+//   loss = cross_entropy(head(norm(x)), targets), the head chunked over rows
+//
+// Parameters carry the family's Hugging Face names and layouts, so a model
+// directory's tensors load by name: GPT-2 "h.0.attn.c_attn.weight" (Conv1D,
+// stored (in, out), q|k|v fused), the Llama family
+// "model.layers.0.self_attn.q_proj.weight" (Linear, stored [out, in]).
+//
+// The model is a list of segments, each owning one FlatParamGroup:
+//   segment 0      "embed"  the token embedding (+ GPT-2's position table)
+//   segment 1..L   "h.i"    block i's norms, attention and MLP
+//   segment L+1    "final"  the final norm (+ the untied lm head)
+// Segments are the unit of everything distributed (ZeRO partitions,
+// gradient buckets, activation checkpointing; see docs/ARCHITECTURE.md).
+// Forward records on the current autograd tape; parameter gradients
+// accumulate into the groups' flat gradient buffers.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/autograd/variable.h"
+#include "lib/nn/decoder_config.h"
+#include "lib/nn/module.h"
+#include "lib/nn/parameter.h"
+#include "lib/nn/segment_runner.h"
+#include "lib/ops/rope.h"
+
+namespace fd::nn {
+
+// Low-rank adapters (LoRA, as Hugging Face PEFT): a targeted linear layer
+// y = W x + b becomes y = W x + b + (alpha / r) B A dropout(x), A (r, in)
+// Kaiming-uniform (a = sqrt 5: bound 1/sqrt(in)), B (out, r) zero. The base is frozen.
+struct LoraConfig {
+  int r = 0;                         // rank; 0 = no adapters (every parameter trains)
+  float alpha = 0.0f;                // scaling = alpha / r
+  float dropout = 0.0f;              // on the adapter's input only
+  std::vector<std::string> modules;  // block modules, e.g. attn.c_attn, self_attn.q_proj
+  std::vector<int> layers;           // blocks with adapters; empty = all
+  bool enabled() const { return r > 0; }
+  bool applies(int layer, const std::string& module) const;
+  // Trainable parameters for `config`: sum over adapted modules of r * (in + out).
+  int64_t num_params(const DecoderConfig& config) const;
+};
+
+// A block's linear layer: its module name within the block ("attn.c_attn",
+// "self_attn.q_proj", ...), fan-in and fan-out, and whether it has a bias.
+struct LinearShape {
+  std::string module;
+  int64_t in, out;
+  bool bias;
+};
+// The linear layers of a block of `config`, in the block's parameter order:
+// GPT-2 attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; the Llama family
+// self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj.
+std::vector<LinearShape> block_linears(const DecoderConfig& config);
+
+// The recipe's LoRA target names as module names of `config`'s family.
+// GPT-2: c_attn, c_proj (both projections, as PEFT's suffix matching),
+// attn.c_proj, c_fc, mlp.c_proj. Llama family: q_proj, k_proj, v_proj,
+// o_proj, gate_proj, up_proj, down_proj (or with their self_attn./mlp.
+// prefix), and all-linear. A name the family does not have is a usage error
+// listing the names it has; lm_head and embed_tokens are refused with the
+// reason (adapters on the head or the embedding are not supported).
+std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
+                                                  const std::vector<std::string>& targets);
+
+// The family's Hugging Face parameter names: GPT-2's file names have no
+// prefix, the Llama family's are those of *ForCausalLM.
+struct FamilyNames {
+  std::string embed;       // "wte.weight" | "model.embed_tokens.weight"
+  std::string positions;   // "wpe.weight" (learned positions only)
+  std::string final_norm;  // "ln_f" | "model.norm" (+ ".weight", ".bias")
+  std::string lm_head;     // "lm_head.weight" (untied head only)
+  std::string norm1, norm2;  // "ln_1" | "input_layernorm", "ln_2" | "post_attention_layernorm"
+  bool gpt2_blocks = false;  // blocks are "h.N." (else "model.layers.N.")
+  std::string block_prefix(int layer) const;  // "h.3." | "model.layers.3."
+
+};
+FamilyNames family_names(const DecoderConfig& config);
+
+// The rotary tables' options for `config` (RoPE models).
+ops::RopeOptions rope_options(const DecoderConfig& config);
+
+// One segment's name and parameters, in layout order.
+struct SegmentSpec {
+  std::string name;               // "embed", "h.0" .. "h.{L-1}", "final"
+  std::vector<ParamSpec> params;  // in the order the segment's flat buffer holds them
+};
+
+class Decoder : public Module {
+ public:
+  // The segments a Decoder of `config` is made of, without allocating anything:
+  // the constructor builds its groups from exactly these, so sizes computed
+  // from them (FlatParamGroup::padded_numel) are the sizes a model will have.
+  // With LoRA, these are the trainable (adapter) segments; segment_specs of
+  // the plain config are then the frozen base's.
+  static std::vector<SegmentSpec> segment_specs(const DecoderConfig& config,
+                                                const LoraConfig& lora = {});
+
+  // Allocates all segments (parameters zero) in `dtype`, laid out as `layout` says.
+  // With LoRA the trainable groups hold only the adapters (laid out by `layout`)
+  // and the base lives in frozen groups laid out by `frozen_layout`.
+  // `config` must be valid (DecoderConfig::validate).
+  explicit Decoder(const DecoderConfig& config, DType dtype = DType::kF32,
+                   const GroupLayout& layout = {}, const LoraConfig& lora = {},
+                   const GroupLayout& frozen_layout = {});
+  // GPT-2 by its shorthand (gpt2_config).
+  explicit Decoder(const GptConfig& config, DType dtype = DType::kF32,
+                   const GroupLayout& layout = {}, const LoraConfig& lora = {},
+                   const GroupLayout& frozen_layout = {})
+      : Decoder(gpt2_config(config), dtype, layout, lora, frozen_layout) {}
+
+  // Segment indices: kEmbedSegment, then 1 + layer for each block, then final_segment().
+  static constexpr int kEmbedSegment = 0;
+  int final_segment() const { return config_.num_layers + 1; }
+
+  const DecoderConfig& config() const { return config_; }
+  // Segments in forward order: embed, h.0 .. h.{L-1}, final.
+  const std::vector<std::unique_ptr<FlatParamGroup>>& segments() const { return segments_; }
+  // Every parameter in canonical order (the order of Hugging Face's state_dict).
+  std::vector<const Parameter*> parameters() const override;
+  std::vector<const FlatParamGroup*> groups() const override;
+  std::vector<const Parameter*> frozen_parameters() const override;
+  std::vector<const FlatParamGroup*> frozen_groups() const override;
+  const LoraConfig& lora() const { return lora_; }
+
+  // Random initialisation as the family's Hugging Face model initialises:
+  // matrices N(0, 0.02), biases 0, norm weights 1; GPT-2 also scales its
+  // residual projections (attn.c_proj, mlp.c_proj) to N(0, 0.02/sqrt(2L)).
+  // Each element is a counter-based function of (seed, parameter name,
+  // index), so the result does not depend on layout, world size or order of
+  // construction. With LoRA: the base as above, A Kaiming-uniform, B zero.
+  // Does nothing on the meta device.
+  void init_weights(uint64_t seed);
+  // Seed of the adapters' dropout masks for the coming forward (the Trainer
+  // derives it from (seed, step, micro-batch), so recompute and resume repeat it).
+  void set_dropout_seed(uint64_t seed) const { dropout_seed_ = seed; }
+
+  // tokens (B, T) i32 -> logits (B, T, V) (T <= max_position_embeddings with learned
+  // positions). Each segment runs through `runner` (nullptr: directly).
+  autograd::Variable forward(const Tensor& tokens, SegmentRunner* runner = nullptr) const;
+  // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore),
+  // with the head and the loss computed together in chunks of head_chunk_rows()
+  // rows (ops::linear_cross_entropy): full-vocabulary logits are never
+  // materialised for the whole batch.
+  autograd::Variable loss(const Tensor& tokens, const Tensor& targets,
+                          SegmentRunner* runner = nullptr) const;
+  // Rows per chunk of the head + loss: as many as keep the chunk's fp32
+  // logits within 64 MiB, a multiple of 16, at least 16.
+  int64_t head_chunk_rows() const;
+
+ private:
+  // One block's parameters (nullptr where the configuration has none).
+  struct BlockParams {
+    const Parameter *norm1_w = nullptr, *norm1_b = nullptr, *norm2_w = nullptr,
+                    *norm2_b = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    // Linear layers by module name: weight, bias (nullptr if none), adapters A, B.
+    struct Linear {
+      const Parameter *w = nullptr, *b = nullptr, *lora_a = nullptr, *lora_b = nullptr;
+    };
+    std::map<std::string, Linear> linears;
+  };
+
+  autograd::Variable block_forward(int layer, const autograd::Variable& x) const;
+  autograd::Variable embed(const Tensor& tokens) const;
+  // norm(x) with weight w (and bias b for LayerNorm).
+  autograd::Variable norm(const autograd::Variable& x, const Parameter* w,
+                          const Parameter* b) const;
+  autograd::Variable attention(int layer, const autograd::Variable& h) const;
+  autograd::Variable mlp(int layer, const autograd::Variable& h) const;
+  // The final norm's output, and the head's weight ([V, H]).
+  autograd::Variable final_norm(const autograd::Variable& x) const;
+  autograd::Variable head_weight() const;
+  // A base parameter as a Variable: trainable (bound to its gradient) without
+  // LoRA, frozen (no gradient) with it.
+  autograd::Variable base_var(const Parameter& p) const;
+  // Module `module` of block `layer` applied to x, plus its adapter if any.
+  autograd::Variable linear(int layer, const std::string& module,
+                            const autograd::Variable& x) const;
+  const FlatParamGroup& base_group(int segment) const;
+  // The rotary tables, built on first use for at least `positions` rows.
+  void ensure_rope_tables(int64_t positions) const;
+
+  DecoderConfig config_;
+  std::vector<std::unique_ptr<FlatParamGroup>> segments_;  // trainable
+  std::vector<std::unique_ptr<FlatParamGroup>> frozen_;    // LoRA base (empty without LoRA)
+  LoraConfig lora_;
+  std::vector<BlockParams> blocks_;
+  const Parameter* embed_w_ = nullptr;
+  const Parameter* positions_w_ = nullptr;  // learned positions only
+  const Parameter* final_w_ = nullptr;
+  const Parameter* final_b_ = nullptr;
+  const Parameter* lm_head_ = nullptr;  // untied head only
+  mutable uint64_t dropout_seed_ = 0;
+  mutable Tensor position_ids_;         // (B, T) i32, learned positions, cached per shape
+  mutable Tensor rope_cos_, rope_sin_;  // (P, head_dim) fp32, RoPE only
+};
+
+}  // namespace fd::nn
