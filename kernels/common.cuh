@@ -123,6 +123,19 @@ __device__ __forceinline__ void store_from_float(void* p, DT dt, int64_t i, floa
   }
 }
 
+// v rounded to dt and back (the identity for f32): a value a 16-bit tensor
+// would hold, kept in fp32 for more arithmetic (rms_norm's rounding before the weight).
+__device__ __forceinline__ float round_through(DT dt, float v) {
+  switch (dt) {
+    case DT::kBF16:
+      return __bfloat162float(__float2bfloat16_rn(v));
+    case DT::kF16:
+      return __half2float(__float2half_rn(v));
+    default:
+      return v;
+  }
+}
+
 // Grid-stride index range: for (int64_t i = grid_start(); i < n; i += grid_step()).
 __device__ __forceinline__ int64_t grid_start() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

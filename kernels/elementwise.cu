@@ -1,4 +1,4 @@
-// Elementwise kernels (cast, fill, accumulate, add, GELU, dropout) and the
+// Elementwise kernels (cast, fill, accumulate, add, GELU, SwiGLU, dropout) and the
 // column sums of bias_grad.
 //
 // Every kernel is a grid-stride loop over int64 indices that loads through
@@ -68,6 +68,37 @@ __global__ void gelu_backward_kernel(const void* x, const void* dy, DT dt, void*
     const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
     const float d = load_as_float(dx, dx_dt, i);
     store_from_float(dx, dx_dt, i, d + load_as_float(dy, dt, i) * grad);
+  }
+}
+
+// SwiGLU with lib/ops/cpu/swiglu.cc's formulas (sigmoid through expf here).
+__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+__global__ void swiglu_forward_kernel(const void* gate, DT g_dt, const void* up, DT u_dt,
+                                      void* out, DT out_dt, int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float g = load_as_float(gate, g_dt, i);
+    store_from_float(out, out_dt, i, g * sigmoid(g) * load_as_float(up, u_dt, i));
+  }
+}
+
+// d silu(g) / dg = s (1 + g (1 - s)) with s = sigmoid(g).
+__global__ void swiglu_backward_kernel(const void* gate, DT g_dt, const void* up, DT u_dt,
+                                       const void* dy, DT dy_dt, void* dgate, DT dg_dt, void* dup,
+                                       DT du_dt, int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const float g = load_as_float(gate, g_dt, i);
+    const float d = load_as_float(dy, dy_dt, i);
+    const float s = sigmoid(g);
+    if (dgate != nullptr) {
+      const float u = load_as_float(up, u_dt, i);
+      const float acc = load_as_float(dgate, dg_dt, i);
+      store_from_float(dgate, dg_dt, i, acc + d * u * s * (1.0f + g * (1.0f - s)));
+    }
+    if (dup != nullptr) {
+      const float acc = load_as_float(dup, du_dt, i);
+      store_from_float(dup, du_dt, i, acc + d * g * s);
+    }
   }
 }
 
@@ -267,6 +298,40 @@ void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int
   require_ptr(dy, kWhat, "dy");
   require_ptr(dx, kWhat, "dx");
   gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, dy, dt, dx, dx_dt, n);
+  check_launch(kWhat);
+}
+
+void swiglu_forward(const void* gate, DT g_dt, const void* up, DT u_dt, void* out, DT out_dt,
+                    int64_t n) {
+  constexpr const char* kWhat = "swiglu_forward";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(g_dt, kWhat);
+  require_float(u_dt, kWhat);
+  require_float(out_dt, kWhat);
+  require_ptr(gate, kWhat, "gate");
+  require_ptr(up, kWhat, "up");
+  require_ptr(out, kWhat, "out");
+  swiglu_forward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(gate, g_dt, up, u_dt, out, out_dt,
+                                                              n);
+  check_launch(kWhat);
+}
+
+void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const void* dy,
+                     DT dy_dt, void* dgate, DT dg_dt, void* dup, DT du_dt, int64_t n) {
+  constexpr const char* kWhat = "swiglu_backward";
+  require_count(n, kWhat);
+  if (n == 0 || (dgate == nullptr && dup == nullptr)) return;
+  require_float(g_dt, kWhat);
+  require_float(u_dt, kWhat);
+  require_float(dy_dt, kWhat);
+  if (dgate != nullptr) require_float(dg_dt, kWhat);
+  if (dup != nullptr) require_float(du_dt, kWhat);
+  require_ptr(gate, kWhat, "gate");
+  require_ptr(up, kWhat, "up");
+  require_ptr(dy, kWhat, "dy");
+  swiglu_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(gate, g_dt, up, u_dt, dy, dy_dt,
+                                                               dgate, dg_dt, dup, du_dt, n);
   check_launch(kWhat);
 }
 

@@ -113,6 +113,13 @@ void gelu_forward(const void* x, void* out, DT dt, int64_t n);
 // dx += dy * gelu'(x); dx may have another dtype than x/dy.
 void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int64_t n);
 
+// SwiGLU (lib/ops/swiglu.h): out = gate * sigmoid(gate) * up, each array in its own dtype.
+void swiglu_forward(const void* gate, DT g_dt, const void* up, DT u_dt, void* out, DT out_dt,
+                    int64_t n);
+// dgate += dy * up * silu'(gate); dup += dy * silu(gate). Either gradient may be null.
+void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const void* dy, DT dy_dt,
+                     void* dgate, DT dg_dt, void* dup, DT du_dt, int64_t n);
+
 // Dropout with the counter-based mask of lib/ops/dropout.h: element i is kept
 // when uniform01(hash_words(seed, stream, i)) >= p (lib/base/rng.h), bitwise the
 // same mask as the CPU. out = x * keep / (1 - p).
@@ -143,6 +150,27 @@ void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* b
 void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* mean,
                         const float* rstd, const void* dout, DT dout_dt, void* dx, DT dx_dt,
                         void* dweight, void* dbias, DT dw_dt, int64_t rows, int64_t C);
+
+// RMSNorm (lib/ops/rms_norm.h) over rows of C consecutive elements:
+// out = weight * round_to(x_dt, x * rstd), rstd = 1 / sqrt(mean(x^2) + eps),
+// written to rstd[r] (rows fp32 values) for backward.
+void rms_norm_forward(const void* x, DT x_dt, const void* weight, DT w_dt, void* out, DT out_dt,
+                      float* rstd, int64_t rows, int64_t C, float eps);
+// dx += rstd * (dn - n * mean(dn * n)) with n = x * rstd, dn = dy * weight;
+// dweight += dy * round_to(x_dt, n), reduced over rows as layernorm_backward
+// (deterministic). dx or dweight may be null to skip.
+void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* rstd,
+                       const void* dout, DT dout_dt, void* dx, DT dx_dt, void* dweight, DT dw_dt,
+                       int64_t rows, int64_t C);
+
+// Rotary embeddings with rotate_half pairing (lib/ops/rope.h) on x viewed as
+// (B, T, C), C a multiple of the head size D (even); cos, sin: fp32 (P >= T, D),
+// position t uses row t. out = the rotation of x (overwritten).
+void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, void* out, DT out_dt,
+                  int64_t B, int64_t T, int64_t C, int64_t D);
+// dx += the transposed rotation of dout.
+void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin, void* dx,
+                   DT dx_dt, int64_t B, int64_t T, int64_t C, int64_t D);
 
 // Fused causal attention (lib/ops/attention.h) over q, k and v given as base
 // pointers and row strides: head h of row (b, t) of q is the hs elements from
@@ -178,6 +206,26 @@ void cross_entropy_forward(const void* logits, DT dt, const int32_t* targets, in
 void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, const float* lse,
                             const float* dloss, const int32_t* count, int64_t rows, int64_t V,
                             int ignore_index, void* dlogits, DT dl_dt);
+
+// The head GEMM and cross-entropy, chunked over rows (lib/ops/linear_cross_entropy.h):
+// h (rows, C) and weight (V, C) share dt. For each chunk of chunk_rows rows, logits =
+// h_chunk weight^T (gemm, fp32 into `scratch`: min(chunk_rows, rows) x V floats), then
+// the row pass of cross_entropy_forward; at the end the same fixed-order loss pass.
+// Writes lse, *loss and *count as cross_entropy_forward (lse 0 for ignored rows).
+void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, const int32_t* targets,
+                                  int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
+                                  int ignore_index, float* scratch, float* lse, float* loss,
+                                  int32_t* count);
+// Recomputes each chunk's logits into `scratch`, turns them into dlogits =
+// (*dloss / *count) (softmax - onehot) (0 for ignored rows, and for every row when
+// count is 0), in place for f32 and into `scratch16` (the same shape in dt) for 16-bit
+// operands, then dh_chunk += dlogits weight and dweight += dlogits^T h_chunk (gemm,
+// fp32 accumulation). dh or dweight may be null to skip; each is dt or f32.
+void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, const int32_t* targets,
+                                   const float* lse, const float* dloss, const int32_t* count,
+                                   int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
+                                   int ignore_index, float* scratch, void* scratch16, void* dh,
+                                   DT dh_dt, void* dweight, DT dw_dt);
 
 // Column sums for the bias gradient: dbias[j] += sum over i < M of dy[i, j].
 void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT db_dt);

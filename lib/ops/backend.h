@@ -56,6 +56,18 @@ struct CrossEntropySaved {
   int ignore_index;
 };
 
+// What linear_cross_entropy's forward leaves for its backward.
+struct LinearCrossEntropySaved {
+  Tensor h;            // (..., C) as given
+  Tensor weight;       // (V, C) as given
+  Tensor targets;      // i32, a copy on the backend's device (when recording)
+  Tensor lse;          // fp32 logsumexp per row (0 for ignored rows)
+  Tensor count;        // CUDA: i32 device scalar, the rows whose target counts
+  int64_t host_count;  // CPU: the same count; meta: every row (targets are not read)
+  int ignore_index;
+  int64_t chunk_rows;
+};
+
 // The entry points every backend defines, with the same contracts as the
 // public ops (which say what each computes and saves).
 #define FD_OPS_BACKEND_ENTRY_POINTS                                                                \
@@ -104,7 +116,25 @@ struct CrossEntropySaved {
   void add_(const Tensor& acc, const Tensor& x);                                                   \
   void adamw_update(const Tensor& param, const Tensor& grad, float grad_scale, const Tensor& m,    \
                     const Tensor& v, const Tensor& compute, int64_t offset, int64_t n,             \
-                    const AdamWStep& s);
+                    const AdamWStep& s);                                                           \
+  /* The Llama ops (issue 18). rms_norm: C = weight.numel(), rows = x.numel() / C. */              \
+  void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,       \
+                        const Tensor& rstd);                                                       \
+  void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,                \
+                         const Tensor& dy, autograd::GradSlot* dx, autograd::GradSlot* dweight);   \
+  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);                    \
+  void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,                     \
+                       autograd::GradSlot* dgate, autograd::GradSlot* dup);                        \
+  /* cos, sin: fp32 (P, D) tables on x's device; x: (B, T, ...), a multiple of D per (b, t). */    \
+  void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);     \
+  void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin,                       \
+                     autograd::GradSlot* dx);                                                      \
+  /* Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`). */            \
+  Tensor linear_cross_entropy_forward(                                                             \
+      const Tensor& h, const Tensor& weight, const Tensor& targets, int ignore_index,              \
+      int64_t chunk_rows, const Tensor& lse, bool record, LinearCrossEntropySaved* saved);         \
+  void linear_cross_entropy_backward(const LinearCrossEntropySaved& saved, const Tensor& dloss,    \
+                                     autograd::GradSlot* dh, autograd::GradSlot* dweight);
 
 namespace cpu {
 FD_OPS_BACKEND_ENTRY_POINTS
@@ -115,37 +145,5 @@ FD_OPS_BACKEND_ENTRY_POINTS
 }  // namespace cuda
 
 #undef FD_OPS_BACKEND_ENTRY_POINTS
-
-// The Llama ops (issue 18), on the CPU (and meta) only so far: their public
-// functions refuse GPU tensors with a usage error until cuda/ implements them.
-namespace cpu {
-void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& out,
-                      const Tensor& rstd);
-void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
-                       autograd::GradSlot* dx, autograd::GradSlot* dweight);
-void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);
-void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,
-                     autograd::GradSlot* dgate, autograd::GradSlot* dup);
-// cos, sin: fp32 (P, D) tables (CPU or meta); x: (B, T, ...), a multiple of D per (b, t).
-void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
-void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, autograd::GradSlot* dx);
-
-// What linear_cross_entropy's forward leaves for its backward.
-struct LinearCrossEntropySaved {
-  Tensor h;            // (..., C) as given
-  Tensor weight;       // (V, C) as given
-  Tensor targets;      // i32, a copy (when recording)
-  Tensor lse;          // fp32 logsumexp per row (0 for ignored rows)
-  int64_t host_count;  // the rows whose target counts; meta: every row
-  int ignore_index;
-  int64_t chunk_rows;
-};
-// Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`).
-Tensor linear_cross_entropy_forward(const Tensor& h, const Tensor& weight, const Tensor& targets,
-                                    int ignore_index, int64_t chunk_rows, const Tensor& lse,
-                                    bool record, LinearCrossEntropySaved* saved);
-void linear_cross_entropy_backward(const LinearCrossEntropySaved& saved, const Tensor& dloss,
-                                   autograd::GradSlot* dh, autograd::GradSlot* dweight);
-}  // namespace cpu
 
 }  // namespace fd::ops

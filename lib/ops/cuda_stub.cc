@@ -73,5 +73,29 @@ void adamw_update(const Tensor&, const Tensor&, float, const Tensor&, const Tens
                   int64_t, int64_t, const AdamWStep&) {
   no_cuda("adamw");
 }
+void rms_norm_forward(const Tensor&, const Tensor&, float, const Tensor&, const Tensor&) {
+  no_cuda("rms_norm");
+}
+void rms_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                       autograd::GradSlot*, autograd::GradSlot*) {
+  no_cuda("rms_norm");
+}
+void swiglu_forward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("swiglu"); }
+void swiglu_backward(const Tensor&, const Tensor&, const Tensor&, autograd::GradSlot*,
+                     autograd::GradSlot*) {
+  no_cuda("swiglu");
+}
+void rope_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("rope"); }
+void rope_backward(const Tensor&, const Tensor&, const Tensor&, autograd::GradSlot*) {
+  no_cuda("rope");
+}
+Tensor linear_cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&, int, int64_t,
+                                    const Tensor&, bool, LinearCrossEntropySaved*) {
+  no_cuda("linear_cross_entropy");
+}
+void linear_cross_entropy_backward(const LinearCrossEntropySaved&, const Tensor&,
+                                   autograd::GradSlot*, autograd::GradSlot*) {
+  no_cuda("linear_cross_entropy");
+}
 
 }  // namespace fd::ops::cuda

@@ -1,7 +1,6 @@
 #include "lib/ops/linear_cross_entropy.h"
 
 #include "lib/autograd/tape.h"
-#include "lib/base/error.h"
 #include "lib/ops/backend.h"
 
 namespace fd::ops {
@@ -14,22 +13,28 @@ Variable linear_cross_entropy(const Variable& h, const Variable& weight, const T
                targets.dtype() == DType::kI32 && targets.numel() == rows && chunk_rows > 0,
            "linear_cross_entropy: h {}, weight {}, targets {} ({}), chunk_rows {}", h.shape().str(),
            weight.shape().str(), targets.shape().str(), dtype_name(targets.dtype()), chunk_rows);
-  if (h.value().is_cuda() || weight.value().is_cuda())
-    usage_error("linear_cross_entropy is not on the GPU yet (issue 18)");
   Tensor lse = Tensor::empty(Shape{rows});
   const bool rec = autograd::should_record({&h, &weight});
-  cpu::LinearCrossEntropySaved saved;
-  Tensor loss = cpu::linear_cross_entropy_forward(h.value(), weight.value(), targets, ignore_index,
-                                                  chunk_rows, lse, rec, &saved);
+  // Either operand on the GPU runs it there (the GPU backend then checks the other).
+  const bool gpu = h.value().is_cuda() || weight.value().is_cuda();
+  LinearCrossEntropySaved saved;
+  Tensor loss = gpu ? cuda::linear_cross_entropy_forward(h.value(), weight.value(), targets,
+                                                         ignore_index, chunk_rows, lse, rec, &saved)
+                    : cpu::linear_cross_entropy_forward(h.value(), weight.value(), targets,
+                                                        ignore_index, chunk_rows, lse, rec, &saved);
   Variable y = Variable::op_output(loss, rec);
   if (rec) {
     auto ys = y.slot();
     auto hs = h.slot();
     auto ws = weight.slot();
-    autograd::current_tape().record({"linear_cross_entropy", {ys}, [ys, hs, ws, saved] {
-                                       cpu::linear_cross_entropy_backward(saved, ys->grad, hs.get(),
-                                                                          ws.get());
-                                     }});
+    autograd::current_tape().record(
+        {"linear_cross_entropy", {ys}, [ys, hs, ws, saved, gpu] {
+           if (gpu) {
+             cuda::linear_cross_entropy_backward(saved, ys->grad, hs.get(), ws.get());
+           } else {
+             cpu::linear_cross_entropy_backward(saved, ys->grad, hs.get(), ws.get());
+           }
+         }});
   }
   return y;
 }

@@ -27,7 +27,10 @@ using autograd::Variable;
 // chunk_rows > 0: rows per chunk; any value works, chunk_rows >= R is one chunk.
 // Saves h, weight, a copy of targets and the fp32 logsumexp per row. Backward adds into
 // h's and weight's gradients, skipping either one that does not require grad (a frozen
-// base weight under LoRA). CPU and meta only so far (a GPU tensor is a usage error).
+// base weight under LoRA). CPU, meta and GPU (both h and weight there; targets may be on
+// the host). On the GPU the logits are an fp32 GEMM result; with 16-bit operands the
+// chunk's dlogits are rounded to that dtype for the two backward GEMMs (as matmul +
+// cross_entropy would), and operands of two different dtypes are both computed in fp32.
 Variable linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets,
                               int ignore_index = -1, int64_t chunk_rows = 1024);
 

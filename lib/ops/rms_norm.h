@@ -15,10 +15,10 @@ using autograd::Variable;
 // out = weight * to_dtype(x * rsqrt(mean(x^2) + eps)), per row of C elements.
 // x: (..., k*C) for k >= 1; weight: (C). With k > 1 each group of C consecutive
 // elements of the last dim is normalised on its own: Qwen3's q/k norm over each
-// head of a (B, T, heads * head_dim) projection, without a reshape. Any float dtypes; out has x's dtype. CPU and meta
-// only so far (a GPU tensor is a usage error). Saves x, weight and the fp32
-// rstd of each row for backward; the rounding to x's dtype is the identity
-// there (straight through), as in autograd.
+// head of a (B, T, heads * head_dim) projection, without a reshape. Any float
+// dtypes; out has x's dtype. CPU, GPU (weight there too) and meta. Saves x,
+// weight and the fp32 rstd of each row for backward; the rounding to x's dtype
+// is the identity there (straight through), as in autograd.
 Variable rms_norm(const Variable& x, const Variable& weight, float eps = 1e-6f);
 
 }  // namespace fd::ops

@@ -4,7 +4,6 @@
 #include <numbers>
 
 #include "lib/autograd/tape.h"
-#include "lib/base/error.h"
 #include "lib/ops/backend.h"
 
 namespace fd::ops {
@@ -69,17 +68,25 @@ Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin) {
                cos.shape()[0] >= xs_shape[1] &&
                (xs_shape.numel() / (xs_shape[0] * xs_shape[1])) % D == 0,
            "rope: x {}, cos {}, sin {}", xs_shape.str(), cos.shape().str(), sin.shape().str());
-  if (x.value().is_cuda()) usage_error("rope is not on the GPU yet (issue 18)");
   Tensor out = Tensor::empty(xs_shape, x.dtype());
-  cpu::rope_forward(x.value(), cos, sin, out);
+  const bool gpu = x.value().is_cuda();
+  if (gpu) {
+    cuda::rope_forward(x.value(), cos, sin, out);
+  } else {
+    cpu::rope_forward(x.value(), cos, sin, out);
+  }
   bool rec = autograd::should_record({&x});
   Variable y = Variable::op_output(out, rec);
   if (rec) {
     auto ys = y.slot();
     auto xs = x.slot();
-    autograd::current_tape().record({"rope", {ys}, [ys, xs, cos, sin] {
+    autograd::current_tape().record({"rope", {ys}, [ys, xs, cos, sin, gpu] {
                                        if (!xs->requires_grad) return;
-                                       cpu::rope_backward(ys->grad, cos, sin, xs.get());
+                                       if (gpu) {
+                                         cuda::rope_backward(ys->grad, cos, sin, xs.get());
+                                       } else {
+                                         cpu::rope_backward(ys->grad, cos, sin, xs.get());
+                                       }
                                      }});
   }
   return y;

@@ -50,8 +50,9 @@ std::vector<float> rope_inv_freq(const RopeOptions& o);
 // q or k projection's output, as causal_attention splits heads), or (B, T, H, D).
 // cos, sin: fp32 (P, D) with P >= T; position t uses row t.
 // out[i] = x[i] cos[i] - x[i+D/2] sin[i], out[i+D/2] = x[i+D/2] cos[i+D/2] + x[i] sin[i+D/2]
-// for i < D/2 (x * cos + rotate_half(x) * sin). out has x's dtype. CPU and meta only so far
-// (a GPU tensor is a usage error). Saves cos and sin (not x) for backward.
+// for i < D/2 (x * cos + rotate_half(x) * sin). out has x's dtype. CPU, GPU and meta; the
+// tables must be on x's device (rope_tables under the same default device). Saves cos and
+// sin (not x) for backward.
 Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin);
 
 }  // namespace fd::ops

@@ -13,7 +13,7 @@ namespace fd::ops {
 using autograd::Variable;
 
 // out = gate * sigmoid(gate) * up, elementwise. gate, up: the same shape, any float dtypes;
-// out has gate's dtype. CPU and meta only so far (a GPU tensor is a usage error).
+// out has gate's dtype. CPU, GPU (both on it) and meta.
 // Saves gate and up for backward.
 Variable swiglu(const Variable& gate, const Variable& up);
 

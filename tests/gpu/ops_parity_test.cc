@@ -25,8 +25,12 @@
 #include "lib/ops/embedding.h"
 #include "lib/ops/gelu.h"
 #include "lib/ops/layernorm.h"
+#include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/reduce.h"
+#include "lib/ops/rms_norm.h"
+#include "lib/ops/rope.h"
+#include "lib/ops/swiglu.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/tensor.h"
 
@@ -234,6 +238,72 @@ TEST_P(GpuParity, CrossEntropy) {
                [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
                  return ops::cross_entropy(v[0], t[0], -1);
                });
+}
+
+TEST_P(GpuParity, RmsNorm) {
+  REQUIRE_GPU();
+  const int64_t R = 45, C = 96;
+  check_parity("rms_norm", GetParam(),
+               {{randn(R * C, 31, 2.0f), Shape{R, C}}, {randn(C, 32), Shape{C}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::rms_norm(v[0], v[1], 1e-6f);
+               });
+  // Per-head q/k norm: a weight of D elements normalises each head of (B, T, H * D).
+  const int64_t B = 2, T = 7, H = 4, D = 32;
+  check_parity("rms_norm_grouped", GetParam(),
+               {{randn(B * T * H * D, 33, 2.0f), Shape{B, T, H * D}}, {randn(D, 34), Shape{D}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::rms_norm(v[0], v[1], 1e-6f);
+               });
+}
+
+TEST_P(GpuParity, SwiGlu) {
+  REQUIRE_GPU();
+  check_parity("swiglu", GetParam(),
+               {{randn(3001, 35, 2.0f), Shape{3001}}, {randn(3001, 36), Shape{3001}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return ops::swiglu(v[0], v[1]);
+               });
+}
+
+TEST_P(GpuParity, Rope) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 9, H = 3, D = 64;
+  // The tables are built inside the op, on the device it runs on (rope_tables uses the
+  // default device); more positions than T, as a model's tables have.
+  ops::RopeOptions o;
+  o.head_dim = D;
+  o.theta = 500000.0;
+  for (const Shape& shape : {Shape{B, T, H * D}, Shape{B, T, H, D}}) {
+    check_parity("rope_" + std::to_string(shape.ndim()) + "d", GetParam(),
+                 {{randn(B * T * H * D, 37, 2.0f), shape}},
+                 [o, T](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                   const ops::RopeTables tables = ops::rope_tables(o, T + 5);
+                   return ops::rope(v[0], tables.cos, tables.sin);
+                 });
+  }
+}
+
+TEST_P(GpuParity, LinearCrossEntropy) {
+  REQUIRE_GPU();
+  // 70 rows in chunks of 16 (the last one partial); rows 16-31 (a whole chunk) and
+  // every seventh row are ignored.
+  const int64_t B = 2, T = 35, C = 48, V = 300, R = B * T;
+  constexpr int kIgnore = -100;
+  std::vector<float> targets(R);
+  for (int64_t r = 0; r < R; ++r) {
+    const bool ignored = (r >= 16 && r < 32) || r % 7 == 0;
+    targets[size_t(r)] = ignored ? float(kIgnore) : float((r * 31 + 5) % V);
+  }
+  for (int64_t chunk : {int64_t{16}, int64_t{1024}}) {
+    check_parity("linear_cross_entropy_chunk" + std::to_string(chunk), GetParam(),
+                 {{randn(R * C, 38), Shape{B, T, C}},
+                  {randn(V * C, 39, 0.3f), Shape{V, C}},
+                  {targets, Shape{B, T}, false}},
+                 [chunk](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                   return ops::linear_cross_entropy(v[0], v[1], t[0], kIgnore, chunk);
+                 });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuParity, ::testing::Values(DType::kF32, DType::kBF16),

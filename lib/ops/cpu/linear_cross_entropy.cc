@@ -72,7 +72,7 @@ Tensor linear_cross_entropy_forward(const Tensor& h, const Tensor& weight, const
   }
   Tensor loss = Tensor::empty(Shape{}, DType::kF32);
   if (!meta) loss.data<float>()[0] = count > 0 ? float(total / double(count)) : 0.0f;
-  *saved = {h, weight, Tensor(), lse_t, count, ignore_index, chunk_rows};
+  *saved = {h, weight, Tensor(), lse_t, Tensor(), count, ignore_index, chunk_rows};
   if (record) {
     saved->targets = Tensor::empty(targets.shape(), DType::kI32);
     saved->targets.copy_from(targets);
