@@ -87,6 +87,12 @@ int run_eval(const EvalOptions& o) {
   const nn::DecoderConfig& mc = m.model->config();
   const int context = int(mc.max_position_embeddings), vocab = int(mc.vocab_size);
   int T = o.seq_len;
+  // A long-context model's own context would make windows of 100k+ tokens: ask.
+  if (T == -1 && m.trained_seq_len == 0 && context > kLongContext)
+    usage_error(
+        "{}: the model's context is {} positions; give --seq-len T (the evaluation reads "
+        "windows of T + 1 tokens)",
+        o.model, context);
   if (T == -1) T = m.trained_seq_len > 0 ? std::min(m.trained_seq_len, context) : context;
   if (T < 1) usage_error("--seq-len must be >= 1, got {}", T);
   if (T > context)

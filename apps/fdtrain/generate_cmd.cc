@@ -107,10 +107,16 @@ int run_generate(const GenerateOptions& o) {
   so.top_p = o.top_p;
   so.seed = uint64_t(o.seed);
   so.max_context = o.context != -1 ? o.context : m.trained_seq_len;
+  // A long-context model's own context would size a KV cache of 100k+ positions: ask.
+  if (so.max_context == 0 && context > kLongContext)
+    usage_error("{}: the model's context is {} positions; give --context N (the tokens of "
+                "context the KV cache holds)",
+                o.model, context);
   if (so.max_context > context)
     usage_error("--context {} is longer than the model's max_seq_len {}", so.max_context,
                 context);
-  so.start_token = engine::default_start_token(bytes, vocab);  // as the run's sample
+  // As the run's sample; a Hugging Face directory's own BOS where it names one.
+  so.start_token = m.bos_token >= 0 ? m.bos_token : engine::default_start_token(bytes, vocab);
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out = engine::generate(*m.model, prompt, so);

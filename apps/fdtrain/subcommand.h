@@ -13,6 +13,11 @@
 
 namespace fd::cli {
 
+// eval and generate ask for --seq-len / --context rather than use a model's own
+// context when it is longer than this (a Hugging Face directory of a
+// long-context model, where nothing says what length it was trained at).
+inline constexpr int kLongContext = 8192;
+
 struct Subcommand {
   CLI::App* app;             // owned by the parent CLI::App
   std::function<int()> run;  // runs it once the command line is parsed

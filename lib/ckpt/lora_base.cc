@@ -1,5 +1,6 @@
 #include "lib/ckpt/lora_base.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -12,7 +13,8 @@ namespace fd::ckpt {
 
 namespace fs = std::filesystem;
 
-std::string file_sha256(const std::string& path) {
+namespace {
+std::string one_file_sha256(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) usage_error("{}: cannot read the file", path);
   Sha256 sha;
@@ -20,6 +22,29 @@ std::string file_sha256(const std::string& path) {
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) sha.update(buf.data(), n);
   if (std::ferror(f.get())) usage_error("{}: read error while computing its SHA-256", path);
+  return sha.hex_digest();
+}
+}  // namespace
+
+std::string file_sha256(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return one_file_sha256(path);
+  // A Hugging Face model directory: what decides the model, config.json and
+  // the weight files, by name.
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n == "config.json" || (n.rfind("model", 0) == 0 && (n.ends_with(".safetensors") ||
+                                                           n.ends_with(".safetensors.index.json"))))
+      names.push_back(n);
+  }
+  if (ec) usage_error("{}: cannot list the directory: {}", path, ec.message());
+  std::sort(names.begin(), names.end());
+  Sha256 sha;
+  for (const std::string& n : names) {
+    const std::string line = n + " " + one_file_sha256((fs::path(path) / n).string()) + "\n";
+    sha.update(line.data(), line.size());
+  }
   return sha.hex_digest();
 }
 
@@ -42,7 +67,7 @@ std::string find_lora_base(const std::string& where, const std::string& init_fro
         "combine its LoRA adapters with; the checkpoint is inconsistent",
         where);
   std::error_code ec;
-  if (!fs::is_regular_file(init_from, ec)) {
+  if (!fs::exists(init_from, ec)) {
     if (fs::path(init_from).is_relative())
       usage_error(
           "{}: model.init_from '{}' (the base the LoRA adapters were trained on) is a relative "

@@ -17,8 +17,10 @@
 
 namespace fd::ckpt {
 
-// Lower-case hex SHA-256 of the file at `path`. Throws fd::Error kUsage when
-// it cannot be read.
+// Lower-case hex SHA-256 of the file at `path`; of a Hugging Face model
+// directory, the SHA-256 of the lines "<name> <file SHA-256>\n" of its
+// config.json and weight files (model*.safetensors, the index), in name
+// order. Throws fd::Error kUsage when it cannot be read.
 std::string file_sha256(const std::string& path);
 
 // Throws fd::Error kUsage unless `base_sha256` (the digest of the base file at

@@ -17,9 +17,12 @@
 #include <set>
 #include <utility>
 
+#include "lib/base/error.h"
 #include "lib/base/file_type.h"
 #include "lib/base/strings.h"
+#include "lib/config/model_dir.h"
 #include "lib/config/reference.h"
+#include "lib/nn/hf_config.h"
 
 namespace fd::config {
 namespace {
@@ -514,6 +517,7 @@ class Builder {
   // --- sections ------------------------------------------------------------------
   void model(const Node& root);
   void llama_family(const Node* model_section);
+  void model_directory();
   void data(const Node& root);
   void batch(const Node& root);
   void optimizer(const Node& root);
@@ -534,6 +538,7 @@ class Builder {
   std::vector<std::string>* warnings_;
   std::set<std::string> bad_;  // key paths reported bad
   bool check_files_;           // the files the recipe names must exist
+  bool model_from_dir_ = false;  // model.init_from is a Hugging Face model directory
 };
 
 void Builder::build(const Node& root) {
@@ -570,15 +575,74 @@ void Builder::model(const Node& root) {
   get_int(s, "model", "d_model", &m.d_model, at_least(1));
   get_int(s, "model", "vocab_size", &m.vocab_size, at_least(1));
   get_int(s, "model", "max_seq_len", &m.max_seq_len, at_least(1));
-  llama_family(s);
   get_string(s, "model", "init_from", &m.init_from);
-  if (check_files_ && !m.init_from.empty() && !bad("model.init_from") &&
-      !std::filesystem::exists(m.init_from)) {
-    error(loc_of("model.init_from"), "model.init_from",
-          fmt::format("no such file '{}'; give an fdtrain export (fdtrain ckpt export) or a "
-                      "Hugging Face GPT-2 model.safetensors",
-                      m.init_from));
+  std::error_code ec;
+  model_from_dir_ = check_files_ && !m.init_from.empty() && !bad("model.init_from") &&
+                    std::filesystem::is_directory(m.init_from, ec);
+  llama_family(s);
+  if (check_files_ && !m.init_from.empty() && !bad("model.init_from")) {
+    if (!std::filesystem::exists(m.init_from, ec))
+      error(loc_of("model.init_from"), "model.init_from",
+            fmt::format("no such file or directory '{}'; give a Hugging Face model directory "
+                        "(config.json + model.safetensors), an fdtrain export (fdtrain ckpt "
+                        "export) or a Hugging Face GPT-2 model.safetensors",
+                        m.init_from));
+    else if (std::filesystem::is_directory(m.init_from, ec))
+      model_directory();
   }
+}
+
+// model.init_from is a Hugging Face model directory: its config.json decides
+// the model section. Keys the recipe sets anyway must say the same.
+void Builder::model_directory() {
+  auto& m = r_->model;
+  const std::string dir = m.init_from;
+  ModelOptions d;
+  try {
+    d = model_options(nn::read_hf_config(dir), (std::filesystem::path(dir) / "config.json").string());
+  } catch (const Error& e) {
+    error(loc_of("model.init_from"), "model.init_from", e.what());
+    return;
+  }
+  auto num = [](double v) { return fmt::format("{}", v); };
+  auto yes = [](bool v) { return std::string(v ? "true" : "false"); };
+  const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
+      {"arch", {std::string(to_string(m.arch)), std::string(to_string(d.arch))}},
+      {"n_layer", {num(m.n_layer), num(d.n_layer)}},
+      {"n_head", {num(m.n_head), num(d.n_head)}},
+      {"d_model", {num(m.d_model), num(d.d_model)}},
+      {"vocab_size", {num(m.vocab_size), num(d.vocab_size)}},
+      {"max_seq_len", {num(m.max_seq_len), num(d.max_seq_len)}},
+      {"n_kv_head", {num(m.n_kv_head), num(d.n_kv_head)}},
+      {"head_dim", {num(m.head_dim), num(d.head_dim)}},
+      {"d_ff", {num(m.d_ff), num(d.d_ff)}},
+      {"norm_eps", {num(m.norm_eps), num(d.norm_eps)}},
+      {"rope_theta", {num(m.rope_theta), num(d.rope_theta)}},
+      {"rope_scaling",
+       {std::string(to_string(m.rope_scaling)), std::string(to_string(d.rope_scaling))}},
+      {"rope_factor", {num(m.rope_factor), num(d.rope_factor)}},
+      {"rope_low_freq_factor", {num(m.rope_low_freq_factor), num(d.rope_low_freq_factor)}},
+      {"rope_high_freq_factor", {num(m.rope_high_freq_factor), num(d.rope_high_freq_factor)}},
+      {"rope_original_max_seq_len",
+       {num(m.rope_original_max_seq_len), num(d.rope_original_max_seq_len)}},
+      {"tie_embeddings", {yes(m.tie_embeddings), yes(d.tie_embeddings)}},
+      {"attention_bias", {yes(m.attention_bias), yes(d.attention_bias)}},
+      {"mlp_bias", {yes(m.mlp_bias), yes(d.mlp_bias)}},
+      {"qk_norm", {yes(m.qk_norm), yes(d.qk_norm)}},
+  };
+  bool agree = true;
+  for (const auto& [key, values] : keys) {
+    const std::string path = std::string("model.") + key;
+    if (!is_set(path) || bad(path) || values.first == values.second) continue;
+    error(loc_of(path), path,
+          fmt::format("is {} but {}/config.json says {}; leave it out: a Hugging Face directory "
+                      "in model.init_from decides the model",
+                      values.first, dir, values.second));
+    agree = false;
+  }
+  if (!agree) return;
+  d.init_from = m.init_from;
+  m = d;
 }
 
 // The Llama family's keys: refused for gpt2 (whose shape the five keys
@@ -591,7 +655,9 @@ void Builder::llama_family(const Node* s) {
       "rope_high_freq_factor", "rope_original_max_seq_len", "tie_embeddings", "attention_bias",
       "mlp_bias", "qk_norm"};
   if (bad("model.arch")) return;
-  if (m.arch == Arch::kGpt2) {
+  // From a model directory the keys are read whatever model.arch says: the
+  // directory's config.json decides, and model_directory() compares.
+  if (m.arch == Arch::kGpt2 && !model_from_dir_) {
     for (const char* k : kKeys) {
       std::string path;
       if (const Node* n = field(s, "model", k, &path))
@@ -609,7 +675,7 @@ void Builder::llama_family(const Node* s) {
   m.rope_theta = qwen ? 1e6 : 10000.0;
   get_int(s, "model", "n_kv_head", &m.n_kv_head, at_least(1));
   get_int(s, "model", "head_dim", &m.head_dim, at_least(2));
-  if (s == nullptr || s->find("d_ff") == nullptr)
+  if (!model_from_dir_ && (s == nullptr || s->find("d_ff") == nullptr))
     error(s == nullptr ? file_ : loc_of("model"), "model.d_ff",
           fmt::format("required for model.arch {}: the MLP's inner width (intermediate_size in "
                       "a Hugging Face config.json)",

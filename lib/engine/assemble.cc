@@ -7,6 +7,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
 
 namespace fd::engine {
@@ -26,41 +27,7 @@ DType compute_dtype(config::Precision precision) {
 namespace {
 
 nn::DecoderConfig model_config(const config::ModelOptions& m) {
-  using config::Arch;
-  if (m.arch == Arch::kGpt2)
-    return nn::gpt2_config({m.n_layer, m.n_head, m.d_model, m.vocab_size, m.max_seq_len});
-  nn::DecoderConfig c;
-  c.family = m.arch == Arch::kLlama     ? nn::ModelFamily::kLlama
-             : m.arch == Arch::kMistral ? nn::ModelFamily::kMistral
-             : m.arch == Arch::kQwen2   ? nn::ModelFamily::kQwen2
-                                        : nn::ModelFamily::kQwen3;
-  c.hidden_size = m.d_model;
-  c.intermediate_size = m.d_ff;
-  c.num_layers = m.n_layer;
-  c.num_heads = m.n_head;
-  c.num_kv_heads = m.n_kv_head;
-  c.head_dim = m.head_dim;
-  c.vocab_size = m.vocab_size;
-  c.max_position_embeddings = m.max_seq_len;
-  c.norm = nn::NormKind::kRmsNorm;
-  c.norm_eps = m.norm_eps;
-  c.positions = nn::PositionKind::kRope;
-  c.rope_theta = m.rope_theta;
-  c.rope_scaling.kind = m.rope_scaling == config::RopeScalingName::kLinear ? nn::RopeScalingKind::kLinear
-                        : m.rope_scaling == config::RopeScalingName::kLlama3
-                            ? nn::RopeScalingKind::kLlama3
-                            : nn::RopeScalingKind::kDefault;
-  c.rope_scaling.factor = m.rope_factor;
-  c.rope_scaling.low_freq_factor = m.rope_low_freq_factor;
-  c.rope_scaling.high_freq_factor = m.rope_high_freq_factor;
-  c.rope_scaling.original_max_position_embeddings = m.rope_original_max_seq_len;
-  c.attention_bias = m.attention_bias;
-  // Hugging Face's attention_bias covers o_proj too, except in Qwen2 (q, k, v only).
-  c.o_proj_bias = m.attention_bias && m.arch != Arch::kQwen2;
-  c.mlp_bias = m.mlp_bias;
-  c.qk_norm = m.qk_norm;
-  c.mlp = nn::MlpKind::kSwiGlu;
-  c.tie_word_embeddings = m.tie_embeddings;
+  nn::DecoderConfig c = config::decoder_config(m);
   c.validate();
   return c;
 }

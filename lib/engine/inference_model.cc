@@ -17,6 +17,7 @@
 #include "lib/config/load.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/weights_io.h"
+#include "lib/nn/hf_config.h"
 
 namespace fd::engine {
 namespace {
@@ -273,6 +274,20 @@ InferenceModel from_file(const std::string& path) {
   return m;
 }
 
+// A Hugging Face model directory: config.json (nn::read_hf_config) and its weights.
+InferenceModel from_hf_dir(const std::string& dir) {
+  Assembly a;  // fp32, one rank, unpadded, no adapters
+  a.model = nn::read_hf_config(dir);
+  InferenceModel m;
+  m.model = build_model(a, Init::kNone);
+  load_weights(dir, *m.model, "");
+  m.source = dir;
+  m.byte_level = a.model.vocab_size == 256;
+  if (a.model.bos_token_id) m.bos_token = int32_t(*a.model.bos_token_id);
+  m.description = fmt::format("Hugging Face model directory {} ({})", dir, dims(a.model));
+  return m;
+}
+
 }  // namespace
 
 InferenceModel load_inference_model(const std::string& path) {
@@ -282,7 +297,9 @@ InferenceModel load_inference_model(const std::string& path) {
         "{} does not exist; give a run directory, a checkpoint directory or a weights "
         "file (.safetensors, .h5)",
         path);
-  return fs::is_directory(path, ec) ? from_checkpoint(path) : from_file(path);
+  if (!fs::is_directory(path, ec)) return from_file(path);
+  if (fs::exists(fs::path(path) / "config.json", ec)) return from_hf_dir(path);
+  return from_checkpoint(path);
 }
 
 }  // namespace fd::engine

@@ -3,10 +3,13 @@
 //   InferenceModel m = fd::engine::load_inference_model("runs/quickstart");
 //   m.model->forward(tokens) ...
 //
-// `path` is either a checkpoint (a run directory, its checkpoints directory or
-// a step directory: anything resolve_step_dir() accepts) or a weights file (an
-// `fdtrain ckpt export` .safetensors / .h5, or a Hugging Face GPT-2
-// model.safetensors). The model is always fp32 on the CPU:
+// `path` is a Hugging Face model directory (config.json + model.safetensors
+// or a sharded index: nn::read_hf_config, load_weights), a checkpoint (a run
+// directory, its checkpoints directory or a step directory: anything
+// resolve_step_dir() accepts) or a weights file (an `fdtrain ckpt export`
+// .safetensors / .h5, or a Hugging Face GPT-2 model.safetensors). A directory
+// holding config.json is read as a Hugging Face directory. The model is
+// always fp32 on the CPU:
 //  - a checkpoint: the model is assembled from its stored recipe
 //    (assemble_for_inference(), assemble.h), the weights are its consolidated
 //    fp32 master weights (what `ckpt export` writes). For a
@@ -47,6 +50,7 @@ struct InferenceModel {
   // weights file, a vocabulary of 256).
   int trained_seq_len = 0;
   bool byte_level = false;
+  int32_t bos_token = -1;  // a Hugging Face directory's bos_token_id; -1: none known
 };
 
 InferenceModel load_inference_model(const std::string& path);

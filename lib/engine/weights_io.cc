@@ -4,12 +4,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <vector>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/peft.h"
 #include "lib/ckpt/weights_file.h"
 
@@ -20,10 +22,95 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return Shape(std::span<const int64_t>(shape)).str();
 }
 
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A Hugging Face model directory's weights (lib/ckpt/hf_dir.h) into `model`'s
+// parameters, by name: the family's Hugging Face names are the parameters'
+// own (GPT-2's, also with the "transformer." prefix GPT2LMHeadModel writes).
+// Tolerated extras: GPT-2's causal-mask buffers (attn.bias, attn.masked_bias)
+// and an lm_head.weight beside a tied head (a note when it differs from the
+// embedding, which the tied head uses).
+void load_hf_dir(const std::string& dir, const nn::Module& model, const std::string& prefix) {
+  std::optional<ckpt::HfWeights> opened;
+  try {
+    opened.emplace(ckpt::HfWeights::open(dir));
+  } catch (const Error& e) {
+    throw Error(e.kind(), prefix + e.what());
+  }
+  const ckpt::HfWeights& w = *opened;
+  std::map<std::string, std::string> stored;  // our name -> the file's
+  for (const std::string& name : w.names())
+    stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
+  std::vector<const nn::Parameter*> targets = model.frozen_parameters();
+  if (targets.empty()) targets = model.parameters();
+  std::map<std::string, const nn::Parameter*> ours;
+  for (const nn::Parameter* p : targets) ours[p->name] = p;
+  for (const nn::Parameter* p : targets) {
+    auto it = stored.find(p->name);
+    if (it == stored.end())
+      usage_error(
+          "{}{} has no tensor '{}' of shape {}, which the model of its config.json needs; is the "
+          "directory complete (every shard of model.safetensors.index.json)?",
+          prefix, dir, p->name, p->value.shape().str());
+    ckpt::TensorInfo info;
+    try {
+      info = w.info(it->second);
+    } catch (const Error& e) {
+      throw Error(e.kind(), prefix + e.what());
+    }
+    if (info.shape != p->value.shape())
+      usage_error("{}{}: tensor '{}' has shape {} in the files but {} in the model of its "
+                  "config.json",
+                  prefix, dir, it->second, info.shape.str(), p->value.shape().str());
+  }
+  bool head_differs = false;
+  for (const auto& [name, file_name] : stored) {
+    if (ours.count(name)) continue;
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
+    if (name == "lm_head.weight") {
+      head_differs = true;  // compared below, once the embedding is loaded
+      continue;
+    }
+    usage_error("{}{} holds tensor '{}' {}, which the model of its config.json does not have",
+                prefix, dir, file_name, w.info(file_name).shape.str());
+  }
+  for (const nn::Parameter* p : targets) {
+    try {
+      w.read(stored.at(p->name), p->value);
+    } catch (const Error& e) {
+      throw Error(e.kind(), prefix + e.what());
+    }
+  }
+  if (!head_differs) return;
+  // lm_head.weight beside a tied head: the embedding is what the head uses.
+  const nn::Parameter* embed = nullptr;
+  for (const char* n : {"wte.weight", "model.embed_tokens.weight"})
+    if (ours.count(n)) embed = ours.at(n);
+  const std::string& head = stored.at("lm_head.weight");
+  bool same = false;
+  if (embed != nullptr && w.info(head).shape == embed->value.shape()) {
+    Tensor t = Tensor::empty(embed->value.shape(), DType::kF32, MemCategory::kOther, Device::cpu());
+    w.read(head, t);
+    same = t.to_vector() == embed->value.to_vector();
+  }
+  if (!same)
+    log::warn("{}{}: lm_head.weight differs from the embedding; the model ties its head to the "
+              "embedding (config.json tie_word_embeddings), so lm_head.weight is not used",
+              prefix, dir);
+}
+
 }  // namespace
 
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
   std::string prefix = where.empty() ? "" : where + ": ";
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) {
+    load_hf_dir(file, model, prefix);
+    return;
+  }
   std::optional<ckpt::WeightsFile> opened;
   try {
     opened.emplace(ckpt::WeightsFile::open(file));
@@ -31,7 +118,7 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
     throw Error(e.kind(), prefix + e.what());
   }
   const ckpt::WeightsFile& w = *opened;
-  const std::map<std::string, std::vector<int64_t>>& file_shapes = w.shapes();
+  std::map<std::string, std::vector<int64_t>> file_shapes = w.shapes();
 
   // A LoRA model loads its frozen base; the adapters start from their own init.
   std::vector<const nn::Parameter*> targets = model.frozen_parameters();
@@ -43,6 +130,9 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
     for (int i = 0; i < s.ndim(); ++i) v.push_back(s[i]);
     model_shapes[p->name] = v;
   }
+  // An untied head (the Llama family) is a parameter like any other.
+  const bool untied = model_shapes.count("lm_head.weight") != 0;
+  if (untied && w.lm_head()) file_shapes["lm_head.weight"] = w.lm_head()->shape;
   std::string hint =
       ckpt::dims_hint(ckpt::implied_dims(file_shapes), ckpt::implied_dims(model_shapes));
 
@@ -63,12 +153,13 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
 
   for (const nn::Parameter* p : targets) {
     try {
-      p->value.copy_from(w.load(p->name));
+      p->value.copy_from(untied && p->name == "lm_head.weight" ? w.load_lm_head()
+                                                                : w.load(p->name));
     } catch (const Error& e) {
       throw Error(e.kind(), prefix + e.what());
     }
   }
-  if (w.lm_head()) {
+  if (w.lm_head() && !untied) {
     bool tied = false;
     if (file_shapes.count("wte.weight") && w.lm_head()->shape == file_shapes.at("wte.weight")) {
       std::vector<float> a = w.load_lm_head().to_vector();

@@ -13,11 +13,14 @@
 namespace fd::engine {
 
 // Copies the weights in `file` into `model`'s parameters, converting dtype
-// (round to nearest even). `file` is an fdtrain export (.safetensors or .h5)
-// or a Hugging Face GPT-2 model.safetensors: an optional "transformer."
-// prefix is stripped, the causal-mask buffers h.N.attn.bias / masked_bias are
-// skipped, and lm_head.weight, if present, is ignored (the head is tied to
-// wte; a note is logged if it differs). A LoRA model gets its frozen base
+// (round to nearest even). `file` is a Hugging Face model directory (its
+// model.safetensors or sharded index, lib/ckpt/hf_dir.h; names as the
+// family's, for GPT-2 with or without "transformer."), an fdtrain export
+// (.safetensors or .h5) or a Hugging Face GPT-2 model.safetensors. An
+// optional "transformer." prefix is stripped, the causal-mask buffers
+// h.N.attn.bias / masked_bias are skipped, and lm_head.weight beside a tied
+// head is not used (a note is logged if it differs from the embedding); an
+// untied head (lm_head.weight a parameter) is loaded like any other. A LoRA model gets its frozen base
 // (the adapters keep their own values). Every such parameter must be present
 // with its shape and nothing else may be: otherwise fd::Error kUsage,
 // prefixed with `where` (e.g. "recipes/x.yaml:3:14: model.init_from"),

@@ -340,8 +340,42 @@ TEST_F(ConfigTest, LoadRecipeThrowsOneUsageErrorWithAllLines) {
 TEST_F(ConfigTest, InitFromMustNameAnExistingFile) {
   EXPECT_EQ(errors_of("valid.yaml", {"model.init_from=base.safetensors"}),
             (Lines{"override 'model.init_from=base.safetensors': model.init_from: no such file "
-                   "'base.safetensors'; give an fdtrain export (fdtrain ckpt export) or a Hugging "
-                   "Face GPT-2 model.safetensors"}));
+                   "or directory 'base.safetensors'; give a Hugging Face model directory "
+                   "(config.json + model.safetensors), an fdtrain export (fdtrain ckpt export) or "
+                   "a Hugging Face GPT-2 model.safetensors"}));
+}
+
+// A Hugging Face directory decides the model section (its config.json), and
+// the recipe states every value it runs with afterwards.
+TEST_F(ConfigTest, InitFromADirectoryTakesTheModelFromItsConfig) {
+  const std::string dir = std::string(FD_SOURCE_DIR) + "/tests/golden/llama/qwen3";
+  LoadResult r = try_load_recipe(fixture("valid.yaml"),
+                                 {"model={init_from: " + dir + "}", "data.seq_len=32", "data.format=tokens", "logging.sample_prompt=\"\"",
+                                  "lora={r: 2}"});
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(r.errors);
+  const ModelOptions& m = r.recipe.model;
+  EXPECT_EQ(m.arch, Arch::kQwen3);
+  EXPECT_EQ(m.n_layer, 2);
+  EXPECT_EQ(m.d_model, 32);
+  EXPECT_EQ(m.head_dim, 16);
+  EXPECT_EQ(m.n_kv_head, 2);
+  EXPECT_EQ(m.d_ff, 64);
+  EXPECT_EQ(m.vocab_size, 89);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_TRUE(m.tie_embeddings);
+  EXPECT_EQ(m.init_from, dir);
+  EXPECT_EQ(r.recipe.lora->targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  // The same values set explicitly agree; a different one is refused with both.
+  EXPECT_TRUE(try_load_recipe(fixture("valid.yaml"),
+                              {"model={init_from: " + dir + ", arch: qwen3, n_layer: 2, d_ff: 64}",
+                               "data.seq_len=32", "data.format=tokens", "logging.sample_prompt=\"\""})
+                  .ok());
+  const std::vector<std::string> e = errors_of(
+      "valid.yaml", {"model={init_from: " + dir + ", d_ff: 128}", "data.seq_len=32", "data.format=tokens", "logging.sample_prompt=\"\""});
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find("model.d_ff: is 128 but " + dir + "/config.json says 64; leave it out"),
+            std::string::npos)
+      << e[0];
 }
 
 TEST_F(ConfigTest, EveryFeatureTogetherLoads) {

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Hugging Face model directories (config.json + model.safetensors) in eval,
+# generate and model.init_from, on the PyTorch golden directories of
+# tests/golden/llama/ (make_golden_llama.py):
+#   - `fdtrain eval DIR` equals PyTorch's eval loss to 1e-5 relative, for
+#     llama3 (llama3 RoPE scaling, GQA), qwen2 (q/k/v bias, tied), qwen3 (q/k
+#     norm, head_dim != hidden/heads), mistral (MQA);
+#   - `generate DIR` decodes with the KV cache, from the directory's BOS;
+#   - full fine-tuning from a directory (ZeRO-3, mpirun -n 2) and LoRA on one;
+#     the model section comes from config.json and the stored config.yaml says so;
+#   - bad input: no config.json, an unsupported model_type or field, a tensor
+#     missing or of the wrong shape, an index naming a missing shard, a recipe
+#     key that disagrees with config.json, a LoRA target the family lacks.
+source "$(dirname "$0")/common.bash"
+GOLDEN=tests/golden/llama
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# golden NAME TENSOR: a scalar of a golden.safetensors.
+golden() {
+  python3 - "$GOLDEN/$1/golden.safetensors" "$2" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])[sys.argv[2]]
+o = h["data_offsets"]
+print(struct.unpack("<f", b[8 + n + o[0]:8 + n + o[1]])[0])
+PY
+}
+
+for c in llama3 qwen2 qwen3 mistral; do
+  out=$("$FDTRAIN" eval "$GOLDEN/$c" --data "$GOLDEN/$c/eval.bin" --seq-len 16 --windows 3 --json \
+        2>"$TMP/eval.err") || { echo "FAIL: eval $c"; sed 's/^/    /' "$TMP/eval.err";
+                                FAILURES=$((FAILURES + 1)); continue; }
+  ref=$(golden "$c" eval_loss)
+  if python3 -c "import json,sys; o=json.loads(sys.argv[1]); r=float(sys.argv[2]);
+d=abs(o['mean_loss']-r)/r; print(f'$c: eval loss {o[\"mean_loss\"]:.8f}, PyTorch {r:.8f}, rel {d:.1e}');
+sys.exit(0 if d <= 1e-5 and o['windows'] == 3 and o['targets'] == 48 else 1)" "$out" "$ref"; then
+    echo "ok: $c eval equals PyTorch"
+  else
+    echo "FAIL: $c eval differs from PyTorch"; FAILURES=$((FAILURES + 1))
+  fi
+done
+
+# generate: KV-cached decoding from the directory's BOS token (config.json bos_token_id).
+out=$("$FDTRAIN" generate "$GOLDEN/llama3" --tokens 5,6,7 --max-tokens 8 --context 32 --json 2>&1) \
+  && grep -q '"tokens"' <<<"$out" && echo "ok: generate on a Hugging Face directory" \
+  || { echo "FAIL: generate"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
+
+# Training data: token ids below every golden vocabulary (83), as an llm.c .bin file.
+python3 - "$TMP/tokens.bin" <<'PY'
+import random, struct, sys
+random.seed(3)
+toks = [random.randrange(83) if i % 7 else (i // 7) % 83 for i in range(6000)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack(f"<{len(toks)}H", *toks))
+PY
+cat > "$TMP/ft.yaml" <<YAML
+model: {init_from: $GOLDEN/qwen2}
+data: {format: tokens, train: [$TMP/tokens.bin], val_fraction: 0.1, seq_len: 32}
+batch: {micro: 2}
+optimizer: {lr: 3.0e-3}
+zero: {stage: 3}
+steps: 12
+logging: {every: 4, eval_batches: 1, sample_tokens: 0}
+YAML
+if timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$TMP/ft.yaml" \
+     --run-dir "$TMP/ft" --no-progress > "$TMP/ft.log" 2>&1; then
+  python3 - "$TMP/ft" <<'PY' && echo "ok: full fine-tune from a directory (ZeRO-3, 2 ranks)" \
+    || { echo "FAIL: fine-tune summary/config"; FAILURES=$((FAILURES + 1)); }
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+cfg = open(sys.argv[1] + "/config.yaml").read()
+assert s["status"] == "completed" and s["steps"] == 12, s
+assert "arch: qwen2" in cfg and "d_ff: 64" in cfg and "tie_embeddings: true" in cfg, cfg
+PY
+  # The run's first evaluation is the pretrained model's loss; eval of the directory agrees.
+  "$FDTRAIN" eval "$TMP/ft" --data "$TMP/tokens.bin" --seq-len 32 --windows 2 > /dev/null 2>&1 \
+    && echo "ok: eval of the fine-tuned run" || { echo "FAIL: eval of the run"; FAILURES=$((FAILURES + 1)); }
+else
+  echo "FAIL: fine-tune from a directory"; tail -5 "$TMP/ft.log" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+fi
+
+# LoRA on a directory: only the adapters train; the base digest covers the directory.
+cp "$TMP/ft.yaml" "$TMP/lora.yaml"
+sed -i "s|qwen2|llama3|; s|zero: {stage: 3}|zero: {stage: 2}\nlora: {r: 4, alpha: 8, targets: [q_proj, v_proj, down_proj]}|" "$TMP/lora.yaml"
+if timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$TMP/lora.yaml" \
+     --run-dir "$TMP/lora" --no-progress > "$TMP/lora.log" 2>&1; then
+  grep -q "LoRA r=4" "$TMP/lora.log" && echo "ok: LoRA on a Hugging Face directory" \
+    || { echo "FAIL: no LoRA line"; FAILURES=$((FAILURES + 1)); }
+  "$FDTRAIN" eval "$TMP/lora" --data "$TMP/tokens.bin" --seq-len 32 --windows 2 > /dev/null 2>&1 \
+    && echo "ok: eval of the LoRA run (adapters merged into the directory's base)" \
+    || { echo "FAIL: eval of the LoRA run"; FAILURES=$((FAILURES + 1)); }
+else
+  echo "FAIL: LoRA on a directory"; tail -5 "$TMP/lora.log" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+fi
+
+# Bad input. Each case edits a copy of the llama3 directory.
+bad() { rm -rf "$TMP/bad"; cp -r "$GOLDEN/llama3" "$TMP/bad"; }
+E="--data $GOLDEN/llama3/eval.bin --seq-len 16"
+bad; rm "$TMP/bad/config.json"
+expect_fail 2 "model.init_from: .*config.json" train "$TMP/ft.yaml" "model.init_from=$TMP/bad" \
+  --run-dir "$TMP/x"
+bad; sed -i 's/"model_type": "llama"/"model_type": "gemma"/' "$TMP/bad/config.json"
+expect_fail 2 "model_type.*gemma" eval "$TMP/bad" $E
+bad; sed -i 's/"hidden_act": "silu"/"hidden_act": "relu"/' "$TMP/bad/config.json"
+expect_fail 2 "hidden_act.*relu" eval "$TMP/bad" $E
+bad; sed -i 's/"intermediate_size": 88/"intermediate_size": 64/' "$TMP/bad/config.json"
+expect_fail 2 "tensor 'model.layers.0.mlp.gate_proj.weight' has shape \(88, 32\) in the files but \(64, 32\)" \
+  eval "$TMP/bad" $E
+bad; python3 - "$TMP/bad/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); del h["model.norm.weight"]
+hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PY
+expect_fail 2 "has no tensor 'model.norm.weight' of shape \(32,\)" eval "$TMP/bad" $E
+bad; mv "$TMP/bad/model.safetensors" "$TMP/bad/model-00001-of-00002.safetensors"
+echo '{"metadata": {}, "weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}' \
+  > "$TMP/bad/model.safetensors.index.json"
+expect_fail 2 "model-00002-of-00002.safetensors" eval "$TMP/bad" $E
+bad; sed -i 's/"max_position_embeddings": 64/"max_position_embeddings": 131072/' "$TMP/bad/config.json"
+expect_fail 2 "context is 131072 positions; give --context" generate "$TMP/bad" --tokens 1
+expect_fail 2 "context is 131072 positions; give --seq-len" eval "$TMP/bad" --data "$GOLDEN/llama3/eval.bin"
+expect_fail 2 "model.n_layer: is 3 but .*config.json says 2; leave it out" \
+  train "$TMP/ft.yaml" "model.init_from=$GOLDEN/llama3" model.n_layer=3 --run-dir "$TMP/x"
+expect_fail 2 "a llama model has no layer 'c_attn'" \
+  train "$TMP/lora.yaml" "lora.targets=[c_attn]" --run-dir "$TMP/x"
+finish
