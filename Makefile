@@ -50,7 +50,7 @@ lora-demo: deps
 bench:
 	@./scripts/install_deps.sh --bench
 	$(MAKE) build
-	./bench/run_bench.sh $(BUILD_DIR)
+	./bench/run_bench.sh $(BUILD_DIR) $(BENCH_CONFIGS)
 
 # docs/RECIPES.md, the reference of every recipe key, from `fdtrain schema --markdown`.
 docs: build

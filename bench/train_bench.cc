@@ -1,8 +1,11 @@
 // train_bench: throughput of one fdtrain training step (forward, backward,
 // clipping, AdamW) on synthetic tokens, next to the sgemm peak measured in the
 // same process. Prints one table row per config; `make bench` runs it.
+// Every config is a DecoderConfig: GPT-2 ones through gpt2_config, Llama ones
+// written out; both go through the same nn::Decoder, loss and AdamW step.
 //
-//   train_bench [--steps N] [--warmup N] [--threads N] [CONFIG...]   (CONFIG: S, M, 124M)
+//   train_bench [--steps N] [--warmup N] [--threads N] [CONFIG...]
+//   CONFIG: S, M, 124M (GPT-2), Llama-S (Llama family); default S M
 #include <cblas.h>
 #include <sys/resource.h>
 
@@ -26,10 +29,27 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchConfig {
   const char* name;
-  fd::nn::GptConfig model;
+  fd::nn::DecoderConfig model;
   int batch;
   int seq_len;
 };
+
+// Llama family (RMSNorm, RoPE, GQA, SwiGLU, untied head) by its sizes.
+fd::nn::DecoderConfig llama_config(int layers, int64_t hidden, int heads, int kv_heads,
+                                   int64_t intermediate, int64_t vocab, int64_t max_positions) {
+  fd::nn::DecoderConfig c;
+  c.family = fd::nn::ModelFamily::kLlama;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = int(hidden / heads);
+  c.intermediate_size = intermediate;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = max_positions;
+  c.validate();
+  return c;
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -67,8 +87,10 @@ void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
   size_t allocs_before = 0;
   for (int s = 0; s < warmup + steps; ++s) {
     for (int i = 0; i < c.batch * c.seq_len; ++i) {
-      tokens.i32()[i] = int32_t(fd::uniform_below(fd::hash_words(s, i, 1), c.model.vocab_size));
-      targets.i32()[i] = int32_t(fd::uniform_below(fd::hash_words(s, i, 2), c.model.vocab_size));
+      tokens.i32()[i] =
+          int32_t(fd::uniform_below(fd::hash_words(s, i, 1), uint64_t(c.model.vocab_size)));
+      targets.i32()[i] =
+          int32_t(fd::uniform_below(fd::hash_words(s, i, 2), uint64_t(c.model.vocab_size)));
     }
     if (s == warmup) allocs_before = fd::cpu_allocator::system_allocations();
     auto t = Clock::now();
@@ -85,9 +107,9 @@ void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
   size_t steady_allocs = fd::cpu_allocator::system_allocations() - allocs_before;
   double ms = total / steps * 1e3;
   double tok_s = double(c.batch) * c.seq_len / (ms / 1e3);
-  double gflops = tok_s * fd::nn::gpt2_config(c.model).flops_per_token(c.seq_len) / 1e9;
-  std::printf("%-5s %10.1f %10.0f %9.1f %8.1f%% %9.0f %12.2f %14zu\n", c.name, ms, tok_s, gflops,
-              100.0 * gflops / peak, peak_rss_mib(), double(fd::nn::gpt2_config(c.model).num_params()) / 1e6,
+  double gflops = tok_s * c.model.flops_per_token(c.seq_len) / 1e9;
+  std::printf("%-7s %10.1f %10.0f %9.1f %8.1f%% %9.0f %12.2f %14zu\n", c.name, ms, tok_s, gflops,
+              100.0 * gflops / peak, peak_rss_mib(), double(c.model.num_params()) / 1e6,
               steady_allocs);
   std::fflush(stdout);
 }
@@ -111,17 +133,21 @@ int main(int argc, char** argv) {
   }
   if (names.empty()) names = {"S", "M"};
   fd::ops::set_blas_threads(threads);
+  using fd::nn::gpt2_config;
   const std::vector<BenchConfig> configs = {
-      {"S", {4, 4, 256, 256, 256}, 8, 256},
-      {"M", {6, 8, 512, 256, 256}, 4, 256},
-      {"124M", {12, 12, 768, 50257, 1024}, 1, 1024},  // batch 1: seconds per step on a CPU
+      {"S", gpt2_config({4, 4, 256, 256, 256}), 8, 256},
+      {"M", gpt2_config({6, 8, 512, 256, 256}), 4, 256},
+      // batch 1: seconds per step on a CPU
+      {"124M", gpt2_config({12, 12, 768, 50257, 1024}), 1, 1024},
+      // L6, hidden 512, 8 heads / 2 kv heads (head_dim 64), I1408, V32000, untied head
+      {"Llama-S", llama_config(6, 512, 8, 2, 1408, 32000, 256), 4, 256},
   };
   double peak = sgemm_gflops(2048);
   std::printf("fdtrain train_bench: fp32, %d BLAS thread(s), %d timed steps after %d warmup\n",
               threads, steps, warmup);
   std::printf("sgemm 2048^3: %.1f GFLOP/s (OpenBLAS kernel %s)\n", peak,
               fd::ops::blas_kernel_name().c_str());
-  std::printf("%-5s %10s %10s %9s %9s %9s %12s %14s\n", "cfg", "ms/step", "tok/s", "GFLOP/s",
+  std::printf("%-7s %10s %10s %9s %9s %9s %12s %14s\n", "cfg", "ms/step", "tok/s", "GFLOP/s",
               "%peak", "RSS MiB", "params (M)", "steady allocs");
   for (const std::string& n : names) {
     bool found = false;
@@ -131,7 +157,7 @@ int main(int argc, char** argv) {
         found = true;
       }
     if (!found) {
-      std::fprintf(stderr, "train_bench: unknown config '%s' (S, M, 124M)\n", n.c_str());
+      std::fprintf(stderr, "train_bench: unknown config '%s' (S, M, 124M, Llama-S)\n", n.c_str());
       return 2;
     }
   }
