@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
+.PHONY: all deps configure build test demo lora-demo lora-llama-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
 
 all: build
 
@@ -46,6 +46,22 @@ lora-demo: deps
 	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/lora_zero2.yaml \
 	  --run-dir runs/lora_zero2 --overwrite $(PROGRESS)
 	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_zero2 --lora-adapter runs/lora_zero2/adapter --overwrite
+
+# The same on a Llama-shaped base: pre-train it, export it as a Hugging Face
+# model directory, LoRA on every linear layer from that directory (ZeRO-2, bf16,
+# checkpointed blocks, 8 ranks), export the PEFT adapter and the merged model,
+# and evaluate the merged directory against the run.
+lora-llama-demo: deps
+	$(MAKE) build
+	$(MPIRUN) --bind-to none -n 2 $(BUILD_DIR)/bin/fdtrain train recipes/pretrain_llama.yaml \
+	  --run-dir runs/pretrain_llama --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/pretrain_llama --hf-dir runs/pretrain_llama/hf --overwrite
+	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/lora_llama_zero2.yaml \
+	  --run-dir runs/lora_llama_zero2 --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_llama_zero2 --lora-adapter runs/lora_llama_zero2/adapter --overwrite
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_llama_zero2 --merge-lora --hf-dir runs/lora_llama_zero2/merged --overwrite
+	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2 --data /usr/share/games/fortunes/zippy --windows 16
+	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2/merged --data /usr/share/games/fortunes/zippy --seq-len 128 --windows 16
 
 bench:
 	@./scripts/install_deps.sh --bench
