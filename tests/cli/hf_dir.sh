@@ -62,6 +62,7 @@ batch: {micro: 2}
 optimizer: {lr: 3.0e-3}
 zero: {stage: 3}
 steps: 12
+checkpoint: {every: 6, keep_last: 2}
 logging: {every: 4, eval_batches: 1, sample_tokens: 0}
 YAML
 if timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$TMP/ft.yaml" \
@@ -74,7 +75,14 @@ cfg = open(sys.argv[1] + "/config.yaml").read()
 assert s["status"] == "completed" and s["steps"] == 12, s
 assert "arch: qwen2" in cfg and "d_ff: 64" in cfg and "tie_embeddings: true" in cfg, cfg
 PY
-  # The run's first evaluation is the pretrained model's loss; eval of the directory agrees.
+  # Bitwise resume from the step-6 checkpoint (ZeRO-3, 2 ranks): same weights, same losses.
+  timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$TMP/ft.yaml" \
+    --resume "$TMP/ft/checkpoints/step_00000006" --run-dir "$TMP/ft.resumed" --no-progress \
+    > "$TMP/ftr.log" 2>&1 || { echo "FAIL: resume"; tail -5 "$TMP/ftr.log"; }
+  sha() { sed -n 's/^  "weights_sha256": "\([0-9a-f]*\)",*$/\1/p' "$1/summary.json"; }
+  a=$(sha "$TMP/ft"); b=$(sha "$TMP/ft.resumed")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok: resumed run's weights ${a:0:16} identical"
+  else echo "FAIL: resume: weights $a vs $b"; FAILURES=$((FAILURES + 1)); fi
   "$FDTRAIN" eval "$TMP/ft" --data "$TMP/tokens.bin" --seq-len 32 --windows 2 > /dev/null 2>&1 \
     && echo "ok: eval of the fine-tuned run" || { echo "FAIL: eval of the run"; FAILURES=$((FAILURES + 1)); }
 else
