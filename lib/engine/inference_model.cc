@@ -239,8 +239,10 @@ InferenceModel from_file(const std::string& path) {
   }
   if (mc.d_model <= 0 || mc.max_seq_len <= 0)
     usage_error(
-        "{}: no wte.weight / wpe.weight tensors: not a GPT-2 model (give an fdtrain "
-        "export, a Hugging Face GPT-2 model.safetensors, or a checkpoint directory)",
+        "{}: no wte.weight / wpe.weight tensors: not a GPT-2 model, and a weights file does "
+        "not say the shape of any other; give a Hugging Face model directory (config.json + "
+        "weights: `fdtrain ckpt export --hf-dir`), a checkpoint directory, an fdtrain export of "
+        "a GPT-2 or a Hugging Face GPT-2 model.safetensors",
         path);
   auto it = metadata.find("n_head");
   if (it != metadata.end()) {

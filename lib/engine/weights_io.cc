@@ -135,6 +135,15 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
   if (untied && w.lm_head()) file_shapes["lm_head.weight"] = w.lm_head()->shape;
   std::string hint =
       ckpt::dims_hint(ckpt::implied_dims(file_shapes), ckpt::implied_dims(model_shapes));
+  // A file of the other family: say so rather than list its tensors one by one.
+  const bool file_llama = file_shapes.count("model.embed_tokens.weight") != 0;
+  const bool model_llama = model_shapes.count("model.embed_tokens.weight") != 0;
+  if (file_llama != model_llama)
+    hint = file_llama ? "; the file holds a Llama-family model (model.embed_tokens.weight): set "
+                        "model.arch and its shape keys to match it, or start from a Hugging Face "
+                        "directory (fdtrain ckpt export --hf-dir), whose config.json says them"
+                      : "; the file holds a GPT-2 model (wte.weight): set model.arch gpt2 and its "
+                        "shape keys to match it";
 
   for (const nn::Parameter* p : targets) {
     auto it = file_shapes.find(p->name);
