@@ -16,6 +16,10 @@
 //   fdtrain ckpt export PATH --merge-lora --out FILE [--dtype fp32|bf16] [--overwrite]
 //                                            a LoRA run: the adapter in PEFT format, and/or
 //                                            the base with the adapters merged in
+//   fdtrain ckpt export PATH --hf-dir DIR [--dtype fp32|bf16] [--merge-lora] [--overwrite]
+//                                         [--max-shard-size BYTES|5GB]
+//                                            a Hugging Face model directory (config.json,
+//                                            safetensors, tokenizer files of model.init_from)
 //   fdtrain ckpt diff A B                    weights of two checkpoints compared
 //   fdtrain ls | cp NAME DEST | schema [--markdown]
 //                                            shipped recipes; the recipe reference (catalog_cmd.cc)
@@ -187,7 +191,8 @@ int run(int argc, char** argv) {
       ->required();
   CLI::App* export_cmd = ckpt->add_subcommand(
       "export",
-      "write a checkpoint's weights to one .safetensors (Hugging Face GPT-2) or .h5 file");
+      "write a checkpoint's weights to one .safetensors (Hugging Face GPT-2) or .h5 file, a "
+      "Hugging Face model directory (--hf-dir), or a LoRA run's PEFT adapter");
   export_cmd
       ->add_option("path", ckpt_path, "step directory, checkpoints directory or run directory")
       ->required();
@@ -196,7 +201,16 @@ int run(int argc, char** argv) {
   bool export_overwrite = false;
   std::string lora_adapter_dir;
   bool merge_lora = false;
+  std::string hf_dir;
+  std::string max_shard_size = "5GB";
   export_cmd->add_option("--out", export_out, "output file (.safetensors or .h5)");
+  export_cmd->add_option("--hf-dir", hf_dir,
+                         "write a Hugging Face model directory (config.json, model*.safetensors, "
+                         "the tokenizer files of model.init_from when it is a directory); "
+                         "--dtype defaults to the run's precision");
+  export_cmd->add_option("--max-shard-size", max_shard_size,
+                         "with --hf-dir: largest safetensors file, bytes or e.g. 5GB (default), "
+                         "500MB, 2GiB");
   export_cmd->add_option("--dtype", export_dtype, "fp32 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   export_cmd->add_flag("--overwrite", export_overwrite, "replace an existing output file");
@@ -266,6 +280,25 @@ int run(int argc, char** argv) {
   }
   if (*export_cmd) {
     fd::DType dtype = export_dtype == "bf16" ? fd::DType::kBF16 : fd::DType::kF32;
+    if (!hf_dir.empty()) {
+      if (!export_out.empty() || !lora_adapter_dir.empty()) {
+        print_error(
+            "--hf-dir writes the whole model on its own; give --out FILE or --lora-adapter DIR "
+            "in a separate ckpt export");
+        return 2;
+      }
+      fd::engine::HfDirExport options;
+      if (export_cmd->get_option("--dtype")->count() > 0) options.dtype = dtype;
+      options.merge_lora = merge_lora;
+      options.overwrite = export_overwrite;
+      options.max_shard_bytes = fd::engine::parse_shard_size(max_shard_size);
+      std::printf("%s\n", fd::engine::export_hf_dir(ckpt_path, hf_dir, options).c_str());
+      return 0;
+    }
+    if (export_cmd->get_option("--max-shard-size")->count() > 0) {
+      print_error("--max-shard-size applies to --hf-dir only");
+      return 2;
+    }
     if (merge_lora && export_out.empty()) {
       print_error("--merge-lora needs --out FILE (.safetensors or .h5) for the merged model");
       return 2;
@@ -277,7 +310,9 @@ int run(int argc, char** argv) {
       return 2;
     }
     if (lora_adapter_dir.empty() && !merge_lora && export_out.empty()) {
-      print_error("ckpt export needs --out FILE, --lora-adapter DIR or --merge-lora --out FILE");
+      print_error(
+          "ckpt export needs --out FILE, --hf-dir DIR, --lora-adapter DIR or --merge-lora --out "
+          "FILE");
       return 2;
     }
     if (!lora_adapter_dir.empty())

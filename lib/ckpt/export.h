@@ -95,7 +95,8 @@ struct ModelDims {
 
 // Writes the LoRA parameters of `c` in `dtype` (kF32 or kBF16) as a PEFT
 // adapter directory `dir` (write_peft_adapter(): keys
-// base_model.model.transformer.h.N.<module>.lora_{A,B}.weight, adapter_config.json
+// base_model.model.transformer.h.N.<module>.lora_{A,B}.weight, or for the Llama
+// family base_model.model.model.layers.N.<module>.lora_{A,B}.weight, adapter_config.json
 // from `spec`, base_model_name_or_path = spec.base). Refuses an existing `dir`
 // unless `overwrite`. Returns a one-line summary.
 std::string export_lora_adapter(const Checkpoint& c, const std::string& dir, DType dtype,

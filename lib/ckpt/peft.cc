@@ -22,27 +22,55 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// PEFT's key prefixes: GPT2LMHeadModel holds the blocks in .transformer, the
+// Llama family's *ForCausalLM in .model (which the parameter names include).
 constexpr const char* kPeftPrefix = "base_model.model.transformer.";
+constexpr const char* kPeftLlamaPrefix = "base_model.model.";
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kModelFile = "adapter_model.safetensors";
 
-// The GPT-2 Conv1D modules a block has, in canonical order, with their
-// (in, out) sizes as multiples of the model width C.
+// The modules a block has, in canonical order: GPT-2's Conv1D layers with
+// their (in, out) sizes as multiples of the model width C, then the Llama
+// family's Linear layers (llama: sizes depend on more than C, so unchecked).
 struct ModuleInfo {
   const char* path;
   int in_mult, out_mult;
+  bool llama;  // "model.layers.N." block, Linear [out, in]; else "h.N.", Conv1D (in, out)
 };
-constexpr std::array<ModuleInfo, 4> kModules = {{
-    {"attn.c_attn", 1, 3},
-    {"attn.c_proj", 1, 1},
-    {"mlp.c_fc", 1, 4},
-    {"mlp.c_proj", 4, 1},
+constexpr std::array<ModuleInfo, 11> kModules = {{
+    {"attn.c_attn", 1, 3, false},
+    {"attn.c_proj", 1, 1, false},
+    {"mlp.c_fc", 1, 4, false},
+    {"mlp.c_proj", 4, 1, false},
+    {"self_attn.q_proj", 0, 0, true},
+    {"self_attn.k_proj", 0, 0, true},
+    {"self_attn.v_proj", 0, 0, true},
+    {"self_attn.o_proj", 0, 0, true},
+    {"mlp.gate_proj", 0, 0, true},
+    {"mlp.up_proj", 0, 0, true},
+    {"mlp.down_proj", 0, 0, true},
 }};
 
 // Target names the recipe accepts (lib/config), and PEFT spellings we map to them.
-const std::vector<std::string> kTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc", "mlp.c_proj"};
-const std::map<std::string, std::string> kTargetAliases = {{"attn.c_attn", "c_attn"},
-                                                           {"mlp.c_fc", "c_fc"}};
+const std::vector<std::string> kGpt2Targets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
+                                               "mlp.c_proj"};
+const std::vector<std::string> kLlamaTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"};
+// Either family's (an adapter_config.json is read before its tensors say which).
+const std::vector<std::string> kTargets = [] {
+  std::vector<std::string> all = kGpt2Targets;
+  all.insert(all.end(), kLlamaTargets.begin(), kLlamaTargets.end());
+  return all;
+}();
+const std::map<std::string, std::string> kTargetAliases = {
+    {"attn.c_attn", "c_attn"},      {"mlp.c_fc", "c_fc"},           {"self_attn.q_proj", "q_proj"},
+    {"self_attn.k_proj", "k_proj"}, {"self_attn.v_proj", "v_proj"}, {"self_attn.o_proj", "o_proj"},
+    {"mlp.gate_proj", "gate_proj"}, {"mlp.up_proj", "up_proj"},     {"mlp.down_proj", "down_proj"}};
+
+constexpr const char* kExpectedNames =
+    "h.N.{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}.lora_{A,B}.weight (GPT-2) or "
+    "model.layers.N.{self_attn.{q,k,v,o}_proj,mlp.{gate,up,down}_proj}.lora_{A,B}.weight "
+    "(Llama family)";
 
 // PEFT's rule: a target names a module when it equals the module's path or
 // is a dot-separated suffix of it.
@@ -67,22 +95,32 @@ struct LoraName {
 
 std::optional<LoraName> parse_lora_name(const std::string& name) {
   static const std::regex kName(
-      R"(^h\.(\d{1,6})\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])\.weight$)");
+      R"(^(h|model\.layers)\.(\d{1,6})\.([a-z_]+\.[a-z_]+)\.lora_([AB])\.weight$)");
   std::smatch m;
   if (!std::regex_match(name, m, kName)) return std::nullopt;
-  LoraName n{std::stoi(m[1].str()), 0, m[3].str() == "A"};
+  const bool llama = m[1].str() != "h";
   for (size_t i = 0; i < kModules.size(); ++i)
-    if (m[2].str() == kModules[i].path) n.module = int(i);
-  return n;
+    if (m[3].str() == kModules[i].path && kModules[i].llama == llama)
+      return LoraName{std::stoi(m[2].str()), int(i), m[4].str() == "A"};
+  return std::nullopt;
+}
+
+std::string block_prefix(int layer, int module) {
+  return (kModules[size_t(module)].llama ? "model.layers." : "h.") + std::to_string(layer) + ".";
 }
 
 std::string lora_name(int layer, int module, bool is_a) {
-  return fmt::format("h.{}.{}.lora_{}.weight", layer, kModules[size_t(module)].path,
-                     is_a ? "A" : "B");
+  return fmt::format("{}{}.lora_{}.weight", block_prefix(layer, module),
+                     kModules[size_t(module)].path, is_a ? "A" : "B");
 }
 
 std::string module_name(int layer, int module) {
-  return fmt::format("h.{}.{}", layer, kModules[size_t(module)].path);
+  return block_prefix(layer, module) + kModules[size_t(module)].path;
+}
+
+// The PEFT key prefix of a (parsed) fdtrain LoRA name.
+const char* peft_prefix(const LoraName& n) {
+  return kModules[size_t(n.module)].llama ? kPeftLlamaPrefix : kPeftPrefix;
 }
 
 // One adapted module: its A and B, and how the caller names them in messages.
@@ -103,10 +141,8 @@ Pairs collect_pairs(const std::vector<std::pair<std::string, Tensor>>& tensors,
   for (const auto& [name, t] : tensors) {
     std::optional<LoraName> n = parse_lora_name(name);
     if (!n)
-      usage_error(
-          "{}: '{}' is not a LoRA weight of a GPT-2 block (expected "
-          "h.N.{{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}}.lora_{{A,B}}.weight)",
-          where, display(name));
+      usage_error("{}: '{}' is not a LoRA weight of a GPT-2 or Llama-family block (expected {})",
+                  where, display(name), kExpectedNames);
     if (!t.defined() || t.shape().ndim() != 2)
       usage_error("{}: '{}' has shape {}, but a LoRA weight is a matrix", where, display(name),
                   t.defined() ? shape_of(t) : "(none)");
@@ -145,6 +181,16 @@ void check_pairs(const Pairs& pairs, const LoraSpec& spec, const std::string& wh
       usage_error("{}: '{}' has shape {}, but lora_B is (out, r) with r = {}", where, p.b_name,
                   shape_of(p.b), spec.r);
     const int64_t in = p.a.shape()[1], out = p.b.shape()[0];
+    if (m.llama) {  // sizes depend on heads, head_dim and the MLP width: the model checks them
+      if (!targeted(spec.targets, m.path))
+        usage_error("{}: there are LoRA weights for {}, but the targets [{}] do not name it", where,
+                    module, fmt::join(spec.targets, ", "));
+      if (!spec.layers.empty() &&
+          !std::binary_search(spec.layers.begin(), spec.layers.end(), key.first))
+        usage_error("{}: there are LoRA weights for block {}, but the layers [{}] do not list it",
+                    where, key.first, fmt::join(spec.layers, ", "));
+      continue;
+    }
     if (in % m.in_mult != 0 || out % m.out_mult != 0 || in / m.in_mult != out / m.out_mult)
       usage_error(
           "{}: '{}' {} and '{}' {} do not fit {}, which maps C to {}C features (in {}, out {})",
@@ -170,14 +216,22 @@ void check_pairs(const Pairs& pairs, const LoraSpec& spec, const std::string& wh
   for (int layer : spec.layers)
     if (!blocks.count(layer))
       usage_error("{}: layers lists block {}, but there are no LoRA weights for it", where, layer);
+  const bool llama = kModules[size_t(pairs.begin()->first.second)].llama;
+  for (const auto& [key, p] : pairs)
+    if (kModules[size_t(key.second)].llama != llama)
+      usage_error("{}: '{}' and '{}' belong to different model families (GPT-2 and Llama)", where,
+                  pairs.begin()->second.a_name, p.a_name);
   for (int layer : blocks)
     for (size_t i = 0; i < kModules.size(); ++i)
-      if (targeted(spec.targets, kModules[i].path) && !pairs.count({layer, int(i)}))
+      if (kModules[i].llama == llama && targeted(spec.targets, kModules[i].path) &&
+          !pairs.count({layer, int(i)}))
         usage_error("{}: the targets [{}] name {}, but there are no LoRA weights for it", where,
                     fmt::join(spec.targets, ", "), module_name(layer, int(i)));
 }
 
-void check_spec(const LoraSpec& spec, const std::string& where) {
+// `family`: the targets valid for the adapter's family (kTargets when not yet known).
+void check_spec(const LoraSpec& spec, const std::string& where,
+                const std::vector<std::string>& family) {
   if (spec.r < 1) usage_error("{}: r must be >= 1, got {}", where, spec.r);
   if (!(spec.alpha > 0) || !std::isfinite(spec.alpha))
     usage_error("{}: lora_alpha must be > 0, got {}", where, spec.alpha);
@@ -185,9 +239,9 @@ void check_spec(const LoraSpec& spec, const std::string& where) {
     usage_error("{}: lora_dropout must be in [0, 1), got {}", where, spec.dropout);
   if (spec.targets.empty()) usage_error("{}: target_modules is empty", where);
   for (const std::string& t : spec.targets)
-    if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end())
+    if (std::find(family.begin(), family.end(), t) == family.end())
       usage_error("{}: target module '{}' is not one fdtrain adapts; the valid names are {}", where,
-                  t, fmt::join(kTargets, ", "));
+                  t, fmt::join(family, ", "));
   if (!std::is_sorted(spec.layers.begin(), spec.layers.end()) ||
       std::adjacent_find(spec.layers.begin(), spec.layers.end()) != spec.layers.end() ||
       (!spec.layers.empty() && spec.layers.front() < 0))
@@ -219,19 +273,33 @@ bool is_lora_name(const std::string& name) {
 }
 
 std::string peft_key(const std::string& fdtrain_name) {
-  if (!parse_lora_name(fdtrain_name))
-    usage_error("'{}' is not a LoRA weight of a GPT-2 block", fdtrain_name);
-  return kPeftPrefix + fdtrain_name;
+  std::optional<LoraName> n = parse_lora_name(fdtrain_name);
+  if (!n)
+    usage_error("'{}' is not a LoRA weight of a GPT-2 or Llama-family block (expected {})",
+                fdtrain_name, kExpectedNames);
+  return peft_prefix(*n) + fdtrain_name;
 }
 
 void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
                         const std::vector<std::pair<std::string, Tensor>>& lora_tensors,
                         bool overwrite) {
   const std::string where = "LoRA adapter " + dir;
-  check_spec(spec, where);
   Pairs pairs = collect_pairs(
       lora_tensors, [](const std::string& n) { return n; }, where);
-  check_pairs(pairs, spec, where);
+  const bool llama = !pairs.empty() && kModules[size_t(pairs.begin()->first.second)].llama;
+  // The Llama family's target_modules: the short names PEFT uses (q_proj, ...), of
+  // the modules that have adapters (the recipe may say all-linear or self_attn.q_proj).
+  LoraSpec written = spec;
+  if (llama) {
+    written.targets.clear();
+    for (size_t i = 0; i < kModules.size(); ++i) {
+      const bool present = std::any_of(pairs.begin(), pairs.end(),
+                                       [&](const auto& kv) { return kv.first.second == int(i); });
+      if (present) written.targets.push_back(kTargetAliases.at(kModules[i].path));
+    }
+  }
+  check_spec(written, where, llama ? kLlamaTargets : kGpt2Targets);
+  check_pairs(pairs, written, where);
 
   std::error_code ec;
   fs::path final_dir = fs::path(dir).lexically_normal();
@@ -251,9 +319,9 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
   cfg["r"] = spec.r;
   cfg["lora_alpha"] = number_json(spec.alpha);
   cfg["lora_dropout"] = spec.dropout;
-  cfg["target_modules"] = spec.targets;
+  cfg["target_modules"] = written.targets;
   cfg["bias"] = "none";
-  cfg["fan_in_fan_out"] = true;
+  cfg["fan_in_fan_out"] = !llama;  // Conv1D (in, out) weights: true; Linear [out, in]: false
   cfg["base_model_name_or_path"] = spec.base;
   cfg["inference_mode"] = true;
   cfg["layers_to_transform"] =
@@ -270,7 +338,7 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
     if (!f) runtime_error("cannot write {}; check free space and permissions", cfg_path.string());
   }
   std::vector<std::pair<std::string, Tensor>> keyed;
-  for (const auto& [name, t] : flatten(pairs)) keyed.emplace_back(kPeftPrefix + name, t);
+  for (const auto& [name, t] : flatten(pairs)) keyed.emplace_back(peft_key(name), t);
   write_safetensors((tmp / kModelFile).string(), keyed, {{"format", "pt"}});
 
   replace_directory(tmp.string(), final_dir.string());
@@ -309,10 +377,10 @@ PeftAdapter read_peft_adapter(const std::string& dir) {
                     cfg.contains("peft_type") ? cfg["peft_type"].dump() : "missing"));
   if (has("task_type") && cfg["task_type"] != "CAUSAL_LM")
     bad(fmt::format("task_type is {}, expected \"CAUSAL_LM\"", cfg["task_type"].dump()));
-  if (!cfg.contains("fan_in_fan_out") || cfg["fan_in_fan_out"] != true)
-    bad(fmt::format(
-        "fan_in_fan_out is {}, but GPT-2's Conv1D layers store (in, out) weights and need true",
-        cfg.contains("fan_in_fan_out") ? cfg["fan_in_fan_out"].dump() : "missing"));
+  if (!cfg.contains("fan_in_fan_out") || !cfg["fan_in_fan_out"].is_boolean())
+    bad(fmt::format("fan_in_fan_out is {}, expected true (GPT-2) or false (Llama family)",
+                    cfg.contains("fan_in_fan_out") ? cfg["fan_in_fan_out"].dump() : "missing"));
+  const bool fan_in_fan_out = cfg["fan_in_fan_out"].get<bool>();
   if (has("bias") && cfg["bias"] != "none")
     bad(fmt::format("bias is {}; fdtrain adapters train no biases (\"none\")", cfg["bias"].dump()));
   for (const char* flag : {"use_rslora", "use_dora"})
@@ -378,25 +446,39 @@ PeftAdapter read_peft_adapter(const std::string& dir) {
       bad("base_model_name_or_path must be a string, got " + cfg["base_model_name_or_path"].dump());
     spec.base = cfg["base_model_name_or_path"].get<std::string>();
   }
-  check_spec(spec, cfg_path);
+  check_spec(spec, cfg_path, kTargets);
 
   SafetensorsFile f = SafetensorsFile::open(model_path);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const std::string& key : f.names()) {
-    const std::string prefix = kPeftPrefix;
-    if (key.rfind(prefix, 0) != 0 || !parse_lora_name(key.substr(prefix.size())))
+    std::string name;
+    for (const char* prefix : {kPeftPrefix, kPeftLlamaPrefix})
+      if (name.empty() && key.rfind(prefix, 0) == 0) {
+        std::optional<LoraName> n = parse_lora_name(key.substr(std::string(prefix).size()));
+        if (n && std::string(peft_prefix(*n)) == prefix)
+          name = key.substr(std::string(prefix).size());
+      }
+    if (name.empty())
       usage_error(
-          "{}: key '{}' is not a LoRA weight of a GPT-2 block (expected "
-          "{}h.N.{{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}}.lora_{{A,B}}.weight)",
-          model_path, key, prefix);
+          "{}: key '{}' is not a LoRA weight of a GPT-2 block (expected {}h.N.<module>.lora_{{A,B}}"
+          ".weight) or of a Llama-family block ({}model.layers.N.<module>.lora_{{A,B}}.weight); "
+          "fdtrain names {}",
+          model_path, key, kPeftPrefix, kPeftLlamaPrefix, kExpectedNames);
     const std::string& dt = f.entry(key).dtype;
     if (dt != "F32" && dt != "BF16" && dt != "F16")
       usage_error("{}: '{}' has dtype {}, but a LoRA weight is F32, BF16 or F16", model_path, key,
                   dt);
-    tensors.emplace_back(key.substr(prefix.size()), f.load(key, MemCategory::kOther));
+    tensors.emplace_back(name, f.load(key, MemCategory::kOther));
   }
   Pairs pairs = collect_pairs(
-      tensors, [](const std::string& n) { return kPeftPrefix + n; }, model_path);
+      tensors, [](const std::string& n) { return peft_key(n); }, model_path);
+  const bool llama = !pairs.empty() && kModules[size_t(pairs.begin()->first.second)].llama;
+  check_spec(spec, cfg_path, llama ? kLlamaTargets : kGpt2Targets);
+  if (!pairs.empty() && fan_in_fan_out == llama)
+    bad(llama ? "fan_in_fan_out is true, but the Llama family's Linear layers store [out, in] "
+                "weights and need false"
+              : "fan_in_fan_out is false, but GPT-2's Conv1D layers store (in, out) weights and "
+                "need true");
   check_pairs(pairs, spec, model_path + " with " + kConfigFile);
   return PeftAdapter{spec, flatten(pairs)};
 }
@@ -424,11 +506,14 @@ std::vector<std::pair<std::string, Tensor>> merge_lora(
     if (p.b.shape()[1] != r)
       usage_error("{}: '{}' {} and '{}' {} have different ranks", where, p.a_name, shape_of(p.a),
                   p.b_name, shape_of(p.b));
-    if (w.shape().ndim() != 2 || w.shape()[0] != in || w.shape()[1] != n_out)
+    const bool linear = kModules[size_t(key.second)].llama;  // [out, in], else Conv1D (in, out)
+    const int64_t rows = linear ? n_out : in, cols = linear ? in : n_out;
+    if (w.shape().ndim() != 2 || w.shape()[0] != rows || w.shape()[1] != cols)
       usage_error(
-          "{}: '{}' has shape {} in the base, but '{}' {} and '{}' {} need ({}, {}) (Conv1D (in, "
-          "out)); is it the adapter's base?",
-          where, weight, shape_of(w), p.a_name, shape_of(p.a), p.b_name, shape_of(p.b), in, n_out);
+          "{}: '{}' has shape {} in the base, but '{}' {} and '{}' {} need ({}, {}) ({}); is it "
+          "the adapter's base?",
+          where, weight, shape_of(w), p.a_name, shape_of(p.a), p.b_name, shape_of(p.b), rows, cols,
+          linear ? "Linear [out, in]" : "Conv1D (in, out)");
     const std::vector<float> a = p.a.to_vector(), b = p.b.to_vector(), wv = w.to_vector();
     // delta (in, out) = (B A)^T: delta[k][j] = sum_q A[q][k] B[j][q].
     std::vector<double> bt(size_t(r * n_out));  // B^T (r, out)
@@ -443,8 +528,11 @@ std::vector<std::pair<std::string, Tensor>> merge_lora(
         for (int64_t j = 0; j < n_out; ++j) d[j] += aqk * bq[j];
       }
     std::vector<float> merged(wv.size());
-    for (size_t i = 0; i < merged.size(); ++i)
-      merged[i] = float(double(wv[i]) + delta[i] * scaling);
+    for (int64_t k = 0; k < in; ++k)
+      for (int64_t j = 0; j < n_out; ++j) {
+        const size_t at = linear ? size_t(j * in + k) : size_t(k * n_out + j);
+        merged[at] = float(double(wv[at]) + delta[size_t(k * n_out + j)] * scaling);
+      }
     out[it->second].second =
         Tensor::from_vector(merged, w.shape(), DType::kF32, MemCategory::kOther);
     if (w.dtype() != DType::kF32)

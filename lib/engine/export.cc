@@ -2,13 +2,17 @@
 
 #include <fmt/ranges.h>
 
+#include <filesystem>
+#include <map>
 #include <optional>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/lora_base.h"
 #include "lib/config/load.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/weights_io.h"
 
 namespace fd::engine {
 namespace {
@@ -72,6 +76,69 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   const LoraRun run = lora_run(c);
   return ckpt::export_merged_lora(c, out, dtype, overwrite, run.spec, run.model);
+}
+
+std::string export_hf_dir(const std::string& path, const std::string& dir,
+                          const HfDirExport& options) {
+  HfExportOptions out;
+  out.dtype = options.dtype.value_or(DType::kF32);
+  out.max_shard_bytes = options.max_shard_bytes;
+  out.overwrite = options.overwrite;
+  check_hf_export_dir(dir, out);
+  ckpt::Checkpoint c = ckpt::open_checkpoint(path);
+  const bool lora = ckpt::is_lora_checkpoint(c);
+  if (lora && !options.merge_lora)
+    usage_error(
+        "{}: the checkpoint is from a LoRA run and holds only the adapters; --hf-dir writes a "
+        "full model: add --merge-lora to merge them into the base (model.init_from), or export "
+        "the adapter alone with --lora-adapter DIR (PEFT format)",
+        c.dir);
+  if (!lora && options.merge_lora)
+    usage_error(
+        "{}: --merge-lora: the checkpoint is not from a LoRA run (it holds no adapters); drop "
+        "--merge-lora",
+        c.dir);
+  config::LoadResult r = config::try_parse_stored_recipe(c.meta().recipe_yaml, "checkpoint recipe");
+  if (!r.ok())
+    usage_error(
+        "{}: the checkpoint's stored recipe does not validate, so its config.json cannot be "
+        "written (was it written by another fdtrain version?):\n{}",
+        c.dir, fmt::join(r.errors, "\n"));
+  const config::Recipe& recipe = r.recipe;
+  if (!options.dtype) out.dtype = compute_dtype(recipe.precision);  // the run's
+
+  const Assembly a = assemble_for_inference(recipe);  // fp32, CPU, adapter dropout off
+  std::unique_ptr<nn::Decoder> model = build_model(a, Init::kNone);
+  if (a.lora.enabled()) {
+    const std::string base =
+        ckpt::find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
+    load_weights(base, *model, fmt::format("{}: base model (model.init_from)", c.dir));
+  }
+  std::map<std::string, Tensor> tensors;
+  for (auto& [name, t] : ckpt::consolidate_ordered(c, DType::kF32)) tensors[name] = t;
+  for (const nn::Parameter* p : model->parameters()) {
+    auto it = tensors.find(p->name);
+    if (it == tensors.end() || it->second.shape() != p->value.shape())
+      usage_error(
+          "{}: the checkpoint has no parameter '{}' of shape {}, which its recipe's model has; "
+          "the checkpoint is inconsistent",
+          c.dir, p->name, p->value.shape().str());
+    p->value.copy_from(it->second);
+  }
+
+  out.metadata = {{"step", std::to_string(c.meta().step)},
+                  {"source", c.dir},
+                  {"fdtrain_version", c.meta().fdtrain_version}};
+  std::error_code ec;
+  if (!recipe.model.init_from.empty() && std::filesystem::is_directory(recipe.model.init_from, ec))
+    out.tokenizer_from = recipe.model.init_from;
+  const std::vector<std::string> copied = write_hf_model(*model, dir, out);
+  return fmt::format("exported {} ({}{}, step {}, {}) to {} (Hugging Face directory{})",
+                     a.model.summary(), c.dir, lora ? ", LoRA merged" : "", c.meta().step,
+                     dtype_name(out.dtype), dir,
+                     copied.empty() ? ""
+                                    : fmt::format("; tokenizer files from {}: {}",
+                                                  out.tokenizer_from, fmt::join(copied, ", ")));
 }
 
 }  // namespace fd::engine

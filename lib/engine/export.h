@@ -6,8 +6,11 @@
 // itself).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
+#include "lib/engine/hf_export.h"
 #include "lib/tensor/dtype.h"
 
 namespace fd::engine {
@@ -34,5 +37,25 @@ std::string export_lora_adapter(const std::string& path, const std::string& dir,
 // Returns a one-line summary.
 std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
                                bool overwrite);
+
+// `--hf-dir`'s settings.
+struct HfDirExport {
+  std::optional<DType> dtype;  // fp32 or bf16; none: the run's precision (fp32, bf16, fp16)
+  bool merge_lora = false;     // required for a LoRA run's checkpoint, refused for another
+  bool overwrite = false;      // replace an existing non-empty directory
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;
+};
+
+// The checkpoint at `path` as a Hugging Face model directory `dir`
+// (write_hf_model(), hf_export.h): the model of its stored recipe
+// (assemble_for_inference()) with its fp32 master weights, in the dtype
+// asked for. A LoRA run's checkpoint needs `merge_lora`: the adapters are
+// merged into the base (model.init_from, checked to be the file they were
+// trained on); without it the export is refused, naming --merge-lora and
+// --lora-adapter DIR. When model.init_from is a directory, its tokenizer files
+// are copied. Refused before the checkpoint is read: an existing non-empty
+// `dir` without `overwrite`. Returns a one-line summary.
+std::string export_hf_dir(const std::string& path, const std::string& dir,
+                          const HfDirExport& options);
 
 }  // namespace fd::engine

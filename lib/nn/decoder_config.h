@@ -60,6 +60,7 @@ struct RopeScaling {
   double low_freq_factor = 1.0;   // llama3: wavelengths above orig / low are divided by factor
   double high_freq_factor = 4.0;  // llama3: wavelengths below orig / high are kept
   int64_t original_max_position_embeddings = 0;  // llama3: the context trained before scaling
+  bool operator==(const RopeScaling&) const = default;
 };
 
 struct DecoderConfig {
@@ -109,6 +110,9 @@ struct DecoderConfig {
   // a RoPE scaling without a usable factor, a GPT-2 whose heads do not tile
   // hidden_size (its fused c_attn is (H, 3H)), ...
   void validate() const;
+
+  // Field by field (doubles exactly).
+  bool operator==(const DecoderConfig&) const = default;
 };
 
 // The DecoderConfig computing what nn::Decoder computes for `config`: LayerNorm

@@ -342,6 +342,160 @@ DecoderConfig parse_hf_config(const std::string& json_text, const std::string& w
   return c;
 }
 
+namespace {
+
+const char* architecture(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kGpt2:
+      return "GPT2LMHeadModel";
+    case ModelFamily::kLlama:
+      return "LlamaForCausalLM";
+    case ModelFamily::kMistral:
+      return "MistralForCausalLM";
+    case ModelFamily::kQwen2:
+      return "Qwen2ForCausalLM";
+    case ModelFamily::kQwen3:
+      return "Qwen3ForCausalLM";
+  }
+  return "";
+}
+
+// The first field in which `a` and `b` differ, by its DecoderConfig name ("" if none).
+std::string first_difference(const DecoderConfig& a, const DecoderConfig& b) {
+  const RopeScaling &s = a.rope_scaling, &t = b.rope_scaling;
+  const std::pair<bool, const char*> fields[] = {
+      {a.family == b.family, "family"},
+      {a.hidden_size == b.hidden_size, "hidden_size"},
+      {a.intermediate_size == b.intermediate_size, "intermediate_size"},
+      {a.num_layers == b.num_layers, "num_layers"},
+      {a.num_heads == b.num_heads, "num_heads"},
+      {a.num_kv_heads == b.num_kv_heads, "num_kv_heads"},
+      {a.head_dim == b.head_dim, "head_dim"},
+      {a.vocab_size == b.vocab_size, "vocab_size"},
+      {a.max_position_embeddings == b.max_position_embeddings, "max_position_embeddings"},
+      {a.norm == b.norm, "norm"},
+      {a.norm_eps == b.norm_eps, "norm_eps"},
+      {a.positions == b.positions, "positions"},
+      {a.rope_theta == b.rope_theta, "rope_theta"},
+      {s.kind == t.kind, "rope_scaling.kind"},
+      {s.factor == t.factor, "rope_scaling.factor"},
+      {s.low_freq_factor == t.low_freq_factor, "rope_scaling.low_freq_factor"},
+      {s.high_freq_factor == t.high_freq_factor, "rope_scaling.high_freq_factor"},
+      {s.original_max_position_embeddings == t.original_max_position_embeddings,
+       "rope_scaling.original_max_position_embeddings"},
+      {a.attention_bias == b.attention_bias, "attention_bias"},
+      {a.o_proj_bias == b.o_proj_bias, "o_proj_bias"},
+      {a.qk_norm == b.qk_norm, "qk_norm"},
+      {a.mlp == b.mlp, "mlp"},
+      {a.mlp_bias == b.mlp_bias, "mlp_bias"},
+      {a.tie_word_embeddings == b.tie_word_embeddings, "tie_word_embeddings"},
+      {a.bos_token_id == b.bos_token_id, "bos_token_id"},
+      {a.eos_token_ids == b.eos_token_ids, "eos_token_ids"},
+  };
+  for (const auto& [same, name] : fields)
+    if (!same) return name;
+  return "";
+}
+
+json rope_scaling_json(const RopeScaling& s) {
+  switch (s.kind) {
+    case RopeScalingKind::kDefault:
+      return nullptr;
+    case RopeScalingKind::kLinear:
+      return {{"rope_type", "linear"}, {"factor", s.factor}};
+    case RopeScalingKind::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", s.factor},
+              {"low_freq_factor", s.low_freq_factor},
+              {"high_freq_factor", s.high_freq_factor},
+              {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtype) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    usage_error("cannot write a config.json: {}", e.what());
+  }
+  json j;  // std::map underneath: keys sorted, as transformers' to_json_string
+  j["model_type"] = family_name(c.family);
+  j["architectures"] = json::array({architecture(c.family)});
+  j["torch_dtype"] = torch_dtype;
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.empty())
+    j["eos_token_id"] = nullptr;
+  else if (c.eos_token_ids.size() == 1)
+    j["eos_token_id"] = c.eos_token_ids.front();
+  else
+    j["eos_token_id"] = c.eos_token_ids;
+  if (c.family == ModelFamily::kGpt2) {
+    j["n_embd"] = c.hidden_size;
+    j["n_layer"] = c.num_layers;
+    j["n_head"] = c.num_heads;
+    j["n_inner"] = c.intermediate_size;
+    j["n_positions"] = c.max_position_embeddings;
+    j["n_ctx"] = c.max_position_embeddings;
+    j["layer_norm_epsilon"] = c.norm_eps;
+    j["activation_function"] = "gelu_new";
+    j["scale_attn_weights"] = true;
+    j["scale_attn_by_inverse_layer_idx"] = false;
+    j["reorder_and_upcast_attn"] = false;
+    j["initializer_range"] = 0.02;
+  } else {
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_layers;
+    j["num_attention_heads"] = c.num_heads;
+    j["num_key_value_heads"] = c.num_kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+    j["hidden_act"] = "silu";
+    j["attention_dropout"] = 0.0;
+    j["initializer_range"] = 0.02;
+    switch (c.family) {
+      case ModelFamily::kLlama:
+        j["attention_bias"] = c.attention_bias;
+        j["mlp_bias"] = c.mlp_bias;
+        j["pretraining_tp"] = 1;
+        break;
+      case ModelFamily::kMistral:
+        j["sliding_window"] = nullptr;
+        break;
+      case ModelFamily::kQwen3:
+        j["attention_bias"] = c.attention_bias;
+        [[fallthrough]];
+      case ModelFamily::kQwen2:
+        j["use_sliding_window"] = false;
+        j["sliding_window"] = nullptr;
+        j["max_window_layers"] = c.num_layers;
+        break;
+      case ModelFamily::kGpt2:
+        break;
+    }
+  }
+  std::string text = j.dump(2) + "\n";
+  // The inverse, checked: a switch the family's file cannot express would
+  // otherwise be lost without a word.
+  const DecoderConfig back = parse_hf_config(text, "config.json");
+  const std::string field = first_difference(c, back);
+  if (!field.empty())
+    usage_error(
+        "cannot write a {} config.json for this model: its {} has no {} config.json key "
+        "(the file would describe another model); export it with --out FILE instead",
+        family_name(c.family), field, family_name(c.family));
+  return text;
+}
+
 DecoderConfig read_hf_config(const std::string& dir_or_file) {
   std::error_code ec;
   fs::path path = dir_or_file;

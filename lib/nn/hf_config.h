@@ -1,4 +1,4 @@
-// Reading a Hugging Face config.json into a DecoderConfig.
+// Reading a Hugging Face config.json into a DecoderConfig, and writing one.
 //
 // Supported model_type: gpt2, llama, mistral, qwen2, qwen3. Every key of the
 // file is either read, checked to have the one value fdtrain implements
@@ -26,5 +26,19 @@ DecoderConfig read_hf_config(const std::string& dir_or_file);
 
 // As read_hf_config, from JSON text; `where` names the source in messages.
 DecoderConfig parse_hf_config(const std::string& json_text, const std::string& where);
+
+// The config.json text transformers would write for `config` (save_pretrained:
+// keys sorted, 2-space indent, a final newline): model_type, architectures
+// (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM), every field read_hf_config reads under the family's own
+// key names (GPT-2: n_layer, n_head, n_embd, n_positions, n_ctx, n_inner, ...),
+// hidden_act silu / activation_function gelu_new, rope_scaling (an object, or
+// null when unscaled), tie_word_embeddings, bos/eos (null when unknown), and
+// torch_dtype = `torch_dtype` ("float32", "bfloat16"). It is the exact inverse
+// of parse_hf_config: parsing it gives back `config`, field for field, which
+// this function checks. Throws fd::Error(kUsage) naming the field when
+// `config` is invalid or has a switch the family's config.json cannot express
+// (a Mistral with biases, a Llama whose o_proj bias differs from q/k/v's, ...).
+std::string hf_config_json(const DecoderConfig& config, const std::string& torch_dtype = "float32");
 
 }  // namespace fd::nn

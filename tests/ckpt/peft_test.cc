@@ -360,3 +360,99 @@ TEST(MergeLora, AcceptsTransformerPrefixAndRefusesAMismatchedBase) {
 
 }  // namespace
 }  // namespace fd::ckpt
+
+// ---------------------------------------------------------------------------
+// The Llama family: Linear [out, in] layers under model.layers.N.
+
+namespace fd::ckpt {
+namespace {
+
+using testing::error_of;
+using testing::Named;
+
+Tensor seeded(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  return testing::random_tensor(shape, rng);
+}
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+// Adapters on q_proj (64 -> 64) and v_proj (64 -> 32) of blocks 0 and 1, r 4.
+Named llama_lora() {
+  Named out;
+  uint32_t seed = 1;
+  for (int l = 0; l < 2; ++l)
+    for (auto [m, n_out] : {std::pair<const char*, int64_t>{"q_proj", 64}, {"v_proj", 32}}) {
+      const std::string p = fmt::format("model.layers.{}.self_attn.{}.", l, m);
+      out.emplace_back(p + "lora_A.weight", seeded(Shape{4, 64}, seed++));
+      out.emplace_back(p + "lora_B.weight", seeded(Shape{n_out, 4}, seed++));
+    }
+  return out;
+}
+
+TEST(PeftLlama, WritesPeftNamesAndReadsBack) {
+  TempDir tmp;
+  LoraSpec spec;
+  spec.r = 4;
+  spec.alpha = 8;
+  spec.targets = {"all-linear"};  // as the recipe may say: written as the modules' short names
+  write_peft_adapter(tmp.path("a"), spec, llama_lora(), false);
+  std::ifstream cfg(tmp.path("a") + "/adapter_config.json");
+  const std::string text(std::istreambuf_iterator<char>(cfg), {});
+  EXPECT_NE(text.find("\"fan_in_fan_out\": false"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"target_modules\": [\n    \"q_proj\",\n    \"v_proj\"\n  ]"),
+            std::string::npos)
+      << text;
+  SafetensorsFile f = SafetensorsFile::open(tmp.path("a") + "/adapter_model.safetensors");
+  const std::vector<std::string> names = f.names();
+  EXPECT_NE(std::find(names.begin(), names.end(),
+                      "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"),
+            names.end());
+  EXPECT_EQ(peft_key("model.layers.0.self_attn.q_proj.lora_A.weight"),
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+
+  PeftAdapter a = read_peft_adapter(tmp.path("a"));
+  EXPECT_EQ(a.spec.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  const Named want = llama_lora();
+  ASSERT_EQ(a.tensors.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].first, want[i].first);
+    EXPECT_TRUE(a.tensors[i].second.to_vector() == want[i].second.to_vector()) << want[i].first;
+  }
+
+  // fan_in_fan_out true would transpose Linear weights: refused.
+  std::string edited = text;
+  edited.replace(edited.find("\"fan_in_fan_out\": false"), 23, "\"fan_in_fan_out\": true");
+  std::ofstream(tmp.path("a") + "/adapter_config.json") << edited;
+  const std::string msg = error_of([&] { read_peft_adapter(tmp.path("a")); });
+  EXPECT_NE(msg.find("fan_in_fan_out is true, but the Llama family"), std::string::npos) << msg;
+}
+
+TEST(PeftLlama, MergeIsWPlusScaledBA) {
+  const Named lora = llama_lora();
+  Named base = {{"model.layers.0.self_attn.q_proj.weight", seeded(Shape{64, 64}, 90)},
+                {"model.layers.0.self_attn.v_proj.weight", seeded(Shape{32, 64}, 91)},
+                {"model.layers.1.self_attn.q_proj.weight", seeded(Shape{64, 64}, 92)},
+                {"model.layers.1.self_attn.v_proj.weight", seeded(Shape{32, 64}, 93)}};
+  const Named merged = merge_lora(base, lora, 2.0);
+  double worst = 0;
+  for (size_t k = 0; k < base.size(); ++k) {
+    const std::vector<float> w = base[k].second.to_vector(), got = merged[k].second.to_vector();
+    const std::vector<float> a = lora[2 * k].second.to_vector(),
+                             b = lora[2 * k + 1].second.to_vector();
+    const int64_t n_out = base[k].second.shape()[0], in = 64;
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double d = 0;
+        for (int64_t q = 0; q < 4; ++q) d += double(b[size_t(o * 4 + q)]) * a[size_t(q * in + i)];
+        const double want = double(w[size_t(o * in + i)]) + 2.0 * d;
+        worst = std::max(
+            worst, std::fabs(got[size_t(o * in + i)] - want) / std::max(1e-6, std::fabs(want)));
+      }
+  }
+  std::printf("Llama merge: largest relative difference %.3e\n", worst);
+  EXPECT_LT(worst, 1e-6);
+}
+
+}  // namespace
+}  // namespace fd::ckpt

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -483,6 +484,92 @@ TEST(HfConfig, InconsistentModelIsRefused) {
   expect_mentions(
       refusal(edit(kLlama32_1B, R"("eos_token_id": 128001)", R"("eos_token_id": 128256)")),
       {"eos token id 128256", "outside the vocabulary"});
+}
+
+// hf_config_json: read back, every family gives the configuration it was written from.
+void expect_round_trip(const DecoderConfig& c) {
+  const std::string text = hf_config_json(c, "bfloat16");
+  DecoderConfig back = parse_hf_config(text, "written");
+  EXPECT_TRUE(back == c) << c.summary() << " came back as " << back.summary() << " from\n" << text;
+  // As transformers writes it: sorted keys, 2-space indent, final newline.
+  EXPECT_EQ(text.substr(0, 4), "{\n  ");
+  EXPECT_EQ(text.back(), '\n');
+  std::vector<std::string> keys;
+  for (size_t at = text.find("\n  \""); at != std::string::npos; at = text.find("\n  \"", at + 1))
+    keys.push_back(text.substr(at + 4, text.find('"', at + 4) - at - 4));
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end())) << text;
+  EXPECT_NE(text.find("\"torch_dtype\": \"bfloat16\""), std::string::npos) << text;
+}
+
+TEST(HfConfigJson, Gpt2RoundTrips) {
+  DecoderConfig c = parse_hf_config(kGpt2, "gpt2");
+  expect_round_trip(c);
+  const std::string text = hf_config_json(c);
+  for (const char* key :
+       {"\"model_type\": \"gpt2\"", "\"GPT2LMHeadModel\"", "\"n_embd\": 768", "\"n_layer\": 12",
+        "\"n_head\": 12", "\"n_positions\": 1024", "\"n_inner\": 3072",
+        "\"activation_function\": \"gelu_new\"", "\"torch_dtype\": \"float32\""})
+    EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
+  expect_round_trip(gpt2_config(GptConfig{}));  // no BOS/EOS: null
+}
+
+TEST(HfConfigJson, LlamaWithLlama3ScalingRoundTrips) {
+  DecoderConfig c = parse_hf_config(kLlama32_1B, "llama");
+  ASSERT_EQ(c.rope_scaling.kind, RopeScalingKind::kLlama3);
+  expect_round_trip(c);
+  const std::string text = hf_config_json(c);
+  for (const char* key : {"\"LlamaForCausalLM\"", "\"rope_type\": \"llama3\"",
+                          "\"hidden_act\": \"silu\"", "\"tie_word_embeddings\": true"})
+    EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
+  c.eos_token_ids = {128001, 128008, 128009};  // a list
+  c.bos_token_id.reset();
+  c.tie_word_embeddings = false;
+  expect_round_trip(c);
+}
+
+TEST(HfConfigJson, LinearScalingAndBiasesRoundTrip) {
+  DecoderConfig c = parse_hf_config(kSmolLM2_135M, "smollm");
+  c.rope_scaling.kind = RopeScalingKind::kLinear;
+  c.rope_scaling.factor = 2.5;
+  c.attention_bias = c.o_proj_bias = true;
+  c.mlp_bias = true;
+  c.norm_eps = 1e-6;
+  expect_round_trip(c);
+  EXPECT_NE(hf_config_json(c).find("\"rope_type\": \"linear\""), std::string::npos);
+}
+
+TEST(HfConfigJson, MistralMqaRoundTrips) {
+  DecoderConfig c = parse_hf_config(mistral_7b("null"), "mistral");
+  c.num_kv_heads = 1;  // multi-query attention
+  expect_round_trip(c);
+  EXPECT_NE(hf_config_json(c).find("\"MistralForCausalLM\""), std::string::npos);
+}
+
+TEST(HfConfigJson, Qwen2TiedRoundTrips) {
+  DecoderConfig c = parse_hf_config(kQwen25_05B, "qwen2");
+  ASSERT_TRUE(c.tie_word_embeddings);
+  ASSERT_TRUE(c.attention_bias);
+  expect_round_trip(c);
+  EXPECT_NE(hf_config_json(c).find("\"Qwen2ForCausalLM\""), std::string::npos);
+}
+
+TEST(HfConfigJson, Qwen3WithWideHeadsRoundTrips) {
+  DecoderConfig c = parse_hf_config(kQwen3_06B, "qwen3");
+  ASSERT_NE(int64_t(c.num_heads) * c.head_dim, c.hidden_size);
+  expect_round_trip(c);
+  EXPECT_NE(hf_config_json(c).find("\"Qwen3ForCausalLM\""), std::string::npos);
+}
+
+TEST(HfConfigJson, InexpressibleSwitchIsRefused) {
+  DecoderConfig c = parse_hf_config(mistral_7b("null"), "mistral");
+  c.attention_bias = true;  // Mistral's config.json has no attention_bias
+  try {
+    hf_config_json(c);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    expect_mentions(e.what(), {"mistral", "attention_bias"});
+  }
 }
 
 TEST(DecoderConfig, ValidateNamesTheField) {

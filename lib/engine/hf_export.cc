@@ -1,0 +1,193 @@
+#include "lib/engine/hf_export.h"
+
+#include <cctype>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "lib/base/atomic_file.h"
+#include "lib/base/check.h"
+#include "lib/base/error.h"
+#include "lib/ckpt/hf_dir.h"
+#include "lib/ckpt/manifest.h"
+#include "lib/nn/hf_config.h"
+
+namespace fd::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* torch_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    default:
+      usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
+  }
+}
+
+// `dir` without a trailing separator ("out/" -> "out").
+fs::path normal_dir(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p;
+}
+
+// W (a base weight, fp32 values) with its adapter (A (r, in), B (out, r)) merged in.
+std::vector<float> merged(const std::vector<float>& w, const std::vector<float>& a,
+                          const std::vector<float>& b, int64_t r, int64_t in, int64_t out,
+                          double scaling, bool conv1d) {
+  // delta [out, in] = B A, accumulated in float64.
+  std::vector<double> delta(size_t(out * in), 0.0);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t q = 0; q < r; ++q) {
+      const double boq = b[size_t(o * r + q)];
+      const float* aq = a.data() + q * in;
+      double* d = delta.data() + o * in;
+      for (int64_t i = 0; i < in; ++i) d[i] += boq * aq[i];
+    }
+  std::vector<float> m(w.size());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      const size_t at = conv1d ? size_t(i * out + o) : size_t(o * in + i);  // (in, out) | [out, in]
+      m[at] = float(double(w[at]) + scaling * delta[size_t(o * in + i)]);
+    }
+  return m;
+}
+
+}  // namespace
+
+int64_t parse_shard_size(const std::string& text) {
+  static const std::regex kSize(R"(^\s*([0-9]+(\.[0-9]+)?)\s*([kmg]i?b)?\s*$)", std::regex::icase);
+  std::smatch m;
+  auto bad = [&]() {
+    usage_error(
+        "--max-shard-size {}: expected bytes (e.g. 1000000) or a size such as 5GB, 500MB, "
+        "2GiB",
+        text);
+  };
+  if (!std::regex_match(text, m, kSize)) bad();
+  std::string unit = m[3].str();
+  for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (unit.empty() && m[2].matched) bad();  // fractional bytes
+  const std::map<std::string, double> scale = {
+      {"", 1.0},       {"kb", 1e3},        {"mb", 1e6},          {"gb", 1e9},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}};
+  const double bytes = std::stod(m[1].str()) * scale.at(unit);
+  if (!(bytes >= 1) || bytes > 9e18) bad();
+  return int64_t(bytes);
+}
+
+const std::vector<std::string>& hf_tokenizer_files() {
+  static const std::vector<std::string> files = {"tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json",
+                                                 "tokenizer.model",
+                                                 "vocab.json",
+                                                 "merges.txt",
+                                                 "added_tokens.json",
+                                                 "generation_config.json"};
+  return files;
+}
+
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype) {
+  const nn::DecoderConfig& c = model.config();
+  const nn::LoraConfig& lora = model.lora();
+  const nn::FamilyNames names = nn::family_names(c);
+  std::map<std::string, const nn::Parameter*> adapters;  // LoRA parameters by name
+  struct Adapted {
+    const nn::Parameter *a, *b;
+    nn::LinearShape shape;
+  };
+  std::map<std::string, Adapted> adapted;  // base weight name -> its adapter
+  if (lora.enabled()) {
+    for (const nn::Parameter* p : model.parameters()) adapters[p->name] = p;
+    for (int layer = 0; layer < c.num_layers; ++layer)
+      for (const nn::LinearShape& s : nn::block_linears(c)) {
+        if (!lora.applies(layer, s.module)) continue;
+        const std::string base = names.block_prefix(layer) + s.module;
+        auto a = adapters.find(base + ".lora_A.weight"), b = adapters.find(base + ".lora_B.weight");
+        FD_CHECK(a != adapters.end() && b != adapters.end(), "hf_tensors: {} has no adapter pair",
+                 base);
+        adapted[base + ".weight"] = {a->second, b->second, s};
+      }
+  }
+  const double scaling = lora.enabled() ? double(lora.alpha) / double(lora.r) : 0.0;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const nn::Parameter* p : lora.enabled() ? model.frozen_parameters() : model.parameters()) {
+    FD_CHECK(!p->value.is_cuda(), "hf_tensors: {} is not on the CPU", p->name);
+    std::vector<float> v = p->value.to_vector();
+    if (auto it = adapted.find(p->name); it != adapted.end()) {
+      const Adapted& ad = it->second;
+      v = merged(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,
+                 ad.shape.out, scaling, names.gpt2_blocks);
+    }
+    Tensor t = Tensor::from_vector(v, p->value.shape(), DType::kF32, MemCategory::kOther);
+    out.emplace_back(p->name, dtype == DType::kF32 ? t : t.to(dtype, MemCategory::kOther));
+  }
+  return out;
+}
+
+void check_hf_export_dir(const std::string& dir, const HfExportOptions& options) {
+  torch_dtype(options.dtype);
+  if (options.max_shard_bytes <= 0)
+    usage_error("--max-shard-size must be a positive number of bytes (or e.g. 5GB, 500MB), got {}",
+                options.max_shard_bytes);
+  const fs::path p = normal_dir(dir);
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return;
+  if (!fs::is_directory(p, ec))
+    usage_error("--hf-dir {}: it exists and is not a directory; choose another --hf-dir", dir);
+  if (!fs::is_empty(p, ec) && !options.overwrite)
+    usage_error(
+        "--hf-dir {}: the directory already exists and is not empty; pass --overwrite to replace "
+        "it (its whole contents), or choose another --hf-dir",
+        dir);
+}
+
+std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::string& dir,
+                                        const HfExportOptions& options) {
+  check_hf_export_dir(dir, options);
+  // Before anything is written: a model config.json cannot describe is refused here.
+  const std::string config = nn::hf_config_json(model.config(), torch_dtype(options.dtype));
+
+  const fs::path final_dir = normal_dir(dir);
+  const fs::path tmp = final_dir.string() + ".tmp";
+  std::error_code ec;
+  if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    runtime_error("cannot create {}: {}; check permissions", tmp.string(),
+                  ec ? ec.message() : "it exists");
+
+  std::map<std::string, std::string> meta = options.metadata;
+  meta["format"] = "pt";  // what transformers writes and expects
+  ckpt::write_hf_weights(tmp.string(), hf_tensors(model, options.dtype), meta,
+                         options.max_shard_bytes);
+
+  std::vector<std::string> copied;
+  if (!options.tokenizer_from.empty() && fs::is_directory(options.tokenizer_from, ec)) {
+    for (const std::string& f : hf_tokenizer_files()) {
+      const fs::path src = fs::path(options.tokenizer_from) / f;
+      if (!fs::is_regular_file(src, ec)) continue;
+      fs::copy_file(src, tmp / f, fs::copy_options::overwrite_existing, ec);
+      if (ec)
+        runtime_error("cannot copy {} to {}: {}; check free space and permissions", src.string(),
+                      tmp.string(), ec.message());
+      copied.push_back(f);
+    }
+  }
+  // config.json last: inside OUT.tmp, a directory with a config.json has all its weights.
+  const std::string err =
+      write_file_atomically(tmp / "config.json", config, tmp / "config.json.tmp");
+  if (!err.empty()) runtime_error("{}; check free space and permissions", err);
+  sync_directory(tmp);
+  ckpt::replace_directory(tmp.string(), final_dir.string());
+  return copied;
+}
+
+}  // namespace fd::engine

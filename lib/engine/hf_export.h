@@ -1,0 +1,72 @@
+// A model as a Hugging Face model directory: `fdtrain ckpt export --hf-dir`.
+//
+//   OUT/config.json                 nn::hf_config_json (model_type, architectures, ...)
+//   OUT/model.safetensors           or model-0000i-of-0000N.safetensors + the index
+//   OUT/tokenizer.json, ...         copied from model.init_from when it is a directory
+//
+// Tensor names are the model's own parameter names, which are already Hugging
+// Face's (GPT-2's file names "wte.weight", "h.0.attn.c_attn.weight"; the Llama
+// family's "model.layers.0.self_attn.q_proj.weight"); a tied model has no
+// lm_head.weight. The directory is staged as OUT.tmp and renamed into place
+// (ckpt::replace_directory), so OUT is at every moment absent, the old
+// directory or the complete new one: a crash cannot leave a config.json
+// beside missing or partial weights.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/nn/decoder.h"
+#include "lib/tensor/dtype.h"
+#include "lib/tensor/tensor.h"
+
+namespace fd::engine {
+
+// transformers' default max_shard_size, "5GB" = 5 * 10^9 bytes.
+inline constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+// --max-shard-size as transformers reads it: bytes ("1000000"), or a number
+// with a unit: KB, MB, GB (powers of 10: "5GB" = 5 * 10^9) or KiB, MiB, GiB
+// (powers of 2); case-insensitive. Throws fd::Error kUsage for anything else
+// or a size that is not positive.
+int64_t parse_shard_size(const std::string& text);
+
+// The tokenizer and generation files copied from a Hugging Face source
+// directory when present: tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, tokenizer.model (SentencePiece), vocab.json and
+// merges.txt (GPT-2 BPE), added_tokens.json, generation_config.json.
+const std::vector<std::string>& hf_tokenizer_files();
+
+// The model's weights under their Hugging Face names, in `dtype` (CPU, in the
+// model's parameter order). A LoRA model's adapters are merged into their
+// base weights, in float64 and rounded once to fp32:
+//   Linear [out, in]:  W + (alpha / r) B A
+//   Conv1D (in, out):  W + (alpha / r) (B A)^T
+// and the adapters themselves are not returned. `model` must be on the CPU.
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype);
+
+struct HfExportOptions {
+  DType dtype = DType::kF32;  // of the weights (torch_dtype); f32, bf16 or f16
+  int64_t max_shard_bytes = kDefaultMaxShardBytes;  // per safetensors file, as transformers
+  bool overwrite = false;  // replace an existing non-empty OUT (an empty one is always replaced)
+  std::string tokenizer_from;  // a directory to copy hf_tokenizer_files() from; "" = none
+  std::map<std::string, std::string> metadata;  // every file's "__metadata__" (plus format pt)
+};
+
+// Checks what an export to `dir` can check before reading anything: `dtype`
+// is f32, bf16 or f16, max_shard_bytes > 0, and `dir` is absent, an empty
+// directory, or `overwrite`. Throws fd::Error kUsage saying what to do.
+void check_hf_export_dir(const std::string& dir, const HfExportOptions& options);
+
+// Writes `model` to the Hugging Face directory `dir` as described above.
+// Returns the tokenizer files copied (names only). Throws fd::Error kUsage for
+// a refused `dir` or a model config.json cannot describe, kRuntime on I/O
+// failure (OUT.tmp is then left for inspection; the next export removes it).
+std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::string& dir,
+                                        const HfExportOptions& options);
+
+}  // namespace fd::engine

@@ -1,0 +1,226 @@
+// write_hf_model: a model written as a Hugging Face directory and read back
+// by name (ckpt::HfWeights, nn::read_hf_config) into a fresh Decoder is the
+// same model, bit for bit; LoRA adapters are merged as W + (alpha / r) B A
+// ([out, in]) or its transpose (GPT-2's Conv1D), against a float64 reference.
+#include "lib/engine/hf_export.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "lib/base/error.h"
+#include "lib/ckpt/hf_dir.h"
+#include "lib/nn/hf_config.h"
+
+namespace fd::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// <temp>/fd_hf_export_test_<pid>/<name>, empty; the root is removed when the binary exits.
+fs::path test_dir(const std::string& name) {
+  struct Root {
+    fs::path path = fs::temp_directory_path() / ("fd_hf_export_test_" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Root root;
+  fs::path p = root.path / name;
+  fs::remove_all(p);
+  return p;
+}
+
+nn::DecoderConfig tiny_llama() {
+  nn::DecoderConfig c;
+  c.family = nn::ModelFamily::kLlama;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 40;
+  c.max_position_embeddings = 64;
+  c.rope_theta = 50000.0;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+nn::DecoderConfig tiny_qwen3() {  // tied, q/k norm, head_dim * heads != hidden
+  nn::DecoderConfig c = tiny_llama();
+  c.family = nn::ModelFamily::kQwen3;
+  c.head_dim = 16;
+  c.qk_norm = true;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+nn::DecoderConfig tiny_gpt2() {
+  nn::GptConfig g;
+  g.n_layer = 2;
+  g.n_head = 2;
+  g.d_model = 16;
+  g.vocab_size = 32;
+  g.max_seq_len = 8;
+  return nn::gpt2_config(g);
+}
+
+std::vector<uint32_t> bits(const Tensor& t) {
+  std::vector<float> v = t.to_vector();
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// Writes a random model of `c`, reads it back into a fresh one, expects every bit equal.
+void expect_round_trip(const nn::DecoderConfig& c, int64_t max_shard_bytes) {
+  nn::Decoder model(c);
+  model.init_weights(11);
+  const fs::path dir = test_dir(nn::family_name(c.family) + std::to_string(max_shard_bytes));
+  HfExportOptions o;
+  o.max_shard_bytes = max_shard_bytes;
+  write_hf_model(model, dir.string(), o);
+
+  EXPECT_TRUE(nn::read_hf_config(dir.string()) == c) << "config.json does not read back";
+  ckpt::HfWeights w = ckpt::HfWeights::open(dir.string());
+  std::set<std::string> want;
+  for (const nn::Parameter* p : model.parameters()) want.insert(p->name);
+  const std::vector<std::string> names = w.names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), want);
+  EXPECT_EQ(w.contains("lm_head.weight"), !c.tie_word_embeddings);
+  EXPECT_EQ(fs::exists(dir / ckpt::kHfIndexFile), max_shard_bytes < kDefaultMaxShardBytes);
+
+  nn::Decoder fresh(c);
+  const auto mine = model.parameters(), theirs = fresh.parameters();
+  ASSERT_EQ(mine.size(), theirs.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    ASSERT_EQ(mine[i]->name, theirs[i]->name);
+    EXPECT_EQ(w.info(mine[i]->name).dtype, DType::kF32);
+    w.read(theirs[i]->name, theirs[i]->value);
+    EXPECT_TRUE(bits(mine[i]->value) == bits(theirs[i]->value)) << mine[i]->name << " differs";
+  }
+}
+
+TEST(HfExport, LlamaReadsBackBitwise) { expect_round_trip(tiny_llama(), kDefaultMaxShardBytes); }
+TEST(HfExport, Qwen3TiedReadsBackBitwise) {
+  expect_round_trip(tiny_qwen3(), kDefaultMaxShardBytes);
+}
+TEST(HfExport, Gpt2ReadsBackBitwise) { expect_round_trip(tiny_gpt2(), kDefaultMaxShardBytes); }
+TEST(HfExport, ShardedLlamaReadsBackBitwise) { expect_round_trip(tiny_llama(), 8000); }
+
+// A LoRA model's merged weights against W + s B A computed here in float64.
+void expect_merged(const nn::DecoderConfig& c, const std::vector<std::string>& targets) {
+  nn::LoraConfig lora;
+  lora.r = 2;
+  lora.alpha = 6.0f;
+  lora.modules = nn::lora_modules_for_targets(c, targets);
+  lora.layers = {1};
+  nn::Decoder model(c, DType::kF32, {}, lora);
+  model.init_weights(5);
+  for (const nn::Parameter* p : model.parameters()) {  // B is zero at init: make it count
+    std::vector<float> v = p->value.to_vector();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * float(int(i % 7) - 3) + 0.003f;
+    p->value.copy_from(Tensor::from_vector(v, p->value.shape(), DType::kF32, MemCategory::kOther));
+  }
+  std::map<std::string, const nn::Parameter*> by_name;
+  for (const nn::Parameter* p : model.parameters()) by_name[p->name] = p;
+  for (const nn::Parameter* p : model.frozen_parameters()) by_name[p->name] = p;
+
+  const auto out = hf_tensors(model, DType::kF32);
+  ASSERT_EQ(out.size(), model.frozen_parameters().size());  // no adapters in the output
+  const bool conv1d = c.family == nn::ModelFamily::kGpt2;
+  int merged = 0;
+  double worst = 0;
+  for (const auto& [name, t] : out) {
+    const std::string stem = name.substr(0, name.size() - std::string(".weight").size());
+    auto a_it = by_name.find(stem + ".lora_A.weight");
+    const std::vector<float> w = by_name.at(name)->value.to_vector(), got = t.to_vector();
+    if (a_it == by_name.end()) {
+      EXPECT_TRUE(w == got) << name << " changed though it has no adapter";
+      continue;
+    }
+    ++merged;
+    const std::vector<float> a = a_it->second->value.to_vector();
+    const std::vector<float> b = by_name.at(stem + ".lora_B.weight")->value.to_vector();
+    const int64_t r = 2, in = a_it->second->value.shape()[1], n_out = int64_t(b.size()) / r;
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double d = 0;
+        for (int64_t q = 0; q < r; ++q) d += double(b[size_t(o * r + q)]) * a[size_t(q * in + i)];
+        const size_t at = conv1d ? size_t(i * n_out + o) : size_t(o * in + i);
+        const double want = double(w[at]) + 3.0 * d;
+        worst = std::max(worst, std::fabs(got[at] - want) / std::max(1e-6, std::fabs(want)));
+      }
+  }
+  EXPECT_EQ(merged, int(lora.modules.size()));  // layer 1 only
+  EXPECT_LT(worst, 1e-6) << "largest relative difference " << worst;
+  std::printf("%s merged: largest relative difference %.3e\n", nn::family_name(c.family), worst);
+}
+
+TEST(HfExport, LlamaLoraIsMergedAsLinear) {
+  expect_merged(tiny_llama(), {"q_proj", "v_proj", "down_proj"});
+}
+TEST(HfExport, Gpt2LoraIsMergedAsConv1D) { expect_merged(tiny_gpt2(), {"c_attn", "c_fc"}); }
+
+TEST(HfExport, ExistingDirectoryIsRefusedWithoutOverwrite) {
+  nn::Decoder model(tiny_llama());
+  model.init_weights(1);
+  const fs::path dir = test_dir("existing");
+  fs::create_directories(dir);
+  HfExportOptions o;
+  write_hf_model(model, dir.string(), o);  // an empty directory is fine
+  try {
+    write_hf_model(model, dir.string(), o);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "stale.txt") << "x";
+  o.overwrite = true;
+  write_hf_model(model, dir.string(), o);
+  EXPECT_FALSE(fs::exists(dir / "stale.txt"));  // replaced as a whole
+  EXPECT_TRUE(fs::exists(dir / "config.json"));
+  EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+}
+
+TEST(HfExport, TokenizerFilesAreCopied) {
+  const fs::path src = test_dir("source");
+  fs::create_directories(src);
+  std::ofstream(src / "tokenizer.json") << "{\"version\": \"1.0\"}";
+  std::ofstream(src / "tokenizer_config.json") << "{}";
+  std::ofstream(src / "unrelated.bin") << "x";
+  nn::Decoder model(tiny_llama());
+  model.init_weights(1);
+  const fs::path dir = test_dir("with_tokenizer");
+  HfExportOptions o;
+  o.tokenizer_from = src.string();
+  const std::vector<std::string> copied = write_hf_model(model, dir.string(), o);
+  EXPECT_EQ(copied, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(dir / "unrelated.bin"));
+  o.tokenizer_from = (src / "tokenizer.json").string();  // a file: nothing to copy
+  o.overwrite = true;
+  EXPECT_TRUE(write_hf_model(model, dir.string(), o).empty());
+}
+
+TEST(HfExport, ShardSizes) {
+  EXPECT_EQ(parse_shard_size("5GB"), 5'000'000'000);
+  EXPECT_EQ(parse_shard_size("500mb"), 500'000'000);
+  EXPECT_EQ(parse_shard_size("2GiB"), int64_t(2) << 30);
+  EXPECT_EQ(parse_shard_size("12345"), 12345);
+  EXPECT_EQ(parse_shard_size("1.5KB"), 1500);
+  for (const char* bad : {"", "0", "-5", "5 TB", "GB", "1.5"})
+    EXPECT_THROW(parse_shard_size(bad), Error) << bad;
+}
+
+}  // namespace
+}  // namespace fd::engine
