@@ -59,7 +59,7 @@ lora-llama-demo: deps
 	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/lora_llama_zero2.yaml \
 	  --run-dir runs/lora_llama_zero2 --overwrite $(PROGRESS)
 	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_llama_zero2 --lora-adapter runs/lora_llama_zero2/adapter --overwrite
-	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_llama_zero2 --merge-lora --hf-dir runs/lora_llama_zero2/merged --overwrite
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_llama_zero2 --merge-lora --hf-dir runs/lora_llama_zero2/merged --dtype fp32 --overwrite
 	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2 --data /usr/share/games/fortunes/zippy --windows 16
 	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2/merged --data /usr/share/games/fortunes/zippy --seq-len 128 --windows 16
 

@@ -97,9 +97,17 @@ if timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$TMP
      --run-dir "$TMP/lora" --no-progress > "$TMP/lora.log" 2>&1; then
   grep -q "LoRA r=4" "$TMP/lora.log" && echo "ok: LoRA on a Hugging Face directory" \
     || { echo "FAIL: no LoRA line"; FAILURES=$((FAILURES + 1)); }
-  "$FDTRAIN" eval "$TMP/lora" --data "$TMP/tokens.bin" --seq-len 32 --windows 2 > /dev/null 2>&1 \
-    && echo "ok: eval of the LoRA run (adapters merged into the directory's base)" \
-    || { echo "FAIL: eval of the LoRA run"; FAILURES=$((FAILURES + 1)); }
+  # The merged export (a Hugging Face directory, fp32) evaluates to the run's loss.
+  "$FDTRAIN" ckpt export "$TMP/lora" --merge-lora --hf-dir "$TMP/merged" --dtype fp32 > /dev/null \
+    || { echo "FAIL: merged export"; FAILURES=$((FAILURES + 1)); }
+  a=$("$FDTRAIN" eval "$TMP/lora" --data "$TMP/tokens.bin" --seq-len 32 --windows 8 --json 2>/dev/null)
+  b=$("$FDTRAIN" eval "$TMP/merged" --data "$TMP/tokens.bin" --seq-len 32 --windows 8 --json 2>/dev/null)
+  if python3 -c "import json,sys; a=json.loads(sys.argv[1])['mean_loss']; b=json.loads(sys.argv[2])['mean_loss'];
+print(f'run {a:.9f}, merged directory {b:.9f}'); sys.exit(0 if abs(a-b) <= 1e-6*abs(a) else 1)" "$a" "$b"; then
+    echo "ok: the merged Hugging Face directory evaluates to the LoRA run's loss"
+  else
+    echo "FAIL: merged export vs run"; FAILURES=$((FAILURES + 1))
+  fi
 else
   echo "FAIL: LoRA on a directory"; tail -5 "$TMP/lora.log" | sed 's/^/    /'
   FAILURES=$((FAILURES + 1))
