@@ -59,6 +59,8 @@ ModelOptions model_options(const nn::DecoderConfig& c, const std::string& where)
     if (c.intermediate_size != 4 * c.hidden_size)
       refuse(fmt::format("a gpt2 model with n_inner {} (fdtrain's GPT-2 MLP is 4 x n_embd = {})",
                          c.intermediate_size, 4 * c.hidden_size));
+    if (!c.tie_word_embeddings)
+      refuse("a gpt2 model with tie_word_embeddings false (fdtrain's GPT-2 ties its head to wte)");
     if (c.norm_eps != 1e-5)
       refuse(fmt::format("a gpt2 model with layer_norm_epsilon {} (fdtrain's GPT-2 uses 1e-5)",
                          c.norm_eps));

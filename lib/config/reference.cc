@@ -74,10 +74,12 @@ const std::vector<KeyDoc>& key_reference() {
        "biases on the MLP's gate, up and down projections (mlp_bias)"},
       {"model.qk_norm", "bool", "false (qwen3: true)", "not gpt2; qwen3 always",
        "per-head RMSNorm of q and k before RoPE"},
-      {"model.init_from", "string", "\"\"", "an existing file",
-       "start from these weights instead of a random init: an `fdtrain ckpt export` "
-       "(.safetensors or .h5) or a Hugging Face GPT-2 model.safetensors; every parameter must be "
-       "present with the model's shape. \"\" = random init"},
+      {"model.init_from", "string", "\"\"", "an existing file or directory",
+       "start from these weights instead of a random init: a Hugging Face model directory "
+       "(config.json + model.safetensors or shards; its config.json then decides the model "
+       "section), an `fdtrain ckpt export` (.safetensors or .h5) or a Hugging Face GPT-2 "
+       "model.safetensors; every parameter must be present with the model's shape. \"\" = "
+       "random init"},
       // data
       {"data.format", "string", "text", "text, tokens",
        "text: raw bytes, byte tokenizer (token = byte, vocab 256); tokens: llm.c / nanoGPT .bin "

@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -21,6 +22,7 @@ namespace {
 struct LoraRun {
   ckpt::LoraSpec spec;    // the lora section, base = model.init_from
   ckpt::ModelDims model;  // the model the adapters belong to
+  nn::ModelFamily family;
 };
 
 // Reads the LoRA run's settings from the checkpoint's stored recipe. Throws
@@ -39,7 +41,8 @@ LoraRun lora_run(const ckpt::Checkpoint& c) {
         c.dir);
   const nn::DecoderConfig m = assemble_for_inference(r.recipe).model;
   return {lora_spec(r.recipe),
-          {m.num_layers, m.num_heads, m.hidden_size, m.vocab_size, m.max_position_embeddings}};
+          {m.num_layers, m.num_heads, m.hidden_size, m.vocab_size, m.max_position_embeddings},
+          m.family};
 }
 
 }  // namespace
@@ -75,6 +78,12 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
   ckpt::check_export_file(out, dtype, overwrite);
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   const LoraRun run = lora_run(c);
+  // --out FILE is fdtrain's GPT-2 weights file; the Llama family's merged model is a directory.
+  if (run.family != nn::ModelFamily::kGpt2)
+    usage_error(
+        "{}: --merge-lora --out FILE writes a GPT-2 weights file, and this is a {} run; write "
+        "the merged model as a Hugging Face directory with --merge-lora --hf-dir DIR",
+        c.dir, nn::family_name(run.family));
   return ckpt::export_merged_lora(c, out, dtype, overwrite, run.spec, run.model);
 }
 
@@ -106,6 +115,25 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
         c.dir, fmt::join(r.errors, "\n"));
   const config::Recipe& recipe = r.recipe;
   if (!options.dtype) out.dtype = compute_dtype(recipe.precision);  // the run's
+  // Never replace what the export reads: the checkpoint (or a directory above it) or the base.
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path target = fs::weakly_canonical(dir, ec);
+    auto inside = [&](const fs::path& p) {
+      const fs::path q = fs::weakly_canonical(p, ec);
+      auto [t, qi] = std::mismatch(target.begin(), target.end(), q.begin(), q.end());
+      return t == target.end();  // q is target or below it
+    };
+    if (inside(c.dir))
+      usage_error("--hf-dir {}: the checkpoint read ({}) is inside it; choose another --hf-dir",
+                  dir, c.dir);
+    if (!recipe.model.init_from.empty() && inside(recipe.model.init_from))
+      usage_error(
+          "--hf-dir {}: it holds the run's base model (model.init_from {}), which the run's "
+          "checkpoints depend on; choose another --hf-dir",
+          dir, recipe.model.init_from);
+  }
 
   const Assembly a = assemble_for_inference(recipe);  // fp32, CPU, adapter dropout off
   std::unique_ptr<nn::Decoder> model = build_model(a, Init::kNone);

@@ -142,10 +142,24 @@ void check_hf_export_dir(const std::string& dir, const HfExportOptions& options)
   if (!fs::exists(p, ec)) return;
   if (!fs::is_directory(p, ec))
     usage_error("--hf-dir {}: it exists and is not a directory; choose another --hf-dir", dir);
-  if (!fs::is_empty(p, ec) && !options.overwrite)
+  if (fs::is_empty(p, ec)) return;
+  if (!options.overwrite)
     usage_error(
         "--hf-dir {}: the directory already exists and is not empty; pass --overwrite to replace "
         "it (its whole contents), or choose another --hf-dir",
+        dir);
+  // --overwrite replaces a previous export, never a run or a checkpoint a user would lose.
+  for (const char* marker : {"run.json", "summary.json", "config.yaml", "checkpoints",
+                             "manifest.json", "latest"})
+    if (fs::exists(p / marker, ec))
+      usage_error(
+          "--hf-dir {}: it holds a run or a checkpoint ({}), which --overwrite would delete; "
+          "choose another --hf-dir",
+          dir, marker);
+  if (!fs::exists(p / "config.json", ec))
+    usage_error(
+        "--hf-dir {}: --overwrite replaces only a Hugging Face model directory (one with "
+        "config.json), and this one has none; choose another --hf-dir",
         dir);
 }
 

@@ -245,7 +245,16 @@ DecoderConfig read_llama_family(Reader& r, ModelFamily family) {
   c.positions = PositionKind::kRope;
   c.rope_theta = r.number("rope_theta", 10000.0);  // transformers' default for all four
   read_rope(r, "rope_scaling", c);
-  read_rope(r, "rope_parameters", c);
+  if (r.get("rope_parameters") && r.get("rope_scaling") && !r.get("rope_scaling")->is_null()) {
+    // Both: they must say the same, or which one transformers uses decides the model.
+    DecoderConfig other = c;
+    read_rope(r, "rope_parameters", other);
+    if (!(other.rope_scaling == c.rope_scaling) || other.rope_theta != c.rope_theta)
+      refuse(r.where(), "rope_parameters", *r.get("rope_parameters"),
+             "disagrees with rope_scaling; keep one of the two");
+  } else {
+    read_rope(r, "rope_parameters", c);
+  }
   c.mlp = MlpKind::kSwiGlu;
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);  // the classes' default
   c.bos_token_id = read_bos(r);

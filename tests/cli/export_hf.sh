@@ -120,6 +120,16 @@ expect_fail 2 "already exists and is not empty; pass --overwrite" ckpt export "$
 expect_fail 2 "max-shard-size 5TB: expected bytes" ckpt export "$TMP/run" --hf-dir "$TMP/x" --max-shard-size 5TB
 expect_fail 2 "not from a LoRA run.*drop --merge-lora" ckpt export "$TMP/run" --hf-dir "$TMP/x" --merge-lora
 expect_fail 2 "applies to --hf-dir only" ckpt export "$TMP/run" --out "$TMP/x.safetensors" --max-shard-size 1MB
+# --overwrite never replaces what a user would lose: a run, the checkpoint read, a non-export.
+expect_fail 2 "holds a run or a checkpoint \(.*\), which --overwrite would delete" \
+  ckpt export "$TMP/run" --hf-dir "$TMP/run" --overwrite
+expect_fail 2 "holds a run or a checkpoint" \
+  ckpt export "$TMP/run" --hf-dir "$TMP/run/checkpoints" --overwrite
+mkdir -p "$TMP/notes" && echo keep > "$TMP/notes/todo.txt"
+expect_fail 2 "replaces only a Hugging Face model directory" \
+  ckpt export "$TMP/run" --hf-dir "$TMP/notes" --overwrite
+[ -f "$TMP/notes/todo.txt" ] && [ -f "$TMP/run/summary.json" ] && echo "ok: nothing was deleted" \
+  || { echo "FAIL: a refused --overwrite deleted something"; FAILURES=$((FAILURES + 1)); }
 "$FDTRAIN" ckpt export "$TMP/run" --hf-dir "$TMP/hf" --overwrite --dtype bf16 > /dev/null 2>&1 \
   && check_dir "$TMP/hf" BF16 false > /dev/null 2>&1 \
   && echo "ok: --overwrite replaces the directory" \
@@ -136,6 +146,8 @@ expect_fail 2 "applies to --hf-dir only" ckpt export "$TMP/run" --out "$TMP/x.sa
   --no-progress > "$TMP/lora.log" 2>&1 || { echo "FAIL: LoRA run"; tail -5 "$TMP/lora.log"; exit 1; }
 expect_fail 2 "holds only the adapters.*--merge-lora.*--lora-adapter DIR" \
   ckpt export "$TMP/lora" --hf-dir "$TMP/merged"
+expect_fail 2 "this is a llama run; write the merged model as a Hugging Face directory" \
+  ckpt export "$TMP/lora" --merge-lora --out "$TMP/merged.safetensors"
 "$FDTRAIN" ckpt export "$TMP/lora" --hf-dir "$TMP/merged" --merge-lora > "$TMP/merged.log" 2>&1 \
   || { echo "FAIL: --merge-lora"; cat "$TMP/merged.log"; FAILURES=$((FAILURES + 1)); }
 out=$(check_dir "$TMP/merged" F32 true 2>&1 && python3 "$HERE/../ckpt/read_safetensors.py" "$TMP/base.safetensors" \

@@ -113,6 +113,18 @@ else
   FAILURES=$((FAILURES + 1))
 fi
 
+# An export never replaces the base a run's checkpoints depend on (a copy: this must not delete).
+cp -r "$GOLDEN/llama3" "$TMP/base3"
+if "$FDTRAIN" train "$TMP/lora.yaml" "model.init_from=$TMP/base3" steps=2 checkpoint.every=2 \
+     --run-dir "$TMP/lora3" --no-progress > "$TMP/lora3.log" 2>&1; then
+  expect_fail 2 "it holds the run's base model \(model.init_from" \
+    ckpt export "$TMP/lora3" --merge-lora --hf-dir "$TMP/base3" --overwrite
+  cmp -s "$TMP/base3/model.safetensors" "$GOLDEN/llama3/model.safetensors" \
+    && echo "ok: the base is untouched" || { echo "FAIL: the base changed"; FAILURES=$((FAILURES + 1)); }
+else
+  echo "FAIL: LoRA run on a copy"; tail -5 "$TMP/lora3.log"; FAILURES=$((FAILURES + 1))
+fi
+
 # Bad input. Each case edits a copy of the llama3 directory.
 bad() { rm -rf "$TMP/bad"; cp -r "$GOLDEN/llama3" "$TMP/bad"; }
 E="--data $GOLDEN/llama3/eval.bin --seq-len 16"

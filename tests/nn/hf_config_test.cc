@@ -369,6 +369,20 @@ TEST(HfConfig, RopeParametersOfNewerTransformers) {
   EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
 }
 
+// Both rope_scaling and rope_parameters: accepted when they agree, refused when
+// they do not (which one transformers reads would decide the model).
+TEST(HfConfig, RopeScalingAndRopeParametersMustAgree) {
+  const std::string both = edit(kLlama32_1B, R"("rope_theta": 500000.0,)",
+                                R"("rope_theta": 500000.0,
+  "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 32.0,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},)");
+  EXPECT_EQ(parse_hf_config(both, "both").rope_scaling.factor, 32.0);
+  expect_mentions(refusal(edit(both, R"("factor": 32.0,
+    "low_freq_factor")", R"("factor": 8.0,
+    "low_freq_factor")")),
+                  {"rope_parameters", "disagrees with rope_scaling"});
+}
+
 TEST(HfConfig, Gpt2) {
   DecoderConfig c = read_hf_config(write_model_dir("gpt2", kGpt2));
   EXPECT_EQ(c.family, ModelFamily::kGpt2);
