@@ -22,6 +22,7 @@
 #include "lib/base/strings.h"
 #include "lib/config/model_dir.h"
 #include "lib/config/reference.h"
+#include "lib/nn/decoder.h"
 #include "lib/nn/hf_config.h"
 
 namespace fd::config {
@@ -63,12 +64,7 @@ const Section* find_section(std::string_view name) {
 // silently use fewer, the number it was built for).
 constexpr int kMaxThreads = 1024;
 
-// LoRA targets by family (PEFT's module names; all-linear: every block linear layer).
-const std::vector<std::string> kGpt2LoraTargets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
-                                                   "mlp.c_proj", "all-linear"};
-const std::vector<std::string> kLlamaLoraTargets = {"q_proj",    "k_proj",  "v_proj",
-                                                    "o_proj",    "gate_proj", "up_proj",
-                                                    "down_proj", "all-linear"};
+
 
 std::string unknown_key(std::string_view path, std::string_view key,
                         const std::vector<std::string>& known) {
@@ -819,7 +815,8 @@ void Builder::lora(const Node& root) {
                       l.adapter));
   }
   const bool gpt2 = bad("model.arch") || r_->model.arch == Arch::kGpt2;
-  const std::vector<std::string>& kLoraTargets = gpt2 ? kGpt2LoraTargets : kLlamaLoraTargets;
+  const std::vector<std::string> kLoraTargets = nn::lora_target_names(
+      config::decoder_config(r_->model).family);
   if (!gpt2) l.targets = {"q_proj", "v_proj"};  // PEFT's default for the Llama family
   std::string path;
   if (const Node* n = field(s, "lora", "targets", &path)) {

@@ -60,13 +60,24 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The Llama family's LoRA target names: short name -> module.
-constexpr std::pair<const char*, const char*> kLlamaTargets[] = {
-    {"q_proj", "self_attn.q_proj"},  {"k_proj", "self_attn.k_proj"},
-    {"v_proj", "self_attn.v_proj"},  {"o_proj", "self_attn.o_proj"},
-    {"gate_proj", "mlp.gate_proj"},  {"up_proj", "mlp.up_proj"},
-    {"down_proj", "mlp.down_proj"},
+// The LoRA target names a recipe may write, by family, with the modules each
+// names (PEFT's suffix matching: GPT-2's c_proj is both projections).
+struct LoraTarget {
+  const char* name;
+  std::vector<const char*> modules;  // empty: every linear layer (all-linear)
 };
+const std::vector<LoraTarget>& lora_targets(ModelFamily f) {
+  static const std::vector<LoraTarget> gpt2 = {
+      {"c_attn", {"attn.c_attn"}},   {"c_proj", {"attn.c_proj", "mlp.c_proj"}},
+      {"attn.c_proj", {"attn.c_proj"}}, {"c_fc", {"mlp.c_fc"}},
+      {"mlp.c_proj", {"mlp.c_proj"}},  {"all-linear", {}}};
+  static const std::vector<LoraTarget> llama = {
+      {"q_proj", {"self_attn.q_proj"}},  {"k_proj", {"self_attn.k_proj"}},
+      {"v_proj", {"self_attn.v_proj"}},  {"o_proj", {"self_attn.o_proj"}},
+      {"gate_proj", {"mlp.gate_proj"}},  {"up_proj", {"mlp.up_proj"}},
+      {"down_proj", {"mlp.down_proj"}},  {"all-linear", {}}};
+  return f == ModelFamily::kGpt2 ? gpt2 : llama;
+}
 
 }  // namespace
 
@@ -127,48 +138,39 @@ int64_t LoraConfig::num_params(const DecoderConfig& config) const {
   return n;
 }
 
+std::vector<std::string> lora_target_names(ModelFamily family) {
+  std::vector<std::string> out;
+  for (const LoraTarget& t : lora_targets(family)) out.emplace_back(t.name);
+  return out;
+}
+
 std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
                                                   const std::vector<std::string>& targets) {
   std::vector<std::string> out;
   auto add = [&](const std::string& m) {
     if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   };
-  const char* fam = family_name(config.family);
+  const std::vector<LinearShape> linears = block_linears(config);
   for (const std::string& t : targets) {
     if (t == "lm_head" || t == "embed_tokens" || t == "wte" || t == "wpe")
       usage_error(
           "lora.targets: {} is not supported: adapters go on the blocks' linear layers, the "
           "embedding and the head stay frozen (train them without lora instead)",
           t);
-    if (is_gpt2(config)) {
-      bool known = false;
-      if (t == "c_attn" || t == "attn.c_attn") add("attn.c_attn"), known = true;
-      if (t == "c_proj" || t == "attn.c_proj") add("attn.c_proj"), known = true;
-      if (t == "c_fc" || t == "mlp.c_fc") add("mlp.c_fc"), known = true;
-      if (t == "c_proj" || t == "mlp.c_proj") add("mlp.c_proj"), known = true;
-      if (t == "all-linear") {
-        for (const LinearShape& l : block_linears(config)) add(l.module);
-        known = true;
-      }
-      if (!known)
-        usage_error(
-            "lora.targets: a {} model has no module {}; its targets are c_attn, c_proj, "
-            "attn.c_proj, c_fc, mlp.c_proj and all-linear",
-            fam, t);
-      continue;
-    }
     bool known = false;
-    for (const auto& [short_name, module] : kLlamaTargets)
-      if (t == short_name || t == module) add(module), known = true;
-    if (t == "all-linear") {
-      for (const LinearShape& l : block_linears(config)) add(l.module);
+    for (const LoraTarget& target : lora_targets(config.family)) {
+      if (t != target.name) continue;
       known = true;
+      for (const char* m : target.modules) add(m);
+      if (target.modules.empty())
+        for (const LinearShape& l : linears) add(l.module);
     }
+    for (const LinearShape& l : linears)  // a module's own name (as some PEFT configs write it)
+      if (t == l.module) add(l.module), known = true;
     if (!known)
-      usage_error(
-          "lora.targets: a {} model has no module {}; its targets are q_proj, k_proj, v_proj, "
-          "o_proj, gate_proj, up_proj, down_proj and all-linear",
-          fam, t);
+      usage_error("lora.targets: a {} model has no module {}; its targets are {}",
+                  family_name(config.family), t,
+                  fmt::format("{}", fmt::join(lora_target_names(config.family), ", ")));
   }
   return out;
 }

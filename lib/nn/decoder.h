@@ -62,13 +62,17 @@ struct LinearShape {
 // self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj.
 std::vector<LinearShape> block_linears(const DecoderConfig& config);
 
-// The recipe's LoRA target names as module names of `config`'s family.
-// GPT-2: c_attn, c_proj (both projections, as PEFT's suffix matching),
-// attn.c_proj, c_fc, mlp.c_proj. Llama family: q_proj, k_proj, v_proj,
-// o_proj, gate_proj, up_proj, down_proj (or with their self_attn./mlp.
-// prefix), and all-linear. A name the family does not have is a usage error
-// listing the names it has; lm_head and embed_tokens are refused with the
-// reason (adapters on the head or the embedding are not supported).
+// The LoRA target names a recipe may write for `family`: GPT-2 c_attn, c_proj
+// (both projections, as PEFT's suffix matching), attn.c_proj, c_fc,
+// mlp.c_proj; the Llama family q_proj, k_proj, v_proj, o_proj, gate_proj,
+// up_proj, down_proj; both all-linear (every block linear layer).
+std::vector<std::string> lora_target_names(ModelFamily family);
+
+// Target names (lora_target_names, or a module's own name such as
+// self_attn.q_proj, as PEFT configs may write) as module names of `config`'s
+// family. A name the family does not have is a usage error listing the names
+// it has; lm_head and embed_tokens are refused with the reason (adapters on
+// the head or the embedding are not supported).
 std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
                                                   const std::vector<std::string>& targets);
 
