@@ -2,14 +2,28 @@
 # Every shipped recipe (recipes/**/*.yaml) passes `fdtrain validate`. It runs
 # from a scratch directory holding a placeholder for each model.init_from
 # (a file another recipe's run produces, e.g. lora_zero2's base model): validate
-# checks that the file exists, training reads it.
+# checks that the file exists, training reads it. A Hugging Face directory gets a
+# config.json of configs/models/llama-nano.yaml's shape (what pretrain_llama exports):
+# its config.json decides the model section, so validate reads it.
 source "$(dirname "$0")/common.bash"
 RECIPES="$(cd "$(dirname "$0")/../../recipes" && pwd)"
 n=0
 while IFS= read -r f; do
   n=$((n + 1))
-  init=$(sed -n 's/^ *init_from: *//p' "$f" | head -1)
-  if [ -n "$init" ]; then mkdir -p "$TMP/$(dirname "$init")"; : > "$TMP/$init"; fi
+  init=$(sed -n 's/^ *init_from: *\([^ #]*\).*/\1/p' "$f" | head -1)
+  if [[ "$init" == *.safetensors || "$init" == *.h5 ]]; then
+    mkdir -p "$TMP/$(dirname "$init")"; : > "$TMP/$init"
+  elif [ -n "$init" ]; then  # a Hugging Face directory: validate reads its config.json
+    mkdir -p "$TMP/$init"
+    cat > "$TMP/$init/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+ "head_dim": 32, "hidden_act": "silu", "hidden_size": 128, "intermediate_size": 352,
+ "max_position_embeddings": 256, "mlp_bias": false, "model_type": "llama",
+ "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2,
+ "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+ "tie_word_embeddings": false, "vocab_size": 256}
+JSON
+  fi
   out=$(cd "$TMP" && "$FDTRAIN" validate "$f" 2>&1)
   if [ $? -eq 0 ]; then echo "ok: ${f#"$RECIPES/"} validates"
   else echo "FAIL: ${f#"$RECIPES/"}"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
