@@ -15,7 +15,7 @@
 #include <string>
 
 #include "lib/config/recipe.h"
-#include "lib/nn/decoder_config.h"
+#include "lib/nn/config/decoder_config.h"
 
 namespace fd::config {
 

@@ -22,8 +22,7 @@
 #include "lib/base/strings.h"
 #include "lib/config/model_dir.h"
 #include "lib/config/reference.h"
-#include "lib/nn/decoder.h"
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 namespace fd::config {
 namespace {

@@ -10,7 +10,7 @@
 #include "lib/base/error.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 namespace fd::engine {
 namespace {

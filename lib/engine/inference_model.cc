@@ -17,7 +17,7 @@
 #include "lib/config/load.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/weights_io.h"
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 namespace fd::engine {
 namespace {

@@ -60,24 +60,6 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The LoRA target names a recipe may write, by family, with the modules each
-// names (PEFT's suffix matching: GPT-2's c_proj is both projections).
-struct LoraTarget {
-  const char* name;
-  std::vector<const char*> modules;  // empty: every linear layer (all-linear)
-};
-const std::vector<LoraTarget>& lora_targets(ModelFamily f) {
-  static const std::vector<LoraTarget> gpt2 = {
-      {"c_attn", {"attn.c_attn"}},   {"c_proj", {"attn.c_proj", "mlp.c_proj"}},
-      {"attn.c_proj", {"attn.c_proj"}}, {"c_fc", {"mlp.c_fc"}},
-      {"mlp.c_proj", {"mlp.c_proj"}},  {"all-linear", {}}};
-  static const std::vector<LoraTarget> llama = {
-      {"q_proj", {"self_attn.q_proj"}},  {"k_proj", {"self_attn.k_proj"}},
-      {"v_proj", {"self_attn.v_proj"}},  {"o_proj", {"self_attn.o_proj"}},
-      {"gate_proj", {"mlp.gate_proj"}},  {"up_proj", {"mlp.up_proj"}},
-      {"down_proj", {"mlp.down_proj"}},  {"all-linear", {}}};
-  return f == ModelFamily::kGpt2 ? gpt2 : llama;
-}
 
 }  // namespace
 
@@ -136,12 +118,6 @@ int64_t LoraConfig::num_params(const DecoderConfig& config) const {
     for (const LinearShape& m : block_linears(config))
       if (applies(l, m.module)) n += int64_t(r) * (m.in + m.out);
   return n;
-}
-
-std::vector<std::string> lora_target_names(ModelFamily family) {
-  std::vector<std::string> out;
-  for (const LoraTarget& t : lora_targets(family)) out.emplace_back(t.name);
-  return out;
 }
 
 std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,

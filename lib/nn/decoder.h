@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "lib/autograd/variable.h"
-#include "lib/nn/decoder_config.h"
+#include "lib/nn/config/decoder_config.h"
 #include "lib/nn/module.h"
 #include "lib/nn/parameter.h"
 #include "lib/nn/segment_runner.h"
@@ -61,12 +61,6 @@ struct LinearShape {
 // GPT-2 attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; the Llama family
 // self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj.
 std::vector<LinearShape> block_linears(const DecoderConfig& config);
-
-// The LoRA target names a recipe may write for `family`: GPT-2 c_attn, c_proj
-// (both projections, as PEFT's suffix matching), attn.c_proj, c_fc,
-// mlp.c_proj; the Llama family q_proj, k_proj, v_proj, o_proj, gate_proj,
-// up_proj, down_proj; both all-linear (every block linear layer).
-std::vector<std::string> lora_target_names(ModelFamily family);
 
 // Target names (lora_target_names, or a module's own name such as
 // self_attn.q_proj, as PEFT configs may write) as module names of `config`'s

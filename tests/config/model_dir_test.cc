@@ -8,7 +8,7 @@
 #include <string>
 
 #include "lib/base/error.h"
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 namespace fd::config {
 namespace {

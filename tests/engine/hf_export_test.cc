@@ -15,7 +15,7 @@
 
 #include "lib/base/error.h"
 #include "lib/ckpt/hf_dir.h"
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 namespace fd::engine {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/nn/decoder.h"
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 #include "lib/ops/rope.h"
 #include "lib/tensor/safetensors.h"
 #include "tests/golden/parity_util.h"

@@ -1,7 +1,7 @@
 // read_hf_config: the config.json files of real checkpoints (as published on
 // the hub) read field by field, parameter counts against the published ones,
 // and the files fdtrain must refuse with a message naming the field.
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

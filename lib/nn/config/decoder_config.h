@@ -54,6 +54,18 @@ enum class MlpKind {
 // The Hugging Face model_type of each family ("gpt2", "llama", ...).
 const char* family_name(ModelFamily family);
 
+// The LoRA target names a recipe may write for a family, with the block
+// modules each names: GPT-2 c_attn, c_proj (both projections, as PEFT's
+// suffix matching), attn.c_proj, c_fc, mlp.c_proj; the Llama family q_proj,
+// k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; both all-linear
+// (`modules` empty: every linear layer of a block).
+struct LoraTarget {
+  const char* name;
+  std::vector<const char*> modules;
+};
+const std::vector<LoraTarget>& lora_targets(ModelFamily family);
+std::vector<std::string> lora_target_names(ModelFamily family);
+
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::kDefault;
   double factor = 1.0;            // linear, llama3: how much longer the context gets

@@ -1,4 +1,4 @@
-#include "lib/nn/hf_config.h"
+#include "lib/nn/config/hf_config.h"
 
 #include <filesystem>
 #include <fstream>

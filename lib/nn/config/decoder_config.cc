@@ -1,4 +1,4 @@
-#include "lib/nn/decoder_config.h"
+#include "lib/nn/config/decoder_config.h"
 
 #include <fmt/format.h>
 
@@ -20,6 +20,25 @@ const char* family_name(ModelFamily family) {
       return "qwen3";
   }
   return "?";
+}
+
+const std::vector<LoraTarget>& lora_targets(ModelFamily f) {
+  static const std::vector<LoraTarget> gpt2 = {
+      {"c_attn", {"attn.c_attn"}},   {"c_proj", {"attn.c_proj", "mlp.c_proj"}},
+      {"attn.c_proj", {"attn.c_proj"}}, {"c_fc", {"mlp.c_fc"}},
+      {"mlp.c_proj", {"mlp.c_proj"}},  {"all-linear", {}}};
+  static const std::vector<LoraTarget> llama = {
+      {"q_proj", {"self_attn.q_proj"}},  {"k_proj", {"self_attn.k_proj"}},
+      {"v_proj", {"self_attn.v_proj"}},  {"o_proj", {"self_attn.o_proj"}},
+      {"gate_proj", {"mlp.gate_proj"}},  {"up_proj", {"mlp.up_proj"}},
+      {"down_proj", {"mlp.down_proj"}},  {"all-linear", {}}};
+  return f == ModelFamily::kGpt2 ? gpt2 : llama;
+}
+
+std::vector<std::string> lora_target_names(ModelFamily family) {
+  std::vector<std::string> out;
+  for (const LoraTarget& t : lora_targets(family)) out.emplace_back(t.name);
+  return out;
 }
 
 int64_t DecoderConfig::num_params() const {

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "lib/nn/decoder_config.h"
+#include "lib/nn/config/decoder_config.h"
 
 namespace fd::nn {
 
