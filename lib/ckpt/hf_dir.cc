@@ -215,6 +215,15 @@ void HfWeights::read_rows(const std::string& name, int64_t row0, int64_t rows,
   read_bytes(name, offset, Shape{rows, i.shape[1]}, out);
 }
 
+void HfWeights::read_range(const std::string& name, int64_t begin, int64_t count,
+                           const Tensor& out) const {
+  TensorInfo i = info(name);
+  if (begin < 0 || count < 0 || begin > i.shape.numel() || count > i.shape.numel() - begin)
+    usage_error("{}: read_range of tensor \"{}\": elements [{}, {}) are outside its {}", dir_,
+                name, begin, begin + count, i.shape.numel());
+  read_bytes(name, uint64_t(begin) * dtype_size(i.dtype), Shape{count}, out);
+}
+
 void HfWeights::read_bytes(const std::string& name, uint64_t offset, const Shape& shape,
                            const Tensor& out) const {
   TensorInfo i = info(name);

@@ -7,13 +7,13 @@
 //
 //   HfWeights w = HfWeights::open("Llama-3.2-1B");
 //   TensorInfo i = w.info("model.embed_tokens.weight");
-//   w.read_rows("model.embed_tokens.weight", row0, rows, my_partition);
+//   w.read_range("model.embed_tokens.weight", begin, count, my_partition);
 //
 // Names are the file's own (no renaming: mapping them onto a model is the
 // engine's). open() parses every shard's header once and checks the index
 // against the shards; tensor bytes are read (pread) only when asked for, and
-// read_rows() reads only the rows asked for, so a ZeRO-3 rank never holds a
-// whole tensor. Only F32, BF16 and F16 tensors can be read. Not thread-safe.
+// read_rows() and read_range() read only the rows or elements asked for, so a
+// ZeRO-3 rank never holds a whole tensor. Only F32, BF16 and F16 tensors can be read. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +69,10 @@ class HfWeights {
   // kUsage when `name` is not 2-D, the range is out of bounds or out's shape
   // is not (rows, cols).
   void read_rows(const std::string& name, int64_t row0, int64_t rows, const Tensor& out) const;
+  // Reads elements [begin, begin + count) of `name` (row-major) into the 1-D
+  // `out` of `count` elements, reading only those elements' bytes. Throws
+  // fd::Error kUsage when the range is out of bounds or out's shape is not (count).
+  void read_range(const std::string& name, int64_t begin, int64_t count, const Tensor& out) const;
 
  private:
   struct Shard;

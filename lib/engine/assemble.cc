@@ -105,7 +105,11 @@ Assembly assemble_for_inference(const config::Recipe& r) {
 }
 
 std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init) {
-  auto model = std::make_unique<nn::Decoder>(a.model, a.dtype, a.layout, a.lora, a.frozen_layout);
+  nn::GroupLayout layout = a.layout, frozen_layout = a.frozen_layout;
+  if (init == Init::kDeferred && a.zero.stage >= 3)
+    layout.params_resident = frozen_layout.params_resident = false;
+  if (init == Init::kDeferred && a.zero.stage >= 2) layout.grads_resident = false;
+  auto model = std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout);
   if (init == Init::kRandom) model->init_weights(a.seed);
   return model;
 }

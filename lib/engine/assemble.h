@@ -1,8 +1,8 @@
 // Assembly: the one place a config::Recipe becomes the objects of a run.
 //
 //   Assembly a = assemble(recipe, comm.size());
-//   std::unique_ptr<nn::Decoder> model = build_model(a);  // GPT-2 init from a.seed
-//   zero::ZeroEngine engine(*model, comm, a.zero);
+//   std::unique_ptr<nn::Decoder> model = build_model(a, Init::kDeferred);
+//   zero::ZeroEngine engine(*model, comm, a.zero, initial_weights(*model, {a.seed, ...}));
 //
 // The trainer, `fdtrain estimate`, eval/generate and the exports that rebuild
 // a model from a checkpoint all go through here (the C API builds no model
@@ -57,6 +57,12 @@ Assembly assemble_for_inference(const config::Recipe& r);
 enum class Init {
   kRandom,  // the family's random initialisation from Assembly::seed (training; Decoder::init_weights)
   kNone,  // contents unspecified: the caller loads every parameter (inference)
+  // Nothing filled: the ZeroEngine fills what each rank holds through a
+  // ParamFill (initial_weights(), weights_io.h). Under ZeRO-3 the parameter
+  // buffers start released (GroupLayout::params_resident false), so no rank
+  // ever holds the whole model, not even while it is set up; under ZeRO-2/3
+  // the full gradient buffers (transient buckets) start released too.
+  kDeferred,
 };
 
 // The model `a` describes, in a.dtype on the thread's default device

@@ -14,6 +14,7 @@
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/step.h"
+#include "lib/engine/weights_io.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
 
@@ -208,15 +209,17 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   std::array<int64_t, kNumMemCategories> base{};
   for (int c = 0; c < kNumMemCategories; ++c) base[size_t(c)] = acct.current(MemCategory(c));
   auto above_base = [&](MemCategory c) { return acct.peak(c) - base[size_t(c)]; };
-  std::unique_ptr<nn::Decoder> model = build_model(a);
-  zero::ZeroEngine engine(*model, comm, a.zero);
+  // Built as the trainer builds it (meta tensors: the fill reads nothing).
+  std::unique_ptr<nn::Decoder> model = build_model(a, Init::kDeferred);
+  InitialWeights init;
+  init.seed = a.seed;
+  zero::ZeroEngine engine(*model, comm, a.zero, initial_weights(*model, init));
   RankRun out;
   out.num_params = model->parameter_count();
   for (const nn::FlatParamGroup* g : model->groups()) out.padded_params += g->numel();
   for (const nn::FlatParamGroup* g : model->frozen_groups()) out.frozen_padded_params += g->numel();
 
-  // As Trainer::setup: peaks count from here (what the model was built in
-  // before ZeRO sharded it is not the run's), then the batch buffers.
+  // As Trainer::setup: peaks count from here, then the batch buffers.
   acct.reset_peaks();
   const Batch batch = make_batch(a, Device::meta());
 
@@ -420,8 +423,9 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
                 "moment: when the comm thread stages it is timing-dependent, so a run measures "
                 "this much or less"
               : ""),
-      "Not counted: setup (the model is built with full buffers before ZeRO releases them; "
-      "summary.json's peaks start after setup), the optional sample at the end, the BLAS "
+      "Not counted: setup's transient buffers (a tensor being read from model.init_from and "
+      "converted; under stage 3 each rank reads or draws only its shard, so setup holds no "
+      "more parameters than the run; summary.json's peaks start after setup), the optional sample at the end, the BLAS "
       "library's own buffers and the MPI library's memory. An evaluation batch (no grad) is run "
       "too; its peak is below training's.",
       "Total = the sum of the per-category peaks, an upper bound of the simultaneous peak.",

@@ -242,15 +242,22 @@ void Trainer::setup(const TrainOptions& options) {
   sampler_ = std::make_unique<data::Sampler>(*dataset_, a.seed);
   const nn::DecoderConfig& mc = a.model;
   const nn::LoraConfig& lora = a.lora;
-  model_ = build_model(a);
+  model_ = build_model(a, Init::kDeferred);
+  InitialWeights init;
+  init.seed = a.seed;
   if (!recipe_.model.init_from.empty()) {
-    load_weights(recipe_.model.init_from, *model_,
-                 fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
-    if (lora.enabled()) base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
+    init.init_from = recipe_.model.init_from;
+    init.init_from_where = fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
   }
-  if (recipe_.lora && !recipe_.lora->adapter.empty())
-    load_peft_adapter(recipe_.lora->adapter, *model_, lora, recipe_.lora->targets,
-                      fmt::format("{}: lora.adapter", recipe_.where("lora.adapter")));
+  if (recipe_.lora && !recipe_.lora->adapter.empty()) {
+    init.adapter = recipe_.lora->adapter;
+    init.adapter_where = fmt::format("{}: lora.adapter", recipe_.where("lora.adapter"));
+    init.adapter_targets = recipe_.lora->targets;
+  }
+  // Files are opened and checked here; each rank reads its part as the engine is built.
+  const nn::ParamFill fill = initial_weights(*model_, init);
+  if (!init.init_from.empty() && lora.enabled())
+    base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
   if (lora.enabled() && comm_.rank() == 0) {
     const int64_t trainable = lora.num_params(mc);
     log::info(
@@ -265,7 +272,7 @@ void Trainer::setup(const TrainOptions& options) {
                                         : "");
   }
 
-  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), a.zero);
+  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), a.zero, fill);
   if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
   schedule_ = a.schedule;
 
@@ -281,8 +288,8 @@ void Trainer::setup(const TrainOptions& options) {
     }
   }
 
-  // Peaks count from here: what the run holds, not the one-off full buffers
-  // the model is built and initialised in before ZeRO shards them.
+  // Peaks count from here: what the steps hold, not setup's transient buffers
+  // (a tensor being read from model.init_from and converted, say).
   MemoryAccountant::global().reset_peaks();
   // Batches are assembled on the host (ops copy them to the GPU when the model is there).
   batch_ = make_batch(a, Device::cpu());

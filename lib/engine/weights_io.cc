@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -27,34 +28,52 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A Hugging Face model directory's weights (lib/ckpt/hf_dir.h) into `model`'s
-// parameters, by name: the family's Hugging Face names are the parameters'
-// own (GPT-2's, also with the "transformer." prefix GPT2LMHeadModel writes).
-// Tolerated extras: GPT-2's causal-mask buffers (attn.bias, attn.masked_bias)
-// and an lm_head.weight beside a tied head (a note when it differs from the
-// embedding, which the tied head uses).
-void load_hf_dir(const std::string& dir, const nn::Module& model, const std::string& prefix) {
-  std::optional<ckpt::HfWeights> opened;
+// A view of `t`'s elements as one row of `count` (t contiguous).
+Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
+
+}  // namespace
+
+// The reader behind a WeightsSource: a Hugging Face directory or a weights file.
+struct WeightsSource::Impl {
+  std::string where;  // the message prefix ("" or "recipe.yaml:3:14: model.init_from: ")
+  std::vector<const nn::Parameter*> order;  // the parameters read, in canonical order
+  std::map<std::string, const nn::Parameter*> targets;  // the same, by name
+  std::optional<ckpt::HfWeights> dir;
+  std::map<std::string, std::string> stored;  // dir: our name -> the file's
+  std::optional<ckpt::WeightsFile> file;
+  bool untied = false;  // file: lm_head.weight is a parameter of the model
+  // file: the tensor last read (a parameter's shard is read in one piece or a
+  // few; whole tensors are what a WeightsFile reads).
+  mutable std::string cached_name;
+  mutable Tensor cached;
+};
+
+namespace {
+
+// A Hugging Face model directory's weights (lib/ckpt/hf_dir.h) against
+// `model`'s parameters, by name: the family's Hugging Face names are the
+// parameters' own (GPT-2's, also with the "transformer." prefix
+// GPT2LMHeadModel writes). Tolerated extras: GPT-2's causal-mask buffers
+// (attn.bias, attn.masked_bias) and an lm_head.weight beside a tied head (a
+// note when it differs from the embedding, which the tied head uses).
+void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
+  const std::string& prefix = s.where;
   try {
-    opened.emplace(ckpt::HfWeights::open(dir));
+    s.dir.emplace(ckpt::HfWeights::open(path));
   } catch (const Error& e) {
     throw Error(e.kind(), prefix + e.what());
   }
-  const ckpt::HfWeights& w = *opened;
-  std::map<std::string, std::string> stored;  // our name -> the file's
+  const ckpt::HfWeights& w = *s.dir;
   for (const std::string& name : w.names())
-    stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
-  std::vector<const nn::Parameter*> targets = model.frozen_parameters();
-  if (targets.empty()) targets = model.parameters();
-  std::map<std::string, const nn::Parameter*> ours;
-  for (const nn::Parameter* p : targets) ours[p->name] = p;
-  for (const nn::Parameter* p : targets) {
-    auto it = stored.find(p->name);
-    if (it == stored.end())
+    s.stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
+  for (const nn::Parameter* p : s.order) {
+    const std::string& name = p->name;
+    auto it = s.stored.find(name);
+    if (it == s.stored.end())
       usage_error(
           "{}{} has no tensor '{}' of shape {}, which the model of its config.json needs; is the "
           "directory complete (every shard of model.safetensors.index.json)?",
-          prefix, dir, p->name, p->value.shape().str());
+          prefix, path, name, p->value.shape().str());
     ckpt::TensorInfo info;
     try {
       info = w.info(it->second);
@@ -64,75 +83,67 @@ void load_hf_dir(const std::string& dir, const nn::Module& model, const std::str
     if (info.shape != p->value.shape())
       usage_error("{}{}: tensor '{}' has shape {} in the files but {} in the model of its "
                   "config.json",
-                  prefix, dir, it->second, info.shape.str(), p->value.shape().str());
+                  prefix, path, it->second, info.shape.str(), p->value.shape().str());
   }
-  bool head_differs = false;
-  for (const auto& [name, file_name] : stored) {
-    if (ours.count(name)) continue;
+  bool extra_head = false;
+  for (const auto& [name, file_name] : s.stored) {
+    if (s.targets.count(name)) continue;
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
     if (name == "lm_head.weight") {
-      head_differs = true;  // compared below, once the embedding is loaded
+      extra_head = true;
       continue;
     }
     usage_error("{}{} holds tensor '{}' {}, which the model of its config.json does not have",
-                prefix, dir, file_name, w.info(file_name).shape.str());
+                prefix, path, file_name, w.info(file_name).shape.str());
   }
-  for (const nn::Parameter* p : targets) {
-    try {
-      w.read(stored.at(p->name), p->value);
-    } catch (const Error& e) {
-      throw Error(e.kind(), prefix + e.what());
-    }
-  }
-  if (!head_differs) return;
+  if (!extra_head) return;
   // lm_head.weight beside a tied head: the embedding is what the head uses.
-  const nn::Parameter* embed = nullptr;
+  // Compared in the files, a block of rows at a time.
+  std::string embed;
   for (const char* n : {"wte.weight", "model.embed_tokens.weight"})
-    if (ours.count(n)) embed = ours.at(n);
-  const std::string& head = stored.at("lm_head.weight");
-  bool same = false;
-  if (embed != nullptr && w.info(head).shape == embed->value.shape()) {
-    Tensor t = Tensor::empty(embed->value.shape(), DType::kF32, MemCategory::kOther, Device::cpu());
-    w.read(head, t);
-    same = t.to_vector() == embed->value.to_vector();
+    if (s.stored.count(n)) embed = s.stored.at(n);
+  const std::string& head = s.stored.at("lm_head.weight");
+  bool same = !embed.empty() && w.info(head).shape == w.info(embed).shape &&
+              w.info(head).shape.ndim() == 2;
+  if (same) {
+    const int64_t rows = w.info(head).shape[0], cols = w.info(head).shape[1];
+    const int64_t block = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(cols, 1));
+    for (int64_t r = 0; r < rows && same; r += block) {
+      const int64_t n = std::min(block, rows - r);
+      Tensor x = Tensor::empty(Shape{n, cols}, DType::kF32, MemCategory::kOther, Device::cpu());
+      Tensor y = Tensor::empty(Shape{n, cols}, DType::kF32, MemCategory::kOther, Device::cpu());
+      w.read_rows(head, r, n, x);
+      w.read_rows(embed, r, n, y);
+      same = x.to_vector() == y.to_vector();
+    }
   }
   if (!same)
     log::warn("{}{}: lm_head.weight differs from the embedding; the model ties its head to the "
               "embedding (config.json tie_word_embeddings), so lm_head.weight is not used",
-              prefix, dir);
+              prefix, path);
 }
 
-}  // namespace
-
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
-  std::string prefix = where.empty() ? "" : where + ": ";
-  std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) {
-    load_hf_dir(file, model, prefix);
-    return;
-  }
-  std::optional<ckpt::WeightsFile> opened;
+// An fdtrain export or a Hugging Face GPT-2 model.safetensors (WeightsFile)
+// against `model`'s parameters.
+void check_file(WeightsSource::Impl& s, const std::string& path) {
+  const std::string& prefix = s.where;
   try {
-    opened.emplace(ckpt::WeightsFile::open(file));
+    s.file.emplace(ckpt::WeightsFile::open(path));
   } catch (const Error& e) {
     throw Error(e.kind(), prefix + e.what());
   }
-  const ckpt::WeightsFile& w = *opened;
+  const ckpt::WeightsFile& w = *s.file;
   std::map<std::string, std::vector<int64_t>> file_shapes = w.shapes();
-
-  // A LoRA model loads its frozen base; the adapters start from their own init.
-  std::vector<const nn::Parameter*> targets = model.frozen_parameters();
-  if (targets.empty()) targets = model.parameters();
   std::map<std::string, std::vector<int64_t>> model_shapes;
-  for (const nn::Parameter* p : targets) {
-    const Shape& s = p->value.shape();
+  for (const nn::Parameter* p : s.order) {
+    const Shape& sh = p->value.shape();
     std::vector<int64_t> v;
-    for (int i = 0; i < s.ndim(); ++i) v.push_back(s[i]);
+    for (int i = 0; i < sh.ndim(); ++i) v.push_back(sh[i]);
     model_shapes[p->name] = v;
   }
   // An untied head (the Llama family) is a parameter like any other.
-  const bool untied = model_shapes.count("lm_head.weight") != 0;
-  if (untied && w.lm_head()) file_shapes["lm_head.weight"] = w.lm_head()->shape;
+  s.untied = model_shapes.count("lm_head.weight") != 0;
+  if (s.untied && w.lm_head()) file_shapes["lm_head.weight"] = w.lm_head()->shape;
   std::string hint =
       ckpt::dims_hint(ckpt::implied_dims(file_shapes), ckpt::implied_dims(model_shapes));
   // A file of the other family: say so rather than list its tensors one by one.
@@ -145,46 +156,99 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
                       : "; the file holds a GPT-2 model (wte.weight): set model.arch gpt2 and its "
                         "shape keys to match it";
 
-  for (const nn::Parameter* p : targets) {
-    auto it = file_shapes.find(p->name);
+  for (const nn::Parameter* p : s.order) {
+    const std::string& name = p->name;
+    const std::vector<int64_t>& shape = model_shapes.at(name);
+    auto it = file_shapes.find(name);
     if (it == file_shapes.end())
-      usage_error("{}{} has no tensor '{}' of shape {}, which the model needs{}", prefix, file,
-                  p->name, shape_str(model_shapes[p->name]), hint);
-    if (it->second != model_shapes[p->name])
-      usage_error("{}{}: tensor '{}' has shape {} in the file but {} in the model{}", prefix, file,
-                  p->name, shape_str(it->second), shape_str(model_shapes[p->name]), hint);
+      usage_error("{}{} has no tensor '{}' of shape {}, which the model needs{}", prefix, path,
+                  name, shape_str(shape), hint);
+    if (it->second != shape)
+      usage_error("{}{}: tensor '{}' has shape {} in the file but {} in the model{}", prefix, path,
+                  name, shape_str(it->second), shape_str(shape), hint);
   }
   for (const auto& [name, shape] : file_shapes)
     if (!model_shapes.count(name))
-      usage_error("{}{} holds tensor '{}' {}, which the model does not have{}", prefix, file,
+      usage_error("{}{} holds tensor '{}' {}, which the model does not have{}", prefix, path,
                   w.stored_name(name), shape_str(shape),
                   hint.empty() ? "; is it a GPT-2 model?" : hint);
-
-  for (const nn::Parameter* p : targets) {
-    try {
-      p->value.copy_from(untied && p->name == "lm_head.weight" ? w.load_lm_head()
-                                                                : w.load(p->name));
-    } catch (const Error& e) {
-      throw Error(e.kind(), prefix + e.what());
-    }
-  }
-  if (w.lm_head() && !untied) {
+  if (w.lm_head() && !s.untied) {
     bool tied = false;
-    if (file_shapes.count("wte.weight") && w.lm_head()->shape == file_shapes.at("wte.weight")) {
-      std::vector<float> a = w.load_lm_head().to_vector();
-      std::vector<float> b = w.load("wte.weight").to_vector();
-      tied = a == b;
-    }
+    if (file_shapes.count("wte.weight") && w.lm_head()->shape == file_shapes.at("wte.weight"))
+      tied = w.load_lm_head().to_vector() == w.load("wte.weight").to_vector();
     if (!tied)
       log::warn(
           "{}{}: lm_head.weight differs from wte.weight; fdtrain ties the head to wte, so "
           "lm_head.weight is ignored",
-          prefix, file);
+          prefix, path);
   }
 }
 
-void load_peft_adapter(const std::string& dir, const nn::Decoder& model, const nn::LoraConfig& lora,
-                       const std::vector<std::string>& recipe_targets, const std::string& where) {
+// The parameters a weights file fills: a LoRA model's frozen base, else every parameter.
+std::vector<const nn::Parameter*> file_targets(const nn::Module& model) {
+  std::vector<const nn::Parameter*> targets = model.frozen_parameters();
+  return targets.empty() ? model.parameters() : targets;
+}
+
+}  // namespace
+
+WeightsSource::WeightsSource(const std::string& path, const nn::Module& model,
+                             const std::string& where)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->where = where.empty() ? "" : where + ": ";
+  impl_->order = file_targets(model);
+  for (const nn::Parameter* p : impl_->order) impl_->targets[p->name] = p;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    check_hf_dir(*impl_, path);
+  } else {
+    check_file(*impl_, path);
+  }
+}
+
+WeightsSource::~WeightsSource() = default;
+
+bool WeightsSource::fills(const nn::Parameter& p) const {
+  auto it = impl_->targets.find(p.name);
+  return it != impl_->targets.end() && it->second == &p;
+}
+
+void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
+                         const Tensor& out) const {
+  FD_CHECK(fills(p), "{} is not read from the weights source", p.name);
+  FD_CHECK(begin >= 0 && count >= 0 && begin + count <= p.value.numel() && out.numel() == count,
+           "read of {}: elements [{}, {}) into {}", p.name, begin, begin + count, out.numel());
+  try {
+    if (impl_->dir) {
+      impl_->dir->read_range(impl_->stored.at(p.name), begin, count, flat(out));
+      return;
+    }
+    if (impl_->cached_name != p.name) {
+      impl_->cached = Tensor();  // drop the previous tensor before reading the next
+      const ckpt::WeightsFile& w = *impl_->file;
+      impl_->cached = impl_->untied && p.name == "lm_head.weight" ? w.load_lm_head() : w.load(p.name);
+      impl_->cached_name = p.name;
+    }
+    flat(out).copy_from(flat(impl_->cached).flat_slice(begin, count));
+  } catch (const Error& e) {
+    throw Error(e.kind(), impl_->where + e.what());
+  }
+}
+
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
+  WeightsSource source(file, model, where);
+  for (const nn::Parameter* p : file_targets(model))
+    source.read(*p, 0, p->value.numel(), p->value);
+}
+
+namespace {
+
+// The adapters of the PEFT directory `dir` by parameter name, checked against
+// `model`'s: the same r, modules and layers, every adapter parameter with its shape.
+std::map<std::string, Tensor> peft_adapter(const std::string& dir, const nn::Decoder& model,
+                                           const std::vector<std::string>& recipe_targets,
+                                           const std::string& where) {
+  const nn::LoraConfig& lora = model.lora();
   ckpt::PeftAdapter a;
   try {
     a = ckpt::read_peft_adapter(dir);
@@ -202,15 +266,39 @@ void load_peft_adapter(const std::string& dir, const nn::Decoder& model, const n
         where, dir, a.spec.r, fmt::join(a.spec.targets, ", "), fmt::join(a.spec.layers, ", "),
         lora.r, fmt::join(recipe_targets, ", "), fmt::join(lora.layers, ", "));
   }
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : a.tensors) out[name] = std::move(t);
   for (const nn::Parameter* p : model.parameters()) {
-    auto it = std::find_if(a.tensors.begin(), a.tensors.end(),
-                           [&](const auto& t) { return t.first == p->name; });
-    if (it == a.tensors.end()) usage_error("{}: the adapter in {} has no {}", where, dir, p->name);
+    auto it = out.find(p->name);
+    if (it == out.end()) usage_error("{}: the adapter in {} has no {}", where, dir, p->name);
     if (it->second.shape() != p->value.shape())
       usage_error("{}: {} in {} has shape {}, the model needs {}", where, p->name, dir,
                   it->second.shape().str(), p->value.shape().str());
-    p->value.copy_from(it->second);
   }
+  return out;
+}
+
+}  // namespace
+
+nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w) {
+  FD_CHECK(w.adapter.empty() || model.lora().enabled(), "lora.adapter without adapters");
+  std::shared_ptr<const WeightsSource> base;
+  if (!w.init_from.empty())
+    base = std::make_shared<const WeightsSource>(w.init_from, model, w.init_from_where);
+  auto adapters = std::make_shared<const std::map<std::string, Tensor>>(
+      w.adapter.empty() ? std::map<std::string, Tensor>{}
+                        : peft_adapter(w.adapter, model, w.adapter_targets, w.adapter_where));
+  const uint64_t seed = w.seed;
+  return [&model, base, adapters, seed](const nn::Parameter& p, int64_t begin, int64_t count,
+                                        const Tensor& out) {
+    if (base && base->fills(p)) {
+      base->read(p, begin, count, out);
+    } else if (auto it = adapters->find(p.name); it != adapters->end()) {
+      out.copy_from(flat(it->second).flat_slice(begin, count));
+    } else {
+      model.init_values(seed, p, begin, count, out);
+    }
+  };
 }
 
 }  // namespace fd::engine

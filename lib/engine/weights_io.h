@@ -4,6 +4,7 @@
 // to the model's parameters.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,51 @@ namespace fd::engine {
 // fit the file.
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
 
-// Copies a PEFT adapter directory (`lora.adapter`: adapter_config.json +
-// adapter_model.safetensors, lib/ckpt/peft.h) into `model`'s adapters. The
-// adapter must have `lora`'s r, modules and layers (`recipe_targets`: the
-// targets as the recipe names them, for the message) and hold every adapter
-// parameter with its shape; otherwise fd::Error (kUsage) prefixed with `where`.
-void load_peft_adapter(const std::string& dir, const nn::Decoder& model, const nn::LoraConfig& lora,
-                       const std::vector<std::string>& recipe_targets, const std::string& where);
+// The tensors of a weights file or model directory (as load_weights reads
+// them), checked against `model` at construction and read by element range:
+// a ZeRO-3 rank reads only its shard of a model directory's tensors.
+class WeightsSource {
+ public:
+  // Opens `file` and checks it against the parameters of `model` that load
+  // from it (the frozen base of a LoRA model, else every parameter): fd::Error
+  // kUsage as load_weights says. `model` must outlive the source.
+  WeightsSource(const std::string& file, const nn::Module& model, const std::string& where);
+  ~WeightsSource();
+  WeightsSource(const WeightsSource&) = delete;
+  WeightsSource& operator=(const WeightsSource&) = delete;
+
+  // Whether `p` (one of model's parameters) is filled from the file.
+  bool fills(const nn::Parameter& p) const;
+  // Elements [begin, begin + count) of p's tensor (row-major) into `out`
+  // (count elements, any dtype: converted, round to nearest even).
+  void read(const nn::Parameter& p, int64_t begin, int64_t count, const Tensor& out) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Where a training run's parameters start from: the base (every parameter
+// without LoRA) from model.init_from, a LoRA run's adapters from lora.adapter
+// (a PEFT directory), whatever no file gives from the family's random
+// initialisation (Decoder::init_values) with `seed`.
+struct InitialWeights {
+  uint64_t seed = 0;
+  std::string init_from;        // weights file or model directory; "" = random base
+  std::string init_from_where;  // message prefix, e.g. "r.yaml:3:14: model.init_from"
+  std::string adapter;          // PEFT directory; "" = adapters from their init
+  std::string adapter_where;    // message prefix, e.g. "r.yaml:12:12: lora.adapter"
+  std::vector<std::string> adapter_targets;  // lora.targets as the recipe says them (messages)
+};
+
+// Opens every file `w` names and checks it against `model` (fd::Error kUsage
+// prefixed with its where: a tensor missing or of the wrong shape, as
+// load_weights; an adapter whose r, targets or layers differ from model's
+// lora(), or missing a tensor), and returns the fill that gives any element
+// range of any of model's parameters from them: what the ZeroEngine fills
+// each rank's part with (all of it under stages 0-2, its shard under stage
+// 3). The fill owns the open files; `model` must outlive it.
+nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w);
 
 }  // namespace fd::engine

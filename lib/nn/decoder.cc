@@ -300,42 +300,46 @@ Variable Decoder::base_var(const Parameter& p) const {
   return lora_.enabled() ? Variable(p.value, false) : p.var();
 }
 
+void Decoder::init_values(uint64_t seed, const Parameter& p, int64_t begin, int64_t count,
+                          const Tensor& out) const {
+  FD_CHECK(begin >= 0 && count >= 0 && begin + count <= p.value.numel(),
+           "init_values of {}: elements [{}, {}) of {}", p.name, begin, begin + count,
+           p.value.numel());
+  FD_CHECK(out.numel() == count && out.dtype() == p.value.dtype(),
+           "init_values of {}: out has {} elements of {}", p.name, out.numel(),
+           dtype_name(out.dtype()));
+  if (out.is_meta()) return;  // meta tensors hold no values
+  std::vector<float> v(size_t(count), 0.0f);
+  const uint64_t h = name_hash(p.name);
+  const bool is_norm =
+      p.name.find("ln_") != std::string::npos || p.name.find("norm") != std::string::npos;
+  if (p.name.find(".lora_A.") != std::string::npos) {
+    // Kaiming-uniform with a = sqrt(5) (PEFT): bound = 1/sqrt(in).
+    const float bound = 1.0f / std::sqrt(float(p.value.shape()[1]));
+    for (int64_t i = 0; i < count; ++i)
+      v[size_t(i)] =
+          bound * (2.0f * uniform01(hash_words(seed, h, uint64_t(begin + i), 2)) - 1.0f);
+  } else if (p.name.find(".lora_B.") != std::string::npos) {
+    // zero
+  } else if (is_norm && ends_with(p.name, ".weight")) {
+    std::fill(v.begin(), v.end(), 1.0f);
+  } else if (p.decay) {  // 2-D weights
+    const float std = is_gpt2(config_) && ends_with(p.name, "c_proj.weight")
+                          ? 0.02f / std::sqrt(2.0f * float(config_.num_layers))
+                          : 0.02f;
+    for (int64_t i = 0; i < count; ++i)
+      v[size_t(i)] = std * normal01(hash_words(seed, h, uint64_t(begin + i), 0),
+                                    hash_words(seed, h, uint64_t(begin + i), 1));
+  }
+  store_init(out, v);
+}
+
 void Decoder::init_weights(uint64_t seed) {
-  const float std_base = 0.02f;
-  const float std_resid = 0.02f / std::sqrt(2.0f * float(config_.num_layers));
   // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
   if (segments_.front()->flat_params().is_meta()) return;
-  const bool gpt2 = is_gpt2(config_);
-  std::vector<const Parameter*> all = lora_.enabled() ? frozen_parameters() : parameters();
-  for (const Parameter* p : all) {
-    const int64_t n = p->value.numel();
-    std::vector<float> v(size_t(n), 0.0f);
-    const bool is_norm =
-        p->name.find("ln_") != std::string::npos || p->name.find("norm") != std::string::npos;
-    if (is_norm && ends_with(p->name, ".weight")) {
-      std::fill(v.begin(), v.end(), 1.0f);
-    } else if (p->decay) {  // 2-D weights
-      const float std = gpt2 && ends_with(p->name, "c_proj.weight") ? std_resid : std_base;
-      const uint64_t h = name_hash(p->name);
-      for (int64_t i = 0; i < n; ++i)
-        v[size_t(i)] = std * normal01(hash_words(seed, h, uint64_t(i), 0),
-                                      hash_words(seed, h, uint64_t(i), 1));
-    }
-    store_init(p->value, v);
-  }
-  if (!lora_.enabled()) return;
-  // Adapters: A Kaiming-uniform with a = sqrt(5) (PEFT): bound = 1/sqrt(in); B zero.
-  for (const Parameter* p : parameters()) {
-    const int64_t n = p->value.numel();
-    std::vector<float> v(size_t(n), 0.0f);
-    if (p->name.find(".lora_A.") != std::string::npos) {
-      const float bound = 1.0f / std::sqrt(float(p->value.shape()[1]));
-      const uint64_t h = name_hash(p->name);
-      for (int64_t i = 0; i < n; ++i)
-        v[size_t(i)] = bound * (2.0f * uniform01(hash_words(seed, h, uint64_t(i), 2)) - 1.0f);
-    }
-    store_init(p->value, v);
-  }
+  std::vector<const Parameter*> all = frozen_parameters();
+  for (const Parameter* p : parameters()) all.push_back(p);
+  for (const Parameter* p : all) init_values(seed, *p, 0, p->value.numel(), p->value);
 }
 
 Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {

@@ -138,6 +138,11 @@ class Decoder : public Module {
   // construction. With LoRA: the base as above, A Kaiming-uniform, B zero.
   // Does nothing on the meta device.
   void init_weights(uint64_t seed);
+  // Elements [begin, begin + count) of `p`'s initial values as init_weights
+  // draws them, into `out` (1-D, count elements of p's dtype, any device):
+  // what a ZeRO-3 rank fills its shard with (zero_engine.h, nn::ParamFill).
+  void init_values(uint64_t seed, const Parameter& p, int64_t begin, int64_t count,
+                   const Tensor& out) const;
   // Seed of the adapters' dropout masks for the coming forward (the Trainer
   // derives it from (seed, step, micro-batch), so recompute and resume repeat it).
   void set_dropout_seed(uint64_t seed) const { dropout_seed_ = seed; }

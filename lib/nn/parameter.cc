@@ -27,8 +27,13 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, D
     offset += aligned(s.shape.numel(), kAlignElems);
   }
   const int64_t total = padded_numel(specs, layout);
-  flat_params_ = Tensor::zeros(Shape{total}, dtype, layout.params_category);
-  if (layout.with_grads) flat_grads_ = Tensor::zeros(Shape{total}, dtype, layout.grads_category);
+  flat_params_ = layout.params_resident
+                     ? Tensor::zeros(Shape{total}, dtype, layout.params_category)
+                     : Tensor::released(Shape{total}, dtype, layout.params_category);
+  if (layout.with_grads)
+    flat_grads_ = layout.grads_resident
+                      ? Tensor::zeros(Shape{total}, dtype, layout.grads_category)
+                      : Tensor::released(Shape{total}, dtype, layout.grads_category);
   for (size_t i = 0; i < specs.size(); ++i) {
     Parameter p;
     p.name = specs[i].name;

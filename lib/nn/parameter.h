@@ -9,6 +9,7 @@
 // Padding elements are zero in both buffers and stay zero.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,22 @@ struct GroupLayout {
   MemCategory params_category = MemCategory::kParams;  // accounting of the flat parameter buffer
   MemCategory grads_category = MemCategory::kGrads;    // accounting of the flat gradient buffer
   bool with_grads = true;  // false: frozen parameters, no gradient buffer at all
+  // false: the parameter buffer starts released and holds nothing (ZeRO-3:
+  // the engine fills each rank's shard through a ParamFill and gathers the
+  // full buffer only around use), so no rank ever holds the whole model.
+  bool params_resident = true;
+  // false: the gradient buffer starts released too (ZeRO-2/3, whose full
+  // gradients are transient buckets the engine acquires and zeroes around a
+  // segment's backward).
+  bool grads_resident = true;
 };
+
+// Fills elements [begin, begin + count) of parameter `p`'s values (row-major
+// over its shape) into `out`: 1-D, `count` elements of p's dtype, on p's
+// device. How a model's initial values (a file, a random init) reach a buffer
+// that only holds part of them (zero_engine.h).
+using ParamFill = std::function<void(const Parameter& p, int64_t begin, int64_t count,
+                                     const Tensor& out)>;
 
 struct ParamSpec {
   std::string name;
@@ -53,7 +69,9 @@ class FlatParamGroup {
   // constructor gives. Memory estimates (lib/engine/estimate.h) use it.
   static int64_t padded_numel(const std::vector<ParamSpec>& specs, const GroupLayout& layout = {});
 
-  // Lays out `specs` in order and allocates zeroed parameter and gradient buffers.
+  // Lays out `specs` in order and allocates zeroed parameter and gradient
+  // buffers (the parameter buffer released, not zeroed, when
+  // !layout.params_resident).
   FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
                  const GroupLayout& layout = {});
   FlatParamGroup(const FlatParamGroup&) = delete;

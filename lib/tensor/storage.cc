@@ -77,6 +77,11 @@ Storage::Storage(size_t bytes, MemCategory category, Device device)
   acquire();
 }
 
+Storage::Storage(size_t bytes, MemCategory category, Device device, Released)
+    : bytes_(bytes), category_(category), device_(device) {
+  if (device.is_cuda()) cuda_memory::check_device(device);
+}
+
 Storage::~Storage() { release(); }
 
 void* Storage::data() const {

@@ -26,6 +26,11 @@ class Storage {
   // from kernels/' caching allocator; out of memory is an fd::Error. A GPU in
   // a build without CUDA is an fd::Error too.
   Storage(size_t bytes, MemCategory category, Device device = Device::cpu());
+  // A Storage of `bytes` that starts released: nothing is allocated or
+  // accounted until acquire() (ZeRO-3 parameter buffers that are only ever
+  // gathered into).
+  struct Released {};
+  Storage(size_t bytes, MemCategory category, Device device, Released);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

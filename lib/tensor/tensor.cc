@@ -16,6 +16,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category, Devi
   return view_of(std::move(storage), 0, shape, dtype);
 }
 
+Tensor Tensor::released(const Shape& shape, DType dtype, MemCategory category, Device device) {
+  auto storage = std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), category,
+                                           device, Storage::Released{});
+  return view_of(std::move(storage), 0, shape, dtype);
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category) {
   return zeros(shape, dtype, category, default_device());
 }

@@ -44,6 +44,10 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype = DType::kF32,
                       MemCategory category = MemCategory::kActivations);
   static Tensor zeros(const Shape& shape, DType dtype, MemCategory category, Device device);
+  // A tensor whose new storage starts released (Storage::Released): it may
+  // not be read or written before storage()->acquire().
+  static Tensor released(const Shape& shape, DType dtype, MemCategory category,
+                         Device device = default_device());
   // A view of `shape` at element offset `offset` (in units of dtype) into `storage`.
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape,
                         DType dtype);

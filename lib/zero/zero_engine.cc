@@ -1,5 +1,6 @@
 #include "lib/zero/zero_engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lib/autograd/segment.h"
@@ -48,7 +49,50 @@ ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_
   return b;
 }
 
-ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const ZeroConfig& c)
+namespace {
+
+// Fills elements [begin, begin + count) of `g`'s flat parameter space into
+// `out` (count elements of g's dtype): each parameter's overlap through
+// `fill`, alignment and world padding zero.
+void fill_flat(const nn::FlatParamGroup& g, int64_t begin, int64_t count, const Tensor& out,
+               const nn::ParamFill& fill) {
+  if (count == 0 || out.is_meta()) return;  // meta tensors hold no values
+  out.zero_();
+  for (const nn::Parameter& p : g.params()) {
+    const int64_t lo = std::max(begin, p.offset);
+    const int64_t hi = std::min(begin + count, p.offset + p.value.numel());
+    if (lo < hi) fill(p, lo - p.offset, hi - lo, out.flat_slice(lo - begin, hi - lo));
+  }
+}
+
+// The rank's part [begin, begin + count) of `g`'s parameters, in a new buffer
+// of `category`: filled through `fill` when given, else copied from the full
+// buffer, which is released afterwards either way.
+Tensor take_shard(const nn::FlatParamGroup& g, int64_t begin, int64_t count,
+                  MemCategory category, const nn::ParamFill& fill) {
+  Tensor shard = Tensor::empty(Shape{count}, g.dtype(), category);
+  if (fill) {
+    fill_flat(g, begin, count, shard, fill);
+  } else {
+    FD_CHECK(g.numel() == 0 || g.flat_params().storage()->resident(),
+             "group '{}' holds no parameters and no ParamFill was given", g.name());
+    shard.copy_from(g.flat_params().flat_slice(begin, count));
+  }
+  g.flat_params().storage()->release();
+  return shard;
+}
+
+// Fills all of `g`'s (resident) parameters through `fill`.
+void fill_all(const nn::FlatParamGroup& g, const nn::ParamFill& fill) {
+  FD_CHECK(g.numel() == 0 || g.flat_params().storage()->resident(),
+           "group '{}': stages 0-2 keep every parameter resident", g.name());
+  fill_flat(g, 0, g.numel(), g.flat_params(), fill);
+}
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const ZeroConfig& c,
+                       const nn::ParamFill& fill)
     : comm_(comm), config_(c) {
   FD_CHECK(c.stage >= 0 && c.stage <= 3, "ZeRO stage {}", c.stage);
   FD_CHECK(c.accumulation >= 1, "accumulation {}", c.accumulation);
@@ -70,10 +114,10 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
       s.frozen = frozen[segments_.size()];
       if (c.stage >= 3) {
         const int64_t fs = s.frozen->numel() / world;
-        s.frozen_shard = Tensor::empty(Shape{fs}, s.frozen->dtype(), MemCategory::kFrozen);
-        s.frozen_shard.copy_from(
-            s.frozen->flat_params().flat_slice(int64_t(comm.rank()) * fs, fs));
-        s.frozen->flat_params().storage()->release();
+        s.frozen_shard =
+            take_shard(*s.frozen, int64_t(comm.rank()) * fs, fs, MemCategory::kFrozen, fill);
+      } else if (fill) {
+        fill_all(*s.frozen, fill);
       }
     }
     const int64_t begin = int64_t(comm.rank()) * s.shard;
@@ -82,15 +126,15 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
                        ? Tensor::zeros(Shape{s.shard}, g->dtype(), MemCategory::kGrads)
                        : g->flat_grads().flat_slice(begin, s.shard);
     if (c.stage >= 3) {
-      s.param_shard = Tensor::empty(Shape{s.shard}, g->dtype(), MemCategory::kParams);
-      s.param_shard.copy_from(g->flat_params().flat_slice(begin, s.shard));
+      s.param_shard = take_shard(*g, begin, s.shard, MemCategory::kParams, fill);
+    } else if (fill) {
+      fill_all(*g, fill);
     }
     // What AdamW updates (fp32) and the compute-dtype copy it writes back.
     Tensor compute = c.stage == 0   ? g->flat_params()
                      : c.stage >= 3 ? s.param_shard
                                     : g->flat_params().flat_slice(begin, s.shard);
     if (mixed) s.master = compute.to(DType::kF32, MemCategory::kMaster);
-    if (c.stage >= 3) g->flat_params().storage()->release();
     if (c.stage >= 2) g->flat_grads().storage()->release();
     Tensor grads = c.stage == 0 ? g->flat_grads() : s.grad_shard;
     optim::AdamWShard sh{g,

@@ -86,9 +86,16 @@ ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_
 
 class ZeroEngine : public nn::SegmentRunner {
  public:
-  // `model` must have been built with layout_for(config.stage, comm.size()) and
-  // hold the same initial parameters on every rank. Both must outlive the engine.
-  ZeroEngine(const nn::Module& model, dist::Communicator& comm, const ZeroConfig& config);
+  // `model` must have been built with layout_for(config.stage, comm.size()).
+  // Without `fill` it must hold the same initial parameters on every rank
+  // (stage 3 copies the rank's shard out and releases the full buffers). With
+  // `fill`, the engine fills what the rank holds through it: under stage 3
+  // only the rank's shard of every group (the model may then be built with
+  // GroupLayout::params_resident false, so that no rank ever holds the whole
+  // model), otherwise every parameter. `fill` must give every rank the same
+  // values; it is not kept. Model and communicator must outlive the engine.
+  ZeroEngine(const nn::Module& model, dist::Communicator& comm, const ZeroConfig& config,
+             const nn::ParamFill& fill = {});
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;

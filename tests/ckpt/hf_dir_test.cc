@@ -161,6 +161,28 @@ TEST(HfDir, ReadRowsEqualsTheSliceOfAFullRead) {
   expect_usage([&] { HfWeights::open(tmp.path("n")).read_rows("b", 0, 1, part); }, {"not 2-D"});
 }
 
+// A ZeRO-3 rank's shard starts and ends anywhere in a tensor: element ranges.
+TEST(HfDir, ReadRangeEqualsTheSliceOfAFullRead) {
+  TempDir tmp;
+  Named tensors = {{"w", random_tensor(Shape{7, 3}, DType::kBF16, 4)},
+                   {"b", random_tensor(Shape{5}, DType::kF32, 5)}};
+  write_hf_weights(tmp.path("m"), tensors, {}, 1 << 20);
+  HfWeights w = HfWeights::open(tmp.path("m"));
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.numel();
+    for (int64_t begin : {int64_t(0), int64_t(1), n - 2})
+      for (int64_t count : {int64_t(1), n - begin}) {
+        Tensor part = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kOther, Device::cpu());
+        w.read_range(name, begin, count, part);
+        EXPECT_TRUE(same_bits(part, t.reshape(Shape{n}).flat_slice(begin, count).to(DType::kF32)))
+            << name << " [" << begin << ", +" << count << ")";
+      }
+  }
+  Tensor part = Tensor::empty(Shape{3}, DType::kF32, MemCategory::kOther, Device::cpu());
+  expect_usage([&] { w.read_range("w", 19, 3, part); }, {"elements [19, 22)", "outside its 21"});
+  expect_usage([&] { w.read_range("w", 0, 2, part); }, {"shape (3,)"});
+}
+
 TEST(HfDir, ReadsATransformersStyleIndex) {
   TempDir tmp;
   fs::create_directories(tmp.path("m"));

@@ -6,19 +6,26 @@
 //   - memory: measured peak model-state bytes per rank equal the estimate,
 //     which for fp32 is 16P, 8P+8P/N, 4P+12P/N, 16P/N (P padded parameters);
 //   - communication: 2P(N-1)/N*4 bytes per step for stages 0-2, 3P(N-1)/N*4
-//     for stage 3.
+//     for stage 3;
+//   - ZeRO-3 reads a model directory (model.init_from) straight into each
+//     rank's shards: no full parameter buffer during setup, the same values.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <unistd.h>
 
+#include "lib/ckpt/hf_dir.h"
 #include "lib/config/load.h"
 #include "lib/dist/local_communicator.h"
+#include "lib/engine/assemble.h"
 #include "lib/engine/trainer.h"
+#include "lib/engine/weights_io.h"
+#include "lib/nn/config/hf_config.h"
 #include "lib/nn/decoder.h"
 #include "tests/mpi/mpi_test_main.h"
 
@@ -155,6 +162,135 @@ INSTANTIATE_TEST_SUITE_P(Cases, Zero,
                                            EquivalenceCase{1, "bf16", false, "qwen3"},
                                            EquivalenceCase{2, "fp32", false, "llama"},
                                            EquivalenceCase{1, "fp16", true, "llama"}));
+
+// A Hugging Face directory of a random Llama model (sharded: several
+// model-0000N-of-0000M.safetensors and an index), written by rank 0 into a
+// directory every rank names alike; returns its path.
+std::string llama_hf_dir(const config::Recipe& r) {
+  int64_t pid = ::getpid();
+  std::vector<int64_t> pids(static_cast<size_t>(g_comm->size()));
+  g_comm->all_gather(&pid, pids.data(), 2, DType::kI32);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("fd_zero_test_hf_" + std::to_string(pids[0])))
+                              .string();
+  if (g_comm->rank() == 0) {
+    engine::Assembly a = engine::assemble(r, 1);
+    std::unique_ptr<nn::Decoder> m = engine::build_model(a);
+    m->init_weights(77);  // not the recipe's seed: the file, not the init, must decide
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const nn::Parameter* p : m->parameters()) tensors.emplace_back(p->name, p->value);
+    std::filesystem::create_directories(dir);
+    ckpt::write_hf_weights(dir, tensors, {{"format", "pt"}}, 24 * 1024);
+    std::ofstream(std::filesystem::path(dir) / "config.json") << nn::hf_config_json(a.model);
+  }
+  g_comm->barrier();
+  return dir;
+}
+
+// Every parameter (the frozen base, then the trainable ones) of `model`, as fp32 values.
+std::vector<float> all_values(const nn::Decoder& model) {
+  std::vector<float> out;
+  std::vector<const nn::Parameter*> ps = model.frozen_parameters();
+  for (const nn::Parameter* p : model.parameters()) ps.push_back(p);
+  for (const nn::Parameter* p : ps) {
+    std::vector<float> v = p->value.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// ZeRO-3 reads a model directory straight into each rank's shards: setting up
+// holds no full parameter buffer (the communication category, where ZeRO-3's
+// gathered parameters are accounted, does not grow; parameters grow by the
+// shards alone), and the gathered parameters equal what a whole read gives,
+// bitwise, for a full model and for a LoRA base; training from the directory
+// gives the same weights at stages 0 and 3.
+TEST(ZeroInitFrom, Stage3ReadsOnlyItsShardOfAModelDirectory) {
+  const int64_t n = g_comm->size();
+  const std::string model = llama_model("llama");
+  const std::string dir = llama_hf_dir(recipe({model}));
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (bool lora : {false, true}) {
+      std::vector<std::string> o = {model, std::string("precision=") + precision,
+                                    "model.init_from=" + dir};
+      if (lora) o.push_back("lora={r: 4, alpha: 8, targets: [q_proj, down_proj]}");
+      const config::Recipe r = recipe(o);
+      // What a whole read gives, on one rank, replicated.
+      engine::Assembly whole_a = engine::assemble(r, 1);
+      std::unique_ptr<nn::Decoder> whole = engine::build_model(whole_a);
+      engine::load_weights(dir, *whole, "whole");
+      const std::vector<float> expected = all_values(*whole);
+      whole.reset();
+
+      for (bool deferred : {true, false}) {
+        config::Recipe r3 = recipe([&] {
+          std::vector<std::string> v = o;
+          v.push_back("zero.stage=3");
+          return v;
+        }());
+        engine::Assembly a = engine::assemble(r3, int(n));
+        MemoryAccountant& acc = MemoryAccountant::global();
+        acc.reset_peaks();
+        const int64_t comm0 = acc.current(MemCategory::kComm);
+        const int64_t params0 = acc.current(MemCategory::kParams) + acc.current(MemCategory::kFrozen);
+        std::unique_ptr<nn::Decoder> m;
+        std::unique_ptr<zero::ZeroEngine> e;
+        if (deferred) {  // the trainer's road
+          m = engine::build_model(a, engine::Init::kDeferred);
+          engine::InitialWeights init;
+          init.seed = a.seed;
+          init.init_from = dir;
+          e = std::make_unique<zero::ZeroEngine>(*m, *g_comm, a.zero,
+                                                 engine::initial_weights(*m, init));
+        } else {  // the full buffers first, then ZeRO-3 shards them
+          m = engine::build_model(a);
+          engine::load_weights(dir, *m, "full");
+          e = std::make_unique<zero::ZeroEngine>(*m, *g_comm, a.zero);
+        }
+        int64_t full = 0;  // the whole model's parameter bytes, as the groups are padded
+        for (const nn::FlatParamGroup* g : m->groups()) full += g->numel() * dtype_size(a.dtype);
+        for (const nn::FlatParamGroup* g : m->frozen_groups())
+          full += g->numel() * dtype_size(a.dtype);
+        const int64_t comm_peak = acc.peak(MemCategory::kComm) - comm0;
+        const int64_t params_now =
+            acc.current(MemCategory::kParams) + acc.current(MemCategory::kFrozen) - params0;
+        if (g_comm->rank() == 0)
+          std::printf("world %lld %s%s, %s: setup peak of gathered/full parameter buffers %lld "
+                      "bytes, shards held %lld, whole model %lld\n",
+                      (long long)n, precision, lora ? " LoRA" : "",
+                      deferred ? "read into shards" : "full buffers first", (long long)comm_peak,
+                      (long long)params_now, (long long)full);
+        EXPECT_EQ(params_now * n, full) << "every rank holds 1/N of the padded model";
+        if (deferred) {
+          EXPECT_EQ(comm_peak, 0) << precision << (lora ? " LoRA" : "");
+          EXPECT_EQ(acc.peak(MemCategory::kParams) + acc.peak(MemCategory::kFrozen) - params0,
+                    params_now)
+              << "the shards are all the parameters setup ever held";
+        } else {
+          EXPECT_GE(comm_peak, full) << "the measurement sees full buffers when they exist";
+        }
+        std::vector<float> got;
+        e->with_full_parameters([&] { got = all_values(*m); });
+        EXPECT_EQ(got, expected) << precision << (lora ? " LoRA" : "") << " deferred "
+                                 << deferred;
+      }
+    }
+  }
+  // Training from the directory: stages 0 and 3 agree bitwise (bf16, LoRA).
+  std::string first;
+  for (int stage : {0, 3}) {
+    Result res = train(recipe({model, "precision=bf16", "model.init_from=" + dir, "steps=3",
+                               "zero.stage=" + std::to_string(stage),
+                               "lora={r: 4, alpha: 8, targets: [q_proj, down_proj]}"}),
+                       *g_comm, "init_from");
+    const std::string digest = res.summary["weights_sha256"];
+    expect_same_on_all_ranks(digest);
+    if (first.empty()) first = digest;
+    EXPECT_EQ(digest, first) << "stage " << stage;
+  }
+  g_comm->barrier();
+  if (g_comm->rank() == 0) std::filesystem::remove_all(dir);
+}
 
 TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
   const int n = g_comm->size();
