@@ -11,6 +11,7 @@
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/nn/config/hf_config.h"
+#include "lib/tensor/lora_merge.h"
 
 namespace fd::engine {
 namespace {
@@ -35,28 +36,6 @@ fs::path normal_dir(const std::string& dir) {
   fs::path p = fs::path(dir).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p;
-}
-
-// W (a base weight, fp32 values) with its adapter (A (r, in), B (out, r)) merged in.
-std::vector<float> merged(const std::vector<float>& w, const std::vector<float>& a,
-                          const std::vector<float>& b, int64_t r, int64_t in, int64_t out,
-                          double scaling, bool conv1d) {
-  // delta [out, in] = B A, accumulated in float64.
-  std::vector<double> delta(size_t(out * in), 0.0);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t q = 0; q < r; ++q) {
-      const double boq = b[size_t(o * r + q)];
-      const float* aq = a.data() + q * in;
-      double* d = delta.data() + o * in;
-      for (int64_t i = 0; i < in; ++i) d[i] += boq * aq[i];
-    }
-  std::vector<float> m(w.size());
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) {
-      const size_t at = conv1d ? size_t(i * out + o) : size_t(o * in + i);  // (in, out) | [out, in]
-      m[at] = float(double(w[at]) + scaling * delta[size_t(o * in + i)]);
-    }
-  return m;
 }
 
 }  // namespace
@@ -123,8 +102,9 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
     std::vector<float> v = p->value.to_vector();
     if (auto it = adapted.find(p->name); it != adapted.end()) {
       const Adapted& ad = it->second;
-      v = merged(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,
-                 ad.shape.out, scaling, names.gpt2_blocks);
+      merge_lora_into(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,
+                      ad.shape.out, scaling,
+                      names.gpt2_blocks ? WeightLayout::kInOut : WeightLayout::kOutIn);
     }
     Tensor t = Tensor::from_vector(v, p->value.shape(), DType::kF32, MemCategory::kOther);
     out.emplace_back(p->name, dtype == DType::kF32 ? t : t.to(dtype, MemCategory::kOther));

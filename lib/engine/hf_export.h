@@ -43,7 +43,7 @@ const std::vector<std::string>& hf_tokenizer_files();
 
 // The model's weights under their Hugging Face names, in `dtype` (CPU, in the
 // model's parameter order). A LoRA model's adapters are merged into their
-// base weights, in float64 and rounded once to fp32:
+// base weights by merge_lora_into (lib/tensor/lora_merge.h: float64, rounded once to fp32):
 //   Linear [out, in]:  W + (alpha / r) B A
 //   Conv1D (in, out):  W + (alpha / r) (B A)^T
 // and the adapters themselves are not returned. `model` must be on the CPU.

@@ -1,7 +1,8 @@
 // write_hf_model: a model written as a Hugging Face directory and read back
 // by name (ckpt::HfWeights, nn::read_hf_config) into a fresh Decoder is the
 // same model, bit for bit; LoRA adapters are merged as W + (alpha / r) B A
-// ([out, in]) or its transpose (GPT-2's Conv1D), against a float64 reference.
+// ([out, in]) or its transpose (GPT-2's Conv1D), against a float64 reference,
+// and nn::KvDecoder's merge gives the same weights.
 #include "lib/engine/hf_export.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "lib/base/error.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/nn/config/hf_config.h"
+#include "lib/nn/kv_decoder.h"
 
 namespace fd::engine {
 namespace {
@@ -163,6 +165,20 @@ void expect_merged(const nn::DecoderConfig& c, const std::vector<std::string>& t
   EXPECT_EQ(merged, int(lora.modules.size()));  // layer 1 only
   EXPECT_LT(worst, 1e-6) << "largest relative difference " << worst;
   std::printf("%s merged: largest relative difference %.3e\n", nn::family_name(c.family), worst);
+
+  // The KV-cached decoder (generate) merges with the same function: on the LoRA model it gives
+  // the logits of a plain model holding the exported weights, bit for bit.
+  nn::Decoder plain(c);
+  std::map<std::string, Tensor> exported(out.begin(), out.end());
+  for (const nn::Parameter* p : plain.parameters()) p->value.copy_from(exported.at(p->name));
+  nn::KvDecoder from_lora(model, 8), from_export(plain, 8);
+  const std::vector<int32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+  const std::span<const float> got = from_lora.append(tokens, /*all_logits=*/true);
+  const std::vector<float> lora_logits(got.begin(), got.end());
+  const std::span<const float> want = from_export.append(tokens, /*all_logits=*/true);
+  ASSERT_EQ(lora_logits.size(), want.size());
+  EXPECT_TRUE(std::memcmp(lora_logits.data(), want.data(), want.size() * sizeof(float)) == 0)
+      << "KvDecoder's merge differs from the export's";
 }
 
 TEST(HfExport, LlamaLoraIsMergedAsLinear) {
