@@ -8,6 +8,7 @@
 #include "lib/base/atomic_file.h"
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/nn/config/hf_config.h"
@@ -112,6 +113,26 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
   return out;
 }
 
+nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from) {
+  std::error_code ec;
+  if (!init_from.empty() && fs::is_directory(init_from, ec)) {
+    try {
+      return nn::read_hf_token_ids(init_from);
+    } catch (const Error& e) {
+      log::warn(
+          "the run's model.init_from {} no longer has a readable config.json ({}); the "
+          "exported config.json states bos_token_id and eos_token_id as null",
+          init_from, e.what());
+    }
+  }
+  constexpr int64_t kGpt2Vocab = 50257, kGpt2EndOfText = 50256;
+  if (model.family == nn::ModelFamily::kGpt2 && model.vocab_size == kGpt2Vocab) {
+    const std::string id = std::to_string(kGpt2EndOfText);
+    return {id, id};
+  }
+  return {"null", "null"};
+}
+
 void check_hf_export_dir(const std::string& dir, const HfExportOptions& options) {
   torch_dtype(options.dtype);
   if (options.max_shard_bytes <= 0)
@@ -147,7 +168,10 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
                                         const HfExportOptions& options) {
   check_hf_export_dir(dir, options);
   // Before anything is written: a model config.json cannot describe is refused here.
-  const std::string config = nn::hf_config_json(model.config(), torch_dtype(options.dtype));
+  const std::string config =
+      options.token_ids
+          ? nn::hf_config_json(model.config(), torch_dtype(options.dtype), *options.token_ids)
+          : nn::hf_config_json(model.config(), torch_dtype(options.dtype));
 
   const fs::path final_dir = normal_dir(dir);
   const fs::path tmp = final_dir.string() + ".tmp";
