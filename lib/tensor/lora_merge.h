@@ -23,8 +23,9 @@ enum class WeightLayout {
 // a is A (r, in) and b is B (out, r), row-major fp32, as PEFT stores
 // lora_A.weight and lora_B.weight. Each element of B A is accumulated in
 // float64 over q = 0..r-1 in order (every product of two floats is exact in
-// float64), then w's element is computed as double(w) + scaling * delta and
-// rounded once to fp32. Deterministic and independent of threads and BLAS.
+// float64), then w's element is computed as double(w) + scaling * delta (two
+// roundings in float64, never fused into an FMA) and rounded to fp32. The same
+// bits on every machine and build, whatever the threads or BLAS.
 // FD_CHECKs the sizes: w in * out, a r * in, b out * r, r >= 1.
 void merge_lora_into(std::span<float> w, std::span<const float> a, std::span<const float> b,
                      int64_t r, int64_t in, int64_t out, double scaling, WeightLayout layout);

@@ -41,7 +41,10 @@ TEST(LoraMerge, IsTheFloat64SumRoundedOnceInBothLayouts) {
         d += double(b[size_t(o * r + q)]) * double(a[size_t(q * in + i)]);
         d32 += b[size_t(o * r + q)] * a[size_t(q * in + i)];
       }
-      const float want = float(double(w[size_t(o * in + i)]) + scaling * d);
+      // volatile: g++ would otherwise fuse the product and the sum into one FMA here, which
+      // merge_lora_into (compiled -ffp-contract=off) does not do.
+      const volatile double scaled = scaling * d;
+      const float want = float(double(w[size_t(o * in + i)]) + scaled);
       ASSERT_EQ(linear[size_t(o * in + i)], want) << o << ", " << i;
       ASSERT_EQ(conv1d[size_t(i * out + o)], want) << o << ", " << i;
       differs_from_fp32 += want != w[size_t(o * in + i)] + float(scaling) * d32;
