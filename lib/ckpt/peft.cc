@@ -14,6 +14,7 @@
 
 #include "lib/base/error.h"
 #include "lib/ckpt/manifest.h"
+#include "lib/tensor/lora_merge.h"
 #include "lib/tensor/safetensors.h"
 
 namespace fd::ckpt {
@@ -514,25 +515,9 @@ std::vector<std::pair<std::string, Tensor>> merge_lora(
           "the adapter's base?",
           where, weight, shape_of(w), p.a_name, shape_of(p.a), p.b_name, shape_of(p.b), rows, cols,
           linear ? "Linear [out, in]" : "Conv1D (in, out)");
-    const std::vector<float> a = p.a.to_vector(), b = p.b.to_vector(), wv = w.to_vector();
-    // delta (in, out) = (B A)^T: delta[k][j] = sum_q A[q][k] B[j][q].
-    std::vector<double> bt(size_t(r * n_out));  // B^T (r, out)
-    for (int64_t j = 0; j < n_out; ++j)
-      for (int64_t q = 0; q < r; ++q) bt[size_t(q * n_out + j)] = b[size_t(j * r + q)];
-    std::vector<double> delta(size_t(in * n_out), 0.0);
-    for (int64_t q = 0; q < r; ++q)
-      for (int64_t k = 0; k < in; ++k) {
-        const double aqk = a[size_t(q * in + k)];
-        double* __restrict d = delta.data() + k * n_out;
-        const double* __restrict bq = bt.data() + q * n_out;
-        for (int64_t j = 0; j < n_out; ++j) d[j] += aqk * bq[j];
-      }
-    std::vector<float> merged(wv.size());
-    for (int64_t k = 0; k < in; ++k)
-      for (int64_t j = 0; j < n_out; ++j) {
-        const size_t at = linear ? size_t(j * in + k) : size_t(k * n_out + j);
-        merged[at] = float(double(wv[at]) + delta[size_t(k * n_out + j)] * scaling);
-      }
+    std::vector<float> merged = w.to_vector();
+    merge_lora_into(merged, p.a.to_vector(), p.b.to_vector(), r, in, n_out, scaling,
+                    linear ? WeightLayout::kOutIn : WeightLayout::kInOut);
     out[it->second].second =
         Tensor::from_vector(merged, w.shape(), DType::kF32, MemCategory::kOther);
     if (w.dtype() != DType::kF32)

@@ -94,8 +94,8 @@ PeftAdapter read_peft_adapter(const std::string& dir);
 // Conv1D weights (in, out); or Llama-family names, Linear weights [out, in])
 // with every LoRA pair in `lora` (fdtrain names) merged into its module's
 // weight:  W' = W + (B A)^T * scaling (Conv1D), W + (B A) * scaling (Linear), where
-// scaling is alpha / r. The delta is accumulated in float64 and added to W
-// in float64, rounded once to fp32 and then to W's dtype. Entries without
+// scaling is alpha / r, by merge_lora_into (lib/tensor/lora_merge.h: float64,
+// rounded once to fp32), then rounded to W's dtype. Entries without
 // adapters are returned as they are (shared, not copied); the order of
 // `base` is kept. Throws fd::Error kUsage if a pair is incomplete, its
 // module's weight is missing from `base`, or the shapes do not fit.

@@ -160,6 +160,7 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
   std::error_code ec;
   if (!recipe.model.init_from.empty() && std::filesystem::is_directory(recipe.model.init_from, ec))
     out.tokenizer_from = recipe.model.init_from;
+  out.token_ids = export_token_ids(a.model, recipe.model.init_from);
   const std::vector<std::string> copied = write_hf_model(*model, dir, out);
   return fmt::format("exported {} ({}{}, step {}, {}) to {} (Hugging Face directory{})",
                      a.model.summary(), c.dir, lora ? ", LoRA merged" : "", c.meta().step,

@@ -8,9 +8,11 @@
 #include "lib/base/atomic_file.h"
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/nn/config/hf_config.h"
+#include "lib/tensor/lora_merge.h"
 
 namespace fd::engine {
 namespace {
@@ -35,28 +37,6 @@ fs::path normal_dir(const std::string& dir) {
   fs::path p = fs::path(dir).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p;
-}
-
-// W (a base weight, fp32 values) with its adapter (A (r, in), B (out, r)) merged in.
-std::vector<float> merged(const std::vector<float>& w, const std::vector<float>& a,
-                          const std::vector<float>& b, int64_t r, int64_t in, int64_t out,
-                          double scaling, bool conv1d) {
-  // delta [out, in] = B A, accumulated in float64.
-  std::vector<double> delta(size_t(out * in), 0.0);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t q = 0; q < r; ++q) {
-      const double boq = b[size_t(o * r + q)];
-      const float* aq = a.data() + q * in;
-      double* d = delta.data() + o * in;
-      for (int64_t i = 0; i < in; ++i) d[i] += boq * aq[i];
-    }
-  std::vector<float> m(w.size());
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) {
-      const size_t at = conv1d ? size_t(i * out + o) : size_t(o * in + i);  // (in, out) | [out, in]
-      m[at] = float(double(w[at]) + scaling * delta[size_t(o * in + i)]);
-    }
-  return m;
 }
 
 }  // namespace
@@ -123,13 +103,34 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
     std::vector<float> v = p->value.to_vector();
     if (auto it = adapted.find(p->name); it != adapted.end()) {
       const Adapted& ad = it->second;
-      v = merged(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,
-                 ad.shape.out, scaling, names.gpt2_blocks);
+      merge_lora_into(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,
+                      ad.shape.out, scaling,
+                      names.gpt2_blocks ? WeightLayout::kInOut : WeightLayout::kOutIn);
     }
     Tensor t = Tensor::from_vector(v, p->value.shape(), DType::kF32, MemCategory::kOther);
     out.emplace_back(p->name, dtype == DType::kF32 ? t : t.to(dtype, MemCategory::kOther));
   }
   return out;
+}
+
+nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from) {
+  std::error_code ec;
+  if (!init_from.empty() && fs::is_directory(init_from, ec)) {
+    try {
+      return nn::read_hf_token_ids(init_from);
+    } catch (const Error& e) {
+      log::warn(
+          "the run's model.init_from {} no longer has a readable config.json ({}); the "
+          "exported config.json states bos_token_id and eos_token_id as null",
+          init_from, e.what());
+    }
+  }
+  constexpr int64_t kGpt2Vocab = 50257, kGpt2EndOfText = 50256;
+  if (model.family == nn::ModelFamily::kGpt2 && model.vocab_size == kGpt2Vocab) {
+    const std::string id = std::to_string(kGpt2EndOfText);
+    return {id, id};
+  }
+  return {"null", "null"};
 }
 
 void check_hf_export_dir(const std::string& dir, const HfExportOptions& options) {
@@ -167,7 +168,10 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
                                         const HfExportOptions& options) {
   check_hf_export_dir(dir, options);
   // Before anything is written: a model config.json cannot describe is refused here.
-  const std::string config = nn::hf_config_json(model.config(), torch_dtype(options.dtype));
+  const std::string config =
+      options.token_ids
+          ? nn::hf_config_json(model.config(), torch_dtype(options.dtype), *options.token_ids)
+          : nn::hf_config_json(model.config(), torch_dtype(options.dtype));
 
   const fs::path final_dir = normal_dir(dir);
   const fs::path tmp = final_dir.string() + ".tmp";

@@ -1,6 +1,7 @@
 // A model as a Hugging Face model directory: `fdtrain ckpt export --hf-dir`.
 //
-//   OUT/config.json                 nn::hf_config_json (model_type, architectures, ...)
+//   OUT/config.json                 nn::hf_config_json (model_type, architectures, ...;
+//                                   bos/eos ids: export_token_ids)
 //   OUT/model.safetensors           or model-0000i-of-0000N.safetensors + the index
 //   OUT/tokenizer.json, ...         copied from model.init_from when it is a directory
 //
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/nn/config/hf_config.h"
 #include "lib/nn/decoder.h"
 #include "lib/tensor/dtype.h"
 #include "lib/tensor/tensor.h"
@@ -43,7 +45,7 @@ const std::vector<std::string>& hf_tokenizer_files();
 
 // The model's weights under their Hugging Face names, in `dtype` (CPU, in the
 // model's parameter order). A LoRA model's adapters are merged into their
-// base weights, in float64 and rounded once to fp32:
+// base weights by merge_lora_into (lib/tensor/lora_merge.h: float64, rounded once to fp32):
 //   Linear [out, in]:  W + (alpha / r) B A
 //   Conv1D (in, out):  W + (alpha / r) (B A)^T
 // and the adapters themselves are not returned. `model` must be on the CPU.
@@ -55,7 +57,22 @@ struct HfExportOptions {
   bool overwrite = false;  // replace an existing non-empty OUT (an empty one is always replaced)
   std::string tokenizer_from;  // a directory to copy hf_tokenizer_files() from; "" = none
   std::map<std::string, std::string> metadata;  // every file's "__metadata__" (plus format pt)
+  // config.json's bos_token_id / eos_token_id (export_token_ids); unset: the model config's ids,
+  // null where it has none.
+  std::optional<nn::HfTokenIds> token_ids;
 };
+
+// The bos_token_id / eos_token_id keys `ckpt export --hf-dir` writes for a run of `model` whose
+// model.init_from is `init_from`:
+//   - a Hugging Face directory: its config.json's keys as they are there (ids, a list, null, or
+//     no key: transformers then reads the same ids for the export as for the source);
+//   - otherwise GPT-2 with GPT-2's vocabulary (50257): 50256 for both (<|endoftext|>), as
+//     GPT-2's own config.json;
+//   - otherwise null for both: fdtrain does not know them, and a missing key would read as the
+//     family's default in transformers (LlamaConfig: bos 1, eos 2; GPT2Config: 50256), ids the
+//     run's vocabulary may not even have.
+// A directory whose config.json can no longer be read is warned about and counts as none.
+nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from);
 
 // Checks what an export to `dir` can check before reading anything: `dtype`
 // is f32, bf16 or f16, max_shard_bytes > 0, and `dir` is absent, an empty

@@ -21,6 +21,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/tensor/lora_merge.h"
 
 namespace fd::nn {
 namespace {
@@ -70,14 +71,9 @@ KvDecoder::KvDecoder(const Decoder& model, int capacity)
     if (l.w.owned.empty()) l.w.owned.assign(l.w.borrowed, l.w.borrowed + shape.in * shape.out);
     const std::vector<float> a = find(base + ".lora_A.weight")->value.to_vector();  // (r, in)
     const std::vector<float> b = find(base + ".lora_B.weight")->value.to_vector();  // (out, r)
-    const int r = lora.r, in = int(shape.in), out = int(shape.out);
-    const float s = lora.alpha / float(lora.r);
-    if (conv1d_)  // W (in, out) += s A^T (in, r) B^T (r, out)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, in, out, r, s, a.data(), in, b.data(), r,
-                  1.0f, l.w.owned.data(), out);
-    else  // W [out, in] += s B (out, r) A (r, in)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, out, in, r, s, b.data(), r, a.data(),
-                  in, 1.0f, l.w.owned.data(), in);
+    merge_lora_into(l.w.owned, a, b, lora.r, shape.in, shape.out,
+                    double(lora.alpha) / double(lora.r),
+                    conv1d_ ? WeightLayout::kInOut : WeightLayout::kOutIn);
     return l;
   };
   const FamilyNames names = family_names(c);

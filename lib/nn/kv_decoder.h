@@ -17,7 +17,8 @@
 // rounding (fp32 models: rel < 1e-5, tests/nn/kv_decoder_test.cc). Models in
 // bf16/f16 or on the GPU are read once into fp32 host copies, and LoRA
 // adapters are merged into their base weights (no adapter dropout: this is
-// inference).
+// inference) by merge_lora_into (lib/tensor/lora_merge.h), the merge every
+// export uses: the weights are those of `ckpt export --merge-lora`.
 #pragma once
 
 #include <cstdint>

@@ -8,36 +8,47 @@
 
 namespace fd::ops {
 
-// Hugging Face modeling_rope_utils: _compute_default_rope_parameters, the linear
-// variant, and _compute_llama3_parameters.
+// Hugging Face modeling_rope_utils (_compute_default_rope_parameters, the linear variant,
+// _compute_llama3_parameters) computes inv_freq with float32 tensors, and each step below is
+// the fp32 operation torch performs on the CPU, rounding where it rounds: a Python float meets
+// a float32 tensor as a float32 value, `x / t` is `t.reciprocal() * x`, `t / x` divides.
+// Rounding once from float64 instead gives other bits for about a third of the frequencies
+// (1 to 3 ulp), and since the angle is p * inv_freq that is up to 8e-3 rad at position 1e5
+// (tests/golden/rope_golden_test.cc). pow is correctly rounded here; torch's vectorised powf
+// (SLEEF, within 1 ulp) gives the same bits for every frequency of the golden configurations.
 std::vector<float> rope_inv_freq(const RopeOptions& o) {
   FD_CHECK(o.head_dim > 0 && o.head_dim % 2 == 0, "rope: head_dim {} must be even", o.head_dim);
   const int64_t half = o.head_dim / 2;
+  const float base = float(o.theta), dim = float(o.head_dim), factor = float(o.factor);
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t j = 0; j < half; ++j) {
-    double f = 1.0 / std::pow(o.theta, double(2 * j) / double(o.head_dim));
+    // 1.0 / (base ** (arange(0, dim, 2).float() / dim))
+    const float exponent = float(2 * j) / dim;
+    const float power = float(std::pow(double(base), double(exponent)));
+    float f = 1.0f / power;
     switch (o.kind) {
       case RopeScalingKind::kDefault:
         break;
-      case RopeScalingKind::kLinear:
-        f /= o.factor;
+      case RopeScalingKind::kLinear:  // inv_freq / factor
+        f = f / factor;
         break;
       case RopeScalingKind::kLlama3: {
         const double old_len = double(o.original_max_position_embeddings);
-        const double low_freq_wavelen = old_len / o.low_freq_factor;
-        const double high_freq_wavelen = old_len / o.high_freq_factor;
-        const double wavelen = 2.0 * std::numbers::pi / f;
-        if (wavelen > low_freq_wavelen) {
-          f /= o.factor;
-        } else if (!(wavelen < high_freq_wavelen)) {  // medium: interpolate
-          const double smooth =
-              (old_len / wavelen - o.low_freq_factor) / (o.high_freq_factor - o.low_freq_factor);
-          f = (1.0 - smooth) * f / o.factor + smooth * f;
-        }
+        const float low_freq_wavelen = float(old_len / o.low_freq_factor);
+        const float high_freq_wavelen = float(old_len / o.high_freq_factor);
+        const float wavelen = (1.0f / f) * float(2.0 * std::numbers::pi);  // 2 pi / inv_freq
+        const float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+        // smooth = (old_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        const float smooth = ((1.0f / wavelen) * float(old_len) - float(o.low_freq_factor)) /
+                             float(o.high_freq_factor - o.low_freq_factor);
+        // (1 - smooth) * scaled / factor + smooth * scaled
+        const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+        const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+        f = medium ? smoothed : scaled;
         break;
       }
     }
-    inv[size_t(j)] = float(f);
+    inv[size_t(j)] = f;
   }
   return inv;
 }

@@ -36,14 +36,20 @@ struct RopeOptions {
 
 // The rotation tables for positions [0, max_positions): fp32 (max_positions, head_dim)
 // tensors on the default device (category kParams), as LlamaRotaryEmbedding's cos and sin
-// (attention scaling 1 for these kinds). inv_freq is computed in float64 and rounded to
-// fp32, then position * inv_freq is an fp32 product, as in Hugging Face.
+// (attention scaling 1 for these kinds): inv_freq as rope_inv_freq, the angle
+// position * inv_freq an fp32 product as torch's, then its cos and sin correctly rounded.
+// At every position up to 131071 this is Hugging Face's table to within one ulp
+// (tests/golden/rope_golden_test.cc); the angles themselves are the same bits.
 struct RopeTables {
   Tensor cos, sin;
 };
 RopeTables rope_tables(const RopeOptions& o, int64_t max_positions);
 
-// The fp32 inverse frequencies (D/2 of them) that rope_tables uses.
+// The fp32 inverse frequencies (D/2 of them) that rope_tables uses, computed with the
+// float32 operations of transformers' modeling_rope_utils, each rounded as torch rounds it on
+// the CPU: the same bits as transformers (its scalar kernels; torch's vectorised powf can be
+// one ulp off in a frequency or two). Rounding a float64 computation once instead differs in
+// about a third of the frequencies, which at position 1e5 moves the angle by up to 8e-3 rad.
 std::vector<float> rope_inv_freq(const RopeOptions& o);
 
 // x: (B, T, C) with C = n_heads * D, head h at columns [h*D, (h+1)*D) (the layout of a

@@ -3,7 +3,8 @@
 # Hugging Face model directory: config.json as transformers writes it (read
 # back with json), safetensors headers with HF's names, shapes and dtype (read
 # with struct + json), identical bytes when exported again, half the size in
-# bf16, shards + index under a small --max-shard-size, an existing directory
+# bf16, shards + index under a small --max-shard-size, bos/eos ids (null from
+# scratch, carried as they are from a source directory), an existing directory
 # refused without --overwrite, and a LoRA run exported merged (--merge-lora,
 # checked against its base) or refused without it; its PEFT adapter has the
 # Llama family's PEFT names (fan_in_fan_out false).
@@ -87,6 +88,32 @@ PY
 out=$(check_dir "$TMP/hf" F32 false 2>&1) && [ ! -e "$TMP/hf/model.safetensors.index.json" ] \
   && echo "ok: config.json and model.safetensors have Hugging Face's keys, names, shapes, F32 ($out)" \
   || { echo "FAIL: hf dir: $out"; FAILURES=$((FAILURES + 1)); }
+
+# bos/eos: a run from scratch does not know them and says so (null: a missing key would read as
+# LlamaConfig's 1 and 2); a run from a Hugging Face directory carries that directory's keys as
+# they are (a list stays a list, a missing key stays missing).
+token_ids() {
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1] + "/config.json"))
+print(json.dumps([c.get(k, "absent") for k in ("bos_token_id", "eos_token_id")]))' "$1"
+}
+[ "$(token_ids "$TMP/hf")" = "[null, null]" ] \
+  && echo "ok: a run from scratch exports bos_token_id and eos_token_id as null" \
+  || { echo "FAIL: from scratch: $(token_ids "$TMP/hf")"; FAILURES=$((FAILURES + 1)); }
+for ids in '{"bos_token_id": 1, "eos_token_id": [2, 3]}' '{}'; do
+  rm -rf "$TMP/src" "$TMP/from_src" "$TMP/hf_src"
+  cp -r "$TMP/hf" "$TMP/src"
+  python3 -c 'import json, sys; p = sys.argv[1] + "/config.json"; c = json.load(open(p))
+for k in ("bos_token_id", "eos_token_id"): c.pop(k)
+c.update(json.loads(sys.argv[2])); json.dump(c, open(p, "w"), indent=2, sort_keys=True)' "$TMP/src" "$ids"
+  want=$(token_ids "$TMP/src")
+  "$FDTRAIN" train "$R" model.init_from="$TMP/src" steps=1 checkpoint.every=1 --run-dir "$TMP/from_src" \
+    --no-progress > "$TMP/from_src.log" 2>&1 \
+    && "$FDTRAIN" ckpt export "$TMP/from_src" --hf-dir "$TMP/hf_src" > /dev/null 2>&1 \
+    && [ "$(token_ids "$TMP/hf_src")" = "$want" ] \
+    && echo "ok: a run from a directory with $ids exports its token ids as they are ($want)" \
+    || { echo "FAIL: token ids from $ids: $(token_ids "$TMP/hf_src" 2>&1), expected $want"
+         tail -3 "$TMP/from_src.log"; FAILURES=$((FAILURES + 1)); }
+done
 
 "$FDTRAIN" ckpt export "$TMP/run/checkpoints/step_00000004" --hf-dir "$TMP/hf_again" > /dev/null 2>&1
 # The metadata names the step directory, the same for both.

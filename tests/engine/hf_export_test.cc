@@ -1,7 +1,8 @@
 // write_hf_model: a model written as a Hugging Face directory and read back
 // by name (ckpt::HfWeights, nn::read_hf_config) into a fresh Decoder is the
 // same model, bit for bit; LoRA adapters are merged as W + (alpha / r) B A
-// ([out, in]) or its transpose (GPT-2's Conv1D), against a float64 reference.
+// ([out, in]) or its transpose (GPT-2's Conv1D), against a float64 reference,
+// and nn::KvDecoder's merge gives the same weights.
 #include "lib/engine/hf_export.h"
 
 #include <gtest/gtest.h>
@@ -11,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "lib/base/error.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/nn/config/hf_config.h"
+#include "lib/nn/kv_decoder.h"
 
 namespace fd::engine {
 namespace {
@@ -163,6 +166,20 @@ void expect_merged(const nn::DecoderConfig& c, const std::vector<std::string>& t
   EXPECT_EQ(merged, int(lora.modules.size()));  // layer 1 only
   EXPECT_LT(worst, 1e-6) << "largest relative difference " << worst;
   std::printf("%s merged: largest relative difference %.3e\n", nn::family_name(c.family), worst);
+
+  // The KV-cached decoder (generate) merges with the same function: on the LoRA model it gives
+  // the logits of a plain model holding the exported weights, bit for bit.
+  nn::Decoder plain(c);
+  std::map<std::string, Tensor> exported(out.begin(), out.end());
+  for (const nn::Parameter* p : plain.parameters()) p->value.copy_from(exported.at(p->name));
+  nn::KvDecoder from_lora(model, 8), from_export(plain, 8);
+  const std::vector<int32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+  const std::span<const float> got = from_lora.append(tokens, /*all_logits=*/true);
+  const std::vector<float> lora_logits(got.begin(), got.end());
+  const std::span<const float> want = from_export.append(tokens, /*all_logits=*/true);
+  ASSERT_EQ(lora_logits.size(), want.size());
+  EXPECT_TRUE(std::memcmp(lora_logits.data(), want.data(), want.size() * sizeof(float)) == 0)
+      << "KvDecoder's merge differs from the export's";
 }
 
 TEST(HfExport, LlamaLoraIsMergedAsLinear) {
@@ -190,6 +207,98 @@ TEST(HfExport, ExistingDirectoryIsRefusedWithoutOverwrite) {
   EXPECT_FALSE(fs::exists(dir / "stale.txt"));  // replaced as a whole
   EXPECT_TRUE(fs::exists(dir / "config.json"));
   EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+}
+
+// bos_token_id / eos_token_id: carried from the run's source directory as they are there (a
+// value, a list, null, or absent), else GPT-2's 50256 for GPT-2's vocabulary, else null.
+nlohmann::json written_config(const nn::DecoderConfig& c, const nn::HfTokenIds& ids,
+                              const std::string& name) {
+  nn::Decoder model(c);
+  model.init_weights(1);
+  HfExportOptions o;
+  o.token_ids = ids;
+  const fs::path dir = test_dir(name);
+  write_hf_model(model, dir.string(), o);
+  std::ifstream in(dir / "config.json");
+  return nlohmann::json::parse(in);
+}
+
+fs::path source_dir(const std::string& name, const std::string& token_keys) {
+  const fs::path dir = test_dir(name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << "{\"model_type\": \"llama\"" << token_keys << "}";
+  return dir;
+}
+
+TEST(HfExport, TokenIdsComeFromTheSourceDirectoryAsTheyAre) {
+  nn::DecoderConfig c = tiny_llama();  // as a recipe builds it: no ids
+  c.bos_token_id.reset();
+  c.eos_token_ids.clear();
+
+  // Ids and a list of ids.
+  nn::HfTokenIds ids = export_token_ids(
+      c, source_dir("src_ids", ", \"bos_token_id\": 1, \"eos_token_id\": [2, 3]").string());
+  EXPECT_EQ(ids.bos_token_id, "1");
+  EXPECT_EQ(ids.eos_token_id, "[2,3]");
+  nlohmann::json j = written_config(c, ids, "out_ids");
+  EXPECT_EQ(j["bos_token_id"], 1);
+  EXPECT_EQ(j["eos_token_id"], nlohmann::json::array({2, 3}));
+
+  // A single eos id stays an integer; null stays null.
+  ids = export_token_ids(
+      c, source_dir("src_null", ", \"bos_token_id\": null, \"eos_token_id\": 2").string());
+  j = written_config(c, ids, "out_null");
+  EXPECT_TRUE(j.contains("bos_token_id") && j["bos_token_id"].is_null()) << j.dump();
+  EXPECT_EQ(j["eos_token_id"], 2);
+
+  // Absent keys stay absent: transformers gives the export the defaults it gave the source.
+  ids = export_token_ids(c, source_dir("src_absent", "").string());
+  EXPECT_FALSE(ids.bos_token_id.has_value());
+  EXPECT_FALSE(ids.eos_token_id.has_value());
+  j = written_config(c, ids, "out_absent");
+  EXPECT_FALSE(j.contains("bos_token_id")) << j.dump();
+  EXPECT_FALSE(j.contains("eos_token_id")) << j.dump();
+
+  // Ids the model's vocabulary does not have are refused, naming the id.
+  ids = export_token_ids(c, source_dir("src_big", ", \"eos_token_id\": 40").string());
+  try {
+    written_config(c, ids, "out_big");
+    ADD_FAILURE() << "accepted eos 40 for a vocabulary of 40";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("eos token id 40"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfExport, TokenIdsWithoutASourceDirectory) {
+  nn::DecoderConfig llama = tiny_llama();
+  llama.bos_token_id.reset();
+  llama.eos_token_ids.clear();
+  // Not known: null, never transformers' LlamaConfig defaults (1, 2) by omission.
+  for (const std::string& init_from : {std::string(), std::string("/no/such/dir")}) {
+    const nn::HfTokenIds ids = export_token_ids(llama, init_from);
+    EXPECT_EQ(ids.bos_token_id, "null");
+    EXPECT_EQ(ids.eos_token_id, "null");
+    const nlohmann::json j = written_config(llama, ids, "out_llama");
+    EXPECT_TRUE(j.contains("bos_token_id") && j["bos_token_id"].is_null()) << j.dump();
+    EXPECT_TRUE(j.contains("eos_token_id") && j["eos_token_id"].is_null()) << j.dump();
+  }
+  // A directory without a config.json any more: null too (with a warning).
+  const fs::path gone = test_dir("src_gone");
+  fs::create_directories(gone);
+  EXPECT_EQ(export_token_ids(llama, gone.string()).bos_token_id, "null");
+
+  // GPT-2 with GPT-2's vocabulary: <|endoftext|> for both, as GPT-2's config.json.
+  nn::DecoderConfig gpt2 = tiny_gpt2();
+  gpt2.vocab_size = 50257;
+  nn::HfTokenIds ids = export_token_ids(gpt2, "");
+  EXPECT_EQ(ids.bos_token_id, "50256");
+  EXPECT_EQ(ids.eos_token_id, "50256");
+  const nlohmann::json j = written_config(gpt2, ids, "out_gpt2");
+  EXPECT_EQ(j["bos_token_id"], 50256);
+  EXPECT_EQ(j["eos_token_id"], 50256);
+  // Another vocabulary is not GPT-2's tokenizer.
+  gpt2.vocab_size = 300;
+  EXPECT_EQ(export_token_ids(gpt2, "").eos_token_id, "null");
 }
 
 TEST(HfExport, TokenizerFilesAreCopied) {

@@ -378,7 +378,8 @@ TEST(HfConfig, RopeScalingAndRopeParametersMustAgree) {
     "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},)");
   EXPECT_EQ(parse_hf_config(both, "both").rope_scaling.factor, 32.0);
   expect_mentions(refusal(edit(both, R"("factor": 32.0,
-    "low_freq_factor")", R"("factor": 8.0,
+    "low_freq_factor")",
+                               R"("factor": 8.0,
     "low_freq_factor")")),
                   {"rope_parameters", "disagrees with rope_scaling"});
 }
@@ -550,6 +551,45 @@ TEST(HfConfigJson, LinearScalingAndBiasesRoundTrip) {
   c.norm_eps = 1e-6;
   expect_round_trip(c);
   EXPECT_NE(hf_config_json(c).find("\"rope_type\": \"linear\""), std::string::npos);
+}
+
+// Token ids kept as config.json states them: absent, null, an id or a list, and written so.
+TEST(HfConfigJson, TokenIdsAsTheSourceStatesThem) {
+  const std::string dir = write_model_dir("token_ids", kLlama32_1B);
+  const HfTokenIds ids = read_hf_token_ids(dir);
+  EXPECT_EQ(ids.bos_token_id, "128000");
+  EXPECT_EQ(ids.eos_token_id, "128001");
+  DecoderConfig c = read_hf_config(dir);
+  c.bos_token_id.reset();  // as a recipe knows the model: no ids
+  c.eos_token_ids.clear();
+  std::string text = hf_config_json(c, "float32", HfTokenIds{"null", "[128001, 128009]"});
+  EXPECT_NE(text.find("\"bos_token_id\": null"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"eos_token_id\": [\n    128001,\n    128009\n  ]"), std::string::npos)
+      << text;
+  EXPECT_EQ(parse_hf_config(text, "written").eos_token_ids, (std::vector<int64_t>{128001, 128009}));
+  text = hf_config_json(c, "float32", HfTokenIds{});
+  EXPECT_EQ(text.find("bos_token_id"), std::string::npos) << text;
+  EXPECT_EQ(text.find("eos_token_id"), std::string::npos) << text;
+  for (const char* bad : {"\"<s>\"", "[1, \"x\"]", "{", "128256"}) {
+    std::string msg;
+    try {
+      hf_config_json(c, "float32", HfTokenIds{std::nullopt, bad});
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("eos"), std::string::npos) << bad << ": " << msg;
+    EXPECT_NE(msg.find("cannot write a config.json"), std::string::npos) << bad << ": " << msg;
+  }
+  expect_mentions(
+      [] {
+        try {
+          read_hf_token_ids(write_model_dir("string_bos", R"({"bos_token_id": "<s>"})"));
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      {"bos_token_id", "expected an integer"});
 }
 
 TEST(HfConfigJson, MistralMqaRoundTrips) {

@@ -422,11 +422,52 @@ json rope_scaling_json(const RopeScaling& s) {
   return nullptr;
 }
 
-}  // namespace
+// The text of `dir_or_file` (a directory: its config.json), and its path in *path.
+std::string config_text(const std::string& dir_or_file, std::string* path) {
+  std::error_code ec;
+  fs::path p = dir_or_file;
+  if (fs::is_directory(p, ec)) p /= "config.json";
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    usage_error("cannot read {}; a Hugging Face model directory must contain config.json",
+                p.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  *path = p.string();
+  return text.str();
+}
 
-std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtype) {
+// The token-id keys of `ids` as JSON values (parsed and checked as read_hf_config checks them),
+// and `c` with the ids they state.
+struct TokenIdKeys {
+  std::optional<json> bos, eos;  // none: the key is left out
+  DecoderConfig config;
+};
+TokenIdKeys token_id_keys(const DecoderConfig& c, const HfTokenIds& ids) {
+  TokenIdKeys k;
+  json j = json::object();
+  for (const auto& [key, text] : {std::pair{"bos_token_id", &ids.bos_token_id},
+                                  std::pair{"eos_token_id", &ids.eos_token_id}}) {
+    if (!*text) continue;
+    j[key] = json::parse(**text, nullptr, /*allow_exceptions=*/false);
+    if (j[key].is_discarded())
+      usage_error("cannot write a config.json: {} '{}' is not JSON", key, **text);
+  }
+  Reader r(j, "cannot write a config.json");
+  k.config = c;
+  k.config.bos_token_id = read_bos(r);
+  k.config.eos_token_ids = read_eos(r);
+  if (j.contains("bos_token_id")) k.bos = j["bos_token_id"];
+  if (j.contains("eos_token_id")) k.eos = j["eos_token_id"];
+  return k;
+}
+
+std::string config_json(const DecoderConfig& c, const std::string& torch_dtype,
+                        const HfTokenIds* ids) {
+  TokenIdKeys keys;
+  if (ids) keys = token_id_keys(c, *ids);
   try {
-    c.validate();
+    (ids ? keys.config : c).validate();
   } catch (const Error& e) {
     usage_error("cannot write a config.json: {}", e.what());
   }
@@ -444,6 +485,12 @@ std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtyp
     j["eos_token_id"] = c.eos_token_ids.front();
   else
     j["eos_token_id"] = c.eos_token_ids;
+  if (ids) {  // as `ids` has them: a value (null included), or no key at all
+    j.erase("bos_token_id");
+    j.erase("eos_token_id");
+    if (keys.bos) j["bos_token_id"] = *keys.bos;
+    if (keys.eos) j["eos_token_id"] = *keys.eos;
+  }
   if (c.family == ModelFamily::kGpt2) {
     j["n_embd"] = c.hidden_size;
     j["n_layer"] = c.num_layers;
@@ -496,7 +543,7 @@ std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtyp
   // The inverse, checked: a switch the family's file cannot express would
   // otherwise be lost without a word.
   const DecoderConfig back = parse_hf_config(text, "config.json");
-  const std::string field = first_difference(c, back);
+  const std::string field = first_difference(ids ? keys.config : c, back);
   if (!field.empty())
     usage_error(
         "cannot write a {} config.json for this model: its {} has no {} config.json key "
@@ -505,17 +552,35 @@ std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtyp
   return text;
 }
 
+}  // namespace
+
+std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtype) {
+  return config_json(c, torch_dtype, nullptr);
+}
+
+std::string hf_config_json(const DecoderConfig& c, const std::string& torch_dtype,
+                           const HfTokenIds& ids) {
+  return config_json(c, torch_dtype, &ids);
+}
+
 DecoderConfig read_hf_config(const std::string& dir_or_file) {
-  std::error_code ec;
-  fs::path path = dir_or_file;
-  if (fs::is_directory(path, ec)) path /= "config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    usage_error("cannot read {}; a Hugging Face model directory must contain config.json",
-                path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hf_config(text.str(), path.string());
+  std::string path;
+  const std::string text = config_text(dir_or_file, &path);
+  return parse_hf_config(text, path);
+}
+
+HfTokenIds read_hf_token_ids(const std::string& dir_or_file) {
+  std::string path;
+  const std::string text = config_text(dir_or_file, &path);
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) usage_error("{}: not a JSON object; is it a config.json?", path);
+  Reader r(j, path);
+  read_bos(r);  // checked as read_hf_config checks them
+  read_eos(r);
+  HfTokenIds ids;
+  if (j.contains("bos_token_id")) ids.bos_token_id = j["bos_token_id"].dump();
+  if (j.contains("eos_token_id")) ids.eos_token_id = j["eos_token_id"].dump();
+  return ids;
 }
 
 }  // namespace fd::nn

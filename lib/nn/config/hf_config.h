@@ -9,6 +9,7 @@
 // one (docs/DESIGN.md, decision 12).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "lib/nn/config/decoder_config.h"
@@ -40,5 +41,27 @@ DecoderConfig parse_hf_config(const std::string& json_text, const std::string& w
 // `config` is invalid or has a switch the family's config.json cannot express
 // (a Mistral with biases, a Llama whose o_proj bias differs from q/k/v's, ...).
 std::string hf_config_json(const DecoderConfig& config, const std::string& torch_dtype = "float32");
+
+// bos_token_id and eos_token_id as a config.json states them: each key's JSON
+// value as text ("1", "[128001, 128009]", "null"), or none when the key is
+// absent. A DecoderConfig reads absent and null alike (no id), but
+// transformers does not: an absent key is its config class's default
+// (LlamaConfig and MistralConfig: bos 1, eos 2; GPT2Config: 50256 for both),
+// null is none. Kept apart so that an export can state them as its source did.
+struct HfTokenIds {
+  std::optional<std::string> bos_token_id;
+  std::optional<std::string> eos_token_id;
+};
+
+// The token-id keys of `dir_or_file`'s config.json as they are there, checked
+// as read_hf_config checks them (bos an integer or null; eos an integer, a
+// list of integers or null). Throws fd::Error(kUsage) naming the file.
+HfTokenIds read_hf_token_ids(const std::string& dir_or_file);
+
+// hf_config_json with bos_token_id and eos_token_id as `ids` states them (a
+// value, null, or the key left out) instead of from `config`; the ids are
+// checked as read_hf_config would check them (type, inside the vocabulary).
+std::string hf_config_json(const DecoderConfig& config, const std::string& torch_dtype,
+                           const HfTokenIds& ids);
 
 }  // namespace fd::nn
