@@ -420,7 +420,7 @@ std::string export_merged_lora(const Checkpoint& c, const std::string& out, DTyp
   });
 
   std::vector<std::pair<std::string, Tensor>> merged =
-      merge_lora(base, lora, spec.alpha / double(spec.r));
+      merge_lora(base, lora, double(float(spec.alpha) / float(spec.r)));  // as training's fp32 forward
   for (auto& [name, t] : merged)
     if (t.dtype() != dtype) t = t.to(dtype, MemCategory::kOther);
 

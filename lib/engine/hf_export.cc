@@ -96,7 +96,7 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
         adapted[base + ".weight"] = {a->second, b->second, s};
       }
   }
-  const double scaling = lora.enabled() ? double(lora.alpha) / double(lora.r) : 0.0;
+  const double scaling = lora.enabled() ? double(lora.scaling()) : 0.0;
   std::vector<std::pair<std::string, Tensor>> out;
   for (const nn::Parameter* p : lora.enabled() ? model.frozen_parameters() : model.parameters()) {
     FD_CHECK(!p->value.is_cuda(), "hf_tensors: {} is not on the CPU", p->name);

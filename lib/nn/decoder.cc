@@ -353,7 +353,7 @@ Variable Decoder::linear(int layer, const std::string& module, const Variable& x
   const ops::MatmulOptions t{.trans_a = false, .trans_b = true};
   Variable low = ops::matmul(in, p.lora_a->var(), {}, t);  // (..., r)
   Variable up = ops::matmul(low, p.lora_b->var(), {}, t);  // (..., out)
-  return ops::add(y, ops::scale(up, lora_.alpha / float(lora_.r)));
+  return ops::add(y, ops::scale(up, lora_.scaling()));
 }
 
 Variable Decoder::norm(const Variable& x, const Parameter* w, const Parameter* b) const {

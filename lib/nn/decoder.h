@@ -45,6 +45,9 @@ struct LoraConfig {
   std::vector<std::string> modules;  // block modules, e.g. attn.c_attn, self_attn.q_proj
   std::vector<int> layers;           // blocks with adapters; empty = all
   bool enabled() const { return r > 0; }
+  // alpha / r as the forward applies it (fp32); merges into a base use this
+  // value, so a merged model computes what the trained one did.
+  float scaling() const { return alpha / float(r); }
   bool applies(int layer, const std::string& module) const;
   // Trainable parameters for `config`: sum over adapted modules of r * (in + out).
   int64_t num_params(const DecoderConfig& config) const;

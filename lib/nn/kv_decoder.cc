@@ -72,7 +72,7 @@ KvDecoder::KvDecoder(const Decoder& model, int capacity)
     const std::vector<float> a = find(base + ".lora_A.weight")->value.to_vector();  // (r, in)
     const std::vector<float> b = find(base + ".lora_B.weight")->value.to_vector();  // (out, r)
     merge_lora_into(l.w.owned, a, b, lora.r, shape.in, shape.out,
-                    double(lora.alpha) / double(lora.r),
+                    double(lora.scaling()),
                     conv1d_ ? WeightLayout::kInOut : WeightLayout::kOutIn);
     return l;
   };
