@@ -52,6 +52,10 @@ std::string device_name();
 // Total and free memory of the current device in bytes.
 void device_memory(size_t* total, size_t* free);
 
+// "cuBLASLt 130100 (libcublasLt.so.13)": loads cuBLASLt if no GEMM has yet
+// (kernels/cublaslt_lazy.cc); needs no device. Throws Error when it cannot be loaded.
+std::string blas_library();
+
 // The compute stream every kernel runs on (an opaque cudaStream_t).
 void* compute_stream();
 // Blocks until all work queued on the compute stream has finished.

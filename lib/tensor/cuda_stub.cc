@@ -18,6 +18,10 @@ std::string cuda_unavailable_reason() {
          "found when it was configured)";
 }
 
+std::string cuda_blas_library() {
+  runtime_error("no GEMM library to load: {}", cuda_unavailable_reason());
+}
+
 void init_cuda_device(int) {
   runtime_error("device: cuda requested, but {}; rebuild with nvcc on PATH or use device: cpu",
                 cuda_unavailable_reason());

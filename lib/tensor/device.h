@@ -51,6 +51,10 @@ std::string cuda_unavailable_reason();
 void init_cuda_device(int index);
 // "cuda:0 (NVIDIA H200 (sm_90, 139.8 GiB))" after init_cuda_device.
 std::string cuda_device_name();
+// "cuBLASLt 130100 (libcublasLt.so.13)": loads the GEMM library, which CUDA builds open on their
+// first GEMM rather than at start (kernels/cublaslt_lazy.cc); needs no GPU. Throws fd::Error
+// when the library cannot be loaded, or this binary was built without CUDA.
+std::string cuda_blas_library();
 
 // The calling thread's device for new tensors.
 Device default_device();

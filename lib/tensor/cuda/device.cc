@@ -27,6 +27,14 @@ void init_cuda_device(int index) {
   }
 }
 
+std::string cuda_blas_library() {
+  try {
+    return kernels::blas_library();
+  } catch (const kernels::Error& e) {
+    runtime_error("{}", e.what());
+  }
+}
+
 std::string cuda_device_name() {
   return fmt::format("cuda:{} ({})", kernels::current_device(), kernels::device_name());
 }
