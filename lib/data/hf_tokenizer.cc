@@ -1,0 +1,303 @@
+#include "lib/data/hf_tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lib/base/error.h"
+#include "lib/data/utf8.h"
+
+namespace fd::data {
+
+using json = nlohmann::json;
+
+struct EncodeCache::State {
+  Bpe::Cache bpe;
+  PreTokenizer::Scratch pre;
+  std::string valid, normalized;
+  std::vector<TextPiece> raw_pieces, pieces;
+  std::vector<Span> words;
+};
+
+EncodeCache::EncodeCache() = default;
+EncodeCache::EncodeCache(EncodeCache&&) noexcept = default;
+EncodeCache& EncodeCache::operator=(EncodeCache&&) noexcept = default;
+EncodeCache::~EncodeCache() = default;
+void EncodeCache::reset(std::unique_ptr<State> s) { state_ = std::move(s); }
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+  EncodeCache cache;
+  std::vector<int32_t> out;
+  encode(text, add_special, out, cache);
+  return out;
+}
+
+namespace {
+
+std::string read_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    usage_error("{} not found: {} (a Hugging Face tokenizer directory holds tokenizer.json, "
+                "usually with tokenizer_config.json)",
+                what, path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (!in && !in.eof()) usage_error("cannot read {}: {}", path, std::strerror(errno));
+  return ss.str();
+}
+
+// Parses JSON text; a syntax error names file:line:column.
+json parse_json(const std::string& text, const std::string& where) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    const size_t at = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+        ++col;
+      }
+    }
+    std::string what = e.what();
+    if (const size_t p = what.find("syntax error"); p != std::string::npos) what = what.substr(p);
+    usage_error("{}:{}:{}: not valid JSON: {}", where, line, col, what);
+  }
+}
+
+// A token named in tokenizer_config.json: a string, {"content": ...}, or null.
+std::optional<std::string> config_token(const json& config, const char* key,
+                                        const std::string& where) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  usage_error("{}: \"{}\" must be a token string, {{\"content\": ...}} or null (got {})", where,
+              key, it->dump());
+}
+
+void add_eos_ids(const json& j, std::vector<int32_t>& out) {
+  const auto it = j.find("eos_token_id");
+  if (it == j.end()) return;
+  if (it->is_number_integer()) out.push_back(it->get<int32_t>());
+  if (it->is_array())
+    for (const json& v : *it)
+      if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+}
+
+}  // namespace
+
+std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
+  const std::string text = read_file(path, "tokenizer.json");
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const std::string config_path = (dir / "tokenizer_config.json").string();
+  std::error_code ec;
+  const std::string config =
+      std::filesystem::is_regular_file(config_path, ec) ? read_file(config_path, "tokenizer_config.json") : "";
+  auto tok = from_strings(text, config, path);
+  // The model's own end-of-generation ids (Llama 3 Instruct: <|eot_id|> and <|end_of_text|>).
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::string p = (dir / name).string();
+    if (!std::filesystem::is_regular_file(p, ec)) continue;
+    const json j = parse_json(read_file(p, name), p);
+    std::vector<int32_t> ids;
+    add_eos_ids(j, ids);
+    for (const int32_t id : ids) {
+      if (id < 0 || id >= tok->vocab_size_) {
+        usage_error("{}: eos_token_id {} is outside the tokenizer's {} ids ({})", p, id,
+                    tok->vocab_size_, path);
+      }
+      tok->stop_.push_back(id);
+    }
+  }
+  std::sort(tok->stop_.begin(), tok->stop_.end());
+  tok->stop_.erase(std::unique(tok->stop_.begin(), tok->stop_.end()), tok->stop_.end());
+  return tok;
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_strings(const std::string& tokenizer_json,
+                                                       const std::string& config_json,
+                                                       const std::string& where) {
+  const json j = parse_json(tokenizer_json, where);
+  if (!j.is_object()) usage_error("{}: a tokenizer.json is a JSON object", where);
+  for (const char* key : {"model", "added_tokens"}) {
+    if (!j.contains(key)) usage_error("{}: \"{}\" is missing: this is not a tokenizer.json", where, key);
+  }
+  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  t->where_ = where;
+  auto field = [&](const char* key) -> const json& {
+    static const json null;
+    const auto it = j.find(key);
+    return it == j.end() ? null : *it;
+  };
+  if (const json& trunc = field("truncation"); !trunc.is_null()) {
+    usage_error("{}: truncation: fdtrain does not truncate inside the tokenizer (set it to null; "
+                "sequence length is the recipe's)",
+                where);
+  }
+  t->normalizer_ = TextNormalizer::from_json(field("normalizer"), where + ": normalizer");
+  t->pre_tokenizer_ = PreTokenizer::from_json(field("pre_tokenizer"), where + ": pre_tokenizer");
+  t->model_ = Bpe::from_json(j["model"], t->pre_tokenizer_.byte_level(), where + ": model");
+  t->added_ = AddedTokens::from_json(j["added_tokens"], t->normalizer_, where + ": added_tokens");
+  t->decoder_ = TokenDecoder::from_json(field("decoder"), where + ": decoder");
+  t->vocab_size_ = t->model_.size();
+  for (const AddedToken& a : t->added_.tokens())
+    t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t(a.id) + 1);
+  t->read_post_processor(field("post_processor"), where + ": post_processor");
+  if (!config_json.empty()) {
+    const std::string cw = (std::filesystem::path(where).parent_path() / "tokenizer_config.json").string();
+    const json config = parse_json(config_json, cw);
+    if (!config.is_object()) usage_error("{}: must be a JSON object", cw);
+    t->read_config(config, cw);
+  }
+  if (t->eos_) t->stop_.push_back(*t->eos_);
+  return t;
+}
+
+void HfTokenizer::read_post_processor(const json& j, const std::string& where) {
+  if (j.is_null()) return;
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
+    usage_error("{}: a post-processor must be an object with a \"type\"", where);
+  const std::string type = j["type"].get<std::string>();
+  if (type == "Sequence") {
+    const auto it = j.find("processors");
+    if (it == j.end() || !it->is_array())
+      usage_error("{}: a Sequence needs a \"processors\" list", where);
+    for (size_t i = 0; i < it->size(); ++i)
+      read_post_processor((*it)[i], fmt::format("{}.processors[{}]", where, i));
+    return;
+  }
+  if (type == "ByteLevel") return;  // only moves offsets; ids are untouched
+  if (type != "TemplateProcessing") {
+    usage_error("{}: the post-processor type \"{}\" is not supported by fdtrain (supported: "
+                "TemplateProcessing, ByteLevel, Sequence)",
+                where, type);
+  }
+  const auto single = j.find("single");
+  const auto specials = j.find("special_tokens");
+  if (single == j.end() || !single->is_array())
+    usage_error("{}: a TemplateProcessing needs a \"single\" template list", where);
+  bool seen_sequence = false;
+  for (size_t i = 0; i < single->size(); ++i) {
+    const json& item = (*single)[i];
+    const std::string at = fmt::format("{}.single[{}]", where, i);
+    if (item.contains("Sequence")) {
+      if (seen_sequence) usage_error("{}: a second Sequence in the single template", at);
+      seen_sequence = true;
+      continue;
+    }
+    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") ||
+        !item["SpecialToken"]["id"].is_string()) {
+      usage_error("{}: must be {{\"SpecialToken\": {{\"id\": ...}}}} or {{\"Sequence\": ...}}", at);
+    }
+    const std::string name = item["SpecialToken"]["id"].get<std::string>();
+    if (specials == j.end() || !specials->contains(name) || !(*specials)[name].contains("ids") ||
+        !(*specials)[name]["ids"].is_array()) {
+      usage_error("{}: the special token \"{}\" is not in special_tokens", at, name);
+    }
+    for (const json& id : (*specials)[name]["ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size_)
+        usage_error("{}: \"{}\" has the id {}, outside the vocabulary", at, name, id.dump());
+      (seen_sequence ? suffix_ids_ : prefix_ids_).push_back(id.get<int32_t>());
+    }
+  }
+  if (!seen_sequence) usage_error("{}.single: the template has no Sequence (the text)", where);
+}
+
+void HfTokenizer::read_config(const json& config, const std::string& where) {
+  auto resolve = [&](const char* key) -> std::optional<int32_t> {
+    const auto token = config_token(config, key, where);
+    if (!token) return std::nullopt;
+    const auto id = token_id(*token);
+    if (!id) usage_error("{}: {} \"{}\" is not a token of {}", where, key, *token, where_);
+    return id;
+  };
+  bos_ = resolve("bos_token");
+  eos_ = resolve("eos_token");
+}
+
+std::optional<int32_t> HfTokenizer::token_id(std::string_view token) const {
+  if (const AddedToken* a = added_.find_content(token)) return a->id;
+  return model_.id(token);
+}
+
+std::string HfTokenizer::describe() const {
+  return fmt::format("{} (BPE{}, {} ids, {} added)", where_,
+                     model_.byte_level() ? ", byte-level" : "", vocab_size_,
+                     added_.tokens().size());
+}
+
+void HfTokenizer::encode(std::string_view input, bool add_special, std::vector<int32_t>& out,
+                         EncodeCache& cache) const {
+  if (cache.state() == nullptr) cache.reset(std::make_unique<EncodeCache::State>());
+  EncodeCache::State& st = *cache.state();
+  std::string_view text = input;
+  if (!is_valid_utf8(input)) {
+    st.valid = to_valid_utf8(input);
+    text = st.valid;
+  }
+  if (add_special) out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
+  st.raw_pieces.clear();
+  added_.split_raw(text, st.raw_pieces);
+  for (const TextPiece& raw : st.raw_pieces) {
+    if (raw.id >= 0) {
+      out.push_back(raw.id);
+      continue;
+    }
+    std::string_view section = text.substr(raw.begin, raw.end - raw.begin);
+    if (!normalizer_.identity()) {
+      normalizer_.apply(section, st.normalized);
+      section = st.normalized;
+    }
+    st.pieces.clear();
+    added_.split_normalized(section, st.pieces);
+    for (const TextPiece& piece : st.pieces) {
+      if (piece.id >= 0) {
+        out.push_back(piece.id);
+        continue;
+      }
+      const std::string_view part = section.substr(piece.begin, piece.end - piece.begin);
+      const std::string_view words_text =
+          pre_tokenizer_.split(part, raw.begin == 0 && piece.begin == 0, st.pre, st.words);
+      for (const Span& w : st.words)
+        model_.encode_word(words_text.substr(w.begin, w.end - w.begin), st.bpe, out);
+    }
+  }
+  if (add_special) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
+}
+
+std::string HfTokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (const int32_t id : ids) {
+    if (const AddedToken* a = added_.find_id(id)) {
+      if (!(skip_special && a->special)) tokens.push_back(a->content);
+    } else if (id >= 0 && id < model_.size()) {
+      tokens.push_back(model_.token(id));
+    } else {
+      tokens.emplace_back(kReplacementChar);
+    }
+  }
+  return decoder_.decode(std::move(tokens));
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    if (std::filesystem::is_regular_file(dir, ec) && dir.ends_with(".json"))
+      return HfTokenizer::load(dir);
+    usage_error("tokenizer directory not found: {} (a Hugging Face model or tokenizer directory, "
+                "holding tokenizer.json)",
+                dir);
+  }
+  return HfTokenizer::load((std::filesystem::path(dir) / "tokenizer.json").string());
+}
+
+}  // namespace fd::data

@@ -1,0 +1,81 @@
+// Tokenizer: text to token ids and back, whichever tokenizer a model uses.
+//
+// Two implementations: ByteTokenizer (every byte a token; byte-level recipes)
+// and HfTokenizer (a Hugging Face tokenizer.json, exact to Hugging Face's own
+// implementation). load_tokenizer() opens a model directory's tokenizer.
+//
+// encode() is safe to call from several threads at once on one Tokenizer when
+// each thread passes its own EncodeCache; everything else is const and
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fd::data {
+
+// Per-thread state of encode(): caches of recent words and scratch buffers.
+// Opaque; default-constructed empty, filled by the tokenizer it is used with
+// (one cache must stay with one tokenizer).
+class EncodeCache {
+ public:
+  EncodeCache();
+  EncodeCache(EncodeCache&&) noexcept;
+  EncodeCache& operator=(EncodeCache&&) noexcept;
+  ~EncodeCache();
+
+  struct State;  // defined by the tokenizer that fills it
+  State* state() { return state_.get(); }
+  void reset(std::unique_ptr<State> s);
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // "byte" or "tokenizer.json (BPE, byte-level, 128256 ids)": for logs and summaries.
+  virtual std::string describe() const = 0;
+  // Every id encode() can produce, special tokens included, is below this.
+  virtual int64_t vocab_size() const = 0;
+
+  // Appends the ids of `text` to `out`. Bytes that are not valid UTF-8 are
+  // read as U+FFFD, as Hugging Face receives them. add_special: add the
+  // tokens the tokenizer's post-processor adds (BOS, EOS) as Hugging Face's
+  // encode(text) does; false is encode(text, add_special_tokens=False).
+  virtual void encode(std::string_view text, bool add_special, std::vector<int32_t>& out,
+                      EncodeCache& cache) const = 0;
+  // Convenience for one-off calls (a fresh cache each time).
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+
+  // The text of `ids`, as Hugging Face's decode(ids) without clean-up of
+  // tokenization spaces; skip_special drops special tokens first. An id
+  // outside [0, vocab_size()) decodes as U+FFFD.
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
+
+  // The document delimiters `fdtrain tokenize` wraps each document in, from
+  // tokenizer_config.json's bos_token / eos_token (none for the byte tokenizer).
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
+  // Every id that ends generation: eos_id and the model's other end-of-turn
+  // tokens (generation_config.json's eos_token_id list, e.g. Llama 3 Instruct's
+  // <|eot_id|> and <|end_of_text|>). Sorted, without duplicates.
+  virtual std::vector<int32_t> stop_ids() const = 0;
+  // The id of a token given as its text (a special token such as "<|eot_id|>"),
+  // or nullopt.
+  virtual std::optional<int32_t> token_id(std::string_view token) const = 0;
+};
+
+// The tokenizer of a model directory: DIR/tokenizer.json (with
+// tokenizer_config.json and generation_config.json when present). Throws
+// fd::Error (kUsage) naming the file and the problem.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir);
+
+}  // namespace fd::data
