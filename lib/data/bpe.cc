@@ -187,6 +187,24 @@ Bpe Bpe::from_json(const json& model, bool byte_level, const std::string& where)
                        Merge{static_cast<int32_t>(i), im});
   }
   bpe.merges_.build(table);
+
+  // Where a long SentencePiece-style word may be cut (see bpe.h): before "▁", unless a token
+  // has the preceding character followed by "▁", or that character is not itself a token
+  // (byte-fallback and unknown symbols are spelled differently from the text).
+  if (!byte_level && bpe.prefix_.empty() && bpe.suffix_.empty()) {
+    constexpr std::string_view kSpace = "\u2581";
+    for (const std::string& t : bpe.tokens_) {
+      for (size_t at = t.find(kSpace, 1); at != std::string::npos; at = t.find(kSpace, at + 1)) {
+        size_t b = at - 1;
+        while (b > 0 && (static_cast<unsigned char>(t[b]) & 0xC0) == 0x80) --b;
+        const size_t n = utf8_sequence_length(t, b);
+        if (n == 0) continue;
+        const char32_t c = utf8_decode(t.data() + b, n);
+        if (c != U'\u2581') bpe.no_cut_after_[c] = true;
+      }
+    }
+    bpe.cut_before_space_ = bpe.id(kSpace).has_value();
+  }
   return bpe;
 }
 
@@ -336,7 +354,39 @@ void Bpe::merge_long(std::vector<int32_t>& s, Cache& cache) const {
   s.resize(w);
 }
 
+bool Bpe::cut_allowed(std::string_view word, size_t at) const {
+  size_t b = at - 1;
+  while (b > 0 && (static_cast<unsigned char>(word[b]) & 0xC0) == 0x80) --b;
+  const size_t n = utf8_sequence_length(word, b);
+  if (n == 0 || b + n != at) return false;
+  const std::string_view prev = word.substr(b, n);
+  if (prev == "\u2581" || !id(prev)) return false;
+  return !no_cut_after_.contains(utf8_decode(prev.data(), n));
+}
+
 void Bpe::encode_word(std::string_view word, Cache& cache, std::vector<int32_t>& out) const {
+  if (cut_before_space_ && word.size() > kShortWord) {
+    if (ignore_merges_) {
+      if (const auto whole = id(word)) {
+        out.push_back(*whole);
+        return;
+      }
+    }
+    constexpr std::string_view kSpace = "\u2581";
+    size_t begin = 0;
+    for (size_t at = word.find(kSpace, 1); at != std::string_view::npos;
+         at = word.find(kSpace, at + kSpace.size())) {
+      if (!cut_allowed(word, at)) continue;
+      encode_piece(word.substr(begin, at - begin), cache, out);
+      begin = at;
+    }
+    encode_piece(word.substr(begin), cache, out);
+    return;
+  }
+  encode_piece(word, cache, out);
+}
+
+void Bpe::encode_piece(std::string_view word, Cache& cache, std::vector<int32_t>& out) const {
   constexpr size_t kMaxCachedWord = 256;
   constexpr size_t kMaxCachedWords = 1 << 16;
   const bool cacheable = word.size() <= kMaxCachedWord;

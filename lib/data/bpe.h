@@ -16,9 +16,10 @@
 //
 // Speed: merges live in an open-addressing table keyed by the pair of ids;
 // words of up to kShortWord symbols use a scan (no heap, no allocation),
-// longer ones a heap over a linked list (O(n log n): SentencePiece-style
-// tokenizers make a whole paragraph one word); the encoded ids of recent words
-// are cached per thread (Cache).
+// longer ones a heap over a linked list (O(n log n)); SentencePiece-style
+// tokenizers make a whole paragraph one word, which is cut before "▁" where
+// the vocabulary proves no token can span the cut (see cut_before_space_); the
+// encoded ids of recent words are cached per thread (Cache).
 #pragma once
 
 #include <cstdint>
@@ -97,7 +98,9 @@ class Bpe {
     }
   };
 
+  void encode_piece(std::string_view word, Cache& cache, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
+  bool cut_allowed(std::string_view word, size_t at) const;
   void merge(std::vector<int32_t>& symbols, Cache& cache) const;
   void merge_long(std::vector<int32_t>& symbols, Cache& cache) const;
 
@@ -108,6 +111,13 @@ class Bpe {
   std::optional<int32_t> unk_id_;
   std::string prefix_;  // continuing_subword_prefix
   std::string suffix_;  // end_of_word_suffix
+  // SentencePiece-style vocabularies make a whole paragraph one word. A word
+  // may be cut before a "▁" without changing the result when no token can
+  // span the cut, i.e. no vocabulary token contains the character before it
+  // followed by "▁" (checked at load: cut_before_space_, and the characters
+  // after which a cut is not allowed). The pieces are then short and cached.
+  bool cut_before_space_ = false;
+  std::unordered_map<char32_t, bool> no_cut_after_;
   std::vector<std::string> tokens_;  // by id
   StringIdMap vocab_;                // token -> id
   int32_t byte_ids_[256];            // byte-level: the id of each byte's token, -1 if none
