@@ -112,7 +112,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   static const std::vector<std::string> kCommands = {
       "train", "validate", "print-config", "estimate", "ckpt", "ls", "cp", "schema", "eval",
-      "generate", "runs", "plot"};
+      "generate", "runs", "plot", "tokenize"};
   // `fdtrain help [COMMAND [SUBCOMMAND]]` is `fdtrain [COMMAND [SUBCOMMAND]] --help`.
   if (!args.empty() && args[0] == "help") {
     args.erase(args.begin());
@@ -232,6 +232,7 @@ int run(int argc, char** argv) {
   fd::cli::add_eval_command(app, &subcommands);
   fd::cli::add_generate_command(app, &subcommands);
   fd::cli::add_runs_commands(app, &subcommands);
+  fd::cli::add_tokenize_command(app, &subcommands);
 
   try {
     app.parse(args);

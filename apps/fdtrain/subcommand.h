@@ -29,6 +29,8 @@ void add_catalog_commands(CLI::App& app, std::vector<Subcommand>* out);
 void add_eval_command(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain generate: text from a model, KV-cached (generate_cmd.cc).
 void add_generate_command(CLI::App& app, std::vector<Subcommand>* out);
+// fdtrain tokenize: text to an llm.c token file through a tokenizer.json (tokenize_cmd.cc).
+void add_tokenize_command(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain runs | plot: run directories as a table, losses as an SVG (runs_cmd.cc).
 void add_runs_commands(CLI::App& app, std::vector<Subcommand>* out);
 

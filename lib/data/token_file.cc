@@ -33,37 +33,40 @@ TokenFormat detect(const MappedFile& f) {
   return ends_with(f.path(), ".bin") ? TokenFormat::kLlmc : TokenFormat::kText;
 }
 
-// Validates the llm.c header and size; returns the token count.
-int64_t check_llmc_header(const MappedFile& f) {
+// Validates the llm.c header and size; returns the token count and sets *width (bytes per token).
+int64_t check_llmc_header(const MappedFile& f, int* width) {
   const std::string& path = f.path();
   if (f.size() < kLlmcHeaderBytes)
     usage_error(
         "{}: {} bytes, shorter than the {}-byte llm.c token-file header; the file is "
         "truncated or not a token file ({})",
         path, f.size(), kLlmcHeaderBytes, kAsText);
-  int32_t magic = header_word(f, 0);
-  if (magic == kLlmcLlama3Magic)
+  const int32_t magic = header_word(f, 0);
+  const int32_t version = header_word(f, 1);
+  if (magic == kLlmcLlama3Magic) {
+    if (version != kLlmcLlama3Version)
+      usage_error("{}: llm.c LLaMA-3 token file version {}, expected {}; regenerate it", path,
+                  version, kLlmcLlama3Version);
+    *width = 4;
+  } else if (magic == kLlmcMagic) {
+    if (version != kLlmcVersion && version != kLlmcVersionU32)
+      usage_error(
+          "{}: llm.c token file version {}; fdtrain reads version {} (uint16 tokens) and {} "
+          "(uint32 tokens); regenerate it with fdtrain tokenize",
+          path, version, kLlmcVersion, kLlmcVersionU32);
+    *width = version == kLlmcVersion ? 2 : 4;
+  } else {
     usage_error(
-        "{}: an llm.c LLaMA-3 token file (magic {}, uint32 tokens), which fdtrain does "
-        "not read; write GPT-2 style uint16 token files (magic {})",
-        path, magic, kLlmcMagic);
-  if (magic != kLlmcMagic)
-    usage_error(
-        "{}: not an llm.c token file (magic {}, expected {}); write it with llm.c's data scripts "
-        "(dev/data/*.py) or, {}",
+        "{}: not an llm.c token file (magic {}, expected {}); write it with fdtrain tokenize or "
+        "llm.c's data scripts (dev/data/*.py) or, {}",
         path, magic, kLlmcMagic, kAsText);
-  int32_t version = header_word(f, 1);
-  if (version != kLlmcVersion)
-    usage_error(
-        "{}: llm.c token file version {}, expected {} (uint16 tokens); regenerate it "
-        "with llm.c's data scripts (dev/data/*.py)",
-        path, version, kLlmcVersion);
+  }
   int64_t count = header_word(f, 2);
   if (count <= 0)
     usage_error("{}: header says {} tokens; the file is corrupt or holds no data", path, count);
-  uint64_t expected = kLlmcHeaderBytes + 2 * uint64_t(count);
+  uint64_t expected = kLlmcHeaderBytes + uint64_t(*width) * uint64_t(count);
   if (f.size() != expected) {
-    int64_t held = int64_t((f.size() - kLlmcHeaderBytes) / 2);
+    int64_t held = int64_t((f.size() - kLlmcHeaderBytes) / uint64_t(*width));
     usage_error(
         "{}: header says {} tokens but the file holds {} (file size {} bytes, expected "
         "{}); {}",
@@ -101,9 +104,8 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, int64_t v
   const MappedFile& f = *t.file_;
   t.format_ = format == TokenFormat::kAuto ? detect(f) : format;
   if (t.format_ == TokenFormat::kLlmc) {
-    t.size_ = check_llmc_header(f);
+    t.size_ = check_llmc_header(f, &t.width_);
     t.tokens_ = f.data() + kLlmcHeaderBytes;
-    t.width_ = 2;
   } else {
     t.size_ = int64_t(f.size());
     t.tokens_ = f.data();
@@ -115,14 +117,25 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, int64_t v
   if (t.width_ == 1) {
     if (vocab_size < 256)
       for (int64_t i = 0; i < t.size_; ++i) max_id = std::max<int64_t>(max_id, t.tokens_[i]);
-  } else if (vocab_size < 65536) {
-    uint16_t m = 0;
-    for (int64_t i = 0; i < t.size_; ++i) m = std::max(m, t.u16_at(i));
-    max_id = m;
+  } else if (t.width_ == 2) {
+    if (vocab_size < 65536) {
+      uint16_t m = 0;
+      for (int64_t i = 0; i < t.size_; ++i) m = std::max(m, t.u16_at(i));
+      max_id = m;
+    }
+  } else {
+    // uint32 ids: a negative int32 (>= 2^31 as stored) is out of range too.
+    uint32_t m = 0;
+    for (int64_t i = 0; i < t.size_; ++i) {
+      uint32_t v;
+      std::memcpy(&v, t.tokens_ + 4 * i, 4);
+      m = std::max(m, v);
+    }
+    max_id = int64_t(m);
   }
   if (max_id >= vocab_size) {
     int64_t pos = 0;
-    while (t[pos] < vocab_size) ++pos;
+    while (t[pos] >= 0 && t[pos] < vocab_size) ++pos;
     usage_error(
         "{}: token id {} at position {} is not below model.vocab_size = {}; the data was "
         "tokenized for a larger vocabulary (raise model.vocab_size or re-tokenize){}",
@@ -138,14 +151,22 @@ uint16_t TokenFile::u16_at(int64_t i) const {
   return v;
 }
 
+int32_t TokenFile::u32_at(int64_t i) const {
+  int32_t v;
+  std::memcpy(&v, tokens_ + 4 * i, 4);
+  return v;
+}
+
 void TokenFile::copy(int64_t begin, int64_t count, int32_t* out) const {
   FD_CHECK(begin >= 0 && count >= 0 && begin + count <= size_, "copy [{}, {}) of {} tokens", begin,
            begin + count, size_);
   if (width_ == 1) {
     const uint8_t* p = tokens_ + begin;
     for (int64_t i = 0; i < count; ++i) out[i] = p[i];
-  } else {
+  } else if (width_ == 2) {
     for (int64_t i = 0; i < count; ++i) out[i] = u16_at(begin + i);
+  } else {
+    std::memcpy(out, tokens_ + 4 * begin, size_t(count) * 4);
   }
 }
 

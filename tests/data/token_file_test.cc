@@ -70,16 +70,48 @@ TEST(TokenFile, RejectsBadMagic) {
                       "llm.c's data scripts", kAsText});
 }
 
-TEST(TokenFile, RejectsLlama3Variant) {
-  std::string path = write_llmc("x.bin", {1, 2}, LlmcHeader{.magic = 20240801, .version = 7});
-  expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
-                     {path, "LLaMA-3", "uint32"});
+// Version 2 and llm.c's LLaMA-3 files hold uint32 tokens.
+std::string write_llmc32(const std::string& name, const std::vector<uint32_t>& tokens,
+                         LlmcHeader h) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = h.magic;
+  header[1] = h.version;
+  header[2] = int32_t(h.count.value_or(int64_t(tokens.size())));
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), 4 * tokens.size());
+  return write_bytes(name, bytes);
+}
+
+TEST(TokenFile, ReadsUint32Versions) {
+  const std::vector<uint32_t> ids = {0, 70000, 128255, 5};
+  for (const LlmcHeader h : {LlmcHeader{.version = 2}, LlmcHeader{.magic = 20240801, .version = 7}}) {
+    const std::string path = write_llmc32("x32.bin", ids, h);
+    const TokenFile f = TokenFile::open(path, TokenFormat::kLlmc, 128256);
+    ASSERT_EQ(f.size(), 4);
+    std::vector<int32_t> out(4);
+    f.copy(0, 4, out.data());
+    EXPECT_EQ(out, (std::vector<int32_t>{0, 70000, 128255, 5}));
+    EXPECT_EQ(f[1], 70000);
+    expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 128000); },
+                       {path, "token id 128255 at position 2", "model.vocab_size = 128000"});
+  }
+  // An id of 2^31 or more (negative as int32) is out of range, not a crash.
+  const std::string big = write_llmc32("big.bin", {1, 0x80000001u}, LlmcHeader{.version = 2});
+  expect_usage_error([&] { TokenFile::open(big, TokenFormat::kLlmc, 128256); },
+                     {big, "at position 1"});
+  // A uint32 file whose size matches uint16 tokens is caught by the size check.
+  const std::string truncated = write_llmc("t.bin", {1, 2, 3, 4}, LlmcHeader{.version = 2});
+  expect_usage_error([&] { TokenFile::open(truncated, TokenFormat::kLlmc, 128256); },
+                     {truncated, "header says 4 tokens but the file holds 2"});
 }
 
 TEST(TokenFile, RejectsBadVersion) {
-  std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.version = 2});
+  std::string path = write_llmc("x.bin", {1, 2, 3}, LlmcHeader{.version = 3});
   expect_usage_error([&] { TokenFile::open(path, TokenFormat::kLlmc, 50257); },
-                     {path, "version 2, expected 1"});
+                     {path, "version 3", "fdtrain tokenize"});
+  std::string llama3 = write_llmc("y.bin", {1, 2}, LlmcHeader{.magic = 20240801, .version = 1});
+  expect_usage_error([&] { TokenFile::open(llama3, TokenFormat::kLlmc, 50257); },
+                     {llama3, "LLaMA-3 token file version 1, expected 7"});
 }
 
 TEST(TokenFile, RejectsTruncatedFile) {

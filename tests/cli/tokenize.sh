@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# fdtrain tokenize: the token file holds, document by document, the tokenizer's
+# BOS, exactly the ids Hugging Face's own implementation gives
+# (tests/data/tokenizer/hf_reference.mjs, run live) and EOS; v1 (uint16) for
+# GPT-2, v2 (uint32) for Qwen3; the same bytes with 1 and 2 threads; .jsonl
+# documents; --raw. Then the errors: missing or malformed tokenizer.json
+# (file:line:col), an unsupported component (by JSON path), bad .jsonl lines
+# (file:line), an existing --out kept, missing inputs.
+source "$(dirname "$0")/common.bash"
+NPM=tests/fixtures/npm/node_modules/@lenml
+CORPUS=tests/data/tokenizer/corpus
+[[ -f $NPM/tokenizer-gpt2/models/tokenizer.json ]] ||
+  { echo "FAIL: $NPM is missing: run scripts/install_deps.sh"; exit 1; }
+mapfile -t INPUTS < <(ls $CORPUS/*.txt $CORPUS/*.bin | LC_ALL=C sort -t/ -k4)
+
+# check_file MODEL BIN JSON_OUTPUT: BIN == per document [bos] + Hugging Face's ids + [eos].
+check_file() {
+  local model=$1 bin=$2 summary=$3
+  node tests/data/tokenizer/hf_reference.mjs --tokenizer "$NPM/tokenizer-$model/models" \
+    --out "$TMP/ref.jsonl" "${INPUTS[@]}" 2>/dev/null || { echo "FAIL: hf_reference $model"; FAILURES=$((FAILURES + 1)); return; }
+  if python3 - "$bin" "$summary" "$TMP/ref.jsonl" <<'PY'; then
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+magic, version, count = struct.unpack("<3i", data[:12])
+s = json.loads(sys.argv[2])
+width = 2 if version == 1 else 4
+ids = list(struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", data[1024:]))
+assert magic == 20240520 and version == s["version"] and count == s["tokens"], (magic, version, count)
+want = []
+for line in open(sys.argv[3]):
+    r = json.loads(line)
+    if ":" in r["file"]:
+        continue  # per-line cases; the whole files are the documents
+    want += ([s["bos"]] if s["bos"] is not None else []) + r["ids_raw"] + ([s["eos"]] if s["eos"] is not None else [])
+assert ids == want, next(i for i in range(min(len(ids), len(want))) if ids[i] != want[i]) if ids[:len(want)] != want[:len(ids)] else (len(ids), len(want))
+print(f"    {count} tokens, version {version}, {s['documents']} documents")
+PY
+    echo "ok: $model: the token file is Hugging Face's ids with BOS/EOS per document"
+  else
+    echo "FAIL: $model: token file differs from Hugging Face's ids"; FAILURES=$((FAILURES + 1))
+  fi
+}
+
+for model in gpt2 qwen3 llama2; do
+  for t in 1 2; do
+    out=$("$FDTRAIN" tokenize --tokenizer "$NPM/tokenizer-$model/models" --out "$TMP/$model.$t.bin" \
+          --threads $t --json "${INPUTS[@]}") || { echo "FAIL: tokenize $model"; FAILURES=$((FAILURES + 1)); continue; }
+  done
+  check_file "$model" "$TMP/$model.1.bin" "$out"
+  if cmp -s "$TMP/$model.1.bin" "$TMP/$model.2.bin"; then echo "ok: $model: 1 and 2 threads write the same bytes"
+  else echo "FAIL: $model: 1 and 2 threads differ"; FAILURES=$((FAILURES + 1)); fi
+done
+python3 - "$TMP/gpt2.1.bin" "$TMP/qwen3.1.bin" <<'PY' && echo "ok: GPT-2 writes version 1 (uint16), Qwen3 version 2 (uint32)" || { echo "FAIL: versions"; FAILURES=$((FAILURES + 1)); }
+import struct, sys
+assert struct.unpack("<i", open(sys.argv[1], "rb").read(8)[4:])[0] == 1
+assert struct.unpack("<i", open(sys.argv[2], "rb").read(8)[4:])[0] == 2
+PY
+
+# .jsonl: one document per line's "text"; blank lines skipped and counted; --raw adds nothing.
+python3 - "$TMP/docs.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for t in ["Hello world.", "Second <|endoftext|> document", "", "  ", "naïve café 日本語"]:
+        f.write((json.dumps({"text": t, "id": 1}) if t.strip() else t) + "\n")
+PY
+out=$("$FDTRAIN" tokenize --tokenizer "$NPM/tokenizer-gpt2/models" --out "$TMP/j.bin" --json "$TMP/docs.jsonl")
+raw=$("$FDTRAIN" tokenize --tokenizer "$NPM/tokenizer-gpt2/models" --out "$TMP/jr.bin" --raw --json "$TMP/docs.jsonl")
+if python3 - "$out" "$raw" <<'PY'; then
+import json, sys
+a, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert a["documents"] == 3 and a["skipped_blank_lines"] == 2, a
+assert a["bos"] == 50256 and a["eos"] == 50256 and r["bos"] is None and r["eos"] is None, (a, r)
+assert a["tokens"] == r["tokens"] + 6, (a["tokens"], r["tokens"])
+PY
+  echo "ok: .jsonl documents, blank lines counted, --raw adds no tokens"
+else echo "FAIL: .jsonl / --raw"; FAILURES=$((FAILURES + 1)); fi
+
+# Errors.
+G=$NPM/tokenizer-gpt2/models
+expect_fail 2 "tokenizer directory not found: $TMP/none" tokenize --tokenizer "$TMP/none" --out "$TMP/o.bin" "${INPUTS[0]}"
+mkdir -p "$TMP/bad"
+printf '{\n  "model": {"type": "BPE",\n    "vocab": {"a": 0,}\n  }\n}\n' > "$TMP/bad/tokenizer.json"
+expect_fail 2 "$TMP/bad/tokenizer.json:3:22: not valid JSON" tokenize --tokenizer "$TMP/bad" --out "$TMP/o.bin" "${INPUTS[0]}"
+python3 - "$G/tokenizer.json" "$TMP/unsup/tokenizer.json" <<'PY'
+import json, os, sys
+j = json.load(open(sys.argv[1]))
+j["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]}
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+json.dump(j, open(sys.argv[2], "w"))
+PY
+expect_fail 2 'normalizer.normalizers\[1\]: the normalizer type "Lowercase" is not supported' \
+  tokenize --tokenizer "$TMP/unsup" --out "$TMP/o.bin" "${INPUTS[0]}"
+printf '{"text": "ok"}\n{"txt": "no field"}\n' > "$TMP/nofield.jsonl"
+expect_fail 2 "nofield.jsonl:2: no string field \"text\"" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/nofield.jsonl"
+printf '{"text": "ok"}\n{"text": "broken\n' > "$TMP/broken.jsonl"
+expect_fail 2 "broken.jsonl:2: not valid JSON" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/broken.jsonl"
+expect_fail 2 "input not found \(or not a file\): $TMP/missing.txt" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/missing.txt"
+cp "$TMP/j.bin" "$TMP/keep.bin"
+expect_fail 2 "keep.bin exists; pass --overwrite" tokenize --tokenizer "$G" --out "$TMP/keep.bin" "${INPUTS[0]}"
+cmp -s "$TMP/j.bin" "$TMP/keep.bin" && echo "ok: the existing --out is untouched" || { echo "FAIL: --out changed"; FAILURES=$((FAILURES + 1)); }
+expect_fail 1 "cannot create $TMP/nodir/o.bin.tmp" tokenize --tokenizer "$G" --out "$TMP/nodir/o.bin" "${INPUTS[0]}"
+[[ -z $(ls "$TMP" | grep '\.tmp\.') ]] && echo "ok: no temporary files left" || { echo "FAIL: temporary files left"; FAILURES=$((FAILURES + 1)); }
+finish
