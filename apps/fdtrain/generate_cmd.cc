@@ -5,15 +5,22 @@
 // temperature T (0 = greedy), then top-k, then top-p (nucleus) as Hugging Face
 // applies them. A run directory is read at its latest checkpoint, which is
 // named on stderr (lib/engine/inference_model.h).
-// Byte-level models (a checkpoint of a data.format text run, or a weights
-// file with a 256-token vocabulary) take --prompt text and print text; other
-// models take --tokens and print token ids (fdtrain has no BPE tokenizer).
-// The sampled text goes to stdout; the timing goes to stderr.
+// Text in and out: byte-level models (a checkpoint of a data.format text run,
+// or a weights file with a 256-token vocabulary) use the byte tokenizer; any
+// other model uses the tokenizer.json of --tokenizer DIR, or of the model when
+// it is a Hugging Face directory holding one: the prompt is the tokenizer's BOS
+// (when its config names one) and the encoded text, and generation stops after
+// any of the tokenizer's stop ids (its eos_token and generation_config.json's
+// eos_token_id list, e.g. Llama 3 Instruct's <|eot_id|> and <|end_of_text|>);
+// the text printed skips special tokens. Without a tokenizer, --tokens gives
+// the prompt as ids and ids are printed. The sampled text goes to stdout; the
+// timing goes to stderr.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +30,7 @@
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
 #include "lib/data/byte_tokenizer.h"
+#include "lib/data/tokenizer.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/inference_model.h"
 #include "lib/ops/blas_setup.h"
@@ -34,6 +42,7 @@ struct GenerateOptions {
   std::string model;
   std::string prompt;
   std::string tokens;  // "1,2,3"
+  std::string tokenizer;  // a directory with tokenizer.json
   int max_tokens = 200;
   float temperature = 0.8f;
   int top_k = 40;
@@ -86,11 +95,25 @@ int run_generate(const GenerateOptions& o) {
   engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::DecoderConfig& mc = m.model->config();
   const int context = int(mc.max_position_embeddings), vocab = int(mc.vocab_size);
-  const bool bytes = m.byte_level;
-  if (!o.prompt.empty() && !bytes)
+  const bool bytes = m.byte_level && o.tokenizer.empty();
+  // The model's own tokenizer: --tokenizer, or a Hugging Face directory's tokenizer.json.
+  std::string tokenizer_dir = o.tokenizer;
+  std::error_code ec;
+  if (tokenizer_dir.empty() && !bytes && std::filesystem::is_directory(o.model, ec) &&
+      std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json", ec))
+    tokenizer_dir = o.model;
+  std::unique_ptr<data::Tokenizer> text_tok;
+  if (!tokenizer_dir.empty()) {
+    text_tok = data::load_tokenizer(tokenizer_dir);
+    if (text_tok->vocab_size() > vocab)
+      usage_error("the tokenizer {} has {} ids but the model {} only {}: they do not belong "
+                  "together",
+                  tokenizer_dir, text_tok->vocab_size(), o.model, vocab);
+  }
+  if (!o.prompt.empty() && !bytes && !text_tok)
     usage_error(
-        "{} is not a byte-level model ({}), and fdtrain has no tokenizer for its "
-        "vocabulary of {}; give the prompt as token ids: --tokens 1,2,3",
+        "{} is not a byte-level model ({}) and has no tokenizer.json; give its tokenizer "
+        "(--tokenizer DIR) or the prompt as token ids (--tokens 1,2,3)",
         o.model, m.recipe ? "its run used data.format tokens" : "its vocabulary is not 256",
         vocab);
   if (bytes && vocab < data::ByteTokenizer::kVocabSize)
@@ -98,8 +121,20 @@ int run_generate(const GenerateOptions& o) {
                 vocab);
 
   data::ByteTokenizer tok;
-  std::vector<int32_t> prompt =
-      o.tokens.empty() ? tok.encode(o.prompt) : parse_tokens(o.tokens, vocab);
+  std::vector<int32_t> prompt;
+  if (!o.tokens.empty()) {
+    prompt = parse_tokens(o.tokens, vocab);
+  } else if (text_tok) {
+    if (const auto bos = text_tok->bos_id()) prompt.push_back(*bos);
+    const std::vector<int32_t> ids = text_tok->encode(o.prompt, false);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+  } else {
+    prompt = tok.encode(o.prompt);
+  }
+  const bool text_out = bytes || text_tok != nullptr;
+  auto decode = [&](const std::vector<int32_t>& ids) {
+    return text_tok ? text_tok->decode(ids, /*skip_special=*/true) : tok.decode(ids);
+  };
   engine::SampleOptions so;
   so.max_new_tokens = o.max_tokens;
   so.temperature = o.temperature;
@@ -117,12 +152,13 @@ int run_generate(const GenerateOptions& o) {
                 context);
   // As the run's sample; a Hugging Face directory's own BOS where it names one.
   so.start_token = m.bos_token >= 0 ? m.bos_token : engine::default_start_token(bytes, vocab);
+  if (text_tok) so.stop_tokens = text_tok->stop_ids();
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out = engine::generate(*m.model, prompt, so);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const std::string prompt_text = o.tokens.empty() ? o.prompt : tok.decode(prompt);
+  const std::string prompt_text = o.tokens.empty() ? o.prompt : text_out ? decode(prompt) : "";
   if (o.json) {
     nlohmann::json j = {{"model", m.source},
                         {"prompt_tokens", prompt},
@@ -133,10 +169,11 @@ int run_generate(const GenerateOptions& o) {
                         {"top_p", o.top_p},
                         {"context", so.max_context > 0 ? so.max_context : context},
                         {"seconds", secs}};
-    if (bytes) j["text"] = tok.decode(out);
+    if (text_out) j["text"] = decode(out);
+    if (text_tok) j["tokenizer"] = tokenizer_dir;
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else if (bytes) {
-    std::printf("%s%s\n", prompt_text.c_str(), tok.decode(out).c_str());
+  } else if (text_out) {
+    std::printf("%s%s\n", prompt_text.c_str(), decode(out).c_str());
   } else {
     std::printf("%s\n", fmt::format("{}", fmt::join(out, ",")).c_str());
   }
@@ -153,7 +190,11 @@ void add_generate_command(CLI::App& app, std::vector<Subcommand>* out) {
   cmd->add_option("model", o->model,
                   "run directory, checkpoint directory, or weights file (.safetensors, .h5)")
       ->required();
-  cmd->add_option("--prompt", o->prompt, "text to continue (byte-level models)");
+  cmd->add_option("--prompt", o->prompt,
+                  "text to continue (byte-level models, or with a tokenizer.json)");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "a directory with the model's tokenizer.json (default: the model's own "
+                  "directory when it holds one)");
   cmd->add_option("--tokens", o->tokens, "prompt as token ids, comma-separated (any model)");
   cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate (default 200)");
   cmd->add_option("--temperature", o->temperature,

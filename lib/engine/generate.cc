@@ -103,6 +103,9 @@ std::vector<int32_t> generate(const nn::Decoder& model, const std::vector<int32_
     seq.push_back(pick);
     out.push_back(pick);
     if (i + 1 == options.max_new_tokens) break;
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), pick) !=
+        options.stop_tokens.end())
+      break;
     if (decoder.length() < window) {
       logits = decoder.append(std::span<const int32_t>(&seq.back(), 1));
     } else {  // the window is full: keep its newest half and run that again

@@ -38,6 +38,8 @@ struct SampleOptions {
   int max_context = 0;       // tokens of context; 0 = the model's max_seq_len. Use the
                              // trained sequence length: later positions are untrained
   int32_t start_token = 10;  // context for an empty prompt ('\n' for byte-level text), < vocab
+  std::vector<int32_t> stop_tokens;  // generation ends after drawing one of these (the
+                                     // tokenizer's EOS / end-of-turn ids); it is returned
 };
 
 // Continues `prompt` (token ids < vocab_size; may be empty, then generation

@@ -100,4 +100,45 @@ expect_fail 2 "keep.bin exists; pass --overwrite" tokenize --tokenizer "$G" --ou
 cmp -s "$TMP/j.bin" "$TMP/keep.bin" && echo "ok: the existing --out is untouched" || { echo "FAIL: --out changed"; FAILURES=$((FAILURES + 1)); }
 expect_fail 1 "cannot create $TMP/nodir/o.bin.tmp" tokenize --tokenizer "$G" --out "$TMP/nodir/o.bin" "${INPUTS[0]}"
 [[ -z $(ls "$TMP" | grep '\.tmp\.') ]] && echo "ok: no temporary files left" || { echo "FAIL: temporary files left"; FAILURES=$((FAILURES + 1)); }
+# End to end: tokenize text with GPT-2's tokenizer, train on the token file (loss falls),
+# generate text through the tokenizer; generation stops at the tokenizer's stop ids
+# (generation_config.json's eos_token_id).
+"$FDTRAIN" tokenize --tokenizer "$G" --out "$TMP/fort.bin" /usr/share/games/fortunes/fortunes \
+  /usr/share/games/fortunes/literature > /dev/null || { echo "FAIL: tokenize fortunes"; FAILURES=$((FAILURES + 1)); }
+write_recipe "$TMP/r.yaml"
+"$FDTRAIN" train "$TMP/r.yaml" model.vocab_size=50257 model.d_model=32 data.format=tokens \
+  "data.train=[$TMP/fort.bin]" data.seq_len=32 steps=40 logging.every=10 optimizer.lr=3e-3 \
+  --run-dir "$TMP/run" --no-progress > "$TMP/train.log" 2>&1 || { echo "FAIL: train"; tail -3 "$TMP/train.log"; FAILURES=$((FAILURES + 1)); }
+if python3 - "$TMP/run/metrics.jsonl" <<'PY'; then
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+assert losses[-1] < losses[0] - 2.0, losses
+print(f"    loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+PY
+  echo "ok: a model trains on text tokenized by a real tokenizer"
+else echo "FAIL: loss did not fall"; FAILURES=$((FAILURES + 1)); fi
+gen=$("$FDTRAIN" generate "$TMP/run" --tokenizer "$G" --prompt "The meaning of life is" \
+      --temperature 1 --top-k 0 --seed 7 --max-tokens 12 --json 2>/dev/null)
+mkdir -p "$TMP/tok" && cp "$G/tokenizer.json" "$G/tokenizer_config.json" "$TMP/tok/"
+echo "    sampled: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens"])' "$gen")"
+python3 - "$gen" "$TMP/tok/generation_config.json" <<'PY'
+import json, sys
+g = json.loads(sys.argv[1])
+assert len(g["tokens"]) == 12 and g["text"] and g["prompt_tokens"][0] == 50256, g
+# The stop id: a token first drawn mid-way; generation must end right there.
+t = g["tokens"]
+first = next(i for i in range(len(t) // 3, len(t)) if t[i] not in t[:i])
+assert first + 1 < len(t), t
+json.dump({"eos_token_id": [50256, t[first]]}, open(sys.argv[2], "w"))
+open(sys.argv[2] + ".want", "w").write(str(first + 1))
+PY
+[[ $? -eq 0 ]] && echo "ok: generate prints decoded text" || { echo "FAIL: generate text: $gen"; FAILURES=$((FAILURES + 1)); }
+stopped=$("$FDTRAIN" generate "$TMP/run" --tokenizer "$TMP/tok" --prompt "The meaning of life is" \
+          --temperature 1 --top-k 0 --seed 7 --max-tokens 12 --json 2>/dev/null)
+python3 -c "import json,sys; g=json.loads(sys.argv[1]); assert len(g['tokens']) == int(sys.argv[2]), g['tokens']" \
+  "$stopped" "$(cat "$TMP/tok/generation_config.json.want")" \
+  && echo "ok: generation stops at generation_config.json's eos_token_id" \
+  || { echo "FAIL: no stop at eos: $stopped"; FAILURES=$((FAILURES + 1)); }
+expect_fail 2 "has 151669 ids but the model .* only 50257" generate "$TMP/run" \
+  --tokenizer "$NPM/tokenizer-qwen3/models" --prompt x
 finish
