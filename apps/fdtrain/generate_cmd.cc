@@ -98,6 +98,8 @@ int run_generate(const GenerateOptions& o) {
   const bool bytes = m.byte_level && o.tokenizer.empty();
   // The model's own tokenizer: --tokenizer, or a Hugging Face directory's tokenizer.json.
   std::string tokenizer_dir = o.tokenizer;
+  if (tokenizer_dir.empty() && m.recipe && !m.recipe->data.tokenizer.empty())
+    tokenizer_dir = m.recipe->data.tokenizer;  // the run's data.tokenizer
   std::error_code ec;
   if (tokenizer_dir.empty() && !bytes && std::filesystem::is_directory(o.model, ec) &&
       std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json", ec))

@@ -28,14 +28,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
-#include <exception>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -43,6 +37,7 @@
 
 #include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
+#include "lib/data/document_encoder.h"
 #include "lib/data/token_file_writer.h"
 #include "lib/data/tokenizer.h"
 
@@ -64,106 +59,6 @@ struct TokenizeOptions {
   int threads = 0;  // 0: the machine's cores
 };
 
-constexpr size_t kBatchBytes = size_t{4} << 20;
-constexpr size_t kBatchDocs = 4096;
-
-struct Batch {
-  int64_t index = 0;
-  std::vector<std::string> docs;
-  size_t bytes = 0;
-};
-
-struct Encoded {
-  std::vector<int32_t> ids;
-  size_t bytes = 0;
-};
-
-// Reads the inputs as documents, in order, handing out batches.
-class DocumentReader {
- public:
-  DocumentReader(const std::vector<std::string>& inputs, std::string field)
-      : inputs_(inputs), field_(std::move(field)) {}
-
-  // The next batch, or false at the end of the inputs.
-  bool next(Batch& b) {
-    b.docs.clear();
-    b.bytes = 0;
-    while (b.bytes < kBatchBytes && b.docs.size() < kBatchDocs) {
-      std::string doc;
-      if (!next_document(doc)) break;
-      b.bytes += doc.size();
-      b.docs.push_back(std::move(doc));
-    }
-    return !b.docs.empty();
-  }
-
-  int64_t documents() const { return documents_; }
-  int64_t blank_lines() const { return blank_; }
-  size_t bytes_read() const { return bytes_read_; }
-
- private:
-  bool next_document(std::string& doc) {
-    while (true) {
-      if (!open_) {
-        if (file_index_ >= inputs_.size()) return false;
-        path_ = inputs_[file_index_++];
-        jsonl_ = path_.ends_with(".jsonl");
-        line_ = 0;
-        in_ = std::ifstream(path_, std::ios::binary);
-        if (!in_) usage_error("cannot read {}: {}", path_, std::strerror(errno));
-        open_ = true;
-        if (!jsonl_) {
-          doc.assign(std::istreambuf_iterator<char>(in_), {});
-          if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
-          open_ = false;
-          bytes_read_ += doc.size();
-          ++documents_;
-          return true;
-        }
-      }
-      std::string line;
-      if (!std::getline(in_, line)) {
-        if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
-        open_ = false;
-        continue;
-      }
-      ++line_;
-      bytes_read_ += line.size() + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) {
-        ++blank_;
-        continue;
-      }
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded()) {
-        usage_error("{}:{}: not valid JSON; a .jsonl input holds one JSON object per line, with "
-                    "the text in \"{}\"",
-                    path_, line_, field_);
-      }
-      const auto it = j.is_object() ? j.find(field_) : j.end();
-      if (!j.is_object() || it == j.end() || !it->is_string()) {
-        usage_error("{}:{}: no string field \"{}\" (use --text-field to name the field holding "
-                    "the text)",
-                    path_, line_, field_);
-      }
-      doc = it->get<std::string>();
-      ++documents_;
-      return true;
-    }
-  }
-
-  const std::vector<std::string>& inputs_;
-  std::string field_;
-  size_t file_index_ = 0;
-  bool open_ = false;
-  bool jsonl_ = false;
-  std::string path_;
-  std::ifstream in_;
-  int64_t line_ = 0;
-  int64_t documents_ = 0;
-  int64_t blank_ = 0;
-  size_t bytes_read_ = 0;
-};
-
 std::string mb(double bytes) { return fmt::format("{:.1f}", bytes / 1e6); }
 
 int run_tokenize(const TokenizeOptions& o) {
@@ -181,147 +76,68 @@ int run_tokenize(const TokenizeOptions& o) {
                 "file is complete)",
                 o.out);
   const auto tok = data::load_tokenizer(o.tokenizer);
-  const std::optional<int32_t> bos = o.raw || o.no_bos ? std::nullopt : tok->bos_id();
-  const std::optional<int32_t> eos = o.raw || o.no_eos ? std::nullopt : tok->eos_id();
+  const data::DocumentWrap wrap = data::document_wrap(*tok, o.raw, o.no_bos, o.no_eos);
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
   data::TokenFileWriter writer(o.out, tok->vocab_size());
-  DocumentReader reader(o.inputs, o.text_field);
-
-  std::mutex mu;
-  std::condition_variable work_cv, done_cv;
-  std::deque<Batch> work;
-  std::map<int64_t, Encoded> done;
-  bool closing = false;
-  std::exception_ptr failure;
-
-  auto worker = [&] {
-    data::EncodeCache cache;
-    while (true) {
-      Batch b;
-      {
-        std::unique_lock lock(mu);
-        work_cv.wait(lock, [&] { return closing || !work.empty(); });
-        if (work.empty()) return;
-        b = std::move(work.front());
-        work.pop_front();
-      }
-      Encoded e;
-      e.bytes = b.bytes;
-      try {
-        for (const std::string& doc : b.docs) {
-          if (bos) e.ids.push_back(*bos);
-          tok->encode(doc, false, e.ids, cache);
-          if (eos) e.ids.push_back(*eos);
-        }
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!failure) failure = std::current_exception();
-      }
-      {
-        std::lock_guard lock(mu);
-        done.emplace(b.index, std::move(e));
-      }
-      done_cv.notify_all();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
-  auto stop_pool = [&] {
-    {
-      std::lock_guard lock(mu);
-      closing = true;
-    }
-    work_cv.notify_all();
-    for (std::thread& t : pool)
-      if (t.joinable()) t.join();
-  };
-
   const bool progress = isatty(fileno(stderr)) != 0 && !o.json;
   const auto start = std::chrono::steady_clock::now();
   auto last_draw = start;
   size_t written_bytes = 0;
-  int64_t next_to_write = 0, next_index = 0;
-  const int64_t max_in_flight = 2 * int64_t(threads);
-  // Writes finished batches in order; waits for one when `block`.
-  auto drain = [&](bool block) {
-    while (true) {
-      Encoded e;
-      {
-        std::unique_lock lock(mu);
-        if (block) {
-          done_cv.wait(lock, [&] { return done.contains(next_to_write) || failure; });
-        }
-        if (failure) std::rethrow_exception(failure);
-        const auto it = done.find(next_to_write);
-        if (it == done.end()) return;
-        e = std::move(it->second);
-        done.erase(it);
-      }
-      writer.write(e.ids);
-      written_bytes += e.bytes;
-      ++next_to_write;
-      block = false;
-      const auto now = std::chrono::steady_clock::now();
-      if (progress && now - last_draw > std::chrono::milliseconds(250)) {
-        last_draw = now;
-        const double s = std::chrono::duration<double>(now - start).count();
-        const double rate = written_bytes / std::max(s, 1e-9);
-        const double left = total_bytes > written_bytes ? (total_bytes - written_bytes) / rate : 0;
-        std::fprintf(stderr, "\rtokenize: %s/%s MB | %.1f MB/s | ETA %.0f s   ",
-                     mb(double(written_bytes)).c_str(), mb(double(total_bytes)).c_str(),
-                     rate / 1e6, left);
-      }
-    }
-  };
-
+  data::DocumentStats stats;
   try {
-    Batch b;
-    while (reader.next(b)) {
-      b.index = next_index++;
-      {
-        std::lock_guard lock(mu);
-        work.push_back(std::move(b));
-      }
-      work_cv.notify_one();
-      b = Batch{};
-      drain(next_index - next_to_write >= max_in_flight);
-    }
-    while (next_to_write < next_index) drain(true);
-    stop_pool();
+    stats = data::encode_documents(
+        o.inputs, *tok, wrap, o.text_field, threads,
+        [&](std::span<const int32_t> ids, size_t bytes) {
+          writer.write(ids);
+          written_bytes += bytes;
+          const auto now = std::chrono::steady_clock::now();
+          if (progress && now - last_draw > std::chrono::milliseconds(250)) {
+            last_draw = now;
+            const double s = std::chrono::duration<double>(now - start).count();
+            const double rate = double(written_bytes) / std::max(s, 1e-9);
+            const double left =
+                total_bytes > written_bytes ? double(total_bytes - written_bytes) / rate : 0;
+            std::fprintf(stderr, "\rtokenize: %s/%s MB | %.1f MB/s | ETA %.0f s   ",
+                         mb(double(written_bytes)).c_str(), mb(double(total_bytes)).c_str(),
+                         rate / 1e6, left);
+          }
+        });
     writer.close();
   } catch (...) {
-    stop_pool();
     if (progress) std::fprintf(stderr, "\r\033[K");
     throw;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (progress) std::fprintf(stderr, "\r\033[K");
-  const double rate = reader.bytes_read() / std::max(seconds, 1e-9) / 1e6;
+  const double rate = double(stats.bytes) / std::max(seconds, 1e-9) / 1e6;
+  const auto id_or_null = [](std::optional<int32_t> id) {
+    return id ? nlohmann::json(*id) : nlohmann::json(nullptr);
+  };
   if (o.json) {
     nlohmann::json j = {{"out", o.out},
                         {"tokenizer", o.tokenizer},
-                        {"documents", reader.documents()},
-                        {"skipped_blank_lines", reader.blank_lines()},
-                        {"bytes", reader.bytes_read()},
+                        {"documents", stats.documents},
+                        {"skipped_blank_lines", stats.blank_lines},
+                        {"bytes", stats.bytes},
                         {"tokens", writer.count()},
                         {"version", writer.version()},
                         {"threads", threads},
                         {"seconds", seconds},
                         {"mb_per_s", rate},
-                        {"bos", bos ? nlohmann::json(*bos) : nlohmann::json(nullptr)},
-                        {"eos", eos ? nlohmann::json(*eos) : nlohmann::json(nullptr)}};
+                        {"bos", id_or_null(wrap.bos)},
+                        {"eos", id_or_null(wrap.eos)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s: %lld tokens (llm.c version %d, %s) from %lld documents, %s MB in %.2f s "
                 "(%.1f MB/s, %d threads)%s\n",
                 o.out.c_str(), static_cast<long long>(writer.count()), writer.version(),
                 writer.version() == 1 ? "uint16" : "uint32",
-                static_cast<long long>(reader.documents()), mb(double(reader.bytes_read())).c_str(),
-                seconds, rate, threads,
-                reader.blank_lines() > 0
-                    ? fmt::format("; {} blank .jsonl lines skipped", reader.blank_lines()).c_str()
+                static_cast<long long>(stats.documents), mb(double(stats.bytes)).c_str(), seconds,
+                rate, threads,
+                stats.blank_lines > 0
+                    ? fmt::format("; {} blank .jsonl lines skipped", stats.blank_lines).c_str()
                     : "");
   }
   return 0;

@@ -118,6 +118,7 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add_list("data.val", d.val);
   add("data.val_fraction", number(d.val_fraction));
   add("data.seq_len", std::to_string(d.seq_len));
+  add("data.tokenizer", str(d.tokenizer));
   const auto& b = r.batch;
   add("batch.micro", std::to_string(b.micro));
   add("batch.accumulation", std::to_string(b.accumulation));

@@ -83,6 +83,10 @@ struct DataOptions {
   std::vector<std::string> val;
   double val_fraction = 0.05;  // in [0, 0.5]; used only when val is empty
   int seq_len = 128;           // tokens per training sequence, 1..model.max_seq_len
+  // A Hugging Face tokenizer (a directory with tokenizer.json) for format text:
+  // each file (each .jsonl line's "text") is a document, encoded with its BOS
+  // and EOS. "" = the byte tokenizer.
+  std::string tokenizer;
   bool operator==(const DataOptions&) const = default;
 };
 

@@ -92,6 +92,10 @@ const std::vector<KeyDoc>& key_reference() {
       {"data.val_fraction", "number", "0.05", "[0, 0.5]",
        "share of the training tokens held out for validation when data.val is empty"},
       {"data.seq_len", "int", "128", "1 .. model.max_seq_len", "tokens per training sequence"},
+      {"data.tokenizer", "path", "\"\"", "a directory with tokenizer.json",
+       "with data.format text: a Hugging Face tokenizer; each file (each line's \"text\" of a "
+       ".jsonl file) is one document, encoded with the tokenizer's BOS and EOS, as fdtrain "
+       "tokenize writes it; \"\" = the byte tokenizer"},
       // batch
       {"batch.micro", "int", "8", ">= 1", "sequences per micro-batch per rank"},
       {"batch.accumulation", "int", "1", ">= 1", "micro-batches accumulated per optimizer step"},

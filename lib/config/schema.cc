@@ -724,6 +724,12 @@ void Builder::data(const Node& root) {
   get_files(s, "data", "val", &d.val);
   get_double(s, "data", "val_fraction", &d.val_fraction, closed(0, 0.5));
   get_int(s, "data", "seq_len", &d.seq_len, at_least(1));
+  if (get_string(s, "data", "tokenizer", &d.tokenizer) && !d.tokenizer.empty() &&
+      d.format != DataFormat::kText && !bad("data.format")) {
+    error(loc_of("data.tokenizer"), "data.tokenizer",
+          "a tokenizer reads text; data.format tokens files are already tokens (remove "
+          "data.tokenizer, or set data.format: text)");
+  }
 }
 
 void Builder::batch(const Node& root) {

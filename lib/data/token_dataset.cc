@@ -6,6 +6,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/data/document_encoder.h"
 
 namespace fd::data {
 namespace {
@@ -13,8 +14,19 @@ namespace {
 std::shared_ptr<const std::vector<TokenFile>> open_all(const std::vector<std::string>& paths,
                                                        const DatasetOptions& options) {
   auto files = std::make_shared<std::vector<TokenFile>>();
-  for (const std::string& p : paths)
-    files->push_back(TokenFile::open(p, options.format, options.vocab_size));
+  for (const std::string& p : paths) {
+    if (options.tokenizer && options.format == TokenFormat::kText) {
+      const Tokenizer& tok = *options.tokenizer;
+      std::vector<int32_t> ids;
+      encode_documents({p}, tok, document_wrap(tok), "text", 1,
+                       [&](std::span<const int32_t> batch, size_t) {
+                         ids.insert(ids.end(), batch.begin(), batch.end());
+                       });
+      files->push_back(TokenFile::from_tokens(p, std::move(ids), options.vocab_size));
+    } else {
+      files->push_back(TokenFile::open(p, options.format, options.vocab_size));
+    }
+  }
   return files;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lib/data/token_file.h"
+#include "lib/data/tokenizer.h"
 
 namespace fd::data {
 
@@ -31,6 +32,10 @@ struct DatasetOptions {
   int seq_len = 0;
   // model.vocab_size: every token id must be below it.
   int64_t vocab_size = 0;
+  // data.tokenizer: with format kText, each file is encoded as documents
+  // (document_encoder.h: BOS + text + EOS; .jsonl: one document per line)
+  // instead of read byte by byte. Null: the byte tokenizer.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 // A contiguous range [begin, end) of a concatenation of files.

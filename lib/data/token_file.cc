@@ -101,6 +101,7 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, int64_t v
   FD_CHECK(vocab_size > 0, "vocab_size {}", vocab_size);
   TokenFile t;
   t.file_ = std::make_shared<const MappedFile>(path);
+  t.path_ = path;
   const MappedFile& f = *t.file_;
   t.format_ = format == TokenFormat::kAuto ? detect(f) : format;
   if (t.format_ == TokenFormat::kLlmc) {
@@ -149,6 +150,26 @@ uint16_t TokenFile::u16_at(int64_t i) const {
   uint16_t v;
   std::memcpy(&v, tokens_ + 2 * i, 2);  // little-endian, possibly unaligned in principle
   return v;
+}
+
+TokenFile TokenFile::from_tokens(std::string path, std::vector<int32_t> tokens,
+                                 int64_t vocab_size) {
+  TokenFile t;
+  t.path_ = std::move(path);
+  if (tokens.empty()) usage_error("{}: no tokens (the file is empty)", t.path_);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size) {
+      usage_error("{}: token id {} at position {} is not below model.vocab_size = {}; the "
+                  "tokenizer has more ids than the model",
+                  t.path_, tokens[i], i, vocab_size);
+    }
+  }
+  t.owned_ = std::make_shared<const std::vector<int32_t>>(std::move(tokens));
+  t.format_ = TokenFormat::kText;
+  t.tokens_ = reinterpret_cast<const uint8_t*>(t.owned_->data());
+  t.width_ = 4;
+  t.size_ = int64_t(t.owned_->size());
+  return t;
 }
 
 int32_t TokenFile::u32_at(int64_t i) const {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lib/data/mapped_file.h"
 
@@ -46,8 +47,12 @@ class TokenFile {
   // be below it. Throws fd::Error (kUsage) with the file, the problem and the
   // fix for every malformed, truncated, missing or empty file.
   static TokenFile open(const std::string& path, TokenFormat format, int64_t vocab_size);
+  // Tokens already in memory (a text file encoded by a tokenizer), named `path`
+  // in messages. Throws fd::Error (kUsage) when an id is not below vocab_size
+  // or there are no tokens.
+  static TokenFile from_tokens(std::string path, std::vector<int32_t> tokens, int64_t vocab_size);
 
-  const std::string& path() const { return file_->path(); }
+  const std::string& path() const { return path_; }
   TokenFormat format() const { return format_; }  // kText or kLlmc, never kAuto
   int64_t size() const { return size_; }          // number of tokens
 
@@ -62,7 +67,9 @@ class TokenFile {
   uint16_t u16_at(int64_t i) const;
   int32_t u32_at(int64_t i) const;
 
-  std::shared_ptr<const MappedFile> file_;
+  std::string path_;
+  std::shared_ptr<const MappedFile> file_;              // a file's tokens, or
+  std::shared_ptr<const std::vector<int32_t>> owned_;  // tokens in memory
   TokenFormat format_ = TokenFormat::kText;
   const uint8_t* tokens_ = nullptr;  // first token byte
   int width_ = 1;                    // bytes per token: 1 (text), 2 or 4 (llmc)

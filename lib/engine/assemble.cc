@@ -9,6 +9,7 @@
 #include "lib/base/error.h"
 #include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
+#include "lib/data/tokenizer.h"
 
 namespace fd::engine {
 
@@ -56,7 +57,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
-  a.byte_level = r.data.format == config::DataFormat::kText;
+  a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
 
   zero::ZeroConfig& z = a.zero;
   z.stage = r.zero.stage;
@@ -100,7 +101,7 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
-  a.byte_level = r.data.format == config::DataFormat::kText;
+  a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
   return a;
 }
 
@@ -123,6 +124,20 @@ std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
   o.val_fraction = r.data.val_fraction;
   o.seq_len = r.data.seq_len;
   o.vocab_size = r.model.vocab_size;
+  if (!r.data.tokenizer.empty()) {
+    try {
+      o.tokenizer = data::load_tokenizer(r.data.tokenizer);
+    } catch (const Error& e) {
+      throw Error(e.kind(), fmt::format("{}: data.tokenizer: {}", r.where("data.tokenizer"),
+                                        e.what()));
+    }
+    if (o.tokenizer->vocab_size() > o.vocab_size) {
+      usage_error("{}: data.tokenizer {} has {} ids but model.vocab_size is {}: raise "
+                  "model.vocab_size to at least {} (or use the model's own tokenizer)",
+                  r.where("data.tokenizer"), r.data.tokenizer, o.tokenizer->vocab_size(),
+                  o.vocab_size, o.tokenizer->vocab_size());
+    }
+  }
   try {
     return std::make_unique<data::TokenDataset>(o);
   } catch (const Error& e) {
@@ -152,8 +167,8 @@ SampleOptions sample_options(const config::Recipe& r) {
   so.top_k = r.logging.sample_top_k;
   so.seed = uint64_t(r.seed);
   so.max_context = r.data.seq_len;  // positions beyond it were never trained
-  so.start_token =
-      default_start_token(r.data.format == config::DataFormat::kText, r.model.vocab_size);
+  so.start_token = default_start_token(
+      r.data.format == config::DataFormat::kText && r.data.tokenizer.empty(), r.model.vocab_size);
   return so;
 }
 

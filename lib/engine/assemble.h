@@ -43,7 +43,7 @@ struct Assembly {
   uint64_t seed = 0;       // model init, sampling, adapter dropout
   int micro = 1;           // sequences per micro-batch
   int seq_len = 1;         // tokens per sequence
-  bool byte_level = true;  // tokens are bytes (data.format text), else token ids
+  bool byte_level = true;  // tokens are bytes (data.format text without data.tokenizer), else ids
 };
 
 // A training run of `r` at `world` ranks (r as validated by lib/config).

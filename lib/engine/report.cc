@@ -9,6 +9,7 @@
 
 #include "lib/base/log.h"
 #include "lib/data/byte_tokenizer.h"
+#include "lib/data/tokenizer.h"
 #include "lib/engine/run_dir.h"
 #include "lib/engine/tfevents.h"
 #include "lib/tensor/memory.h"
@@ -229,13 +230,23 @@ void RunReport::add_sample(
     nlohmann::json& summary, bool print,
     const std::function<std::vector<int32_t>(const std::vector<int32_t>&)>& generate) {
   if (recipe_.logging.sample_tokens <= 0) return;
-  data::ByteTokenizer tok;
   const bool text = recipe_.data.format == config::DataFormat::kText;
+  // The run's tokenizer: data.tokenizer's tokenizer.json, else bytes.
+  std::unique_ptr<data::Tokenizer> hf;
+  if (text && !recipe_.data.tokenizer.empty()) hf = data::load_tokenizer(recipe_.data.tokenizer);
+  data::ByteTokenizer bytes;
   std::vector<int32_t> prompt;
-  if (text) prompt = tok.encode(recipe_.logging.sample_prompt);
+  if (hf) {
+    if (const auto bos = hf->bos_id()) prompt.push_back(*bos);
+    const std::vector<int32_t> ids = hf->encode(recipe_.logging.sample_prompt, false);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+  } else if (text) {
+    prompt = bytes.encode(recipe_.logging.sample_prompt);
+  }
   const std::vector<int32_t> out = generate(prompt);
   if (text) {
-    std::string sample = recipe_.logging.sample_prompt + tok.decode(out);
+    std::string sample =
+        recipe_.logging.sample_prompt + (hf ? hf->decode(out, true) : bytes.decode(out));
     summary["sample"] = sample;
     if (print && rank0_)
       std::printf("--- sample (%d tokens, temperature %.2f) ---\n%s\n---\n",

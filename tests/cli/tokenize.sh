@@ -141,4 +141,27 @@ python3 -c "import json,sys; g=json.loads(sys.argv[1]); assert len(g['tokens']) 
   || { echo "FAIL: no stop at eos: $stopped"; FAILURES=$((FAILURES + 1)); }
 expect_fail 2 "has 151669 ids but the model .* only 50257" generate "$TMP/run" \
   --tokenizer "$NPM/tokenizer-qwen3/models" --prompt x
+
+# data.tokenizer: text tokenized while the run starts trains exactly as the token file does
+# (the same weights), and the run's generate reads its tokenizer from the recipe.
+"$FDTRAIN" train "$TMP/r.yaml" model.vocab_size=50257 model.d_model=32 data.format=text \
+  "data.tokenizer=$G" "data.train=[/usr/share/games/fortunes/fortunes,/usr/share/games/fortunes/literature]" \
+  data.seq_len=32 steps=40 logging.every=10 optimizer.lr=3e-3 \
+  --run-dir "$TMP/run_text" --no-progress > "$TMP/train_text.log" 2>&1 || { echo "FAIL: train with data.tokenizer"; tail -3 "$TMP/train_text.log"; FAILURES=$((FAILURES + 1)); }
+if python3 - "$TMP/run/summary.json" "$TMP/run_text/summary.json" <<'PY'; then
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["weights_sha256"] == b["weights_sha256"], (a["weights_sha256"], b["weights_sha256"])
+print(f"    weights {a['weights_sha256'][:16]} both ways")
+PY
+  echo "ok: data.tokenizer trains bit-identically to fdtrain tokenize + data.format tokens"
+else echo "FAIL: data.tokenizer and the token file train differently"; FAILURES=$((FAILURES + 1)); fi
+text=$("$FDTRAIN" generate "$TMP/run_text" --prompt "The " --max-tokens 5 2>/dev/null) && [[ -n $text ]] \
+  && echo "ok: generate takes the run's data.tokenizer" || { echo "FAIL: generate on the data.tokenizer run"; FAILURES=$((FAILURES + 1)); }
+expect_fail 2 "data.tokenizer .* has 50257 ids but model.vocab_size is 256" train "$TMP/r.yaml" \
+  "data.tokenizer=$G" --run-dir "$TMP/run_small"
+expect_fail 2 "data.tokenizer: a tokenizer reads text" train "$TMP/r.yaml" data.format=tokens \
+  "data.train=[$TMP/fort.bin]" "data.tokenizer=$G" --run-dir "$TMP/run_tok"
+expect_fail 2 "data.tokenizer: tokenizer directory not found: $TMP/none" train "$TMP/r.yaml" \
+  "data.tokenizer=$TMP/none" --run-dir "$TMP/run_none"
 finish

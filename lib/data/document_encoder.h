@@ -1,0 +1,53 @@
+// Text documents to token ids: what `fdtrain tokenize` writes and what a
+// recipe's `data: {format: text, tokenizer: DIR}` trains on, the same ids both
+// ways.
+//
+// Documents: each input file is one document, except .jsonl files, where each
+// non-blank line is a JSON object whose text field ("text" by default) is one.
+// Each document is encoded with encode(text, add_special=false) and wrapped in
+// the DocumentWrap's BOS / EOS ids (document_wrap(): tokenizer_config.json's
+// bos_token / eos_token).
+//
+// encode_documents() reads the documents in order, encodes batches of ~4 MB
+// on `threads` threads and hands the ids to `sink` in document order, with at
+// most 2 x threads batches in flight: memory is a few batches plus the largest
+// document, however large the input.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lib/data/tokenizer.h"
+
+namespace fd::data {
+
+struct DocumentWrap {
+  std::optional<int32_t> bos;  // put before each document
+  std::optional<int32_t> eos;  // put after each document
+};
+
+// The tokenizer's BOS and EOS (either may be absent); raw: neither.
+DocumentWrap document_wrap(const Tokenizer& tok, bool raw = false, bool no_bos = false,
+                           bool no_eos = false);
+
+struct DocumentStats {
+  int64_t documents = 0;
+  int64_t blank_lines = 0;  // blank .jsonl lines skipped
+  int64_t bytes = 0;        // input bytes read
+  int64_t tokens = 0;       // ids handed to the sink
+};
+
+// Encodes the documents of `files` (see above). sink(ids, bytes) receives each
+// batch's ids and the input bytes they came from, in order, on the calling
+// thread. Throws fd::Error (kUsage) naming file:line for a bad .jsonl line, an
+// unreadable file; whatever sink throws is rethrown after the workers stop.
+DocumentStats encode_documents(const std::vector<std::string>& files, const Tokenizer& tok,
+                               const DocumentWrap& wrap, const std::string& text_field,
+                               int threads,
+                               const std::function<void(std::span<const int32_t>, size_t)>& sink);
+
+}  // namespace fd::data
