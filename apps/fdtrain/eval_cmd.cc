@@ -3,7 +3,9 @@
 // The mean loss and perplexity of a model (a run / checkpoint directory or a
 // weights file, lib/engine/inference_model.h) over the first N non-overlapping
 // windows of T + 1 tokens of FILE (lib/engine/evaluate.h defines the number).
-// FILE is raw text (byte tokenizer) or an llm.c .bin token file. A run
+// FILE is text (read with the model's tokenizer.json: --tokenizer, the run's
+// data.tokenizer or a model directory's own, as training reads it; else one
+// token per byte) or an llm.c .bin token file. A run
 // directory is read at its latest checkpoint, which is named on stderr. While
 // it runs, a terminal stderr shows a progress line (windows done / total,
 // running mean loss), cleared at the end; nothing when stderr is not a TTY.
@@ -12,6 +14,7 @@
 //   model       string  what was read: the step directory or the weights file
 //   data        string  --data as given
 //   format      string  "text" or "llmc": how FILE was read
+//   tokenizer   string  the tokenizer directory a text FILE was read with (absent: bytes)
 //   seq_len     int     T
 //   windows     int     N
 //   targets     int     N * T: the tokens predicted
@@ -32,6 +35,7 @@
 #include "lib/base/error.h"
 #include "lib/base/file_type.h"
 #include "lib/base/log.h"
+#include "lib/data/document_encoder.h"
 #include "lib/data/token_file.h"
 #include "lib/engine/evaluate.h"
 #include "lib/engine/inference_model.h"
@@ -44,6 +48,7 @@ struct EvalOptions {
   std::string model;
   std::string data;
   std::string format = "auto";
+  std::string tokenizer;  // a directory with tokenizer.json
   int seq_len = -1;      // -1: the run's data.seq_len (checkpoints), else max_seq_len
   int64_t windows = -1;  // -1: every whole window in the file
   int batch = 8;
@@ -101,8 +106,24 @@ int run_eval(const EvalOptions& o) {
         "--seq-len {} or less",
         T, context, context);
 
+  // A text file through the model's tokenizer (--tokenizer, the run's data.tokenizer, a model
+  // directory's tokenizer.json), as training reads it: BOS + text + EOS per document.
+  const std::string tokenizer_dir = o.tokenizer.empty() ? m.tokenizer_dir : o.tokenizer;
   data::TokenFile file =
       data::TokenFile::open(o.data, *data::token_format_from_name(o.format), vocab);
+  if (!tokenizer_dir.empty() && file.format() == data::TokenFormat::kText) {
+    const auto tok = data::load_tokenizer(tokenizer_dir);
+    if (tok->vocab_size() > vocab)
+      usage_error("the tokenizer {} has {} ids but the model {} only {}: they do not belong "
+                  "together",
+                  tokenizer_dir, tok->vocab_size(), o.model, vocab);
+    std::vector<int32_t> ids;
+    data::encode_documents({o.data}, *tok, data::document_wrap(*tok), "text", 1,
+                           [&](std::span<const int32_t> b, size_t) {
+                             ids.insert(ids.end(), b.begin(), b.end());
+                           });
+    file = data::TokenFile::from_tokens(o.data, std::move(ids), vocab);
+  }
   const int64_t W = int64_t(T) + 1;
   const int64_t fit = file.size() / W;
   if (fit == 0)
@@ -127,6 +148,7 @@ int run_eval(const EvalOptions& o) {
                         {"format", format},         {"seq_len", T},
                         {"windows", r.windows},     {"targets", r.targets},
                         {"mean_loss", r.mean_loss}, {"perplexity", r.perplexity}};
+    if (!tokenizer_dir.empty() && format == "text") j["tokenizer"] = tokenizer_dir;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -150,8 +172,13 @@ void add_eval_command(CLI::App& app, std::vector<Subcommand>* out) {
   cmd->add_option("model", o->model,
                   "run directory, checkpoint directory, or weights file (.safetensors, .h5)")
       ->required();
-  cmd->add_option("--data", o->data, "text file (byte tokenizer) or llm.c .bin token file")
+  cmd->add_option("--data", o->data,
+                  "text file (read with the model's tokenizer, else bytes) or llm.c .bin token "
+                  "file")
       ->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "a directory with tokenizer.json for a text --data (default: the run's "
+                  "data.tokenizer, or the model directory's own)");
   cmd->add_option("--seq-len", o->seq_len,
                   "T: inputs per window (default: the run's data.seq_len for a checkpoint, "
                   "else the model's max_seq_len)");

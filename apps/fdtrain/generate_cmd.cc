@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -96,14 +95,8 @@ int run_generate(const GenerateOptions& o) {
   const nn::DecoderConfig& mc = m.model->config();
   const int context = int(mc.max_position_embeddings), vocab = int(mc.vocab_size);
   const bool bytes = m.byte_level && o.tokenizer.empty();
-  // The model's own tokenizer: --tokenizer, or a Hugging Face directory's tokenizer.json.
-  std::string tokenizer_dir = o.tokenizer;
-  if (tokenizer_dir.empty() && m.recipe && !m.recipe->data.tokenizer.empty())
-    tokenizer_dir = m.recipe->data.tokenizer;  // the run's data.tokenizer
-  std::error_code ec;
-  if (tokenizer_dir.empty() && !bytes && std::filesystem::is_directory(o.model, ec) &&
-      std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json", ec))
-    tokenizer_dir = o.model;
+  // --tokenizer, else the model's own (the run's data.tokenizer, a model directory's).
+  const std::string tokenizer_dir = o.tokenizer.empty() ? m.tokenizer_dir : o.tokenizer;
   std::unique_ptr<data::Tokenizer> text_tok;
   if (!tokenizer_dir.empty()) {
     text_tok = data::load_tokenizer(tokenizer_dir);

@@ -215,6 +215,7 @@ InferenceModel from_checkpoint(const std::string& path) {
       "checkpoint {} (step {}{}; {})", c.dir, c.meta().step,
       a.lora.enabled() ? ", LoRA merged into " + recipe.model.init_from : "", dims(a.model));
   m.recipe = recipe;
+  m.tokenizer_dir = recipe.data.tokenizer;
   m.trained_seq_len = a.seq_len;
   m.byte_level = a.byte_level;
   return m;
@@ -286,6 +287,7 @@ InferenceModel from_hf_dir(const std::string& dir) {
   m.source = dir;
   m.byte_level = a.model.vocab_size == 256;
   if (a.model.bos_token_id) m.bos_token = int32_t(*a.model.bos_token_id);
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) m.tokenizer_dir = dir;
   m.description = fmt::format("Hugging Face model directory {} ({})", dir, dims(a.model));
   return m;
 }

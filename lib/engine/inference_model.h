@@ -51,6 +51,10 @@ struct InferenceModel {
   int trained_seq_len = 0;
   bool byte_level = false;
   int32_t bos_token = -1;  // a Hugging Face directory's bos_token_id; -1: none known
+  // The model's text tokenizer, a directory with tokenizer.json: the run's
+  // data.tokenizer, or the Hugging Face directory itself when it holds one;
+  // "" when none is known (byte-level models use bytes).
+  std::string tokenizer_dir;
 };
 
 InferenceModel load_inference_model(const std::string& path);

@@ -158,6 +158,16 @@ PY
 else echo "FAIL: data.tokenizer and the token file train differently"; FAILURES=$((FAILURES + 1)); fi
 text=$("$FDTRAIN" generate "$TMP/run_text" --prompt "The " --max-tokens 5 2>/dev/null) && [[ -n $text ]] \
   && echo "ok: generate takes the run's data.tokenizer" || { echo "FAIL: generate on the data.tokenizer run"; FAILURES=$((FAILURES + 1)); }
+# eval reads text through the run's tokenizer as training does: the loss of the first windows of
+# the text equals that of the token file's (which starts with the same document).
+e_text=$("$FDTRAIN" eval "$TMP/run_text" --data /usr/share/games/fortunes/fortunes --windows 2 --json 2>/dev/null)
+e_bin=$("$FDTRAIN" eval "$TMP/run_text" --data "$TMP/fort.bin" --windows 2 --json 2>/dev/null)
+python3 - "$e_text" "$e_bin" "$G" <<'PY' && echo "ok: eval encodes text with the run's data.tokenizer" || { echo "FAIL: eval with a tokenizer: $e_text / $e_bin"; FAILURES=$((FAILURES + 1)); }
+import json, sys
+t, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert t["tokenizer"] == sys.argv[3] and "tokenizer" not in b, (t, b)
+assert t["mean_loss"] == b["mean_loss"] and t["targets"] == 64, (t, b)
+PY
 expect_fail 2 "data.tokenizer .* has 50257 ids but model.vocab_size is 256" train "$TMP/r.yaml" \
   "data.tokenizer=$G" --run-dir "$TMP/run_small"
 expect_fail 2 "data.tokenizer: a tokenizer reads text" train "$TMP/r.yaml" data.format=tokens \
