@@ -16,12 +16,23 @@
 namespace fd::data {
 namespace {
 
-constexpr size_t kBatchBytes = size_t{4} << 20;
-constexpr size_t kBatchDocs = 4096;
+constexpr size_t kBatchBytes = size_t{1} << 20;
+constexpr size_t kBatchPieces = 4096;
+// Plain-text documents longer than this are encoded in pieces of about this size.
+constexpr size_t kPieceBytes = size_t{1} << 20;
+// The text on either side of a cut that must encode the same with and without it.
+constexpr size_t kCheckBytes = size_t{16} << 10;
+
+// A document, or a piece of a long one.
+struct Piece {
+  std::string text;
+  bool first = true;  // starts a document: BOS before it
+  bool last = true;   // ends a document: EOS after it
+};
 
 struct Batch {
   int64_t index = 0;
-  std::vector<std::string> docs;
+  std::vector<Piece> pieces;
   size_t bytes = 0;
 };
 
@@ -30,23 +41,56 @@ struct Encoded {
   size_t bytes = 0;
 };
 
-// Reads the inputs as documents, in order, handing out batches.
+size_t char_start(std::string_view t, size_t i) {
+  while (i > 0 && i < t.size() && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+
+// Where to cut `text` (a long document's pending bytes) near `target`, or npos.
+// Candidates are line starts: a letter after "\n" after a non-space, where the
+// pre-tokenizers people use end a word. A candidate is taken only when the
+// kCheckBytes on either side encode to the same ids cut there as whole: the cut
+// changes nothing the tokenizer can see. Up to 64 candidates are tried,
+// nearest the target first and none in the first half.
+size_t find_cut(std::string_view text, size_t target, const Tokenizer& tok, EncodeCache& cache) {
+  std::vector<int32_t> whole, left;
+  int tried = 0;
+  for (size_t p = std::min(target, text.size() - 1); p > target / 2 && tried < 64; --p) {
+    if (text[p - 1] != '\n' || p < 2 || text[p - 2] == '\n' || text[p - 2] == ' ' ||
+        text[p - 2] == '\r' || text[p - 2] == '\t' ||
+        !((text[p] >= 'a' && text[p] <= 'z') || (text[p] >= 'A' && text[p] <= 'Z')))
+      continue;
+    ++tried;
+    const size_t a = char_start(text, p > kCheckBytes ? p - kCheckBytes : 0);
+    const size_t b = char_start(text, std::min(text.size(), p + kCheckBytes));
+    whole.clear();
+    left.clear();
+    tok.encode_piece(text.substr(a, b - a), a > 0, whole, cache);
+    tok.encode_piece(text.substr(a, p - a), a > 0, left, cache);
+    tok.encode_piece(text.substr(p, b - p), true, left, cache);
+    if (left == whole) return p;
+  }
+  return std::string_view::npos;
+}
+
+// Reads the inputs as documents (long plain-text files as pieces), in order,
+// handing out batches.
 class DocumentReader {
  public:
-  DocumentReader(const std::vector<std::string>& inputs, std::string field)
-      : inputs_(inputs), field_(std::move(field)) {}
+  DocumentReader(const std::vector<std::string>& inputs, std::string field, const Tokenizer& tok)
+      : inputs_(inputs), field_(std::move(field)), tok_(tok) {}
 
   // The next batch, or false at the end of the inputs.
   bool next(Batch& b) {
-    b.docs.clear();
+    b.pieces.clear();
     b.bytes = 0;
-    while (b.bytes < kBatchBytes && b.docs.size() < kBatchDocs) {
-      std::string doc;
-      if (!next_document(doc)) break;
-      b.bytes += doc.size();
-      b.docs.push_back(std::move(doc));
+    while (b.bytes < kBatchBytes && b.pieces.size() < kBatchPieces) {
+      Piece p;
+      if (!next_piece(p)) break;
+      b.bytes += p.text.size();
+      b.pieces.push_back(std::move(p));
     }
-    return !b.docs.empty();
+    return !b.pieces.empty();
   }
 
   int64_t documents() const { return documents_; }
@@ -54,7 +98,7 @@ class DocumentReader {
   size_t bytes_read() const { return bytes_read_; }
 
  private:
-  bool next_document(std::string& doc) {
+  bool next_piece(Piece& piece) {
     while (true) {
       if (!open_) {
         if (file_index_ >= inputs_.size()) return false;
@@ -64,15 +108,11 @@ class DocumentReader {
         in_ = std::ifstream(path_, std::ios::binary);
         if (!in_) usage_error("cannot read {}: {}", path_, std::strerror(errno));
         open_ = true;
-        if (!jsonl_) {
-          doc.assign(std::istreambuf_iterator<char>(in_), {});
-          if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
-          open_ = false;
-          bytes_read_ += doc.size();
-          ++documents_;
-          return true;
-        }
+        pending_.clear();
+        first_piece_ = true;
+        if (!jsonl_) ++documents_;
       }
+      if (!jsonl_) return next_text_piece(piece);
       std::string line;
       if (!std::getline(in_, line)) {
         if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
@@ -97,19 +137,58 @@ class DocumentReader {
                     "the text)",
                     path_, line_, field_);
       }
-      doc = it->get<std::string>();
+      piece.text = it->get<std::string>();
+      piece.first = piece.last = true;
       ++documents_;
+      return true;
+    }
+  }
+
+  // A plain-text file: the whole file, or its next piece when it is long.
+  bool next_text_piece(Piece& piece) {
+    size_t want = kPieceBytes + kCheckBytes;
+    while (true) {
+      while (!in_.eof() && pending_.size() < want) {
+        const size_t had = pending_.size();
+        pending_.resize(want);
+        in_.read(pending_.data() + had, std::streamsize(want - had));
+        pending_.resize(had + size_t(in_.gcount()));
+        bytes_read_ += size_t(in_.gcount());
+        if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
+      }
+      if (in_.eof() && pending_.size() <= want) {
+        piece.text = std::move(pending_);
+        pending_.clear();
+        piece.first = first_piece_;
+        piece.last = true;
+        open_ = false;
+        return true;
+      }
+      const size_t cut = find_cut(pending_, want - kCheckBytes, tok_, cache_);
+      if (cut == std::string::npos) {
+        want += kPieceBytes;  // no safe cut yet: read on
+        continue;
+      }
+      piece.text = pending_.substr(0, cut);
+      pending_.erase(0, cut);
+      piece.first = first_piece_;
+      piece.last = false;
+      first_piece_ = false;
       return true;
     }
   }
 
   const std::vector<std::string>& inputs_;
   std::string field_;
+  const Tokenizer& tok_;
+  EncodeCache cache_;
   size_t file_index_ = 0;
   bool open_ = false;
   bool jsonl_ = false;
+  bool first_piece_ = true;
   std::string path_;
   std::ifstream in_;
+  std::string pending_;
   int64_t line_ = 0;
   int64_t documents_ = 0;
   int64_t blank_ = 0;
@@ -129,7 +208,7 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const Toke
                                const DocumentWrap& wrap, const std::string& text_field,
                                int threads,
                                const std::function<void(std::span<const int32_t>, size_t)>& sink) {
-  DocumentReader reader(files, text_field);
+  DocumentReader reader(files, text_field, tok);
   std::mutex mu;
   std::condition_variable work_cv, done_cv;
   std::deque<Batch> work;
@@ -150,11 +229,12 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const Toke
       }
       Encoded e;
       e.bytes = b.bytes;
+      e.ids.reserve(b.bytes / 2 + 16);  // ~4 bytes per token in English; grows when needed
       try {
-        for (const std::string& doc : b.docs) {
-          if (wrap.bos) e.ids.push_back(*wrap.bos);
-          tok.encode(doc, false, e.ids, cache);
-          if (wrap.eos) e.ids.push_back(*wrap.eos);
+        for (const Piece& p : b.pieces) {
+          if (wrap.bos && p.first) e.ids.push_back(*wrap.bos);
+          tok.encode_piece(p.text, !p.first, e.ids, cache);
+          if (wrap.eos && p.last) e.ids.push_back(*wrap.eos);
         }
       } catch (...) {
         std::lock_guard lock(mu);
@@ -181,7 +261,7 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const Toke
 
   DocumentStats stats;
   int64_t next_to_write = 0, next_index = 0;
-  const int64_t max_in_flight = 2 * int64_t(std::max(threads, 1));
+  const int64_t max_in_flight = int64_t(std::max(threads, 1)) + 1;
   // Hands finished batches to the sink in order; waits for the next one when `block`.
   auto drain = [&](bool block) {
     while (true) {

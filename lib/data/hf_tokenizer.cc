@@ -1,5 +1,7 @@
 #include "lib/data/hf_tokenizer.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +104,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
   const std::string config =
       std::filesystem::is_regular_file(config_path, ec) ? read_file(config_path, "tokenizer_config.json") : "";
   auto tok = from_strings(text, config, path);
+  // The parsed JSON (several times the file's size) is gone: give its pages back.
+  malloc_trim(0);
   // The model's own end-of-generation ids (Llama 3 Instruct: <|eot_id|> and <|end_of_text|>).
   for (const char* name : {"generation_config.json", "config.json"}) {
     const std::string p = (dir / name).string();
@@ -236,6 +240,16 @@ std::string HfTokenizer::describe() const {
 
 void HfTokenizer::encode(std::string_view input, bool add_special, std::vector<int32_t>& out,
                          EncodeCache& cache) const {
+  encode_text(input, add_special, false, out, cache);
+}
+
+void HfTokenizer::encode_piece(std::string_view text, bool continuing, std::vector<int32_t>& out,
+                               EncodeCache& cache) const {
+  encode_text(text, false, continuing, out, cache);
+}
+
+void HfTokenizer::encode_text(std::string_view input, bool add_special, bool continuing,
+                              std::vector<int32_t>& out, EncodeCache& cache) const {
   if (cache.state() == nullptr) cache.reset(std::make_unique<EncodeCache::State>());
   EncodeCache::State& st = *cache.state();
   std::string_view text = input;
@@ -252,8 +266,10 @@ void HfTokenizer::encode(std::string_view input, bool add_special, std::vector<i
       continue;
     }
     std::string_view section = text.substr(raw.begin, raw.end - raw.begin);
+    // The first section of a continuing piece continues the previous piece's text.
+    const bool continues = continuing && raw.begin == 0;
     if (!normalizer_.identity()) {
-      normalizer_.apply(section, st.normalized);
+      normalizer_.apply(section, st.normalized, continues);
       section = st.normalized;
     }
     st.pieces.clear();
@@ -264,8 +280,10 @@ void HfTokenizer::encode(std::string_view input, bool add_special, std::vector<i
         continue;
       }
       const std::string_view part = section.substr(piece.begin, piece.end - piece.begin);
-      const std::string_view words_text =
-          pre_tokenizer_.split(part, raw.begin == 0 && piece.begin == 0, st.pre, st.words);
+      PreTokenizer::Place place = PreTokenizer::kInside;
+      if (raw.begin == 0 && piece.begin == 0)
+        place = continues ? PreTokenizer::kContinuing : PreTokenizer::kAtStart;
+      const std::string_view words_text = pre_tokenizer_.split(part, place, st.pre, st.words);
       for (const Span& w : st.words)
         model_.encode_word(words_text.substr(w.begin, w.end - w.begin), st.bpe, out);
     }

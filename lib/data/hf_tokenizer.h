@@ -42,6 +42,8 @@ class HfTokenizer : public Tokenizer {
   void encode(std::string_view text, bool add_special, std::vector<int32_t>& out,
               EncodeCache& cache) const override;
   using Tokenizer::encode;
+  void encode_piece(std::string_view text, bool continuing, std::vector<int32_t>& out,
+                    EncodeCache& cache) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const override;
   std::optional<int32_t> bos_id() const override { return bos_; }
   std::optional<int32_t> eos_id() const override { return eos_; }
@@ -52,6 +54,8 @@ class HfTokenizer : public Tokenizer {
   HfTokenizer() = default;
   void read_post_processor(const nlohmann::json& j, const std::string& where);
   void read_config(const nlohmann::json& config, const std::string& where);
+  void encode_text(std::string_view text, bool add_special, bool continuing,
+                   std::vector<int32_t>& out, EncodeCache& cache) const;
 
   std::string where_;
   TextNormalizer normalizer_;

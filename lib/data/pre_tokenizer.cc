@@ -81,7 +81,7 @@ void apply_behavior(const std::vector<Piece>& pieces, Behavior behavior, uint32_
 // spans of `in`; steps that rewrite the text build `out_text` and return true.
 struct PreTokenizer::Step {
   virtual ~Step() = default;
-  virtual bool run(std::string_view in, const std::vector<Span>& words, bool at_start,
+  virtual bool run(std::string_view in, const std::vector<Span>& words, PreTokenizer::Place place,
                    Scratch& scratch, std::string& out_text, std::vector<Span>& out) const = 0;
 };
 
@@ -93,7 +93,7 @@ class SplitStep : public PreTokenizer::Step {
   SplitStep(Regex re, Behavior behavior, bool invert)
       : re_(std::move(re)), behavior_(behavior), invert_(invert) {}
 
-  bool run(std::string_view in, const std::vector<Span>& words, bool, PreTokenizer::Scratch& s,
+  bool run(std::string_view in, const std::vector<Span>& words, PreTokenizer::Place, PreTokenizer::Scratch& s,
            std::string&, std::vector<Span>& out) const override {
     std::vector<Piece> pieces;
     for (const Span& w : words) {
@@ -131,7 +131,7 @@ class ByteLevelStep : public PreTokenizer::Step {
                                                        Behavior::kIsolated, false)
                          : nullptr) {}
 
-  bool run(std::string_view in, const std::vector<Span>& words, bool at_start,
+  bool run(std::string_view in, const std::vector<Span>& words, PreTokenizer::Place place,
            PreTokenizer::Scratch& s, std::string& out_text,
            std::vector<Span>& out) const override {
     std::string_view text = in;
@@ -140,12 +140,16 @@ class ByteLevelStep : public PreTokenizer::Step {
     bool rewrote = false;
     if (add_prefix_space_) {
       bool needed = false;
-      for (const Span& w : words) needed |= in[w.begin] != ' ';
+      // A continuing text's first word continues a word: no prefix.
+      auto wants = [&](const Span& w) {
+        return in[w.begin] != ' ' && !((place & PreTokenizer::kContinuing) && w.begin == 0);
+      };
+      for (const Span& w : words) needed |= wants(w);
       if (needed) {
         out_text.clear();
         for (const Span& w : words) {
           const uint32_t b = uint32_t(out_text.size());
-          if (in[w.begin] != ' ') out_text.push_back(' ');
+          if (wants(w)) out_text.push_back(' ');
           out_text.append(in.substr(w.begin, w.end - w.begin));
           prefixed.push_back({b, uint32_t(out_text.size())});
         }
@@ -155,7 +159,7 @@ class ByteLevelStep : public PreTokenizer::Step {
       }
     }
     if (split_ != nullptr) {
-      split_->run(text, *cur, at_start, s, out_text, out);
+      split_->run(text, *cur, place, s, out_text, out);
     } else {
       out = *cur;
     }
@@ -177,7 +181,7 @@ class MetaspaceStep : public PreTokenizer::Step {
                                                    Behavior::kMergedWithNext, false)
                      : nullptr) {}
 
-  bool run(std::string_view in, const std::vector<Span>& words, bool at_start,
+  bool run(std::string_view in, const std::vector<Span>& words, PreTokenizer::Place place,
            PreTokenizer::Scratch& s, std::string& out_text,
            std::vector<Span>& out) const override {
     out_text.clear();
@@ -187,9 +191,11 @@ class MetaspaceStep : public PreTokenizer::Step {
       const uint32_t b = uint32_t(out_text.size());
       const std::string_view word = in.substr(w.begin, w.end - w.begin);
       const bool starts_with_rep = word.starts_with(' ') || word.starts_with(replacement_);
-      const bool prepend = !starts_with_rep && (prepend_ == Prepend::kAlways ||
-                                                (prepend_ == Prepend::kFirst && at_start &&
-                                                 w.begin == 0));
+      const bool continuing = (place & PreTokenizer::kContinuing) && w.begin == 0;
+      const bool prepend =
+          !starts_with_rep && !continuing &&
+          (prepend_ == Prepend::kAlways ||
+           (prepend_ == Prepend::kFirst && (place & PreTokenizer::kAtStart) && w.begin == 0));
       if (prepend) out_text.append(replacement_);
       for (const char c : word) {
         if (c == ' ') {
@@ -201,7 +207,7 @@ class MetaspaceStep : public PreTokenizer::Step {
       replaced.push_back({b, uint32_t(out_text.size())});
     }
     if (split_ != nullptr) {
-      split_->run(out_text, replaced, at_start, s, out_text, out);
+      split_->run(out_text, replaced, place, s, out_text, out);
     } else {
       out = std::move(replaced);
     }
@@ -217,7 +223,7 @@ class MetaspaceStep : public PreTokenizer::Step {
 class DigitsStep : public PreTokenizer::Step {
  public:
   explicit DigitsStep(bool individual) : individual_(individual) {}
-  bool run(std::string_view in, const std::vector<Span>& words, bool, PreTokenizer::Scratch&,
+  bool run(std::string_view in, const std::vector<Span>& words, PreTokenizer::Place, PreTokenizer::Scratch&,
            std::string&, std::vector<Span>& out) const override {
     std::vector<Piece> pieces;
     for (const Span& w : words) {
@@ -349,7 +355,7 @@ PreTokenizer PreTokenizer::from_json(const json& j, const std::string& where) {
   return p;
 }
 
-std::string_view PreTokenizer::split(std::string_view text, bool at_start, Scratch& scratch,
+std::string_view PreTokenizer::split(std::string_view text, Place place, Scratch& scratch,
                                      std::vector<Span>& words) const {
   words.clear();
   if (text.empty()) return text;
@@ -360,7 +366,7 @@ std::string_view PreTokenizer::split(std::string_view text, bool at_start, Scrat
     std::vector<Span>& out = scratch.spans[0];
     out.clear();
     std::string& out_text = scratch.text[buf];
-    if (step->run(cur, words, at_start, scratch, out_text, out)) {
+    if (step->run(cur, words, place, scratch, out_text, out)) {
       cur = out_text;
       buf ^= 1;
     }

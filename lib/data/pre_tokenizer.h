@@ -51,10 +51,17 @@ class PreTokenizer {
   // True when the pipeline has a ByteLevel step (the model's vocabulary is then byte-level).
   bool byte_level() const { return byte_level_; }
 
-  // Splits `text` into words. `at_start`: the text begins the input (Metaspace's
-  // prepend_scheme "first"). Returns the text the spans index into: `text`
+  // Where a text sits in the input.
+  enum Place : int {
+    kInside = 0,
+    kAtStart = 1,       // it begins the input (Metaspace's prepend_scheme "first")
+    kContinuing = 2,    // it continues the text before it (a long document cut in
+                        // pieces): no prefix space or "▁" is added to its first word
+  };
+
+  // Splits `text` into words. Returns the text the spans index into: `text`
   // itself, or a buffer in `scratch` when a step rewrote it; `words` is replaced.
-  std::string_view split(std::string_view text, bool at_start, Scratch& scratch,
+  std::string_view split(std::string_view text, Place place, Scratch& scratch,
                          std::vector<Span>& words) const;
 
  private:

@@ -15,6 +15,7 @@ using json = nlohmann::json;
 struct TextNormalizer::Step {
   virtual ~Step() = default;
   virtual void apply(std::string_view in, std::string& out) const = 0;
+  virtual bool marks_start() const { return false; }  // Prepend
 };
 
 namespace {
@@ -50,6 +51,7 @@ class UnicodeForm : public TextNormalizer::Step {
 class Prepend : public TextNormalizer::Step {
  public:
   explicit Prepend(std::string s) : prefix_(std::move(s)) {}
+  bool marks_start() const override { return true; }
   void apply(std::string_view in, std::string& out) const override {
     out.clear();
     if (!in.empty()) out.append(prefix_);
@@ -166,16 +168,13 @@ TextNormalizer TextNormalizer::from_json(const json& j, const std::string& where
   return n;
 }
 
-void TextNormalizer::apply(std::string_view text, std::string& out) const {
-  if (steps_.empty()) {
-    out.assign(text);
-    return;
-  }
+void TextNormalizer::apply(std::string_view text, std::string& out, bool continuation) const {
+  out.assign(text);
   std::string tmp;
-  steps_[0]->apply(text, out);
-  for (size_t i = 1; i < steps_.size(); ++i) {
+  for (const auto& step : steps_) {
+    if (continuation && step->marks_start()) continue;
     tmp.swap(out);
-    steps_[i]->apply(tmp, out);
+    step->apply(tmp, out);
   }
 }
 

@@ -29,8 +29,10 @@ class TextNormalizer {
   ~TextNormalizer();
 
   bool identity() const { return steps_.empty(); }
-  // The normalized `text` (valid UTF-8) into out (replaced).
-  void apply(std::string_view text, std::string& out) const;
+  // The normalized `text` (valid UTF-8) into out (replaced). continuation: the
+  // text continues text normalized before (a long document cut in pieces), so
+  // Prepend, which marks the start of a text, is skipped.
+  void apply(std::string_view text, std::string& out, bool continuation = false) const;
   std::string apply(std::string_view text) const {
     std::string out;
     apply(text, out);

@@ -54,6 +54,15 @@ class Tokenizer {
                       EncodeCache& cache) const = 0;
   // Convenience for one-off calls (a fresh cache each time).
   std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  // One piece of a document too long to hold whole (document_encoder.h cuts it):
+  // encode(text, false) for the first piece; with `continuing`, the text
+  // continues the piece before it, so nothing that marks the start of a text
+  // (SentencePiece's "▁", a prefix space) is added. The default is encode().
+  virtual void encode_piece(std::string_view text, bool continuing, std::vector<int32_t>& out,
+                            EncodeCache& cache) const {
+    (void)continuing;
+    encode(text, false, out, cache);
+  }
 
   // The text of `ids`, as Hugging Face's decode(ids) without clean-up of
   // tokenization spaces; skip_special drops special tokens first. An id
