@@ -56,20 +56,13 @@ long first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>&
   return a.size() == b.size() ? -1 : long(std::min(a.size(), b.size()));
 }
 
-class HfReference : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(HfReference, CorpusIdsAndDecodeMatchHuggingFace) {
-  const std::string name = GetParam();
-  const fs::path dir = model_dir(name);
-  ASSERT_TRUE(fs::exists(dir / "tokenizer.json"))
-      << dir << " is missing: run scripts/install_deps.sh (make test does)";
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(kCorpus))
-    if (e.path().extension() == ".txt" || e.path().extension() == ".bin") files.push_back(e.path());
+// Runs hf_reference.mjs over `files` with the tokenizer in `dir` and compares every case
+// (whole file and each non-empty line; with and without special tokens; decode) with
+// HfTokenizer. Returns the number of encodings compared.
+size_t compare_with_hf(const std::string& name, const fs::path& dir,
+                       std::vector<fs::path> files) {
   std::sort(files.begin(), files.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
-  ASSERT_GE(files.size(), 20u);
-
   const fs::path out =
       fs::temp_directory_path() / fmt::format("fd_hfref_{}_{}.jsonl", name, ::getpid());
   std::string cmd =
@@ -77,7 +70,10 @@ TEST_P(HfReference, CorpusIdsAndDecodeMatchHuggingFace) {
                   (kSource / "tests/data/tokenizer/hf_reference.mjs").string(), dir.string(),
                   out.string());
   for (const fs::path& f : files) cmd += fmt::format(" {}", f.string());
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << cmd;
+    return 0;
+  }
   std::ifstream ref(out);
   std::map<std::string, json> cases;
   for (std::string line; std::getline(ref, line);) {
@@ -92,7 +88,10 @@ TEST_P(HfReference, CorpusIdsAndDecodeMatchHuggingFace) {
   size_t checked = 0, mismatches = 0;
   auto check = [&](const std::string& label, const std::string& text) {
     const auto it = cases.find(label);
-    ASSERT_NE(it, cases.end()) << "no reference for " << label;
+    if (it == cases.end()) {
+      ADD_FAILURE() << "no reference for " << label;
+      return;
+    }
     const json& r = it->second;
     for (const bool special : {true, false}) {
       const auto want = r[special ? "ids" : "ids_raw"].get<std::vector<int32_t>>();
@@ -130,7 +129,75 @@ TEST_P(HfReference, CorpusIdsAndDecodeMatchHuggingFace) {
   }
   EXPECT_EQ(mismatches, 0u) << name << ": " << mismatches << " mismatches in " << checked
                             << " encodings";
-  EXPECT_GT(checked, 500u);
+  return checked;
+}
+
+class HfReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfReference, CorpusIdsAndDecodeMatchHuggingFace) {
+  const std::string name = GetParam();
+  const fs::path dir = model_dir(name);
+  ASSERT_TRUE(fs::exists(dir / "tokenizer.json"))
+      << dir << " is missing: run scripts/install_deps.sh (make test does)";
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(kCorpus))
+    if (e.path().extension() == ".txt" || e.path().extension() == ".bin") files.push_back(e.path());
+  ASSERT_GE(files.size(), 20u);
+  EXPECT_GT(compare_with_hf(name, dir, files), 500u);
+}
+
+// None of the five files has an added token with lstrip or rstrip, or a normalized
+// non-special one matched after NFC: GPT-2 and Qwen3 with such tokens added.
+TEST(HfAddedTokens, LstripRstripAndNormalizedTokensMatchHuggingFace) {
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("fd_added_{}", ::getpid());
+  fs::create_directories(tmp / "texts");
+  std::vector<fs::path> texts;
+  int n = 0;
+  for (const char* t : {"I saw a <mask> cat and a  <mask>b", "x [SEP]   y\tz [SEP]\n\nq",
+                        "<mask><mask> [SEP][SEP]  z", "say hello world, hellohello, Hello",
+                        "caf\u00e9 cafe\u0301 caf\u00e9s", "\t<mask>\n [SEP]\u3000x"}) {
+    texts.push_back(tmp / "texts" / fmt::format("t{}.txt", n++));
+    std::ofstream(texts.back(), std::ios::binary) << t;
+  }
+  for (const std::string name : {"gpt2", "qwen3"}) {
+    json j = json::parse(read(model_dir(name) / "tokenizer.json"));
+    const int base = j["added_tokens"].back()["id"].get<int>() + 1;
+    auto add = [&](int k, const char* content, bool special, bool lstrip, bool rstrip,
+                   bool normalized) {
+      j["added_tokens"].push_back({{"id", base + k}, {"content", content}, {"single_word", false},
+                                   {"lstrip", lstrip}, {"rstrip", rstrip},
+                                   {"normalized", normalized}, {"special", special}});
+    };
+    add(0, "<mask>", true, true, false, false);
+    add(1, "[SEP]", true, false, true, false);
+    add(2, "hello", false, false, false, true);
+    add(3, "caf\u00e9", false, false, false, true);  // NFC-normalized text matches it
+    const fs::path dir = tmp / name;
+    fs::create_directories(dir);
+    std::ofstream(dir / "tokenizer.json") << j.dump();
+    fs::copy_file(model_dir(name) / "tokenizer_config.json", dir / "tokenizer_config.json");
+    EXPECT_GT(compare_with_hf(name + "+added", dir, texts), 10u);
+  }
+  fs::remove_all(tmp);
+}
+
+// single_word (Hugging Face's Rust AddedVocabulary; the JS port ignores it): the token
+// matches only where neither neighbour is a letter or digit.
+TEST(HfAddedTokens, SingleWordMatchesWholeWordsOnly) {
+  json j = json::parse(read(model_dir("gpt2") / "tokenizer.json"));
+  j["added_tokens"].push_back({{"id", 50257}, {"content", "cat"}, {"single_word", true},
+                               {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                               {"special", true}});
+  const auto tok = HfTokenizer::from_strings(j.dump(), "", "gpt2+single_word");
+  auto count = [&](const char* text) {
+    const auto ids = tok->encode(text);
+    return std::count(ids.begin(), ids.end(), 50257);
+  };
+  EXPECT_EQ(count("cat"), 1);
+  EXPECT_EQ(count("a cat, the cat."), 2);
+  EXPECT_EQ(count("concatenate cats bobcat"), 0);
+  EXPECT_EQ(count("cat2 2cat"), 0);
+  EXPECT_EQ(count("(cat)"), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, HfReference,
