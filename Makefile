@@ -94,7 +94,7 @@ test-asan: deps
 
 # Every reader of untrusted input (the fuzz targets' code over their corpora and
 # regression inputs) and the unit tests of the modules those readers are made of.
-ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay safetensors_fuzz_replay \
+ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay tokenizer_fuzz_replay safetensors_fuzz_replay \
   peft_fuzz_replay shard_fuzz_replay base_tests tensor_tests data_tests config_tests ckpt_tests
 test-asan-ci: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=address

@@ -12,7 +12,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$ROOT"
 rm -rf "$C"
-mkdir -p "$C"/{recipe,token_file,safetensors,peft,shard,shard_hdf5}
+mkdir -p "$C"/{recipe,token_file,tokenizer,safetensors,peft,shard,shard_hdf5}
 
 # recipe: the shipped recipes, fragments and config-test fixtures, and a few
 # with overrides appended (NUL-separated, as recipe_fuzz.cc reads them).
@@ -26,6 +26,9 @@ printf '%s\0precision=fp16\0loss_scale.initial_scale_power=8\0activation_checkpo
   "$(cat recipes/quickstart.yaml)" > "$C/recipe/overrides_3"
 printf 'steps: 1\ndata: {train: [recipes/quickstart.yaml], seq_len: 8}\n\0batch.global=16\0~data.val_fraction\0logging={every: 1}' \
   > "$C/recipe/overrides_4"
+
+# tokenizer: small tokenizer.json files covering every component, each with a text.
+python3 tests/fuzz/make_tokenizer_seeds.py "$C/tokenizer"
 
 # token_file: llm.c .bin files (valid, wrong magic, version, count), text.
 python3 - "$C/token_file" <<'PY'
@@ -132,4 +135,4 @@ printf '{"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["c_at
 peft config_only "$TMP/min.json" /dev/null
 
 du -sh "$C"
-for t in recipe token_file safetensors peft shard shard_hdf5; do echo "$t: $(ls "$C/$t" | wc -l) files"; done
+for t in recipe token_file tokenizer safetensors peft shard shard_hdf5; do echo "$t: $(ls "$C/$t" | wc -l) files"; done
