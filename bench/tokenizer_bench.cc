@@ -101,10 +101,9 @@ PassTime encode_pass(const fd::data::HfTokenizer& tok, const std::vector<std::st
     const double c0 = thread_cpu_seconds();
     fd::data::EncodeCache& cache = caches[size_t(t)];
     // Each thread appends to its own vector and swaps it into ids[d] when the
-    // document is done: appending to ids[d] directly writes its header (the end
-    // pointer) on every token, and the headers of documents d and d + 1, which
-    // two threads encode at once, share a cache line. That false sharing cost
-    // more than half of the second core (2 threads: 1.0-1.4x one thread).
+    // document is done: appending to ids[d] directly would write its header
+    // (the end pointer) on every token, and the headers of documents d and
+    // d + 1, which two threads encode at once, share a cache line.
     std::vector<int32_t> out;
     for (size_t d = next.fetch_add(1); d < docs.size(); d = next.fetch_add(1)) {
       out.clear();

