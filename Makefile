@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo lora-llama-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
+.PHONY: all deps configure build test demo lora-demo lora-llama-demo sft-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
 
 all: build
 
@@ -63,6 +63,21 @@ lora-llama-demo: deps
 	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2 --data /usr/share/games/fortunes/zippy --windows 16
 	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2/merged --data /usr/share/games/fortunes/zippy --seq-len 128 --windows 16
 
+# Chat fine-tuning: a Llama-shaped base pre-trained with the chatml-bytes tokenizer
+# (recipes/tokenizers/chatml-bytes), exported as a Hugging Face directory, then LoRA SFT on
+# packed conversations about Debian commands (8 ranks, ZeRO-2, bf16, loss on the answers),
+# and one question answered with the chat template.
+sft-demo: deps
+	$(MAKE) build
+	$(MPIRUN) --bind-to none -n 2 $(BUILD_DIR)/bin/fdtrain train recipes/pretrain_chat_base.yaml \
+	  --run-dir runs/pretrain_chat_base --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/pretrain_chat_base --hf-dir runs/pretrain_chat_base/hf --overwrite
+	$(BUILD_DIR)/bin/fdtrain data preview recipes/sft_chat_lora.yaml --n 1
+	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/sft_chat_lora.yaml \
+	  --run-dir runs/sft_chat_lora --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain generate runs/sft_chat_lora --chat --temperature 0 --max-tokens 80 \
+	  --prompt "What does the ls command do?"
+
 bench:
 	@./scripts/install_deps.sh --bench
 	$(MAKE) build
@@ -95,7 +110,7 @@ test-asan: deps
 
 # Every reader of untrusted input (the fuzz targets' code over their corpora and
 # regression inputs) and the unit tests of the modules those readers are made of.
-ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay tokenizer_fuzz_replay safetensors_fuzz_replay \
+ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay tokenizer_fuzz_replay jinja_fuzz_replay safetensors_fuzz_replay \
   peft_fuzz_replay shard_fuzz_replay base_tests tensor_tests data_tests config_tests ckpt_tests
 test-asan-ci: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=address

@@ -212,6 +212,16 @@ struct Geometry {
   int64_t ldq, ldk, ldv;                   // row strides of q, k, v (and dq, dk, dv)
   float scale;                             // 1 / sqrt(hs)
   float scale_log2;                        // scale * log2(e): scores in base-2 units
+  const int32_t* starts;                   // packed rows: (B, T) first key of each query; or null
+
+  // Whether query r of batch row b sees key c (causal, and inside r's document).
+  __device__ bool visible(int b, int r, int c) const {
+    return c <= r && (starts == nullptr || c >= starts[int64_t(b) * T + r]);
+  }
+  // The first key any query of [r0, ...) in batch row b sees (starts never decrease).
+  __device__ int first_key(int b, int r0) const {
+    return starts == nullptr || r0 >= T ? 0 : starts[int64_t(b) * T + r0];
+  }
 
   // Element offset of head h of row (b, 0) in an operand of row stride ld.
   __device__ int64_t head(int b, int h, int64_t ld) const {
@@ -269,8 +279,10 @@ __global__ void __launch_bounds__(kThreads)
 
   // Key tiles 0 .. the one holding the tile's last query (square tiles: the
   // diagonal tile starts at q0, so every query row sees key k0 in every tile).
+  // (Packed rows: from the tile holding the first query's document start; a row may then
+  // see no key of a tile before its document's, which the -inf guard below handles.)
   const int last_q = min(q0 + kBr, T) - 1;
-  for (int k0 = 0; k0 <= last_q; k0 += kYTile) {
+  for (int k0 = g.first_key(b, q0) / kYTile * kYTile; k0 <= last_q; k0 += kYTile) {
     __syncthreads();  // the previous tile's K, V and P are no longer read
     load_tile<kDt, kHs, kYTile>(k, k_off, g.ldk, k0, T, g.hs, Ks);
     load_tile<kDt, kHs, kYTile>(v, v_off, g.ldv, k0, T, g.hs, Vs);
@@ -290,12 +302,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kYR; ++j) {
         const int c = k0 + tx + 16 * j;
-        s[i][j] = (c <= r && c < T) ? s[i][j] * g.scale_log2 : -INFINITY;
+        s[i][j] = (c < T && r < T && g.visible(b, r, c)) ? s[i][j] * g.scale_log2 : -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
       const float m_new = fmaxf(m[i], row_max(mx));
-      // m_new is finite (key k0 is visible to every row); guard anyway so a
-      // fully masked row could never produce inf - inf.
+      // Without packing m_new is finite (key k0 is visible to every row); a packed
+      // row sees none of a tile before its document starts: no inf - inf then.
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float corr = exp2f(m[i] - m_use);
       float sum = 0.0f;
@@ -430,7 +442,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < kYR; ++j) {
           const int rl = tx + 16 * j, r = q0 + rl;
-          const float p = (c <= r && r < T) ? exp2f(s[i][j] * g.scale_log2 - lse2[rl]) : 0.0f;
+          const float p =
+              (r < T && g.visible(b, r, c)) ? exp2f(s[i][j] * g.scale_log2 - lse2[rl]) : 0.0f;
           Pt[(ty * kXR + i) * kPStride + rl] = p;
           dSt[(ty * kXR + i) * kPStride + rl] = p * (dp[i][j] - Ds[rl]);
         }
@@ -509,7 +522,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kEC; ++u) dq[i][u] = 0.0f;
 
   const int last_q = min(q0 + kBr, T) - 1;
-  for (int k0 = 0; k0 <= last_q; k0 += kYTile) {
+  for (int k0 = g.first_key(b, q0) / kYTile * kYTile; k0 <= last_q; k0 += kYTile) {
     __syncthreads();  // the previous key tile and dS are no longer read
     load_tile<kDt, kHs, kYTile>(k, k_off, g.ldk, k0, T, g.hs, Ks);
     load_tile<kDt, kHs, kYTile>(v, v_off, g.ldv, k0, T, g.hs, Vs);
@@ -529,7 +542,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kYR; ++j) {
         const int c = k0 + tx + 16 * j;
-        const float p = (c <= r && r < T) ? exp2f(s[i][j] * g.scale_log2 - lse2[rl]) : 0.0f;
+        const float p =
+            (r < T && g.visible(b, r, c)) ? exp2f(s[i][j] * g.scale_log2 - lse2[rl]) : 0.0f;
         dSs[rl * kPStride + tx + 16 * j] = p * (dp[i][j] - Ds[rl]);
       }
     }
@@ -597,7 +611,8 @@ Geometry check_shapes(const char* what, DT dt, const AttentionShape& a) {
                   .ldk = a.ld_k,
                   .ldv = a.ld_v,
                   .scale = scale,
-                  .scale_log2 = scale * kLog2e};
+                  .scale_log2 = scale * kLog2e,
+                  .starts = a.starts};
 }
 
 template <typename Kernel>

@@ -169,12 +169,14 @@ void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, cons
 
 // Rotary embeddings with rotate_half pairing (lib/ops/rope.h) on x viewed as
 // (B, T, C), C a multiple of the head size D (even); cos, sin: fp32 (P >= T, D),
-// position t uses row t. out = the rotation of x (overwritten).
-void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, void* out, DT out_dt,
-                  int64_t B, int64_t T, int64_t C, int64_t D);
+// position t uses row t, or row pos[b*T + t] when pos (device, (B, T) i32) is given.
+// out = the rotation of x (overwritten).
+void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, const int32_t* pos,
+                  void* out, DT out_dt, int64_t B, int64_t T, int64_t C, int64_t D);
 // dx += the transposed rotation of dout.
-void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin, void* dx,
-                   DT dx_dt, int64_t B, int64_t T, int64_t C, int64_t D);
+void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin,
+                   const int32_t* pos, void* dx, DT dx_dt, int64_t B, int64_t T, int64_t C,
+                   int64_t D);
 
 // Fused causal attention (lib/ops/attention.h) over q, k and v given as base
 // pointers and row strides: head h of row (b, t) of q is the hs elements from
@@ -187,6 +189,9 @@ struct AttentionShape {
   int64_t n_head, n_kv_head;  // n_head a multiple of n_kv_head
   int64_t hs;                 // head size, at most 128
   int64_t ld_q, ld_k, ld_v;   // row strides of q, k, v and of dq, dk, dv
+  // Packed rows: device (B, T) i32, query t of row b sees keys [starts[b*T + t], t]
+  // (lib/ops/attention.h's doc_starts); null: [0, t].
+  const int32_t* starts = nullptr;
 };
 // lse: B * n_head * T fp32, the logsumexp of each score row (natural log,
 // scores scaled by 1/sqrt(hs)). q, k, v and out in dt.

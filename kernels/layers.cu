@@ -171,8 +171,8 @@ __global__ void layernorm_backward_kernel(const void* x, DT x_dt, const void* we
 // One warp per row, as layernorm_forward_kernel: rstd from the fp32 mean of
 // squares, then weight * (x * rstd rounded to x's dtype), as lib/ops/cpu/rms_norm.cc.
 __global__ void rms_norm_forward_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
-                                        void* out, DT out_dt, float* rstd, int64_t rows,
-                                        int64_t C, float eps) {
+                                        void* out, DT out_dt, float* rstd, int64_t rows, int64_t C,
+                                        float eps) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const float inv_c = 1.0f / float(C);
@@ -238,9 +238,11 @@ __global__ void rms_norm_backward_kernel(const void* x, DT x_dt, const void* wei
 // the transpose (backward) pairs each sin with the other half's position:
 //   y[i] = x[i] c[i] + x[i+h] s[i+h], y[i+h] = x[i+h] c[i+h] - x[i] s[i].
 // kAccumulate adds into y (gradients) instead of overwriting it.
+// pos: null (row bt uses table row t) or each (b, t)'s table row (packed rows).
 template <bool kTranspose, bool kAccumulate>
-__global__ void rope_kernel(const void* x, DT x_dt, const float* cos, const float* sin, void* y,
-                            DT y_dt, int64_t B, int64_t T, int64_t C, int64_t D) {
+__global__ void rope_kernel(const void* x, DT x_dt, const float* cos, const float* sin,
+                            const int32_t* pos, void* y, DT y_dt, int64_t B, int64_t T, int64_t C,
+                            int64_t D) {
   const int64_t h = D / 2;
   const int64_t pairs_per_row = C / 2;  // (C / D) heads of h pairs
   const int64_t n = B * T * pairs_per_row;
@@ -250,8 +252,9 @@ __global__ void rope_kernel(const void* x, DT x_dt, const float* cos, const floa
     const int64_t i = q % h;
     const int64_t lo_at = bt * C + (q / h) * D + i;
     const int64_t hi_at = lo_at + h;
-    const float* c = cos + (bt % T) * D;
-    const float* s = sin + (bt % T) * D;
+    const int64_t row = pos != nullptr ? int64_t(pos[bt]) : bt % T;
+    const float* c = cos + row * D;
+    const float* s = sin + row * D;
     const float xl = load_as_float(x, x_dt, lo_at);
     const float xh = load_as_float(x, x_dt, hi_at);
     float lo, hi;
@@ -613,30 +616,31 @@ int64_t rope_pairs(const void* x, DT x_dt, const float* cos, const float* sin, c
 
 }  // namespace
 
-void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, void* out,
-                  DT out_dt, int64_t B, int64_t T, int64_t C, int64_t D) {
+void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, const int32_t* pos,
+                  void* out, DT out_dt, int64_t B, int64_t T, int64_t C, int64_t D) {
   constexpr const char* kWhat = "rope_forward";
   const int64_t pairs = rope_pairs(x, x_dt, cos, sin, out, out_dt, B, T, C, D, kWhat);
   if (pairs == 0) return;
-  rope_kernel<false, false><<<grid_for(pairs), kBlock, 0, stream()>>>(x, x_dt, cos, sin, out,
-                                                                      out_dt, B, T, C, D);
+  rope_kernel<false, false>
+      <<<grid_for(pairs), kBlock, 0, stream()>>>(x, x_dt, cos, sin, pos, out, out_dt, B, T, C, D);
   check_launch(kWhat);
 }
 
-void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin, void* dx,
-                   DT dx_dt, int64_t B, int64_t T, int64_t C, int64_t D) {
+void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin,
+                   const int32_t* pos, void* dx, DT dx_dt, int64_t B, int64_t T, int64_t C,
+                   int64_t D) {
   constexpr const char* kWhat = "rope_backward";
   const int64_t pairs = rope_pairs(dout, dout_dt, cos, sin, dx, dx_dt, B, T, C, D, kWhat);
   if (pairs == 0) return;
-  rope_kernel<true, true><<<grid_for(pairs), kBlock, 0, stream()>>>(dout, dout_dt, cos, sin, dx,
-                                                                    dx_dt, B, T, C, D);
+  rope_kernel<true, true><<<grid_for(pairs), kBlock, 0, stream()>>>(dout, dout_dt, cos, sin, pos,
+                                                                    dx, dx_dt, B, T, C, D);
   check_launch(kWhat);
 }
 
-void linear_cross_entropy_forward(const void* h, const void* weight, DT dt,
-                                  const int32_t* targets, int64_t rows, int64_t C, int64_t V,
-                                  int64_t chunk_rows, int ignore_index, float* scratch, float* lse,
-                                  float* loss, int32_t* count) {
+void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, const int32_t* targets,
+                                  int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
+                                  int ignore_index, float* scratch, float* lse, float* loss,
+                                  int32_t* count) {
   constexpr const char* kWhat = "linear_cross_entropy_forward";
   require(rows >= 0 && C >= 0 && V >= 0, kWhat, "negative size");
   require(chunk_rows > 0, kWhat, "chunk_rows must be positive");
@@ -672,11 +676,11 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt,
   check_launch(kWhat);
 }
 
-void linear_cross_entropy_backward(const void* h, const void* weight, DT dt,
-                                   const int32_t* targets, const float* lse, const float* dloss,
-                                   const int32_t* count, int64_t rows, int64_t C, int64_t V,
-                                   int64_t chunk_rows, int ignore_index, float* scratch,
-                                   void* scratch16, void* dh, DT dh_dt, void* dweight, DT dw_dt) {
+void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, const int32_t* targets,
+                                   const float* lse, const float* dloss, const int32_t* count,
+                                   int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
+                                   int ignore_index, float* scratch, void* scratch16, void* dh,
+                                   DT dh_dt, void* dweight, DT dw_dt) {
   constexpr const char* kWhat = "linear_cross_entropy_backward";
   require(rows >= 0 && C >= 0 && V >= 0, kWhat, "negative size");
   require(chunk_rows > 0, kWhat, "chunk_rows must be positive");

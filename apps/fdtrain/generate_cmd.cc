@@ -15,6 +15,10 @@
 // the text printed skips special tokens. Without a tokenizer, --tokens gives
 // the prompt as ids and ids are printed. The sampled text goes to stdout; the
 // timing goes to stderr.
+// --chat: the prompt is a user message, rendered with the chat template
+// (--chat-template, else the run's data.chat_template, else the tokenizer's
+// own; lib/data/chat_template.h) with the generation prompt; generation also
+// stops at the template's end-of-turn token, and only the answer is printed.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -22,6 +26,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +34,7 @@
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
 #include "lib/data/byte_tokenizer.h"
+#include "lib/data/chat_template.h"
 #include "lib/data/tokenizer.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/inference_model.h"
@@ -40,7 +46,7 @@ namespace {
 struct GenerateOptions {
   std::string model;
   std::string prompt;
-  std::string tokens;  // "1,2,3"
+  std::string tokens;     // "1,2,3"
   std::string tokenizer;  // a directory with tokenizer.json
   int max_tokens = 200;
   float temperature = 0.8f;
@@ -50,6 +56,8 @@ struct GenerateOptions {
   int context = -1;  // -1: the run's data.seq_len (checkpoints), else max_seq_len
   int threads = 1;
   bool json = false;
+  bool chat = false;
+  std::string chat_template;  // --chat-template; "" = the run's or the tokenizer's
 };
 
 std::vector<int32_t> parse_tokens(const std::string& text, int vocab_size) {
@@ -101,23 +109,40 @@ int run_generate(const GenerateOptions& o) {
   if (!tokenizer_dir.empty()) {
     text_tok = data::load_tokenizer(tokenizer_dir);
     if (text_tok->vocab_size() > vocab)
-      usage_error("the tokenizer {} has {} ids but the model {} only {}: they do not belong "
-                  "together",
-                  tokenizer_dir, text_tok->vocab_size(), o.model, vocab);
+      usage_error(
+          "the tokenizer {} has {} ids but the model {} only {}: they do not belong "
+          "together",
+          tokenizer_dir, text_tok->vocab_size(), o.model, vocab);
   }
   if (!o.prompt.empty() && !bytes && !text_tok)
     usage_error(
         "{} is not a byte-level model ({}) and has no tokenizer.json; give its tokenizer "
         "(--tokenizer DIR) or the prompt as token ids (--tokens 1,2,3)",
-        o.model, m.recipe ? "its run used data.format tokens" : "its vocabulary is not 256",
-        vocab);
+        o.model, m.recipe ? "its run used data.format tokens" : "its vocabulary is not 256", vocab);
   if (bytes && vocab < data::ByteTokenizer::kVocabSize)
-    usage_error("{}: vocab_size {} is below 256, too small for byte-level text", o.model,
-                vocab);
+    usage_error("{}: vocab_size {} is below 256, too small for byte-level text", o.model, vocab);
 
+  if (o.chat && !o.tokens.empty())
+    usage_error("--chat renders --prompt TEXT as a user message; it does not take --tokens");
+  if (o.chat && !text_tok)
+    usage_error("--chat needs the model's tokenizer and chat template: give --tokenizer DIR");
+  if (!o.chat && !o.chat_template.empty()) usage_error("--chat-template applies with --chat");
   data::ByteTokenizer tok;
   std::vector<int32_t> prompt;
-  if (!o.tokens.empty()) {
+  std::optional<int32_t> end_of_turn;
+  if (o.chat) {
+    const std::string spec = !o.chat_template.empty()
+                                 ? o.chat_template
+                                 : (m.recipe ? m.recipe->data.chat_template : std::string());
+    const data::ChatTemplate t = data::ChatTemplate::load(spec, tokenizer_dir);
+    data::Record r;
+    r.messages = {{"user", o.prompt}};
+    r.where = "--prompt";
+    data::EncodeCache cache;
+    text_tok->encode(t.render(r, true), false, prompt, cache);
+    const std::string eot = t.end_of_turn(text_tok->special_tokens());
+    if (!eot.empty()) end_of_turn = text_tok->token_id(eot);
+  } else if (!o.tokens.empty()) {
     prompt = parse_tokens(o.tokens, vocab);
   } else if (text_tok) {
     if (const auto bos = text_tok->bos_id()) prompt.push_back(*bos);
@@ -139,21 +164,25 @@ int run_generate(const GenerateOptions& o) {
   so.max_context = o.context != -1 ? o.context : m.trained_seq_len;
   // A long-context model's own context would size a KV cache of 100k+ positions: ask.
   if (so.max_context == 0 && context > kLongContext)
-    usage_error("{}: the model's context is {} positions; give --context N (the tokens of "
-                "context the KV cache holds)",
-                o.model, context);
+    usage_error(
+        "{}: the model's context is {} positions; give --context N (the tokens of "
+        "context the KV cache holds)",
+        o.model, context);
   if (so.max_context > context)
-    usage_error("--context {} is longer than the model's max_seq_len {}", so.max_context,
-                context);
+    usage_error("--context {} is longer than the model's max_seq_len {}", so.max_context, context);
   // As the run's sample; a Hugging Face directory's own BOS where it names one.
   so.start_token = m.bos_token >= 0 ? m.bos_token : engine::default_start_token(bytes, vocab);
   if (text_tok) so.stop_tokens = text_tok->stop_ids();
+  if (end_of_turn) so.stop_tokens.push_back(*end_of_turn);
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out = engine::generate(*m.model, prompt, so);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const std::string prompt_text = o.tokens.empty() ? o.prompt : text_out ? decode(prompt) : "";
+  const std::string prompt_text = o.chat             ? ""
+                                  : o.tokens.empty() ? o.prompt
+                                  : text_out         ? decode(prompt)
+                                                     : "";
   if (o.json) {
     nlohmann::json j = {{"model", m.source},
                         {"prompt_tokens", prompt},
@@ -166,6 +195,7 @@ int run_generate(const GenerateOptions& o) {
                         {"seconds", secs}};
     if (text_out) j["text"] = decode(out);
     if (text_tok) j["tokenizer"] = tokenizer_dir;
+    j["chat"] = o.chat;
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (text_out) {
     std::printf("%s%s\n", prompt_text.c_str(), decode(out).c_str());
@@ -191,6 +221,12 @@ void add_generate_command(CLI::App& app, std::vector<Subcommand>* out) {
                   "a directory with the model's tokenizer.json (default: the model's own "
                   "directory when it holds one)");
   cmd->add_option("--tokens", o->tokens, "prompt as token ids, comma-separated (any model)");
+  cmd->add_flag("--chat", o->chat,
+                "--prompt is a user message: apply the chat template, stop at the end of the "
+                "assistant's turn, print only the answer");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "with --chat: chatml, llama3, alpaca or a template file (default: the run's "
+                  "data.chat_template, else the tokenizer's own)");
   cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate (default 200)");
   cmd->add_option("--temperature", o->temperature,
                   "sampling temperature, >= 0; 0 = greedy (argmax) (default 0.8)");

@@ -1,9 +1,9 @@
 // fdtrain: the command-line front end. Parses arguments with CLI11 and calls
 // into lib/; no training logic lives here.
 //
-//   fdtrain train RECIPE [KEY=VALUE | ~KEY ...] [--run-dir DIR] [--overwrite] [--no-progress] [--profile]
-//   fdtrain RECIPE ...                       (shorthand for train)
-//   fdtrain validate RECIPE [overrides...]   exit 0 when the recipe and its data files are
+//   fdtrain train RECIPE [KEY=VALUE | ~KEY ...] [--run-dir DIR] [--overwrite] [--no-progress]
+//   [--profile] fdtrain RECIPE ...                       (shorthand for train) fdtrain validate
+//   RECIPE [overrides...]   exit 0 when the recipe and its data files are
 //                                            valid, 2 with every error
 //   fdtrain help [COMMAND [SUBCOMMAND]]      the same as fdtrain [COMMAND ...] --help
 //   fdtrain print-config RECIPE [overrides...]
@@ -27,14 +27,15 @@
 //                                            mean loss and perplexity (eval_cmd.cc)
 //   fdtrain generate MODEL [--prompt TEXT | --tokens IDS] [--max-tokens N] ...
 //                                            sampled text, KV-cached (generate_cmd.cc)
-//   fdtrain runs DIR... [--json]             run directories (or a sweep) as one table (runs_cmd.cc)
-//   fdtrain plot DIR... --out FILE.svg       train/eval loss vs step of those runs (runs_cmd.cc)
+//   fdtrain runs DIR... [--json]             run directories (or a sweep) as one table
+//   (runs_cmd.cc) fdtrain plot DIR... --out FILE.svg       train/eval loss vs step of those runs
+//   (runs_cmd.cc)
 //
 // Exit codes: 0 success, 2 usage or recipe error, 1 runtime failure.
-#include <CLI/CLI.hpp>
-#include <algorithm>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -57,7 +58,6 @@
 #include "lib/ops/blas_setup.h"
 
 namespace {
-
 
 void print_warnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "fdtrain: warning: %s\n", w.c_str());
@@ -111,8 +111,8 @@ int run(int argc, char** argv) {
   // `fdtrain RECIPE ...` is shorthand for `fdtrain train RECIPE ...`.
   std::vector<std::string> args(argv + 1, argv + argc);
   static const std::vector<std::string> kCommands = {
-      "train", "validate", "print-config", "estimate", "ckpt", "ls", "cp", "schema", "eval",
-      "generate", "runs", "plot", "tokenize"};
+      "train", "validate", "print-config", "estimate", "ckpt",     "ls",       "cp",  "schema",
+      "eval",  "generate", "runs",         "plot",     "tokenize", "template", "data"};
   // `fdtrain help [COMMAND [SUBCOMMAND]]` is `fdtrain [COMMAND [SUBCOMMAND]] --help`.
   if (!args.empty() && args[0] == "help") {
     args.erase(args.begin());
@@ -233,6 +233,7 @@ int run(int argc, char** argv) {
   fd::cli::add_generate_command(app, &subcommands);
   fd::cli::add_runs_commands(app, &subcommands);
   fd::cli::add_tokenize_command(app, &subcommands);
+  fd::cli::add_chat_commands(app, &subcommands);
 
   try {
     app.parse(args);
@@ -394,7 +395,7 @@ int run(int argc, char** argv) {
           if (comm->rank() == 0) print_error(summary["error"].get<std::string>());
           code = 1;
         } else if (summary["status"] == "interrupted") {
-          code = summary["signal"] == "SIGTERM" ? 128 + SIGTERM
+          code = summary["signal"] == "SIGTERM"  ? 128 + SIGTERM
                  : summary["signal"] == "SIGINT" ? 128 + SIGINT
                                                  : 0;
         }

@@ -31,6 +31,9 @@ void add_eval_command(CLI::App& app, std::vector<Subcommand>* out);
 void add_generate_command(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain tokenize: text to an llm.c token file through a tokenizer.json (tokenize_cmd.cc).
 void add_tokenize_command(CLI::App& app, std::vector<Subcommand>* out);
+// fdtrain template | data preview: chat templates and examples as the model sees them
+// (chat_cmd.cc).
+void add_chat_commands(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain runs | plot: run directories as a table, losses as an SVG (runs_cmd.cc).
 void add_runs_commands(CLI::App& app, std::vector<Subcommand>* out);
 

@@ -1,7 +1,6 @@
 // to_yaml(): the resolved recipe, written by hand so that the layout is fixed
 // (sections in schema order, one key per line) and numbers round-trip.
 #include <fmt/format.h>
-
 #include <fmt/ranges.h>
 
 #include <string>
@@ -119,6 +118,16 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("data.val_fraction", number(d.val_fraction));
   add("data.seq_len", std::to_string(d.seq_len));
   add("data.tokenizer", str(d.tokenizer));
+  add("data.chat_template", str(d.chat_template));
+  add("data.train_on_prompt", d.train_on_prompt ? "true" : "false");
+  add("data.packing", d.packing ? "true" : "false");
+  add("data.truncation", std::string(to_string(d.truncation)));
+  add("data.on_bad_record", std::string(to_string(d.on_bad_record)));
+  add("data.messages_field", str(d.messages_field));
+  add("data.instruction_field", str(d.instruction_field));
+  add("data.input_field", str(d.input_field));
+  add("data.output_field", str(d.output_field));
+  add("data.text_field", str(d.text_field));
   const auto& b = r.batch;
   add("batch.micro", std::to_string(b.micro));
   add("batch.accumulation", std::to_string(b.accumulation));

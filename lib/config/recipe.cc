@@ -38,6 +38,32 @@ std::string_view to_string(DataFormat v) {
       return "text";
     case DataFormat::kTokens:
       return "tokens";
+    case DataFormat::kChat:
+      return "chat";
+    case DataFormat::kInstruct:
+      return "instruct";
+  }
+  return "?";
+}
+
+std::string_view to_string(TruncationName v) {
+  switch (v) {
+    case TruncationName::kError:
+      return "error";
+    case TruncationName::kRight:
+      return "right";
+    case TruncationName::kLeft:
+      return "left";
+  }
+  return "?";
+}
+
+std::string_view to_string(BadRecordName v) {
+  switch (v) {
+    case BadRecordName::kError:
+      return "error";
+    case BadRecordName::kSkip:
+      return "skip";
   }
   return "?";
 }

@@ -24,9 +24,13 @@ namespace fd::config {
 enum class Arch { kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
 enum class RopeScalingName { kNone, kLinear, kLlama3 };
 enum class DataFormat {
-  kText,    // raw bytes, byte tokenizer (token = byte, vocab 256)
-  kTokens,  // llm.c / nanoGPT .bin token files
+  kText,      // raw bytes, byte tokenizer (token = byte, vocab 256), or documents with a tokenizer
+  kTokens,    // llm.c / nanoGPT .bin token files
+  kChat,      // fine-tuning conversations (.jsonl/.json): messages or ShareGPT conversations
+  kInstruct,  // fine-tuning instructions (.jsonl/.json): Alpaca's instruction, input, output
 };
+enum class TruncationName { kError, kRight, kLeft };
+enum class BadRecordName { kError, kSkip };
 enum class OptimizerName { kAdamW };
 enum class ScheduleName { kConstant, kCosine };
 enum class Precision { kFp32, kBf16, kFp16 };
@@ -36,6 +40,8 @@ enum class DeviceName { kCpu, kCuda };
 std::string_view to_string(Arch v);
 std::string_view to_string(RopeScalingName v);
 std::string_view to_string(DataFormat v);
+std::string_view to_string(TruncationName v);
+std::string_view to_string(BadRecordName v);
 std::string_view to_string(OptimizerName v);
 std::string_view to_string(ScheduleName v);
 std::string_view to_string(Precision v);
@@ -60,15 +66,16 @@ struct ModelOptions {
   double norm_eps = 0.0;    // RMSNorm eps; loaded: default 1e-5 (llama, mistral), 1e-6 (qwen)
   double rope_theta = 0.0;  // RoPE base; loaded: default 10000 (llama, mistral), 1e6 (qwen)
   RopeScalingName rope_scaling = RopeScalingName::kNone;  // rope_scaling.rope_type
-  double rope_factor = 1.0;            // linear, llama3
-  double rope_low_freq_factor = 1.0;   // llama3
-  double rope_high_freq_factor = 4.0;  // llama3
-  int rope_original_max_seq_len = 0;   // llama3: original_max_position_embeddings
-  bool tie_embeddings = false;         // the head reuses the embedding (tie_word_embeddings)
+  double rope_factor = 1.0;                               // linear, llama3
+  double rope_low_freq_factor = 1.0;                      // llama3
+  double rope_high_freq_factor = 4.0;                     // llama3
+  int rope_original_max_seq_len = 0;  // llama3: original_max_position_embeddings
+  bool tie_embeddings = false;        // the head reuses the embedding (tie_word_embeddings)
   bool attention_bias = false;  // biases on q, k, v and (llama, qwen3) o; qwen2: q, k, v always
   bool mlp_bias = false;        // biases on the MLP's projections (llama only)
-  bool qk_norm = false;                // per-head q/k RMSNorm (qwen3: always)
-  std::string init_from;    // weights to start from (fdtrain export, HF GPT-2 safetensors); "" = random init
+  bool qk_norm = false;         // per-head q/k RMSNorm (qwen3: always)
+  std::string
+      init_from;  // weights to start from (fdtrain export, HF GPT-2 safetensors); "" = random init
   bool operator==(const ModelOptions&) const = default;
 };
 
@@ -87,6 +94,25 @@ struct DataOptions {
   // each file (each .jsonl line's "text") is a document, encoded with its BOS
   // and EOS. "" = the byte tokenizer.
   std::string tokenizer;
+  // Fine-tuning examples (format chat or instruct, or text with packing; example_dataset.h).
+  // The chat template: "" = the tokenizer's own, a built-in (chatml, llama3, alpaca) or a file.
+  std::string chat_template;
+  bool train_on_prompt = false;  // targets on every token, not only the answers
+  bool packing = false;          // several examples per row, attention kept inside each
+  TruncationName truncation = TruncationName::kError;   // an example longer than seq_len + 1
+  BadRecordName on_bad_record = BadRecordName::kError;  // a record that breaks the rules
+  // Record field names.
+  std::string messages_field = "messages";
+  std::string instruction_field = "instruction";
+  std::string input_field = "input";
+  std::string output_field = "output";
+  std::string text_field = "text";
+  // Whether the run reads fine-tuning examples (rows of whole examples) rather than
+  // windows of a token stream.
+  bool examples() const {
+    return format == DataFormat::kChat || format == DataFormat::kInstruct ||
+           (format == DataFormat::kText && packing);
+  }
   bool operator==(const DataOptions&) const = default;
 };
 
@@ -128,7 +154,7 @@ struct LossScaleOptions {
 };
 
 struct ZeroOptions {
-  int stage = 0;             // ZeRO stage 0..3: 1 shards optimizer state, 2 also gradients, 3 also parameters
+  int stage = 0;  // ZeRO stage 0..3: 1 shards optimizer state, 2 also gradients, 3 also parameters
   bool overlap_comm = true;  // reduce buckets while backward continues
   bool operator==(const ZeroOptions&) const = default;
 };
@@ -161,9 +187,9 @@ struct ActivationCheckpointingOptions {
 };
 
 struct CheckpointOptions {
-  int every = 0;        // save every N steps, >= 0; 0 = only at the end (at_end) or on a signal
-  int keep_last = 3;    // checkpoints kept on disk, >= 1
-  bool at_end = true;   // save after the last step, and when a signal stops the run
+  int every = 0;       // save every N steps, >= 0; 0 = only at the end (at_end) or on a signal
+  int keep_last = 3;   // checkpoints kept on disk, >= 1
+  bool at_end = true;  // save after the last step, and when a signal stops the run
   bool operator==(const CheckpointOptions&) const = default;
 };
 

@@ -81,9 +81,12 @@ const std::vector<KeyDoc>& key_reference() {
        "model.safetensors; every parameter must be present with the model's shape. \"\" = "
        "random init"},
       // data
-      {"data.format", "string", "text", "text, tokens",
-       "text: raw bytes, byte tokenizer (token = byte, vocab 256); tokens: llm.c / nanoGPT .bin "
-       "token files"},
+      {"data.format", "string", "text", "text, tokens, chat, instruct",
+       "text: raw bytes, byte tokenizer (token = byte, vocab 256), or documents with "
+       "data.tokenizer; tokens: llm.c / nanoGPT .bin token files; chat: conversations "
+       "(.jsonl/.json records with messages [{role, content}] or ShareGPT conversations [{from, "
+       "value}]) rendered with the chat template, loss on the assistant's answers; instruct: "
+       "Alpaca records (instruction, optional input, output) as a user/assistant exchange"},
       {"data.train", "path or list", "", "existing files",
        "training files: paths or globs, concatenated in order"},
       {"data.val", "path or list", "[]", "existing files",
@@ -96,6 +99,30 @@ const std::vector<KeyDoc>& key_reference() {
        "with data.format text: a Hugging Face tokenizer; each file (each line's \"text\" of a "
        ".jsonl file) is one document, encoded with the tokenizer's BOS and EOS, as fdtrain "
        "tokenize writes it; \"\" = the byte tokenizer"},
+      {"data.chat_template", "string", "\"\"", "\"\", chatml, llama3, alpaca, or a file",
+       "chat and instruct: the Jinja chat template; \"\" = data.tokenizer's own "
+       "(tokenizer_config.json chat_template), rendered as Hugging Face's apply_chat_template"},
+      {"data.train_on_prompt", "bool", "false", "true, false",
+       "chat and instruct: loss on every token, not only on the assistant's answers and their "
+       "end-of-turn tokens"},
+      {"data.packing", "bool", "false", "true, false",
+       "chat, instruct, and text with data.tokenizer: several examples (documents) per row of "
+       "seq_len tokens, attention and positions restarting at each; false: one example per row, "
+       "padded"},
+      {"data.truncation", "string", "error", "error, right, left",
+       "an example longer than seq_len + 1 tokens: an error naming it, or keep its first "
+       "(right) / last (left) seq_len + 1 tokens"},
+      {"data.on_bad_record", "string", "error", "error, skip",
+       "a record that breaks the format's rules: stop with FILE:LINE and the reason, or leave "
+       "it out (counted in summary.json)"},
+      {"data.messages_field", "string", "messages", "a JSON key",
+       "chat: the record's message list (records with \"conversations\" are read as ShareGPT)"},
+      {"data.instruction_field", "string", "instruction", "a JSON key",
+       "instruct: the instruction"},
+      {"data.input_field", "string", "input", "a JSON key",
+       "instruct: the optional input (appended to the instruction after a blank line)"},
+      {"data.output_field", "string", "output", "a JSON key", "instruct: the answer"},
+      {"data.text_field", "string", "text", "a JSON key", "text: the document of a .jsonl record"},
       // batch
       {"batch.micro", "int", "8", ">= 1", "sequences per micro-batch per rank"},
       {"batch.accumulation", "int", "1", ">= 1", "micro-batches accumulated per optimizer step"},

@@ -63,8 +63,6 @@ const Section* find_section(std::string_view name) {
 // silently use fewer, the number it was built for).
 constexpr int kMaxThreads = 1024;
 
-
-
 std::string unknown_key(std::string_view path, std::string_view key,
                         const std::vector<std::string>& known) {
   std::string near = nearest(key, known);
@@ -531,8 +529,8 @@ class Builder {
   Recipe* r_;
   std::vector<std::string>* errors_;
   std::vector<std::string>* warnings_;
-  std::set<std::string> bad_;  // key paths reported bad
-  bool check_files_;           // the files the recipe names must exist
+  std::set<std::string> bad_;    // key paths reported bad
+  bool check_files_;             // the files the recipe names must exist
   bool model_from_dir_ = false;  // model.init_from is a Hugging Face model directory
 };
 
@@ -594,7 +592,8 @@ void Builder::model_directory() {
   const std::string dir = m.init_from;
   ModelOptions d;
   try {
-    d = model_options(nn::read_hf_config(dir), (std::filesystem::path(dir) / "config.json").string());
+    d = model_options(nn::read_hf_config(dir),
+                      (std::filesystem::path(dir) / "config.json").string());
   } catch (const Error& e) {
     error(loc_of("model.init_from"), "model.init_from", e.what());
     return;
@@ -644,11 +643,20 @@ void Builder::model_directory() {
 // above fix), read and then completed with the family's defaults otherwise.
 void Builder::llama_family(const Node* s) {
   auto& m = r_->model;
-  static const char* const kKeys[] = {
-      "n_kv_head",    "head_dim",    "d_ff",           "norm_eps",
-      "rope_theta",   "rope_scaling", "rope_factor",   "rope_low_freq_factor",
-      "rope_high_freq_factor", "rope_original_max_seq_len", "tie_embeddings", "attention_bias",
-      "mlp_bias", "qk_norm"};
+  static const char* const kKeys[] = {"n_kv_head",
+                                      "head_dim",
+                                      "d_ff",
+                                      "norm_eps",
+                                      "rope_theta",
+                                      "rope_scaling",
+                                      "rope_factor",
+                                      "rope_low_freq_factor",
+                                      "rope_high_freq_factor",
+                                      "rope_original_max_seq_len",
+                                      "tie_embeddings",
+                                      "attention_bias",
+                                      "mlp_bias",
+                                      "qk_norm"};
   if (bad("model.arch")) return;
   // From a model directory the keys are read whatever model.arch says: the
   // directory's config.json decides, and model_directory() compares.
@@ -712,7 +720,9 @@ void Builder::llama_family(const Node* s) {
 void Builder::data(const Node& root) {
   const Node* s = section(root, "data");
   auto& d = r_->data;
-  get_enum(s, "data", "format", std::vector<DataFormat>{DataFormat::kText, DataFormat::kTokens},
+  get_enum(s, "data", "format",
+           std::vector<DataFormat>{DataFormat::kText, DataFormat::kTokens, DataFormat::kChat,
+                                   DataFormat::kInstruct},
            &d.format);
   if (bad("data")) {
     // Reported already: a failed include or a misspelt key in the section.
@@ -725,10 +735,67 @@ void Builder::data(const Node& root) {
   get_double(s, "data", "val_fraction", &d.val_fraction, closed(0, 0.5));
   get_int(s, "data", "seq_len", &d.seq_len, at_least(1));
   if (get_string(s, "data", "tokenizer", &d.tokenizer) && !d.tokenizer.empty() &&
-      d.format != DataFormat::kText && !bad("data.format")) {
+      d.format == DataFormat::kTokens && !bad("data.format")) {
     error(loc_of("data.tokenizer"), "data.tokenizer",
           "a tokenizer reads text; data.format tokens files are already tokens (remove "
           "data.tokenizer, or set data.format: text)");
+  }
+  get_string(s, "data", "chat_template", &d.chat_template);
+  get_bool(s, "data", "train_on_prompt", &d.train_on_prompt);
+  get_bool(s, "data", "packing", &d.packing);
+  get_enum(s, "data", "truncation",
+           std::vector<TruncationName>{TruncationName::kError, TruncationName::kRight,
+                                       TruncationName::kLeft},
+           &d.truncation);
+  get_enum(s, "data", "on_bad_record",
+           std::vector<BadRecordName>{BadRecordName::kError, BadRecordName::kSkip},
+           &d.on_bad_record);
+  for (auto [key, out] :
+       {std::pair{"messages_field", &d.messages_field},
+        std::pair{"instruction_field", &d.instruction_field},
+        std::pair{"input_field", &d.input_field}, std::pair{"output_field", &d.output_field},
+        std::pair{"text_field", &d.text_field}}) {
+    const std::string path = std::string("data.") + key;
+    if (get_string(s, "data", key, out) && out->empty())
+      error(loc_of(path), path, "must name a JSON key");
+  }
+  if (bad("data.format")) return;
+  // Keys that mean something only for some formats: a value other than the default is
+  // refused elsewhere (a resolved recipe, as checkpoints store it, names every key).
+  const bool chat_like = d.format == DataFormat::kChat || d.format == DataFormat::kInstruct;
+  const DataOptions defaults;
+  auto only_for = [&](const char* key, bool non_default, bool ok, const char* which) {
+    const std::string path = std::string("data.") + key;
+    if (is_set(path) && non_default && !ok && !bad(path)) {
+      error(loc_of(path), path,
+            fmt::format("applies to {}; data.format is {}", which, to_string(d.format)));
+    }
+  };
+  const char* examples =
+      "fine-tuning examples (data.format chat or instruct, or text with "
+      "data.packing)";
+  only_for("chat_template", !d.chat_template.empty(), chat_like, "data.format chat and instruct");
+  only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
+  only_for("messages_field", d.messages_field != defaults.messages_field,
+           d.format == DataFormat::kChat, "data.format chat");
+  only_for("instruction_field", d.instruction_field != defaults.instruction_field,
+           d.format == DataFormat::kInstruct, "data.format instruct");
+  only_for("input_field", d.input_field != defaults.input_field, d.format == DataFormat::kInstruct,
+           "data.format instruct");
+  only_for("output_field", d.output_field != defaults.output_field,
+           d.format == DataFormat::kInstruct, "data.format instruct");
+  only_for("text_field", d.text_field != defaults.text_field, d.format == DataFormat::kText,
+           "data.format text");
+  only_for("packing", d.packing, d.format != DataFormat::kTokens,
+           "data.format chat, instruct and text (token files are one stream)");
+  only_for("truncation", d.truncation != defaults.truncation, d.examples(), examples);
+  only_for("on_bad_record", d.on_bad_record != defaults.on_bad_record, d.examples(), examples);
+  if ((chat_like || d.packing) && d.tokenizer.empty() && !bad("data.tokenizer") &&
+      !bad("data.packing")) {
+    error(s == nullptr ? file_ : loc_of("data"), "data.tokenizer",
+          fmt::format("data.format {}{} needs the model's tokenizer: set data.tokenizer to a "
+                      "directory with tokenizer.json (a Hugging Face model directory)",
+                      to_string(d.format), d.packing && !chat_like ? " with data.packing" : ""));
   }
 }
 
@@ -820,8 +887,8 @@ void Builder::lora(const Node& root) {
                       l.adapter));
   }
   const bool gpt2 = bad("model.arch") || r_->model.arch == Arch::kGpt2;
-  const std::vector<std::string> kLoraTargets = nn::lora_target_names(
-      config::decoder_config(r_->model).family);
+  const std::vector<std::string> kLoraTargets =
+      nn::lora_target_names(config::decoder_config(r_->model).family);
   if (!gpt2) l.targets = {"q_proj", "v_proj"};  // PEFT's default for the Llama family
   std::string path;
   if (const Node* n = field(s, "lora", "targets", &path)) {
@@ -985,7 +1052,7 @@ void Builder::cross_checks() {
           "remove the prompt to sample from <|endoftext|>");
   }
   if (!bad("data.format") && !bad("model.vocab_size") && d.format == DataFormat::kText &&
-      m.vocab_size < 256) {
+      d.tokenizer.empty() && m.vocab_size < 256) {
     error(loc_of("model.vocab_size"), "model.vocab_size",
           fmt::format("data.format text needs vocab_size >= 256 (one token per byte), got {}",
                       m.vocab_size));

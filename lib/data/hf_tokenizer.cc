@@ -41,9 +41,10 @@ namespace {
 std::string read_file(const std::string& path, const char* what) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    usage_error("{} not found: {} (a Hugging Face tokenizer directory holds tokenizer.json, "
-                "usually with tokenizer_config.json)",
-                what, path);
+    usage_error(
+        "{} not found: {} (a Hugging Face tokenizer directory holds tokenizer.json, "
+        "usually with tokenizer_config.json)",
+        what, path);
   }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
@@ -101,8 +102,9 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const std::string config_path = (dir / "tokenizer_config.json").string();
   std::error_code ec;
-  const std::string config =
-      std::filesystem::is_regular_file(config_path, ec) ? read_file(config_path, "tokenizer_config.json") : "";
+  const std::string config = std::filesystem::is_regular_file(config_path, ec)
+                                 ? read_file(config_path, "tokenizer_config.json")
+                                 : "";
   auto tok = from_strings(text, config, path);
   // The parsed JSON (several times the file's size) is gone: give its pages back.
   malloc_trim(0);
@@ -132,7 +134,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_strings(const std::string& tokeni
   const json j = parse_json(tokenizer_json, where);
   if (!j.is_object()) usage_error("{}: a tokenizer.json is a JSON object", where);
   for (const char* key : {"model", "added_tokens"}) {
-    if (!j.contains(key)) usage_error("{}: \"{}\" is missing: this is not a tokenizer.json", where, key);
+    if (!j.contains(key))
+      usage_error("{}: \"{}\" is missing: this is not a tokenizer.json", where, key);
   }
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->where_ = where;
@@ -142,9 +145,10 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_strings(const std::string& tokeni
     return it == j.end() ? null : *it;
   };
   if (const json& trunc = field("truncation"); !trunc.is_null()) {
-    usage_error("{}: truncation: fdtrain does not truncate inside the tokenizer (set it to null; "
-                "sequence length is the recipe's)",
-                where);
+    usage_error(
+        "{}: truncation: fdtrain does not truncate inside the tokenizer (set it to null; "
+        "sequence length is the recipe's)",
+        where);
   }
   t->normalizer_ = TextNormalizer::from_json(field("normalizer"), where + ": normalizer");
   t->pre_tokenizer_ = PreTokenizer::from_json(field("pre_tokenizer"), where + ": pre_tokenizer");
@@ -156,7 +160,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_strings(const std::string& tokeni
     t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t(a.id) + 1);
   t->read_post_processor(field("post_processor"), where + ": post_processor");
   if (!config_json.empty()) {
-    const std::string cw = (std::filesystem::path(where).parent_path() / "tokenizer_config.json").string();
+    const std::string cw =
+        (std::filesystem::path(where).parent_path() / "tokenizer_config.json").string();
     const json config = parse_json(config_json, cw);
     if (!config.is_object()) usage_error("{}: must be a JSON object", cw);
     t->read_config(config, cw);
@@ -180,9 +185,10 @@ void HfTokenizer::read_post_processor(const json& j, const std::string& where) {
   }
   if (type == "ByteLevel") return;  // only moves offsets; ids are untouched
   if (type != "TemplateProcessing") {
-    usage_error("{}: the post-processor type \"{}\" is not supported by fdtrain (supported: "
-                "TemplateProcessing, ByteLevel, Sequence)",
-                where, type);
+    usage_error(
+        "{}: the post-processor type \"{}\" is not supported by fdtrain (supported: "
+        "TemplateProcessing, ByteLevel, Sequence)",
+        where, type);
   }
   const auto single = j.find("single");
   const auto specials = j.find("special_tokens");
@@ -311,11 +317,23 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   if (!std::filesystem::is_directory(dir, ec)) {
     if (std::filesystem::is_regular_file(dir, ec) && dir.ends_with(".json"))
       return HfTokenizer::load(dir);
-    usage_error("tokenizer directory not found: {} (a Hugging Face model or tokenizer directory, "
-                "holding tokenizer.json)",
-                dir);
+    usage_error(
+        "tokenizer directory not found: {} (a Hugging Face model or tokenizer directory, "
+        "holding tokenizer.json)",
+        dir);
   }
   return HfTokenizer::load((std::filesystem::path(dir) / "tokenizer.json").string());
+}
+
+std::vector<std::string> HfTokenizer::special_tokens() const {
+  std::vector<const AddedToken*> special;
+  for (const AddedToken& a : added_.tokens())
+    if (a.special) special.push_back(&a);
+  std::sort(special.begin(), special.end(),
+            [](const AddedToken* a, const AddedToken* b) { return a->id < b->id; });
+  std::vector<std::string> out;
+  for (const AddedToken* a : special) out.push_back(a->content);
+  return out;
 }
 
 }  // namespace fd::data

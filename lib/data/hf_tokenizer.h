@@ -49,6 +49,7 @@ class HfTokenizer : public Tokenizer {
   std::optional<int32_t> eos_id() const override { return eos_; }
   std::vector<int32_t> stop_ids() const override { return stop_; }
   std::optional<int32_t> token_id(std::string_view token) const override;
+  std::vector<std::string> special_tokens() const override;
 
  private:
   HfTokenizer() = default;

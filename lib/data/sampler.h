@@ -30,14 +30,29 @@
 
 #include <cstdint>
 
+#include "lib/data/batch_source.h"
 #include "lib/data/token_dataset.h"
 
 namespace fd::data {
 
-class Sampler {
+class Sampler : public BatchSource {
  public:
   // `dataset` must outlive the sampler.
   Sampler(const TokenDataset& dataset, uint64_t seed) : dataset_(dataset), seed_(seed) {}
+
+  // BatchSource: windows of the stream, every position a target, never packed.
+  bool packed() const override { return false; }
+  void train_batch(const MicroBatch& m, int seq_len, const BatchBuffers& out) const override {
+    sample_train(m.step, m.micro, m.rank, m.world, m.batch, seq_len, out.tokens, out.targets);
+  }
+  int64_t train_targets(int64_t, int64_t global_batch, int seq_len) const override {
+    return global_batch * seq_len;
+  }
+  bool has_val() const override { return dataset_.has_val(); }
+  void val_batch(int64_t batch_index, int rank, int world, int batch, int seq_len,
+                 const BatchBuffers& out) const override {
+    sample_val(batch_index, rank, world, batch, seq_len, out.tokens, out.targets);
+  }
 
   // Fills tokens[b * seq_len + t] = train[start_b + t] and the next-token
   // targets[b * seq_len + t] = train[start_b + t + 1] for b < batch.

@@ -18,7 +18,7 @@ std::shared_ptr<const std::vector<TokenFile>> open_all(const std::vector<std::st
     if (options.tokenizer && options.format == TokenFormat::kText) {
       const Tokenizer& tok = *options.tokenizer;
       std::vector<int32_t> ids;
-      encode_documents({p}, tok, document_wrap(tok), "text", 1,
+      encode_documents({p}, tok, document_wrap(tok), options.text_field, 1,
                        [&](std::span<const int32_t> batch, size_t) {
                          ids.insert(ids.end(), batch.begin(), batch.end());
                        });

@@ -36,6 +36,8 @@ struct DatasetOptions {
   // (document_encoder.h: BOS + text + EOS; .jsonl: one document per line)
   // instead of read byte by byte. Null: the byte tokenizer.
   std::shared_ptr<const Tokenizer> tokenizer;
+  // The document field of .jsonl records (data.text_field).
+  std::string text_field = "text";
 };
 
 // A contiguous range [begin, end) of a concatenation of files.

@@ -80,6 +80,11 @@ class Tokenizer {
   // The id of a token given as its text (a special token such as "<|eot_id|>"),
   // or nullopt.
   virtual std::optional<int32_t> token_id(std::string_view token) const = 0;
+  // The texts of the special tokens (tokenizer.json's added tokens marked
+  // special, such as "<|im_end|>"), in id order; none for the byte tokenizer.
+  // Chat templates write them as text; a chat example's end of turn is the
+  // first of them after an assistant's content (chat_template.h).
+  virtual std::vector<std::string> special_tokens() const { return {}; }
 };
 
 // The tokenizer of a model directory: DIR/tokenizer.json (with

@@ -58,6 +58,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
   a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
+  a.packed = r.data.packing;
 
   zero::ZeroConfig& z = a.zero;
   z.stage = r.zero.stage;
@@ -102,6 +103,7 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
   a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
+  a.packed = r.data.packing;
   return a;
 }
 
@@ -115,7 +117,127 @@ std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init) {
   return model;
 }
 
-std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
+namespace {
+
+std::unique_ptr<data::TokenDataset> open_stream(const config::Recipe& r);
+
+std::shared_ptr<const data::Tokenizer> recipe_tokenizer(const config::Recipe& r) {
+  std::shared_ptr<const data::Tokenizer> tok;
+  try {
+    tok = data::load_tokenizer(r.data.tokenizer);
+  } catch (const Error& e) {
+    throw Error(e.kind(),
+                fmt::format("{}: data.tokenizer: {}", r.where("data.tokenizer"), e.what()));
+  }
+  if (tok->vocab_size() > r.model.vocab_size) {
+    usage_error(
+        "{}: data.tokenizer {} has {} ids but model.vocab_size is {}: raise "
+        "model.vocab_size to at least {} (or use the model's own tokenizer)",
+        r.where("data.tokenizer"), r.data.tokenizer, tok->vocab_size(), r.model.vocab_size,
+        tok->vocab_size());
+  }
+  return tok;
+}
+
+data::RecordFormat record_format(config::DataFormat f) {
+  switch (f) {
+    case config::DataFormat::kChat:
+      return data::RecordFormat::kChat;
+    case config::DataFormat::kInstruct:
+      return data::RecordFormat::kInstruct;
+    default:
+      return data::RecordFormat::kText;
+  }
+}
+
+std::unique_ptr<data::ExampleDataset> open_examples(const config::Recipe& r) {
+  const config::DataOptions& d = r.data;
+  data::ExampleOptions o;
+  o.train_files = d.train;
+  o.val_files = d.val;
+  o.val_fraction = d.val_fraction;
+  o.records.format = record_format(d.format);
+  o.records.fields = {.messages = d.messages_field,
+                      .instruction = d.instruction_field,
+                      .input = d.input_field,
+                      .output = d.output_field,
+                      .text = d.text_field};
+  o.records.bad = d.on_bad_record == config::BadRecordName::kSkip ? data::BadRecords::kSkip
+                                                                  : data::BadRecords::kError;
+  o.seq_len = d.seq_len;
+  o.vocab_size = r.model.vocab_size;
+  o.tokenizer = recipe_tokenizer(r);
+  if (o.records.format != data::RecordFormat::kText) {
+    try {
+      o.chat_template = std::make_shared<const data::ChatTemplate>(
+          data::ChatTemplate::load(d.chat_template, d.tokenizer));
+    } catch (const Error& e) {
+      throw Error(e.kind(), fmt::format("{}: data.chat_template: {}",
+                                        r.where(d.chat_template.empty() ? "data.tokenizer"
+                                                                        : "data.chat_template"),
+                                        e.what()));
+    }
+  }
+  o.train_on_prompt = d.train_on_prompt;
+  o.truncation = d.truncation == config::TruncationName::kRight  ? data::Truncation::kRight
+                 : d.truncation == config::TruncationName::kLeft ? data::Truncation::kLeft
+                                                                 : data::Truncation::kError;
+  o.packing = d.packing;
+  o.seed = uint64_t(r.seed);
+  o.threads = r.threads;
+  try {
+    return std::make_unique<data::ExampleDataset>(o);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUsage) throw;
+    throw Error(ErrorKind::kUsage, fmt::format("{}: {}", r.where("data"), e.what()));
+  }
+}
+
+}  // namespace
+
+TrainingData::TrainingData() = default;
+TrainingData::TrainingData(TrainingData&&) noexcept = default;
+TrainingData& TrainingData::operator=(TrainingData&&) noexcept = default;
+TrainingData::~TrainingData() = default;
+
+const data::BatchSource& TrainingData::source() const {
+  if (examples) return *examples;
+  return *sampler;
+}
+
+std::string TrainingData::summary() const {
+  return examples ? examples->summary() : stream->summary();
+}
+
+nlohmann::json TrainingData::stats_json() const {
+  if (!examples) return nullptr;
+  const data::ExampleStats& s = examples->stats();
+  return {{"examples", {{"train", s.train_examples}, {"val", s.val_examples}}},
+          {"rows", {{"train", s.train_rows}, {"val", s.val_rows}}},
+          {"tokens", s.train_tokens},
+          {"target_tokens", s.train_target_tokens},
+          {"efficiency", s.efficiency},
+          {"packing", examples->packed()},
+          {"truncated", s.truncated},
+          {"without_targets", s.without_targets},
+          {"records", s.records.records},
+          {"skipped_records", s.records.skipped},
+          {"skip_reasons", s.records.skip_reasons}};
+}
+
+TrainingData open_dataset(const config::Recipe& r) {
+  TrainingData out;
+  if (r.data.examples()) {
+    out.examples = open_examples(r);
+    return out;
+  }
+  out.stream = open_stream(r);
+  out.sampler = std::make_unique<data::Sampler>(*out.stream, uint64_t(r.seed));
+  return out;
+}
+
+namespace {
+std::unique_ptr<data::TokenDataset> open_stream(const config::Recipe& r) {
   data::DatasetOptions o;
   o.train_files = r.data.train;
   o.val_files = r.data.val;
@@ -124,20 +246,8 @@ std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
   o.val_fraction = r.data.val_fraction;
   o.seq_len = r.data.seq_len;
   o.vocab_size = r.model.vocab_size;
-  if (!r.data.tokenizer.empty()) {
-    try {
-      o.tokenizer = data::load_tokenizer(r.data.tokenizer);
-    } catch (const Error& e) {
-      throw Error(e.kind(), fmt::format("{}: data.tokenizer: {}", r.where("data.tokenizer"),
-                                        e.what()));
-    }
-    if (o.tokenizer->vocab_size() > o.vocab_size) {
-      usage_error("{}: data.tokenizer {} has {} ids but model.vocab_size is {}: raise "
-                  "model.vocab_size to at least {} (or use the model's own tokenizer)",
-                  r.where("data.tokenizer"), r.data.tokenizer, o.tokenizer->vocab_size(),
-                  o.vocab_size, o.tokenizer->vocab_size());
-    }
-  }
+  o.text_field = r.data.text_field;
+  if (!r.data.tokenizer.empty()) o.tokenizer = recipe_tokenizer(r);
   try {
     return std::make_unique<data::TokenDataset>(o);
   } catch (const Error& e) {
@@ -159,6 +269,7 @@ std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r) {
     throw Error(ErrorKind::kUsage, where + e.what());
   }
 }
+}  // namespace
 
 SampleOptions sample_options(const config::Recipe& r) {
   SampleOptions so;

@@ -13,10 +13,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "lib/ckpt/peft.h"
 #include "lib/config/recipe.h"
+#include "lib/data/example_dataset.h"
+#include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
 #include "lib/engine/generate.h"
 #include "lib/nn/decoder.h"
@@ -44,6 +47,8 @@ struct Assembly {
   int micro = 1;           // sequences per micro-batch
   int seq_len = 1;         // tokens per sequence
   bool byte_level = true;  // tokens are bytes (data.format text without data.tokenizer), else ids
+  // Packed rows (data.packing): batches carry doc_starts (step.h, data/batch_source.h).
+  bool packed = false;
 };
 
 // A training run of `r` at `world` ranks (r as validated by lib/config).
@@ -55,8 +60,9 @@ Assembly assemble_for_inference(const config::Recipe& r);
 
 // How build_model() fills the parameters.
 enum class Init {
-  kRandom,  // the family's random initialisation from Assembly::seed (training; Decoder::init_weights)
-  kNone,  // contents unspecified: the caller loads every parameter (inference)
+  kRandom,  // the family's random initialisation from Assembly::seed (training;
+            // Decoder::init_weights)
+  kNone,    // contents unspecified: the caller loads every parameter (inference)
   // Nothing filled: the ZeroEngine fills what each rank holds through a
   // ParamFill (initial_weights(), weights_io.h). Under ZeRO-3 the parameter
   // buffers start released (GroupLayout::params_resident false), so no rank
@@ -70,14 +76,34 @@ enum class Init {
 std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kRandom);
 
 // Opens data.train and data.val (data.format, data.val_fraction,
-// data.seq_len, model.vocab_size) as a TokenDataset, as training opens them;
+// data.seq_len, model.vocab_size) as a TokenDataset and its Sampler (seeded
+// with the recipe's seed), as training opens them;
 // `fdtrain validate` calls it to find, without training, every data problem
 // `fdtrain train` would stop at (an empty or malformed file, a token id past
 // model.vocab_size, a split shorter than data.seq_len + 1). Throws fd::Error
 // (kUsage) for a bad file or split; the message starts with where the recipe
 // names the file at fault ("r.yaml:9:11: data.train[0]: ...", else where the
 // data section is), then the problem and what to do.
-std::unique_ptr<data::TokenDataset> open_dataset(const config::Recipe& r);
+//
+// Fine-tuning examples (data.format chat or instruct, or text with data.packing) are read,
+// rendered with the chat template and encoded as an ExampleDataset instead
+// (example_dataset.h), with the same errors for bad records, templates and lengths.
+struct TrainingData {
+  std::unique_ptr<data::TokenDataset> stream;      // windows of a token stream, or
+  std::unique_ptr<data::Sampler> sampler;          // (over `stream`)
+  std::unique_ptr<data::ExampleDataset> examples;  // fine-tuning examples
+
+  TrainingData();
+  TrainingData(TrainingData&&) noexcept;
+  TrainingData& operator=(TrainingData&&) noexcept;
+  ~TrainingData();
+  const data::BatchSource& source() const;
+  // One line for the log.
+  std::string summary() const;
+  // summary.json's "data" (docs/RUN_DIR.md).
+  nlohmann::json stats_json() const;
+};
+TrainingData open_dataset(const config::Recipe& r);
 
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts
 // from '\n', token files from GPT-2's <|endoftext|> when the vocabulary has it.

@@ -4,8 +4,22 @@ namespace fd::engine {
 
 Batch make_batch(const Assembly& a, Device device) {
   const Shape shape{a.micro, a.seq_len};
-  return {Tensor::empty(shape, DType::kI32, MemCategory::kOther, device),
-          Tensor::empty(shape, DType::kI32, MemCategory::kOther, device)};
+  Batch b{Tensor::empty(shape, DType::kI32, MemCategory::kOther, device),
+          Tensor::empty(shape, DType::kI32, MemCategory::kOther, device), Tensor()};
+  if (a.packed) b.doc_starts = Tensor::empty(shape, DType::kI32, MemCategory::kOther, device);
+  return b;
+}
+
+data::BatchBuffers batch_buffers(const Batch& b) {
+  return {b.tokens.i32(), b.targets.i32(), b.doc_starts.defined() ? b.doc_starts.i32() : nullptr};
+}
+
+int64_t count_targets(const Batch& b) {
+  if (b.targets.is_meta()) return b.targets.numel();
+  const int32_t* t = b.targets.data<int32_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < b.targets.numel(); ++i) n += t[i] != -1;
+  return n;
 }
 
 double train_micro_batch(
@@ -16,7 +30,7 @@ double train_micro_batch(
   model.set_dropout_seed(dropout_seed);
   autograd::Tape tape;
   autograd::TapeScope scope(tape);
-  autograd::Variable loss = model.loss(batch.tokens, batch.targets, &runner);
+  autograd::Variable loss = model.loss(batch.tokens, batch.targets, &runner, batch.doc_starts);
   const double value = loss.value().to_vector()[0];
   if (between) between(tape, loss);
   tape.backward(loss, grad_seed);
@@ -26,7 +40,7 @@ double train_micro_batch(
 
 double eval_batch(const nn::Decoder& model, zero::ZeroEngine& engine, const Batch& batch) {
   autograd::NoGradGuard no_grad;
-  return model.loss(batch.tokens, batch.targets, &engine).value().to_vector()[0];
+  return model.loss(batch.tokens, batch.targets, &engine, batch.doc_starts).value().to_vector()[0];
 }
 
 }  // namespace fd::engine

@@ -26,11 +26,17 @@ namespace fd::engine {
 struct Batch {
   Tensor tokens;
   Tensor targets;
+  Tensor doc_starts;  // packed rows only (data::BatchSource::packed()), else undefined
 };
 
 // The batch buffers of `a` on `device` (real runs assemble batches on the
-// host; ops copy them to the GPU when the model is there).
+// host; ops copy them to the GPU when the model is there), with doc_starts
+// when the rows are packed (a.packed).
 Batch make_batch(const Assembly& a, Device device);
+// The host buffers of `b` for a data::BatchSource.
+data::BatchBuffers batch_buffers(const Batch& b);
+// Positions of `b` with a target (not -1).
+int64_t count_targets(const Batch& b);
 
 // One micro-batch of training: the engine's micro-batch hooks around the
 // forward (its segments run through `runner`: the ZeRO engine itself, or a

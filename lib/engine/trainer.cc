@@ -236,10 +236,9 @@ void Trainer::setup(const TrainOptions& options) {
   ops::set_blas_threads(recipe_.threads);
   comm_.set_timeout(recipe_.dist.timeout_s);
 
-  dataset_ = open_dataset(recipe_);
+  data_ = open_dataset(recipe_);
   assembly_ = assemble(recipe_, world);
   const Assembly& a = assembly_;
-  sampler_ = std::make_unique<data::Sampler>(*dataset_, a.seed);
   const nn::DecoderConfig& mc = a.model;
   const nn::LoraConfig& lora = a.lora;
   model_ = build_model(a, Init::kDeferred);
@@ -298,7 +297,7 @@ void Trainer::setup(const TrainOptions& options) {
   discard_on_start_ = plan.newer;
   if (comm_.rank() == 0) {
     log::info("model: {}, {:.2f}M parameters; {}", mc.summary(), double(mc.num_params()) / 1e6,
-              dataset_->summary());
+              data_.summary());
     log::info("{} rank{} ({} backend), ZeRO stage {}, device {}; run directory: {}", world,
               world == 1 ? "" : "s", model_comm().backend(), recipe_.zero.stage,
               device_scope_ ? cuda_device_name() : std::string("cpu"), run_dir_->path().string());
@@ -377,26 +376,39 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   const int B = assembly_.micro, T = assembly_.seq_len;
   const int accum = assembly_.zero.accumulation;
   const int world = comm_.size();
-  // Gradients average over micro-batches and ranks; fp16 scales the loss.
-  const double scale = scaler_ ? scaler_->scale() : 1.0;
-  float seed = float(scale / double(accum * world));
-  if (dist::fault_fires(options_.fault, dist::FaultSpec::kInf, comm_.rank(), step)) {
-    seed = std::numeric_limits<float>::infinity();  // test hook: this rank's gradients overflow
-  }
+  const data::BatchSource& source = data_.source();
+  // The step's loss is the mean over all its target positions, on every rank and in every
+  // micro-batch: micro-batch m's mean is weighted by its share of them (data/batch_source.h),
+  // so the gradient does not depend on how the rows are split. Every position of a token
+  // stream is a target: the weight is then 1 / (accum * world), exactly as a division.
+  const int64_t step_targets = source.train_targets(step, int64_t(B) * world * accum, T);
+  const double scale = scaler_ ? scaler_->scale() : 1.0;  // fp16 scales the loss
+  const bool overflow = dist::fault_fires(options_.fault, dist::FaultSpec::kInf, comm_.rank(),
+                                          step);  // test hook: this rank's gradients overflow
   double loss_sum = 0.0;
   PhaseClock clock(options_.profile, model_comm());
   double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
   for (int micro = 0; micro < accum; ++micro) {
-    sampler_->sample_train(step, micro, comm_.rank(), world, B, T, batch_.tokens.i32(),
-                           batch_.targets.i32());
+    const data::MicroBatch mb{.step = step,
+                              .micro = micro,
+                              .rank = comm_.rank(),
+                              .world = world,
+                              .batch = B,
+                              .accumulation = accum};
+    source.train_batch(mb, T, batch_buffers(batch_));
+    const int64_t targets = count_targets(batch_);
     clock.lap(ph.data, ph.comm_wait);
+    float seed = step_targets > 0 ? float(scale * double(targets) / double(step_targets)) : 0.0f;
+    if (overflow) seed = std::numeric_limits<float>::infinity();
     // Adapter dropout masks: a function of (seed, step, micro-batch, rank).
     const uint64_t dropout_seed =
         hash_words(assembly_.seed, uint64_t(step), uint64_t(micro), uint64_t(comm_.rank()));
-    loss_sum += train_micro_batch(*model_, *zero_, *zero_, batch_, micro, dropout_seed, seed,
-                                  [&](const autograd::Tape&, const autograd::Variable&) {
-                                    clock.lap(ph.forward, ph.comm_wait);
-                                  });
+    const double loss =
+        train_micro_batch(*model_, *zero_, *zero_, batch_, micro, dropout_seed, seed,
+                          [&](const autograd::Tape&, const autograd::Variable&) {
+                            clock.lap(ph.forward, ph.comm_wait);
+                          });
+    loss_sum += loss * double(targets);
     clock.lap(ph.backward, ph.comm_wait);
   }
   // One small all-reduce carries the loss and which signals asked some rank to stop.
@@ -406,7 +418,7 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   comm_.all_reduce_f64(agreed, 4);
   clock.lap(other, ph.comm_wait);
   StepStats st;
-  st.loss = agreed[0] / double(accum * world);
+  st.loss = step_targets > 0 ? agreed[0] / double(step_targets) : 0.0;
   st.stop_signal = agreed[1] > 0.0   ? SIGTERM
                    : agreed[2] > 0.0 ? SIGINT
                    : agreed[3] > 0.0 ? SIGUSR1
@@ -429,16 +441,19 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
 }
 
 double Trainer::evaluate() {
-  if (!dataset_->has_val()) return std::nan("");
+  const data::BatchSource& source = data_.source();
+  if (!source.has_val()) return std::nan("");
   const int B = assembly_.micro, T = assembly_.seq_len;
-  double sum = 0.0;
+  // The mean over every target position of the evaluation batches (as training weighs them).
+  double sums[2] = {0.0, 0.0};  // loss * targets, targets
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
-    sampler_->sample_val(i, comm_.rank(), comm_.size(), B, T, batch_.tokens.i32(),
-                         batch_.targets.i32());
-    sum += eval_batch(*model_, *zero_, batch_);
+    source.val_batch(i, comm_.rank(), comm_.size(), B, T, batch_buffers(batch_));
+    const int64_t targets = count_targets(batch_);
+    if (targets > 0) sums[0] += eval_batch(*model_, *zero_, batch_) * double(targets);
+    sums[1] += double(targets);
   }
-  comm_.all_reduce_f64(&sum, 1);
-  return sum / double(recipe_.logging.eval_batches * comm_.size());
+  comm_.all_reduce_f64(sums, 2);
+  return sums[1] > 0.0 ? sums[0] / sums[1] : std::nan("");
 }
 
 // Peak bytes by category: {"max": over ranks, "per_rank": [...]} (collective).
@@ -612,6 +627,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
       {"frozen_params", recipe_.lora ? model_->config().num_params() : 0},
       {"frozen_bytes_estimate", frozen_bytes_estimate()},
       {"padded_params", P},
+      {"data", data_.stats_json()},
       {"weights_sha256", digest},
       {"memory", memory["max"]},
       {"memory_per_rank", memory["per_rank"]},

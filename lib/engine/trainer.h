@@ -170,8 +170,7 @@ class Trainer {
   dist::Communicator& comm_;                      // host collectives (f64 helpers, barriers, abort)
   std::unique_ptr<DeviceScope> device_scope_;     // GPU runs: new tensors go to the GPU
   std::unique_ptr<dist::Communicator> gpu_comm_;  // GPU runs: NCCL over comm_
-  std::unique_ptr<data::TokenDataset> dataset_;
-  std::unique_ptr<data::Sampler> sampler_;
+  TrainingData data_;  // the batches: a token stream's windows or fine-tuning examples
   std::unique_ptr<nn::Decoder> model_;
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only

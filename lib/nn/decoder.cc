@@ -60,7 +60,6 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-
 }  // namespace
 
 std::string FamilyNames::block_prefix(int layer) const {
@@ -68,9 +67,11 @@ std::string FamilyNames::block_prefix(int layer) const {
 }
 
 FamilyNames family_names(const DecoderConfig& c) {
-  if (is_gpt2(c)) return {"wte.weight", "wpe.weight", "ln_f", "lm_head.weight", "ln_1", "ln_2", true};
-  return {"model.embed_tokens.weight", "wpe.weight", "model.norm", "lm_head.weight",
-          "input_layernorm", "post_attention_layernorm", false};
+  if (is_gpt2(c))
+    return {"wte.weight", "wpe.weight", "ln_f", "lm_head.weight", "ln_1", "ln_2", true};
+  return {
+      "model.embed_tokens.weight", "wpe.weight", "model.norm", "lm_head.weight", "input_layernorm",
+      "post_attention_layernorm",  false};
 }
 
 ops::RopeOptions rope_options(const DecoderConfig& c) {
@@ -90,7 +91,8 @@ ops::RopeOptions rope_options(const DecoderConfig& c) {
 
 std::vector<LinearShape> block_linears(const DecoderConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const int64_t q_out = int64_t{c.num_heads} * c.head_dim, kv_out = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q_out = int64_t{c.num_heads} * c.head_dim,
+                kv_out = int64_t{c.num_kv_heads} * c.head_dim;
   if (is_gpt2(c))
     return {{"attn.c_attn", H, q_out + 2 * kv_out, c.attention_bias},
             {"attn.c_proj", q_out, H, c.o_proj_bias},
@@ -317,8 +319,7 @@ void Decoder::init_values(uint64_t seed, const Parameter& p, int64_t begin, int6
     // Kaiming-uniform with a = sqrt(5) (PEFT): bound = 1/sqrt(in).
     const float bound = 1.0f / std::sqrt(float(p.value.shape()[1]));
     for (int64_t i = 0; i < count; ++i)
-      v[size_t(i)] =
-          bound * (2.0f * uniform01(hash_words(seed, h, uint64_t(begin + i), 2)) - 1.0f);
+      v[size_t(i)] = bound * (2.0f * uniform01(hash_words(seed, h, uint64_t(begin + i), 2)) - 1.0f);
   } else if (p.name.find(".lora_B.") != std::string::npos) {
     // zero
   } else if (is_norm && ends_with(p.name, ".weight")) {
@@ -371,11 +372,12 @@ void Decoder::ensure_rope_tables(int64_t positions) const {
   rope_sin_ = t.sin;
 }
 
-Variable Decoder::attention(int layer, const Variable& h) const {
+Variable Decoder::attention(int layer, const Variable& h, const Packing& packing) const {
   const DecoderConfig& c = config_;
   if (is_gpt2(c)) {  // one fused c_attn: q | k | v
     Variable qkv = linear(layer, "attn.c_attn", h);
-    return linear(layer, "attn.c_proj", ops::causal_attention(qkv, c.num_heads));
+    return linear(layer, "attn.c_proj",
+                  ops::causal_attention(qkv, c.num_heads, packing.doc_starts));
   }
   const BlockParams& b = blocks_[size_t(layer)];
   Variable q = linear(layer, "self_attn.q_proj", h);
@@ -386,10 +388,10 @@ Variable Decoder::attention(int layer, const Variable& h) const {
     k = ops::rms_norm(k, base_var(*b.k_norm), float(c.norm_eps));
   }
   if (c.positions == PositionKind::kRope) {
-    q = ops::rope(q, rope_cos_, rope_sin_);
-    k = ops::rope(k, rope_cos_, rope_sin_);
+    q = ops::rope(q, rope_cos_, rope_sin_, packing.positions);
+    k = ops::rope(k, rope_cos_, rope_sin_, packing.positions);
   }
-  Variable att = ops::causal_attention(q, k, v, c.num_heads, c.num_kv_heads);
+  Variable att = ops::causal_attention(q, k, v, c.num_heads, c.num_kv_heads, packing.doc_starts);
   return linear(layer, "self_attn.o_proj", att);
 }
 
@@ -400,15 +402,35 @@ Variable Decoder::mlp(int layer, const Variable& h) const {
                 ops::swiglu(linear(layer, "mlp.gate_proj", h), linear(layer, "mlp.up_proj", h)));
 }
 
-Variable Decoder::block_forward(int layer, const Variable& x) const {
+Variable Decoder::block_forward(int layer, const Variable& x, const Packing& packing) const {
   const BlockParams& b = blocks_[size_t(layer)];
-  Variable x2 = ops::add(x, attention(layer, norm(x, b.norm1_w, b.norm1_b)));
+  Variable x2 = ops::add(x, attention(layer, norm(x, b.norm1_w, b.norm1_b), packing));
   return ops::add(x2, mlp(layer, norm(x2, b.norm2_w, b.norm2_b)));
 }
 
-Variable Decoder::embed(const Tensor& tokens) const {
+Decoder::Packing Decoder::packing(const Tensor& tokens, const Tensor& doc_starts) const {
+  if (!doc_starts.defined()) return {};
+  const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
+  ops::check_doc_starts(doc_starts, B, T);  // on the host, once for every layer
+  Tensor positions =
+      Tensor::empty(Shape{B, T}, DType::kI32, MemCategory::kOther, doc_starts.device());
+  if (!doc_starts.is_meta()) {
+    const int32_t* st = doc_starts.data<int32_t>();
+    int32_t* pos = positions.data<int32_t>();
+    for (int64_t i = 0; i < B * T; ++i) pos[i] = int32_t(i % T) - st[i];
+  }
+  // A GPU model reads both on the GPU: copied once here, not by every layer's ops.
+  if (default_device().is_cuda())
+    return {doc_starts.to_device(default_device(), MemCategory::kOther),
+            positions.to_device(default_device(), MemCategory::kOther)};
+  return {doc_starts, positions};
+}
+
+Variable Decoder::embed(const Tensor& tokens, const Packing& packing) const {
   Variable x = ops::embedding(base_var(*embed_w_), tokens);
   if (positions_w_ == nullptr) return x;
+  if (packing.positions.defined())
+    return ops::add(x, ops::embedding(base_var(*positions_w_), packing.positions));
   if (!position_ids_.defined() || position_ids_.shape() != tokens.shape() ||
       position_ids_.device() != default_device()) {
     const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
@@ -435,8 +457,8 @@ int64_t Decoder::head_chunk_rows() const {
 // checkpointing), so each one owns what it captures.
 namespace {
 Variable run_segments(const Decoder& m, SegmentRunner* runner, const SegmentFn& embed_fn,
-                      std::function<Variable(int, const Variable&)> block_fn,
-                      const SegmentFn& head, bool tied) {
+                      std::function<Variable(int, const Variable&)> block_fn, const SegmentFn& head,
+                      bool tied) {
   DirectRunner direct;
   SegmentRunner& run = runner ? *runner : direct;
   Variable x = run.run(Decoder::kEmbedSegment, embed_fn, Variable(), {});
@@ -448,15 +470,17 @@ Variable run_segments(const Decoder& m, SegmentRunner* runner, const SegmentFn& 
 }
 }  // namespace
 
-Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner) const {
+Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner,
+                          const Tensor& doc_starts) const {
   FD_CHECK(tokens.shape().ndim() == 2, "tokens must be (B, T), got {}", tokens.shape().str());
   const int64_t T = tokens.shape()[1];
   FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
            "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
   if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
+  const Packing pk = packing(tokens, doc_starts);
   return run_segments(
-      *this, runner, [this, tokens](const Variable&) { return embed(tokens); },
-      [this](int l, const Variable& in) { return block_forward(l, in); },
+      *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
+      [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
       [this](const Variable& in) {
         return ops::matmul(final_norm(in), head_weight(), {},
                            ops::MatmulOptions{.trans_a = false, .trans_b = true});
@@ -464,7 +488,8 @@ Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner) const {
       lm_head_ == nullptr);
 }
 
-Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner) const {
+Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner,
+                       const Tensor& doc_starts) const {
   FD_CHECK(tokens.shape().ndim() == 2 && targets.shape() == tokens.shape(),
            "tokens {} and targets {} must both be (B, T)", tokens.shape().str(),
            targets.shape().str());
@@ -472,9 +497,10 @@ Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunne
   FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
            "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
   if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
+  const Packing pk = packing(tokens, doc_starts);
   return run_segments(
-      *this, runner, [this, tokens](const Variable&) { return embed(tokens); },
-      [this](int l, const Variable& in) { return block_forward(l, in); },
+      *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
+      [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
       [this, targets](const Variable& in) {
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
                                          head_chunk_rows());

@@ -76,14 +76,13 @@ std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
 // The family's Hugging Face parameter names: GPT-2's file names have no
 // prefix, the Llama family's are those of *ForCausalLM.
 struct FamilyNames {
-  std::string embed;       // "wte.weight" | "model.embed_tokens.weight"
-  std::string positions;   // "wpe.weight" (learned positions only)
-  std::string final_norm;  // "ln_f" | "model.norm" (+ ".weight", ".bias")
-  std::string lm_head;     // "lm_head.weight" (untied head only)
+  std::string embed;         // "wte.weight" | "model.embed_tokens.weight"
+  std::string positions;     // "wpe.weight" (learned positions only)
+  std::string final_norm;    // "ln_f" | "model.norm" (+ ".weight", ".bias")
+  std::string lm_head;       // "lm_head.weight" (untied head only)
   std::string norm1, norm2;  // "ln_1" | "input_layernorm", "ln_2" | "post_attention_layernorm"
   bool gpt2_blocks = false;  // blocks are "h.N." (else "model.layers.N.")
   std::string block_prefix(int layer) const;  // "h.3." | "model.layers.3."
-
 };
 FamilyNames family_names(const DecoderConfig& config);
 
@@ -152,13 +151,18 @@ class Decoder : public Module {
 
   // tokens (B, T) i32 -> logits (B, T, V) (T <= max_position_embeddings with learned
   // positions). Each segment runs through `runner` (nullptr: directly).
-  autograd::Variable forward(const Tensor& tokens, SegmentRunner* runner = nullptr) const;
+  // doc_starts: empty, or a packed batch's i32 (B, T) host tensor of where each token's
+  // document starts in its row (ops::causal_attention): attention stays inside each
+  // document and positions (learned or RoPE) restart at 0 with each one, so a packed row
+  // computes what its documents would one by one.
+  autograd::Variable forward(const Tensor& tokens, SegmentRunner* runner = nullptr,
+                             const Tensor& doc_starts = {}) const;
   // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore),
   // with the head and the loss computed together in chunks of head_chunk_rows()
   // rows (ops::linear_cross_entropy): full-vocabulary logits are never
   // materialised for the whole batch.
   autograd::Variable loss(const Tensor& tokens, const Tensor& targets,
-                          SegmentRunner* runner = nullptr) const;
+                          SegmentRunner* runner = nullptr, const Tensor& doc_starts = {}) const;
   // Rows per chunk of the head + loss: as many as keep the chunk's fp32
   // logits within 64 MiB, a multiple of 16, at least 16.
   int64_t head_chunk_rows() const;
@@ -166,8 +170,8 @@ class Decoder : public Module {
  private:
   // One block's parameters (nullptr where the configuration has none).
   struct BlockParams {
-    const Parameter *norm1_w = nullptr, *norm1_b = nullptr, *norm2_w = nullptr,
-                    *norm2_b = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    const Parameter *norm1_w = nullptr, *norm1_b = nullptr, *norm2_w = nullptr, *norm2_b = nullptr,
+                    *q_norm = nullptr, *k_norm = nullptr;
     // Linear layers by module name: weight, bias (nullptr if none), adapters A, B.
     struct Linear {
       const Parameter *w = nullptr, *b = nullptr, *lora_a = nullptr, *lora_b = nullptr;
@@ -175,12 +179,20 @@ class Decoder : public Module {
     std::map<std::string, Linear> linears;
   };
 
-  autograd::Variable block_forward(int layer, const autograd::Variable& x) const;
-  autograd::Variable embed(const Tensor& tokens) const;
+  // A packed batch's document starts and the positions they give (t - start), both
+  // (B, T) i32 on the host; both empty for an unpacked batch.
+  struct Packing {
+    Tensor doc_starts, positions;
+  };
+  Packing packing(const Tensor& tokens, const Tensor& doc_starts) const;
+  autograd::Variable block_forward(int layer, const autograd::Variable& x,
+                                   const Packing& packing) const;
+  autograd::Variable embed(const Tensor& tokens, const Packing& packing) const;
   // norm(x) with weight w (and bias b for LayerNorm).
   autograd::Variable norm(const autograd::Variable& x, const Parameter* w,
                           const Parameter* b) const;
-  autograd::Variable attention(int layer, const autograd::Variable& h) const;
+  autograd::Variable attention(int layer, const autograd::Variable& h,
+                               const Packing& packing) const;
   autograd::Variable mlp(int layer, const autograd::Variable& h) const;
   // The final norm's output, and the head's weight ([V, H]).
   autograd::Variable final_norm(const autograd::Variable& x) const;

@@ -19,7 +19,17 @@ using autograd::Variable;
 // each of q, k, v (hs = C / n_head), like GPT-2's c_attn output split. Any float dtype.
 // out: (B, T, C), qkv's dtype, = concat over heads of softmax(q k^T / sqrt(hs) + causal mask) v.
 // Saves qkv and the fp32 logsumexp of each score row (B * n_head * T floats) for backward.
-Variable causal_attention(const Variable& qkv, int n_head);
+//
+// doc_starts (both overloads): packed batches. Empty: plain causal attention. Otherwise an
+// i32 (B, T) host tensor: row b holds documents one after another, and doc_starts[b, i] is
+// the position of the first token of the document holding token i, so query i attends
+// keys [doc_starts[b, i], i] only: attention is block-diagonal per document. On the host it
+// is checked (doc_starts[b, 0] = 0 and each doc_starts[b, i] is i or doc_starts[b, i - 1])
+// and, for a GPU op, copied to the GPU; a tensor already on the op's GPU is used as given
+// (check it on the host first). With every start 0 the results are those without
+// doc_starts, bit for bit (CPU). CPU, GPU (tiles before a row's document are skipped) and
+// meta.
+Variable causal_attention(const Variable& qkv, int n_head, const Tensor& doc_starts = {});
 
 // q: (B, T, n_head * D); k, v: (B, T, n_kv_head * D); n_head % n_kv_head == 0; one float
 // dtype and one device for all three. Query head h attends with key/value head
@@ -32,6 +42,10 @@ Variable causal_attention(const Variable& qkv, int n_head);
 // With n_kv_head == n_head and q, k, v the thirds of a packed qkv, the results are the
 // packed overload's, bit for bit.
 Variable causal_attention(const Variable& q, const Variable& k, const Variable& v, int n_head,
-                          int n_kv_head);
+                          int n_kv_head, const Tensor& doc_starts = {});
+
+// Checks doc_starts as causal_attention requires it for a (B, T) batch (FD_CHECK; a meta
+// tensor is checked for shape only).
+void check_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T);
 
 }  // namespace fd::ops

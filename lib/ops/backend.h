@@ -44,6 +44,9 @@ struct AttentionDims {
   int64_t n_head;     // query heads
   int64_t hs;         // head size
   int64_t n_kv_head;  // key/value heads; divides n_head (the packed qkv: n_head)
+  // Packed batches (lib/ops/attention.h): (B, T) on the host; query (b, i) sees keys
+  // [starts[b * T + i], i]. Null: every key up to i.
+  const int32_t* starts = nullptr;
 };
 
 // What cross-entropy's forward leaves for its backward.
@@ -125,10 +128,12 @@ struct LinearCrossEntropySaved {
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);                    \
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,                     \
                        autograd::GradSlot* dgate, autograd::GradSlot* dup);                        \
-  /* cos, sin: fp32 (P, D) tables on x's device; x: (B, T, ...), a multiple of D per (b, t). */    \
-  void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);     \
+  /* cos, sin: fp32 (P, D) tables on x's device; x: (B, T, ...), a multiple of D per (b, t); */    \
+  /* positions: empty (row t) or i32 (B, T) on the host, checked by the op. */                     \
+  void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,                         \
+                    const Tensor& positions, const Tensor& out);                                   \
   void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin,                       \
-                     autograd::GradSlot* dx);                                                      \
+                     const Tensor& positions, autograd::GradSlot* dx);                             \
   /* Returns the 0-d f32 loss and fills `saved` (targets copied only when `record`). */            \
   Tensor linear_cross_entropy_forward(                                                             \
       const Tensor& h, const Tensor& weight, const Tensor& targets, int ignore_index,              \

@@ -85,8 +85,11 @@ void swiglu_backward(const Tensor&, const Tensor&, const Tensor&, autograd::Grad
                      autograd::GradSlot*) {
   no_cuda("swiglu");
 }
-void rope_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("rope"); }
-void rope_backward(const Tensor&, const Tensor&, const Tensor&, autograd::GradSlot*) {
+void rope_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("rope");
+}
+void rope_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                   autograd::GradSlot*) {
   no_cuda("rope");
 }
 Tensor linear_cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&, int, int64_t,

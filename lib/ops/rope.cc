@@ -71,7 +71,7 @@ RopeTables rope_tables(const RopeOptions& o, int64_t max_positions) {
           Tensor::from_vector(s, shape, DType::kF32, MemCategory::kParams)};
 }
 
-Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin) {
+Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin, const Tensor& positions_in) {
   const Shape& xs_shape = x.shape();
   const int64_t D = cos.shape().cols();
   FD_CHECK(xs_shape.ndim() >= 3 && cos.shape().ndim() == 2 && sin.shape() == cos.shape() &&
@@ -79,26 +79,46 @@ Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin) {
                cos.shape()[0] >= xs_shape[1] &&
                (xs_shape.numel() / (xs_shape[0] * xs_shape[1])) % D == 0,
            "rope: x {}, cos {}, sin {}", xs_shape.str(), cos.shape().str(), sin.shape().str());
-  Tensor out = Tensor::empty(xs_shape, x.dtype());
   const bool gpu = x.value().is_cuda();
+  // Positions where the backend reads them: checked on the host, then copied to the GPU for a
+  // GPU op; on the GPU already: used as given (the caller checked them).
+  Tensor positions = positions_in;
+  if (positions.defined()) {
+    const Shape want{xs_shape[0], xs_shape[1]};
+    FD_CHECK(positions.dtype() == DType::kI32 && positions.shape() == want &&
+                 (!positions.is_cuda() || gpu),
+             "rope: positions {} {} for x {} (want i32 (B, T), on the host or x's GPU)",
+             dtype_name(positions.dtype()), positions.shape().str(), xs_shape.str());
+    if (!positions.is_meta() && !positions.is_cuda()) {
+      const int32_t* p = positions.data<int32_t>();
+      for (int64_t i = 0; i < positions.numel(); ++i) {
+        FD_CHECK(p[i] >= 0 && p[i] < cos.shape()[0],
+                 "rope: position {} at index {} outside the tables' {} rows", p[i], i,
+                 cos.shape()[0]);
+      }
+      if (gpu) positions = positions.to_device(x.value().device(), MemCategory::kOther);
+    }
+  }
+  Tensor out = Tensor::empty(xs_shape, x.dtype());
   if (gpu) {
-    cuda::rope_forward(x.value(), cos, sin, out);
+    cuda::rope_forward(x.value(), cos, sin, positions, out);
   } else {
-    cpu::rope_forward(x.value(), cos, sin, out);
+    cpu::rope_forward(x.value(), cos, sin, positions, out);
   }
   bool rec = autograd::should_record({&x});
   Variable y = Variable::op_output(out, rec);
   if (rec) {
     auto ys = y.slot();
     auto xs = x.slot();
-    autograd::current_tape().record({"rope", {ys}, [ys, xs, cos, sin, gpu] {
-                                       if (!xs->requires_grad) return;
-                                       if (gpu) {
-                                         cuda::rope_backward(ys->grad, cos, sin, xs.get());
-                                       } else {
-                                         cpu::rope_backward(ys->grad, cos, sin, xs.get());
-                                       }
-                                     }});
+    autograd::current_tape().record(
+        {"rope", {ys}, [ys, xs, cos, sin, positions, gpu] {
+           if (!xs->requires_grad) return;
+           if (gpu) {
+             cuda::rope_backward(ys->grad, cos, sin, positions, xs.get());
+           } else {
+             cpu::rope_backward(ys->grad, cos, sin, positions, xs.get());
+           }
+         }});
   }
   return y;
 }

@@ -59,6 +59,11 @@ std::vector<float> rope_inv_freq(const RopeOptions& o);
 // for i < D/2 (x * cos + rotate_half(x) * sin). out has x's dtype. CPU, GPU and meta; the
 // tables must be on x's device (rope_tables under the same default device). Saves cos and
 // sin (not x) for backward.
-Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin);
+// positions: empty, or an i32 (B, T) tensor giving each token's position (packed batches
+// restart positions at every document): row b, t uses table row positions[b, t] (each in
+// [0, P)) instead of t. On the host it is checked and, for a GPU op, copied to the GPU; on
+// x's GPU it is used as given (check it on the host first).
+Variable rope(const Variable& x, const Tensor& cos, const Tensor& sin,
+              const Tensor& positions = {});
 
 }  // namespace fd::ops

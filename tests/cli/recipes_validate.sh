@@ -3,10 +3,13 @@
 # from a scratch directory holding a placeholder for each model.init_from
 # (a file another recipe's run produces, e.g. lora_zero2's base model): validate
 # checks that the file exists, training reads it. A Hugging Face directory gets a
-# config.json of configs/models/llama-nano.yaml's shape (what pretrain_llama exports):
-# its config.json decides the model section, so validate reads it.
+# config.json of configs/models/llama-chat-nano.yaml's shape (llama-nano's, what
+# pretrain_llama exports, with the vocabulary of pretrain_chat_base's tokenizer): its
+# config.json decides the model section, so validate reads it. Paths inside the repository
+# (recipes/data, recipes/tokenizers) resolve from the scratch directory through a link.
 source "$(dirname "$0")/common.bash"
 RECIPES="$(cd "$(dirname "$0")/../../recipes" && pwd)"
+ln -s "$RECIPES" "$TMP/recipes"
 n=0
 while IFS= read -r f; do
   n=$((n + 1))
@@ -21,13 +24,13 @@ while IFS= read -r f; do
  "max_position_embeddings": 256, "mlp_bias": false, "model_type": "llama",
  "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2,
  "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
- "tie_word_embeddings": false, "vocab_size": 256}
+ "tie_word_embeddings": false, "vocab_size": 320}
 JSON
   fi
   out=$(cd "$TMP" && "$FDTRAIN" validate "$f" 2>&1)
   if [ $? -eq 0 ]; then echo "ok: ${f#"$RECIPES/"} validates"
   else echo "FAIL: ${f#"$RECIPES/"}"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
-done < <(find "$RECIPES" -name '*.yaml' | sort)
+done < <(find "$RECIPES/" -name '*.yaml' | sort)
 [ "$n" -ge 4 ] || { echo "FAIL: found only $n recipes in $RECIPES"; FAILURES=$((FAILURES + 1)); }
 
 # So does the example at the top of docs/RECIPE.md (its includes found from the working

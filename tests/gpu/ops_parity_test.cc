@@ -48,7 +48,7 @@ bool gpu_ready() {
   return ready;
 }
 
-#define REQUIRE_GPU()                                                                   \
+#define REQUIRE_GPU() \
   if (!gpu_ready()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
 
 double bound_for(DType t) { return t == DType::kF32 ? 1e-5 : 1e-2; }
@@ -81,10 +81,10 @@ struct Input {
 
 // Runs `op` on `dev` (cpu or cuda:0): inputs in `dtype`, backward from `dy`.
 // Returns the output followed by every float input's gradient (host copies).
-std::vector<Tensor> run_on(Device dev, DType dtype, const std::vector<Input>& inputs,
-                           const std::function<Variable(const std::vector<Variable>&,
-                                                        const std::vector<Tensor>&)>& op,
-                           uint32_t dy_seed) {
+std::vector<Tensor> run_on(
+    Device dev, DType dtype, const std::vector<Input>& inputs,
+    const std::function<Variable(const std::vector<Variable>&, const std::vector<Tensor>&)>& op,
+    uint32_t dy_seed) {
   DeviceScope scope(dev);
   autograd::Tape tape;
   autograd::TapeScope tape_scope(tape);
@@ -108,9 +108,9 @@ std::vector<Tensor> run_on(Device dev, DType dtype, const std::vector<Input>& in
   return out;
 }
 
-void check_parity(const std::string& name, DType dtype, const std::vector<Input>& inputs,
-                  const std::function<Variable(const std::vector<Variable>&,
-                                               const std::vector<Tensor>&)>& op) {
+void check_parity(
+    const std::string& name, DType dtype, const std::vector<Input>& inputs,
+    const std::function<Variable(const std::vector<Variable>&, const std::vector<Tensor>&)>& op) {
   for (const Input& in : inputs) {
     bool nonzero = false;
     for (float v : in.values) nonzero = nonzero || v != 0.0f;
@@ -123,7 +123,8 @@ void check_parity(const std::string& name, DType dtype, const std::vector<Input>
   for (size_t i = 0; i < cpu.size(); ++i) {
     const double r = rel_diff(gpu[i], cpu[i]);
     char buf[64];
-    std::snprintf(buf, sizeof buf, " %s=%.2e", i == 0 ? "out" : ("grad" + std::to_string(i - 1)).c_str(), r);
+    std::snprintf(buf, sizeof buf, " %s=%.2e",
+                  i == 0 ? "out" : ("grad" + std::to_string(i - 1)).c_str(), r);
     line += buf;
     EXPECT_LE(r, bound_for(dtype)) << name << " " << dtype_name(dtype) << " tensor " << i;
   }
@@ -149,20 +150,19 @@ TEST_P(GpuParity, Matmul) {
 TEST_P(GpuParity, LayerNorm) {
   REQUIRE_GPU();
   const int64_t R = 45, C = 96;
-  check_parity("layernorm", GetParam(),
-               {{randn(R * C, 4, 2.0f), Shape{R, C}}, {randn(C, 5), Shape{C}},
-                {randn(C, 6), Shape{C}}},
-               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
-                 return ops::layernorm(v[0], v[1], v[2]);
-               });
+  check_parity(
+      "layernorm", GetParam(),
+      {{randn(R * C, 4, 2.0f), Shape{R, C}}, {randn(C, 5), Shape{C}}, {randn(C, 6), Shape{C}}},
+      [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+        return ops::layernorm(v[0], v[1], v[2]);
+      });
 }
 
 TEST_P(GpuParity, Gelu) {
   REQUIRE_GPU();
-  check_parity("gelu", GetParam(), {{randn(3001, 7, 2.0f), Shape{3001}}},
-               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
-                 return ops::gelu(v[0]);
-               });
+  check_parity(
+      "gelu", GetParam(), {{randn(3001, 7, 2.0f), Shape{3001}}},
+      [](const std::vector<Variable>& v, const std::vector<Tensor>&) { return ops::gelu(v[0]); });
 }
 
 TEST_P(GpuParity, AddAndScale) {
@@ -190,8 +190,7 @@ TEST_P(GpuParity, Embedding) {
   const int64_t V = 50, C = 24, n = 300;  // repeated ids exercise the deterministic scatter
   std::vector<float> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = float((i * 7 + 3) % V);
-  check_parity("embedding", GetParam(),
-               {{randn(V * C, 12), Shape{V, C}}, {ids, Shape{n}, false}},
+  check_parity("embedding", GetParam(), {{randn(V * C, 12), Shape{V, C}}, {ids, Shape{n}, false}},
                [](const std::vector<Variable>& v, const std::vector<Tensor>& id) {
                  return ops::embedding(v[0], id[0]);
                });
@@ -199,7 +198,8 @@ TEST_P(GpuParity, Embedding) {
 
 TEST_P(GpuParity, CausalAttention) {
   REQUIRE_GPU();
-  for (auto [T, n_head, hs] : {std::tuple{70, 2, 64}, std::tuple{33, 3, 32}, std::tuple{130, 1, 128}}) {
+  for (auto [T, n_head, hs] :
+       {std::tuple{70, 2, 64}, std::tuple{33, 3, 32}, std::tuple{130, 1, 128}}) {
     const int64_t B = 2, C = int64_t(n_head) * hs;
     check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs), GetParam(),
                  {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
@@ -226,6 +226,58 @@ TEST_P(GpuParity, CausalAttentionGroupedKv) {
                    return ops::causal_attention(v[0], v[1], v[2], n_head, n_kv_head);
                  });
   }
+}
+
+// Packed rows (doc_starts, host i32 ids): documents crossing the kernels' 64-row tiles,
+// a one-token document and padding-like one-token documents at the end.
+std::vector<float> packed_starts(int64_t B, const std::vector<int>& lens) {
+  std::vector<float> s;
+  for (int64_t b = 0; b < B; ++b) {
+    int at = 0;
+    for (int len : lens) {
+      for (int i = 0; i < len; ++i) s.push_back(float(at));
+      at += len;
+    }
+  }
+  return s;
+}
+
+TEST_P(GpuParity, CausalAttentionPacked) {
+  REQUIRE_GPU();
+  const std::vector<int> lens = {50, 1, 90, 3, 1, 1};  // T = 146
+  const int64_t B = 2, T = 146, n_head = 4, n_kv_head = 2, hs = 64;
+  const int64_t Cq = n_head * hs, Ckv = n_kv_head * hs;
+  check_parity("attention_packed_T146_gqa", GetParam(),
+               {{randn(B * T * Cq, 41), Shape{B, T, Cq}},
+                {randn(B * T * Ckv, 42), Shape{B, T, Ckv}},
+                {randn(B * T * Ckv, 43), Shape{B, T, Ckv}},
+                {packed_starts(B, lens), Shape{B, T}, false}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                 return ops::causal_attention(v[0], v[1], v[2], 4, 2, t[0]);
+               });
+  const int64_t C = 2 * 32;
+  check_parity("attention_packed_T146_qkv", GetParam(),
+               {{randn(B * T * 3 * C, 44), Shape{B, T, 3 * C}},
+                {packed_starts(B, lens), Shape{B, T}, false}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                 return ops::causal_attention(v[0], 2, t[0]);
+               });
+}
+
+TEST_P(GpuParity, RopePositions) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 9, H = 2, D = 64;
+  std::vector<float> pos;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) pos.push_back(float(t < 4 ? t : t - 4));
+  ops::RopeOptions o;
+  o.head_dim = D;
+  check_parity("rope_positions", GetParam(),
+               {{randn(B * T * H * D, 45, 2.0f), Shape{B, T, H * D}}, {pos, Shape{B, T}, false}},
+               [o, T](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                 const ops::RopeTables tables = ops::rope_tables(o, T);
+                 return ops::rope(v[0], tables.cos, tables.sin, t[0]);
+               });
 }
 
 TEST_P(GpuParity, CrossEntropy) {

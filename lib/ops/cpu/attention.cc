@@ -42,10 +42,25 @@ struct Grads {
 // Query heads per key/value head.
 int64_t group_of(const AttentionDims& d) { return d.n_head / d.n_kv_head; }
 
-// Scores s (nb x ncols, row stride ncols) = scale * q[i0:i1] k[0:i1]^T for one (batch, head).
+// Scores s (nb x ncols, row stride ncols) = scale * q[i0:i1] k[c0:c0+ncols]^T for one (batch,
+// head); k points at key row c0.
 void scores(const float* q, int64_t ldq, const float* k, int64_t ldk, int64_t i0, int64_t nb,
             int64_t ncols, int64_t hs, float scale, float* s) {
   gemm(false, true, nb, ncols, hs, scale, q + i0 * ldq, ldq, k, ldk, 0.0f, s, ncols);
+}
+
+// The keys a block of query rows [i0, i1) of batch b reads: [c0, i1), and row i's visible
+// ones [lo(i), i] within them. Packed rows (d.starts) begin at their document's first
+// token; a block starts at its first row's document (starts never decrease along a row).
+struct KeyRange {
+  const int32_t* starts;  // this batch row's starts, or null
+  int64_t c0;
+  int64_t lo(int64_t i) const { return starts ? starts[i] - c0 : 0; }
+};
+KeyRange key_range(const AttentionDims& d, int64_t b, int64_t i0) {
+  if (d.starts == nullptr) return {nullptr, 0};
+  const int32_t* st = d.starts + b * d.T;
+  return {st, st[i0]};
 }
 
 // out (row stride C) and lse (B * n_head * T).
@@ -60,20 +75,24 @@ void forward(const Inputs& x, float* out, float* lse, const AttentionDims& d, fl
       float* o = out + b * T * C + h * hs;
       float* l = lse + (b * n_head + h) * T;
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-        const int64_t i1 = std::min(T, i0 + kBlock), nb = i1 - i0, ncols = i1;
-        scores(q, x.q.ld, k, x.k.ld, i0, nb, ncols, hs, scale, s);
+        const KeyRange kr = key_range(d, b, i0);
+        const int64_t i1 = std::min(T, i0 + kBlock), nb = i1 - i0, ncols = i1 - kr.c0;
+        scores(q, x.q.ld, k + kr.c0 * x.k.ld, x.k.ld, i0, nb, ncols, hs, scale, s);
         for (int64_t r = 0; r < nb; ++r) {
           float* __restrict row = s + r * ncols;
-          const int64_t n = i0 + r + 1;  // keys 0..i are visible to query i
-          const float m = max_f32(row, n);
-          for (int64_t j = 0; j < n; ++j) row[j] = exp_f32(row[j] - m);
-          const float sum = sum_over(n, [row](int64_t j) { return row[j]; });
+          // keys lo..i of the block's columns are visible to query i = i0 + r
+          const int64_t lo = kr.lo(i0 + r), n = i0 + r + 1 - kr.c0;
+          const float m = max_f32(row + lo, n - lo);
+          for (int64_t j = lo; j < n; ++j) row[j] = exp_f32(row[j] - m);
+          const float sum = sum_over(n - lo, [row, lo](int64_t j) { return row[lo + j]; });
           const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+          for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
+          for (int64_t j = lo; j < n; ++j) row[j] *= inv;
           for (int64_t j = n; j < ncols; ++j) row[j] = 0.0f;
           l[i0 + r] = m + std::log(sum);
         }
-        gemm(false, false, nb, hs, ncols, 1.0f, s, ncols, v, x.v.ld, 0.0f, o + i0 * C, C);
+        gemm(false, false, nb, hs, ncols, 1.0f, s, ncols, v + kr.c0 * x.v.ld, x.v.ld, 0.0f,
+             o + i0 * C, C);
       }
     }
   }
@@ -99,33 +118,42 @@ void backward(const Inputs& x, const float* dout, const float* lse, const Grads&
       const float* dO = dout + b * T * C + h * hs;
       const float* l = lse + (b * n_head + h) * T;
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-        const int64_t i1 = std::min(T, i0 + kBlock), nb = i1 - i0, ncols = i1;
-        scores(q, x.q.ld, k, x.k.ld, i0, nb, ncols, hs, scale, p);
+        const KeyRange kr = key_range(d, b, i0);
+        const int64_t i1 = std::min(T, i0 + kBlock), nb = i1 - i0, ncols = i1 - kr.c0;
+        const float* kc = k + kr.c0 * x.k.ld;  // key, value rows from c0
+        const float* vc = v + kr.c0 * x.v.ld;
+        scores(q, x.q.ld, kc, x.k.ld, i0, nb, ncols, hs, scale, p);
         for (int64_t r = 0; r < nb; ++r) {
           float* __restrict row = p + r * ncols;
-          const int64_t n = i0 + r + 1;
+          const int64_t lo = kr.lo(i0 + r), n = i0 + r + 1 - kr.c0;
           const float lr = l[i0 + r];
-          for (int64_t j = 0; j < n; ++j) row[j] = exp_f32(row[j] - lr);
+          for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
+          for (int64_t j = lo; j < n; ++j) row[j] = exp_f32(row[j] - lr);
           for (int64_t j = n; j < ncols; ++j) row[j] = 0.0f;
         }
-        if (dv) gemm(true, false, ncols, hs, nb, 1.0f, p, ncols, dO + i0 * C, C, 1.0f, dv, g.v.ld);
+        if (dv) {
+          gemm(true, false, ncols, hs, nb, 1.0f, p, ncols, dO + i0 * C, C, 1.0f,
+               dv + kr.c0 * g.v.ld, g.v.ld);
+        }
         if (!need_ds) continue;
-        gemm(false, true, nb, ncols, hs, 1.0f, dO + i0 * C, C, v, x.v.ld, 0.0f, ds, ncols);
+        gemm(false, true, nb, ncols, hs, 1.0f, dO + i0 * C, C, vc, x.v.ld, 0.0f, ds, ncols);
         for (int64_t r = 0; r < nb; ++r) {
           const float* __restrict pr = p + r * ncols;
           float* __restrict dr = ds + r * ncols;
-          const int64_t n = i0 + r + 1;
-          const float D = sum_over(n, [pr, dr](int64_t j) { return pr[j] * dr[j]; });
-          for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - D);
+          const int64_t lo = kr.lo(i0 + r), n = i0 + r + 1 - kr.c0;
+          const float D =
+              sum_over(n - lo, [pr, dr, lo](int64_t j) { return pr[lo + j] * dr[lo + j]; });
+          for (int64_t j = 0; j < lo; ++j) dr[j] = 0.0f;
+          for (int64_t j = lo; j < n; ++j) dr[j] = pr[j] * (dr[j] - D);
           for (int64_t j = n; j < ncols; ++j) dr[j] = 0.0f;
         }
         if (dq) {
-          gemm(false, false, nb, hs, ncols, scale, ds, ncols, k, x.k.ld, 1.0f, dq + i0 * g.q.ld,
+          gemm(false, false, nb, hs, ncols, scale, ds, ncols, kc, x.k.ld, 1.0f, dq + i0 * g.q.ld,
                g.q.ld);
         }
         if (dk) {
-          gemm(true, false, ncols, hs, nb, scale, ds, ncols, q + i0 * x.q.ld, x.q.ld, 1.0f, dk,
-               g.k.ld);
+          gemm(true, false, ncols, hs, nb, scale, ds, ncols, q + i0 * x.q.ld, x.q.ld, 1.0f,
+               dk + kr.c0 * g.k.ld, g.k.ld);
         }
       }
     }

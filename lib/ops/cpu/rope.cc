@@ -14,14 +14,16 @@ namespace {
 //   y[i+h] = x[i+h] c[i+h] - x[i]   s[i]          (backward)
 // (the tables repeat over the halves, so s[i] = s[i+h] for Hugging Face's tables; the
 // general form keeps the transpose exact for any table).
+// pos: null (row t uses table row t) or (B, T) table rows.
 template <bool kTranspose, bool kAccumulate>
 void rotate(const float* __restrict x, const float* __restrict cos, const float* __restrict sin,
-            float* __restrict y, int64_t B, int64_t T, int64_t C, int64_t D) {
+            const int32_t* pos, float* __restrict y, int64_t B, int64_t T, int64_t C, int64_t D) {
   const int64_t h = D / 2;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const float* __restrict c = cos + t * D;
-      const float* __restrict s = sin + t * D;
+      const int64_t row = pos ? pos[b * T + t] : t;
+      const float* __restrict c = cos + row * D;
+      const float* __restrict s = sin + row * D;
       for (int64_t head = 0; head < C / D; ++head) {
         const int64_t off = (b * T + t) * C + head * D;
         const float* __restrict xr = x + off;
@@ -48,25 +50,33 @@ void rotate(const float* __restrict x, const float* __restrict cos, const float*
   }
 }
 
+const int32_t* rows_of(const Tensor& positions) {
+  return positions.defined() ? positions.data<int32_t>() : nullptr;
+}
+
 }  // namespace
 
-void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                  const Tensor& out) {
   const int64_t B = x.shape()[0], T = x.shape()[1];
   const int64_t C = x.numel() / (B * T), D = cos.shape().cols();
   F32In X(x);
   F32Out Y = F32Out::overwrite(out);
   if (out.is_meta()) return;
-  rotate<false, false>(X.get(), cos.data<float>(), sin.data<float>(), Y.get(), B, T, C, D);
+  rotate<false, false>(X.get(), cos.data<float>(), sin.data<float>(), rows_of(positions), Y.get(),
+                       B, T, C, D);
   Y.store();
 }
 
-void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, autograd::GradSlot* dx) {
+void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                   autograd::GradSlot* dx) {
   const int64_t B = dy.shape()[0], T = dy.shape()[1];
   const int64_t C = dy.numel() / (B * T), D = cos.shape().cols();
   F32In dY(dy);
   F32Out dX = F32Out::accumulate(dx->ensure_grad());
   if (dy.is_meta()) return;
-  rotate<true, true>(dY.get(), cos.data<float>(), sin.data<float>(), dX.get(), B, T, C, D);
+  rotate<true, true>(dY.get(), cos.data<float>(), sin.data<float>(), rows_of(positions), dX.get(),
+                     B, T, C, D);
   dX.store();
 }
 

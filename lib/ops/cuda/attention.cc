@@ -20,7 +20,8 @@ kernels::AttentionShape shape_of(const AttentionDims& d, int64_t ld_q, int64_t l
           .hs = d.hs,
           .ld_q = ld_q,
           .ld_k = ld_kv,
-          .ld_v = ld_kv};
+          .ld_v = ld_kv,
+          .starts = d.starts};
 }
 
 void expect_gradient(const Tensor& dy, const Tensor& x) {

@@ -5,22 +5,26 @@
 
 namespace fd::ops::cuda {
 
-void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                  const Tensor& out) {
   gpu::expect_cuda(cos, "rope", "the cos table");
+  if (positions.defined()) gpu::expect_cuda(positions, "rope", "the positions");
   gpu::expect_cuda(sin, "rope", "the sin table");
   const int64_t B = x.shape()[0], T = x.shape()[1];
   kernels::rope_forward(x.raw(), gpu::dt(x.dtype()), cos.data<float>(), sin.data<float>(),
-                        out.raw(), gpu::dt(out.dtype()), B, T, x.numel() / (B * T),
-                        cos.shape().cols());
+                        positions.defined() ? positions.data<int32_t>() : nullptr, out.raw(),
+                        gpu::dt(out.dtype()), B, T, x.numel() / (B * T), cos.shape().cols());
 }
 
-void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, autograd::GradSlot* dx) {
+void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                   autograd::GradSlot* dx) {
   gpu::expect_cuda(dy, "rope", "the output gradient");
+  if (positions.defined()) gpu::expect_cuda(positions, "rope", "the positions");
   const Tensor& g = dx->ensure_grad();
   const int64_t B = dy.shape()[0], T = dy.shape()[1];
   kernels::rope_backward(dy.raw(), gpu::dt(dy.dtype()), cos.data<float>(), sin.data<float>(),
-                         g.raw(), gpu::dt(g.dtype()), B, T, dy.numel() / (B * T),
-                         cos.shape().cols());
+                         positions.defined() ? positions.data<int32_t>() : nullptr, g.raw(),
+                         gpu::dt(g.dtype()), B, T, dy.numel() / (B * T), cos.shape().cols());
 }
 
 }  // namespace fd::ops::cuda

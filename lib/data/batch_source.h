@@ -1,0 +1,54 @@
+// BatchSource: where a run's batches come from. Two kinds: windows of a token
+// stream (sampler.h: pre-training, every position a target) and rows of
+// fine-tuning examples (example_dataset.h: targets only on the answers, rows
+// padded or packed with several examples).
+//
+// Both keep sampler.h's training contract: the data of a step is a pure
+// function of (seed, step, global sample index g), with row b of micro-batch m
+// on rank r being g = (m * world + r) * batch + b, whatever the world size,
+// micro-batch size and accumulation. The loss of a step is the mean over all
+// its target positions (train_targets()), so the gradient does not depend on
+// how the step's rows are split over micro-batches and ranks.
+#pragma once
+
+#include <cstdint>
+
+namespace fd::data {
+
+// A micro-batch's (batch, seq_len) row-major i32 buffers.
+struct BatchBuffers {
+  int32_t* tokens;
+  int32_t* targets;     // next token, or -1 where there is no loss
+  int32_t* doc_starts;  // packed sources only (may be null otherwise): where each token's
+                        // example starts in its row (ops::causal_attention)
+};
+
+// Which training micro-batch: rows g = (micro * world + rank) * batch + b, b < batch, of
+// the step's global_batch() = batch * world * accumulation samples.
+struct MicroBatch {
+  int64_t step = 0;
+  int micro = 0, rank = 0, world = 1, batch = 1, accumulation = 1;
+  int64_t global_batch() const { return int64_t(batch) * world * accumulation; }
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+
+  // Rows hold several examples: doc_starts is filled, and attention and positions must
+  // follow it (nn::Decoder::loss's doc_starts).
+  virtual bool packed() const = 0;
+
+  // Micro-batch `micro` of training step `step` on `rank` of `world`.
+  virtual void train_batch(const MicroBatch& m, int seq_len, const BatchBuffers& out) const = 0;
+  // Target positions (targets != -1) of step `step` over its samples 0 .. global_batch - 1:
+  // what the step's summed loss is divided by.
+  virtual int64_t train_targets(int64_t step, int64_t global_batch, int seq_len) const = 0;
+
+  virtual bool has_val() const = 0;
+  // Evaluation batch `batch_index` on `rank` (requires has_val()).
+  virtual void val_batch(int64_t batch_index, int rank, int world, int batch, int seq_len,
+                         const BatchBuffers& out) const = 0;
+};
+
+}  // namespace fd::data

@@ -1,0 +1,322 @@
+#include "lib/data/example_dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+#include <thread>
+
+#include "lib/base/check.h"
+#include "lib/base/error.h"
+#include "lib/base/rng.h"
+#include "lib/data/document_encoder.h"
+
+namespace fd::data {
+namespace {
+
+constexpr uint64_t kPackStream = 0x7061'636b'0000'0003ULL;   // "pack"
+constexpr uint64_t kEpochStream = 0x6570'6f63'6800'0004ULL;  // "epoch"
+
+// A permutation of [0, n) keyed by `key`: a four-round Feistel network on the smallest
+// even-bit domain holding n, walked until the value falls inside [0, n) (on average
+// fewer than four times: the domain is under 4n).
+uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
+  if (n <= 1) return 0;
+  int bits = 0;
+  while ((uint64_t{1} << bits) < n) ++bits;
+  const int half = (bits + 1) / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  uint64_t x = i;
+  do {
+    uint64_t l = x >> half, r = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t f = hash_words(key, round, r) & mask;
+      const uint64_t next = l ^ f;
+      l = r;
+      r = next;
+    }
+    x = (l << half) | r;
+  } while (x >= n);
+  return x;
+}
+
+std::string format_name(RecordFormat f) {
+  switch (f) {
+    case RecordFormat::kChat:
+      return "chat";
+    case RecordFormat::kInstruct:
+      return "instruct";
+    case RecordFormat::kText:
+      return "text";
+  }
+  return "?";
+}
+
+// Encodes text[begin, end) after what came before it.
+void encode_range(const Tokenizer& tok, const std::string& text, int64_t begin, int64_t end,
+                  std::vector<int32_t>& out, EncodeCache& cache) {
+  if (end <= begin) return;
+  tok.encode_piece(std::string_view(text).substr(size_t(begin), size_t(end - begin)), begin > 0,
+                   out, cache);
+}
+
+EncodedExample encode_with(const Record& record, const ExampleOptions& o, EncodeCache& cache) {
+  const Tokenizer& tok = *o.tokenizer;
+  EncodedExample e;
+  e.where = record.where;
+  // Marks the tokens encoded since the last call as targets (1) or not (0).
+  auto mark = [&](uint8_t value) { e.target.resize(e.tokens.size(), value); };
+  if (o.records.format == RecordFormat::kText) {
+    const DocumentWrap wrap = document_wrap(tok);
+    if (wrap.bos) e.tokens.push_back(*wrap.bos);
+    tok.encode(record.text, false, e.tokens, cache);
+    if (wrap.eos) e.tokens.push_back(*wrap.eos);
+    mark(1);
+    return e;
+  }
+  FD_CHECK(o.chat_template != nullptr, "encode_example: {} records need a chat template",
+           format_name(o.records.format));
+  if (o.train_on_prompt) {
+    const std::string text = o.chat_template->render(record, false);
+    tok.encode(text, false, e.tokens, cache);
+    mark(1);
+    return e;
+  }
+  const RenderedChat r = o.chat_template->render_targets(record, tok.special_tokens());
+  int64_t at = 0;
+  for (const TextSpan& t : r.targets) {
+    encode_range(tok, r.text, at, t.begin, e.tokens, cache);
+    mark(0);
+    encode_range(tok, r.text, t.begin, t.end, e.tokens, cache);
+    mark(1);
+    at = t.end;
+  }
+  encode_range(tok, r.text, at, int64_t(r.text.size()), e.tokens, cache);
+  mark(0);
+  return e;
+}
+
+}  // namespace
+
+EncodedExample encode_example(const Record& record, const ExampleOptions& o) {
+  EncodeCache cache;
+  return encode_with(record, o, cache);
+}
+
+ExampleDataset::ExampleDataset(const ExampleOptions& options) : options_(options) {
+  FD_CHECK(options_.tokenizer != nullptr && options_.seq_len > 0, "ExampleDataset options");
+  if (options_.tokenizer->eos_id()) pad_id_ = *options_.tokenizer->eos_id();
+  std::vector<Record> train = read_records(options_.train_files, options_.records, &stats_.records);
+  std::vector<Record> val;
+  if (!options_.val_files.empty()) {
+    val = read_records(options_.val_files, options_.records, &stats_.records);
+  } else if (options_.val_fraction > 0.0 && train.size() >= 2) {
+    // The last val_fraction of the records (at least one, never all).
+    size_t n = size_t(std::ceil(options_.val_fraction * double(train.size())));
+    n = std::clamp<size_t>(n, 1, train.size() - 1);
+    val.assign(std::make_move_iterator(train.end() - std::ptrdiff_t(n)),
+               std::make_move_iterator(train.end()));
+    train.resize(train.size() - n);
+  }
+  build(train_, train, true);
+  build(val_, val, false);
+  if (train_.num_rows() == 0) {
+    usage_error(
+        "data.train: no training example left ({} records read, {} skipped, {} without "
+        "targets)",
+        stats_.records.records, stats_.records.skipped, stats_.without_targets);
+  }
+}
+
+void ExampleDataset::build(Split& split, const std::vector<Record>& records, bool is_train) {
+  const ExampleOptions& o = options_;
+  // Encode on threads, contiguous chunks, kept in record order.
+  const size_t n = records.size();
+  const size_t threads =
+      std::clamp<size_t>(size_t(std::max(1, o.threads)), 1, std::max<size_t>(n, 1));
+  std::vector<std::vector<EncodedExample>> parts(threads);
+  std::vector<std::exception_ptr> errors(threads);
+  auto work = [&](size_t t) {
+    try {
+      EncodeCache cache;
+      const size_t begin = n * t / threads, end = n * (t + 1) / threads;
+      for (size_t i = begin; i < end; ++i) parts[t].push_back(encode_with(records[i], o, cache));
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    work(0);
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  const int64_t T = o.seq_len;
+  split.offsets.push_back(0);
+  int64_t examples = 0;
+  for (std::vector<EncodedExample>& part : parts) {
+    for (EncodedExample& e : part) {
+      for (int32_t id : e.tokens) {
+        if (id < 0 || id >= o.vocab_size) {
+          usage_error(
+              "{}: token id {} is outside model.vocab_size = {} (is data.tokenizer the "
+              "model's tokenizer?)",
+              e.where, id, o.vocab_size);
+        }
+      }
+      int64_t len = int64_t(e.tokens.size());
+      int64_t from = 0;
+      if (len > T + 1) {
+        if (o.truncation == Truncation::kError) {
+          usage_error(
+              "{}: the example is {} tokens, longer than data.seq_len + 1 = {} (set "
+              "data.truncation: right or left to cut it, or raise data.seq_len)",
+              e.where, len, T + 1);
+        }
+        from = o.truncation == Truncation::kLeft ? len - (T + 1) : 0;
+        len = T + 1;
+        if (is_train) ++stats_.truncated;
+      }
+      // Targets among tokens 1 .. len-1 (token 0 is never predicted).
+      int64_t targets = 0;
+      for (int64_t j = 1; j < len; ++j) targets += e.target[size_t(from + j)];
+      if (len < 2 || targets == 0) {
+        if (is_train) ++stats_.without_targets;
+        continue;
+      }
+      split.tokens.insert(split.tokens.end(), e.tokens.begin() + from,
+                          e.tokens.begin() + from + len);
+      split.target.insert(split.target.end(), e.target.begin() + from,
+                          e.target.begin() + from + len);
+      split.offsets.push_back(int64_t(split.tokens.size()));
+      ++examples;
+    }
+    part.clear();
+    part.shrink_to_fit();
+  }
+  // Row order: shuffled for packing (so a row mixes examples from the whole dataset),
+  // file order otherwise.
+  split.order.resize(size_t(examples));
+  for (int64_t e = 0; e < examples; ++e) split.order[size_t(e)] = int32_t(e);
+  if (o.packing) {
+    const uint64_t key = hash_words(o.seed, kPackStream, is_train ? 0 : 1);
+    for (int64_t e = 0; e < examples; ++e)
+      split.order[size_t(e)] = int32_t(permute(uint64_t(e), uint64_t(examples), key));
+  }
+  split.rows.push_back(0);
+  int64_t used = 0, positions = 0, target_positions = 0;
+  for (int64_t k = 0; k < examples; ++k) {
+    const int32_t e = split.order[size_t(k)];
+    const int64_t len = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 1;  // positions
+    if (k > 0 && (!o.packing || used + len > T)) {
+      split.rows.push_back(k);
+      used = 0;
+    }
+    used += len;
+    positions += len;
+  }
+  if (examples > 0) split.rows.push_back(examples);
+  split.row_targets.resize(size_t(split.num_rows()));
+  for (int64_t r = 0; r < split.num_rows(); ++r) {
+    int32_t count = 0;
+    for (int64_t k = split.rows[size_t(r)]; k < split.rows[size_t(r) + 1]; ++k) {
+      const int32_t e = split.order[size_t(k)];
+      for (int64_t j = split.offsets[size_t(e)] + 1; j < split.offsets[size_t(e) + 1]; ++j)
+        count += split.target[size_t(j)];
+    }
+    split.row_targets[size_t(r)] = count;
+    target_positions += count;
+  }
+  if (is_train) {
+    stats_.train_examples = examples;
+    stats_.train_rows = split.num_rows();
+    stats_.train_tokens = positions;
+    stats_.train_target_tokens = target_positions;
+    stats_.efficiency =
+        split.num_rows() > 0 ? double(positions) / (double(split.num_rows()) * double(T)) : 0.0;
+  } else {
+    stats_.val_examples = examples;
+    stats_.val_rows = split.num_rows();
+  }
+}
+
+void ExampleDataset::fill_row(const Split& split, int64_t row, int seq_len, int32_t* tokens,
+                              int32_t* targets, int32_t* doc_starts) const {
+  int64_t p = 0;
+  for (int64_t k = split.rows[size_t(row)]; k < split.rows[size_t(row) + 1]; ++k) {
+    const int32_t e = split.order[size_t(k)];
+    const int64_t begin = split.offsets[size_t(e)], end = split.offsets[size_t(e) + 1];
+    const int64_t start = p;
+    for (int64_t j = begin; j + 1 < end; ++j, ++p) {
+      FD_CHECK(p < seq_len, "row {} overflows seq_len {}", row, seq_len);
+      tokens[p] = split.tokens[size_t(j)];
+      targets[p] = split.target[size_t(j) + 1] ? split.tokens[size_t(j) + 1] : -1;
+      if (doc_starts) doc_starts[p] = int32_t(start);
+    }
+  }
+  for (; p < seq_len; ++p) {  // padding: no loss, attends only to itself
+    tokens[p] = pad_id_;
+    targets[p] = -1;
+    if (doc_starts) doc_starts[p] = int32_t(p);
+  }
+}
+
+int64_t ExampleDataset::train_row(int64_t step, int64_t global_index, int64_t global_batch) const {
+  const uint64_t R = uint64_t(train_.num_rows());
+  const uint64_t i = uint64_t(step) * uint64_t(global_batch) + uint64_t(global_index);
+  const uint64_t epoch = i / R;
+  return int64_t(permute(i % R, R, hash_words(options_.seed, kEpochStream, epoch)));
+}
+
+void ExampleDataset::train_batch(const MicroBatch& m, int seq_len, const BatchBuffers& out) const {
+  FD_CHECK(0 <= m.rank && m.rank < m.world && m.batch > 0 && m.micro >= 0 &&
+               m.micro < m.accumulation && seq_len == options_.seq_len,
+           "rank {} of {}, batch {}, micro-batch {} of {}, seq_len {}", m.rank, m.world, m.batch,
+           m.micro, m.accumulation, seq_len);
+  FD_CHECK(!packed() || out.doc_starts != nullptr, "packed rows need doc_starts");
+  const int64_t first = (int64_t(m.micro) * m.world + m.rank) * m.batch;
+  for (int b = 0; b < m.batch; ++b) {
+    const size_t o = size_t(b) * size_t(seq_len);
+    fill_row(train_, train_row(m.step, first + b, m.global_batch()), seq_len, out.tokens + o,
+             out.targets + o, out.doc_starts ? out.doc_starts + o : nullptr);
+  }
+}
+
+int64_t ExampleDataset::train_targets(int64_t step, int64_t global_batch, int) const {
+  int64_t n = 0;
+  for (int64_t g = 0; g < global_batch; ++g)
+    n += train_.row_targets[size_t(train_row(step, g, global_batch))];
+  return n;
+}
+
+void ExampleDataset::val_batch(int64_t batch_index, int rank, int world, int batch, int seq_len,
+                               const BatchBuffers& out) const {
+  FD_CHECK(has_val(), "val_batch without a validation split");
+  FD_CHECK(!packed() || out.doc_starts != nullptr, "packed rows need doc_starts");
+  const int64_t R = val_.num_rows();
+  for (int b = 0; b < batch; ++b) {
+    const int64_t row = (batch_index * world * batch + int64_t(rank) * batch + b) % R;
+    const size_t o = size_t(b) * size_t(seq_len);
+    fill_row(val_, row, seq_len, out.tokens + o, out.targets + o,
+             out.doc_starts ? out.doc_starts + o : nullptr);
+  }
+}
+
+std::string ExampleDataset::summary() const {
+  const ExampleStats& s = stats_;
+  std::string line = fmt::format(
+      "{}: {} training examples -> {} {}rows of {} ({:.1f}% of positions hold tokens, {} "
+      "targets)",
+      format_name(options_.records.format), s.train_examples, s.train_rows,
+      options_.packing ? "packed " : "", options_.seq_len, 100.0 * s.efficiency,
+      s.train_target_tokens);
+  if (s.val_examples > 0) line += fmt::format(", {} validation examples", s.val_examples);
+  if (s.records.skipped > 0) line += fmt::format(", {} bad records skipped", s.records.skipped);
+  if (s.truncated > 0) line += fmt::format(", {} truncated", s.truncated);
+  if (s.without_targets > 0) line += fmt::format(", {} without targets dropped", s.without_targets);
+  return line;
+}
+
+}  // namespace fd::data

