@@ -6,6 +6,9 @@ set(FDTRAIN_SANITIZE "" CACHE STRING
     "Instrument the build: address (ASan + UBSan), thread (TSan), or empty for none")
 set_property(CACHE FDTRAIN_SANITIZE PROPERTY STRINGS "" address thread)
 option(FDTRAIN_FUZZ "Build the libFuzzer targets of tests/fuzz (clang only; implies ASan + UBSan)" OFF)
+# UBSan doubles the compile time of an instrumented translation unit (measured: 4.7 s -> 9.5 s);
+# CI's quick pass (make test-asan-ci) builds without it, make test-asan and make fuzz with it.
+option(FDTRAIN_UBSAN "With FDTRAIN_SANITIZE=address, also UBSan" ON)
 
 if(FDTRAIN_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
@@ -17,10 +20,15 @@ if(FDTRAIN_FUZZ)
   add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
 
-if(FDTRAIN_SANITIZE STREQUAL "address")
+if(FDTRAIN_SANITIZE STREQUAL "address" AND (FDTRAIN_UBSAN OR FDTRAIN_FUZZ))
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined
                       -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address,undefined)
+elseif(FDTRAIN_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address)
+endif()
+if(FDTRAIN_SANITIZE STREQUAL "address")
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # GCC 12's -Wmaybe-uninitialized misfires on instrumented code (std::regex's
     # std::function internals in lib/ckpt); GCC documents that sanitizers can

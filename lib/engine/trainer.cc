@@ -449,7 +449,9 @@ double Trainer::evaluate() {
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
     source.val_batch(i, comm_.rank(), comm_.size(), B, T, batch_buffers(batch_));
     const int64_t targets = count_targets(batch_);
-    if (targets > 0) sums[0] += eval_batch(*model_, *zero_, batch_) * double(targets);
+    // Every rank runs every batch (ZeRO-3 gathers are collective), targets or not.
+    const double loss = eval_batch(*model_, *zero_, batch_);
+    sums[0] += loss * double(targets);
     sums[1] += double(targets);
   }
   comm_.all_reduce_f64(sums, 2);

@@ -3,7 +3,8 @@
 # (tests/data/jinja/hf_jinja_reference.mjs is the byte-for-byte test; here the CLI's output
 # is compared with node's on one conversation), `data preview` marks the answers, a packed
 # chat SFT run on 2 ranks learns a conversation and `generate --chat` then answers and stops
-# at <|im_end|>; ZeRO stages 1 and 2 give the same weights; summary.json's data block. Then the
+# at <|im_end|>; ZeRO stages 1 and 2 give the same weights; a resumed run ends with the
+# uninterrupted one's weights; summary.json's data block. Then the
 # bad inputs: a malformed JSONL line (file:line), a missing role, an unsupported template
 # construct (its position), a conversation longer than seq_len with truncation: error, bad
 # records skipped and counted.
@@ -81,6 +82,16 @@ if grep -qF '[[Hello there.<|im_end|>]]' <<<"$preview" && grep -qF '<|im_start|>
   echo "ok: data preview marks the answer and its end of turn"
 else echo "FAIL: data preview"; echo "$preview" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
 
+# Instruct records through the alpaca built-in: instruction and input in their sections, the
+# output and the tokenizer's eos_token the target.
+printf '{"instruction": "Add the numbers.", "input": "2 and 2", "output": "4"}\n{"instruction": "Say hi.", "output": "Hi!"}\n' > "$TMP/alpaca.jsonl"
+preview=$("$FDTRAIN" data preview "$TMP/sft.yaml" data.format=instruct "data.train=[$TMP/alpaca.jsonl]" \
+          data.chat_template=alpaca --n 2 --color never)
+if grep -qF '### Input:' <<<"$preview" && grep -qF '[[4<|im_end|>]]' <<<"$preview" &&
+   grep -qF '[[Hi!<|im_end|>]]' <<<"$preview"; then
+  echo "ok: data preview: instruct records with the alpaca template"
+else echo "FAIL: instruct preview"; echo "$preview" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+
 timeout 300 $MPI -n 2 "$FDTRAIN" train "$TMP/sft.yaml" --run-dir "$TMP/sft2" > "$TMP/sft2.log" 2>&1 ||
   { echo "FAIL: sft run"; tail -20 "$TMP/sft2.log"; FAILURES=$((FAILURES + 1)); }
 python3 - "$TMP/sft2" <<'PY' && echo "ok: chat SFT: the loss on the answers falls; summary.json data block" || { echo "FAIL: sft summary"; FAILURES=$((FAILURES + 1)); }
@@ -110,6 +121,16 @@ if [[ $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['weights
       $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['weights_sha256'])" "$TMP/sft2/summary.json") ]]; then
   echo "ok: packed chat SFT: ZeRO stages 1 and 2 give the same weights"
 else echo "FAIL: stages 1 and 2 differ"; FAILURES=$((FAILURES + 1)); fi
+
+# Resume: 30 steps, then on to 60 from the checkpoint: the data (epochs of packed rows) are a
+# function of (seed, step), so the weights are the uninterrupted run's.
+timeout 300 $MPI -n 2 "$FDTRAIN" train "$TMP/sft.yaml" steps=30 --run-dir "$TMP/sftr" > "$TMP/sftr.log" 2>&1 &&
+  timeout 300 $MPI -n 2 "$FDTRAIN" train "$TMP/sft.yaml" --run-dir "$TMP/sftr" --resume auto >> "$TMP/sftr.log" 2>&1 ||
+  { echo "FAIL: sft resume runs"; tail -20 "$TMP/sftr.log"; FAILURES=$((FAILURES + 1)); }
+if [[ $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['weights_sha256'])" "$TMP/sftr/summary.json") == \
+      $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['weights_sha256'])" "$TMP/sft2/summary.json") ]]; then
+  echo "ok: packed chat SFT resumed at step 30 ends with the uninterrupted run's weights"
+else echo "FAIL: resumed SFT weights differ"; FAILURES=$((FAILURES + 1)); fi
 
 # --- bad input.
 printf '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}\n{"messages": [\n' > "$TMP/broken.jsonl"

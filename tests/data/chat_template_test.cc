@@ -117,6 +117,9 @@ TEST(ChatTemplate, Qwen25TargetsAreTheAnswersAndImEnd) {
 TEST(ChatTemplate, Gemma3TargetsAreTheAnswersAndEndOfTurn) {
   for (bool system : {false, true}) check({"gemma3", "", "<end_of_turn>", true}, system);
 }
+TEST(ChatTemplate, MistralNemoTargetsAreTheAnswersAndEos) {
+  for (bool system : {false, true}) check({"mistral_nemo", "", "</s>", false}, system);
+}
 TEST(ChatTemplate, BuiltinsOnTheirFamilies) {
   for (bool system : {false, true}) {
     check({"llama3", "llama3", "<|eot_id|>", true}, system);

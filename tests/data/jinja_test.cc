@@ -579,7 +579,9 @@ TEST(JinjaValue, FromJsonAsJavaScriptSeesIt) {
   EXPECT_EQ(render("{{ a }}", obj({{"a", a}})), "[1, 2]");
 }
 
-TEST(JinjaTemplate, RendersFromManyThreadsAndFast) {
+// Four threads render one Template at once and all get the same result. The rate is printed
+// for information only (speed is make bench's business, never a unit test's).
+TEST(JinjaTemplate, RendersFromManyThreadsAlike) {
   const json& config = config_of("qwen3");
   const Template t = Template::parse(config.at("chat_template").get<std::string>(), "qwen3");
   const json conv = json::parse(R"({"messages": [
@@ -601,14 +603,13 @@ TEST(JinjaTemplate, RendersFromManyThreadsAndFast) {
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
-  const int n = 20000;
+  const int n = 2000;
   const auto t0 = std::chrono::steady_clock::now();
   size_t bytes = 0;
   for (int i = 0; i < n; ++i) bytes += t.render(ctx).text.size();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[ jinja    ] qwen3, 5 messages: %d renders in %.2f s (%.0f per second, %zu bytes)\n",
               n, s, n / s, bytes);
-  EXPECT_LT(s, 20.0);
 }
 
 }  // namespace
