@@ -32,6 +32,7 @@
 #include "lib/data/example_dataset.h"
 #include "lib/data/sft_records.h"
 #include "lib/data/tokenizer.h"
+#include "lib/engine/assemble.h"
 
 namespace fd::cli {
 namespace {
@@ -103,23 +104,7 @@ int run_preview(const PreviewOptions& o) {
                 o.recipe);
   if (d.tokenizer.empty())
     usage_error("{}: data preview shows fine-tuning examples; set data.tokenizer", o.recipe);
-  data::ExampleOptions eo;
-  eo.records.format = d.format == config::DataFormat::kChat       ? data::RecordFormat::kChat
-                      : d.format == config::DataFormat::kInstruct ? data::RecordFormat::kInstruct
-                                                                  : data::RecordFormat::kText;
-  eo.records.fields = {.messages = d.messages_field,
-                       .instruction = d.instruction_field,
-                       .input = d.input_field,
-                       .output = d.output_field,
-                       .text = d.text_field};
-  eo.records.bad = d.on_bad_record == config::BadRecordName::kSkip ? data::BadRecords::kSkip
-                                                                   : data::BadRecords::kError;
-  eo.tokenizer = data::load_tokenizer(d.tokenizer);
-  if (eo.records.format != data::RecordFormat::kText) {
-    eo.chat_template = std::make_shared<const data::ChatTemplate>(
-        data::ChatTemplate::load(d.chat_template, d.tokenizer));
-  }
-  eo.train_on_prompt = d.train_on_prompt;
+  const data::ExampleOptions eo = engine::example_options(r);
   const bool color = o.color == "always" || (o.color == "auto" && isatty(fileno(stdout)) != 0);
   const char* on = color ? "\x1b[32m" : "[[";
   const char* off = color ? "\x1b[0m" : "]]";

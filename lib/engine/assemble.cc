@@ -150,7 +150,9 @@ data::RecordFormat record_format(config::DataFormat f) {
   }
 }
 
-std::unique_ptr<data::ExampleDataset> open_examples(const config::Recipe& r) {
+}  // namespace
+
+data::ExampleOptions example_options(const config::Recipe& r) {
   const config::DataOptions& d = r.data;
   data::ExampleOptions o;
   o.train_files = d.train;
@@ -185,6 +187,13 @@ std::unique_ptr<data::ExampleDataset> open_examples(const config::Recipe& r) {
   o.packing = d.packing;
   o.seed = uint64_t(r.seed);
   o.threads = r.threads;
+  return o;
+}
+
+namespace {
+
+std::unique_ptr<data::ExampleDataset> open_examples(const config::Recipe& r) {
+  const data::ExampleOptions o = example_options(r);
   try {
     return std::make_unique<data::ExampleDataset>(o);
   } catch (const Error& e) {

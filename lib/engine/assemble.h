@@ -104,6 +104,10 @@ struct TrainingData {
   nlohmann::json stats_json() const;
 };
 TrainingData open_dataset(const config::Recipe& r);
+// The fine-tuning example options of `r` (data.format chat or instruct, or text with
+// data.packing), its tokenizer and chat template loaded: what open_dataset() and
+// `fdtrain data preview` read examples with. Throws fd::Error (kUsage) located in the recipe.
+data::ExampleOptions example_options(const config::Recipe& r);
 
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts
 // from '\n', token files from GPT-2's <|endoftext|> when the vocabulary has it.
