@@ -9,7 +9,7 @@
 #   BUILD_DIR  default build
 #   CONFIG     S, M, 124M, Llama-S; default all four. Naming configs runs only
 #              the one-core comparison and its summary for them (no data
-#              parallel, precision, checkpoint or ceiling sections), e.g.
+#              parallel, precision, checkpoint, ceiling or CPU AdamW sections), e.g.
 #              bench/run_bench.sh build S Llama-S
 #   BENCH_STEPS (default 5), BENCH_STEPS_124M (default 2): timed steps.
 # Both thread counts are pinned for both programs, and both use the same
@@ -157,6 +157,27 @@ if [ "$ONLY_ONE_CORE" = 0 ]; then
   echo
   echo "ceiling: two independent train_bench processes on config S at once (ms/step each)"
   ( "$BUILD_DIR/bin/train_bench" --steps 3 --threads 1 S & "$BUILD_DIR/bin/train_bench" --steps 3 --threads 1 S; wait ) | grep '^S '
+
+  # The CPU AdamW pass (lib/ops/cpu/adamw.cc) on 64 Mi elements, per kernel, 1 and 2 threads,
+  # against a triad in the same process, then torch.optim.AdamW(foreach=True) on the same N.
+  echo
+  echo "CPU AdamW: fused pass vs STREAM-like triad (same process, same threads) and torch foreach AdamW"
+  aw=$("$BUILD_DIR/bin/adamw_bench" --threads 1 2)
+  echo "$aw"
+  if [ "$have_torch" = 1 ]; then
+    echo
+    pt=$(/usr/bin/python3 bench/peer/adamw_torch.py --threads 1 2)
+    echo "$pt"
+    best=$(sed -n 's/.*(default: \([a-z0-9]*\)).*/\1/p' <<<"$aw")
+    for t in 1 2; do
+      fd_ms=$(awk -v t="$t" -v k="$best" '$1 == t && /adamw fp32 grads/ && $5 == k { print $6 }' <<<"$aw")
+      pt_ms=$(awk -v t="$t" '$1 == t && /torch AdamW/ { print $(NF - 1) }' <<<"$pt")
+      awk -v t="$t" -v f="$fd_ms" -v p="$pt_ms" -v k="$best" \
+        'BEGIN { printf "fdtrain (%s) / torch foreach AdamW, fp32 grads, %d thread(s): %.2fx\n", k, t, p / f }'
+    done
+  else
+    echo "PyTorch AdamW peer skipped: /usr/bin/python3 cannot import torch"
+  fi
 fi
 
 if [ "$have_torch" = 1 ]; then

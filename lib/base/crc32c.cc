@@ -1,6 +1,11 @@
 #include "lib/base/crc32c.h"
 
 #include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 namespace fd {
 namespace {
@@ -19,13 +24,38 @@ constexpr std::array<uint32_t, 256> make_table() {
 
 constexpr std::array<uint32_t, 256> kTable = make_table();
 
+uint32_t crc32c_table(const unsigned char* p, size_t size, uint32_t crc) {
+  for (size_t i = 0; i < size; ++i) crc = kTable[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes the same CRC-32C, 8 bytes at a time
+// (~8 GB/s: the offloaded optimizer state is digested as it streams).
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const unsigned char* p, size_t size,
+                                                        uint32_t crc) {
+  uint64_t c = crc;
+  for (; size >= 8; size -= 8, p += 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+  }
+  uint32_t c32 = uint32_t(c);
+  for (; size > 0; --size, ++p) c32 = _mm_crc32_u8(c32, *p);
+  return c32;
+}
+
+const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+#endif
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
   const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < size; ++i) crc = kTable[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-  return ~crc;
+#if defined(__x86_64__)
+  if (kHaveSse42) return ~crc32c_sse42(p, size, ~crc);
+#endif
+  return ~crc32c_table(p, size, ~crc);
 }
 
 uint32_t mask_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }

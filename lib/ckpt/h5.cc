@@ -188,31 +188,63 @@ std::optional<std::string> read_attr_str(hid_t obj, const char* name) {
   return buf;
 }
 
+namespace {
+// Dataset creation properties for `dims`: chunks span whole trailing
+// dimensions and as many leading rows as fit, checksummed (Fletcher32).
+// `chunk_rows` receives the rows per chunk (0 for an empty dataset).
+H5Id chunked_dcpl(const std::vector<hsize_t>& dims, hsize_t* chunk_rows) {
+  hsize_t numel = 1;
+  for (hsize_t d : dims) numel *= d;
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  *chunk_rows = 0;
+  if (!dcpl || numel == 0) return dcpl;
+  std::vector<hsize_t> chunk = dims;
+  hsize_t rest = numel / dims[0];
+  // At most kChunkElems per chunk, in equal chunks: HDF5 allocates whole
+  // chunks, so a ragged last chunk would waste up to a chunk of disk.
+  const hsize_t max_rows = std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
+  const hsize_t n_chunks = (dims[0] + max_rows - 1) / max_rows;
+  chunk[0] = std::max<hsize_t>(1, (dims[0] + n_chunks - 1) / n_chunks);
+  if (H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) < 0 ||
+      H5Pset_fletcher32(dcpl.get()) < 0)
+    return H5Id();
+  *chunk_rows = chunk[0];
+  return dcpl;
+}
+}  // namespace
+
 bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
                    const std::vector<hsize_t>& dims, const void* data) {
   hsize_t numel = 1;
   for (hsize_t d : dims) numel *= d;
+  hsize_t rows = 0;
   H5Id space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
-  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  H5Id dcpl = chunked_dcpl(dims, &rows);
   if (!space || !dcpl) return fail();
-  if (numel > 0) {
-    // Chunks span whole trailing dimensions and as many leading rows as fit.
-    std::vector<hsize_t> chunk = dims;
-    hsize_t rest = numel / dims[0];
-    // At most kChunkElems per chunk, in equal chunks: HDF5 allocates whole
-    // chunks, so a ragged last chunk would waste up to a chunk of disk.
-    const hsize_t max_rows = std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
-    const hsize_t n_chunks = (dims[0] + max_rows - 1) / max_rows;
-    chunk[0] = std::max<hsize_t>(1, (dims[0] + n_chunks - 1) / n_chunks);
-    if (H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) < 0 ||
-        H5Pset_fletcher32(dcpl.get()) < 0)
-      return fail();
-  }
   H5Id ds(H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
   if (!ds) return fail();
   if (numel > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     return fail();
   return ds.close() || fail();
+}
+
+H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t n,
+                       hsize_t* chunk) {
+  H5Id space(H5Screate_simple(1, &n, nullptr));
+  H5Id dcpl = chunked_dcpl({n}, chunk);
+  if (!space || !dcpl) return H5Id();
+  return H5Id(H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+}
+
+bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const void* data) {
+  if (count == 0) return true;
+  H5Id fspace(H5Dget_space(ds));
+  hsize_t start = hsize_t(offset), n = hsize_t(count);
+  H5Id mspace(H5Screate_simple(1, &n, nullptr));
+  if (!fspace || !mspace ||
+      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr) < 0)
+    return fail();
+  return H5Dwrite(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data) >= 0 || fail();
 }
 
 bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values) {

@@ -76,6 +76,13 @@ std::optional<std::string> read_attr_str(hid_t obj, const char* name);
 // `file_type`. Empty datasets are stored contiguous (nothing to checksum).
 bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
                    const std::vector<hsize_t>& dims, const void* data);
+// The same layout for a 1-D dataset of `n` elements, created empty, to be
+// filled piece by piece with write_1d; `chunk` receives its chunk length (0
+// when n is 0). Writing whole chunks in order keeps HDF5 from reading any
+// back. An invalid id on failure.
+H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t n, hsize_t* chunk);
+// Writes elements [offset, offset + count) of 1-D dataset `ds` from `data` (of `mem_type`).
+bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const void* data);
 // A 1-D dataset of variable-length UTF-8 strings.
 bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values);
 // Reads a 1-D dataset of strings (fixed or variable length); nullopt on failure

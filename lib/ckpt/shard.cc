@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -80,6 +81,53 @@ bool write_tensor_dataset(hid_t group, const char* name, const Tensor& t) {
   return ds && h5::write_attr_str(ds.get(), "dtype", params_dtype_name(t.dtype()));
 }
 
+// Writes a range's streamed state (SegmentRange::stream) as the three fp32
+// datasets write_tensor_dataset would make, through one HDF5 chunk of staging
+// per field: the state is never whole in memory.
+bool write_streamed_state(hid_t group, const SegmentRange& r) {
+  static constexpr const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
+  H5Id ds[3];
+  hsize_t chunk = 0;
+  for (int f = 0; f < 3; ++f) {
+    ds[f] = h5::create_dataset_1d(group, kNames[f], H5T_IEEE_F32LE, hsize_t(r.count), &chunk);
+    if (!ds[f]) return false;
+  }
+  std::vector<float> stage[3];
+  for (auto& st : stage) st.resize(size_t(chunk));
+  int64_t staged = 0, written = 0, expect = 0;
+  bool ok = true;
+  auto flush = [&] {
+    for (int f = 0; f < 3 && ok; ++f)
+      ok = h5::write_1d(ds[f].get(), H5T_NATIVE_FLOAT, written, staged, stage[f].data());
+    written += staged;
+    staged = 0;
+  };
+  r.stream([&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v) {
+    FD_CHECK(offset == expect, "segment {}: state piece at {}, expected {}", r.segment, offset,
+             expect);
+    const Tensor* t[3] = {&master, &m, &v};
+    const int64_t n = master.numel();
+    for (int f = 0; f < 3; ++f) {
+      FD_CHECK(t[f]->numel() == n && t[f]->dtype() == DType::kF32 && t[f]->device().is_cpu(),
+               "segment {}: state pieces must be fp32 CPU tensors of one length", r.segment);
+    }
+    for (int64_t done = 0; done < n;) {
+      const int64_t take = std::min(n - done, int64_t(chunk) - staged);
+      for (int f = 0; f < 3; ++f)
+        std::memcpy(stage[f].data() + staged, t[f]->f32() + done, size_t(take) * sizeof(float));
+      staged += take;
+      done += take;
+      if (staged == int64_t(chunk)) flush();
+    }
+    expect += n;
+  });
+  FD_CHECK(expect == r.count, "segment {}: {} state elements streamed of {}", r.segment, expect,
+           r.count);
+  if (staged > 0) flush();
+  for (int f = 0; f < 3 && ok; ++f) ok = ds[f].close() || h5::fail();
+  return ok;
+}
+
 void fsync_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) runtime_error("cannot reopen {} to sync it to disk", path);
@@ -123,9 +171,11 @@ void write_shard(const std::string& path, const ShardMeta& meta,
     FD_CHECK(r.offset >= 0 && r.count >= 0 && r.offset + r.count <= r.segment_numel,
              "segment {}: range [{}, {}) outside [0, {})", r.segment, r.offset, r.offset + r.count,
              r.segment_numel);
-    check_range_tensor(r, r.master, "master", true);
-    check_range_tensor(r, r.exp_avg, "exp_avg", true);
-    check_range_tensor(r, r.exp_avg_sq, "exp_avg_sq", true);
+    if (!r.stream) {
+      check_range_tensor(r, r.master, "master", true);
+      check_range_tensor(r, r.exp_avg, "exp_avg", true);
+      check_range_tensor(r, r.exp_avg_sq, "exp_avg_sq", true);
+    }
     if (r.params.defined()) check_range_tensor(r, r.params, "params", false);
   }
 
@@ -202,9 +252,10 @@ void write_shard(const std::string& path, const ShardMeta& meta,
       ok = h5::write_attr_i64(g.get(), "segment_numel", r.segment_numel) &&
            h5::write_attr_i64(g.get(), "offset", r.offset) &&
            h5::write_attr_i64(g.get(), "count", r.count) &&
-           write_tensor_dataset(g.get(), "master", r.master) &&
-           write_tensor_dataset(g.get(), "exp_avg", r.exp_avg) &&
-           write_tensor_dataset(g.get(), "exp_avg_sq", r.exp_avg_sq) &&
+           (r.stream ? write_streamed_state(g.get(), r)
+                     : write_tensor_dataset(g.get(), "master", r.master) &&
+                           write_tensor_dataset(g.get(), "exp_avg", r.exp_avg) &&
+                           write_tensor_dataset(g.get(), "exp_avg_sq", r.exp_avg_sq)) &&
            (!r.params.defined() || write_tensor_dataset(g.get(), "params", r.params));
       if (!ok) write_failed(path, where);
     }

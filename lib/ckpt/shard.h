@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "lib/ckpt/manifest.h"  // kFormatVersion, Manifest, step_dir_name, shard_file_name
 #include "lib/tensor/tensor.h"
 
@@ -45,6 +47,14 @@ struct SegmentRange {
   Tensor params;          // compute dtype (f32/bf16/f16), count: the model's parameters.
                           // May be left undefined when it equals `master` (fp32 runs):
                           // nothing is stored and read("params") returns master.
+  // State that does not fit in memory (ZeRO-Infinity offload): when set,
+  // master, exp_avg and exp_avg_sq are undefined and stream(fn) hands them to
+  // fn a piece at a time, in order: fn(offset within the range, master,
+  // exp_avg, exp_avg_sq), fp32 CPU tensors of the piece's length. They are
+  // written as they come, a whole HDF5 chunk at a time.
+  using PieceFn = std::function<void(int64_t offset, const Tensor& master, const Tensor& exp_avg,
+                                     const Tensor& exp_avg_sq)>;
+  std::function<void(const PieceFn&)> stream;
 };
 
 // Where a parameter lives (the flat layout), world-size independent.

@@ -153,6 +153,12 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("loss_scale.min_loss_scale", number(l.min_loss_scale));
   add("zero.stage", std::to_string(r.zero.stage));
   add("zero.overlap_comm", boolean(r.zero.overlap_comm));
+  const auto& oo = r.zero.offload_optimizer;
+  add("zero.offload_optimizer.device", std::string(to_string(oo.device)));
+  add("zero.offload_optimizer.path", str(oo.path));
+  add("zero.offload_optimizer.buffer_mib", std::to_string(oo.buffer_mib));
+  const auto& op = r.zero.offload_params;
+  add("zero.offload_params.device", std::string(to_string(op.device)));
   add("dist.timeout_s", number(r.dist.timeout_s));
   if (!r.lora) {
     add("lora", "null");
@@ -193,14 +199,20 @@ std::string to_yaml(const Recipe& r) {
   std::string y = std::string(kResolvedHeader) +
                   ": includes inlined, defaults filled in,\n"
                   "# data globs expanded. See docs/RECIPE.md.\n";
-  std::string section;  // the section whose keys are being written
+  std::string section, map;  // the section (and map in it) whose keys are being written
   for (const RecipeField& f : recipe_fields(r)) {
     const size_t dot = f.path.find('.');
     const std::string sec = dot == std::string::npos ? "" : f.path.substr(0, dot);
-    const std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
+    std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
+    // A nested key (zero.offload_optimizer.device) is written in its map, one level deeper.
+    const size_t dot2 = key.find('.');
+    const std::string sub = dot2 == std::string::npos ? "" : key.substr(0, dot2);
+    if (!sub.empty()) key = key.substr(dot2 + 1);
     if (!sec.empty() && sec != section) y += sec + ":\n";
+    if (!sub.empty() && (sub != map || sec != section)) y += "  " + sub + ":\n";
     section = sec;
-    const std::string indent = sec.empty() ? "" : "  ";
+    map = sub;
+    const std::string indent = sec.empty() ? "" : sub.empty() ? "  " : "    ";
     if (f.block) {
       // A block list of paths, one per line ([] when empty).
       if (f.items.empty()) {

@@ -98,6 +98,18 @@ std::string_view to_string(Precision v) {
   return "?";
 }
 
+std::string_view to_string(OffloadDevice v) {
+  switch (v) {
+    case OffloadDevice::kNone:
+      return "none";
+    case OffloadDevice::kHost:
+      return "host";
+    case OffloadDevice::kNvme:
+      return "nvme";
+  }
+  return "?";
+}
+
 std::string_view to_string(DeviceName v) {
   switch (v) {
     case DeviceName::kCpu:

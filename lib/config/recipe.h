@@ -35,6 +35,7 @@ enum class OptimizerName { kAdamW };
 enum class ScheduleName { kConstant, kCosine };
 enum class Precision { kFp32, kBf16, kFp16 };
 enum class DeviceName { kCpu, kCuda };
+enum class OffloadDevice { kNone, kHost, kNvme };
 
 // The recipe spelling of each enum value ("gpt2", "text", "cosine", "bf16", ...).
 std::string_view to_string(Arch v);
@@ -46,6 +47,7 @@ std::string_view to_string(OptimizerName v);
 std::string_view to_string(ScheduleName v);
 std::string_view to_string(Precision v);
 std::string_view to_string(DeviceName v);
+std::string_view to_string(OffloadDevice v);
 
 // The model section. arch picks the family; the keys after max_seq_len
 // belong to the Llama family (llama, mistral, qwen2, qwen3) and are refused
@@ -153,9 +155,22 @@ struct LossScaleOptions {
   bool operator==(const LossScaleOptions&) const = default;
 };
 
+// Where ZeRO keeps a kind of model state (DeepSpeed's offload_optimizer /
+// offload_param): none (with the rest: the run's device), host (pinned host
+// memory, GPU runs), nvme (one file per rank under path, streamed in chunks).
+struct OffloadOptions {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string path;     // nvme: an existing directory (absolute once loaded)
+  int buffer_mib = 64;  // optimizer nvme: MiB of chunk buffers per rank, >= 1
+  bool operator==(const OffloadOptions&) const = default;
+};
+
 struct ZeroOptions {
   int stage = 0;  // ZeRO stage 0..3: 1 shards optimizer state, 2 also gradients, 3 also parameters
   bool overlap_comm = true;  // reduce buckets while backward continues
+  OffloadOptions offload_optimizer;  // fp32 master weights and Adam moments: none, host, nvme
+  OffloadOptions offload_params;     // stage 3's parameter partitions: none, nvme (in the
+                                     // optimizer's file: path and buffer_mib unused)
   bool operator==(const ZeroOptions&) const = default;
 };
 

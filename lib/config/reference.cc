@@ -168,6 +168,23 @@ const std::vector<KeyDoc>& key_reference() {
       {"zero.overlap_comm", "bool", "true", "",
        "reduce each segment's gradient bucket asynchronously while backward continues; false "
        "reduces after backward"},
+      {"zero.offload_optimizer.device", "string", "none", "none, host, nvme",
+       "where the fp32 master weights and Adam moments live (DeepSpeed's offload_optimizer): "
+       "none keeps them with the run (in memory, or on the GPU); nvme keeps them in one file "
+       "per rank under path and streams them through buffer_mib of buffers each step, so "
+       "that resident memory for them is the buffers; host is pinned host memory for a GPU run "
+       "(not supported yet)"},
+      {"zero.offload_optimizer.path", "string", "\"\"", "an existing directory",
+       "nvme: where each rank keeps its file (optimizer_rank_NNNNN.fdstate, removed when the run "
+       "ends); a fast local disk"},
+      {"zero.offload_optimizer.buffer_mib", "int", "64", "1 .. 1048576",
+       "nvme: MiB of buffers per rank through which the state streams (three chunks: one "
+       "being read, one being updated, one being written)"},
+      {"zero.offload_params.device", "string", "none", "none, nvme",
+       "stage 3 with offload_optimizer nvme: each rank's parameter partition lives in the "
+       "optimizer's file too (DeepSpeed's offload_param), rewritten by each step; a segment's "
+       "partition is read for its all-gather, the next one read ahead, through two staging "
+       "buffers of the largest partition"},
       // dist
       {"dist.timeout_s", "number", "600.0", "> 0",
        "a collective, MPI start-up or MPI shutdown that does not complete within this many "
@@ -215,7 +232,8 @@ const std::vector<KeyDoc>& key_reference() {
        "where to train: cpu (OpenBLAS + MPI) or cuda (kernels/, cuBLASLt, NCCL; one GPU per "
        "rank, chosen by the node-local rank)"},
       {"threads", "int", "1", "1 .. 1024",
-       "BLAS threads per rank; more than the cores each rank has only slows it down"},
+       "BLAS threads per rank, and the threads of the CPU AdamW (in memory or streamed from "
+       "NVMe); more than the cores each rank has only slows it down"},
       {"seed", "int", "1337", ">= 0", "seeds initialisation, data order, dropout and sampling"},
       {"steps", "int", "", ">= 1", "optimizer steps to train"},
       {"max_loss", "float", "100", ">= 0",

@@ -42,8 +42,13 @@ const std::vector<Section>& sections() {
     for (const SectionDoc& sec : section_reference()) {
       Section section{sec.name, {}};
       for (const KeyDoc& k : key_reference()) {
-        if (k.path.size() > sec.name.size() + 1 && k.path.rfind(sec.name + ".", 0) == 0)
-          section.keys.push_back(k.path.substr(sec.name.size() + 1));
+        if (k.path.size() > sec.name.size() + 1 && k.path.rfind(sec.name + ".", 0) == 0) {
+          // A nested key (zero.offload_optimizer.device) makes its map a key of the section.
+          std::string key = k.path.substr(sec.name.size() + 1);
+          key = key.substr(0, key.find('.'));
+          if (std::find(section.keys.begin(), section.keys.end(), key) == section.keys.end())
+            section.keys.push_back(std::move(key));
+        }
       }
       out.push_back(std::move(section));
     }
@@ -517,6 +522,8 @@ class Builder {
   void schedule(const Node& root);
   void loss_scale(const Node& root);
   void zero(const Node& root);
+  void offload(const Node* zero, const std::string& key, const std::vector<OffloadDevice>& devices,
+               OffloadOptions* out);
   void dist(const Node& root);
   void lora(const Node& root);
   void activation_checkpointing(const Node& root);
@@ -524,6 +531,7 @@ class Builder {
   void logging(const Node& root);
   void top_level(const Node& root);
   void cross_checks();
+  void offload_checks();
 
   const std::string& file_;
   Recipe* r_;
@@ -856,6 +864,34 @@ void Builder::zero(const Node& root) {
   auto& z = r_->zero;
   get_int(s, "zero", "stage", &z.stage, closed(0, 3));
   get_bool(s, "zero", "overlap_comm", &z.overlap_comm);
+  offload(s, "offload_optimizer",
+          {OffloadDevice::kNone, OffloadDevice::kHost, OffloadDevice::kNvme},
+          &z.offload_optimizer);
+  offload(s, "offload_params", {OffloadDevice::kNone, OffloadDevice::kNvme}, &z.offload_params);
+}
+
+void Builder::offload(const Node* zero, const std::string& key,
+                      const std::vector<OffloadDevice>& devices, OffloadOptions* out) {
+  std::string path;
+  const Node* n = field(zero, "zero", key, &path);
+  if (n == nullptr || n->is_null()) return;
+  if (!n->is_map()) {
+    error(n->loc, path,
+          fmt::format("expected a map ({}), got {}",
+                      key == "offload_optimizer" ? "{device: none | nvme, path: DIR, buffer_mib: N}"
+                                                 : "{device: none | nvme}",
+                      n->describe()));
+    return;
+  }
+  std::vector<std::string> keys;
+  for (const KeyDoc& k : key_reference())
+    if (k.path.rfind(path + ".", 0) == 0) keys.push_back(k.path.substr(path.size() + 1));
+  check_keys(*n, path, keys);
+  get_enum(n, path, "device", devices, &out->device);
+  if (key == "offload_optimizer") {
+    get_string(n, path, "path", &out->path);
+    get_int(n, path, "buffer_mib", &out->buffer_mib, closed(1, 1 << 20));
+  }
 }
 
 void Builder::dist(const Node& root) {
@@ -1070,11 +1106,72 @@ void Builder::cross_checks() {
           fmt::format("{} is above optimizer.lr ({}); cosine decays from lr down to min_lr",
                       s.min_lr, r_->optimizer.lr));
   }
+  offload_checks();
   // Warnings: valid, but probably not what was meant.
   if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
     warning(loc_of("schedule.warmup_steps"), "schedule.warmup_steps",
             fmt::format("{} is more than steps ({}): the learning rate never reaches its peak",
                         s.warmup_steps, r_->steps));
+  }
+}
+
+void Builder::offload_checks() {
+  const auto& z = r_->zero;
+  for (const char* key : {"zero.offload_optimizer", "zero.offload_params"}) {
+    const bool optimizer = std::string_view(key) == "zero.offload_optimizer";
+    const OffloadOptions& o = optimizer ? z.offload_optimizer : z.offload_params;
+    if (bad(key)) continue;
+    const std::string dev = fmt::format("{}.device", key), path = fmt::format("{}.path", key),
+                      buffer = fmt::format("{}.buffer_mib", key);
+    // Set to a value that would do nothing (the resolved recipe prints the defaults).
+    if (o.device != OffloadDevice::kNvme && !o.path.empty())
+      error(loc_of(path), path,
+            fmt::format("is only used with device: nvme (device is {}); remove it",
+                        to_string(o.device)));
+    if (o.device == OffloadDevice::kNone && o.buffer_mib != OffloadOptions{}.buffer_mib)
+      error(loc_of(buffer), buffer, "is only used when the optimizer state is offloaded (device "
+                                    "is none); remove it");
+    if (optimizer && o.device == OffloadDevice::kNvme) {
+      if (o.path.empty()) {
+        error(loc_of(is_set(path) ? path : dev), path,
+              "required with device: nvme: an existing directory on a fast local disk; each "
+              "rank keeps one file there (fdtrain estimate says how large)");
+      } else if (check_files_) {
+        std::error_code ec;
+        if (!std::filesystem::exists(o.path, ec))
+          error(loc_of(path), path,
+                fmt::format("{} does not exist; create the directory (on a fast local disk) "
+                            "first",
+                            o.path));
+        else if (!std::filesystem::is_directory(o.path, ec))
+          error(loc_of(path), path,
+                fmt::format("{} is {}, not a directory", o.path, describe_file_type(o.path)));
+      }
+    }
+    if (o.device == OffloadDevice::kHost && r_->device == DeviceName::kCpu)
+      error(loc_of(dev), dev,
+            "host on a cpu run: the optimizer state already lives in host memory, which is the "
+            "default placement (device: none); use nvme to move it out of memory");
+    if (o.device == OffloadDevice::kHost && r_->device == DeviceName::kCuda)
+      error(loc_of(dev), dev,
+            "host offload of a GPU run is not supported yet; use device: none (the optimizer "
+            "state on the GPU), or train on the cpu with nvme offload");
+    if (optimizer && o.device == OffloadDevice::kNvme && r_->device == DeviceName::kCuda)
+      error(loc_of(dev), dev,
+            "nvme offload of a GPU run is not supported yet; it streams through the CPU, so "
+            "train with device: cpu, or use device: none");
+    if (!optimizer && o.device != OffloadDevice::kNone && !bad("zero.stage") && z.stage < 3)
+      error(loc_of(dev), dev,
+            fmt::format("parameters are partitioned only by ZeRO stage 3; at stage {} every "
+                        "rank holds all of them, so there is no partition to offload: set "
+                        "zero.stage: 3, or remove zero.offload_params",
+                        z.stage));
+    else if (!optimizer && o.device == OffloadDevice::kNvme &&
+             z.offload_optimizer.device != OffloadDevice::kNvme && !bad("zero.offload_optimizer"))
+      error(loc_of(dev), dev,
+            "the parameters are offloaded into the optimizer's file (each step rewrites them "
+            "from their fp32 master copy, which must not stay in memory either): set "
+            "zero.offload_optimizer.device: nvme and its path too");
   }
 }
 
@@ -1111,14 +1208,19 @@ std::string check_key_path(std::string_view key_path) {
     return unknown_key(path, parts[1], s->keys);
   }
   if (parts.size() == 2) return "";
-  // The one nested key: activation_checkpointing.layers.every.
-  if (path == "activation_checkpointing.layers" && parts.size() == 3 && parts[2] == "every") {
-    return "";
-  }
-  if (path == "activation_checkpointing.layers") {
-    return unknown_key(join_path(path, parts[2]), parts[2], {"every"});
-  }
-  return fmt::format("{}: unknown key ({} takes a value, not keys)", key_path, path);
+  // Nested keys: activation_checkpointing.layers.every, and the maps whose keys the reference
+  // documents (zero.offload_optimizer.device).
+  std::vector<std::string> nested;
+  if (path == "activation_checkpointing.layers") nested.push_back("every");
+  for (const KeyDoc& k : key_reference())
+    if (k.path.rfind(path + ".", 0) == 0) nested.push_back(k.path.substr(path.size() + 1));
+  if (nested.empty())
+    return fmt::format("{}: unknown key ({} takes a value, not keys)", key_path, path);
+  if (std::find(nested.begin(), nested.end(), parts[2]) == nested.end())
+    return unknown_key(join_path(path, parts[2]), parts[2], nested);
+  if (parts.size() == 3) return "";
+  const std::string leaf = join_path(path, parts[2]);
+  return fmt::format("{}: unknown key ({} takes a value, not keys)", key_path, leaf);
 }
 
 void build_recipe(const Node& root, const std::string& recipe_file,

@@ -102,6 +102,7 @@ struct RankRun {
   int64_t comm_full_gather = 0;  // kComm peak of with_full_parameters (the digest at the end)
   int64_t other = 0;             // token batch and positions
   int64_t comm_bytes = 0;        // bytes sent in the step
+  int64_t offload_nvme = 0;      // the optimizer state file (offload), bytes
   int64_t padded_params = 0, frozen_padded_params = 0, num_params = 0;
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
@@ -242,6 +243,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   }
   engine.step(a.schedule.peak_lr, 1.0);
   out.comm_bytes = comm.bytes_sent();
+  out.offload_nvme = engine.offload_file_bytes();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
   // Peaks of each phase: the step, an evaluation batch, and the gather of the
@@ -301,6 +303,8 @@ Estimate estimate(const config::Recipe& r, int world) {
   for (int s = 0; s < 4; ++s) {
     config::Recipe rs = r;
     rs.zero.stage = s;
+    // Parameter offload applies to stage 3 only; the other stages keep them in memory.
+    if (s < 3) rs.zero.offload_params.device = config::OffloadDevice::kNone;
     const Assembly a = assemble(rs, world);
     // Every rank, the largest of each figure (summary.json's 'memory' is the
     // maximum over ranks); the ranks' shards are equal, so they agree.
@@ -321,6 +325,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.comm_step = std::max(most.comm_step, run.comm_step);
       most.comm_full_gather = std::max(most.comm_full_gather, run.comm_full_gather);
       most.other = std::max(most.other, run.other);
+      most.offload_nvme = std::max(most.offload_nvme, run.offload_nvme);
     }
     StageEstimate& st = e.stages[size_t(s)];
     st.stage = s;
@@ -332,6 +337,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.comm_full_gather = most.comm_full_gather;
     st.comm_buffers = std::max(st.comm_step, st.comm_full_gather);
     st.other = most.other;
+    st.offload_nvme = most.offload_nvme;
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
     if (s != r.zero.stage) continue;
     e.num_params = most.num_params;
@@ -449,6 +455,14 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
         "records nothing): stage 3 sends 3P + 2P_base elements per micro-batch; activations "
         "hold the adapter path (dropout, x A^T, (.) B^T, scale, add) and what the frozen ops "
         "keep once a gradient flows, as the step on the counting device allocates them.");
+  if (e.stages[0].offload_nvme > 0)
+    a.push_back(fmt::format(
+        "Offload (zero.offload_optimizer nvme): the {} and Adam m, v live in one file per rank "
+        "('on NVMe': a 4 KiB header and the state, chunk by chunk, each field padded to 4 KiB); "
+        "resident are three chunk buffers ('optimizer (buffers)', within "
+        "zero.offload_optimizer.buffer_mib, never more than the largest shard needs), through "
+        "which each step reads, updates and writes the state.",
+        mixed ? "fp32 master weights" : "(no master weights in fp32: the parameters are)"));
   return a;
 }
 
@@ -495,7 +509,8 @@ std::string format_estimate(const Estimate& e) {
   row("params", [](const StageEstimate& s) { return human(s.model_states.params); });
   row("grads", [](const StageEstimate& s) { return human(s.model_states.grads); });
   row("master", [](const StageEstimate& s) { return human(s.model_states.master); });
-  row("optimizer (Adam m+v)",
+  const bool offload = e.stages[0].offload_nvme > 0;
+  row(offload ? "optimizer (buffers)" : "optimizer (Adam m+v)",
       [](const StageEstimate& s) { return human(s.model_states.optimizer); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
@@ -504,6 +519,8 @@ std::string format_estimate(const Estimate& e) {
   row("comm buffers", [](const StageEstimate& s) { return human(s.comm_buffers); });
   row("other (token batch)", [](const StageEstimate& s) { return human(s.other); });
   row("total", [](const StageEstimate& s) { return human(s.total()); });
+  if (offload)
+    row("on NVMe (state file)", [](const StageEstimate& s) { return human(s.offload_nvme); });
   line("");
   const int c = e.compute_bytes;
   row(c == 2 ? "paper, mixed precision" : "paper, fp32",
@@ -624,6 +641,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"comm_full_gather", s.comm_full_gather},
                       {"other", s.other},
                       {"total", s.total()},
+                      {"offload_nvme", s.offload_nvme},
                       {"paper_formula", paper_formula(s.stage, e.compute_bytes)},
                       {"paper_bytes", s.paper_bytes},
                       {"comm_bytes_per_step", s.comm_bytes_per_step},

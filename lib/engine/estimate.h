@@ -75,6 +75,10 @@ struct StageEstimate {
   // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or
   // cP_base/N (stage 3, the rank's shard); 0 without LoRA.
   int64_t frozen = 0;
+  // ZeRO-Infinity (zero.offload_optimizer nvme): the bytes of this rank's state
+  // file; its resident part is model_states.optimizer (the chunk buffers). 0
+  // without offload.
+  int64_t offload_nvme = 0;
   int64_t comm_bytes_per_step = 0;  // bytes this rank sends in the step (ring model)
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.

@@ -31,6 +31,7 @@
 #include "lib/engine/generate.h"
 #include "lib/engine/report.h"
 #include "lib/engine/resume.h"
+#include "lib/ops/adamw.h"
 #include "lib/engine/run_dir.h"
 #include "lib/engine/step.h"
 #include "lib/engine/tfevents.h"
@@ -234,6 +235,7 @@ void Trainer::setup(const TrainOptions& options) {
               (std::filesystem::path(options.run_dir) / "checkpoints").string());
   setup_device();
   ops::set_blas_threads(recipe_.threads);
+  ops::set_adamw_threads(recipe_.threads);  // the CPU AdamW, in memory or streamed from NVMe
   comm_.set_timeout(recipe_.dist.timeout_s);
 
   data_ = open_dataset(recipe_);
@@ -591,7 +593,9 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const int64_t P = zero_->padded_params();
   const zero::ModelStateBytes est =
       zero::model_state_bytes(assembly_.zero.stage, comm_.size(), assembly_.zero.accumulation, P,
-                              int(dtype_size(assembly_.dtype)));
+                              int(dtype_size(assembly_.dtype)),
+                              zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : -1,
+                              zero_->params_offloaded() ? zero_->params_staging_bytes() : -1);
   nlohmann::json memory = memory_json();
   {
     // Each rank's own account, for its log (rank 0's terminal has the summary).
@@ -633,6 +637,13 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
       {"weights_sha256", digest},
       {"memory", memory["max"]},
       {"memory_per_rank", memory["per_rank"]},
+      {"offload",
+       {{"optimizer", std::string(config::to_string(recipe_.zero.offload_optimizer.device))},
+        {"optimizer_file_bytes", zero_->offload_file_bytes()},
+        {"optimizer_buffer_bytes",
+         zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : 0},
+        {"params", std::string(config::to_string(recipe_.zero.offload_params.device))},
+        {"params_staging_bytes", zero_->params_offloaded() ? zero_->params_staging_bytes() : 0}}},
       {"model_state_bytes_estimate",
        {{"params", est.params},
         {"grads", est.grads},

@@ -4,20 +4,40 @@
 
 #include "lib/base/check.h"
 #include "lib/ops/backend.h"
+#include "lib/ops/cpu/adamw_isa.h"
 
 namespace fd::ops {
 
-// Note: g++ vectorises this loop only with -fno-math-errno (sqrt's errno path is a branch).
-void adamw_update(float* __restrict param, const float* __restrict grad, float* __restrict m,
-                  float* __restrict v, int64_t n, const AdamWStep& s) {
+namespace cpu {
+
+// Bias corrections in double, as torch computes them in Python; shared with the
+// SIMD kernels so that they multiply and divide by the very same floats.
+AdamWScalars adamw_scalars(const AdamWStep& s) {
   FD_CHECK(s.step >= 1, "adamw_update: step {} (must be >= 1)", s.step);
   const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
   const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
-  const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
-  const float step_size = float(double(s.lr) / bc1);
-  const float bc2_sqrt = float(std::sqrt(bc2));
-  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps;
-  const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
+  return {float(1.0 - double(s.lr) * double(s.weight_decay)),
+          float(double(s.lr) / bc1),
+          float(std::sqrt(bc2)),
+          s.beta1,
+          s.beta2,
+          s.eps,
+          1.0f - s.beta1,
+          1.0f - s.beta2};
+}
+
+}  // namespace cpu
+
+// The reference every CPU kernel is tested against bit for bit. This file is
+// built with -ffp-contract=off (CMakeLists.txt), so each fp32 operation below is
+// rounded on its own, as torch's are; g++ may still vectorise the loop (with
+// -fno-math-errno, as sqrt's errno path is a branch), which changes no bits.
+void adamw_update(float* __restrict param, const float* __restrict grad, float* __restrict m,
+                  float* __restrict v, int64_t n, const AdamWStep& s) {
+  const cpu::AdamWScalars k = cpu::adamw_scalars(s);
+  const float decay = k.decay, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt;
+  const float b2 = k.beta2, eps = k.eps;
+  const float one_minus_b1 = k.one_minus_beta1, one_minus_b2 = k.one_minus_beta2;
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
     // torch: exp_avg.lerp_(grad, 1 - beta1), i.e. m + (1 - b1) (g - m).

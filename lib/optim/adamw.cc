@@ -6,19 +6,41 @@
 
 namespace fd::optim {
 
-AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options) : options_(options) {
+AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options)
+    : AdamW(std::move(shards), options, nullptr) {}
+
+AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
+             const AdamWOffload& offload)
+    : AdamW(std::move(shards), options, &offload) {}
+
+AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
+             const AdamWOffload* offload)
+    : options_(options) {
+  std::vector<int64_t> lengths;
+  int fields = 0;  // offloaded: 3 with master weights in the file, 2 without
+  Device device = default_device();
   for (AdamWShard& sh : shards) {
     FD_CHECK(sh.group != nullptr && sh.begin >= 0 && sh.begin + sh.count <= sh.group->numel(),
              "bad AdamW shard [{}, {})", sh.begin, sh.begin + sh.count);
-    FD_CHECK(sh.params.dtype() == DType::kF32, "AdamW updates fp32 (master) values");
+    const bool master_in_file = !sh.params.defined();
+    FD_CHECK(!master_in_file || (offload != nullptr && sh.compute_params.defined()),
+             "AdamW shard without master weights: only an offloaded mixed-precision shard, "
+             "whose master weights start as its compute copy");
+    FD_CHECK(master_in_file || sh.params.dtype() == DType::kF32, "AdamW updates fp32 (master) values");
     FD_CHECK(!sh.compute_params.defined() || sh.compute_params.numel() == sh.count,
              "compute copy of {} elements for a range of {}", sh.compute_params.numel(), sh.count);
-    FD_CHECK(sh.params.numel() == sh.count && sh.grads.numel() == sh.count,
-             "AdamW shard tensors of {} / {} elements for a range of {}", sh.params.numel(),
-             sh.grads.numel(), sh.count);
+    FD_CHECK((master_in_file || sh.params.numel() == sh.count) && sh.grads.numel() == sh.count,
+             "AdamW shard tensors of {} / {} elements for a range of {}",
+             master_in_file ? -1 : sh.params.numel(), sh.grads.numel(), sh.count);
+    FD_CHECK(fields == 0 || fields == (master_in_file ? 3 : 2),
+             "offloaded shards mix fp32 and 16-bit parameters");
+    fields = master_in_file ? 3 : 2;
+    device = sh.grads.device();
     ShardState s;
-    s.m = Tensor::zeros(Shape{sh.count}, DType::kF32, MemCategory::kOptimizer);
-    s.v = Tensor::zeros(Shape{sh.count}, DType::kF32, MemCategory::kOptimizer);
+    if (offload == nullptr) {
+      s.m = Tensor::zeros(Shape{sh.count}, DType::kF32, MemCategory::kOptimizer);
+      s.v = Tensor::zeros(Shape{sh.count}, DType::kF32, MemCategory::kOptimizer);
+    }
     const int64_t end = sh.begin + sh.count;
     for (const nn::Parameter& p : sh.group->params()) {
       int64_t lo = std::max(p.offset, sh.begin);
@@ -32,10 +54,53 @@ AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options) : opti
         s.runs.push_back(r);
       }
     }
+    lengths.push_back(sh.count);
     s.shard = std::move(sh);
     state_.push_back(std::move(s));
   }
+  if (offload == nullptr) return;
+  // The file's fields: [master,] m, v[, the 16-bit parameters]. ZeRO-3 offload
+  // of fp32 parameters keeps them as the master field.
+  params_in_file_ = offload->params_in_file;
+  std::vector<DType> types;
+  const bool mixed = fields == 3;
+  DType compute_dtype = DType::kF32;
+  for (const ShardState& s : state_)
+    if (s.shard.compute_params.defined()) compute_dtype = s.shard.compute_params.dtype();
+  if (mixed || params_in_file_) {
+    master_field_ = 0;
+    types.push_back(DType::kF32);
+  }
+  m_field_ = int(types.size());
+  types.push_back(DType::kF32);
+  v_field_ = int(types.size());
+  types.push_back(DType::kF32);
+  int fetch = -1;
+  if (params_in_file_) {
+    if (mixed) {
+      compute_field_ = int(types.size());
+      types.push_back(compute_dtype);
+    }
+    fetch = mixed ? compute_field_ : master_field_;
+  }
+  stream_ = std::make_unique<StateStream>(lengths, types, fetch, offload->stream,
+                                          device.is_meta() ? device : Device::cpu());
+  // The file starts as the resident optimizer does: master = the parameters, m = v = 0.
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ShardState& st = state_[i];
+    const Tensor initial = params_in_file_ && !mixed ? st.shard.params : st.shard.compute_params;
+    if (params_in_file_ && !mixed) st.shard.params = Tensor();  // the master field holds them
+    fill_state(i, [&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v) {
+      if (master_field_ >= 0) master.copy_from(initial.flat_slice(offset, m.numel()));
+      m.zero_();
+      v.zero_();
+    });
+    if (params_in_file_) st.shard.compute_params = Tensor();  // the file holds them now
+  }
+  stream_->commit(0);
 }
+
+AdamW::~AdamW() = default;
 
 namespace {
 std::vector<AdamWShard> whole_groups(const std::vector<const nn::FlatParamGroup*>& groups) {
@@ -49,19 +114,93 @@ std::vector<AdamWShard> whole_groups(const std::vector<const nn::FlatParamGroup*
 AdamW::AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOptions& options)
     : AdamW(whole_groups(groups), options) {}
 
-void AdamW::step(float lr, float grad_scale) {
-  ++step_;
-  for (ShardState& s : state_) {
-    for (const Run& r : s.runs) {
-      ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
-                        r.decay ? options_.weight_decay : 0.0f, step_};
-      ops::adamw_update(s.shard.params, s.shard.grads, grad_scale, s.m, s.v,
-                        s.shard.compute_params, r.offset, r.count, hp);
-    }
+void AdamW::update(const ShardState& s, int64_t begin, int64_t count, const Tensor& master,
+                   const Tensor& m, const Tensor& v, const Tensor& compute, float lr,
+                   float grad_scale) const {
+  const Tensor grads = s.shard.grads.flat_slice(begin, count);
+  for (const Run& r : s.runs) {
+    const int64_t lo = std::max(r.offset, begin), hi = std::min(r.offset + r.count, begin + count);
+    if (lo >= hi) continue;
+    ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
+                      r.decay ? options_.weight_decay : 0.0f, step_};
+    ops::adamw_update(master, grads, grad_scale, m, v, compute, lo - begin, hi - lo, hp);
   }
 }
 
+Tensor AdamW::master_of(const ShardState& s, const StateStream::Chunk& c, const Tensor* f) const {
+  return master_field_ >= 0 ? f[master_field_] : s.shard.params.flat_slice(c.begin, c.count);
+}
+
+Tensor AdamW::compute_of(const ShardState& s, const StateStream::Chunk& c, const Tensor* f) const {
+  if (compute_field_ >= 0) return f[compute_field_];
+  if (s.shard.compute_params.defined()) return s.shard.compute_params.flat_slice(c.begin, c.count);
+  return Tensor();
+}
+
+void AdamW::step(float lr, float grad_scale) {
+  if (stream_ == nullptr) {
+    ++step_;
+    for (const ShardState& s : state_)
+      update(s, 0, s.shard.count, s.shard.params, s.m, s.v, s.shard.compute_params, lr,
+             grad_scale);
+    return;
+  }
+  stream_->check(step_);  // the file holds the state after the previous step
+  ++step_;
+  stream_->stream(0, stream_->num_chunks(), StateStream::Io::kReadWrite,
+                  [&](const StateStream::Chunk& c, const Tensor* f) {
+                    const ShardState& s = state_[c.shard];
+                    update(s, c.begin, c.count, master_of(s, c, f), f[m_field_], f[v_field_],
+                           compute_of(s, c, f), lr, grad_scale);
+                  });
+  stream_->commit(step_);
+}
+
+void AdamW::set_steps_taken(int64_t steps) {
+  step_ = steps;
+  if (stream_) stream_->commit(steps);
+}
+
+void AdamW::visit_state(size_t i, int64_t begin, int64_t count, const StateFn& fn) {
+  const ShardState& s = state_[i];
+  FD_CHECK(begin >= 0 && count >= 0 && begin + count <= s.shard.count,
+           "state range [{}, {}) of a shard of {}", begin, begin + count, s.shard.count);
+  if (stream_ == nullptr) {
+    fn(0, s.shard.params.flat_slice(begin, count), s.m.flat_slice(begin, count),
+       s.v.flat_slice(begin, count));
+    return;
+  }
+  // The shard's chunks that overlap the range.
+  stream_->stream(stream_->first_chunk(i), stream_->end_chunk(i), StateStream::Io::kRead,
+                  [&](const StateStream::Chunk& c, const Tensor* f) {
+                    const int64_t lo = std::max(c.begin, begin);
+                    const int64_t hi = std::min(c.begin + c.count, begin + count);
+                    if (lo >= hi) return;
+                    fn(lo - begin, master_of(s, c, f).flat_slice(lo - c.begin, hi - lo),
+                       f[m_field_].flat_slice(lo - c.begin, hi - lo),
+                       f[v_field_].flat_slice(lo - c.begin, hi - lo));
+                  });
+}
+
+void AdamW::fill_state(size_t i, const StateFn& fn) {
+  const ShardState& s = state_[i];
+  if (stream_ == nullptr) {
+    fn(0, s.shard.params, s.m, s.v);
+    if (s.shard.compute_params.defined())
+      s.shard.compute_params.copy_from(s.shard.params);  // round to the compute dtype
+    return;
+  }
+  stream_->stream(stream_->first_chunk(i), stream_->end_chunk(i), StateStream::Io::kWrite,
+                  [&](const StateStream::Chunk& c, const Tensor* f) {
+                    const Tensor master = master_of(s, c, f);
+                    fn(c.begin, master, f[m_field_], f[v_field_]);
+                    const Tensor compute = compute_of(s, c, f);
+                    if (compute.defined() && master_field_ >= 0) compute.copy_from(master);
+                  });
+}
+
 int64_t AdamW::state_bytes() const {
+  if (stream_) return stream_->buffer_bytes();
   int64_t b = 0;
   for (const ShardState& s : state_) b += int64_t(s.m.nbytes() + s.v.nbytes());
   return b;

@@ -6,11 +6,22 @@
 // few contiguous runs of equal weight-decay setting (decay on 2-D weights;
 // none on biases, norms and other 1-D tensors), so the update is one fused
 // loop per run. Alignment padding inside a range is skipped.
+//
+// Offloaded (ZeRO-Infinity's NVMe tier): with an AdamWOffload the moments,
+// and for mixed-precision shards the fp32 master weights too, live in a file
+// (StateStream) and each step streams them through fixed-size chunk buffers:
+// one fused pass per chunk reads master, m and v, updates them with the same
+// arithmetic, writes them back and rewrites the 16-bit parameters. The update
+// is elementwise, so the results are bitwise those of the resident optimizer.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/nn/parameter.h"
+#include "lib/optim/state_stream.h"
 
 namespace fd::optim {
 
@@ -28,15 +39,33 @@ struct AdamWShard {
   const nn::FlatParamGroup* group = nullptr;  // gives the parameters' layout and decay flags
   int64_t begin = 0;
   int64_t count = 0;
-  Tensor params;          // fp32 values (the master weights), updated in place
+  Tensor params;          // fp32 values (the master weights), updated in place; offloaded
+                          // mixed precision: undefined (the master weights live in the file,
+                          // initialised from compute_params)
   Tensor grads;           // gradients in any float dtype (read as fp32)
   Tensor compute_params;  // optional: the 16-bit copy, rewritten from params after each update
                           // (round to nearest even)
 };
 
+// Where an offloaded optimizer keeps its state (StateStream).
+struct AdamWOffload {
+  StateStreamOptions stream;
+  // ZeRO-3 parameter offload: the parameters live in the file too (fp32: the
+  // master weights are the parameters; 16-bit: their rounded copy, one more
+  // field), rewritten by each step; the shards' compute_params are only read
+  // at construction (the initial values) and not kept; fetch_params() reads
+  // a shard's parameters back.
+  bool params_in_file = false;
+};
+
 class AdamW {
  public:
   explicit AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options);
+  // Offloaded: the state lives in offload.stream.path (created now, removed by
+  // the destructor), on the shards' device's host side (CPU or meta).
+  AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
+        const AdamWOffload& offload);
+  ~AdamW();
   // Every element of every group (single process, or ZeRO stage 0).
   AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOptions& options);
 
@@ -45,13 +74,38 @@ class AdamW {
   void step(float lr, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
   // Restores the step counter (bias correction) when resuming from a checkpoint.
-  void set_steps_taken(int64_t steps) { step_ = steps; }
-  // The fp32 moments of shard i (in the order given to the constructor).
+  void set_steps_taken(int64_t steps);
+  // The fp32 moments of shard i (in the order given to the constructor);
+  // undefined when offloaded (use visit_state).
   const Tensor& exp_avg(size_t i) const { return state_[i].m; }
   const Tensor& exp_avg_sq(size_t i) const { return state_[i].v; }
   size_t num_shards() const { return state_.size(); }
-  // Bytes of optimizer state (m and v).
+  // Bytes of resident optimizer state (m and v; offloaded: the chunk buffers).
   int64_t state_bytes() const;
+
+  bool offloaded() const { return stream_ != nullptr; }
+  // AdamWOffload::params_in_file: shard i's parameters in the compute dtype,
+  // in a staging buffer valid until the next fetch_params (read now unless
+  // prefetch_params(i) started it); prefetch_params starts the read early.
+  Tensor fetch_params(size_t i) { return stream_->fetch(i); }
+  void prefetch_params(size_t i) { stream_->prefetch(i); }
+  bool params_in_file() const { return params_in_file_; }
+  // Offloaded: bytes of the staging buffers of fetch_params (0 otherwise).
+  int64_t params_staging_bytes() const { return stream_ ? stream_->staging_bytes() : 0; }
+  // Offloaded: the state file's size in bytes (0 when resident).
+  int64_t file_bytes() const { return stream_ ? stream_->file_bytes() : 0; }
+
+  // The state of shard i, a piece at a time, resident or offloaded alike:
+  // visit_state calls fn(offset, master, m, v) for consecutive pieces of
+  // elements [begin, begin + count) of the shard, offset relative to begin,
+  // each tensor fp32 with the piece's length (host memory when offloaded).
+  using StateFn = std::function<void(int64_t offset, const Tensor& master, const Tensor& m,
+                                     const Tensor& v)>;
+  void visit_state(size_t i, int64_t begin, int64_t count, const StateFn& fn);
+  // fill_state calls fn for consecutive pieces of the whole shard; fn must
+  // fill all three (a checkpoint's values); the 16-bit compute copy, if any,
+  // is then rewritten from the master weights.
+  void fill_state(size_t i, const StateFn& fn);
 
  private:
   struct Run {
@@ -61,12 +115,27 @@ class AdamW {
   };
   struct ShardState {
     AdamWShard shard;
-    Tensor m, v;
+    Tensor m, v;  // resident only
     std::vector<Run> runs;
   };
+  // One fused update of elements [begin, begin + count) of shard s (master
+  // weights, moments and the 16-bit copy if any: `count` elements starting there).
+  void update(const ShardState& s, int64_t begin, int64_t count, const Tensor& master,
+              const Tensor& m, const Tensor& v, const Tensor& compute, float lr,
+              float grad_scale) const;
+  // Offloaded: the master weights of chunk or piece views (a field, or the
+  // resident fp32 parameters), and the 16-bit copy to write (a field, the
+  // resident copy, or none).
+  Tensor master_of(const ShardState& s, const StateStream::Chunk& c, const Tensor* f) const;
+  Tensor compute_of(const ShardState& s, const StateStream::Chunk& c, const Tensor* f) const;
+  AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options, const AdamWOffload* offload);
   AdamWOptions options_;
   std::vector<ShardState> state_;
   int64_t step_ = 0;
+  std::unique_ptr<StateStream> stream_;  // offloaded state
+  // Offloaded: the fields of the file (-1: not there).
+  int master_field_ = -1, m_field_ = 0, v_field_ = 1, compute_field_ = -1;
+  bool params_in_file_ = false;
 };
 
 }  // namespace fd::optim

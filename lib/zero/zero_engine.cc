@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "lib/autograd/segment.h"
 #include "lib/autograd/tape.h"
 #include "lib/base/check.h"
@@ -36,7 +38,8 @@ nn::GroupLayout frozen_layout_for(int stage, int world) {
 }
 
 ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t P,
-                                  int compute_bytes) {
+                                  int compute_bytes, int64_t offload_buffers,
+                                  int64_t offload_params) {
   FD_CHECK(P % world == 0, "padded parameter count {} not divisible by world {}", P, world);
   FD_CHECK(compute_bytes == 2 || compute_bytes == 4, "compute bytes {}", compute_bytes);
   const int64_t c = compute_bytes, S = P / world;
@@ -46,6 +49,11 @@ ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_
   b.optimizer = stage >= 1 ? 8 * S : 8 * P;
   // In fp32 the (sharded) parameters are the master weights.
   b.master = c == 4 ? 0 : (stage >= 1 ? 4 * S : 4 * P);
+  if (offload_buffers >= 0) {
+    b.optimizer = offload_buffers;
+    b.master = 0;
+  }
+  if (offload_params >= 0) b.params = offload_params;
   return b;
 }
 
@@ -96,6 +104,9 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     : comm_(comm), config_(c) {
   FD_CHECK(c.stage >= 0 && c.stage <= 3, "ZeRO stage {}", c.stage);
   FD_CHECK(c.accumulation >= 1, "accumulation {}", c.accumulation);
+  FD_CHECK(!c.offload.params || (c.stage == 3 && c.offload.optimizer),
+           "parameter offload needs stage 3 and the optimizer offloaded");
+  params_offloaded_ = c.offload.params;
   const int world = comm.size();
   std::vector<optim::AdamWShard> shards;
   const std::vector<const nn::FlatParamGroup*> frozen = model.frozen_groups();
@@ -130,17 +141,18 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     } else if (fill) {
       fill_all(*g, fill);
     }
-    // What AdamW updates (fp32) and the compute-dtype copy it writes back.
+    // What AdamW updates (fp32) and the compute-dtype copy it writes back;
+    // offloaded, the master weights start in the optimizer's file instead.
     Tensor compute = c.stage == 0   ? g->flat_params()
                      : c.stage >= 3 ? s.param_shard
                                     : g->flat_params().flat_slice(begin, s.shard);
-    if (mixed) s.master = compute.to(DType::kF32, MemCategory::kMaster);
+    if (mixed && !c.offload.optimizer) s.master = compute.to(DType::kF32, MemCategory::kMaster);
     if (c.stage >= 2) g->flat_grads().storage()->release();
     Tensor grads = c.stage == 0 ? g->flat_grads() : s.grad_shard;
     optim::AdamWShard sh{g,
                          c.stage == 0 ? 0 : begin,
                          c.stage == 0 ? g->numel() : s.shard,
-                         mixed ? s.master : compute,
+                         mixed ? s.master : compute,  // undefined: offloaded master
                          grads,
                          mixed ? compute : Tensor()};
     shards.push_back(std::move(sh));
@@ -150,7 +162,23 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     FD_CHECK(g >= 0 && g < int(segments_.size()), "checkpoint segment {}", g);
     segments_[size_t(g)].checkpointed = true;
   }
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(shards), c.adamw);
+  if (c.offload.optimizer) {
+    optim::AdamWOffload o;
+    o.stream.path = c.offload.optimizer_file(comm.rank());
+    o.stream.path_setting = c.offload.dir_setting;
+    o.stream.buffer_bytes = c.offload.buffer_bytes;
+    o.params_in_file = c.offload.params;
+    optimizer_ = std::make_unique<optim::AdamW>(std::move(shards), c.adamw, o);
+    // The partitions are in the file now: drop the copies setup filled.
+    if (params_offloaded_)
+      for (Segment& s : segments_) s.param_shard = Tensor();
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(std::move(shards), c.adamw);
+  }
+}
+
+std::string OffloadConfig::optimizer_file(int rank) const {
+  return fmt::format("{}/optimizer_rank_{:05d}.fdstate", dir, rank);
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -170,7 +198,18 @@ void ZeroEngine::pin_params(int g) {
   if (s.param_pins++ > 0) return;
   const Tensor& full = s.group->flat_params();
   full.storage()->acquire();
-  if (s.shard > 0) comm_.all_gather(s.param_shard.comm_data(), full.comm_data(), s.shard, dtype_);
+  if (s.shard > 0) {
+    // Offloaded: read from the optimizer's file (or taken from the read
+    // started when the previous segment was gathered), then read the next
+    // segment in the direction of travel (forward: up, backward: down) ahead.
+    const Tensor shard = params_offloaded_ ? optimizer_->fetch_params(size_t(g)) : s.param_shard;
+    comm_.all_gather(shard.comm_data(), full.comm_data(), s.shard, dtype_);
+    if (params_offloaded_) {
+      const int next = g + (g >= last_pinned_ ? 1 : -1);
+      if (next >= 0 && next < int(segments_.size())) optimizer_->prefetch_params(size_t(next));
+    }
+  }
+  last_pinned_ = g;
   if (s.frozen != nullptr) {
     const Tensor& base = s.frozen->flat_params();
     base.storage()->acquire();
@@ -362,10 +401,19 @@ std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
     Tensor compute = config_.stage >= 3 ? s.param_shard
                                         : s.group->flat_params().flat_slice(begin, s.shard);
     // fp32: the parameters are the master weights; store them once.
-    st.params = s.master.defined() ? compute : Tensor();
-    st.master = s.master.defined() ? s.master.flat_slice(in_state, s.shard) : compute;
-    st.exp_avg = optimizer_->exp_avg(i).flat_slice(in_state, s.shard);
-    st.exp_avg_sq = optimizer_->exp_avg_sq(i).flat_slice(in_state, s.shard);
+    const bool mixed = dtype_ != DType::kF32;
+    st.params = mixed ? compute : Tensor();
+    if (optimizer_->offloaded()) {
+      optim::AdamW* opt = optimizer_.get();
+      const int64_t count = s.shard;
+      st.stream = [opt, i, in_state, count](const SegmentState::PieceFn& fn) {
+        opt->visit_state(i, in_state, count, fn);
+      };
+    } else {
+      st.master = mixed ? s.master.flat_slice(in_state, s.shard) : compute;
+      st.exp_avg = optimizer_->exp_avg(i).flat_slice(in_state, s.shard);
+      st.exp_avg_sq = optimizer_->exp_avg_sq(i).flat_slice(in_state, s.shard);
+    }
     out.push_back(std::move(st));
   }
   return out;
@@ -377,21 +425,15 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
     Segment& s = segments_[i];
     if (s.shard == 0) continue;
     const std::string& name = s.group->name();
-    // What this rank updates: everything (stage 0) or its range.
+    // What this rank updates: everything (stage 0) or its range. The optimizer
+    // rewrites the compute-dtype parameters from the master weights.
     const int64_t begin = config_.stage == 0 ? 0 : begin_of(s);
-    const int64_t count = config_.stage == 0 ? s.group->numel() : s.shard;
-    Tensor compute = config_.stage == 0   ? s.group->flat_params()
-                     : config_.stage >= 3 ? s.param_shard
-                                          : s.group->flat_params().flat_slice(begin, count);
-    Tensor master = s.master.defined() ? s.master : compute;
-    if (master.dtype() == DType::kF32) {
-      read(name, "master", begin, count, master);
-    } else {  // unreachable: master is fp32 or the fp32 parameters
-      FD_CHECK(false, "non-fp32 master");
-    }
-    if (s.master.defined()) compute.copy_from(s.master);  // round to the compute dtype
-    read(name, "exp_avg", begin, count, optimizer_->exp_avg(i));
-    read(name, "exp_avg_sq", begin, count, optimizer_->exp_avg_sq(i));
+    optimizer_->fill_state(i, [&](int64_t offset, const Tensor& master, const Tensor& m,
+                                  const Tensor& v) {
+      read(name, "master", begin + offset, master.numel(), master);
+      read(name, "exp_avg", begin + offset, m.numel(), m);
+      read(name, "exp_avg_sq", begin + offset, v.numel(), v);
+    });
   }
   optimizer_->set_steps_taken(optimizer_step);
   // Make every rank's full parameters current again.

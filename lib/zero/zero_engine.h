@@ -54,6 +54,23 @@
 
 namespace fd::zero {
 
+// ZeRO-Infinity's NVMe tier for the optimizer state: each rank's fp32 master
+// weights (16-bit runs) and Adam moments live in a file under `dir` and are
+// streamed through `buffer_bytes` of chunk buffers each step (optim::AdamW,
+// optim::StateStream), with the same arithmetic as in memory.
+struct OffloadConfig {
+  bool optimizer = false;
+  // Stage 3 with the optimizer offloaded: each rank's parameter partition
+  // lives in the optimizer's file too; a segment's partition is read for its
+  // all-gather (the next one read ahead) through two staging buffers.
+  bool params = false;
+  std::string dir;                  // an existing directory
+  std::string dir_setting = "zero.offload_optimizer.path";  // named in messages
+  int64_t buffer_bytes = int64_t(64) << 20;
+  // The rank's file under dir.
+  std::string optimizer_file(int rank) const;
+};
+
 struct ZeroConfig {
   int stage = 0;              // 0..3
   bool overlap_comm = true;   // reduce-scatter asynchronously during backward
@@ -61,6 +78,7 @@ struct ZeroConfig {
   optim::AdamWOptions adamw;  // optimizer hyper-parameters (lr is given per step)
   float grad_clip = 1.0f;     // max global gradient norm; <= 0 disables clipping
   std::vector<int> checkpoint_segments;  // segments whose activations are recomputed in backward
+  OffloadConfig offload;                 // where the optimizer state lives
 };
 
 struct StepResult {
@@ -81,8 +99,14 @@ struct ModelStateBytes {
   int64_t total() const { return params + grads + master + optimizer; }
 };
 // compute_bytes: 4 (fp32) or 2 (bf16/f16 parameters and gradients, fp32 master).
+// offload_buffers >= 0: the optimizer state is offloaded (NVMe) and resident
+// only as these chunk buffers (ZeroEngine::optimizer_state_bytes()); the
+// master weights of a 16-bit run live in the file too. offload_params >= 0:
+// stage 3's parameter partitions are offloaded too, resident only as these
+// staging buffers (ZeroEngine::params_staging_bytes()).
 ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_t padded_params,
-                                  int compute_bytes = 4);
+                                  int compute_bytes = 4, int64_t offload_buffers = -1,
+                                  int64_t offload_params = -1);
 
 class ZeroEngine : public nn::SegmentRunner {
  public:
@@ -142,6 +166,12 @@ class ZeroEngine : public nn::SegmentRunner {
     Tensor exp_avg;     // fp32
     Tensor exp_avg_sq;  // fp32
     Tensor params;      // compute dtype; undefined for fp32 models (master is the parameters)
+    // Offloaded state: master, exp_avg and exp_avg_sq are undefined and
+    // stream(fn) hands them over a piece at a time instead, in order: fn(offset
+    // within the range, master, exp_avg, exp_avg_sq), fp32 host tensors.
+    using PieceFn = std::function<void(int64_t offset, const Tensor& master, const Tensor& exp_avg,
+                                       const Tensor& exp_avg_sq)>;
+    std::function<void(const PieceFn&)> stream;
   };
   std::vector<SegmentState> saved_state() const;
   // read(segment, field, offset, count, out) must fill `out` (count elements of
@@ -154,6 +184,14 @@ class ZeroEngine : public nn::SegmentRunner {
   int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
   // Padded parameter elements over all segments (P above).
   int64_t padded_params() const;
+  // The optimizer state file's bytes (offload), 0 when the state is in memory.
+  int64_t offload_file_bytes() const { return optimizer_->file_bytes(); }
+  bool optimizer_offloaded() const { return optimizer_->offloaded(); }
+  bool params_offloaded() const { return params_offloaded_; }
+  // Resident parameter bytes with offloaded parameters: the staging buffers.
+  int64_t params_staging_bytes() const { return optimizer_->params_staging_bytes(); }
+  // Resident optimizer state: Adam moments, or the chunk buffers when offloaded.
+  int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
 
  private:
   struct Segment {
@@ -191,6 +229,8 @@ class ZeroEngine : public nn::SegmentRunner {
   std::unique_ptr<optim::AdamW> optimizer_;
   DType dtype_ = DType::kF32;  // the model's compute dtype
   int micro_ = 0;
+  bool params_offloaded_ = false;  // stage 3's partitions live in the optimizer's file
+  int last_pinned_ = -1;           // the segment gathered last (the direction of prefetches)
 };
 
 }  // namespace fd::zero

@@ -163,6 +163,73 @@ INSTANTIATE_TEST_SUITE_P(Cases, Zero,
                                            EquivalenceCase{2, "fp32", false, "llama"},
                                            EquivalenceCase{1, "fp16", true, "llama"}));
 
+// A directory every rank of this job names alike (rank 0's pid), made by rank 0.
+std::string shared_dir(const std::string& name) {
+  int64_t pid = ::getpid();
+  std::vector<int64_t> pids(static_cast<size_t>(g_comm->size()));
+  g_comm->all_gather(&pid, pids.data(), 2, DType::kI32);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("fd_zero_test_" + name + "_" + std::to_string(pids[0])))
+                              .string();
+  if (g_comm->rank() == 0) std::filesystem::create_directories(dir);
+  g_comm->barrier();
+  return dir;
+}
+
+// ZeRO-Infinity's NVMe tier: the optimizer state in a file per rank (and at
+// stage 3 the parameter partitions too), streamed through 1 MiB of buffers
+// (several chunks per segment, chunk edges inside parameters), gives the
+// weights of the in-memory optimizer bitwise, at every stage, with and without
+// activation checkpointing, fp32 and bf16, and with LoRA; the files are gone
+// when the runs end.
+TEST(ZeroOffload, NvmeOptimizerStateGivesBitwiseIdenticalWeights) {
+  const std::string dir = shared_dir("offload_state");
+  struct Case {
+    const char* precision;
+    int accumulation;
+    bool lora;
+  };
+  for (const Case& c : {Case{"fp32", 1, false}, Case{"bf16", 2, false}, Case{"bf16", 1, true}}) {
+    std::string reference;
+    for (const char* ckpt : {"none", "all"}) {
+      for (int stage = 0; stage <= 4; ++stage) {  // 4: stage 3 with the parameters offloaded too
+        for (bool offload : {false, true}) {
+          if (!offload && !reference.empty()) continue;  // one in-memory run per case
+          // d_model 96: a block's ~110K elements take 3-4 chunks of the 1 MiB buffers.
+          std::vector<std::string> o = {"zero.stage=" + std::to_string(std::min(stage, 3)),
+                                        "batch.accumulation=" + std::to_string(c.accumulation),
+                                        std::string("precision=") + c.precision,
+                                        std::string("activation_checkpointing.layers=") + ckpt,
+                                        "model.d_model=96"};
+          if (c.lora) o.push_back("lora={r: 4, alpha: 8, targets: [c_attn, c_fc]}");
+          if (offload) {
+            o.push_back("zero.offload_optimizer={device: nvme, path: " + dir +
+                        ", buffer_mib: 1}");
+            if (stage == 4) o.push_back("zero.offload_params={device: nvme}");
+          }
+          Result res = train(recipe(o), *g_comm, "offload");
+          const std::string digest = res.summary["weights_sha256"];
+          if (g_comm->rank() == 0)
+            std::printf("world %d %s%s stage %d checkpointing %s offload %s: %s\n",
+                        g_comm->size(), c.precision, c.lora ? " LoRA" : "", std::min(stage, 3),
+                        ckpt, !offload ? "none" : stage == 4 ? "nvme, params too" : "nvme",
+                        digest.substr(0, 16).c_str());
+          expect_same_on_all_ranks(digest);
+          if (reference.empty()) {
+            reference = digest;
+          } else {
+            EXPECT_EQ(digest, reference) << c.precision << " stage " << stage << " " << ckpt;
+          }
+        }
+      }
+    }
+  }
+  g_comm->barrier();
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "state files left in " << dir;
+  g_comm->barrier();
+  if (g_comm->rank() == 0) std::filesystem::remove_all(dir);
+}
+
 // A Hugging Face directory of a random Llama model (sharded: several
 // model-0000N-of-0000M.safetensors and an index), written by rank 0 into a
 // directory every rank names alike; returns its path.

@@ -60,5 +60,43 @@ TEST(AdamW, FirstStepIsLrTimesSignWithoutDecay) {
   EXPECT_NEAR(p[1], 1.1f, 1e-6f);
 }
 
+// The reference rounds every fp32 operation on its own, in the documented order (adamw.h): here
+// each intermediate goes through a volatile, so that this file's own -ffp-contract=fast cannot
+// fuse it either. Fails if adamw.cc loses its -ffp-contract=off (CMakeLists.txt) in a build with
+// FMA (-march=native on a CPU that has it).
+TEST(AdamW, ReferenceRoundsEveryOperation) {
+  const int64_t n = 100000;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p(n), g(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = normal(rng);
+    g[i] = normal(rng) * 1e-2f;
+    m[i] = normal(rng) * 1e-2f;
+    v[i] = normal(rng) * normal(rng) * 1e-4f;
+  }
+  const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5};
+  std::vector<float> rp = p, rm = m, rv = v;
+  adamw_update(rp.data(), g.data(), rm.data(), rv.data(), n, s);
+
+  const double bc1 = 1.0 - std::pow(double(s.beta1), double(s.step));
+  const double bc2 = 1.0 - std::pow(double(s.beta2), double(s.step));
+  const float decay = float(1.0 - double(s.lr) * double(s.weight_decay));
+  const float step_size = float(double(s.lr) / bc1), bc2_sqrt = float(std::sqrt(bc2));
+  const float omb1 = 1.0f - s.beta1, omb2 = 1.0f - s.beta2;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    volatile float d = g[i] - m[i], e = omb1 * d, mi = m[i] + e;
+    volatile float a = s.beta2 * v[i], b = omb2 * g[i], c = b * g[i], vi = a + c;
+    volatile float r = std::sqrt(vi), q = r / bc2_sqrt, denom = q + s.eps;
+    volatile float u = mi / denom, w = step_size * u, x = p[i] * decay, pi = x - w;
+    differ += f32_bits(pi) != f32_bits(rp[i]) || f32_bits(mi) != f32_bits(rm[i]) ||
+              f32_bits(vi) != f32_bits(rv[i]);
+  }
+  std::printf("adamw reference vs one rounding per operation: %lld of %lld elements differ\n",
+              static_cast<long long>(differ), static_cast<long long>(n));
+  EXPECT_EQ(differ, 0);
+}
+
 }  // namespace
 }  // namespace fd::ops

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity's NVMe tier from the command line (issue 21): the optimizer
+# state in one file per rank under zero.offload_optimizer.path.
+#  - 2 ranks, fp32 and bf16, stage 2, stage 3 with checkpointed blocks and
+#    stage 3 with the parameters offloaded too (zero.offload_params): the
+#    weights_sha256 of a run with nvme offload is the in-memory run's; the
+#    files are gone when the run ends; summary.json's offload block and memory
+#    agree with `fdtrain estimate --json`;
+#  - resume: an offloaded run stopped at step 7 resumes without offload (and
+#    the other way round) to the uninterrupted run's weights_sha256;
+#  - hostile: a missing directory (exit 2), a disk too small for the state
+#    (a 1 MiB tmpfs: exit 1, one message, no state file), a second job on the
+#    same directory while the first runs (refused; the first completes).
+source "$(dirname "$0")/common.bash"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI=(timeout 300 mpirun --oversubscribe --bind-to none -n 2)
+R=$TMP/r.yaml
+write_recipe "$R"
+# A model big enough that each block's state takes several chunks of 1 MiB buffers.
+sed -i 's/^steps: 3/steps: 12/; s/^  n_layer: 1/  n_layer: 2/; s/^  d_model: 16/  d_model: 96/' "$R"
+OFF=$TMP/offload
+mkdir -p "$OFF"
+NVME=(zero.offload_optimizer.device=nvme "zero.offload_optimizer.path=$OFF" zero.offload_optimizer.buffer_mib=1)
+fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."): d=d[int(k)] if isinstance(d,list) else d[k]
+print(d)' "$1" "$2"; }
+
+for config in "precision=fp32 zero.stage=2" "precision=bf16 zero.stage=3 activation_checkpointing.layers=all" \
+              "precision=bf16 zero.stage=3 zero.offload_params.device=nvme"; do
+  inmem=${config/ zero.offload_params.device=nvme/}
+  # shellcheck disable=SC2086
+  "${MPI[@]}" "$FDTRAIN" train "$R" $inmem --run-dir "$TMP/mem" --no-progress >"$TMP/mem.log" 2>&1 \
+    || { fail "in-memory run ($config)"; tail -3 "$TMP/mem.log"; }
+  # shellcheck disable=SC2086
+  "${MPI[@]}" "$FDTRAIN" train "$R" $config "${NVME[@]}" --run-dir "$TMP/off" --no-progress \
+    >"$TMP/off.log" 2>&1 || { fail "offloaded run ($config)"; tail -3 "$TMP/off.log"; }
+  a=$(json "$TMP/mem/summary.json" weights_sha256); b=$(json "$TMP/off/summary.json" weights_sha256)
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    echo "ok: $config: nvme offload gives the in-memory weights_sha256 ${a:0:16}"
+  else
+    fail "$config: weights_sha256 in memory $a, offloaded $b"
+  fi
+  left=$(ls -A "$OFF")
+  [ -z "$left" ] && echo "ok: $config: no state file left in the offload directory" \
+    || fail "$config: left in $OFF: $left"
+  # The summary's offload block and memory against the estimate, to the byte.
+  # shellcheck disable=SC2086
+  "$FDTRAIN" estimate "$R" $config "${NVME[@]}" --world-size 2 --json >"$TMP/est.json" 2>"$TMP/est.err" \
+    || { fail "estimate ($config)"; cat "$TMP/est.err"; }
+  stage=$(json "$TMP/off/summary.json" zero_stage)
+  e_file=$(json "$TMP/est.json" "stages.$stage.offload_nvme"); m_file=$(json "$TMP/off/summary.json" offload.optimizer_file_bytes)
+  e_opt=$(json "$TMP/est.json" "stages.$stage.optimizer"); m_opt=$(json "$TMP/off/summary.json" memory.optimizer)
+  e_master=$(json "$TMP/est.json" "stages.$stage.master"); m_master=$(json "$TMP/off/summary.json" memory.master)
+  m_buf=$(json "$TMP/off/summary.json" offload.optimizer_buffer_bytes)
+  if [ "$e_file" = "$m_file" ] && [ "$e_opt" = "$m_opt" ] && [ "$m_opt" = "$m_buf" ] && [ "$e_master" = "$m_master" ] \
+     && [ "$m_master" = 0 ] && [ "$m_opt" -le $((1 << 20)) ] && [ "$m_file" -gt 0 ]; then
+    echo "ok: $config: state file $m_file bytes, resident optimizer state $m_opt bytes (the buffers), master 0: as estimated"
+  else
+    fail "$config: file estimated $e_file measured $m_file; optimizer estimated $e_opt measured $m_opt buffers $m_buf; master $e_master / $m_master"
+  fi
+  if [[ $config == *offload_params* ]]; then
+    e_par=$(json "$TMP/est.json" stages.3.params); m_par=$(json "$TMP/off/summary.json" memory.params)
+    m_stg=$(json "$TMP/off/summary.json" offload.params_staging_bytes)
+    in_mem=$(json "$TMP/mem/summary.json" memory.params)
+    if [ "$e_par" = "$m_par" ] && [ "$m_par" = "$m_stg" ] && [ "$m_par" -gt 0 ]; then
+      echo "ok: $config: resident parameters $m_par bytes (two staging buffers; in memory: $in_mem), as estimated"
+    else
+      fail "$config: params estimated $e_par measured $m_par staging $m_stg"
+    fi
+  fi
+  rm -rf "$TMP/mem" "$TMP/off"
+done
+
+# Resume across the setting: stopped at step 7 (injected fault), resumed with
+# the other placement; the weights are the uninterrupted run's.
+C=(precision=bf16 zero.stage=2 checkpoint.every=5)
+"${MPI[@]}" "$FDTRAIN" train "$R" "${C[@]}" --run-dir "$TMP/whole" --no-progress >/dev/null 2>&1
+whole=$(json "$TMP/whole/summary.json" weights_sha256)
+for first in nvme none; do
+  if [ $first = nvme ]; then A=("${NVME[@]}"); B=(); else A=(); B=("${NVME[@]}"); fi
+  FDTRAIN_FAULT=throw:rank=1:step=7 "${MPI[@]}" "$FDTRAIN" train "$R" "${C[@]}" "${A[@]}" \
+    --run-dir "$TMP/cut" --no-progress >"$TMP/cut.log" 2>&1
+  "${MPI[@]}" "$FDTRAIN" train "$R" "${C[@]}" "${B[@]}" --run-dir "$TMP/cut" --resume auto \
+    --no-progress >"$TMP/resume.log" 2>&1 || { fail "resume after a $first run"; tail -3 "$TMP/resume.log"; }
+  got=$(json "$TMP/cut/summary.json" weights_sha256)
+  start=$(json "$TMP/cut/summary.json" start_step)
+  if [ "$got" = "$whole" ] && [ "$start" = 5 ]; then
+    echo "ok: a run with offload $first stopped at step 7 resumes from step 5 with the other placement to the same weights ${got:0:16}"
+  else
+    fail "resume after offload $first: weights $got (start $start), uninterrupted $whole"
+  fi
+  rm -rf "$TMP/cut"
+  rm -f "$OFF"/*  # what the failed run's ranks left (they were killed, not ended)
+done
+
+# Hostile input.
+expect_fail 2 "zero.offload_optimizer.path: $TMP/nope does not exist; create the directory" \
+  train "$R" zero.offload_optimizer.device=nvme "zero.offload_optimizer.path=$TMP/nope" --run-dir "$TMP/x"
+expect_fail 2 "zero.offload_optimizer.path: required with device: nvme" \
+  train "$R" zero.offload_optimizer.device=nvme --run-dir "$TMP/x"
+
+MNT=$TMP/small
+mkdir -p "$MNT"
+if mount -t tmpfs -o size=1m tmpfs "$MNT" 2>/dev/null; then
+  sed 's/^  d_model: 96/  d_model: 256/' "$R" >"$TMP/big.yaml"  # ~2.4 MB of fp32 state per rank
+  expect_fail 1 "no space left on the device holding $MNT/optimizer_rank_0000[01].fdstate" \
+    train "$TMP/big.yaml" zero.offload_optimizer.device=nvme "zero.offload_optimizer.path=$MNT" \
+    --run-dir "$TMP/full" --no-progress
+  left=$(ls -A "$MNT")
+  [ -z "$left" ] && echo "ok: nothing left on the full disk" || fail "left on the full disk: $left"
+  umount "$MNT"
+else
+  echo "skip: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); the full-disk case did not run"
+fi
+
+# Two jobs, one offload directory: the second is refused while the first runs;
+# the first completes unharmed.
+"$FDTRAIN" train "$R" steps=400 "${NVME[@]}" --run-dir "$TMP/first" --no-progress >"$TMP/first.log" 2>&1 &
+first=$!
+for _ in $(seq 100); do [ -e "$OFF/optimizer_rank_00000.fdstate" ] && break; sleep 0.1; done
+expect_fail 1 "optimizer_rank_00000.fdstate is in use by another fdtrain job .*zero.offload_optimizer.path" \
+  train "$R" "${NVME[@]}" --run-dir "$TMP/second" --no-progress
+if wait $first && [ "$(json "$TMP/first/summary.json" status)" = completed ]; then
+  echo "ok: the first job completed while the second was refused"
+else
+  fail "the first job did not complete"; tail -3 "$TMP/first.log"
+fi
+finish
