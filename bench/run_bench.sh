@@ -9,7 +9,7 @@
 #   BUILD_DIR  default build
 #   CONFIG     S, M, 124M, Llama-S; default all four. Naming configs runs only
 #              the one-core comparison and its summary for them (no data
-#              parallel, precision, checkpoint, ceiling or CPU AdamW sections), e.g.
+#              parallel, precision, checkpoint, ceiling, CPU AdamW or NVMe offload sections), e.g.
 #              bench/run_bench.sh build S Llama-S
 #   BENCH_STEPS (default 5), BENCH_STEPS_124M (default 2): timed steps.
 # Both thread counts are pinned for both programs, and both use the same
@@ -178,6 +178,11 @@ if [ "$ONLY_ONE_CORE" = 0 ]; then
   else
     echo "PyTorch AdamW peer skipped: /usr/bin/python3 cannot import torch"
   fi
+  # The NVMe tier's optimizer pass (48 Mi bf16 parameters: 600 MB of state) against the
+  # sequential bandwidth of the same file system, in one process (bench/offload_bench.cc).
+  echo
+  echo "NVMe offload: the streamed AdamW pass vs the file system's sequential bandwidth"
+  "$BUILD_DIR/bin/offload_bench" --elements 50331648 --steps 3 --threads 1
 fi
 
 if [ "$have_torch" = 1 ]; then

@@ -81,40 +81,53 @@ bool write_tensor_dataset(hid_t group, const char* name, const Tensor& t) {
   return ds && h5::write_attr_str(ds.get(), "dtype", params_dtype_name(t.dtype()));
 }
 
-// Writes a range's streamed state (SegmentRange::stream) as the three fp32
-// datasets write_tensor_dataset would make, through one HDF5 chunk of staging
-// per field: the state is never whole in memory.
+// Writes a range's streamed state (SegmentRange::stream) as the datasets
+// write_tensor_dataset would make (master, exp_avg, exp_avg_sq, and params
+// when stream_params is set), through one HDF5 chunk of staging per dataset:
+// the state is never whole in memory.
 bool write_streamed_state(hid_t group, const SegmentRange& r) {
-  static constexpr const char* kNames[3] = {"master", "exp_avg", "exp_avg_sq"};
-  H5Id ds[3];
+  const int n_fields = r.stream_params ? 4 : 3;
+  static constexpr const char* kNames[4] = {"master", "exp_avg", "exp_avg_sq", "params"};
+  if (r.stream_params)
+    FD_CHECK(*r.stream_params == DType::kBF16 || *r.stream_params == DType::kF16,
+             "streamed params of dtype {}", dtype_name(*r.stream_params));
+  H5Id ds[4];
+  size_t elem[4] = {4, 4, 4, 2};
   hsize_t chunk = 0;
-  for (int f = 0; f < 3; ++f) {
-    ds[f] = h5::create_dataset_1d(group, kNames[f], H5T_IEEE_F32LE, hsize_t(r.count), &chunk);
+  for (int f = 0; f < n_fields; ++f) {
+    ds[f] = h5::create_dataset_1d(group, kNames[f], f < 3 ? H5T_IEEE_F32LE : H5T_STD_U16LE,
+                                  hsize_t(r.count), &chunk);
     if (!ds[f]) return false;
   }
-  std::vector<float> stage[3];
-  for (auto& st : stage) st.resize(size_t(chunk));
+  std::vector<char> stage[4];
+  for (int f = 0; f < n_fields; ++f) stage[f].resize(size_t(chunk) * elem[f]);
   int64_t staged = 0, written = 0, expect = 0;
   bool ok = true;
   auto flush = [&] {
-    for (int f = 0; f < 3 && ok; ++f)
-      ok = h5::write_1d(ds[f].get(), H5T_NATIVE_FLOAT, written, staged, stage[f].data());
+    for (int f = 0; f < n_fields && ok; ++f)
+      ok = h5::write_1d(ds[f].get(), f < 3 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, written,
+                        staged, stage[f].data());
     written += staged;
     staged = 0;
   };
-  r.stream([&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v) {
+  r.stream([&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v,
+               const Tensor& params) {
     FD_CHECK(offset == expect, "segment {}: state piece at {}, expected {}", r.segment, offset,
              expect);
-    const Tensor* t[3] = {&master, &m, &v};
+    const Tensor* t[4] = {&master, &m, &v, &params};
     const int64_t n = master.numel();
-    for (int f = 0; f < 3; ++f) {
-      FD_CHECK(t[f]->numel() == n && t[f]->dtype() == DType::kF32 && t[f]->device().is_cpu(),
-               "segment {}: state pieces must be fp32 CPU tensors of one length", r.segment);
+    for (int f = 0; f < n_fields; ++f) {
+      const DType want = f < 3 ? DType::kF32 : *r.stream_params;
+      FD_CHECK(t[f]->defined() && t[f]->numel() == n && t[f]->dtype() == want &&
+                   t[f]->device().is_cpu(),
+               "segment {}: state pieces must be CPU tensors of one length", r.segment);
     }
     for (int64_t done = 0; done < n;) {
       const int64_t take = std::min(n - done, int64_t(chunk) - staged);
-      for (int f = 0; f < 3; ++f)
-        std::memcpy(stage[f].data() + staged, t[f]->f32() + done, size_t(take) * sizeof(float));
+      for (int f = 0; f < n_fields; ++f)
+        std::memcpy(stage[f].data() + size_t(staged) * elem[f],
+                    static_cast<const char*>(t[f]->raw()) + size_t(done) * elem[f],
+                    size_t(take) * elem[f]);
       staged += take;
       done += take;
       if (staged == int64_t(chunk)) flush();
@@ -124,7 +137,9 @@ bool write_streamed_state(hid_t group, const SegmentRange& r) {
   FD_CHECK(expect == r.count, "segment {}: {} state elements streamed of {}", r.segment, expect,
            r.count);
   if (staged > 0) flush();
-  for (int f = 0; f < 3 && ok; ++f) ok = ds[f].close() || h5::fail();
+  if (ok && r.stream_params)
+    ok = h5::write_attr_str(ds[3].get(), "dtype", params_dtype_name(*r.stream_params));
+  for (int f = 0; f < n_fields && ok; ++f) ok = ds[f].close() || h5::fail();
   return ok;
 }
 

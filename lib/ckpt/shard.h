@@ -50,11 +50,13 @@ struct SegmentRange {
   // State that does not fit in memory (ZeRO-Infinity offload): when set,
   // master, exp_avg and exp_avg_sq are undefined and stream(fn) hands them to
   // fn a piece at a time, in order: fn(offset within the range, master,
-  // exp_avg, exp_avg_sq), fp32 CPU tensors of the piece's length. They are
-  // written as they come, a whole HDF5 chunk at a time.
+  // exp_avg, exp_avg_sq, params), fp32 CPU tensors of the piece's length, and
+  // when stream_params is set (and `params` undefined) the parameters in that
+  // dtype. They are written as they come, a whole HDF5 chunk at a time.
   using PieceFn = std::function<void(int64_t offset, const Tensor& master, const Tensor& exp_avg,
-                                     const Tensor& exp_avg_sq)>;
+                                     const Tensor& exp_avg_sq, const Tensor& params)>;
   std::function<void(const PieceFn&)> stream;
+  std::optional<DType> stream_params;
 };
 
 // Where a parameter lives (the flat layout), world-size independent.

@@ -76,7 +76,8 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
   };
   for (const zero::ZeroEngine::SegmentState& s : engine.saved_state()) {
     ranges.push_back({s.segment, s.segment_numel, s.offset, s.count, host(s.master),
-                      host(s.exp_avg), host(s.exp_avg_sq), host(s.params), s.stream});
+                      host(s.exp_avg), host(s.exp_avg_sq), host(s.params), s.stream,
+                      s.stream_params});
   }
   const std::string shard = (tmp / ckpt::shard_file_name(comm.rank())).string();
   try {

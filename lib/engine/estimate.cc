@@ -243,7 +243,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   }
   engine.step(a.schedule.peak_lr, 1.0);
   out.comm_bytes = comm.bytes_sent();
-  out.offload_nvme = engine.offload_file_bytes();
+  out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
   // Peaks of each phase: the step, an evaluation batch, and the gather of the

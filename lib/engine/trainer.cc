@@ -290,8 +290,12 @@ void Trainer::setup(const TrainOptions& options) {
   }
 
   // Peaks count from here: what the steps hold, not setup's transient buffers
-  // (a tensor being read from model.init_from and converted, say).
+  // (a tensor being read from model.init_from and converted, say). Those go
+  // back to the system: the caching allocator would keep them for sizes the
+  // steps never ask for (under ZeRO-3 parameter offload, every partition that
+  // setup filled before the optimizer's file took them).
   MemoryAccountant::global().reset_peaks();
+  cpu_allocator::empty_cache();
   // Batches are assembled on the host (ops copy them to the GPU when the model is there).
   batch_ = make_batch(a, Device::cpu());
 
@@ -339,6 +343,8 @@ void Trainer::request_stop(int signo) { g_stop_requested.store(signo); }
 int Trainer::stop_signal() { return g_stop_requested.load(); }
 
 int64_t Trainer::frozen_bytes_estimate() const {
+  // Offloaded with the parameters (stage 3): its buffers alone are resident.
+  if (zero_->frozen_file_bytes() > 0) return zero_->frozen_resident_bytes();
   int64_t P = 0;
   for (const nn::FlatParamGroup* g : model_->frozen_groups()) P += g->numel();
   const int64_t c = int64_t(dtype_size(assembly_.dtype));
@@ -643,7 +649,8 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
         {"optimizer_buffer_bytes",
          zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : 0},
         {"params", std::string(config::to_string(recipe_.zero.offload_params.device))},
-        {"params_staging_bytes", zero_->params_offloaded() ? zero_->params_staging_bytes() : 0}}},
+        {"params_staging_bytes", zero_->params_offloaded() ? zero_->params_staging_bytes() : 0},
+        {"frozen_file_bytes", zero_->frozen_file_bytes()}}},
       {"model_state_bytes_estimate",
        {{"params", est.params},
         {"grads", est.grads},

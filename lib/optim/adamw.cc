@@ -90,7 +90,8 @@ AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
     ShardState& st = state_[i];
     const Tensor initial = params_in_file_ && !mixed ? st.shard.params : st.shard.compute_params;
     if (params_in_file_ && !mixed) st.shard.params = Tensor();  // the master field holds them
-    fill_state(i, [&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v) {
+    fill_state(i, [&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v,
+                      const Tensor&) {
       if (master_field_ >= 0) master.copy_from(initial.flat_slice(offset, m.numel()));
       m.zero_();
       v.zero_();
@@ -167,7 +168,7 @@ void AdamW::visit_state(size_t i, int64_t begin, int64_t count, const StateFn& f
            "state range [{}, {}) of a shard of {}", begin, begin + count, s.shard.count);
   if (stream_ == nullptr) {
     fn(0, s.shard.params.flat_slice(begin, count), s.m.flat_slice(begin, count),
-       s.v.flat_slice(begin, count));
+       s.v.flat_slice(begin, count), Tensor());
     return;
   }
   // The shard's chunks that overlap the range.
@@ -178,14 +179,16 @@ void AdamW::visit_state(size_t i, int64_t begin, int64_t count, const StateFn& f
                     if (lo >= hi) return;
                     fn(lo - begin, master_of(s, c, f).flat_slice(lo - c.begin, hi - lo),
                        f[m_field_].flat_slice(lo - c.begin, hi - lo),
-                       f[v_field_].flat_slice(lo - c.begin, hi - lo));
+                       f[v_field_].flat_slice(lo - c.begin, hi - lo),
+                       compute_field_ >= 0 ? f[compute_field_].flat_slice(lo - c.begin, hi - lo)
+                                           : Tensor());
                   });
 }
 
 void AdamW::fill_state(size_t i, const StateFn& fn) {
   const ShardState& s = state_[i];
   if (stream_ == nullptr) {
-    fn(0, s.shard.params, s.m, s.v);
+    fn(0, s.shard.params, s.m, s.v, Tensor());
     if (s.shard.compute_params.defined())
       s.shard.compute_params.copy_from(s.shard.params);  // round to the compute dtype
     return;
@@ -193,7 +196,7 @@ void AdamW::fill_state(size_t i, const StateFn& fn) {
   stream_->stream(stream_->first_chunk(i), stream_->end_chunk(i), StateStream::Io::kWrite,
                   [&](const StateStream::Chunk& c, const Tensor* f) {
                     const Tensor master = master_of(s, c, f);
-                    fn(c.begin, master, f[m_field_], f[v_field_]);
+                    fn(c.begin, master, f[m_field_], f[v_field_], Tensor());
                     const Tensor compute = compute_of(s, c, f);
                     if (compute.defined() && master_field_ >= 0) compute.copy_from(master);
                   });

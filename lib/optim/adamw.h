@@ -96,15 +96,17 @@ class AdamW {
   int64_t file_bytes() const { return stream_ ? stream_->file_bytes() : 0; }
 
   // The state of shard i, a piece at a time, resident or offloaded alike:
-  // visit_state calls fn(offset, master, m, v) for consecutive pieces of
-  // elements [begin, begin + count) of the shard, offset relative to begin,
-  // each tensor fp32 with the piece's length (host memory when offloaded).
+  // visit_state calls fn(offset, master, m, v, compute) for consecutive
+  // pieces of elements [begin, begin + count) of the shard, offset relative
+  // to begin, each tensor with the piece's length (host memory when
+  // offloaded): master, m, v fp32; compute the 16-bit parameters when they
+  // live in the file (AdamWOffload::params_in_file, 16-bit), else undefined.
   using StateFn = std::function<void(int64_t offset, const Tensor& master, const Tensor& m,
-                                     const Tensor& v)>;
+                                     const Tensor& v, const Tensor& compute)>;
   void visit_state(size_t i, int64_t begin, int64_t count, const StateFn& fn);
-  // fill_state calls fn for consecutive pieces of the whole shard; fn must
-  // fill all three (a checkpoint's values); the 16-bit compute copy, if any,
-  // is then rewritten from the master weights.
+  // fill_state calls fn for consecutive pieces of the whole shard (compute
+  // undefined); fn must fill master, m and v (a checkpoint's values); the
+  // 16-bit compute copy, if any, is then rewritten from the master weights.
   void fill_state(size_t i, const StateFn& fn);
 
  private:

@@ -89,12 +89,13 @@ StateStream::StateStream(const std::vector<int64_t>& shard_lengths,
   shard_chunks_.push_back(chunks_.size());
   file_bytes_ = offset;
 
-  for (Tensor& b : buffers_) b = aligned_bytes(chunk_elems_ * per_element, MemCategory::kOptimizer, device);
+  for (Tensor& b : buffers_)
+    b = aligned_bytes(chunk_elems_ * per_element, options.buffer_category, device);
   if (fetch_field >= 0) {
     const int64_t bytes =
         round_up(std::max<int64_t>(longest, 1), kStrideElems) * int64_t(dtype_size(fields[size_t(fetch_field)]));
     for (Staging& st : staging_) {
-      st.bytes = aligned_bytes(bytes, MemCategory::kParams, device);
+      st.bytes = aligned_bytes(bytes, options.staging_category, device);
       st.reads.reserve(most_chunks);
     }
   }
@@ -184,6 +185,7 @@ void StateStream::verify(const Chunk& c, const char* data, int only_field) const
 void StateStream::stream(size_t first, size_t end, Io io, const ChunkFn& fn) {
   FD_CHECK(first <= end && end <= chunks_.size(), "chunks [{}, {}) of {}", first, end,
            chunks_.size());
+  FD_CHECK(buffers_[0].defined(), "streaming {} after its buffers were released", options_.path);
   drop_prefetches();  // the pass may rewrite what they hold
   if (file_ == nullptr) return;  // meta: nothing to move
   const bool read = io != Io::kWrite, write = io != Io::kRead;
@@ -303,9 +305,14 @@ void StateStream::drop_prefetches() {
   }
 }
 
+void StateStream::release_buffers() {
+  for (Tensor& b : buffers_) b = Tensor();
+}
+
 int64_t StateStream::buffer_bytes() const {
   int64_t b = 0;
-  for (const Tensor& t : buffers_) b += int64_t(t.storage()->bytes());
+  for (const Tensor& t : buffers_)
+    if (t.defined()) b += int64_t(t.storage()->bytes());
   return b;
 }
 

@@ -54,6 +54,10 @@ struct StateStreamOptions {
   std::string path_setting;         // the recipe key that chose its directory, for messages
   int64_t buffer_bytes = 64 << 20;  // the three chunk buffers together
   int io_threads = 2;
+  // What the buffers hold, for the memory accountant: optimizer state and
+  // parameter partitions, or a frozen base (a LoRA run's, under ZeRO-3).
+  MemCategory buffer_category = MemCategory::kOptimizer;
+  MemCategory staging_category = MemCategory::kParams;
 };
 
 class StateStream {
@@ -98,6 +102,9 @@ class StateStream {
   Tensor fetch(size_t shard);
   // Starts reading `shard`'s fetch field into the other staging buffer.
   void prefetch(size_t shard);
+  // Frees the chunk buffers of a stream that is only fetched from from now on
+  // (a frozen base, written once); stream() may not be called after it.
+  void release_buffers();
 
   // The header: after a pass, commit(step) records the step the file now
   // holds and the digest of its chunks; check(step) (at the start of the next

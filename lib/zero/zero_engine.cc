@@ -172,6 +172,25 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     // The partitions are in the file now: drop the copies setup filled.
     if (params_offloaded_)
       for (Segment& s : segments_) s.param_shard = Tensor();
+    if (params_offloaded_ && !frozen.empty()) {
+      // The frozen base too, in a file of its own: one field, written once.
+      std::vector<int64_t> lengths;
+      for (const Segment& s : segments_) lengths.push_back(s.frozen_shard.numel());
+      optim::StateStreamOptions fo;
+      fo.path = c.offload.frozen_file(comm.rank());
+      fo.path_setting = c.offload.dir_setting;
+      fo.buffer_bytes = std::min<int64_t>(c.offload.buffer_bytes, int64_t(3) << 20);
+      fo.buffer_category = fo.staging_category = MemCategory::kFrozen;
+      frozen_ = std::make_unique<optim::StateStream>(lengths, std::vector<DType>{frozen[0]->dtype()},
+                                                    0, fo, segments_[0].frozen_shard.device());
+      frozen_->stream(0, frozen_->num_chunks(), optim::StateStream::Io::kWrite,
+                      [&](const optim::StateStream::Chunk& ch, const Tensor* f) {
+                        f[0].copy_from(segments_[ch.shard].frozen_shard.flat_slice(ch.begin, ch.count));
+                      });
+      frozen_->commit(0);
+      frozen_->release_buffers();  // only fetched from now on
+      for (Segment& s : segments_) s.frozen_shard = Tensor();
+    }
   } else {
     optimizer_ = std::make_unique<optim::AdamW>(std::move(shards), c.adamw);
   }
@@ -179,6 +198,10 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
 
 std::string OffloadConfig::optimizer_file(int rank) const {
   return fmt::format("{}/optimizer_rank_{:05d}.fdstate", dir, rank);
+}
+
+std::string OffloadConfig::frozen_file(int rank) const {
+  return fmt::format("{}/frozen_rank_{:05d}.fdstate", dir, rank);
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -204,17 +227,17 @@ void ZeroEngine::pin_params(int g) {
     // segment in the direction of travel (forward: up, backward: down) ahead.
     const Tensor shard = params_offloaded_ ? optimizer_->fetch_params(size_t(g)) : s.param_shard;
     comm_.all_gather(shard.comm_data(), full.comm_data(), s.shard, dtype_);
-    if (params_offloaded_) {
-      const int next = g + (g >= last_pinned_ ? 1 : -1);
-      if (next >= 0 && next < int(segments_.size())) optimizer_->prefetch_params(size_t(next));
-    }
   }
+  const int next = g + (g >= last_pinned_ ? 1 : -1);
+  const bool prefetch = params_offloaded_ && next >= 0 && next < int(segments_.size());
+  if (prefetch) optimizer_->prefetch_params(size_t(next));
   last_pinned_ = g;
   if (s.frozen != nullptr) {
     const Tensor& base = s.frozen->flat_params();
     base.storage()->acquire();
-    comm_.all_gather(s.frozen_shard.comm_data(), base.comm_data(), s.frozen_shard.numel(),
-                     base.dtype());
+    const Tensor shard = frozen_ ? frozen_->fetch(size_t(g)) : s.frozen_shard;
+    comm_.all_gather(shard.comm_data(), base.comm_data(), shard.numel(), base.dtype());
+    if (frozen_ && prefetch) frozen_->prefetch(size_t(next));
   }
 }
 
@@ -402,7 +425,8 @@ std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
                                         : s.group->flat_params().flat_slice(begin, s.shard);
     // fp32: the parameters are the master weights; store them once.
     const bool mixed = dtype_ != DType::kF32;
-    st.params = mixed ? compute : Tensor();
+    st.params = mixed && compute.defined() ? compute : Tensor();
+    if (mixed && params_offloaded_) st.stream_params = dtype_;  // streamed from the file
     if (optimizer_->offloaded()) {
       optim::AdamW* opt = optimizer_.get();
       const int64_t count = s.shard;
@@ -429,7 +453,7 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
     // rewrites the compute-dtype parameters from the master weights.
     const int64_t begin = config_.stage == 0 ? 0 : begin_of(s);
     optimizer_->fill_state(i, [&](int64_t offset, const Tensor& master, const Tensor& m,
-                                  const Tensor& v) {
+                                  const Tensor& v, const Tensor&) {
       read(name, "master", begin + offset, master.numel(), master);
       read(name, "exp_avg", begin + offset, m.numel(), m);
       read(name, "exp_avg_sq", begin + offset, v.numel(), v);

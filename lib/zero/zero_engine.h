@@ -45,6 +45,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "lib/dist/communicator.h"
@@ -67,8 +68,10 @@ struct OffloadConfig {
   std::string dir;                  // an existing directory
   std::string dir_setting = "zero.offload_optimizer.path";  // named in messages
   int64_t buffer_bytes = int64_t(64) << 20;
-  // The rank's file under dir.
+  // The rank's files under dir: the optimizer state (and partitions), and,
+  // with offloaded parameters and a LoRA run's frozen base, the base's partition.
   std::string optimizer_file(int rank) const;
+  std::string frozen_file(int rank) const;
 };
 
 struct ZeroConfig {
@@ -168,10 +171,13 @@ class ZeroEngine : public nn::SegmentRunner {
     Tensor params;      // compute dtype; undefined for fp32 models (master is the parameters)
     // Offloaded state: master, exp_avg and exp_avg_sq are undefined and
     // stream(fn) hands them over a piece at a time instead, in order: fn(offset
-    // within the range, master, exp_avg, exp_avg_sq), fp32 host tensors.
+    // within the range, master, exp_avg, exp_avg_sq, params), fp32 host
+    // tensors, and with offloaded 16-bit parameters (`params` undefined, and
+    // stream_params set) the piece's parameters in the compute dtype.
     using PieceFn = std::function<void(int64_t offset, const Tensor& master, const Tensor& exp_avg,
-                                       const Tensor& exp_avg_sq)>;
+                                       const Tensor& exp_avg_sq, const Tensor& params)>;
     std::function<void(const PieceFn&)> stream;
+    std::optional<DType> stream_params;
   };
   std::vector<SegmentState> saved_state() const;
   // read(segment, field, offset, count, out) must fill `out` (count elements of
@@ -186,6 +192,12 @@ class ZeroEngine : public nn::SegmentRunner {
   int64_t padded_params() const;
   // The optimizer state file's bytes (offload), 0 when the state is in memory.
   int64_t offload_file_bytes() const { return optimizer_->file_bytes(); }
+  // Offloaded parameters of a LoRA run: the frozen base's file and its resident
+  // buffers (0 otherwise).
+  int64_t frozen_file_bytes() const { return frozen_ ? frozen_->file_bytes() : 0; }
+  int64_t frozen_resident_bytes() const {
+    return frozen_ ? frozen_->buffer_bytes() + frozen_->staging_bytes() : 0;
+  }
   bool optimizer_offloaded() const { return optimizer_->offloaded(); }
   bool params_offloaded() const { return params_offloaded_; }
   // Resident parameter bytes with offloaded parameters: the staging buffers.
@@ -227,6 +239,9 @@ class ZeroEngine : public nn::SegmentRunner {
   std::vector<Segment> segments_;
   std::deque<Pending> pending_;
   std::unique_ptr<optim::AdamW> optimizer_;
+  // Offloaded parameters of a LoRA run under stage 3: the frozen base's
+  // partitions, written once, fetched per segment like the adapters'.
+  std::unique_ptr<optim::StateStream> frozen_;
   DType dtype_ = DType::kF32;  // the model's compute dtype
   int micro_ = 0;
   bool params_offloaded_ = false;  // stage 3's partitions live in the optimizer's file

@@ -163,7 +163,7 @@ inline std::vector<SegmentRange> test_ranges(const TestModel& model, int world, 
     int64_t n = seg->numel();
     EXPECT_EQ(n % world, 0);
     int64_t share = n / world, off = int64_t(rank) * share;
-    SegmentRange r{seg->name(), n, off, share, {}, {}, {}, {}, {}};
+    SegmentRange r{seg->name(), n, off, share, {}, {}, {}, {}, {}, {}};
     r.master = seg->flat().flat_slice(off, share).to(DType::kF32);
     r.exp_avg = ramp(off, share, 1.0f);
     r.exp_avg_sq = ramp(off, share, 2.0f);

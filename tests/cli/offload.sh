@@ -27,7 +27,8 @@ for k in sys.argv[2].split("."): d=d[int(k)] if isinstance(d,list) else d[k]
 print(d)' "$1" "$2"; }
 
 for config in "precision=fp32 zero.stage=2" "precision=bf16 zero.stage=3 activation_checkpointing.layers=all" \
-              "precision=bf16 zero.stage=3 zero.offload_params.device=nvme"; do
+              "precision=bf16 zero.stage=3 zero.offload_params.device=nvme" \
+              "precision=bf16 zero.stage=3 zero.offload_params.device=nvme lora.r=4"; do
   inmem=${config/ zero.offload_params.device=nvme/}
   # shellcheck disable=SC2086
   "${MPI[@]}" "$FDTRAIN" train "$R" $inmem --run-dir "$TMP/mem" --no-progress >"$TMP/mem.log" 2>&1 \
@@ -41,6 +42,14 @@ for config in "precision=fp32 zero.stage=2" "precision=bf16 zero.stage=3 activat
   else
     fail "$config: weights_sha256 in memory $a, offloaded $b"
   fi
+  # The final checkpoints hold the same state, every dataset (master, moments, params) bitwise.
+  same=1
+  for shard in "$TMP"/mem/checkpoints/step_*/rank_*.h5; do
+    other=$TMP/off/checkpoints/$(basename "$(dirname "$shard")")/$(basename "$shard")
+    [ "$(h5dump -g /segments "$shard" | tail -n +2 | md5sum)" = "$(h5dump -g /segments "$other" 2>&1 | tail -n +2 | md5sum)" ] || same=0
+  done
+  [ $same = 1 ] && echo "ok: $config: the checkpoints' /segments are identical" \
+    || fail "$config: the checkpoints' /segments differ"
   left=$(ls -A "$OFF")
   [ -z "$left" ] && echo "ok: $config: no state file left in the offload directory" \
     || fail "$config: left in $OFF: $left"
@@ -49,7 +58,8 @@ for config in "precision=fp32 zero.stage=2" "precision=bf16 zero.stage=3 activat
   "$FDTRAIN" estimate "$R" $config "${NVME[@]}" --world-size 2 --json >"$TMP/est.json" 2>"$TMP/est.err" \
     || { fail "estimate ($config)"; cat "$TMP/est.err"; }
   stage=$(json "$TMP/off/summary.json" zero_stage)
-  e_file=$(json "$TMP/est.json" "stages.$stage.offload_nvme"); m_file=$(json "$TMP/off/summary.json" offload.optimizer_file_bytes)
+  e_file=$(json "$TMP/est.json" "stages.$stage.offload_nvme")
+  m_file=$(( $(json "$TMP/off/summary.json" offload.optimizer_file_bytes) + $(json "$TMP/off/summary.json" offload.frozen_file_bytes) ))
   e_opt=$(json "$TMP/est.json" "stages.$stage.optimizer"); m_opt=$(json "$TMP/off/summary.json" memory.optimizer)
   e_master=$(json "$TMP/est.json" "stages.$stage.master"); m_master=$(json "$TMP/off/summary.json" memory.master)
   m_buf=$(json "$TMP/off/summary.json" offload.optimizer_buffer_bytes)
@@ -67,6 +77,15 @@ for config in "precision=fp32 zero.stage=2" "precision=bf16 zero.stage=3 activat
       echo "ok: $config: resident parameters $m_par bytes (two staging buffers; in memory: $in_mem), as estimated"
     else
       fail "$config: params estimated $e_par measured $m_par staging $m_stg"
+    fi
+    # LoRA: the frozen base is offloaded with the parameters (its own file and buffers).
+    e_fro=$(json "$TMP/est.json" stages.3.frozen); m_fro=$(json "$TMP/off/summary.json" memory.frozen)
+    f_est=$(json "$TMP/off/summary.json" frozen_bytes_estimate); in_fro=$(json "$TMP/mem/summary.json" memory.frozen)
+    f_file=$(json "$TMP/off/summary.json" offload.frozen_file_bytes)
+    if [ "$e_fro" = "$m_fro" ] && [ "$m_fro" = "$f_est" ] && { [[ $config != *lora* ]] || [ "$f_file" -gt 0 ]; }; then
+      echo "ok: $config: resident frozen base $m_fro bytes (in memory: $in_fro; its file $f_file bytes), as estimated"
+    else
+      fail "$config: frozen estimated $e_fro measured $m_fro summary estimate $f_est file $f_file"
     fi
   fi
   rm -rf "$TMP/mem" "$TMP/off"

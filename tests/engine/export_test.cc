@@ -213,7 +213,7 @@ LoraRun write_lora_run(const TempDir& tmp, int world, bool with_lora_section = t
     m.layout = layout;
     m.fdtrain_version = "fdtrain test";
     m.base_sha256 = file_sha256(run.base);
-    SegmentRange range{"h.1", numel, r * share, share, {}, {}, {}, {}, {}};
+    SegmentRange range{"h.1", numel, r * share, share, {}, {}, {}, {}, {}, {}};
     range.master = all.flat_slice(r * share, share).to(DType::kF32);
     range.exp_avg = Tensor::zeros(Shape{share});
     range.exp_avg_sq = Tensor::zeros(Shape{share});

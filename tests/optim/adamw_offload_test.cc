@@ -139,7 +139,7 @@ TEST_P(OffloadTest, StepsAreBitwiseTheInMemoryOptimizers) {
     std::vector<float> m, v, p;
     streamed.visit_state(i, begin, count,
                          [&](int64_t offset, const Tensor& master, const Tensor& a,
-                             const Tensor& b) {
+                             const Tensor& b, const Tensor&) {
                            EXPECT_EQ(offset, int64_t(m.size()));
                            for (const auto& [t, out] : {std::pair{&master, &p}, std::pair{&a, &m},
                                                         std::pair{&b, &v}}) {
@@ -175,7 +175,7 @@ TEST_P(OffloadTest, FilledStateContinuesBitwise) {
     fill(cv, rng, 0.001f);
     for (int64_t k = 0; k < n; ++k) cv.f32()[k] = std::abs(cv.f32()[k]);
     fill(cp, rng, 0.3f);
-    auto put = [&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v) {
+    auto put = [&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor&) {
       master.copy_from(cp.flat_slice(offset, master.numel()));
       m.copy_from(cm.flat_slice(offset, m.numel()));
       v.copy_from(cv.flat_slice(offset, v.numel()));
