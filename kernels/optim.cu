@@ -25,14 +25,19 @@ struct AdamWConsts {
 
 __global__ void adamw_kernel(float* param, const void* grad, DT grad_dt, float* m, float* v,
                              int64_t n, AdamWArgs a, AdamWConsts k, void* out16, DT out_dt) {
+  // Every operation rounded on its own, in the CPU reference's order (the _rn
+  // intrinsics are never contracted into FMAs): the same bits as
+  // ops::adamw_update on the CPU, so a GPU run's optimizer gives the weights
+  // of the same run with the optimizer state offloaded to the host.
   for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float g = load_as_float(grad, grad_dt, i) * a.grad_scale;
+    const float g = __fmul_rn(load_as_float(grad, grad_dt, i), a.grad_scale);
     const float m0 = m[i];
     // torch: exp_avg.lerp_(grad, 1 - beta1), i.e. m + (1 - b1) (g - m).
-    const float mi = m0 + k.one_minus_b1 * (g - m0);
-    const float vi = a.beta2 * v[i] + k.one_minus_b2 * g * g;
-    const float denom = sqrtf(vi) / a.bc2_sqrt + a.eps;
-    const float p = param[i] * k.decay - a.step_size * (mi / denom);
+    const float mi = __fadd_rn(m0, __fmul_rn(k.one_minus_b1, __fsub_rn(g, m0)));
+    const float vi =
+        __fadd_rn(__fmul_rn(a.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+    const float p = __fsub_rn(__fmul_rn(param[i], k.decay), __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
     param[i] = p;
     m[i] = mi;
     v[i] = vi;

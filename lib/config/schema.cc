@@ -1152,14 +1152,11 @@ void Builder::offload_checks() {
       error(loc_of(dev), dev,
             "host on a cpu run: the optimizer state already lives in host memory, which is the "
             "default placement (device: none); use nvme to move it out of memory");
-    if (o.device == OffloadDevice::kHost && r_->device == DeviceName::kCuda)
+    if (!optimizer && o.device == OffloadDevice::kNvme && r_->device == DeviceName::kCuda)
       error(loc_of(dev), dev,
-            "host offload of a GPU run is not supported yet; use device: none (the optimizer "
-            "state on the GPU), or train on the cpu with nvme offload");
-    if (optimizer && o.device == OffloadDevice::kNvme && r_->device == DeviceName::kCuda)
-      error(loc_of(dev), dev,
-            "nvme offload of a GPU run is not supported yet; it streams through the CPU, so "
-            "train with device: cpu, or use device: none");
+            "parameter offload of a GPU run is not supported yet (each gather would need its "
+            "partition copied to the GPU first); offload the optimizer state alone "
+            "(zero.offload_optimizer.device: host or nvme)");
     if (!optimizer && o.device != OffloadDevice::kNone && !bad("zero.stage") && z.stage < 3)
       error(loc_of(dev), dev,
             fmt::format("parameters are partitioned only by ZeRO stage 3; at stage {} every "

@@ -73,7 +73,8 @@ Assembly assemble(const config::Recipe& r, int world) {
   for (int layer : r.activation_checkpointing.layers)
     z.checkpoint_segments.push_back(1 + layer);  // segment 0 is the embedding
   const config::OffloadOptions& oo = r.zero.offload_optimizer;
-  z.offload.optimizer = oo.device == config::OffloadDevice::kNvme;
+  z.offload.optimizer = oo.device != config::OffloadDevice::kNone;
+  z.offload.host = oo.device == config::OffloadDevice::kHost;
   z.offload.dir = oo.path;
   z.offload.buffer_bytes = int64_t(oo.buffer_mib) << 20;
   z.offload.params = r.zero.offload_params.device == config::OffloadDevice::kNvme;

@@ -646,6 +646,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
       {"offload",
        {{"optimizer", std::string(config::to_string(recipe_.zero.offload_optimizer.device))},
         {"optimizer_file_bytes", zero_->offload_file_bytes()},
+        {"optimizer_host_bytes", zero_->offload_host_bytes()},
         {"optimizer_buffer_bytes",
          zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : 0},
         {"params", std::string(config::to_string(recipe_.zero.offload_params.device))},

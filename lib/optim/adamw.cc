@@ -1,7 +1,10 @@
 #include "lib/optim/adamw.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
+#include "lib/base/error.h"
 #include "lib/ops/adamw.h"
 
 namespace fd::optim {
@@ -85,6 +88,19 @@ AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
   }
   stream_ = std::make_unique<StateStream>(lengths, types, fetch, offload->stream,
                                           device.is_meta() ? device : Device::cpu());
+  // A GPU run's gradients come down and its parameters go back up a chunk at
+  // a time, through host staging buffers of one chunk.
+  if (device.is_cuda()) {
+    FD_CHECK(!params_in_file_, "GPU parameters cannot live in the optimizer's file");
+    const int64_t n = stream_->chunk_elements();
+    grad_stage_ = Tensor::empty(Shape{n}, state_[0].shard.grads.dtype(), MemCategory::kOptimizer,
+                                Device::cpu());
+    for (const ShardState& s : state_)
+      if (s.shard.compute_params.defined() && s.shard.compute_params.is_cuda() &&
+          !compute_stage_.defined())
+        compute_stage_ = Tensor::empty(Shape{n}, s.shard.compute_params.dtype(),
+                                       MemCategory::kOptimizer, Device::cpu());
+  }
   // The file starts as the resident optimizer does: master = the parameters, m = v = 0.
   for (size_t i = 0; i < state_.size(); ++i) {
     ShardState& st = state_[i];
@@ -118,14 +134,24 @@ AdamW::AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOp
 void AdamW::update(const ShardState& s, int64_t begin, int64_t count, const Tensor& master,
                    const Tensor& m, const Tensor& v, const Tensor& compute, float lr,
                    float grad_scale) const {
-  const Tensor grads = s.shard.grads.flat_slice(begin, count);
+  // Device gradients are read through the host staging buffer, and a device
+  // compute copy is written through one (offloaded GPU runs).
+  Tensor grads = s.shard.grads.flat_slice(begin, count);
+  if (stream_ && grads.is_cuda()) {
+    const Tensor host = grad_stage_.flat_slice(0, count);
+    host.copy_from(grads);
+    grads = host;
+  }
+  const bool stage_out = stream_ && compute.defined() && compute.is_cuda();
+  const Tensor out = stage_out ? compute_stage_.flat_slice(0, count) : compute;
   for (const Run& r : s.runs) {
     const int64_t lo = std::max(r.offset, begin), hi = std::min(r.offset + r.count, begin + count);
     if (lo >= hi) continue;
     ops::AdamWStep hp{lr, options_.beta1, options_.beta2, options_.eps,
                       r.decay ? options_.weight_decay : 0.0f, step_};
-    ops::adamw_update(master, grads, grad_scale, m, v, compute, lo - begin, hi - lo, hp);
+    ops::adamw_update(master, grads, grad_scale, m, v, out, lo - begin, hi - lo, hp);
   }
+  if (stage_out) compute.copy_from(out);
 }
 
 Tensor AdamW::master_of(const ShardState& s, const StateStream::Chunk& c, const Tensor* f) const {
@@ -146,15 +172,26 @@ void AdamW::step(float lr, float grad_scale) {
              grad_scale);
     return;
   }
-  stream_->check(step_);  // the file holds the state after the previous step
-  ++step_;
-  stream_->stream(0, stream_->num_chunks(), StateStream::Io::kReadWrite,
-                  [&](const StateStream::Chunk& c, const Tensor* f) {
-                    const ShardState& s = state_[c.shard];
-                    update(s, c.begin, c.count, master_of(s, c, f), f[m_field_], f[v_field_],
-                           compute_of(s, c, f), lr, grad_scale);
-                  });
-  stream_->commit(step_);
+  try {
+    stream_->check(step_);  // the file holds the state after the previous step
+    ++step_;
+    stream_->stream(0, stream_->num_chunks(), StateStream::Io::kReadWrite,
+                    [&](const StateStream::Chunk& c, const Tensor* f) {
+                      const ShardState& s = state_[c.shard];
+                      update(s, c.begin, c.count, master_of(s, c, f), f[m_field_], f[v_field_],
+                             compute_of(s, c, f), lr, grad_scale);
+                    });
+    stream_->commit(step_);
+  } catch (const Error& e) {
+    // Half the state may be updated: this run cannot go on, its checkpoints can.
+    const std::string what = e.what();
+    if (what.find("--resume auto") != std::string::npos)
+      throw Error(e.kind(), fmt::format("optimizer step {}: {}", step_, what));
+    throw Error(e.kind(), fmt::format("optimizer step {}: {}; the update was left half done, so "
+                                      "the run stops here: resume from the last checkpoint "
+                                      "(fdtrain train RECIPE --resume auto)",
+                                      step_, what));
+  }
 }
 
 void AdamW::set_steps_taken(int64_t steps) {
@@ -203,7 +240,12 @@ void AdamW::fill_state(size_t i, const StateFn& fn) {
 }
 
 int64_t AdamW::state_bytes() const {
-  if (stream_) return stream_->buffer_bytes();
+  if (stream_) {
+    int64_t b = stream_->buffer_bytes() + stream_->host_bytes();
+    for (const Tensor* t : {&grad_stage_, &compute_stage_})
+      if (t->defined()) b += int64_t(t->storage()->bytes());
+    return b;
+  }
   int64_t b = 0;
   for (const ShardState& s : state_) b += int64_t(s.m.nbytes() + s.v.nbytes());
   return b;

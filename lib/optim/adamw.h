@@ -49,7 +49,7 @@ struct AdamWShard {
 
 // Where an offloaded optimizer keeps its state (StateStream).
 struct AdamWOffload {
-  StateStreamOptions stream;
+  StateStreamOptions stream;  // stream.path empty: host memory (GPU runs)
   // ZeRO-3 parameter offload: the parameters live in the file too (fp32: the
   // master weights are the parameters; 16-bit: their rounded copy, one more
   // field), rewritten by each step; the shards' compute_params are only read
@@ -92,8 +92,12 @@ class AdamW {
   bool params_in_file() const { return params_in_file_; }
   // Offloaded: bytes of the staging buffers of fetch_params (0 otherwise).
   int64_t params_staging_bytes() const { return stream_ ? stream_->staging_bytes() : 0; }
-  // Offloaded: the state file's size in bytes (0 when resident).
-  int64_t file_bytes() const { return stream_ ? stream_->file_bytes() : 0; }
+  // Offloaded: the state file's size in bytes (0 when resident or in host memory).
+  int64_t file_bytes() const {
+    return stream_ && !stream_->in_host_memory() ? stream_->file_bytes() : 0;
+  }
+  // Offloaded to host memory: its bytes (0 otherwise).
+  int64_t host_bytes() const { return stream_ ? stream_->host_bytes() : 0; }
 
   // The state of shard i, a piece at a time, resident or offloaded alike:
   // visit_state calls fn(offset, master, m, v, compute) for consecutive
@@ -138,6 +142,7 @@ class AdamW {
   // Offloaded: the fields of the file (-1: not there).
   int master_field_ = -1, m_field_ = 0, v_field_ = 1, compute_field_ = -1;
   bool params_in_file_ = false;
+  Tensor grad_stage_, compute_stage_;  // GPU runs: one chunk of host staging each
 };
 
 }  // namespace fd::optim

@@ -89,6 +89,11 @@ StateStream::StateStream(const std::vector<int64_t>& shard_lengths,
   shard_chunks_.push_back(chunks_.size());
   file_bytes_ = offset;
 
+  if (options.path.empty()) {  // host memory: the chunks themselves, no buffers
+    FD_CHECK(fetch_field < 0, "fetching from a state stream in host memory");
+    host_ = aligned_bytes(file_bytes_, options.buffer_category, device);
+    return;
+  }
   for (Tensor& b : buffers_)
     b = aligned_bytes(chunk_elems_ * per_element, options.buffer_category, device);
   if (fetch_field >= 0) {
@@ -185,6 +190,18 @@ void StateStream::verify(const Chunk& c, const char* data, int only_field) const
 void StateStream::stream(size_t first, size_t end, Io io, const ChunkFn& fn) {
   FD_CHECK(first <= end && end <= chunks_.size(), "chunks [{}, {}) of {}", first, end,
            chunks_.size());
+  if (host_.defined()) {  // host memory: views of the chunks where they lie
+    if (host_.is_meta()) return;
+    Tensor views[kMaxFields];
+    for (size_t k = first; k < end; ++k) {
+      Chunk& c = chunks_[k];
+      for (int f = 0; f < fields(); ++f)
+        views[f] = field_view(host_, c.file_offset + field_offset(f, c), f, c.count);
+      fn(c, views);
+      c.written = c.written || io != Io::kRead;
+    }
+    return;
+  }
   FD_CHECK(buffers_[0].defined(), "streaming {} after its buffers were released", options_.path);
   drop_prefetches();  // the pass may rewrite what they hold
   if (file_ == nullptr) return;  // meta: nothing to move

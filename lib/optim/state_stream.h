@@ -31,7 +31,8 @@
 // space; checkpoints hold the state durably (lib/engine/checkpointing.h).
 // On the meta device (estimates) the buffers are accounted and nothing else
 // happens: no file, stream() processes nothing, fetch() returns the staging
-// buffer.
+// buffer. In host memory mode (no path) the chunks live in one host buffer
+// (accounted as buffer_category) with the same layout.
 #pragma once
 
 #include <array>
@@ -50,7 +51,10 @@ class AsyncFile;
 namespace fd::optim {
 
 struct StateStreamOptions {
-  std::string path;                 // the file (created; removed on destruction)
+  // The file (created; removed on destruction). Empty: host memory instead
+  // (ZeRO-Offload's tier for GPU runs): the chunks lie in one host buffer and
+  // stream() hands out views of it, no copies, no buffers, no CRCs.
+  std::string path;
   std::string path_setting;         // the recipe key that chose its directory, for messages
   int64_t buffer_bytes = 64 << 20;  // the three chunk buffers together
   int io_threads = 2;
@@ -113,6 +117,8 @@ class StateStream {
   void check(int64_t step);
 
   bool on_file() const { return file_ != nullptr; }
+  bool in_host_memory() const { return host_.defined(); }
+  int64_t host_bytes() const { return host_.defined() ? file_bytes_ : 0; }
   const std::string& path() const { return options_.path; }
   int64_t file_bytes() const { return file_bytes_; }      // header and chunks
   int64_t chunk_elements() const { return chunk_elems_; }  // the largest chunk
@@ -148,6 +154,7 @@ class StateStream {
   Staging staging_[2];
   int next_staging_ = 0;
   Tensor header_;      // one 4 KiB block
+  Tensor host_;        // host memory mode: the chunks (file_bytes_, as fp32 units)
   int lock_fd_ = -1;
   std::unique_ptr<AsyncFile> file_;
 };

@@ -149,12 +149,16 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     if (mixed && !c.offload.optimizer) s.master = compute.to(DType::kF32, MemCategory::kMaster);
     if (c.stage >= 2) g->flat_grads().storage()->release();
     Tensor grads = c.stage == 0 ? g->flat_grads() : s.grad_shard;
+    // Offloaded, the master weights live with the moments (16-bit runs, and
+    // GPU runs, whose fp32 parameters are on the device), written back to
+    // `compute` after each update.
+    const bool master_offloaded = c.offload.optimizer && (mixed || compute.is_cuda());
     optim::AdamWShard sh{g,
                          c.stage == 0 ? 0 : begin,
                          c.stage == 0 ? g->numel() : s.shard,
-                         mixed ? s.master : compute,  // undefined: offloaded master
+                         master_offloaded ? Tensor() : mixed ? s.master : compute,
                          grads,
-                         mixed ? compute : Tensor()};
+                         mixed || master_offloaded ? compute : Tensor()};
     shards.push_back(std::move(sh));
     segments_.push_back(std::move(s));
   }
@@ -164,7 +168,7 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
   }
   if (c.offload.optimizer) {
     optim::AdamWOffload o;
-    o.stream.path = c.offload.optimizer_file(comm.rank());
+    o.stream.path = c.offload.host ? std::string() : c.offload.optimizer_file(comm.rank());
     o.stream.path_setting = c.offload.dir_setting;
     o.stream.buffer_bytes = c.offload.buffer_bytes;
     o.params_in_file = c.offload.params;

@@ -61,6 +61,9 @@ namespace fd::zero {
 // optim::StateStream), with the same arithmetic as in memory.
 struct OffloadConfig {
   bool optimizer = false;
+  // GPU runs: the optimizer state in host memory instead of a file (ZeRO-Offload):
+  // gradients come down and parameters go up a chunk at a time, AdamW on the CPU.
+  bool host = false;
   // Stage 3 with the optimizer offloaded: each rank's parameter partition
   // lives in the optimizer's file too; a segment's partition is read for its
   // all-gather (the next one read ahead) through two staging buffers.
@@ -192,6 +195,8 @@ class ZeroEngine : public nn::SegmentRunner {
   int64_t padded_params() const;
   // The optimizer state file's bytes (offload), 0 when the state is in memory.
   int64_t offload_file_bytes() const { return optimizer_->file_bytes(); }
+  // Host offload (GPU runs): the optimizer state's bytes in host memory.
+  int64_t offload_host_bytes() const { return optimizer_->host_bytes(); }
   // Offloaded parameters of a LoRA run: the frozen base's file and its resident
   // buffers (0 otherwise).
   int64_t frozen_file_bytes() const { return frozen_ ? frozen_->file_bytes() : 0; }

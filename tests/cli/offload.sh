@@ -8,6 +8,8 @@
 #    agree with `fdtrain estimate --json`;
 #  - resume: an offloaded run stopped at step 7 resumes without offload (and
 #    the other way round) to the uninterrupted run's weights_sha256;
+#  - faults: the disk fills up during a step (injected ENOSPC): exit 1, one
+#    message, and the last checkpoint resumes to the uninterrupted weights;
 #  - hostile: a missing directory (exit 2), a disk too small for the state
 #    (a 1 MiB tmpfs: exit 1, one message, no state file), a second job on the
 #    same directory while the first runs (refused; the first completes).
@@ -112,6 +114,30 @@ for first in nvme none; do
   rm -rf "$TMP/cut"
   rm -f "$OFF"/*  # what the failed run's ranks left (they were killed, not ended)
 done
+
+# A disk that fills up during a step (FDTRAIN_IO_FAULT: writes to offload files fail with ENOSPC
+# once 3.5 state files' worth were written: in step 3): one message, exit 1, summary "failed";
+# the checkpoint of step 2 loads and the resumed run ends with the uninterrupted run's weights.
+C1=(precision=bf16 checkpoint.every=2 "${NVME[@]}")
+"$FDTRAIN" train "$R" "${C1[@]}" --run-dir "$TMP/ok1" --no-progress >/dev/null 2>&1
+"$FDTRAIN" estimate "$R" "${C1[@]}" --json >"$TMP/est1.json" 2>/dev/null
+fbytes=$(json "$TMP/est1.json" stages.0.offload_nvme)
+out=$(FDTRAIN_IO_FAULT=enospc:after=$((fbytes * 7 / 2)) "$FDTRAIN" train "$R" "${C1[@]}" \
+  --run-dir "$TMP/full1" --no-progress 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "no space left on the device holding $OFF/optimizer_rank_00000.fdstate" <<<"$out" \
+   && [ "$(json "$TMP/full1/summary.json" status)" = failed ] && [ "$(json "$TMP/full1/summary.json" steps)" = 2 ] \
+   && ! grep -Eq "terminate called|Aborted|what\(\)" <<<"$out"; then
+  echo "ok: a full disk in step 3 ends the run: exit 1, one message, status failed after 2 steps"
+else
+  fail "full disk during a step: exit $rc"; echo "$out" | tail -4 | sed 's/^/    /'
+fi
+if "$FDTRAIN" train "$R" "${C1[@]}" --run-dir "$TMP/full1" --resume auto --no-progress >"$TMP/full1.log" 2>&1 \
+   && [ "$(json "$TMP/full1/summary.json" weights_sha256)" = "$(json "$TMP/ok1/summary.json" weights_sha256)" ]; then
+  echo "ok: the checkpoint of step 2 loads; the resumed run ends with the uninterrupted run's weights"
+else
+  fail "resume after the full disk"; tail -3 "$TMP/full1.log"
+fi
+rm -f "$OFF"/*
 
 # Hostile input.
 expect_fail 2 "zero.offload_optimizer.path: $TMP/nope does not exist; create the directory" \

@@ -102,6 +102,16 @@ TEST_F(ConfigTest, OffloadBadValuesAndCombinations) {
   EXPECT_EQ(errors("{stage: 3, offload_params: {device: host}}"),
             (Lines{"inline.yaml:3:43: zero.offload_params.device: expected one of none, nvme, "
                    "got 'host'"}));
+  // GPU runs: the optimizer state in host memory (or a file); parameters stay on the GPU.
+  LoadResult gpu = parse("device: cuda\nzero: {offload_optimizer: {device: host, buffer_mib: 16}}\n");
+  EXPECT_TRUE(gpu.ok()) << ::testing::PrintToString(gpu.errors);
+  EXPECT_EQ(parse("device: cuda\nzero: {stage: 3, offload_optimizer: {device: nvme, path: /tmp}, "
+                  "offload_params: {device: nvme}}\n")
+                .errors,
+            (Lines{"inline.yaml:4:90: zero.offload_params.device: parameter offload of a GPU run "
+                   "is not supported yet (each gather would need its partition copied to the GPU "
+                   "first); offload the optimizer state alone (zero.offload_optimizer.device: "
+                   "host or nvme)"}));
   EXPECT_EQ(errors("{stage: 3, offload_params: {device: nvme, path: /tmp}}"),
             (Lines{"inline.yaml:3:49: zero.offload_params.path: unknown key"}));
   EXPECT_EQ(errors("{stage: 3, offload_params: {device: nvme}}"),

@@ -12,6 +12,9 @@
 #      tokens/s x (6N + 6 L C T) / 790e12 (the H200's measured dense bf16 rate).
 #   4. Checkpoints: a GPU run resumed from its step-20 checkpoint ends with the
 #      uninterrupted run's weights_sha256; the same checkpoint resumes on the CPU.
+#   5. Offload: 20 steps with the optimizer state in host memory and in a file
+#      give one weights_sha256 (and the op parity of step 1 checks the
+#      in-GPU AdamW against them bitwise).
 #
 # Everything it prints is also written to OUT_DIR (default ./device_check_out):
 # parity.txt, train_m/, bench_124m/ and report.txt (the lines for bench/RESULTS.md).
@@ -161,6 +164,32 @@ PY
   rc=$?
 fi
 (( rc == 0 )) || { say "resume: FAILED (exit $rc):"; tail -20 "$OUT/resume.log" | tee -a "$REPORT"; status=1; }
+
+# --- 5. ZeRO-Offload: the optimizer state in host memory, AdamW on the CPU ----
+say "== 5. offload: zero.offload_optimizer host and nvme give the in-GPU weights_sha256"
+mkdir -p "$OUT/offload_state"
+rm -rf "$OUT/offload_none" "$OUT/offload_host" "$OUT/offload_nvme"
+run_bin fdtrain train "${common[@]}" steps=20 --run-dir "$OUT/offload_none" > "$OUT/offload.log" 2>&1 &&
+  run_bin fdtrain train "${common[@]}" steps=20 zero.offload_optimizer.device=host \
+    --run-dir "$OUT/offload_host" >> "$OUT/offload.log" 2>&1 &&
+  run_bin fdtrain train "${common[@]}" steps=20 zero.offload_optimizer.device=nvme \
+    "zero.offload_optimizer.path=$OUT/offload_state" --run-dir "$OUT/offload_nvme" \
+    >> "$OUT/offload.log" 2>&1
+rc=$?
+if (( rc == 0 )); then
+  python3 - "$OUT" <<'PY' | tee -a "$REPORT"
+import json, sys
+out = sys.argv[1]
+s = {k: json.load(open(f"{out}/offload_{k}/summary.json")) for k in ("none", "host", "nvme")}
+sha = {k: v["weights_sha256"] for k, v in s.items()}
+same = len(set(sha.values())) == 1
+print(f"offload none / host / nvme (20 steps, bf16, stage 2): one weights_sha256: {same}; ms/step "
+      + ", ".join(f"{k} {v['ms_per_step']:.1f}" for k, v in s.items()))
+sys.exit(0 if same else 1)
+PY
+  rc=$?
+fi
+(( rc == 0 )) || { say "offload: FAILED (exit $rc):"; tail -20 "$OUT/offload.log" | tee -a "$REPORT"; status=1; }
 
 say "device_check: $([[ $status == 0 ]] && echo PASSED || echo FAILED)"
 exit $status

@@ -202,6 +202,46 @@ TEST_P(OffloadTest, FilledStateContinuesBitwise) {
                              x->flat_params().nbytes()));
 }
 
+// Host memory (ZeRO-Offload's tier for GPU runs, here on CPU tensors: the same
+// chunk walk without the file): bitwise the in-memory optimizer, no file made.
+TEST_P(OffloadTest, HostMemoryStepsAreBitwise) {
+  const DType dtype = GetParam();
+  Model mem(dtype), off(dtype);
+  std::mt19937 rng(8);
+  for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}}) {
+    fill(x->flat_params(), rng, 0.5f);
+    y->flat_params().copy_from(x->flat_params());
+  }
+  std::vector<Tensor> masters;
+  AdamW resident(shards(mem, &masters, false), options());
+  AdamWOffload o = offload(kSmallBuffers);
+  o.stream.path.clear();
+  AdamW host(shards(off, &masters, true), options(), o);
+  EXPECT_TRUE(fs::is_empty(dir_));
+  EXPECT_EQ(host.file_bytes(), 0);
+  EXPECT_GT(host.host_bytes(), 4 * 2 * (mem.a.numel() + mem.b.numel()));
+  EXPECT_EQ(host.state_bytes(), host.host_bytes());  // CPU gradients: no staging
+  for (int step = 1; step <= 3; ++step) {
+    for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}}) {
+      fill(x->flat_grads(), rng, 0.01f);
+      y->flat_grads().copy_from(x->flat_grads());
+    }
+    resident.step(1e-2f, 0.7f);
+    host.step(1e-2f, 0.7f);
+    for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}})
+      ASSERT_EQ(0, std::memcmp(x->flat_params().raw(), y->flat_params().raw(),
+                               x->flat_params().nbytes()))
+          << "step " << step;
+  }
+  std::vector<float> m;
+  host.visit_state(1, 0, off.b.numel(),
+                   [&](int64_t, const Tensor&, const Tensor& a, const Tensor&, const Tensor&) {
+                     std::vector<float> x = a.to_vector();
+                     m.insert(m.end(), x.begin(), x.end());
+                   });
+  EXPECT_EQ(m, resident.exp_avg(1).to_vector());
+}
+
 // ZeRO-3 parameter offload: the parameters live in the file too; after each
 // step fetch_params gives the in-memory optimizer's parameters bitwise, a
 // prefetched shard and one read on demand alike.
