@@ -8,8 +8,9 @@
 #    agree with `fdtrain estimate --json`;
 #  - resume: an offloaded run stopped at step 7 resumes without offload (and
 #    the other way round) to the uninterrupted run's weights_sha256;
-#  - faults: the disk fills up during a step (injected ENOSPC): exit 1, one
-#    message, and the last checkpoint resumes to the uninterrupted weights;
+#  - faults: the disk fills up during a step (injected ENOSPC) or during a save
+#    (the run directory on a 2 MiB tmpfs): exit 1, one message, and the last
+#    checkpoint resumes to the uninterrupted weights;
 #  - hostile: a missing directory (exit 2), a disk too small for the state
 #    (a 1 MiB tmpfs: exit 1, one message, no state file), a second job on the
 #    same directory while the first runs (refused; the first completes).
@@ -155,8 +156,35 @@ if mount -t tmpfs -o size=1m tmpfs "$MNT" 2>/dev/null; then
   left=$(ls -A "$MNT")
   [ -z "$left" ] && echo "ok: nothing left on the full disk" || fail "left on the full disk: $left"
   umount "$MNT"
+  # The run directory's disk fills up during a save (2 MiB: the second checkpoint does not fit;
+  # the state streams from the offload file into the shard): exit 1, status failed, the
+  # partial checkpoint removed; the first checkpoint, moved to a larger disk, resumes to the
+  # uninterrupted run's weights.
+  R2=$TMP/r2.yaml
+  sed 's/^steps: 12/steps: 20/; s/^  d_model: 96/  d_model: 64/' "$R" >"$R2"
+  C2=(checkpoint.every=5 checkpoint.keep_last=1 "${NVME[@]}")
+  "$FDTRAIN" train "$R2" "${C2[@]}" --run-dir "$TMP/whole2" --no-progress >/dev/null 2>&1
+  mount -t tmpfs -o size=2m tmpfs "$MNT"
+  out=$("$FDTRAIN" train "$R2" "${C2[@]}" --run-dir "$MNT/run" --no-progress 2>&1); rc=$?
+  if [ $rc -eq 1 ] && grep -Eiq "disk is full|no space left" <<<"$out" \
+     && [ "$(json "$MNT/run/summary.json" status)" = failed ] && [ ! -e "$MNT/run/checkpoints/.step_00000010.tmp" ]; then
+    echo "ok: a full disk during a save ends the run: exit 1, status failed, partial checkpoint removed"
+  else
+    fail "full disk during a save: exit $rc, status $(json "$MNT/run/summary.json" status 2>&1 | tail -1)"
+    echo "$out" | tail -3 | sed 's/^/    /'
+  fi
+  cp -r "$MNT/run" "$TMP/moved"
+  umount "$MNT"
+  rm -f "$OFF"/*
+  if "$FDTRAIN" train "$R2" "${C2[@]}" --run-dir "$TMP/moved" --resume auto --no-progress >"$TMP/moved.log" 2>&1 \
+     && [ "$(json "$TMP/moved/summary.json" start_step)" = 5 ] \
+     && [ "$(json "$TMP/moved/summary.json" weights_sha256)" = "$(json "$TMP/whole2/summary.json" weights_sha256)" ]; then
+    echo "ok: its step-5 checkpoint resumes (on a larger disk) to the uninterrupted run's weights"
+  else
+    fail "resume after the full disk during a save"; tail -3 "$TMP/moved.log"
+  fi
 else
-  echo "skip: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); the full-disk case did not run"
+  echo "skip: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); the full-disk cases did not run"
 fi
 
 # Two jobs, one offload directory: the second is refused while the first runs;
