@@ -103,6 +103,7 @@ struct RankRun {
   int64_t other = 0;             // token batch and positions
   int64_t comm_bytes = 0;        // bytes sent in the step
   int64_t offload_nvme = 0;      // the optimizer state file (offload), bytes
+  int64_t offload_host = 0;      // the optimizer state in host memory (host offload), bytes
   int64_t padded_params = 0, frozen_padded_params = 0, num_params = 0;
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
@@ -244,6 +245,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   engine.step(a.schedule.peak_lr, 1.0);
   out.comm_bytes = comm.bytes_sent();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
+  out.offload_host = engine.offload_host_bytes();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
   // Peaks of each phase: the step, an evaluation batch, and the gather of the
@@ -326,6 +328,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.comm_full_gather = std::max(most.comm_full_gather, run.comm_full_gather);
       most.other = std::max(most.other, run.other);
       most.offload_nvme = std::max(most.offload_nvme, run.offload_nvme);
+      most.offload_host = std::max(most.offload_host, run.offload_host);
     }
     StageEstimate& st = e.stages[size_t(s)];
     st.stage = s;
@@ -338,6 +341,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.comm_buffers = std::max(st.comm_step, st.comm_full_gather);
     st.other = most.other;
     st.offload_nvme = most.offload_nvme;
+    st.offload_host = most.offload_host;
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
     if (s != r.zero.stage) continue;
     e.num_params = most.num_params;
@@ -455,6 +459,12 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
         "records nothing): stage 3 sends 3P + 2P_base elements per micro-batch; activations "
         "hold the adapter path (dropout, x A^T, (.) B^T, scale, add) and what the frozen ops "
         "keep once a gradient flows, as the step on the counting device allocates them.");
+  if (e.stages[0].offload_host > 0)
+    a.push_back(
+        "Offload (zero.offload_optimizer host, GPU runs): the fp32 master weights and Adam m, v "
+        "live in host memory ('of which in host memory', counted in 'optimizer' as summary.json "
+        "counts it); the GPU holds the parameters, and two one-chunk host staging buffers carry "
+        "gradients down and parameters up (not counted here: the counting device has no GPU).");
   if (e.stages[0].offload_nvme > 0)
     a.push_back(fmt::format(
         "Offload (zero.offload_optimizer nvme): the {} and Adam m, v live in one file per rank "
@@ -510,8 +520,11 @@ std::string format_estimate(const Estimate& e) {
   row("grads", [](const StageEstimate& s) { return human(s.model_states.grads); });
   row("master", [](const StageEstimate& s) { return human(s.model_states.master); });
   const bool offload = e.stages[0].offload_nvme > 0;
-  row(offload ? "optimizer (buffers)" : "optimizer (Adam m+v)",
+  const bool host = e.stages[0].offload_host > 0;
+  row(offload ? "optimizer (buffers)" : host ? "optimizer (master, m, v)" : "optimizer (Adam m+v)",
       [](const StageEstimate& s) { return human(s.model_states.optimizer); });
+  if (host)
+    row("  of which in host memory", [](const StageEstimate& s) { return human(s.offload_host); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
   if (e.lora.enabled()) row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
@@ -642,6 +655,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"other", s.other},
                       {"total", s.total()},
                       {"offload_nvme", s.offload_nvme},
+                      {"offload_host", s.offload_host},
                       {"paper_formula", paper_formula(s.stage, e.compute_bytes)},
                       {"paper_bytes", s.paper_bytes},
                       {"comm_bytes_per_step", s.comm_bytes_per_step},

@@ -79,6 +79,9 @@ struct StageEstimate {
   // file; its resident part is model_states.optimizer (the chunk buffers). 0
   // without offload.
   int64_t offload_nvme = 0;
+  // zero.offload_optimizer host (GPU runs): of model_states.optimizer, the bytes
+  // of state held in host memory (master weights and moments); 0 otherwise.
+  int64_t offload_host = 0;
   int64_t comm_bytes_per_step = 0;  // bytes this rank sends in the step (ring model)
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.

@@ -118,7 +118,8 @@ class StateStream {
 
   bool on_file() const { return file_ != nullptr; }
   bool in_host_memory() const { return host_.defined(); }
-  int64_t host_bytes() const { return host_.defined() ? file_bytes_ : 0; }
+  // Host memory mode: the host buffer as allocated (alignment slack included).
+  int64_t host_bytes() const { return host_.defined() ? int64_t(host_.storage()->bytes()) : 0; }
   const std::string& path() const { return options_.path; }
   int64_t file_bytes() const { return file_bytes_; }      // header and chunks
   int64_t chunk_elements() const { return chunk_elems_; }  // the largest chunk

@@ -103,6 +103,43 @@ TEST(Estimate, ModelStatesAreThePaperFormulasWithoutPadding) {
   }
 }
 
+// Offloaded optimizer state: host memory (GPU runs) keeps master, m and v
+// (12 bytes per element of the rank's shard, in bf16, plus 4 KiB of alignment)
+// in the optimizer category, all of it in host memory; NVMe keeps only buffers
+// resident and puts 12 bytes per element in the file. Nothing else moves.
+TEST(Estimate, OffloadedStateIsInHostMemoryOrInTheFile) {
+  const nn::GptConfig c = unpadded();
+  const int64_t psi = nn::gpt2_config(c).num_params();
+  config::Recipe base = recipe_for(c, 2, 16, 1, 0, true, DType::kBF16);
+  const Estimate none = estimate(base, 2);
+  config::Recipe host = base;
+  host.device = config::DeviceName::kCuda;
+  host.zero.offload_optimizer.device = config::OffloadDevice::kHost;
+  config::Recipe nvme = base;
+  nvme.zero.offload_optimizer.device = config::OffloadDevice::kNvme;
+  nvme.zero.offload_optimizer.path = "/nonexistent";  // the counting device makes no file
+  nvme.zero.offload_optimizer.buffer_mib = 1;
+  const Estimate h = estimate(host, 2), n = estimate(nvme, 2);
+  for (int s = 1; s < 4; ++s) {
+    const StageEstimate &a = none.stages[size_t(s)], &b = h.stages[size_t(s)],
+                        &d = n.stages[size_t(s)];
+    EXPECT_EQ(b.model_states.master, 0) << s;
+    EXPECT_EQ(b.offload_host, b.model_states.optimizer) << s;
+    EXPECT_GE(b.offload_host, 12 * psi / 2) << s;  // fields padded to 2048 elements, 4 KiB slack
+    EXPECT_EQ(b.offload_nvme, 0) << s;
+    EXPECT_EQ(d.offload_host, 0) << s;
+    EXPECT_GE(d.offload_nvme, 12 * psi / 2 + 4096) << s;
+    EXPECT_LE(d.model_states.optimizer, int64_t(1) << 20) << s;
+    EXPECT_EQ(d.model_states.master, 0) << s;
+    for (const StageEstimate* x : {&b, &d}) {
+      EXPECT_EQ(x->model_states.params, a.model_states.params) << s;
+      EXPECT_EQ(x->model_states.grads, a.model_states.grads) << s;
+      EXPECT_EQ(x->activations, a.activations) << s;
+    }
+  }
+  EXPECT_EQ(none.stages[1].offload_host + none.stages[1].offload_nvme, 0);
+}
+
 // With padding the same formulas hold at P, and P - Ψ is the padding.
 TEST(Estimate, ModelStatesArePaddedFormulasWithPadding) {
   const nn::GptConfig c = padded();
