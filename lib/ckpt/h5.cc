@@ -189,6 +189,20 @@ std::optional<std::string> read_attr_str(hid_t obj, const char* name) {
 }
 
 namespace {
+// Elements [offset, offset + count) of 1-D dataset `ds`, read into or written from `buf`.
+bool transfer_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, void* buf, bool write) {
+  if (count == 0) return true;
+  H5Id fspace(H5Dget_space(ds));
+  hsize_t start = hsize_t(offset), n = hsize_t(count);
+  H5Id mspace(H5Screate_simple(1, &n, nullptr));
+  if (!fspace || !mspace ||
+      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr) < 0)
+    return fail();
+  const herr_t rc = write ? H5Dwrite(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf)
+                          : H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, buf);
+  return rc >= 0 || fail();
+}
+
 // Dataset creation properties for `dims`: chunks span whole trailing
 // dimensions and as many leading rows as fit, checksummed (Fletcher32).
 // `chunk_rows` receives the rows per chunk (0 for an empty dataset).
@@ -237,14 +251,7 @@ H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t 
 }
 
 bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const void* data) {
-  if (count == 0) return true;
-  H5Id fspace(H5Dget_space(ds));
-  hsize_t start = hsize_t(offset), n = hsize_t(count);
-  H5Id mspace(H5Screate_simple(1, &n, nullptr));
-  if (!fspace || !mspace ||
-      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr) < 0)
-    return fail();
-  return H5Dwrite(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data) >= 0 || fail();
+  return transfer_1d(ds, mem_type, offset, count, const_cast<void*>(data), true);
 }
 
 bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values) {
@@ -311,14 +318,7 @@ std::optional<std::vector<hsize_t>> dataset_dims(hid_t ds) {
 }
 
 bool read_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, void* out) {
-  if (count == 0) return true;
-  H5Id fspace(H5Dget_space(ds));
-  hsize_t start = hsize_t(offset), n = hsize_t(count);
-  H5Id mspace(H5Screate_simple(1, &n, nullptr));
-  if (!fspace || !mspace ||
-      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr) < 0)
-    return fail();
-  return H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, out) >= 0 || fail();
+  return transfer_1d(ds, mem_type, offset, count, out, false);
 }
 
 }  // namespace fd::ckpt::h5
