@@ -100,6 +100,18 @@ void copy_to_host(void* host_dst, const void* src, size_t bytes);
 void copy_device(void* dst, const void* src, size_t bytes);
 void memset_zero(void* dst, size_t bytes);
 
+// Page-locked ("pinned") host memory, which the GPU's copy engines read and
+// write by DMA, so copies to and from it run asynchronously and at full PCIe
+// bandwidth (ZeRO-Offload's transfer buffers). Throws Error with the size
+// and CUDA's message when the system cannot lock that much; host_free(nullptr)
+// is a no-op.
+void* host_alloc(size_t bytes);
+void host_free(void* p);
+// Copies `bytes` between any two of device and pinned host memory on `stream`
+// (opaque cudaStream_t; nullptr: the compute stream) without waiting: the
+// caller orders it with events (event_record / event_synchronize).
+void copy_async(void* dst, const void* src, size_t bytes, void* stream);
+
 // ----------------------------------------------------- elementwise & casts --
 
 // dst[i] = factor * src[i] converted to dst_dt, for i < n. Any float dtypes;

@@ -379,4 +379,36 @@ void memset_zero(void* dst, size_t bytes) {
   check_cuda(cudaMemsetAsync(dst, 0, bytes, stream()), "memset_zero");
 }
 
+// ------------------------------------------------------------ pinned host --
+
+void* host_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  ensure_device("host_alloc");
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("host_alloc: cannot pin " + std::to_string(bytes) +
+                " bytes of host memory: " + cudaGetErrorString(err));
+  }
+  return p;
+}
+
+void host_free(void* p) {
+  if (p == nullptr) return;
+  // Called from destructors: a failure is reported, never thrown.
+  const cudaError_t err = cudaFreeHost(p);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    std::fprintf(stderr, "fdtrain: cudaFreeHost failed: %s\n", cudaGetErrorString(err));
+  }
+}
+
+void copy_async(void* dst, const void* src, size_t bytes, void* s) {
+  if (bytes == 0) return;
+  require(dst != nullptr && src != nullptr, "copy_async", "null pointer");
+  ensure_device("copy_async");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(s)), "copy_async");
+}
+
 }  // namespace fd::kernels

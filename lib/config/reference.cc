@@ -173,15 +173,16 @@ const std::vector<KeyDoc>& key_reference() {
        "none keeps them with the run (in memory, or on the GPU); nvme keeps them in one file "
        "per rank under path and streams them through buffer_mib of buffers each step, so "
        "that resident memory for them is the buffers; host (GPU runs) keeps them in host "
-       "memory, AdamW runs on the CPU, gradients come down and parameters go up a chunk at a "
-       "time (on a GPU run nvme does the same through the file)"},
+       "memory and AdamW runs on the CPU, each segment's gradients coming down as backward "
+       "reduces them and its parameters going up as soon as they are updated, through pinned "
+       "buffers (on a GPU run nvme does the same with the state in the file)"},
       {"zero.offload_optimizer.path", "string", "\"\"", "an existing directory",
        "nvme: where each rank keeps its file (optimizer_rank_NNNNN.fdstate, removed when the run "
        "ends); a fast local disk"},
       {"zero.offload_optimizer.buffer_mib", "int", "64", "1 .. 1048576",
        "nvme: MiB of buffers per rank through which the state streams (three chunks: one "
-       "being read, one being updated, one being written); host: sets the chunk by which "
-       "gradients and parameters cross between the GPU and the host"},
+       "being read, one being updated, one being written); host: sets the pieces the CPU "
+       "update walks the state in (no buffers: the state is in memory)"},
       {"zero.offload_params.device", "string", "none", "none, nvme",
        "stage 3 with offload_optimizer nvme: each rank's parameter partition lives in the "
        "optimizer's file too (DeepSpeed's offload_param), rewritten by each step; a segment's "

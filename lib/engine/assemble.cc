@@ -75,6 +75,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   const config::OffloadOptions& oo = r.zero.offload_optimizer;
   z.offload.optimizer = oo.device != config::OffloadDevice::kNone;
   z.offload.host = oo.device == config::OffloadDevice::kHost;
+  z.offload.gpu = r.device == config::DeviceName::kCuda;
   z.offload.dir = oo.path;
   z.offload.buffer_bytes = int64_t(oo.buffer_mib) << 20;
   z.offload.params = r.zero.offload_params.device == config::OffloadDevice::kNvme;

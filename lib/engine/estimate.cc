@@ -104,6 +104,7 @@ struct RankRun {
   int64_t comm_bytes = 0;        // bytes sent in the step
   int64_t offload_nvme = 0;      // the optimizer state file (offload), bytes
   int64_t offload_host = 0;      // the optimizer state in host memory (host offload), bytes
+  int64_t offload_pinned = 0;    // a GPU run's pinned transfer buffers (offload), bytes
   int64_t padded_params = 0, frozen_padded_params = 0, num_params = 0;
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
@@ -246,6 +247,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   out.comm_bytes = comm.bytes_sent();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
+  out.offload_pinned = engine.offload_pinned_bytes();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
   // Peaks of each phase: the step, an evaluation batch, and the gather of the
@@ -329,6 +331,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.other = std::max(most.other, run.other);
       most.offload_nvme = std::max(most.offload_nvme, run.offload_nvme);
       most.offload_host = std::max(most.offload_host, run.offload_host);
+      most.offload_pinned = std::max(most.offload_pinned, run.offload_pinned);
     }
     StageEstimate& st = e.stages[size_t(s)];
     st.stage = s;
@@ -342,6 +345,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.other = most.other;
     st.offload_nvme = most.offload_nvme;
     st.offload_host = most.offload_host;
+    st.offload_pinned = most.offload_pinned;
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
     if (s != r.zero.stage) continue;
     e.num_params = most.num_params;
@@ -462,9 +466,14 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
   if (e.stages[0].offload_host > 0)
     a.push_back(
         "Offload (zero.offload_optimizer host, GPU runs): the fp32 master weights and Adam m, v "
-        "live in host memory ('of which in host memory', counted in 'optimizer' as summary.json "
-        "counts it); the GPU holds the parameters, and two one-chunk host staging buffers carry "
-        "gradients down and parameters up (not counted here: the counting device has no GPU).");
+        "live in host memory ('state in host memory', counted in 'optimizer' as summary.json "
+        "counts it) and AdamW runs on the CPU; the GPU holds the parameters and gradients.");
+  if (e.stages[0].offload_pinned > 0)
+    a.push_back(
+        "Offload on a GPU: two page-locked host buffers the size of the rank's shards ('pinned "
+        "transfer buffers', 2cP/N, in 'optimizer') receive each gradient shard as its "
+        "reduce-scatter completes, while backward goes on, and send each parameter shard back "
+        "as soon as the CPU has updated it.");
   if (e.stages[0].offload_nvme > 0)
     a.push_back(fmt::format(
         "Offload (zero.offload_optimizer nvme): the {} and Adam m, v live in one file per rank "
@@ -524,7 +533,9 @@ std::string format_estimate(const Estimate& e) {
   row(offload ? "optimizer (buffers)" : host ? "optimizer (master, m, v)" : "optimizer (Adam m+v)",
       [](const StageEstimate& s) { return human(s.model_states.optimizer); });
   if (host)
-    row("  of which in host memory", [](const StageEstimate& s) { return human(s.offload_host); });
+    row("  state in host memory", [](const StageEstimate& s) { return human(s.offload_host); });
+  if (e.stages[0].offload_pinned > 0)
+    row("  pinned transfer buffers", [](const StageEstimate& s) { return human(s.offload_pinned); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
   if (e.lora.enabled()) row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
@@ -656,6 +667,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"total", s.total()},
                       {"offload_nvme", s.offload_nvme},
                       {"offload_host", s.offload_host},
+                      {"offload_pinned", s.offload_pinned},
                       {"paper_formula", paper_formula(s.stage, e.compute_bytes)},
                       {"paper_bytes", s.paper_bytes},
                       {"comm_bytes_per_step", s.comm_bytes_per_step},

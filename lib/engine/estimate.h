@@ -82,6 +82,10 @@ struct StageEstimate {
   // zero.offload_optimizer host (GPU runs): of model_states.optimizer, the bytes
   // of state held in host memory (master weights and moments); 0 otherwise.
   int64_t offload_host = 0;
+  // An offloaded optimizer of a GPU run: of model_states.optimizer, the
+  // page-locked host buffers carrying the rank's gradient shards down and its
+  // parameter shards up (2cP/N); 0 otherwise.
+  int64_t offload_pinned = 0;
   int64_t comm_bytes_per_step = 0;  // bytes this rank sends in the step (ring model)
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.

@@ -273,7 +273,9 @@ void Trainer::setup(const TrainOptions& options) {
                                         : "");
   }
 
-  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), a.zero, fill);
+  zero::ZeroConfig zc = a.zero;
+  if (options_.offload_link != nullptr) zc.offload.link = options_.offload_link;
+  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), zc, fill);
   if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
   schedule_ = a.schedule;
 
@@ -647,6 +649,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
        {{"optimizer", std::string(config::to_string(recipe_.zero.offload_optimizer.device))},
         {"optimizer_file_bytes", zero_->offload_file_bytes()},
         {"optimizer_host_bytes", zero_->offload_host_bytes()},
+        {"optimizer_pinned_bytes", zero_->offload_pinned_bytes()},
         {"optimizer_buffer_bytes",
          zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : 0},
         {"params", std::string(config::to_string(recipe_.zero.offload_params.device))},

@@ -46,6 +46,7 @@
 #include "lib/engine/report.h"
 #include "lib/engine/step.h"
 #include "lib/optim/schedule.h"
+#include "lib/tensor/host_link.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::data {
@@ -82,6 +83,10 @@ struct TrainOptions {
   std::string resume;                  // "": fresh; "auto": RUN's newest checkpoint; or a path
   std::string working_dir;             // relative recipe paths are read from here (run.json)
   bool profile = false;  // per-phase wall-time breakdown (log + summary.json "profile")
+  // Tests: an offloaded optimizer of a CPU run reaches its shards through
+  // this link (make_thread_link), as a GPU run's does through the GPU's, so
+  // the ordering of the GPU's host tier is exercised without a GPU.
+  std::shared_ptr<HostLink> offload_link;
 };
 
 class Trainer {

@@ -88,18 +88,31 @@ AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
   }
   stream_ = std::make_unique<StateStream>(lengths, types, fetch, offload->stream,
                                           device.is_meta() ? device : Device::cpu());
-  // A GPU run's gradients come down and its parameters go back up a chunk at
-  // a time, through host staging buffers of one chunk.
-  if (device.is_cuda()) {
-    FD_CHECK(!params_in_file_, "GPU parameters cannot live in the optimizer's file");
-    const int64_t n = stream_->chunk_elements();
-    grad_stage_ = Tensor::empty(Shape{n}, state_[0].shard.grads.dtype(), MemCategory::kOptimizer,
-                                Device::cpu());
-    for (const ShardState& s : state_)
-      if (s.shard.compute_params.defined() && s.shard.compute_params.is_cuda() &&
-          !compute_stage_.defined())
-        compute_stage_ = Tensor::empty(Shape{n}, s.shard.compute_params.dtype(),
-                                       MemCategory::kOptimizer, Device::cpu());
+  // Device shards: gradients come down and parameters go up through the link.
+  link_ = offload->link;
+  FD_CHECK(link_ != nullptr || !device.is_cuda(),
+           "GPU shards need a host link to an offloaded optimizer (AdamWOffload::link)");
+  if (link_ != nullptr) {
+    FD_CHECK(!params_in_file_, "device parameters cannot live in the optimizer's file");
+    FD_CHECK(link_->slots() >= 2 * int(state_.size()), "a host link of {} slots for {} shards",
+             link_->slots(), state_.size());
+    int64_t total = 0;
+    for (const ShardState& s : state_) {
+      FD_CHECK(s.shard.compute_params.defined(),
+               "a device shard's parameters must be given as its compute copy");
+      offsets_.push_back(total);
+      total += s.shard.count;
+    }
+    host_grads_ = link_->host_buffer(total, state_[0].shard.grads.dtype(), MemCategory::kOptimizer);
+    host_params_ = link_->host_buffer(total, state_[0].shard.compute_params.dtype(),
+                                      MemCategory::kOptimizer);
+    staged_.assign(state_.size(), false);
+    // Uploads write whole shards, alignment padding included, which no update
+    // touches: it starts as the device's.
+    if (!device.is_meta())
+      for (size_t i = 0; i < state_.size(); ++i)
+        host_params_.flat_slice(offsets_[i], state_[i].shard.count)
+            .copy_from(state_[i].shard.compute_params);
   }
   // The file starts as the resident optimizer does: master = the parameters, m = v = 0.
   for (size_t i = 0; i < state_.size(); ++i) {
@@ -117,7 +130,14 @@ AdamW::AdamW(std::vector<AdamWShard> shards, const AdamWOptions& options,
   stream_->commit(0);
 }
 
-AdamW::~AdamW() = default;
+AdamW::~AdamW() {
+  if (link_ == nullptr) return;
+  // Copies in flight read or write the host buffers freed with this object.
+  try {
+    for (int i = 0; i < 2 * int(state_.size()); ++i) link_->wait(i);
+  } catch (const std::exception&) {  // a failed device: nothing left to protect
+  }
+}
 
 namespace {
 std::vector<AdamWShard> whole_groups(const std::vector<const nn::FlatParamGroup*>& groups) {
@@ -131,19 +151,14 @@ std::vector<AdamWShard> whole_groups(const std::vector<const nn::FlatParamGroup*
 AdamW::AdamW(const std::vector<const nn::FlatParamGroup*>& groups, const AdamWOptions& options)
     : AdamW(whole_groups(groups), options) {}
 
-void AdamW::update(const ShardState& s, int64_t begin, int64_t count, const Tensor& master,
-                   const Tensor& m, const Tensor& v, const Tensor& compute, float lr,
-                   float grad_scale) const {
-  // Device gradients are read through the host staging buffer, and a device
-  // compute copy is written through one (offloaded GPU runs).
-  Tensor grads = s.shard.grads.flat_slice(begin, count);
-  if (stream_ && grads.is_cuda()) {
-    const Tensor host = grad_stage_.flat_slice(0, count);
-    host.copy_from(grads);
-    grads = host;
-  }
-  const bool stage_out = stream_ && compute.defined() && compute.is_cuda();
-  const Tensor out = stage_out ? compute_stage_.flat_slice(0, count) : compute;
+void AdamW::update(size_t i, int64_t begin, int64_t count, const Tensor& master, const Tensor& m,
+                   const Tensor& v, const Tensor& compute, float lr, float grad_scale) const {
+  // Device shards: the gradients as downloaded, the parameters into the
+  // upload buffer.
+  const ShardState& s = state_[i];
+  const Tensor grads = link_ ? host_grads_.flat_slice(offsets_[i] + begin, count)
+                             : s.shard.grads.flat_slice(begin, count);
+  const Tensor out = link_ ? host_params_.flat_slice(offsets_[i] + begin, count) : compute;
   for (const Run& r : s.runs) {
     const int64_t lo = std::max(r.offset, begin), hi = std::min(r.offset + r.count, begin + count);
     if (lo >= hi) continue;
@@ -151,7 +166,30 @@ void AdamW::update(const ShardState& s, int64_t begin, int64_t count, const Tens
                       r.decay ? options_.weight_decay : 0.0f, step_};
     ops::adamw_update(master, grads, grad_scale, m, v, out, lo - begin, hi - lo, hp);
   }
-  if (stage_out) compute.copy_from(out);
+}
+
+void AdamW::stage_grads(size_t i) {
+  FD_CHECK(link_ != nullptr && i < state_.size(), "stage_grads({}) without device shards", i);
+  const AdamWShard& sh = state_[i].shard;
+  if (sh.count > 0) link_->copy(slot_grads(i), host_grads_.flat_slice(offsets_[i], sh.count), sh.grads);
+  staged_[i] = true;
+}
+
+void AdamW::forget_staged() {
+  if (link_ == nullptr) return;
+  for (size_t i = 0; i < state_.size(); ++i) link_->wait(slot_grads(i));
+  staged_.assign(state_.size(), false);
+}
+
+void AdamW::params_ready(size_t i) {
+  if (link_ != nullptr) link_->order(slot_params(i));
+}
+
+int64_t AdamW::link_bytes() const {
+  int64_t b = 0;
+  for (const Tensor* t : {&host_grads_, &host_params_})
+    if (t->defined()) b += int64_t(t->storage()->bytes());
+  return b;
 }
 
 Tensor AdamW::master_of(const ShardState& s, const StateStream::Chunk& c, const Tensor* f) const {
@@ -164,12 +202,32 @@ Tensor AdamW::compute_of(const ShardState& s, const StateStream::Chunk& c, const
   return Tensor();
 }
 
-void AdamW::step(float lr, float grad_scale) {
+void AdamW::step(float lr, float grad_scale, const ShardDone& on_shard_done) {
+  if (link_ != nullptr)
+    for (size_t i = 0; i < state_.size(); ++i)
+      if (!staged_[i]) stage_grads(i);
+  // Device shards: a shard's gradients must be down, and its previous upload
+  // out of the parameter buffer, before its first chunk; its upload starts
+  // after its last.
+  auto begin_shard = [&](size_t i) {
+    if (link_ == nullptr) return;
+    link_->wait(slot_grads(i));
+    link_->wait(slot_params(i));
+  };
+  auto end_shard = [&](size_t i) {
+    const AdamWShard& sh = state_[i].shard;
+    if (link_ != nullptr)
+      link_->copy(slot_params(i), sh.compute_params, host_params_.flat_slice(offsets_[i], sh.count));
+    if (on_shard_done) on_shard_done(i);
+  };
   if (stream_ == nullptr) {
     ++step_;
-    for (const ShardState& s : state_)
-      update(s, 0, s.shard.count, s.shard.params, s.m, s.v, s.shard.compute_params, lr,
-             grad_scale);
+    for (size_t i = 0; i < state_.size(); ++i) {
+      const ShardState& s = state_[i];
+      if (s.shard.count == 0) continue;
+      update(i, 0, s.shard.count, s.shard.params, s.m, s.v, s.shard.compute_params, lr, grad_scale);
+      end_shard(i);
+    }
     return;
   }
   try {
@@ -178,10 +236,13 @@ void AdamW::step(float lr, float grad_scale) {
     stream_->stream(0, stream_->num_chunks(), StateStream::Io::kReadWrite,
                     [&](const StateStream::Chunk& c, const Tensor* f) {
                       const ShardState& s = state_[c.shard];
-                      update(s, c.begin, c.count, master_of(s, c, f), f[m_field_], f[v_field_],
-                             compute_of(s, c, f), lr, grad_scale);
+                      if (c.begin == 0) begin_shard(c.shard);
+                      update(c.shard, c.begin, c.count, master_of(s, c, f), f[m_field_],
+                             f[v_field_], compute_of(s, c, f), lr, grad_scale);
+                      if (c.begin + c.count == s.shard.count) end_shard(c.shard);
                     });
     stream_->commit(step_);
+    if (link_ != nullptr) staged_.assign(state_.size(), false);
   } catch (const Error& e) {
     // Half the state may be updated: this run cannot go on, its checkpoints can.
     const std::string what = e.what();
@@ -224,28 +285,31 @@ void AdamW::visit_state(size_t i, int64_t begin, int64_t count, const StateFn& f
 
 void AdamW::fill_state(size_t i, const StateFn& fn) {
   const ShardState& s = state_[i];
+  if (link_ != nullptr) link_->wait(slot_params(i));  // an upload in flight would overwrite
   if (stream_ == nullptr) {
     fn(0, s.shard.params, s.m, s.v, Tensor());
     if (s.shard.compute_params.defined())
       s.shard.compute_params.copy_from(s.shard.params);  // round to the compute dtype
     return;
   }
+  // Device shards: the compute copy goes through the upload buffer, as in step().
   stream_->stream(stream_->first_chunk(i), stream_->end_chunk(i), StateStream::Io::kWrite,
                   [&](const StateStream::Chunk& c, const Tensor* f) {
                     const Tensor master = master_of(s, c, f);
                     fn(c.begin, master, f[m_field_], f[v_field_], Tensor());
-                    const Tensor compute = compute_of(s, c, f);
+                    const Tensor compute = link_ ? host_params_.flat_slice(offsets_[i] + c.begin, c.count)
+                                                 : compute_of(s, c, f);
                     if (compute.defined() && master_field_ >= 0) compute.copy_from(master);
                   });
+  if (link_ != nullptr) {
+    link_->copy(slot_params(i), s.shard.compute_params,
+                host_params_.flat_slice(offsets_[i], s.shard.count));
+    link_->wait(slot_params(i));
+  }
 }
 
 int64_t AdamW::state_bytes() const {
-  if (stream_) {
-    int64_t b = stream_->buffer_bytes() + stream_->host_bytes();
-    for (const Tensor* t : {&grad_stage_, &compute_stage_})
-      if (t->defined()) b += int64_t(t->storage()->bytes());
-    return b;
-  }
+  if (stream_) return stream_->buffer_bytes() + stream_->host_bytes() + link_bytes();
   int64_t b = 0;
   for (const ShardState& s : state_) b += int64_t(s.m.nbytes() + s.v.nbytes());
   return b;

@@ -13,6 +13,18 @@
 // one fused pass per chunk reads master, m and v, updates them with the same
 // arithmetic, writes them back and rewrites the 16-bit parameters. The update
 // is elementwise, so the results are bitwise those of the resident optimizer.
+//
+// Device shards (ZeRO-Offload's host tier on a GPU; the NVMe tier on a GPU
+// too): the state stays on the host and the device is reached through a
+// HostLink (lib/tensor/host_link.h) with two host buffers the size of the
+// rank's shards: gradients, and parameters in the compute dtype. The caller
+// starts each shard's gradient download as soon as it is final
+// (stage_grads, while backward goes on); step() waits for a shard's download
+// before its first chunk, updates it on the CPU into the parameter buffer and
+// starts its upload when its last chunk is done, so the upload of shard i
+// overlaps the update of shard i+1; on_shard_done(i) then lets the caller
+// launch what needs shard i (an all-gather), after params_ready(i), which
+// orders later device work after the upload without blocking the CPU.
 #pragma once
 
 #include <functional>
@@ -22,6 +34,7 @@
 
 #include "lib/nn/parameter.h"
 #include "lib/optim/state_stream.h"
+#include "lib/tensor/host_link.h"
 
 namespace fd::optim {
 
@@ -56,6 +69,10 @@ struct AdamWOffload {
   // at construction (the initial values) and not kept; fetch_params() reads
   // a shard's parameters back.
   bool params_in_file = false;
+  // The shards' device, seen from the host (slots: twice the shards). Needed
+  // for GPU shards; with CPU shards it emulates one (tests); on the counting
+  // device it only accounts the buffers. Null: the shards are host memory.
+  std::shared_ptr<HostLink> link;
 };
 
 class AdamW {
@@ -71,7 +88,19 @@ class AdamW {
 
   // One update of every shard at learning rate `lr` from its gradients times
   // grad_scale (clipping and loss-scale removal folded into the fp32 read).
-  void step(float lr, float grad_scale = 1.0f);
+  // on_shard_done(i), when given, is called as soon as shard i is updated
+  // (in shard order; shards without elements are skipped).
+  using ShardDone = std::function<void(size_t shard)>;
+  void step(float lr, float grad_scale = 1.0f, const ShardDone& on_shard_done = {});
+  // Device shards (AdamWOffload::link): starts copying shard i's gradients
+  // (final now) down to the host; step() starts the copies not started.
+  void stage_grads(size_t i);
+  // Waits for the downloads started and forgets them (a skipped step).
+  void forget_staged();
+  // Device shards: device work queued from now on (a gather, a forward) sees
+  // shard i's parameters as step() updated them. No-op otherwise.
+  void params_ready(size_t i);
+  bool device_shards() const { return link_ != nullptr; }
   int64_t steps_taken() const { return step_; }
   // Restores the step counter (bias correction) when resuming from a checkpoint.
   void set_steps_taken(int64_t steps);
@@ -98,6 +127,9 @@ class AdamW {
   }
   // Offloaded to host memory: its bytes (0 otherwise).
   int64_t host_bytes() const { return stream_ ? stream_->host_bytes() : 0; }
+  // Device shards: the link's host buffers (gradients and parameters of the
+  // rank's shards; page-locked on a GPU), 0 otherwise.
+  int64_t link_bytes() const;
 
   // The state of shard i, a piece at a time, resident or offloaded alike:
   // visit_state calls fn(offset, master, m, v, compute) for consecutive
@@ -124,11 +156,10 @@ class AdamW {
     Tensor m, v;  // resident only
     std::vector<Run> runs;
   };
-  // One fused update of elements [begin, begin + count) of shard s (master
+  // One fused update of elements [begin, begin + count) of shard i (master
   // weights, moments and the 16-bit copy if any: `count` elements starting there).
-  void update(const ShardState& s, int64_t begin, int64_t count, const Tensor& master,
-              const Tensor& m, const Tensor& v, const Tensor& compute, float lr,
-              float grad_scale) const;
+  void update(size_t i, int64_t begin, int64_t count, const Tensor& master, const Tensor& m,
+              const Tensor& v, const Tensor& compute, float lr, float grad_scale) const;
   // Offloaded: the master weights of chunk or piece views (a field, or the
   // resident fp32 parameters), and the 16-bit copy to write (a field, the
   // resident copy, or none).
@@ -142,7 +173,14 @@ class AdamW {
   // Offloaded: the fields of the file (-1: not there).
   int master_field_ = -1, m_field_ = 0, v_field_ = 1, compute_field_ = -1;
   bool params_in_file_ = false;
-  Tensor grad_stage_, compute_stage_;  // GPU runs: one chunk of host staging each
+  // Device shards: the link, its host buffers (shard i at offsets_[i]) and
+  // which shards' downloads are started.
+  Tensor host_grads_, host_params_;
+  std::vector<int64_t> offsets_;
+  std::vector<bool> staged_;
+  std::shared_ptr<HostLink> link_;
+  int slot_grads(size_t i) const { return int(i); }
+  int slot_params(size_t i) const { return int(state_.size() + i); }
 };
 
 }  // namespace fd::optim

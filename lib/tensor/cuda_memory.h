@@ -11,8 +11,11 @@
 #include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
 
+#include <memory>
+
 namespace fd {
 class Tensor;
+class HostLink;
 }
 
 namespace fd::cuda_memory {
@@ -24,6 +27,12 @@ void check_device(Device device);
 // fd::Error naming the category and what to lower.
 void* allocate(size_t bytes, MemCategory category);
 void deallocate(void* p, size_t bytes);
+// `bytes` of page-locked host memory (Storage::Pinned); failing to lock it is
+// an fd::Error naming the category.
+void* allocate_pinned(size_t bytes, MemCategory category);
+void free_pinned(void* p);
+// The GPU's HostLink (lib/tensor/host_link.h): a transfer stream, an event per slot.
+std::unique_ptr<HostLink> make_link(int slots);
 
 // Tensor::zero_, fill_ and copy_from where a GPU tensor is involved (copy:
 // either side on the GPU, the other on the CPU or the GPU).

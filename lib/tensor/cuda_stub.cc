@@ -4,6 +4,7 @@
 #include "lib/base/error.h"
 #include "lib/tensor/cuda_memory.h"
 #include "lib/tensor/device.h"
+#include "lib/tensor/host_link.h"
 
 namespace fd {
 
@@ -41,6 +42,9 @@ void* allocate(size_t, MemCategory) { no_cuda("an allocation"); }
 // Reached only from ~Storage of a GPU allocation, which allocate() never
 // made here: nothing to free, and a destructor must not throw.
 void deallocate(void*, size_t) {}
+void* allocate_pinned(size_t, MemCategory) { no_cuda("page-locked host memory for copies"); }
+void free_pinned(void*) {}
+std::unique_ptr<HostLink> make_link(int) { no_cuda("a host link"); }
 void zero(const Tensor&) { no_cuda("zeroing a tensor"); }
 void fill(const Tensor&, float) { no_cuda("filling a tensor"); }
 void copy(const Tensor&, const Tensor&) { no_cuda("a copy"); }

@@ -82,6 +82,11 @@ Storage::Storage(size_t bytes, MemCategory category, Device device, Released)
   if (device.is_cuda()) cuda_memory::check_device(device);
 }
 
+Storage::Storage(size_t bytes, MemCategory category, Pinned)
+    : pinned_(true), bytes_(bytes), category_(category), device_(Device::cpu()) {
+  acquire();
+}
+
 Storage::~Storage() { release(); }
 
 void* Storage::data() const {
@@ -97,7 +102,11 @@ void Storage::release() {
   if (!resident_) return;
   switch (device_.type) {
     case DeviceType::kCPU:
-      cpu_allocator::deallocate(data_, bytes_);
+      if (pinned_) {
+        cuda_memory::free_pinned(data_);
+      } else {
+        cpu_allocator::deallocate(data_, bytes_);
+      }
       break;
     case DeviceType::kCUDA:
       cuda_memory::deallocate(data_, bytes_);
@@ -114,7 +123,8 @@ void Storage::acquire() {
   if (resident_ || bytes_ == 0) return;
   switch (device_.type) {
     case DeviceType::kCPU:
-      data_ = cpu_allocator::allocate(bytes_);
+      data_ = pinned_ ? cuda_memory::allocate_pinned(bytes_, category_)
+                      : cpu_allocator::allocate(bytes_);
       break;
     case DeviceType::kCUDA:
       data_ = cuda_memory::allocate(bytes_, category_);

@@ -31,6 +31,11 @@ class Storage {
   // gathered into).
   struct Released {};
   Storage(size_t bytes, MemCategory category, Device device, Released);
+  // Page-locked host memory (a CPU Storage the GPU copies to and from
+  // asynchronously; CUDA builds with a device initialised, an fd::Error
+  // otherwise): ZeRO-Offload's transfer buffers (lib/tensor/host_link.h).
+  struct Pinned {};
+  Storage(size_t bytes, MemCategory category, Pinned);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -40,6 +45,7 @@ class Storage {
   bool resident() const { return resident_ || bytes_ == 0; }
   MemCategory category() const { return category_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
   // Frees the bytes (no-op if already released).
   void release();
@@ -49,6 +55,7 @@ class Storage {
  private:
   void* data_ = nullptr;  // null on meta
   bool resident_ = false;
+  bool pinned_ = false;
   size_t bytes_;
   MemCategory category_;
   Device device_;

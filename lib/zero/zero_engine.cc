@@ -152,7 +152,8 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     // Offloaded, the master weights live with the moments (16-bit runs, and
     // GPU runs, whose fp32 parameters are on the device), written back to
     // `compute` after each update.
-    const bool master_offloaded = c.offload.optimizer && (mixed || compute.is_cuda());
+    const bool master_offloaded =
+        c.offload.optimizer && (mixed || compute.is_cuda() || c.offload.link != nullptr);
     optim::AdamWShard sh{g,
                          c.stage == 0 ? 0 : begin,
                          c.stage == 0 ? g->numel() : s.shard,
@@ -172,6 +173,10 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     o.stream.path_setting = c.offload.dir_setting;
     o.stream.buffer_bytes = c.offload.buffer_bytes;
     o.params_in_file = c.offload.params;
+    o.link = c.offload.link;
+    const Device device = segments_.empty() ? Device::cpu() : segments_[0].grad_shard.device();
+    if (o.link == nullptr && (device.is_cuda() || (device.is_meta() && c.offload.gpu)))
+      o.link = make_host_link(device, 2 * int(segments_.size()));
     optimizer_ = std::make_unique<optim::AdamW>(std::move(shards), c.adamw, o);
     // The partitions are in the file now: drop the copies setup filled.
     if (params_offloaded_)
@@ -230,6 +235,7 @@ void ZeroEngine::pin_params(int g) {
     // started when the previous segment was gathered), then read the next
     // segment in the direction of travel (forward: up, backward: down) ahead.
     const Tensor shard = params_offloaded_ ? optimizer_->fetch_params(size_t(g)) : s.param_shard;
+    optimizer_->params_ready(size_t(g));  // host offload: after the shard's upload
     comm_.all_gather(shard.comm_data(), full.comm_data(), s.shard, dtype_);
   }
   const int next = g + (g >= last_pinned_ ? 1 : -1);
@@ -335,6 +341,15 @@ void ZeroEngine::complete(Pending& p) {
     }
   }
   if (config_.stage >= 2) s.group->flat_grads().storage()->release();
+  // Host offload: the shard is final after the last micro-batch; its download
+  // runs while backward goes on (stage 0 updates the full gradients, final
+  // only after step()'s all-gather).
+  if (config_.stage >= 1 && micro_ == config_.accumulation - 1 && optimizer_->device_shards())
+    optimizer_->stage_grads(size_t(p.segment));
+}
+
+void ZeroEngine::settle_params() const {
+  for (size_t i = 0; i < segments_.size(); ++i) optimizer_->params_ready(i);
 }
 
 void ZeroEngine::drain() {
@@ -370,6 +385,7 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
   r.grad_norm = scaled_norm / loss_scale;
   if (!std::isfinite(scaled_norm)) {
     r.skipped = true;
+    optimizer_->forget_staged();
     return r;
   }
   // One factor removes the loss scale and clips (DeepSpeed's formula with a
@@ -398,21 +414,31 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
     }
     for (auto& w : works) w->wait();
   }
-  optimizer_->step(lr, factor);
+  // Stages 1-2: each segment's parameter all-gather starts as soon as its
+  // shard is updated (and, offloaded to the host, uploaded), overlapping the
+  // update of the next.
+  std::vector<dist::WorkPtr> works;
+  optim::AdamW::ShardDone gather;
   if (config_.stage == 1 || config_.stage == 2) {
-    std::vector<dist::WorkPtr> works;
-    for (const Segment& s : segments_) {
-      if (s.shard == 0) continue;
+    gather = [&](size_t i) {
+      const Segment& s = segments_[i];
+      if (s.shard == 0) return;
+      optimizer_->params_ready(i);
       const Tensor& full = s.group->flat_params();
       works.push_back(comm_.all_gather_async(full.flat_slice(begin_of(s), s.shard).comm_data(),
                                              full.comm_data(), s.shard, dtype_));
-    }
-    for (auto& w : works) w->wait();
+    };
   }
+  optimizer_->step(lr, factor, gather);
+  for (auto& w : works) w->wait();
+  // Stage 0's next forward reads the updated parameters directly; stage 3
+  // orders each segment's gather after its upload (pin_params).
+  if (config_.stage == 0) settle_params();
   return r;
 }
 
 std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
+  settle_params();  // the saved parameters are read on the device
   std::vector<SegmentState> out;
   for (size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];

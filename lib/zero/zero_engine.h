@@ -68,6 +68,12 @@ struct OffloadConfig {
   // lives in the optimizer's file too; a segment's partition is read for its
   // all-gather (the next one read ahead) through two staging buffers.
   bool params = false;
+  // The device as the host sees it (optim::AdamWOffload::link). Null: a
+  // GPU's (CUDA builds), or, on the counting device for a GPU run (`gpu`),
+  // one that accounts its pinned buffers; CPU tensors need none. Tests give
+  // CPU runs a thread link to exercise the GPU's ordering here.
+  std::shared_ptr<HostLink> link;
+  bool gpu = false;  // the run is a GPU run (what the counting device stands for)
   std::string dir;                  // an existing directory
   std::string dir_setting = "zero.offload_optimizer.path";  // named in messages
   int64_t buffer_bytes = int64_t(64) << 20;
@@ -197,6 +203,9 @@ class ZeroEngine : public nn::SegmentRunner {
   int64_t offload_file_bytes() const { return optimizer_->file_bytes(); }
   // Host offload (GPU runs): the optimizer state's bytes in host memory.
   int64_t offload_host_bytes() const { return optimizer_->host_bytes(); }
+  // Offloaded state of a GPU run: the page-locked host buffers that carry the
+  // rank's gradient shards down and its parameter shards up.
+  int64_t offload_pinned_bytes() const { return optimizer_->link_bytes(); }
   // Offloaded parameters of a LoRA run: the frozen base's file and its resident
   // buffers (0 otherwise).
   int64_t frozen_file_bytes() const { return frozen_ ? frozen_->file_bytes() : 0; }
@@ -238,6 +247,8 @@ class ZeroEngine : public nn::SegmentRunner {
   void complete(Pending& p);
   void drain();
   int64_t begin_of(const Segment& s) const { return int64_t(comm_.rank()) * s.shard; }
+  // Device work from now on sees every shard as the last step left it (host offload).
+  void settle_params() const;
 
   dist::Communicator& comm_;
   ZeroConfig config_;

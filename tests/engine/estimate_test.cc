@@ -105,7 +105,8 @@ TEST(Estimate, ModelStatesAreThePaperFormulasWithoutPadding) {
 
 // Offloaded optimizer state: host memory (GPU runs) keeps master, m and v
 // (12 bytes per element of the rank's shard, in bf16, plus 4 KiB of alignment)
-// in the optimizer category, all of it in host memory; NVMe keeps only buffers
+// in the optimizer category, all of it in host memory, with pinned buffers for
+// the shard's gradients and parameters (2 + 2 bytes); NVMe keeps only buffers
 // resident and puts 12 bytes per element in the file. Nothing else moves.
 TEST(Estimate, OffloadedStateIsInHostMemoryOrInTheFile) {
   const nn::GptConfig c = unpadded();
@@ -119,15 +120,24 @@ TEST(Estimate, OffloadedStateIsInHostMemoryOrInTheFile) {
   nvme.zero.offload_optimizer.device = config::OffloadDevice::kNvme;
   nvme.zero.offload_optimizer.path = "/nonexistent";  // the counting device makes no file
   nvme.zero.offload_optimizer.buffer_mib = 1;
-  const Estimate h = estimate(host, 2), n = estimate(nvme, 2);
+  config::Recipe nvme_gpu = nvme;
+  nvme_gpu.device = config::DeviceName::kCuda;
+  const Estimate h = estimate(host, 2), n = estimate(nvme, 2), ng = estimate(nvme_gpu, 2);
   for (int s = 1; s < 4; ++s) {
     const StageEstimate &a = none.stages[size_t(s)], &b = h.stages[size_t(s)],
                         &d = n.stages[size_t(s)];
     EXPECT_EQ(b.model_states.master, 0) << s;
-    EXPECT_EQ(b.offload_host, b.model_states.optimizer) << s;
+    // The GPU's transfer buffers: gradients and parameters of the shard, bf16.
+    const int64_t shard = a.model_states.master / 4;  // the in-memory run's fp32 master: P/N
+    EXPECT_EQ(b.offload_pinned, 2 * 2 * shard) << s;
+    EXPECT_EQ(b.offload_host + b.offload_pinned, b.model_states.optimizer) << s;
     EXPECT_GE(b.offload_host, 12 * psi / 2) << s;  // fields padded to 2048 elements, 4 KiB slack
     EXPECT_EQ(b.offload_nvme, 0) << s;
     EXPECT_EQ(d.offload_host, 0) << s;
+    EXPECT_EQ(d.offload_pinned, 0) << s;  // a CPU run's tensors are host memory already
+    const StageEstimate& dg = ng.stages[size_t(s)];
+    EXPECT_EQ(dg.offload_pinned, 2 * 2 * shard) << s;  // the GPU's, NVMe or not
+    EXPECT_EQ(dg.model_states.optimizer, d.model_states.optimizer + dg.offload_pinned) << s;
     EXPECT_GE(d.offload_nvme, 12 * psi / 2 + 4096) << s;
     EXPECT_LE(d.model_states.optimizer, int64_t(1) << 20) << s;
     EXPECT_EQ(d.model_states.master, 0) << s;

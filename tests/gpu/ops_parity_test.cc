@@ -33,6 +33,7 @@
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
 #include "lib/tensor/device.h"
+#include "lib/tensor/host_link.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd {
@@ -432,11 +433,17 @@ TEST(GpuParityState, HostOffloadedAdamWIsTheGpusBitwise) {
     optim::AdamW gpu({{&a, 0, n, master, g, mixed ? pa : Tensor()}}, o);
     optim::AdamWOffload off;
     off.stream.buffer_bytes = 3 * (12 * 2048 + 4096);  // host memory: path empty
+    off.link = make_host_link(Device::cuda(0), 2);       // pinned buffers, a transfer stream
     optim::AdamW host({{&b, 0, n, Tensor(), g, pb}}, o, off);
     EXPECT_GT(host.host_bytes(), 0);
+    EXPECT_EQ(host.link_bytes(), n * int64_t(dtype_size(dtype)) * 2);
     for (int step = 0; step < 3; ++step) {
       gpu.step(1e-2f, 0.5f);
-      host.step(1e-2f, 0.5f);
+      if (step % 2 == 1) host.stage_grads(0);  // the download started early, as ZeRO does
+      int done = 0;
+      host.step(1e-2f, 0.5f, [&](size_t) { ++done; });
+      EXPECT_EQ(done, 1);
+      host.params_ready(0);  // the read below runs after the upload
     }
     const bool same = pa.to_vector() == pb.to_vector();
     std::printf("PARITY op=adamw_host_offload dtype=%s same=%d (bound: identical)\n",

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -19,6 +20,7 @@
 #include "lib/base/async_file.h"
 #include "lib/base/error.h"
 #include "lib/optim/adamw.h"
+#include "lib/tensor/host_link.h"
 #include "lib/tensor/memory.h"
 
 namespace fd::optim {
@@ -294,6 +296,92 @@ TEST_P(OffloadTest, ParametersInTheFileAreTheInMemoryOnes) {
   EXPECT_NE(e.find("other bytes"), std::string::npos) << e;
 }
 
+// Shards on a device reached through a host link (ZeRO-Offload on a GPU):
+// master weights offloaded, the parameters given as the compute copy.
+std::vector<AdamWShard> device_shards(const Model& m) {
+  std::vector<AdamWShard> out;
+  for (const FlatParamGroup* g : m.groups())
+    out.push_back({g, 0, g->numel(), Tensor(), g->flat_grads(), g->flat_params()});
+  return out;
+}
+
+// The GPU's host tier, its ordering on this machine: CPU tensors stand in for
+// the device and a worker thread, 1 ms late each time, for its transfer
+// stream. Host memory and file alike give the resident optimizer's bits when
+// the gradients are downloaded early (shard 0, as ZeRO does when a
+// reduce-scatter completes) or by step(), and on_shard_done reports each
+// shard once, in order.
+TEST_P(OffloadTest, DeviceShardsThroughALinkAreBitwise) {
+  const DType dtype = GetParam();
+  for (bool in_file : {false, true}) {
+    Model mem(dtype), off(dtype);
+    std::mt19937 rng(11);
+    for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}}) {
+      fill(x->flat_params(), rng, 0.5f);
+      y->flat_params().copy_from(x->flat_params());
+    }
+    std::vector<Tensor> masters;
+    AdamW resident(shards(mem, &masters, false), options());
+    AdamWOffload o = offload(kSmallBuffers);
+    if (!in_file) o.stream.path.clear();
+    o.link = make_thread_link(4, std::chrono::milliseconds(1));
+    AdamW linked(device_shards(off), options(), o);
+    EXPECT_TRUE(linked.device_shards());
+    const int64_t elements = off.a.numel() + off.b.numel();
+    EXPECT_EQ(linked.link_bytes(), 2 * elements * int64_t(dtype_size(dtype)));
+    for (int step = 1; step <= 3; ++step) {
+      for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}}) {
+        fill(x->flat_grads(), rng, 0.01f);
+        y->flat_grads().copy_from(x->flat_grads());
+      }
+      if (step != 2) linked.stage_grads(0);
+      resident.step(1e-2f, 0.7f);
+      std::vector<size_t> done;
+      linked.step(1e-2f, 0.7f, [&](size_t i) { done.push_back(i); });
+      EXPECT_EQ(done, (std::vector<size_t>{0, 1}));
+      // The device's gradients may change at once: what was downloaded counts.
+      for (const FlatParamGroup* g : off.groups()) g->flat_grads().zero_();
+      for (size_t i : {size_t(0), size_t(1)}) linked.params_ready(i);
+      for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}})
+        ASSERT_EQ(0, std::memcmp(x->flat_params().raw(), y->flat_params().raw(),
+                                 x->flat_params().nbytes()))
+            << (in_file ? "file" : "host memory") << ", step " << step;
+    }
+  }
+}
+
+// A skipped step (non-finite gradients) forgets its downloads: the next step
+// downloads the gradients it is given.
+TEST_P(OffloadTest, ForgottenDownloadsAreDownloadedAgain) {
+  const DType dtype = GetParam();
+  Model mem(dtype), off(dtype);
+  std::mt19937 rng(12);
+  for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}}) {
+    fill(x->flat_params(), rng, 0.5f);
+    y->flat_params().copy_from(x->flat_params());
+  }
+  std::vector<Tensor> masters;
+  AdamW resident(shards(mem, &masters, false), options());
+  AdamWOffload o = offload(kSmallBuffers);
+  o.stream.path.clear();
+  o.link = make_thread_link(4, std::chrono::microseconds(200));
+  AdamW linked(device_shards(off), options(), o);
+  for (const FlatParamGroup* g : off.groups()) fill(g->flat_grads(), rng, 1.0f);
+  linked.stage_grads(0);
+  linked.stage_grads(1);
+  linked.forget_staged();  // the step was skipped
+  for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}}) {
+    fill(x->flat_grads(), rng, 0.01f);
+    y->flat_grads().copy_from(x->flat_grads());
+  }
+  resident.step(1e-2f);
+  linked.step(1e-2f);
+  for (size_t i : {size_t(0), size_t(1)}) linked.params_ready(i);
+  for (const auto& [x, y] : {std::pair{&mem.a, &off.a}, std::pair{&mem.b, &off.b}})
+    EXPECT_EQ(0, std::memcmp(x->flat_params().raw(), y->flat_params().raw(),
+                             x->flat_params().nbytes()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, OffloadTest, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -423,6 +511,42 @@ TEST(OffloadMeta, BuffersAreAccountedAndNoFileIsMade) {
   EXPECT_EQ(opt.file_bytes(), 4096 + 3 * 4 * g.numel());
   opt.step(1e-3f);
   EXPECT_FALSE(fs::exists("/nonexistent/state.bin"));
+}
+
+// The contract the engine relies on: step() returns with the last upload
+// still in flight (so the next forward overlaps it), and the device's
+// parameters are the updated ones only after params_ready.
+TEST(OffloadLink, TheUploadIsOnlyOrderedByParamsReady) {
+  FlatParamGroup g("g", {{"w", Shape{64, 64}, true}}, DType::kF32);
+  g.flat_params().fill_(0.25f);
+  g.flat_grads().fill_(1.0f);
+  AdamWOffload o;  // host memory
+  o.stream.buffer_bytes = 3 * (3 * 8192 + 4096);
+  o.link = make_thread_link(2, std::chrono::milliseconds(300));
+  AdamW opt({{&g, 0, g.numel(), Tensor(), g.flat_grads(), g.flat_params()}}, options(), o);
+  opt.step(1e-2f);
+  EXPECT_EQ(g.flat_params().to_vector()[0], 0.25f);  // 300 ms to go
+  opt.params_ready(0);
+  EXPECT_LT(g.flat_params().to_vector()[0], 0.25f);
+}
+
+// The counting device (fdtrain estimate of a GPU run): the link's buffers are
+// accounted in the optimizer category, and nothing moves.
+TEST(OffloadLink, MetaLinkBuffersAreAccounted) {
+  DeviceScope meta(Device::meta());
+  FlatParamGroup g("g", {{"w", Shape{4096, 64}, true}}, DType::kBF16);
+  AdamWOffload o;
+  o.stream.buffer_bytes = int64_t(1) << 20;
+  o.link = make_host_link(Device::meta(), 2);
+  MemoryAccountant& acc = MemoryAccountant::global();
+  const int64_t before = acc.current(MemCategory::kOptimizer);
+  AdamW opt({{&g, 0, g.numel(), Tensor(), g.flat_grads(), g.flat_params()}}, options(), o);
+  EXPECT_EQ(opt.link_bytes(), 2 * 2 * g.numel());
+  EXPECT_EQ(acc.current(MemCategory::kOptimizer) - before, opt.state_bytes());
+  EXPECT_EQ(opt.state_bytes(), opt.host_bytes() + opt.link_bytes());
+  opt.stage_grads(0);
+  opt.step(1e-3f);
+  opt.params_ready(0);
 }
 
 }  // namespace

@@ -29,6 +29,20 @@ void* allocate(size_t bytes, MemCategory category) {
 
 void deallocate(void* p, size_t bytes) { kernels::device_free(p, bytes); }
 
+void* allocate_pinned(size_t bytes, MemCategory category) {
+  try {
+    return kernels::host_alloc(bytes);
+  } catch (const kernels::Error& e) {
+    runtime_error(
+        "cannot pin {} bytes of host memory for {} ({}); the host offload needs page-locked "
+        "memory for the gradients and parameters it moves: check `ulimit -l` and free host "
+        "memory, or offload to nvme",
+        bytes, mem_category_name(category), e.what());
+  }
+}
+
+void free_pinned(void* p) { kernels::host_free(p); }
+
 void zero(const Tensor& t) { kernels::memset_zero(t.raw(), t.nbytes()); }
 
 void fill(const Tensor& t, float value) {
