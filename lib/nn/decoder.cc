@@ -218,18 +218,33 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
 }
 
 Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& layout,
-                 const LoraConfig& lora, const GroupLayout& frozen_layout)
+                 const LoraConfig& lora, const GroupLayout& frozen_layout,
+                 const std::function<bool(int segment)>& present)
     : config_(config), lora_(lora) {
   config.validate();
-  for (SegmentSpec& s : segment_specs(config, lora))
-    segments_.push_back(
-        std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype, layout));
+  // An absent segment (another pipeline stage's) keeps its layout with
+  // released buffers: sizes and names stay, nothing is allocated.
+  auto absent = [](GroupLayout l) {
+    l.params_resident = false;
+    l.grads_resident = false;
+    return l;
+  };
+  for (int g = 0; g <= config.num_layers + 1; ++g) present_.push_back(!present || present(g));
+  int g = 0;
+  for (SegmentSpec& s : segment_specs(config, lora)) {
+    segments_.push_back(std::make_unique<FlatParamGroup>(
+        std::move(s.name), std::move(s.params), dtype, present_[size_t(g)] ? layout : absent(layout)));
+    ++g;
+  }
   if (lora.enabled()) {
     GroupLayout fl = frozen_layout;
     fl.with_grads = false;
-    for (SegmentSpec& s : segment_specs(config))
-      frozen_.push_back(
-          std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype, fl));
+    g = 0;
+    for (SegmentSpec& s : segment_specs(config)) {
+      frozen_.push_back(std::make_unique<FlatParamGroup>(
+          std::move(s.name), std::move(s.params), dtype, present_[size_t(g)] ? fl : absent(fl)));
+      ++g;
+    }
   }
   // Resolve every parameter the forward reads once, by name.
   auto find = [](const FlatParamGroup& g, const std::string& name) -> const Parameter* {
@@ -338,9 +353,19 @@ void Decoder::init_values(uint64_t seed, const Parameter& p, int64_t begin, int6
 void Decoder::init_weights(uint64_t seed) {
   // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
   if (segments_.front()->flat_params().is_meta()) return;
-  std::vector<const Parameter*> all = frozen_parameters();
-  for (const Parameter* p : parameters()) all.push_back(p);
-  for (const Parameter* p : all) init_values(seed, *p, 0, p->value.numel(), p->value);
+  for (size_t g = 0; g < segments_.size(); ++g) {
+    if (!present_[g]) continue;  // another pipeline stage's
+    std::vector<const FlatParamGroup*> groups{segments_[g].get()};
+    if (!frozen_.empty()) groups.insert(groups.begin(), frozen_[g].get());
+    for (const FlatParamGroup* grp : groups)
+      for (const Parameter& p : grp->params()) init_values(seed, p, 0, p.value.numel(), p.value);
+  }
+}
+
+bool Decoder::present(int segment) const {
+  FD_CHECK(segment >= 0 && segment < int(present_.size()), "segment {} of {}", segment,
+           present_.size());
+  return present_[size_t(segment)];
 }
 
 Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {
@@ -456,14 +481,21 @@ int64_t Decoder::head_chunk_rows() const {
 // a segment's function to run it again in backward (activation
 // checkpointing), so each one owns what it captures.
 namespace {
+// Segments first..last (all of them for a whole model) from `x` (ignored
+// when first is the embedding).
 Variable run_segments(const Decoder& m, SegmentRunner* runner, const SegmentFn& embed_fn,
                       std::function<Variable(int, const Variable&)> block_fn, const SegmentFn& head,
-                      bool tied) {
+                      bool tied, int first, int last, Variable x) {
+  FD_CHECK(0 <= first && first <= last && last <= m.final_segment(),
+           "segments {}..{} of a model of {}", first, last, m.final_segment() + 1);
+  for (int g = first; g <= last; ++g)
+    FD_CHECK(m.present(g), "segment {} is not held here (another pipeline stage's)", g);
   DirectRunner direct;
   SegmentRunner& run = runner ? *runner : direct;
-  Variable x = run.run(Decoder::kEmbedSegment, embed_fn, Variable(), {});
-  for (int l = 0; l < m.config().num_layers; ++l)
+  if (first == Decoder::kEmbedSegment) x = run.run(Decoder::kEmbedSegment, embed_fn, Variable(), {});
+  for (int l = std::max(first, 1) - 1; l < std::min(last, m.config().num_layers); ++l)
     x = run.run(1 + l, [block_fn, l](const Variable& in) { return block_fn(l, in); }, x, {});
+  if (last < m.final_segment()) return x;
   // A tied head reads the embedding's matrix: keep it resident through the final segment.
   return run.run(m.final_segment(), head, x,
                  tied ? std::vector<int>{Decoder::kEmbedSegment} : std::vector<int>{});
@@ -485,7 +517,7 @@ Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner,
         return ops::matmul(final_norm(in), head_weight(), {},
                            ops::MatmulOptions{.trans_a = false, .trans_b = true});
       },
-      lm_head_ == nullptr);
+      lm_head_ == nullptr, kEmbedSegment, final_segment(), Variable());
 }
 
 Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner,
@@ -505,7 +537,28 @@ Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunne
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
                                          head_chunk_rows());
       },
-      lm_head_ == nullptr);
+      lm_head_ == nullptr, kEmbedSegment, final_segment(), Variable());
+}
+
+Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Tensor& targets,
+                             const Variable& input, SegmentRunner* runner,
+                             const Tensor& doc_starts) const {
+  FD_CHECK(tokens.shape().ndim() == 2 && targets.shape() == tokens.shape(),
+           "tokens {} and targets {} must both be (B, T)", tokens.shape().str(),
+           targets.shape().str());
+  FD_CHECK(first == kEmbedSegment || input.defined(),
+           "a stage starting at segment {} needs the previous stage's hidden state", first);
+  const int64_t T = tokens.shape()[1];
+  if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
+  const Packing pk = packing(tokens, doc_starts);
+  return run_segments(
+      *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
+      [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
+      [this, targets](const Variable& in) {
+        return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
+                                         head_chunk_rows());
+      },
+      lm_head_ == nullptr, first, last, input);
 }
 
 }  // namespace fd::nn

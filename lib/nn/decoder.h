@@ -21,6 +21,7 @@
 // accumulate into the groups' flat gradient buffers.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,9 +110,13 @@ class Decoder : public Module {
   // With LoRA the trainable groups hold only the adapters (laid out by `layout`)
   // and the base lives in frozen groups laid out by `frozen_layout`.
   // `config` must be valid (DecoderConfig::validate).
+  // `present` (pipeline stages): the segments this process holds; the others
+  // are built with released buffers (nothing allocated or accounted) and
+  // must not be run. Empty: every segment.
   explicit Decoder(const DecoderConfig& config, DType dtype = DType::kF32,
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
-                   const GroupLayout& frozen_layout = {});
+                   const GroupLayout& frozen_layout = {},
+                   const std::function<bool(int segment)>& present = {});
   // GPT-2 by its shorthand (gpt2_config).
   explicit Decoder(const GptConfig& config, DType dtype = DType::kF32,
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
@@ -163,6 +168,21 @@ class Decoder : public Module {
   // materialised for the whole batch.
   autograd::Variable loss(const Tensor& tokens, const Tensor& targets,
                           SegmentRunner* runner = nullptr, const Tensor& doc_starts = {}) const;
+  // A pipeline stage's part of loss(): segments first..last (first <= last).
+  // first = kEmbedSegment starts from `tokens`; otherwise from `input`, the
+  // previous stage's hidden state (B, T, C) (a leaf whose gradient the caller
+  // sends back). last = final_segment() ends with the loss (`targets` read);
+  // otherwise the result is the hidden state for the next stage. Every stage
+  // gets the batch's tokens and doc_starts (positions and document masks).
+  // Chained over stages, the values and gradients are loss()'s, bit for bit
+  // (a tied head's gradient for the embedding, computed on the last stage,
+  // must be added to the first stage's before its embedding backward, as
+  // loss()'s backward does).
+  autograd::Variable stage_loss(int first, int last, const Tensor& tokens, const Tensor& targets,
+                                const autograd::Variable& input, SegmentRunner* runner = nullptr,
+                                const Tensor& doc_starts = {}) const;
+  // Whether segment g holds its buffers (the constructor's `present`).
+  bool present(int segment) const;
   // Rows per chunk of the head + loss: as many as keep the chunk's fp32
   // logits within 64 MiB, a multiple of 16, at least 16.
   int64_t head_chunk_rows() const;
@@ -210,6 +230,7 @@ class Decoder : public Module {
   DecoderConfig config_;
   std::vector<std::unique_ptr<FlatParamGroup>> segments_;  // trainable
   std::vector<std::unique_ptr<FlatParamGroup>> frozen_;    // LoRA base (empty without LoRA)
+  std::vector<bool> present_;                               // per segment
   LoraConfig lora_;
   std::vector<BlockParams> blocks_;
   const Parameter* embed_w_ = nullptr;
