@@ -160,6 +160,12 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   const auto& op = r.zero.offload_params;
   add("zero.offload_params.device", std::string(to_string(op.device)));
   add("dist.timeout_s", number(r.dist.timeout_s));
+  const auto& pp = r.parallel;
+  add("parallel.pipeline", std::to_string(pp.pipeline));
+  add("parallel.schedule", std::string(to_string(pp.schedule)));
+  add("parallel.partition", pp.partition == PartitionName::kList
+                                ? int_list(pp.partition_blocks)
+                                : std::string(to_string(pp.partition)));
   if (!r.lora) {
     add("lora", "null");
   } else {

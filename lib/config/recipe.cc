@@ -110,6 +110,28 @@ std::string_view to_string(OffloadDevice v) {
   return "?";
 }
 
+std::string_view to_string(PipelineSchedule v) {
+  switch (v) {
+    case PipelineSchedule::k1F1B:
+      return "1f1b";
+    case PipelineSchedule::kGPipe:
+      return "gpipe";
+  }
+  return "?";
+}
+
+std::string_view to_string(PartitionName v) {
+  switch (v) {
+    case PartitionName::kParameters:
+      return "parameters";
+    case PartitionName::kUniform:
+      return "uniform";
+    case PartitionName::kList:
+      return "list";
+  }
+  return "?";
+}
+
 std::string_view to_string(DeviceName v) {
   switch (v) {
     case DeviceName::kCpu:
@@ -130,26 +152,49 @@ std::string Recipe::where(std::string_view key_path) const {
   return "<default>";
 }
 
+int data_parallel_size(const Recipe& recipe, int world_size) {
+  return world_size / recipe.parallel.pipeline;
+}
+
 int64_t global_batch(const Recipe& recipe, int world_size) {
   if (recipe.batch.global != 0) return recipe.batch.global;
-  return int64_t{recipe.batch.micro} * recipe.batch.accumulation * world_size;
+  return int64_t{recipe.batch.micro} * recipe.batch.accumulation *
+         data_parallel_size(recipe, world_size);
 }
 
 void check_world_size(const Recipe& recipe, int world_size) {
+  const int stages = recipe.parallel.pipeline;
+  if (world_size % stages != 0) {
+    usage_error(
+        "{}: parallel.pipeline: {} pipeline stages do not divide the {} rank(s) of this job (the "
+        "ranks are stages x data-parallel replicas): start a multiple of {} ranks (mpirun -n {}), "
+        "or set parallel.pipeline to a divisor of {}",
+        recipe.where("parallel.pipeline"), stages, world_size, stages,
+        world_size < stages ? stages : (world_size / stages + 1) * stages, world_size);
+  }
   const BatchOptions& b = recipe.batch;
-  const int64_t per_step = int64_t{b.micro} * b.accumulation * world_size;
+  const int replicas = data_parallel_size(recipe, world_size);
+  const int64_t per_step = int64_t{b.micro} * b.accumulation * replicas;
   if (b.global == 0 || b.global == per_step) return;
   std::string hint;
-  const int64_t per_micro = int64_t{b.micro} * world_size;
+  const int64_t per_micro = int64_t{b.micro} * replicas;
   if (b.global % per_micro == 0) {
     hint = fmt::format("; set batch.accumulation to {}", b.global / per_micro);
   } else {
     hint = "; change batch.global or batch.micro, or set batch.global to 0";
   }
+  if (stages == 1) {
+    usage_error(
+        "{}: batch.global: {} sequences per step do not fit {} rank(s): batch.micro * "
+        "batch.accumulation * ranks = {} * {} * {} = {}{}",
+        recipe.where("batch.global"), b.global, world_size, b.micro, b.accumulation, world_size,
+        per_step, hint);
+  }
   usage_error(
-      "{}: batch.global: {} sequences per step do not fit {} rank(s): batch.micro * "
-      "batch.accumulation * ranks = {} * {} * {} = {}{}",
-      recipe.where("batch.global"), b.global, world_size, b.micro, b.accumulation, world_size,
+      "{}: batch.global: {} sequences per step do not fit {} rank(s) in {} pipeline stages: only "
+      "the data-parallel replicas read distinct data, so batch.micro * batch.accumulation * "
+      "replicas (ranks / parallel.pipeline) = {} * {} * {} = {}{}",
+      recipe.where("batch.global"), b.global, world_size, stages, b.micro, b.accumulation, replicas,
       per_step, hint);
 }
 

@@ -36,6 +36,8 @@ enum class ScheduleName { kConstant, kCosine };
 enum class Precision { kFp32, kBf16, kFp16 };
 enum class DeviceName { kCpu, kCuda };
 enum class OffloadDevice { kNone, kHost, kNvme };
+enum class PipelineSchedule { k1F1B, kGPipe };
+enum class PartitionName { kParameters, kUniform, kList };
 
 // The recipe spelling of each enum value ("gpt2", "text", "cosine", "bf16", ...).
 std::string_view to_string(Arch v);
@@ -48,6 +50,8 @@ std::string_view to_string(ScheduleName v);
 std::string_view to_string(Precision v);
 std::string_view to_string(DeviceName v);
 std::string_view to_string(OffloadDevice v);
+std::string_view to_string(PipelineSchedule v);  // "1f1b", "gpipe"
+std::string_view to_string(PartitionName v);     // "parameters", "uniform", "list"
 
 // The model section. arch picks the family; the keys after max_seq_len
 // belong to the Llama family (llama, mistral, qwen2, qwen3) and are refused
@@ -174,13 +178,32 @@ struct ZeroOptions {
   bool operator==(const ZeroOptions&) const = default;
 };
 
-// LoRA adapters; present only when the recipe has a lora section.
 // Multi-rank behaviour.
 struct DistOptions {
   double timeout_s = 600.0;  // a collective that takes longer aborts the job, > 0
   bool operator==(const DistOptions&) const = default;
 };
 
+// Pipeline parallelism (docs/RECIPE.md, parallel): the world's ranks form
+// pipeline stages x data-parallel replicas, world = pipeline x D; each stage
+// owns a contiguous run of transformer blocks (the embedding rides with the
+// first, the final norm, head and loss with the last), and ZeRO works across
+// the D replicas of a stage. The pipeline's micro-batches are
+// batch.accumulation's (as DeepSpeed's gradient_accumulation_steps): there is
+// no separate key.
+struct ParallelOptions {
+  int pipeline = 1;  // stages P, >= 1, <= model.n_layer; 1 = no pipeline
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  // 1f1b or gpipe
+  // How blocks are split over the stages: parameters (balance parameter
+  // counts), uniform (equal block counts), or list (partition_blocks).
+  PartitionName partition = PartitionName::kParameters;
+  // partition list: blocks per stage, pipeline entries, each >= 1, summing to
+  // model.n_layer. Empty otherwise.
+  std::vector<int> partition_blocks;
+  bool operator==(const ParallelOptions&) const = default;
+};
+
+// LoRA adapters; present only when the recipe has a lora section.
 struct LoraOptions {
   int r = 8;             // adapter rank, >= 1 (required in the recipe)
   double alpha = 8.0;    // scaling numerator (scale = alpha / r), > 0; defaults to r
@@ -236,6 +259,7 @@ struct Recipe {
   LossScaleOptions loss_scale;             // used only with precision fp16
   ZeroOptions zero;
   DistOptions dist;
+  ParallelOptions parallel;
   std::optional<LoraOptions> lora;  // nullopt = full fine-tuning
   ActivationCheckpointingOptions activation_checkpointing;
   CheckpointOptions checkpoint;
@@ -260,13 +284,22 @@ struct Recipe {
   bool operator==(const Recipe&) const = default;
 };
 
+// Data-parallel replicas D = world_size / parallel.pipeline: the ranks that
+// consume distinct data (a pipeline's stages all work on their replica's
+// micro-batches). world_size when there is no pipeline. world_size must be a
+// multiple of parallel.pipeline (check_world_size()).
+int data_parallel_size(const Recipe& recipe, int world_size);
+
 // Sequences per optimizer step over all ranks: batch.global, or
-// micro * accumulation * world_size when global is 0.
+// micro * accumulation * D when global is 0 (D = data_parallel_size(); the
+// world size without a pipeline).
 int64_t global_batch(const Recipe& recipe, int world_size);
 
-// The one check that needs the world size: a set batch.global must equal
-// micro * accumulation * world_size. Throws a usage fd::Error naming
-// batch.global's location and the accumulation that would fit.
+// The checks that need the world size. Throws a usage fd::Error:
+// - naming parallel.pipeline's location, when world_size is not a multiple of
+//   parallel.pipeline (world = stages x data-parallel replicas);
+// - naming batch.global's location and the accumulation that would fit, when
+//   a set batch.global is not micro * accumulation * D.
 void check_world_size(const Recipe& recipe, int world_size);
 
 }  // namespace fd::config

@@ -23,6 +23,12 @@ const std::vector<SectionDoc>& section_reference() {
        "precision is fp16."},
       {"zero", "ZeRO partitioning of model state over the ranks (docs/ZERO.md)."},
       {"dist", "Multi-rank behaviour."},
+      {"parallel",
+       "Pipeline parallelism composed with ZeRO data parallelism: the ranks form "
+       "parallel.pipeline stages x D data-parallel replicas (D = ranks / pipeline; stage-major: "
+       "rank = stage * D + replica); each stage owns a contiguous run of transformer blocks, "
+       "the embedding with the first, the final norm, head and loss with the last. The "
+       "pipeline's micro-batches are batch.accumulation's."},
       {"lora",
        "LoRA adapters. Absent or null: full fine-tuning; a map turns adapters on and trains only "
        "them."},
@@ -193,6 +199,24 @@ const std::vector<KeyDoc>& key_reference() {
        "a collective, MPI start-up or MPI shutdown that does not complete within this many "
        "seconds aborts the whole job, naming the rank and the operation; a rank stopped this "
        "long after it finished is killed so that the job ends"},
+      // parallel
+      {"parallel.pipeline", "int", "1", ">= 1, <= model.n_layer, divides the ranks",
+       "pipeline stages P; 1 = no pipeline. The ranks must be a multiple of P; ZeRO (stages "
+       "0-2; stage 3 is refused) works across the D = ranks / P replicas of each stage, and "
+       "only those D consume distinct data: the global batch is micro * accumulation * D"},
+      {"parallel.schedule", "string", "1f1b", "1f1b, gpipe",
+       "the pipeline schedule over the step's M = batch.accumulation micro-batches: 1f1b "
+       "alternates one forward and one backward after a warm-up, so stage s holds at most "
+       "min(P - s, M) micro-batches' activations; gpipe runs all M forwards, then all M "
+       "backwards, and holds all M. Both run the backwards in micro-batch order (gradients "
+       "accumulate as without a pipeline) and idle (P-1)/(M+P-1) of a step"},
+      {"parallel.partition", "string or list", "parameters",
+       "parameters, uniform, or P ints >= 1 summing to model.n_layer",
+       "how the blocks are split over the stages: parameters balances parameter counts (the "
+       "embedding counts on the first stage, the final norm and an untied head on the last; "
+       "the largest stage is made as small as possible), uniform gives every stage the same "
+       "number of blocks (the remainder to the middle stages first), a list gives the blocks "
+       "of each stage"},
       // lora
       {"lora.r", "int", "", ">= 1", "adapter rank"},
       {"lora.alpha", "number", "lora.r", "> 0", "scaling: the update is multiplied by alpha / r"},

@@ -525,6 +525,7 @@ class Builder {
   void offload(const Node* zero, const std::string& key, const std::vector<OffloadDevice>& devices,
                OffloadOptions* out);
   void dist(const Node& root);
+  void parallel(const Node& root);
   void lora(const Node& root);
   void activation_checkpointing(const Node& root);
   void checkpoint(const Node& root);
@@ -532,6 +533,12 @@ class Builder {
   void top_level(const Node& root);
   void cross_checks();
   void offload_checks();
+  void pipeline_checks();
+
+  // model.n_layer is the model's: valid, and (from a Hugging Face directory) read from it.
+  bool n_layer_known() const {
+    return !bad("model.n_layer") && !bad("model.init_from") && !(model_from_dir_ && bad("model"));
+  }
 
   const std::string& file_;
   Recipe* r_;
@@ -557,6 +564,7 @@ void Builder::build(const Node& root) {
   loss_scale(root);
   zero(root);
   dist(root);
+  parallel(root);
   lora(root);
   activation_checkpointing(root);
   checkpoint(root);
@@ -899,6 +907,65 @@ void Builder::dist(const Node& root) {
   get_double(s, "dist", "timeout_s", &r_->dist.timeout_s, above(0));
 }
 
+void Builder::parallel(const Node& root) {
+  const Node* s = section(root, "parallel");
+  auto& p = r_->parallel;
+  get_int(s, "parallel", "pipeline", &p.pipeline, at_least(1));
+  get_enum(s, "parallel", "schedule",
+           std::vector<PipelineSchedule>{PipelineSchedule::k1F1B, PipelineSchedule::kGPipe},
+           &p.schedule);
+  std::string path;
+  const Node* n = field(s, "parallel", "partition", &path);
+  if (n == nullptr) return;
+  const char* expected =
+      "expected parameters, uniform or a list of transformer blocks per stage ([3, 5])";
+  if (n->is_scalar() && n->scalar == "parameters") {
+    p.partition = PartitionName::kParameters;
+    p.partition_blocks.clear();
+  } else if (n->is_scalar() && n->scalar == "uniform") {
+    p.partition = PartitionName::kUniform;
+    p.partition_blocks.clear();
+  } else if (n->is_list() && !n->items.empty()) {
+    std::vector<int> blocks;
+    bool ok = true;
+    for (size_t i = 0; i < n->items.size(); ++i) {
+      const Node& item = n->items[i];
+      Parsed<int64_t> v = item.is_scalar() ? parse_int(item.scalar) : Parsed<int64_t>{};
+      if (!v.ok() && !v.out_of_range()) {
+        error(item.loc, path,
+              fmt::format("stage {}: expected a number of transformer blocks, got {}", i,
+                          item.describe()));
+        ok = false;
+      } else if (v.for_range() < 1) {
+        error(item.loc, path,
+              fmt::format("stage {} gets {} blocks; every stage needs at least one transformer "
+                          "block (the embedding rides with the first stage, the final norm, head "
+                          "and loss with the last)",
+                          i, item.scalar));
+        ok = false;
+      } else if (v.out_of_range() || v.value > INT_MAX) {
+        error(item.loc, path,
+              fmt::format("stage {}: {} is out of range for an integer (at most {})", i,
+                          item.scalar, INT_MAX));
+        ok = false;
+      } else {
+        blocks.push_back(static_cast<int>(v.value));
+      }
+    }
+    if (ok) {
+      p.partition = PartitionName::kList;
+      p.partition_blocks = std::move(blocks);
+    }
+  } else if (n->is_scalar()) {
+    std::string near = nearest(n->scalar, {"parameters", "uniform"});
+    error(n->loc, path,
+          fmt::format("{}, got {}{}", expected, n->describe(),
+                      near.empty() ? "" : fmt::format("; did you mean '{}'?", near)));
+  } else {
+    error(n->loc, path, fmt::format("{}, got {}", expected, n->is_list() ? "[]" : n->describe()));
+  }
+}
+
 void Builder::lora(const Node& root) {
   const Node* s = section(root, "lora");
   if (s == nullptr) {
@@ -1107,6 +1174,7 @@ void Builder::cross_checks() {
                       s.min_lr, r_->optimizer.lr));
   }
   offload_checks();
+  pipeline_checks();
   // Warnings: valid, but probably not what was meant.
   if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
     warning(loc_of("schedule.warmup_steps"), "schedule.warmup_steps",
@@ -1169,6 +1237,64 @@ void Builder::offload_checks() {
             "the parameters are offloaded into the optimizer's file (each step rewrites them "
             "from their fp32 master copy, which must not stay in memory either): set "
             "zero.offload_optimizer.device: nvme and its path too");
+  }
+}
+
+// parallel against the model and ZeRO. The world size is not known here:
+// check_world_size() (recipe.h) checks that the stages divide it.
+void Builder::pipeline_checks() {
+  const ParallelOptions& p = r_->parallel;
+  if (bad("parallel.pipeline")) return;
+  const int n_layer = r_->model.n_layer;
+  bool too_many_stages = false;
+  if (n_layer_known() && p.pipeline > n_layer) {
+    too_many_stages = true;
+    error(loc_of("parallel.pipeline"), "parallel.pipeline",
+          fmt::format("{} stages but the model has {} transformer block(s) (model.n_layer); "
+                      "each stage needs at least one block (the embedding rides with the first "
+                      "stage, the final norm, head and loss with the last): set "
+                      "parallel.pipeline to at most {}",
+                      p.pipeline, n_layer, n_layer));
+  }
+  if (!bad("parallel.partition") && p.partition == PartitionName::kList) {
+    const int stages = static_cast<int>(p.partition_blocks.size());
+    int64_t sum = 0;
+    for (int b : p.partition_blocks) sum += b;
+    if (stages != p.pipeline) {
+      error(loc_of("parallel.partition"), "parallel.partition",
+            fmt::format("lists {} stage(s) but parallel.pipeline is {}; give one block count "
+                        "per stage",
+                        stages, p.pipeline));
+    } else if (!too_many_stages && n_layer_known() && sum != n_layer) {
+      error(loc_of("parallel.partition"), "parallel.partition",
+            fmt::format("the blocks per stage sum to {} but the model has {} "
+                        "(model.n_layer); every transformer block belongs to exactly one "
+                        "stage",
+                        sum, n_layer));
+    }
+  }
+  if (p.pipeline > 1 && !bad("zero.stage") && r_->zero.stage == 3) {
+    const bool offload =
+        !bad("zero.offload_params") && r_->zero.offload_params.device != OffloadDevice::kNone;
+    error(
+        loc_of(is_set("zero.stage") ? "zero.stage" : "parallel.pipeline"), "zero.stage",
+        fmt::format("ZeRO stage 3 cannot be combined with a pipeline (parallel.pipeline is "
+                    "{}): stage 3 partitions every parameter across the data-parallel group "
+                    "and gathers each layer's parameters as it runs, which conflicts with "
+                    "the pipeline's per-stage ownership of its layers (DeepSpeed refuses it "
+                    "too); use zero.stage 0, 1 or 2{}, or parallel.pipeline: 1",
+                    p.pipeline, offload ? " without zero.offload_params (it needs stage 3)" : ""));
+  }
+  // A warning: valid, but the pipeline would stand mostly idle.
+  if (p.pipeline > 1 && !bad("batch.accumulation") && r_->batch.accumulation < p.pipeline) {
+    const int m = r_->batch.accumulation;
+    warning(loc_of(is_set("batch.accumulation") ? "batch.accumulation" : "parallel.pipeline"),
+            "batch.accumulation",
+            fmt::format("{} micro-batch(es) per step through {} pipeline stages: each stage "
+                        "idles {:.0f}% of the step ((P-1)/(M+P-1)); the pipeline's micro-batches "
+                        "are batch.accumulation's, so raise it (>= 4 x parallel.pipeline keeps "
+                        "the idle time under 20%)",
+                        m, p.pipeline, 100.0 * (p.pipeline - 1) / double(m + p.pipeline - 1)));
   }
 }
 

@@ -49,6 +49,8 @@ std::string_view collective_name(Collective c) {
       return "broadcast";
     case Collective::kBarrier:
       return "barrier";
+    case Collective::kSendRecv:
+      return "send_recv";
   }
   return "?";
 }
@@ -64,6 +66,8 @@ int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n) {
       return int64_t(n - 1) * full_bytes;
     case Collective::kBarrier:
       return 0;
+    case Collective::kSendRecv:
+      return int64_t(n) * full_bytes;  // exact: no model
   }
   return 0;
 }
@@ -75,6 +79,30 @@ void Communicator::count_bytes(Collective c, int64_t full_bytes) {
 
 void Communicator::count_control_bytes(Collective c, int64_t full_bytes) {
   stats_->control_times_n += ring_bytes_times_n(c, full_bytes, size());
+}
+
+void Communicator::check_send_recv(const void* send, int64_t send_count, int dst, const void* recv,
+                                   int64_t recv_count, int src, DType dtype) const {
+  const int me = rank(), n = size();
+  FD_CHECK(send_count >= 0 && recv_count >= 0, "send_recv: negative count (send {}, recv {})",
+           send_count, recv_count);
+  FD_CHECK(dst >= -1 && dst < n, "send_recv: dst rank {} outside [0, {}) (or -1 for none)", dst, n);
+  FD_CHECK(src >= -1 && src < n, "send_recv: src rank {} outside [0, {}) (or -1 for none)", src, n);
+  FD_CHECK(dst >= 0 || send_count == 0, "send_recv: {} elements to send but no dst (-1)",
+           send_count);
+  FD_CHECK(src >= 0 || recv_count == 0, "send_recv: {} elements to receive but no src (-1)",
+           recv_count);
+  FD_CHECK(dst != me || send_count == 0,
+           "send_recv: rank {} of {} sends {} elements to itself; point-to-point needs a peer", me,
+           n, send_count);
+  FD_CHECK(src != me || recv_count == 0,
+           "send_recv: rank {} of {} receives {} elements from itself; point-to-point needs a peer",
+           me, n, recv_count);
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const uintptr_t sb = uintptr_t(send_count) * dtype_size(dtype);
+  const uintptr_t rb = uintptr_t(recv_count) * dtype_size(dtype);
+  FD_CHECK(send == nullptr || recv == nullptr || sb == 0 || rb == 0 || s + sb <= r || r + rb <= s,
+           "send_recv: the send and recv buffers overlap");
 }
 
 void Communicator::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
@@ -90,6 +118,16 @@ void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root) {
   broadcast_async(buf, count, dtype, root)->wait();
 }
 void Communicator::barrier() { barrier_async()->wait(); }
+void Communicator::send(const void* buf, int64_t count, int dst, DType dtype) {
+  send_recv_async(buf, count, dst, nullptr, 0, -1, dtype)->wait();
+}
+void Communicator::recv(void* buf, int64_t count, int src, DType dtype) {
+  send_recv_async(nullptr, 0, -1, buf, count, src, dtype)->wait();
+}
+void Communicator::send_recv(const void* send, int64_t send_count, int dst, void* recv,
+                             int64_t recv_count, int src, DType dtype) {
+  send_recv_async(send, send_count, dst, recv, recv_count, src, dtype)->wait();
+}
 
 void Communicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {
   // A double is moved as two i32 words: bitwise, no MPI_DOUBLE needed.

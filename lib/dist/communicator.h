@@ -1,6 +1,7 @@
 // Communicator: the collectives data-parallel training needs (c10d's Backend,
 // trimmed): all-reduce, reduce-scatter, all-gather, broadcast, barrier, each
-// with an async form that returns a Work.
+// with an async form that returns a Work; point-to-point send_recv for
+// pipeline parallelism; split() into sub-communicators (MPI_Comm_split).
 //
 // Contract (as in c10d): every rank calls the same collectives in the same
 // order with matching counts, dtypes, ops and roots. A rank that fails must
@@ -10,6 +11,24 @@
 // Collectives are issued from one thread (the compute thread); they are not
 // thread-safe among themselves.
 //
+// Point-to-point: send_recv_async sends to one rank and receives from another
+// in one op, both halves posted together, so two neighbours exchanging in both
+// directions at once (Megatron's send_forward_recv_backward) never deadlock.
+// Only the ranks named take part. Between a pair of ranks, messages match in
+// issue order, and the receiver's count must equal the sender's (the MPI
+// backend aborts the job on a mismatch; NCCL cannot tell). A half with count
+// 0 posts no message (its peer must not post one either); an op with nothing
+// to send or receive is complete when returned. The timeout applies as to
+// collectives.
+//
+// Order: the ops of one communicator (collectives and send_recv alike) start
+// one at a time in issue order (MPI: the FIFO communication thread; NCCL: one
+// stream), so a rank's ops must complete if each were blocking in issue order:
+// an op waits for its peers' matching ops, which must not be queued behind one
+// that waits for this rank's later op. Traffic that must not wait on another
+// (a pipeline's send_recv, the data-parallel all-reduce) goes on separate
+// communicators made by split(); those run independently.
+//
 // Buffers are raw host pointers with an element count and a dtype (f32, bf16,
 // f16, i32). They must stay valid and untouched until the Work's wait() has
 // returned. Counts are per the MPI int limit (< 2^31 elements per call).
@@ -18,16 +37,20 @@
 // buffers (MemCategory::kComm), reduced in fp32 by MPI and rounded back once
 // with round-to-nearest-even. Results are bitwise identical on every rank and
 // across runs with the same world size and counts (fixed MPI algorithms; no
-// reductions whose order depends on timing).
+// reductions whose order depends on timing). send_recv moves raw bits.
 //
 // Byte accounting (ring model, the nccl-tests "bus bandwidth" convention):
 // with S the full buffer's bytes and n = size(), a rank sends
 //   all-reduce 2(n-1)/n*S, reduce-scatter and all-gather (n-1)/n*S (S = the
 //   gathered / scattered total, size()*count*elem), broadcast (n-1)/n*S (the
 //   pipelined-ring broadcast, nccl-tests' busbw factor 1 on algbw), barrier 0.
+// send_recv is exact, no model: the bytes this rank sends (send_count*elem;
+// the receive half counts on the sender).
 // To stay exact the counters accumulate n times these values (always an
 // integer) and bytes_sent() divides by n when read (rounding down the total,
 // not each op). The f64 helpers count into control_bytes(), not bytes_sent().
+// Each communicator counts its own traffic: a sub-communicator's is not its
+// parent's.
 #pragma once
 
 #include <atomic>
@@ -45,13 +68,15 @@ namespace fd::dist {
 enum class ReduceOp { kSum, kMax };
 std::string_view reduce_op_name(ReduceOp op);  // "sum", "max"
 
-enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
-std::string_view collective_name(Collective c);  // "all_reduce", ...
+// The ops a communicator counts bytes for (kSendRecv is point-to-point).
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier, kSendRecv };
+std::string_view collective_name(Collective c);  // "all_reduce", ..., "send_recv"
 
 // Ring-model bytes one rank sends for collective `c` over a full buffer of
 // `full_bytes` in a world of `n` ranks, multiplied by n (so it is an exact
 // integer): all-reduce 2(n-1)*S, reduce-scatter / all-gather / broadcast
-// (n-1)*S, barrier 0.
+// (n-1)*S, barrier 0. For kSendRecv, `full_bytes` is what this rank sends,
+// counted as it is: n*S.
 int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n);
 
 // Shared by a communicator and its Works (a Work may outlive the communicator).
@@ -70,7 +95,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string_view backend() const = 0;  // "local" | "mpi"
+  virtual std::string_view backend() const = 0;  // "local" | "mpi" | "counting" | "nccl"
 
   // In place: every rank's buf ends up holding the elementwise op over all ranks.
   virtual WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
@@ -86,12 +111,34 @@ class Communicator {
   virtual WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
   virtual WorkPtr barrier_async() = 0;
 
+  // Point-to-point (see the top of this file): sends send_count elements of
+  // `send` to rank `dst` and receives recv_count elements from rank `src` into
+  // `recv`, both posted together. A half may be absent: dst (or src) -1 with
+  // count 0 and the pointer may be null. dst/src outside [-1, size()), a count
+  // without a peer, a negative count, a non-zero count to or from this rank
+  // itself, or overlapping send and recv buffers are FD_CHECK failures.
+  virtual WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                                  int64_t recv_count, int src, DType dtype) = 0;
+
+  // A new communicator over the ranks that pass the same `color` (>= 0),
+  // ranked by `key` (ties by rank here): MPI_Comm_split. Collective over this
+  // communicator: every rank calls it, in order with its other collectives.
+  // The result has its own queue (thread or stream) and counters, starts with
+  // this one's timeout, may outlive this one, and its abort() ends the whole
+  // job. CountingCommunicator cannot split (it throws; use its group()).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
   // Blocking forms: the async call followed by wait().
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype);
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype);
   void broadcast(void* buf, int64_t count, DType dtype, int root);
   void barrier();
+  // send / recv: send_recv with one half; the peer comes after the count, as there.
+  void send(const void* buf, int64_t count, int dst, DType dtype);
+  void recv(void* buf, int64_t count, int src, DType dtype);
+  void send_recv(const void* send, int64_t send_count, int dst, void* recv, int64_t recv_count,
+                 int src, DType dtype);
 
   // Doubles for metrics and norm partials. Both gather every rank's values
   // bitwise (an all-gather) and all_reduce_f64 then combines them in rank
@@ -111,7 +158,7 @@ class Communicator {
   double wait_seconds() const;
   void reset_counters();
 
-  // Seconds a collective may run before the job is aborted (default 600).
+  // Seconds an op may run before the job is aborted (default 600).
   virtual void set_timeout(double seconds) = 0;
   // Ends the whole job now with `exit_code` after printing `message`
   // (prefixed with rank and host) to stderr: MPI_Abort for mpi, std::exit for
@@ -120,8 +167,11 @@ class Communicator {
 
  protected:
   // Adds the ring-model bytes of one collective (called by backends on the
-  // calling thread when the op is issued).
+  // calling thread when the op is issued); for kSendRecv, the bytes sent.
   void count_bytes(Collective c, int64_t full_bytes);
+  // The send_recv_async checks every backend makes (FD_CHECK; see there).
+  void check_send_recv(const void* send, int64_t send_count, int dst, const void* recv,
+                       int64_t recv_count, int src, DType dtype) const;
   // The same, into control_bytes() (f64 helper traffic a backend forwards).
   void count_control_bytes(Collective c, int64_t full_bytes);
   const std::shared_ptr<CommStats>& stats() const { return stats_; }

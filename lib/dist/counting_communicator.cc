@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "lib/base/check.h"
+#include "lib/base/error.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::dist {
@@ -23,7 +24,7 @@ void check_count(int64_t count) {
 }  // namespace
 
 CountingCommunicator::CountingCommunicator(int rank, int size, bool staging)
-    : rank_(rank), size_(size), staging_(staging && size > 1) {
+    : rank_(rank), size_(size), staging_asked_(staging), staging_(staging && size > 1) {
   FD_CHECK(size >= 1 && rank >= 0 && rank < size, "counting communicator: rank {} of {}", rank,
            size);
 }
@@ -76,6 +77,28 @@ WorkPtr CountingCommunicator::broadcast_async(void* buf, int64_t count, DType dt
 }
 
 WorkPtr CountingCommunicator::barrier_async() { return done(); }
+
+WorkPtr CountingCommunicator::send_recv_async(const void* send, int64_t send_count, int dst,
+                                              void* recv, int64_t recv_count, int src,
+                                              DType dtype) {
+  check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);
+  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)));
+  return done();
+}
+
+std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key) {
+  runtime_error(
+      "CountingCommunicator::split(color {}, key {}): a simulated rank cannot learn the other "
+      "ranks' colors; make this rank's sub-communicator with CountingCommunicator::group(rank, "
+      "size) instead",
+      color, key);
+}
+
+std::unique_ptr<CountingCommunicator> CountingCommunicator::group(int rank, int size) const {
+  FD_CHECK(size >= 1 && size <= size_ && rank >= 0 && rank < size,
+           "counting communicator: group rank {} of {} in a world of {}", rank, size, size_);
+  return std::make_unique<CountingCommunicator>(rank, size, staging_asked_);
+}
 
 void CountingCommunicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {
   check_count(send_count);

@@ -20,9 +20,16 @@
 //     the collective runs, one collective at a time, while the compute thread
 //     goes on; that overlap is not modelled.) At size 1 the trainer uses
 //     LocalCommunicator, which stages nothing, and so does this.
+//   - send_recv: the bytes this rank sends, exactly (no staging on MPI).
 // Not counted: MpiCommunicator's copy-out buffer for a reduce-scatter whose
 // send and recv overlap (ZeroEngine never issues one).
+//
+// Sub-communicators: split() cannot work here (the other ranks' colors are not
+// known in this process) and throws; the caller, which knows its layout, makes
+// this rank's sub-communicator with group(rank, size) instead.
 #pragma once
+
+#include <memory>
 
 #include "lib/dist/communicator.h"
 
@@ -44,6 +51,16 @@ class CountingCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkPtr barrier_async() override;
+  // Checks like the other backends, counts the bytes sent, moves nothing.
+  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                          int64_t recv_count, int src, DType dtype) override;
+
+  // Throws fd::Error: use group().
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  // This rank's sub-communicator of a split, as rank `rank` of `size`
+  // (0 <= rank < size <= size()), with the same staging setting; its counters
+  // are its own.
+  std::unique_ptr<CountingCommunicator> group(int rank, int size) const;
 
   // recv gets this rank's values in every rank's slot; counted as control traffic.
   void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
@@ -61,6 +78,7 @@ class CountingCommunicator final : public Communicator {
 
   int rank_;
   int size_;
+  bool staging_asked_;
   bool staging_;  // size > 1 and staging asked for
 };
 

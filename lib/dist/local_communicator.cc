@@ -55,6 +55,20 @@ WorkPtr LocalCommunicator::broadcast_async(void* buf, int64_t count, DType dtype
 
 WorkPtr LocalCommunicator::barrier_async() { return done(); }
 
+WorkPtr LocalCommunicator::send_recv_async(const void* send, int64_t send_count, int dst,
+                                           void* recv, int64_t recv_count, int src, DType dtype) {
+  // With one rank the only peer would be rank 0 itself: the check refuses any
+  // non-empty half.
+  check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);
+  return done();
+}
+
+std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
+  (void)key;
+  FD_CHECK(color >= 0, "split: color {} must be >= 0", color);
+  return std::make_unique<LocalCommunicator>();
+}
+
 void LocalCommunicator::set_timeout(double seconds) {
   FD_CHECK(seconds > 0, "communicator timeout must be positive, got {}", seconds);
 }

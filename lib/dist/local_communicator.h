@@ -2,6 +2,8 @@
 // no-ops done synchronously (the returned Work is already complete); the ring
 // model gives 0 bytes sent (n - 1 = 0). Null buffers (meta tensors'
 // Tensor::comm_data()) are left alone, so a meta run at world 1 works too.
+// There is no peer for send_recv: only empty ones are allowed (they complete);
+// split() gives another world of one.
 #pragma once
 
 #include "lib/dist/communicator.h"
@@ -20,6 +22,9 @@ class LocalCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkPtr barrier_async() override;
+  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                          int64_t recv_count, int src, DType dtype) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   void set_timeout(double seconds) override;
   [[noreturn]] void abort(int exit_code, const std::string& message) override;

@@ -14,7 +14,9 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <set>
+#include <vector>
 
 #include "lib/base/check.h"
 #include "lib/base/log.h"
@@ -92,6 +94,10 @@ MPI_Datatype mpi_type(DType t) {
 
 bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
+// The one tag of send_recv: with a single tag, MPI's non-overtaking rule
+// matches a pair of ranks' messages in issue order.
+constexpr int kSendRecvTag = 7;
+
 int as_int_count(int64_t count, const char* what) {
   FD_CHECK(count >= 0 && count <= INT_MAX, "{}: count {} outside [0, INT_MAX] (MPI counts are int)",
            what, count);
@@ -117,10 +123,12 @@ Tensor comm_buffer(int64_t count) {
 
 }  // namespace
 
-// One queued collective. Fields other than `done`/`error` are written by the
-// issuing thread before the op is queued and read by the comm thread after.
+// One queued op. Fields other than `done`/`error` (and split's new_comm) are
+// written by the issuing thread before the op is queued and read by the comm
+// thread after.
 struct MpiCommunicator::Op {
   Collective kind = Collective::kBarrier;
+  bool split = false;  // split(): MPI_Comm_split (kind unused)
   int64_t seq = 0;
   DType dtype = DType::kF32;
   ReduceOp reduce = ReduceOp::kSum;
@@ -131,8 +139,14 @@ struct MpiCommunicator::Op {
   int64_t count = 0;       // elements of buf, or per-rank elements (recv / send count)
   int64_t full_bytes = 0;  // the whole buffer (for diagnostics)
   bool in_place = false;   // all_gather with send == recv + rank*count
+  // send_recv: `send`/`count` to `dst`, `recv`/`recv_count` from `src` (-1: no such half).
+  int dst = -1, src = -1;
+  int64_t recv_count = 0;
+  // split: the arguments, and the new communicator (written by the comm thread).
+  int color = 0, key = 0;
+  MPI_Comm new_comm = MPI_COMM_NULL;
   Tensor stage_in, stage_out;
-  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // [1]: send_recv's receive
 
   // Guarded by State::mu.
   bool done = false;
@@ -140,15 +154,6 @@ struct MpiCommunicator::Op {
   Clock::time_point start_time;
   std::exception_ptr error;
   std::atomic<bool> done_flag{false};
-
-  std::string describe() const {
-    std::string s = fmt::format("{} #{} ({} {}", collective_name(kind), seq,
-                                human_bytes(full_bytes), dtype_name(dtype));
-    if (kind == Collective::kAllReduce) s += fmt::format(", {}", reduce_op_name(reduce));
-    if (kind == Collective::kBroadcast) s += fmt::format(", root {}", root);
-    if (kind == Collective::kBarrier) return fmt::format("barrier #{}", seq);
-    return s + ")";
-  }
 };
 
 struct MpiCommunicator::State {
@@ -161,20 +166,84 @@ struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
+  std::vector<int> world_ranks;  // of each rank here
+  std::string label;             // "" for the world; "split(color c, key k)" for a split
   std::shared_ptr<CommStats> stats;
 
+  // "all_reduce #3 (4.0 KiB f32, sum)", "send_recv #2 (rank 0 of 2: send 4.0 MiB f32
+  // to rank 1, receive nothing)"; on a split communicator also which one.
+  std::string describe(const Op& op) const;
+
   [[noreturn]] void timeout_abort(const Op& op, double waited) {
+    const bool p2p = !op.split && op.kind == Collective::kSendRecv;
     detail::abort_job(
         1, fmt::format("{} did not complete within {:g} s (waited {:.1f} s); a peer rank is likely "
-                       "dead or stalled; aborting the job",
-                       op.describe(), timeout_s.load(), waited));
+                       "dead or stalled{}; aborting the job",
+                       describe(op), timeout_s.load(), waited,
+                       p2p ? ", or has not posted the matching send_recv" : ""));
   }
+  // An MPI call of `op` failed with `code` (MPI_ERR_IN_STATUS: see `statuses`).
+  [[noreturn]] void op_failed(const Op& op, const char* call, int code, const MPI_Status* statuses);
 
   void start(Op& op);
-  void finish(Op& op);
+  void finish(Op& op, const MPI_Status* statuses);
   void run(Op& op);
   void thread_main();
 };
+
+std::string MpiCommunicator::State::describe(const Op& op) const {
+  const std::string where =
+      label.empty() ? std::string() : fmt::format(" on {} (rank {} of {})", label, rank, size);
+  if (op.split)
+    return fmt::format("split #{} (color {}, key {}){}", op.seq, op.color, op.key, where);
+  switch (op.kind) {
+    case Collective::kBarrier:
+      return fmt::format("barrier #{}{}", op.seq, where);
+    case Collective::kSendRecv: {
+      auto peer = [&](int r) {
+        return label.empty() ? fmt::format("rank {}", r)
+                             : fmt::format("rank {} (world rank {})", r, world_ranks[size_t(r)]);
+      };
+      const size_t esize = dtype_size(op.dtype);
+      const std::string send =
+          op.dst < 0 ? "send nothing"
+                     : fmt::format("send {} ({} {}) to {}", human_bytes(op.count * int64_t(esize)),
+                                   op.count, dtype_name(op.dtype), peer(op.dst));
+      const std::string recv = op.src < 0
+                                   ? "receive nothing"
+                                   : fmt::format("receive {} ({} {}) from {}",
+                                                 human_bytes(op.recv_count * int64_t(esize)),
+                                                 op.recv_count, dtype_name(op.dtype), peer(op.src));
+      return fmt::format("send_recv #{} (rank {} of {}{}: {}, {})", op.seq, rank, size,
+                         label.empty() ? "" : " on " + label, send, recv);
+    }
+    default:
+      break;
+  }
+  std::string s = fmt::format("{} #{} ({} {}", collective_name(op.kind), op.seq,
+                              human_bytes(op.full_bytes), dtype_name(op.dtype));
+  if (op.kind == Collective::kAllReduce) s += fmt::format(", {}", reduce_op_name(op.reduce));
+  if (op.kind == Collective::kBroadcast) s += fmt::format(", root {}", op.root);
+  return s + ")" + where;
+}
+
+void MpiCommunicator::State::op_failed(const Op& op, const char* call, int code,
+                                       const MPI_Status* statuses) {
+  if (code == MPI_ERR_IN_STATUS && statuses != nullptr) {
+    for (int i = 0; i < 2; ++i) {
+      const int e = statuses[i].MPI_ERROR;
+      if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) {
+        code = e;
+        break;
+      }
+    }
+  }
+  char err[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(code, err, &len) != MPI_SUCCESS) std::snprintf(err, sizeof(err), "?");
+  detail::abort_job(1, fmt::format("MPI error in {} during {}: {} (code {}); aborting the job",
+                                   call, describe(op), err, code));
+}
 
 namespace {
 
@@ -220,6 +289,12 @@ class MpiWork final : public Work {
 }  // namespace
 
 void MpiCommunicator::State::start(Op& op) {
+  if (op.split) {
+    // MPI has no nonblocking split: a barrier, which can time out, first
+    // brings every rank to it, so that the blocking split then cannot hang.
+    FD_MPI_CHECK(MPI_Ibarrier(comm, &op.req[0]));
+    return;
+  }
   const size_t esize = dtype_size(op.dtype);
   switch (op.kind) {
     case Collective::kAllReduce: {
@@ -229,10 +304,10 @@ void MpiCommunicator::State::start(Op& op) {
         op.stage_in = comm_buffer(op.count);
         convert_to_f32(op.dtype, op.buf, op.stage_in.f32(), size_t(op.count));
         FD_MPI_CHECK(
-            MPI_Iallreduce(MPI_IN_PLACE, op.stage_in.f32(), n, MPI_FLOAT, mop, comm, &op.req));
+            MPI_Iallreduce(MPI_IN_PLACE, op.stage_in.f32(), n, MPI_FLOAT, mop, comm, &op.req[0]));
       } else {
         FD_MPI_CHECK(
-            MPI_Iallreduce(MPI_IN_PLACE, op.buf, n, mpi_type(op.dtype), mop, comm, &op.req));
+            MPI_Iallreduce(MPI_IN_PLACE, op.buf, n, mpi_type(op.dtype), mop, comm, &op.req[0]));
       }
       return;
     }
@@ -254,7 +329,7 @@ void MpiCommunicator::State::start(Op& op) {
         op.stage_out = Tensor::empty(Shape{op.count}, op.dtype, MemCategory::kComm, Device::cpu());
         recv = op.stage_out.raw();
       }
-      FD_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, type, MPI_SUM, comm, &op.req));
+      FD_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, type, MPI_SUM, comm, &op.req[0]));
       return;
     }
     case Collective::kAllGather: {
@@ -262,25 +337,53 @@ void MpiCommunicator::State::start(Op& op) {
       as_int_count(op.count * size, "all_gather (total)");
       const MPI_Datatype type = mpi_type(op.dtype);
       if (op.in_place) {
-        FD_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, type, op.recv, n, type, comm, &op.req));
+        FD_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, type, op.recv, n, type, comm, &op.req[0]));
       } else {
-        FD_MPI_CHECK(MPI_Iallgather(op.send, n, type, op.recv, n, type, comm, &op.req));
+        FD_MPI_CHECK(MPI_Iallgather(op.send, n, type, op.recv, n, type, comm, &op.req[0]));
       }
       return;
     }
     case Collective::kBroadcast: {
       const int n = as_int_count(op.count, "broadcast");
-      FD_MPI_CHECK(MPI_Ibcast(op.buf, n, mpi_type(op.dtype), op.root, comm, &op.req));
+      FD_MPI_CHECK(MPI_Ibcast(op.buf, n, mpi_type(op.dtype), op.root, comm, &op.req[0]));
       return;
     }
     case Collective::kBarrier:
-      FD_MPI_CHECK(MPI_Ibarrier(comm, &op.req));
+      FD_MPI_CHECK(MPI_Ibarrier(comm, &op.req[0]));
       return;
+    case Collective::kSendRecv: {
+      const MPI_Datatype type = mpi_type(op.dtype);
+      if (op.src >= 0) {
+        const int n = as_int_count(op.recv_count, "send_recv (receive)");
+        int rc = MPI_Irecv(op.recv, n, type, op.src, kSendRecvTag, comm, &op.req[1]);
+        if (rc != MPI_SUCCESS) op_failed(op, "MPI_Irecv", rc, nullptr);
+      }
+      if (op.dst >= 0) {
+        const int n = as_int_count(op.count, "send_recv (send)");
+        int rc = MPI_Isend(op.send, n, type, op.dst, kSendRecvTag, comm, &op.req[0]);
+        if (rc != MPI_SUCCESS) op_failed(op, "MPI_Isend", rc, nullptr);
+      }
+      return;
+    }
   }
 }
 
-void MpiCommunicator::State::finish(Op& op) {
+void MpiCommunicator::State::finish(Op& op, const MPI_Status* statuses) {
+  if (op.split) {
+    FD_MPI_CHECK(MPI_Comm_split(comm, op.color, op.key, &op.new_comm));
+    return;
+  }
   switch (op.kind) {
+    case Collective::kSendRecv:
+      if (op.src >= 0) {
+        int got = MPI_UNDEFINED;
+        FD_MPI_CHECK(MPI_Get_count(&statuses[1], mpi_type(op.dtype), &got));
+        if (got != op.recv_count)
+          detail::abort_job(1, fmt::format("{}: rank {} sent {} elements, not {}: the two ranks "
+                                           "disagree on the message size; aborting the job",
+                                           describe(op), op.src, got, op.recv_count));
+      }
+      break;
     case Collective::kAllReduce:
       if (op.stage_in.defined())
         convert_f32_to(op.dtype, op.stage_in.f32(), op.buf, size_t(op.count));
@@ -307,9 +410,11 @@ void MpiCommunicator::State::run(Op& op) {
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kMaxNap = std::chrono::microseconds(200);
   auto nap = std::chrono::microseconds(20);
+  MPI_Status statuses[2] = {};
   for (;;) {
     int flag = 0;
-    FD_MPI_CHECK(MPI_Test(&op.req, &flag, MPI_STATUS_IGNORE));
+    const int rc = MPI_Testall(2, op.req, &flag, statuses);
+    if (rc != MPI_SUCCESS) op_failed(op, "MPI_Testall", rc, statuses);
     if (flag) break;
     const auto now = Clock::now();
     if (now - t0 < kSpin) {  // small ops finish within microseconds: poll without sleeping
@@ -321,7 +426,7 @@ void MpiCommunicator::State::run(Op& op) {
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, kMaxNap);
   }
-  finish(op);
+  finish(op, statuses);
 }
 
 void MpiCommunicator::State::thread_main() {
@@ -352,9 +457,27 @@ void MpiCommunicator::State::thread_main() {
 
 MpiCommunicator::MpiCommunicator() : state_(std::make_shared<State>()) {
   FD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm));
+  begin();
+}
+
+MpiCommunicator::MpiCommunicator(std::shared_ptr<State> state) : state_(std::move(state)) {
+  begin();
+}
+
+void MpiCommunicator::begin() {
   FD_MPI_CHECK(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
   FD_MPI_CHECK(MPI_Comm_rank(state_->comm, &rank_));
   FD_MPI_CHECK(MPI_Comm_size(state_->comm, &size_));
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  FD_MPI_CHECK(MPI_Comm_group(state_->comm, &group));
+  FD_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> here(size_t(size_), 0);
+  std::iota(here.begin(), here.end(), 0);
+  state_->world_ranks.assign(size_t(size_), MPI_UNDEFINED);
+  FD_MPI_CHECK(
+      MPI_Group_translate_ranks(group, size_, here.data(), world, state_->world_ranks.data()));
+  FD_MPI_CHECK(MPI_Group_free(&group));
+  FD_MPI_CHECK(MPI_Group_free(&world));
   state_->rank = rank_;
   state_->size = size_;
   state_->stats = stats();
@@ -393,8 +516,7 @@ void MpiCommunicator::shutdown() {
 }
 
 WorkPtr MpiCommunicator::enqueue(std::shared_ptr<Op> op) {
-  FD_CHECK(!shut_down_, "collective {} issued after the communicator was shut down",
-           op->describe());
+  FD_CHECK(!shut_down_, "{} issued after the communicator was shut down", state_->describe(*op));
   op->seq = next_seq_++;
   auto work = std::make_shared<MpiWork>(op, state_);
   {
@@ -468,6 +590,44 @@ WorkPtr MpiCommunicator::barrier_async() {
   auto o = std::make_shared<Op>();
   o->kind = Collective::kBarrier;
   return enqueue(std::move(o));
+}
+
+WorkPtr MpiCommunicator::send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                                         int64_t recv_count, int src, DType dtype) {
+  check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);
+  as_int_count(send_count, "send_recv (send)");
+  as_int_count(recv_count, "send_recv (receive)");
+  FD_CHECK((send_count == 0 || send != nullptr) && (recv_count == 0 || recv != nullptr),
+           "send_recv: a null buffer with a non-zero count (send {}, receive {})", send_count,
+           recv_count);
+  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)));
+  if (send_count == 0 && recv_count == 0) return std::make_shared<CompletedWork>();
+  auto o = std::make_shared<Op>();
+  o->kind = Collective::kSendRecv;
+  o->dtype = dtype;
+  o->send = send;
+  o->count = send_count;
+  o->dst = send_count > 0 ? dst : -1;  // an empty half posts nothing
+  o->recv = recv;
+  o->recv_count = recv_count;
+  o->src = recv_count > 0 ? src : -1;
+  o->full_bytes = send_count * int64_t(dtype_size(dtype));
+  return enqueue(std::move(o));
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  FD_CHECK(color >= 0, "split: color {} must be >= 0", color);
+  auto o = std::make_shared<Op>();
+  o->split = true;
+  o->color = color;
+  o->key = key;
+  enqueue(o)->wait();  // the comm thread has written o->new_comm before `done`
+  auto st = std::make_shared<State>();
+  st->comm = o->new_comm;
+  st->timeout_s = state_->timeout_s.load();
+  st->label = fmt::format("split(color {}, key {})", color, key);
+  if (!state_->label.empty()) st->label += " of " + state_->label;
+  return std::unique_ptr<Communicator>(new MpiCommunicator(std::move(st)));
 }
 
 void MpiCommunicator::set_timeout(double seconds) {

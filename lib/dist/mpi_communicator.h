@@ -4,7 +4,7 @@
 // advances while some thread is inside MPI. So every MPI call of the
 // communicator is made by its own communication thread: *_async queues the op
 // (FIFO, so all ranks start the same ops in the same order), the thread starts
-// the nonblocking MPI call and polls MPI_Test with short sleeps (20 us backing
+// the nonblocking MPI call and polls MPI_Testall with short sleeps (20 us backing
 // off to 200 us) so that it leaves the CPU to the compute thread, and Work::
 // wait() sleeps on a condition variable. One op is in flight at a time.
 //
@@ -14,9 +14,19 @@
 // bf16/f16 reductions are staged in fp32 buffers (MemCategory::kComm) on the
 // communication thread and rounded back with round-to-nearest-even.
 //
+// send_recv is an MPI_Irecv and an MPI_Isend (one fixed tag, so MPI's
+// non-overtaking rule keeps a pair's messages in issue order) completed
+// together with MPI_Testall; a received count other than recv_count aborts
+// the job. split() goes through the queue too (in order with the collectives):
+// an MPI_Ibarrier, so that a rank that never joins times out like a
+// collective, then the blocking MPI_Comm_split; the new communicator has its
+// own thread, inherits the timeout, and its diagnostics name it ("split(color
+// c, key k)") and give peers' world ranks.
+//
 // Requires MPI initialised with MPI_THREAD_MULTIPLE (init() does it). The
 // destructor (or shutdown()) drains the queue, joins the thread and frees the
-// duplicated MPI communicator.
+// duplicated (or split) MPI communicator; finalize() shuts down every one
+// still alive, sub-communicators included.
 #pragma once
 
 #include <memory>
@@ -43,6 +53,9 @@ class MpiCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkPtr barrier_async() override;
+  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                          int64_t recv_count, int src, DType dtype) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   void set_timeout(double seconds) override;
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
@@ -55,6 +68,10 @@ class MpiCommunicator final : public Communicator {
   struct State;
 
  private:
+  // Over state's MPI communicator (split() made it).
+  explicit MpiCommunicator(std::shared_ptr<State> state);
+  // Reads rank and size, starts the thread, registers for finalize().
+  void begin();
   WorkPtr enqueue(std::shared_ptr<Op> op);
 
   int rank_ = 0;

@@ -19,6 +19,11 @@
 // Numerics match the MPI backend: bf16/f16 sums are widened to fp32 staging
 // buffers on the GPU (MemCategory::kComm), reduced in fp32 by NCCL and rounded
 // back once. Byte counters follow the same ring model.
+//
+// send_recv is ncclSend and ncclRecv in one ncclGroupStart/End on the
+// communication stream, ordered after the compute stream like a collective.
+// split() splits the host communicator and builds a new NcclCommunicator on
+// that sub-communicator, which it owns (and its Works keep alive).
 #pragma once
 
 #include <memory>
@@ -45,6 +50,10 @@ class NcclCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkPtr barrier_async() override;
+  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                          int64_t recv_count, int src, DType dtype) override;
+  // Collective over this communicator's ranks (and its host's).
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   // Host doubles go over the host communicator.
   void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
@@ -55,6 +64,10 @@ class NcclCommunicator final : public Communicator {
   struct State;
 
  private:
+  // Over `host`, which it owns (split()).
+  explicit NcclCommunicator(std::shared_ptr<Communicator> host);
+  void begin();
+
   Communicator& host_;
   std::shared_ptr<State> state_;
 };

@@ -10,6 +10,7 @@
 #include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
 #include "lib/data/tokenizer.h"
+#include "lib/pipe/partition.h"
 
 namespace fd::engine {
 
@@ -44,6 +45,18 @@ nn::LoraConfig lora_config(const config::Recipe& r, const nn::DecoderConfig& mod
   return lora;
 }
 
+pipe::PartitionSpec partition_spec(const config::ParallelOptions& p) {
+  switch (p.partition) {
+    case config::PartitionName::kUniform:
+      return {pipe::PartitionKind::kUniform, {}};
+    case config::PartitionName::kList:
+      return {pipe::PartitionKind::kExplicit, p.partition_blocks};
+    case config::PartitionName::kParameters:
+      break;
+  }
+  return {pipe::PartitionKind::kParameters, {}};
+}
+
 }  // namespace
 
 Assembly assemble(const config::Recipe& r, int world) {
@@ -52,8 +65,16 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.model = model_config(r.model);
   a.lora = lora_config(r, a.model);
   a.dtype = compute_dtype(r.precision);
-  a.layout = zero::layout_for(r.zero.stage, world);
-  a.frozen_layout = zero::frozen_layout_for(r.zero.stage, world);
+  if (r.parallel.pipeline > 1) config::check_world_size(r, world);
+  a.stages = r.parallel.pipeline;
+  a.replicas = config::data_parallel_size(r, world);
+  a.pipeline_schedule = r.parallel.schedule == config::PipelineSchedule::kGPipe
+                            ? pipe::Schedule::kGPipe
+                            : pipe::Schedule::k1F1B;
+  a.stage_blocks = pipe::partition_blocks(a.model, a.stages, partition_spec(r.parallel));
+  // ZeRO partitions over a stage's data-parallel replicas (all ranks without a pipeline).
+  a.layout = zero::layout_for(r.zero.stage, a.replicas);
+  a.frozen_layout = zero::frozen_layout_for(r.zero.stage, a.replicas);
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
@@ -104,6 +125,7 @@ Assembly assemble(const config::Recipe& r, int world) {
 Assembly assemble_for_inference(const config::Recipe& r) {
   Assembly a;
   a.model = model_config(r.model);
+  a.stage_blocks = {a.model.num_layers};  // one process runs the whole model
   a.lora = lora_config(r, a.model);
   a.lora.dropout = 0.0f;
   a.seed = uint64_t(r.seed);
@@ -114,12 +136,14 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   return a;
 }
 
-std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init) {
+std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init,
+                                         const std::function<bool(int segment)>& present) {
   nn::GroupLayout layout = a.layout, frozen_layout = a.frozen_layout;
   if (init == Init::kDeferred && a.zero.stage >= 3)
     layout.params_resident = frozen_layout.params_resident = false;
   if (init == Init::kDeferred && a.zero.stage >= 2) layout.grads_resident = false;
-  auto model = std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout);
+  auto model =
+      std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout, present);
   if (init == Init::kRandom) model->init_weights(a.seed);
   return model;
 }

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "lib/ckpt/peft.h"
 #include "lib/config/recipe.h"
@@ -24,6 +26,7 @@
 #include "lib/engine/generate.h"
 #include "lib/nn/decoder.h"
 #include "lib/optim/schedule.h"
+#include "lib/pipe/schedule.h"
 #include "lib/precision/loss_scaler.h"
 #include "lib/zero/zero_engine.h"
 
@@ -34,11 +37,19 @@ DType compute_dtype(config::Precision precision);
 
 // Everything a run is built from, for one world size.
 struct Assembly {
-  int world = 1;                  // ranks the layouts are padded for
+  int world = 1;  // ranks in the job: stages x replicas
+  // Pipeline parallelism (the recipe's parallel section; lib/pipe): the ranks
+  // form `stages` pipeline stages x `replicas` data-parallel replicas,
+  // stage-major (pipe::Layout(world, stages)). Without a pipeline: one stage
+  // holding every block, replicas == world.
+  int stages = 1;    // P
+  int replicas = 1;  // D = world / P: ZeRO's world, the ranks the layouts are padded for
+  pipe::Schedule pipeline_schedule = pipe::Schedule::k1F1B;
+  std::vector<int> stage_blocks;  // transformer blocks per stage (pipe::partition_blocks)
   nn::DecoderConfig model;        // the network: family, dimensions, switches
   nn::LoraConfig lora;            // adapters; disabled (r = 0) without a lora section
   DType dtype = DType::kF32;      // the compute dtype (fp32 master weights when 16-bit)
-  nn::GroupLayout layout;         // trainable flat groups, padded for zero.stage and world
+  nn::GroupLayout layout;         // trainable flat groups, padded for zero.stage and replicas
   nn::GroupLayout frozen_layout;  // the frozen base of a LoRA run
   zero::ZeroConfig zero;          // stage, overlap, accumulation, AdamW, clipping, checkpointing
   std::optional<precision::LossScalerOptions> loss_scaler;  // fp16 only
@@ -52,6 +63,9 @@ struct Assembly {
 };
 
 // A training run of `r` at `world` ranks (r as validated by lib/config).
+// With a pipeline (parallel.pipeline > 1) throws fd::Error (kUsage) when the
+// stages do not divide `world` or batch.global does not fit it
+// (config::check_world_size).
 Assembly assemble(const config::Recipe& r, int world);
 
 // The model of a checkpoint's stored recipe, for inference and exports: fp32,
@@ -73,7 +87,9 @@ enum class Init {
 
 // The model `a` describes, in a.dtype on the thread's default device
 // (model.init_from, adapters and checkpoints are loaded by the caller).
-std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kRandom);
+// `present` (a pipeline stage): the segments this process holds (nn::Decoder).
+std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kRandom,
+                                         const std::function<bool(int segment)>& present = {});
 
 // Opens data.train and data.val (data.format, data.val_fraction,
 // data.seq_len, model.vocab_size) as a TokenDataset and its Sampler (seeded

@@ -103,7 +103,11 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     m.zero_stage = meta.zero_stage;
     m.precision = meta.precision;
     for (int r = 0; r < comm.size(); ++r) m.files.push_back(ckpt::shard_file_name(r));
-    for (const auto& r : ranges) m.segments.push_back({r.segment, r.segment_numel});
+    if (req.segments.empty()) {
+      for (const auto& r : ranges) m.segments.push_back({r.segment, r.segment_numel});
+    } else {
+      m.segments = req.segments;
+    }
     for (int r = 0; r < comm.size(); ++r)
       m.digests.push_back({uint64_t(digests[2 * size_t(r)]), uint32_t(digests[2 * size_t(r) + 1])});
     try {

@@ -33,6 +33,10 @@ struct SaveRequest {
   int keep_last = 1;
   ckpt::ShardMeta meta;  // everything but rank (filled per rank)
   dist::FaultSpec fault;  // test hook: ckptkill at a point of the write
+  // The manifest's segments when rank 0's engine holds only some (a
+  // pipeline's first stage): every segment with trainable elements, in
+  // forward order. Empty: rank 0's ranges.
+  std::vector<ckpt::ManifestSegment> segments;
 };
 // Collective. Returns the step directory written.
 std::filesystem::path save_checkpoint(const SaveRequest& request, const zero::ZeroEngine& engine,

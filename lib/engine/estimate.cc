@@ -13,6 +13,8 @@
 #include "lib/base/error.h"
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/pipeline.h"
+#include "lib/pipe/schedule.h"
 #include "lib/engine/step.h"
 #include "lib/engine/weights_io.h"
 #include "lib/tensor/device.h"
@@ -106,6 +108,7 @@ struct RankRun {
   int64_t offload_host = 0;      // the optimizer state in host memory (host offload), bytes
   int64_t offload_pinned = 0;    // a GPU run's pinned transfer buffers (offload), bytes
   int64_t padded_params = 0, frozen_padded_params = 0, num_params = 0;
+  int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
   std::vector<std::pair<std::string, int64_t>> after_segment;
@@ -212,11 +215,24 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   std::array<int64_t, kNumMemCategories> base{};
   for (int c = 0; c < kNumMemCategories; ++c) base[size_t(c)] = acct.current(MemCategory(c));
   auto above_base = [&](MemCategory c) { return acct.peak(c) - base[size_t(c)]; };
-  // Built as the trainer builds it (meta tensors: the fill reads nothing).
-  std::unique_ptr<nn::Decoder> model = build_model(a, Init::kDeferred);
+  // Built as the trainer builds it (meta tensors: the fill reads nothing); a
+  // pipeline rank holds its stage's segments, its engine over its replicas.
+  std::unique_ptr<PipelineStage> pipe;
+  if (a.stages > 1)
+    pipe = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
+                                           a.model.num_layers, a.model.tie_word_embeddings, comm);
+  std::unique_ptr<nn::Decoder> model = build_model(
+      a, Init::kDeferred,
+      pipe ? std::function<bool(int)>([&](int g) { return pipe->holds(g); })
+           : std::function<bool(int)>());
   InitialWeights init;
   init.seed = a.seed;
-  zero::ZeroEngine engine(*model, comm, a.zero, initial_weights(*model, init));
+  const nn::ParamFill fill = initial_weights(*model, init);
+  std::unique_ptr<nn::Module> stage_module = pipe ? pipe->stage_module(*model) : nullptr;
+  zero::ZeroEngine engine(pipe ? *stage_module : *model, pipe ? pipe->data_comm() : comm,
+                          pipe ? pipe->stage_config(a.zero) : a.zero, fill);
+  if (pipe) pipe->attach(*model, engine, fill);
+  dist::Communicator& model_comm = pipe ? pipe->data_comm() : comm;
   RankRun out;
   out.num_params = model->parameter_count();
   for (const nn::FlatParamGroup* g : model->groups()) out.padded_params += g->numel();
@@ -232,8 +248,17 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
     autograd::BackwardObserver* p;
     ~Restore() { autograd::set_backward_observer(p); }
   } restore{previous};
-  comm.reset_counters();
-  for (int m = 0; m < a.zero.accumulation; ++m) {
+  model_comm.reset_counters();
+  if (pipe) {
+    // The stage's program (its micro-batches in flight at once, per schedule).
+    PipelineStage::MicroFns fns;
+    fns.load = [](int, Batch& b) { return count_targets(b); };
+    fns.grad_seed = [](int, int64_t) { return 1.0f; };
+    fns.dropout_seed = [](int m) { return uint64_t(m); };
+    fns.new_batch = [&] { return make_batch(a, Device::meta()); };
+    pipe->train(a.zero.accumulation, fns);
+  }
+  for (int m = 0; m < (pipe ? 0 : a.zero.accumulation); ++m) {
     train_micro_batch(*model, engine, watch, batch, m, uint64_t(m), 1.0f,
                       [&](const autograd::Tape& tape, const autograd::Variable& loss) {
                         if (m == 0)  // the scalar loss aside
@@ -244,7 +269,11 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
                       });
   }
   engine.step(a.schedule.peak_lr, 1.0);
-  out.comm_bytes = comm.bytes_sent();
+  if (pipe) {
+    pipe->sync_tied();
+    out.p2p_bytes = pipe->totals().p2p_bytes;  // the step's, the tied weights' sync included
+  }
+  out.comm_bytes = model_comm.bytes_sent();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
   out.offload_pinned = engine.offload_pinned_bytes();
@@ -262,13 +291,21 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   const int64_t train_activations = most[size_t(MemCategory::kActivations)];
   out.comm_step = most[size_t(MemCategory::kComm)];
   acct.reset_peaks();
-  eval_batch(*model, engine, batch);
+  if (pipe) {
+    pipe->eval(batch);
+  } else {
+    eval_batch(*model, engine, batch);
+  }
   out.eval_peak = above_base(MemCategory::kActivations);
   if (out.eval_peak > train_activations) out.peak_at = "evaluation";
   out.comm_step = std::max(out.comm_step, above_base(MemCategory::kComm));
   keep_peaks();
   acct.reset_peaks();
-  engine.with_full_parameters([] {});
+  if (pipe) {
+    pipe->with_full_parameters([] {});
+  } else {
+    engine.with_full_parameters([] {});
+  }
   out.comm_full_gather = above_base(MemCategory::kComm);
   keep_peaks();
   out.states = {most[size_t(MemCategory::kParams)], most[size_t(MemCategory::kGrads)],
@@ -299,12 +336,19 @@ Estimate estimate(const config::Recipe& r, int world) {
   {
     // P at one rank: alignment padding only.
     DeviceScope on_meta(Device::meta());
-    const std::unique_ptr<nn::Decoder> one = build_model(assemble(r, 1), Init::kNone);
+    config::Recipe r1 = r;
+    r1.parallel.pipeline = 1;  // one rank holds every stage
+    const std::unique_ptr<nn::Decoder> one = build_model(assemble(r1, 1), Init::kNone);
     for (const nn::FlatParamGroup* g : one->groups()) e.padded_params_1 += g->numel();
   }
   // 16-bit reductions are staged in fp32 by the MPI backend (N > 1) only.
   const bool staging = e.compute_bytes == 2 && world > 1;
   for (int s = 0; s < 4; ++s) {
+    if (recipe_assembly.stages > 1 && s == 3) {  // refused with a pipeline (DeepSpeed too)
+      e.stages[3].stage = 3;
+      e.stages[3].refused = true;
+      continue;
+    }
     config::Recipe rs = r;
     rs.zero.stage = s;
     // Parameter offload applies to stage 3 only; the other stages keep them in memory.
@@ -380,6 +424,33 @@ Estimate estimate(const config::Recipe& r, int world) {
   }
   for (StageEstimate& st : e.stages)
     st.paper_bytes = paper_bytes(st.stage, double(e.num_params), double(world), e.compute_bytes);
+  if (recipe_assembly.stages > 1) {
+    // Each pipeline stage at the recipe's ZeRO stage, by its first replica
+    // (the replicas of a stage hold the same).
+    Estimate::Pipeline& p = e.pipeline;
+    const Assembly& a = recipe_assembly;
+    p.stages = a.stages;
+    p.replicas = a.replicas;
+    p.micro_batches = a.zero.accumulation;
+    p.schedule = std::string(pipe::to_string(a.pipeline_schedule));
+    p.blocks = a.stage_blocks;
+    p.bubble_fraction = pipe::bubble_fraction(a.stages, a.zero.accumulation);
+    for (int ps = 0; ps < a.stages; ++ps) {
+      const RankRun run = run_rank(a, ps * a.replicas, staging);
+      StageEstimate st;
+      st.stage = ps;
+      st.model_states = run.states;
+      st.frozen = run.frozen;
+      st.activations = run.activations;
+      st.comm_step = run.comm_step;
+      st.comm_full_gather = run.comm_full_gather;
+      st.comm_buffers = std::max(run.comm_step, run.comm_full_gather);
+      st.other = run.other;
+      st.comm_bytes_per_step = run.comm_bytes;
+      st.p2p_bytes_per_step = run.p2p_bytes;
+      p.per_stage.push_back(st);
+    }
+  }
   return e;
 }
 
@@ -519,7 +590,8 @@ std::string format_estimate(const Estimate& e) {
   const int w0 = 26, w = 14;
   auto row = [&](const std::string& label, auto cell) {
     std::string s = fmt::format("{:<{}}", label, w0);
-    for (const StageEstimate& st : e.stages) s += fmt::format("{:>{}}", cell(st), w);
+    for (const StageEstimate& st : e.stages)
+      s += fmt::format("{:>{}}", st.refused && !label.empty() ? std::string("-") : cell(st), w);
     line(s);
   };
   row("", [&](const StageEstimate& st) {
@@ -553,8 +625,35 @@ std::string format_estimate(const Estimate& e) {
   row("comm per step", [](const StageEstimate& s) { return human(s.comm_bytes_per_step); });
   line(fmt::format("{:<{}}stages 0-2: {}; stage 3: {}", "", w0, comm_formula(0, e.accumulation, c),
                    comm_formula(3, e.accumulation, c)));
-  line(fmt::format("(* the recipe's stage, zero.stage = {})", e.recipe_stage));
+  line(fmt::format("(* the recipe's stage, zero.stage = {}{})", e.recipe_stage,
+                   e.pipeline.stages > 1 ? "; stage 3 is refused with a pipeline" : ""));
   line("");
+  if (e.pipeline.stages > 1) {
+    const Estimate::Pipeline& p = e.pipeline;
+    line(fmt::format(
+        "pipeline: {} stages x {} data-parallel replica{} (N = {} ranks), {} schedule, {} "
+        "micro-batches per step; bubble (P-1)/(M+P-1) = {:.1f}%; per pipeline stage at ZeRO "
+        "stage {} (the columns above are the largest of any stage):",
+        p.stages, p.replicas, p.replicas == 1 ? "" : "s", e.world, p.schedule, p.micro_batches,
+        100.0 * p.bubble_fraction, e.recipe_stage));
+    std::string head = fmt::format("{:<{}}", "", w0);
+    for (const StageEstimate& st : p.per_stage) head += fmt::format("{:>{}}", fmt::format("pipe {}", st.stage), w);
+    line(head);
+    auto prow = [&](const std::string& label, auto cell) {
+      std::string s = fmt::format("{:<{}}", label, w0);
+      for (const StageEstimate& st : p.per_stage) s += fmt::format("{:>{}}", cell(st), w);
+      line(s);
+    };
+    prow("blocks", [&](const StageEstimate& st) { return std::to_string(p.blocks[size_t(st.stage)]); });
+    prow("model states", [](const StageEstimate& st) { return human(st.model_states.total()); });
+    if (e.lora.enabled()) prow("frozen base", [](const StageEstimate& st) { return human(st.frozen); });
+    prow("activations", [](const StageEstimate& st) { return human(st.activations); });
+    prow("comm buffers", [](const StageEstimate& st) { return human(st.comm_buffers); });
+    prow("total", [](const StageEstimate& st) { return human(st.total()); });
+    prow("sent to neighbours/step", [](const StageEstimate& st) { return human(st.p2p_bytes_per_step); });
+    prow("data-parallel/step", [](const StageEstimate& st) { return human(st.comm_bytes_per_step); });
+    line("");
+  }
   if (c == 2) {
     line(fmt::format("Model states per rank, {} (P padded parameters, N ranks, a = accumulation):",
                      config::to_string(e.precision)));
@@ -574,7 +673,17 @@ std::string format_estimate(const Estimate& e) {
     line("  the paper's fp32 figures (its mixed-precision ones, 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and");
     line("  16Ψ/N, apply with precision bf16 or fp16).");
   }
-  if (e.lora.enabled()) {
+  if (e.pipeline.stages > 1) {
+    out += wrapped(
+        fmt::format("Activations (pipeline): per stage in the table above, the peak of its "
+                    "program: {} holds the activations of at most {} micro-batches at once "
+                    "on the first stage (1F1B: min(P - s, M) on stage s; GPipe: all M).",
+                    e.pipeline.schedule,
+                    e.pipeline.schedule == "gpipe"
+                        ? e.pipeline.micro_batches
+                        : std::min(e.pipeline.stages, e.pipeline.micro_batches)),
+        "", "  ", 96);
+  } else if (e.lora.enabled()) {
     out += wrapped(
         fmt::format("Activations (LoRA: the frozen base saves only what a gradient "
                     "flowing to an adapter needs): {} saved at the end of forward; "
@@ -649,31 +758,64 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"peak", e.activations.peak},
                       {"peak_at", e.activations.peak_at},
                       {"eval_peak", e.activations.eval_peak}};
+  // The per-rank memory figures both tables give, in this order.
+  auto memory = [](nlohmann::ordered_json& o, const StageEstimate& s) {
+    o["params"] = s.model_states.params;
+    o["grads"] = s.model_states.grads;
+    o["master"] = s.model_states.master;
+    o["optimizer"] = s.model_states.optimizer;
+    o["model_states"] = s.model_states.total();
+    o["frozen"] = s.frozen;
+    o["activations"] = s.activations;
+    o["comm_buffers"] = s.comm_buffers;
+  };
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const StageEstimate& s : e.stages) {
-    stages.push_back({{"stage", s.stage},
-                      {"params", s.model_states.params},
-                      {"grads", s.model_states.grads},
-                      {"master", s.model_states.master},
-                      {"optimizer", s.model_states.optimizer},
-                      {"model_states", s.model_states.total()},
-                      {"frozen", s.frozen},
-                      {"activations", s.activations},
-                      {"comm_buffers", s.comm_buffers},
-                      {"comm_step", s.comm_step},
-                      {"comm_staging", s.comm_staging},
-                      {"comm_full_gather", s.comm_full_gather},
-                      {"other", s.other},
-                      {"total", s.total()},
-                      {"offload_nvme", s.offload_nvme},
-                      {"offload_host", s.offload_host},
-                      {"offload_pinned", s.offload_pinned},
-                      {"paper_formula", paper_formula(s.stage, e.compute_bytes)},
-                      {"paper_bytes", s.paper_bytes},
-                      {"comm_bytes_per_step", s.comm_bytes_per_step},
-                      {"comm_formula", comm_formula(s.stage, e.accumulation, e.compute_bytes)}});
+    nlohmann::ordered_json o;
+    o["stage"] = s.stage;
+    if (s.refused) {  // ZeRO-3 with a pipeline
+      o["refused"] = true;
+      stages.push_back(o);
+      continue;
+    }
+    memory(o, s);
+    o["comm_step"] = s.comm_step;
+    o["comm_staging"] = s.comm_staging;
+    o["comm_full_gather"] = s.comm_full_gather;
+    o["other"] = s.other;
+    o["total"] = s.total();
+    o["offload_nvme"] = s.offload_nvme;
+    o["offload_host"] = s.offload_host;
+    o["offload_pinned"] = s.offload_pinned;
+    o["paper_formula"] = paper_formula(s.stage, e.compute_bytes);
+    o["paper_bytes"] = s.paper_bytes;
+    o["comm_bytes_per_step"] = s.comm_bytes_per_step;
+    o["comm_formula"] = comm_formula(s.stage, e.accumulation, e.compute_bytes);
+    stages.push_back(o);
   }
   j["stages"] = stages;
+  if (e.pipeline.stages > 1) {
+    const Estimate::Pipeline& p = e.pipeline;
+    nlohmann::ordered_json per = nlohmann::ordered_json::array();
+    for (const StageEstimate& s : p.per_stage) {
+      nlohmann::ordered_json o;
+      o["stage"] = s.stage;
+      o["blocks"] = p.blocks[size_t(s.stage)];
+      memory(o, s);
+      o["other"] = s.other;
+      o["total"] = s.total();
+      o["p2p_bytes_per_step"] = s.p2p_bytes_per_step;
+      o["comm_bytes_per_step"] = s.comm_bytes_per_step;
+      per.push_back(o);
+    }
+    j["pipeline"] = {{"stages", p.stages},
+                     {"replicas", p.replicas},
+                     {"schedule", p.schedule},
+                     {"micro_batches", p.micro_batches},
+                     {"stage_blocks", p.blocks},
+                     {"bubble_fraction", p.bubble_fraction},
+                     {"per_stage", per}};
+  }
   j["assumptions"] = estimate_assumptions(e);
   return j;
 }

@@ -87,6 +87,12 @@ struct StageEstimate {
   // parameter shards up (2cP/N); 0 otherwise.
   int64_t offload_pinned = 0;
   int64_t comm_bytes_per_step = 0;  // bytes this rank sends in the step (ring model)
+  // A pipeline (parallel.pipeline > 1): ZeRO-3 is refused (the column is
+  // empty); per pipeline stage (Estimate::pipeline), the bytes the stage
+  // sends its neighbours in a step (hidden states, their gradients, a tied
+  // head's embedding gradient and weights).
+  bool refused = false;
+  int64_t p2p_bytes_per_step = 0;
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
@@ -111,7 +117,18 @@ struct Estimate {
   int64_t frozen_params = 0;         // Ψ_base
   int64_t frozen_padded_params = 0;  // P_base at this world (frozen_layout_for)
   ActivationEstimate activations;
+  // Per ZeRO stage, the largest figure of any rank (with a pipeline: of any
+  // pipeline stage's).
   std::array<StageEstimate, 4> stages;
+  // Pipeline parallelism at the recipe's ZeRO stage, one entry per pipeline
+  // stage (StageEstimate::stage is then the pipeline stage); empty without.
+  struct Pipeline {
+    int stages = 1, replicas = 1, micro_batches = 1;
+    std::string schedule;
+    std::vector<int> blocks;
+    double bubble_fraction = 0.0;  // (P - 1) / (M + P - 1)
+    std::vector<StageEstimate> per_stage;
+  } pipeline;
 };
 
 // The estimate for `recipe` on `world` ranks (world >= 1; the recipe is

@@ -243,7 +243,13 @@ void Trainer::setup(const TrainOptions& options) {
   const Assembly& a = assembly_;
   const nn::DecoderConfig& mc = a.model;
   const nn::LoraConfig& lora = a.lora;
-  model_ = build_model(a, Init::kDeferred);
+  // A pipeline stage holds its own segments only (pipeline.h).
+  if (a.stages > 1)
+    pipe_ = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
+                                            a.model.num_layers, a.model.tie_word_embeddings, comm_);
+  model_ = build_model(a, Init::kDeferred,
+                       pipe_ ? std::function<bool(int)>([this](int g) { return pipe_->holds(g); })
+                             : std::function<bool(int)>());
   InitialWeights init;
   init.seed = a.seed;
   if (!recipe_.model.init_from.empty()) {
@@ -275,13 +281,30 @@ void Trainer::setup(const TrainOptions& options) {
 
   zero::ZeroConfig zc = a.zero;
   if (options_.offload_link != nullptr) zc.offload.link = options_.offload_link;
-  zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), zc, fill);
+  if (pipe_) {
+    // The engine numbers the stage's segments from 0.
+    stage_module_ = pipe_->stage_module(*model_);
+    zc = pipe_->stage_config(zc);
+    if (gpu_comm_)
+      pipe_->use_device_comms(
+          [this](dist::Communicator& host) {
+            std::unique_ptr<dist::Communicator> c = dist::make_gpu_communicator(host);
+            c->set_timeout(recipe_.dist.timeout_s);
+            return c;
+          },
+          *gpu_comm_);
+    zero_ = std::make_unique<zero::ZeroEngine>(*stage_module_, pipe_->data_comm(), zc, fill);
+    pipe_->attach(*model_, *zero_, fill);
+  } else {
+    zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), zc, fill);
+  }
   if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
   schedule_ = a.schedule;
 
   if (plan.checkpoint) {
     const Resumed r =
         load_for_resume(*plan.checkpoint, recipe_, *model_, *zero_, scaler_.get(), base_sha256_);
+    if (pipe_) pipe_->sync_tied();  // the loaded embedding to the head's copy
     start_step_ = r.step;
     skipped_at_start_ = r.skipped_steps;
     resumed_from_ = r.dir;
@@ -309,6 +332,13 @@ void Trainer::setup(const TrainOptions& options) {
     log::info("{} rank{} ({} backend), ZeRO stage {}, device {}; run directory: {}", world,
               world == 1 ? "" : "s", model_comm().backend(), recipe_.zero.stage,
               device_scope_ ? cuda_device_name() : std::string("cpu"), run_dir_->path().string());
+    if (pipe_)
+      log::info("pipeline: {} stages x {} data-parallel replica{}, {} schedule, blocks per stage "
+                "[{}], {} micro-batches per step (bubble {:.1f}%)",
+                a.stages, a.replicas, a.replicas == 1 ? "" : "s",
+                pipe::to_string(a.pipeline_schedule), fmt::join(a.stage_blocks, ", "),
+                a.zero.accumulation,
+                100.0 * pipe::bubble_fraction(a.stages, a.zero.accumulation));
   }
 }
 
@@ -375,17 +405,24 @@ std::string Trainer::save(int64_t steps_done) {
     m.loss_scaler =
         ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter, st.hysteresis_left};
   }
+  if (pipe_)  // rank 0 (the first stage) holds only its own segments
+    for (const nn::FlatParamGroup* g : model_->groups())
+      if (g->numel() > 0) req.segments.push_back({g->name(), g->numel()});
   return save_checkpoint(req, *zero_, comm_).string();
 }
 
 void Trainer::with_full_parameters(const std::function<void()>& fn) {
+  if (pipe_) return pipe_->with_full_parameters(fn);
   zero_->with_full_parameters(fn);
 }
 
 Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   const int B = assembly_.micro, T = assembly_.seq_len;
   const int accum = assembly_.zero.accumulation;
-  const int world = comm_.size();
+  // Ranks that read distinct data: the world, or a pipeline's replicas (every
+  // stage of replica r reads what data-parallel rank r reads).
+  const int world = pipe_ ? pipe_->replicas() : comm_.size();
+  const int data_rank = pipe_ ? pipe_->replica() : comm_.rank();
   const data::BatchSource& source = data_.source();
   // The step's loss is the mean over all its target positions, on every rank and in every
   // micro-batch: micro-batch m's mean is weighted by its share of them (data/batch_source.h),
@@ -398,21 +435,41 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   double loss_sum = 0.0;
   PhaseClock clock(options_.profile, model_comm());
   double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
-  for (int micro = 0; micro < accum; ++micro) {
+  auto load = [&](int micro, Batch& b) {
     const data::MicroBatch mb{.step = step,
                               .micro = micro,
-                              .rank = comm_.rank(),
+                              .rank = data_rank,
                               .world = world,
                               .batch = B,
                               .accumulation = accum};
-    source.train_batch(mb, T, batch_buffers(batch_));
-    const int64_t targets = count_targets(batch_);
-    clock.lap(ph.data, ph.comm_wait);
+    source.train_batch(mb, T, batch_buffers(b));
+    return count_targets(b);
+  };
+  auto grad_seed = [&](int64_t targets) {
     float seed = step_targets > 0 ? float(scale * double(targets) / double(step_targets)) : 0.0f;
     if (overflow) seed = std::numeric_limits<float>::infinity();
-    // Adapter dropout masks: a function of (seed, step, micro-batch, rank).
-    const uint64_t dropout_seed =
-        hash_words(assembly_.seed, uint64_t(step), uint64_t(micro), uint64_t(comm_.rank()));
+    return seed;
+  };
+  // Adapter dropout masks: a function of (seed, step, micro-batch, data rank).
+  auto dropout_seed_of = [&](int micro) {
+    return hash_words(assembly_.seed, uint64_t(step), uint64_t(micro), uint64_t(data_rank));
+  };
+  if (pipe_) {
+    // The stage's program runs every micro-batch's forward and backward
+    // (lib/pipe/schedule.h); its phases are not told apart.
+    PipelineStage::MicroFns fns;
+    fns.load = load;
+    fns.grad_seed = [&](int, int64_t targets) { return grad_seed(targets); };
+    fns.dropout_seed = dropout_seed_of;
+    fns.new_batch = [&] { return make_batch(assembly_, Device::cpu()); };
+    loss_sum = pipe_->train(accum, fns);
+    clock.lap(ph.forward, ph.comm_wait);
+  }
+  for (int micro = 0; micro < (pipe_ ? 0 : accum); ++micro) {
+    const int64_t targets = load(micro, batch_);
+    clock.lap(ph.data, ph.comm_wait);
+    const float seed = grad_seed(targets);
+    const uint64_t dropout_seed = dropout_seed_of(micro);
     const double loss =
         train_micro_batch(*model_, *zero_, *zero_, batch_, micro, dropout_seed, seed,
                           [&](const autograd::Tape&, const autograd::Variable&) {
@@ -439,6 +496,7 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   // The caller ends the run as diverged, before updating the weights.
   if (!std::isfinite(st.loss) || (recipe_.max_loss > 0 && st.loss > recipe_.max_loss)) return st;
   zero::StepResult r = zero_->step(optim::lr_at(schedule_, step), scale);
+  if (pipe_) pipe_->sync_tied();  // the updated embedding to the head's copy
   clock.lap(ph.optimizer, ph.comm_wait);
   st.grad_norm = r.grad_norm;
   st.skipped = r.skipped;
@@ -457,10 +515,12 @@ double Trainer::evaluate() {
   // The mean over every target position of the evaluation batches (as training weighs them).
   double sums[2] = {0.0, 0.0};  // loss * targets, targets
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
-    source.val_batch(i, comm_.rank(), comm_.size(), B, T, batch_buffers(batch_));
-    const int64_t targets = count_targets(batch_);
-    // Every rank runs every batch (ZeRO-3 gathers are collective), targets or not.
-    const double loss = eval_batch(*model_, *zero_, batch_);
+    source.val_batch(i, pipe_ ? pipe_->replica() : comm_.rank(),
+                     pipe_ ? pipe_->replicas() : comm_.size(), B, T, batch_buffers(batch_));
+    // Every rank runs every batch (ZeRO-3 gathers are collective), targets or not;
+    // a pipeline's loss is its last stage's.
+    const int64_t targets = pipe_ && !pipe_->last_stage() ? 0 : count_targets(batch_);
+    const double loss = pipe_ ? pipe_->eval(batch_) : eval_batch(*model_, *zero_, batch_);
     sums[0] += loss * double(targets);
     sums[1] += double(targets);
   }
@@ -497,8 +557,12 @@ nlohmann::json Trainer::memory_json() {
 nlohmann::json Trainer::run() {
   const int64_t steps = recipe_.steps;
   const bool rank0 = comm_.rank() == 0;
-  RunReport report(recipe_, rank0, comm_.size(), start_step_,
-                   model_->config().flops_per_token(assembly_.seq_len), model_comm(),
+  // A pipeline's tokens per step are its replicas' (every stage of a replica
+  // works on the same micro-batches); its communication counted here is the
+  // stage's data-parallel traffic (summary.json 'pipeline' has the rest).
+  RunReport report(recipe_, rank0, pipe_ ? pipe_->replicas() : comm_.size(), start_step_,
+                   model_->config().flops_per_token(assembly_.seq_len),
+                   pipe_ ? pipe_->data_comm() : model_comm(),
                    run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
                    options_.profile);
   double loss = std::nan(""), grad_norm = 0.0;
@@ -590,6 +654,33 @@ nlohmann::json Trainer::run() {
   return finish(report, {status, exit_reason, stop_signal, fatal_message, loss, done});
 }
 
+nlohmann::json Trainer::pipeline_json() {
+  // Every rank's totals, gathered (collective): per stage, the mean over its
+  // replicas of the share of the pipeline phase spent waiting for a neighbour.
+  const PipelineStage::Totals& t = pipe_->totals();
+  const double mine[4] = {double(pipe_->stage()), t.train_s, t.idle_s, double(t.p2p_bytes)};
+  std::vector<double> all(4 * size_t(comm_.size()));
+  comm_.all_gather_f64(mine, all.data(), 4);
+  const int P = pipe_->stages();
+  std::vector<double> idle(size_t(P), 0.0), bytes(size_t(P), 0.0);
+  for (int r = 0; r < comm_.size(); ++r) {
+    const double* v = &all[4 * size_t(r)];
+    const size_t s = size_t(v[0]);
+    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(pipe_->replicas());
+    bytes[s] = std::max(bytes[s], t.steps > 0 ? v[3] / double(t.steps) : 0.0);
+  }
+  std::vector<int64_t> bytes_per_step;
+  for (double b : bytes) bytes_per_step.push_back(int64_t(b));
+  return {{"stages", P},
+          {"replicas", pipe_->replicas()},
+          {"schedule", std::string(pipe::to_string(assembly_.pipeline_schedule))},
+          {"micro_batches", assembly_.zero.accumulation},
+          {"stage_blocks", assembly_.stage_blocks},
+          {"bubble_fraction", pipe::bubble_fraction(P, assembly_.zero.accumulation)},
+          {"idle_fraction", idle},
+          {"p2p_bytes_per_step", bytes_per_step}};
+}
+
 nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const bool rank0 = comm_.rank() == 0;
   const std::string& status = end.status;
@@ -597,7 +688,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const double loss = end.loss;
   const int64_t done = end.done;
   std::string digest;
-  zero_->with_full_parameters([&] { digest = weights_sha256(*model_); });
+  with_full_parameters([&] { digest = weights_sha256(*model_); });
   const int64_t P = zero_->padded_params();
   const zero::ModelStateBytes est =
       zero::model_state_bytes(assembly_.zero.stage, comm_.size(), assembly_.zero.accumulation, P,
@@ -668,7 +759,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
     // stage 3's parameter gathers stay collective.
     report.add_sample(summary, options_.print_sample, [&](const std::vector<int32_t>& prompt) {
       std::vector<int32_t> out;
-      zero_->with_full_parameters([&] {
+      with_full_parameters([&] {
         autograd::NoGradGuard no_grad;
         out = generate(*model_, prompt, so);  // the decoder reads GPU weights into host fp32
       });
@@ -676,6 +767,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
     });
   }
   report.add_profile(summary);
+  if (pipe_) summary["pipeline"] = pipeline_json();
   if (!end.message.empty()) summary["error"] = end.message;
   if (exit_reason == "diverged" || exit_reason == "loss_above_max") {
     summary["error"] = fmt::format(

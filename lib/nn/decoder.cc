@@ -223,10 +223,13 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
     : config_(config), lora_(lora) {
   config.validate();
   // An absent segment (another pipeline stage's) keeps its layout with
-  // released buffers: sizes and names stay, nothing is allocated.
+  // released buffers: sizes and names stay, nothing is allocated. Acquired,
+  // they are communication buffers (the end-of-run gather of every stage's
+  // parameters).
   auto absent = [](GroupLayout l) {
     l.params_resident = false;
     l.grads_resident = false;
+    l.params_category = l.grads_category = MemCategory::kComm;
     return l;
   };
   for (int g = 0; g <= config.num_layers + 1; ++g) present_.push_back(!present || present(g));

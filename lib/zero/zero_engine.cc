@@ -375,12 +375,19 @@ void ZeroEngine::end_micro_batch(int micro) {
 StepResult ZeroEngine::step(float lr, double loss_scale) {
   drain();
   StepResult r;
-  double partial = 0.0;
-  for (const Segment& s : segments_) partial += ops::sum_of_squares(s.grad_shard);
-  std::vector<double> partials(static_cast<size_t>(comm_.size()));
-  comm_.all_gather_f64(&partial, partials.data(), 1);
+  std::vector<double>& per_segment = norm_partials_;  // kept: no allocation per step
+  per_segment.clear();
+  for (const Segment& s : segments_) per_segment.push_back(ops::sum_of_squares(s.grad_shard));
   double sum = 0.0;
-  for (double v : partials) sum += v;  // rank order: identical on every rank
+  if (norm_combine_) {
+    sum = norm_combine_(per_segment);
+  } else {
+    double partial = 0.0;
+    for (double v : per_segment) partial += v;
+    std::vector<double> partials(static_cast<size_t>(comm_.size()));
+    comm_.all_gather_f64(&partial, partials.data(), 1);
+    for (double v : partials) sum += v;  // rank order: identical on every rank
+  }
   const double scaled_norm = std::sqrt(sum);
   r.grad_norm = scaled_norm / loss_scale;
   if (!std::isfinite(scaled_norm)) {

@@ -162,6 +162,15 @@ class ZeroEngine : public nn::SegmentRunner {
 
   int stage() const { return config_.stage; }
 
+  // The global gradient norm from this rank's per-segment squared-norm
+  // partials (one per segment, in order): by default each rank adds its own
+  // in segment order and the ranks' sums are added in rank order. A pipeline
+  // (whose stages' engines each hold some segments) installs a combiner that
+  // gathers every stage's partials and adds them in that same order, so the
+  // norm is the unpipelined run's bit for bit.
+  using NormCombine = std::function<double(const std::vector<double>& partials)>;
+  void set_norm_combine(NormCombine combine) { norm_combine_ = std::move(combine); }
+
   // Checkpointing. Every stage saves and restores the same thing: for each
   // segment, the rank's contiguous range [rank*S, (rank+1)*S) of the fp32
   // master weights, Adam moments and compute-dtype parameters (stage 0 holds
@@ -262,6 +271,8 @@ class ZeroEngine : public nn::SegmentRunner {
   int micro_ = 0;
   bool params_offloaded_ = false;  // stage 3's partitions live in the optimizer's file
   int last_pinned_ = -1;           // the segment gathered last (the direction of prefetches)
+  NormCombine norm_combine_;       // empty: over comm_ (set_norm_combine)
+  std::vector<double> norm_partials_;  // step()'s per-segment squared norms
 };
 
 }  // namespace fd::zero

@@ -387,6 +387,9 @@ TEST_F(ConfigTest, EveryFeatureTogetherLoads) {
   EXPECT_EQ(x.model.init_from, "tests/golden/gpt_tiny.safetensors");
   EXPECT_EQ(x.precision, Precision::kBf16);
   EXPECT_EQ(x.zero.stage, 2);
+  EXPECT_EQ(x.parallel.pipeline, 2);
+  EXPECT_EQ(x.parallel.schedule, PipelineSchedule::kGPipe);
+  EXPECT_EQ(x.parallel.partition_blocks, (std::vector<int>{1, 3}));
   ASSERT_TRUE(x.lora.has_value());
   EXPECT_EQ(x.lora->r, 8);
   EXPECT_EQ(x.lora->alpha, 8.0);  // defaults to r

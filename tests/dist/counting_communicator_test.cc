@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
+#include "lib/base/error.h"
 #include "lib/tensor/memory.h"
 
 namespace fd::dist {
@@ -76,6 +78,66 @@ TEST(CountingCommunicator, MovesNothingButTheF64HelpersSeeEveryRankAlike) {
   EXPECT_EQ(c.bytes_sent(), 24 + 16);
   // The f64 helpers, as control traffic: 2/3 of 48 bytes, then 2/3 of 24.
   EXPECT_EQ(c.control_bytes(), 32 + 16);
+}
+
+TEST(CountingCommunicator, SendRecvCountsTheBytesSentExactly) {
+  CountingCommunicator c(1, 4);
+  // 7 bf16 to rank 2, 1000 from rank 0: only the 14 bytes sent count, exactly.
+  WorkPtr w = c.send_recv_async(nullptr, 7, 2, nullptr, 1000, 0, DType::kBF16);
+  EXPECT_TRUE(w->is_completed());
+  EXPECT_EQ(c.bytes_sent(), 14);
+  c.recv(nullptr, 50, 3, DType::kF32);
+  EXPECT_EQ(c.bytes_sent(), 14);
+  c.send(nullptr, 3, 0, DType::kI32);
+  EXPECT_EQ(c.bytes_sent(), 26);
+  c.send_recv(nullptr, 0, -1, nullptr, 0, -1, DType::kF32);
+  EXPECT_EQ(c.bytes_sent(), 26);
+  EXPECT_EQ(c.control_bytes(), 0);
+  // Buffers are left alone.
+  std::vector<float> buf = {1, 2}, out = {5, 5};
+  c.send_recv(buf.data(), 2, 0, out.data(), 2, 2, DType::kF32);
+  EXPECT_EQ(out, (std::vector<float>{5, 5}));
+}
+
+TEST(CountingCommunicator, SplitThrowsAndGroupMakesTheSubCommunicator) {
+  CountingCommunicator c(3, 4);
+  try {
+    c.split(1, 3);
+    ADD_FAILURE() << "split did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("group(rank, size)"), std::string::npos) << e.what();
+  }
+  // Rank 3 of a 2 x 2 grid: replica 1 of stage 1.
+  auto dp = c.group(1, 2);
+  EXPECT_EQ(dp->rank(), 1);
+  EXPECT_EQ(dp->size(), 2);
+  dp->all_reduce(nullptr, 100, DType::kF32);  // 2 * 1/2 * 400
+  EXPECT_EQ(dp->bytes_sent(), 400);
+  EXPECT_EQ(c.bytes_sent(), 0);  // counters are the group's own
+  // Staging carries over: a 16-bit sum stages fp32 at size > 1.
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const int64_t base = comm_current();
+  acct.reset_peaks();
+  dp->all_reduce(nullptr, 50, DType::kBF16);
+  EXPECT_EQ(comm_peak() - base, 50 * 4);
+  CountingCommunicator no_staging(0, 4, false);
+  acct.reset_peaks();
+  no_staging.group(0, 2)->all_reduce(nullptr, 50, DType::kBF16);
+  EXPECT_EQ(comm_peak(), base);
+}
+
+TEST(CountingCommunicatorDeathTest, SendRecvAndGroupChecks) {
+  CountingCommunicator c(1, 4);
+  EXPECT_DEATH(c.send(nullptr, 1, 4, DType::kF32), "dst rank 4 outside");
+  EXPECT_DEATH(c.recv(nullptr, 1, -2, DType::kF32), "src rank -2 outside");
+  EXPECT_DEATH(c.send(nullptr, 1, 1, DType::kF32), "rank 1 of 4 sends 1 elements to itself");
+  EXPECT_DEATH(c.send_recv(nullptr, 2, -1, nullptr, 0, -1, DType::kF32), "no dst");
+  EXPECT_DEATH(c.send_recv(nullptr, 0, -1, nullptr, 2, -1, DType::kF32), "no src");
+  EXPECT_DEATH(c.send(nullptr, -1, 0, DType::kF32), "negative count");
+  std::vector<float> buf(8);
+  EXPECT_DEATH(c.send_recv(buf.data(), 4, 0, buf.data() + 2, 4, 2, DType::kF32), "overlap");
+  EXPECT_DEATH(c.group(2, 2), "group rank 2 of 2");
+  EXPECT_DEATH(c.group(0, 5), "group rank 0 of 5");
 }
 
 }  // namespace

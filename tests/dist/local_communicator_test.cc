@@ -23,6 +23,10 @@ TEST(RingBytes, FormulaTimesN) {
                  Collective::kBroadcast, Collective::kBarrier}) {
     EXPECT_EQ(ring_bytes_times_n(c, 12345, 1), 0) << collective_name(c);
   }
+  // Point-to-point is exact, no model: what this rank sends, times n.
+  EXPECT_EQ(ring_bytes_times_n(Collective::kSendRecv, 1001, 4), 4 * 1001);
+  EXPECT_EQ(ring_bytes_times_n(Collective::kSendRecv, 1001, 1), 1001);
+  EXPECT_EQ(collective_name(Collective::kSendRecv), "send_recv");
   // Large buffers stay exact in int64: 2*(8-1)*10 GiB.
   EXPECT_EQ(ring_bytes_times_n(Collective::kAllReduce, int64_t(10) << 30, 8),
             int64_t(14) * (int64_t(10) << 30));
@@ -106,6 +110,34 @@ TEST(LocalCommunicatorDeathTest, AbortExitsWithCodeAndMessage) {
   LocalCommunicator c;
   EXPECT_EXIT(c.abort(3, "stopping on purpose"), ::testing::ExitedWithCode(3),
               "rank 0 \\(host .*\\): stopping on purpose");
+}
+
+TEST(LocalCommunicator, EmptySendRecvCompletesAndSplitIsAWorldOfOne) {
+  LocalCommunicator c;
+  WorkPtr w = c.send_recv_async(nullptr, 0, -1, nullptr, 0, -1, DType::kF32);
+  EXPECT_TRUE(w->is_completed());
+  w->wait();
+  float x = 1;
+  c.send_recv(&x, 0, 0, &x, 0, 0, DType::kF32);  // rank 0 named, nothing to move
+  c.send(&x, 0, 0, DType::kBF16);
+  c.recv(&x, 0, -1, DType::kBF16);
+  EXPECT_EQ(c.bytes_sent(), 0);
+  std::unique_ptr<Communicator> sub = c.split(3, 7);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->backend(), "local");
+  EXPECT_EQ(sub->size(), 1);
+  EXPECT_EQ(sub->rank(), 0);
+  sub->all_reduce(&x, 1, DType::kF32);
+  EXPECT_EQ(x, 1.0f);
+}
+
+TEST(LocalCommunicatorDeathTest, NonEmptySendRecvHasNoPeer) {
+  LocalCommunicator c;
+  float x[4] = {};
+  EXPECT_DEATH(c.send(x, 4, 0, DType::kF32), "rank 0 of 1 sends 4 elements to itself");
+  EXPECT_DEATH(c.recv(x, 1, 0, DType::kF32), "receives 1 elements from itself");
+  EXPECT_DEATH(c.send(x, 1, 1, DType::kF32), "dst rank 1 outside \\[0, 1\\)");
+  EXPECT_DEATH(c.split(-1, 0), "color -1");
 }
 
 TEST(Init, LocalWithoutLauncher) {

@@ -1,4 +1,6 @@
 // Multi-rank tests of the communicator (run by ctest under mpirun -n 2 and -n 4).
+// The collectives, then point-to-point send_recv and split() (PointToPoint*,
+// Split*: the communication pipeline parallelism needs).
 //
 // Inputs are crafted so that the exact result is known (nccl-tests
 // "verifiable"): element i of rank r is (r + 1) * ((i % 13) + 1), small
@@ -376,6 +378,285 @@ TEST(Comm, DestructorDrainsPendingOpsAndWorksOutliveIt) {
         "drained all_reduce " + std::to_string(k));
 }
 
+// ---- Point-to-point and split ----
+
+int next_rank(int r) { return (r + 1) % g_comm->size(); }
+int prev_rank(int r) { return (r + g_comm->size() - 1) % g_comm->size(); }
+// The partner of an exchange between neighbours: 0<->1, 2<->3, ...; -1 for the odd one out.
+int partner(int r) { return (r ^ 1) < g_comm->size() ? (r ^ 1) : -1; }
+
+// Each rank sends to rank+1 and receives from rank-1 in one op: the values
+// are the sender's, so a message from the wrong rank or of the wrong size shows.
+TEST(PointToPoint, RingExchangeEveryDtype) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int r = g_comm->rank(), dst = next_rank(r), src = prev_rank(r);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kI32, DType::kF16}) {
+    for (int64_t n : {int64_t(1), int64_t(1000), (int64_t(1) << 16) + 3}) {
+      Buf send(t, n), recv(t, n);
+      for (int64_t i = 0; i < n; ++i) {
+        send.set(i, value(r, i));
+        recv.set(i, -1);
+      }
+      g_comm->send_recv(send.data(), n, dst, recv.data(), n, src, t);
+      expect_all(
+          recv, 0, n, [&](int64_t i) { return value(src, i); },
+          "ring send_recv n=" + std::to_string(n));
+      expect_all(
+          send, 0, n, [&](int64_t i) { return value(r, i); }, "send buffer left as it was");
+    }
+  }
+}
+
+// Neighbours exchange 4 MiB in both directions at once (beyond MPI's eager
+// limit: a send completes only once its receive is posted). Posting the send
+// before the receive, or as separate ops, would deadlock here (and time out).
+TEST(PointToPoint, SimultaneousLargeExchangeDoesNotDeadlock) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int r = g_comm->rank(), p = partner(r);
+  const int64_t n = int64_t(1) << 20;  // 4 MiB of f32
+  g_comm->set_timeout(10);             // fail in seconds, not after the suite's 120 s
+  Buf send(DType::kF32, n), recv(DType::kF32, n);
+  for (int64_t i = 0; i < n; ++i) send.set(i, value(r, i + 1));
+  for (int round = 0; round < 2; ++round) {
+    std::memset(recv.data(), 0, recv.bytes.size());
+    const int64_t k = p < 0 ? 0 : n;
+    g_comm->send_recv(send.data(), k, p, recv.data(), k, p, DType::kF32);
+    if (p >= 0)
+      expect_all(
+          recv, 0, n, [&](int64_t i) { return value(p, i + 1); }, "bidirectional 4 MiB");
+  }
+  // The blocking one-sided helpers, large: even ranks send, odd ranks receive, then back.
+  if (p >= 0) {
+    for (int dir = 0; dir < 2; ++dir) {
+      std::memset(recv.data(), 0, recv.bytes.size());
+      if ((r % 2) == dir) {
+        g_comm->send(send.data(), n, p, DType::kF32);
+      } else {
+        g_comm->recv(recv.data(), n, p, DType::kF32);
+        expect_all(
+            recv, 0, n, [&](int64_t i) { return value(p, i + 1); }, "send/recv 4 MiB");
+      }
+    }
+  }
+  g_comm->set_timeout(120);
+}
+
+// Back-to-back async ops to the same neighbours, of different sizes (eager and
+// rendezvous) and contents, waited in reverse: message k lands in buffer k.
+TEST(PointToPoint, AsyncBackToBackArriveInIssueOrder) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int r = g_comm->rank(), dst = next_rank(r), src = prev_rank(r);
+  const std::vector<int64_t> sizes = {300000, 5, 1000, 300000, 1, 70000};
+  std::vector<Buf> sends, recvs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    sends.emplace_back(DType::kF32, sizes[k]);
+    recvs.emplace_back(DType::kF32, sizes[k]);
+    for (int64_t i = 0; i < sizes[k]; ++i) sends[k].set(i, value(r, i + 100 * int64_t(k)));
+  }
+  std::vector<WorkPtr> works;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    works.push_back(g_comm->send_recv_async(sends[k].data(), sizes[k], dst, recvs[k].data(),
+                                            sizes[k], src, DType::kF32));
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  for (auto& w : works) EXPECT_TRUE(w->is_completed());
+  for (size_t k = 0; k < sizes.size(); ++k)
+    expect_all(
+        recvs[k], 0, sizes[k], [&](int64_t i) { return value(src, i + 100 * int64_t(k)); },
+        "async send_recv #" + std::to_string(k));
+}
+
+// An op with nothing to move completes at once, and a half with count 0 posts
+// no message. Every empty half here names the partner but has no counterpart
+// on it: a posted empty send would be matched by the partner's next receive
+// (a count mismatch), a posted empty receive would take its next message.
+TEST(PointToPoint, ZeroCountsCompleteAndPostNothing) {
+  const int r = g_comm->rank();
+  WorkPtr none = g_comm->send_recv_async(nullptr, 0, -1, nullptr, 0, -1, DType::kF32);
+  EXPECT_TRUE(none->is_completed());
+  none->wait();
+  const int p = partner(r);
+  if (p < 0) return;
+  const bool even = r % 2 == 0;
+  Buf x(DType::kI32, 10), y(DType::kI32, 10), z(DType::kI32, 10);  // sent
+  Buf rx(DType::kI32, 10), ry(DType::kI32, 10), rz(DType::kI32, 10);
+  for (int64_t i = 0; i < 10; ++i) {
+    x.set(i, value(r, i));
+    y.set(i, value(r, i + 5));
+    z.set(i, value(r, i + 9));
+  }
+  std::vector<WorkPtr> works;
+  works.push_back(g_comm->send_recv_async(x.data(), 10, p, rx.data(), 10, p, DType::kI32));
+  if (even) {
+    WorkPtr empty = g_comm->send_recv_async(x.data(), 0, p, rx.data(), 0, p, DType::kI32);
+    EXPECT_TRUE(empty->is_completed());
+    g_comm->send(x.data(), 0, p, DType::kI32);
+    g_comm->recv(rx.data(), 0, p, DType::kI32);
+    // Even sends y with an empty receive from p, then receives y with an empty send to p.
+    works.push_back(g_comm->send_recv_async(y.data(), 10, p, nullptr, 0, p, DType::kI32));
+    works.push_back(g_comm->send_recv_async(nullptr, 0, p, ry.data(), 10, p, DType::kI32));
+  } else {
+    works.push_back(g_comm->send_recv_async(nullptr, 0, -1, ry.data(), 10, p, DType::kI32));
+    works.push_back(g_comm->send_recv_async(y.data(), 10, p, nullptr, 0, -1, DType::kI32));
+  }
+  works.push_back(g_comm->send_recv_async(z.data(), 10, p, rz.data(), 10, p, DType::kI32));
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  expect_all(
+      rx, 0, 10, [&](int64_t i) { return value(p, i); }, "before the empty halves");
+  expect_all(
+      ry, 0, 10, [&](int64_t i) { return value(p, i + 5); }, "beside the empty halves");
+  expect_all(
+      rz, 0, 10, [&](int64_t i) { return value(p, i + 9); }, "after the empty halves");
+}
+
+// send_recv counts exactly the bytes this rank sends: here each rank sends
+// its own amount, and receives (uncounted) another.
+TEST(PointToPoint, BytesSentAreExact) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int r = g_comm->rank(), dst = next_rank(r), src = prev_rank(r);
+  g_comm->barrier();
+  g_comm->reset_counters();
+  std::vector<uint16_t> send(size_t(7 * (r + 1))), recv(size_t(7 * (src + 1)));
+  g_comm->send_recv(send.data(), int64_t(send.size()), dst, recv.data(), int64_t(recv.size()), src,
+                    DType::kBF16);
+  EXPECT_EQ(g_comm->bytes_sent(), 14 * (r + 1));  // not a multiple of size(): still exact
+  const int p = partner(r);
+  std::vector<int32_t> iv(5);
+  if (p >= 0) {
+    if (r % 2 == 0) {
+      g_comm->send(iv.data(), 5, p, DType::kI32);
+    } else {
+      g_comm->recv(iv.data(), 5, p, DType::kI32);
+    }
+  }
+  EXPECT_EQ(g_comm->bytes_sent(), 14 * (r + 1) + (p >= 0 && r % 2 == 0 ? 20 : 0));
+  EXPECT_EQ(g_comm->control_bytes(), 0);
+  g_comm->reset_counters();
+}
+
+// A P x D grid: world rank r is stage r / D, replica r % D (D = 2).
+struct Grid {
+  int d = 2;
+  int stage(int r) const { return r / d; }
+  int replica(int r) const { return r % d; }
+  int stages() const { return g_comm->size() / d; }
+};
+
+TEST(Split, StageMajorAndReplicaMajorGroups) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  if (w % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const Grid g;
+  // The ranks of one stage (the data-parallel group), and of one replica (its pipeline).
+  auto dp = g_comm->split(g.stage(r), r);
+  auto pp = g_comm->split(g.replica(r), r);
+  // Keys order the ranks: reversed keys give reversed ranks.
+  auto rev = g_comm->split(0, w - r);
+  ASSERT_EQ(dp->size(), g.d);
+  EXPECT_EQ(dp->rank(), g.replica(r));
+  ASSERT_EQ(pp->size(), g.stages());
+  EXPECT_EQ(pp->rank(), g.stage(r));
+  EXPECT_EQ(rev->size(), w);
+  EXPECT_EQ(rev->rank(), w - 1 - r);
+  EXPECT_EQ(dp->backend(), g_comm->backend());
+  // World rank of dp rank q is stage*d + q; of pp rank s is s*d + replica.
+  auto dp_world = [&](int q) { return g.stage(r) * g.d + q; };
+  auto pp_world = [&](int s) { return s * g.d + g.replica(r); };
+
+  const int64_t n = 5000;
+  Buf ar(DType::kF32, n), ag_send(DType::kBF16, n), ag_recv(DType::kBF16, n * g.stages());
+  Buf ring_send(DType::kI32, n), ring_recv(DType::kI32, n), ring2(DType::kI32, n);
+  for (int64_t i = 0; i < n; ++i) {
+    ar.set(i, value(r, i));
+    ag_send.set(i, value(r, i + 3));
+    ring_send.set(i, value(r, i + 11));
+  }
+  g_comm->barrier();
+  dp->reset_counters();
+  g_comm->reset_counters();
+  // Interleaved: P2P on the parent, an all-reduce over each stage, an
+  // all-gather along each pipeline, another P2P on the parent; all in flight.
+  const int dst = next_rank(r), src = prev_rank(r);
+  std::vector<WorkPtr> works;
+  works.push_back(
+      g_comm->send_recv_async(ring_send.data(), n, dst, ring_recv.data(), n, src, DType::kI32));
+  works.push_back(dp->all_reduce_async(ar.data(), n, DType::kF32, ReduceOp::kSum));
+  works.push_back(pp->all_gather_async(ag_send.data(), ag_recv.data(), n, DType::kBF16));
+  works.push_back(
+      g_comm->send_recv_async(ring_send.data(), n, src, ring2.data(), n, dst, DType::kI32));
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  expect_all(
+      ar, 0, n,
+      [&](int64_t i) {
+        double s = 0;
+        for (int q = 0; q < g.d; ++q) s += value(dp_world(q), i);
+        return s;
+      },
+      "all_reduce over the stage");
+  expect_all(
+      ag_recv, 0, n * g.stages(), [&](int64_t j) { return value(pp_world(int(j / n)), j % n + 3); },
+      "all_gather along the pipeline");
+  if (w > 1) {
+    expect_all(
+        ring_recv, 0, n, [&](int64_t i) { return value(src, i + 11); }, "parent ring forward");
+    expect_all(
+        ring2, 0, n, [&](int64_t i) { return value(dst, i + 11); }, "parent ring backward");
+  }
+  // Each communicator counts its own traffic.
+  EXPECT_EQ(dp->bytes_sent(), 2 * (g.d - 1) * n * 4 / g.d);
+  EXPECT_EQ(g_comm->bytes_sent(), w > 1 ? 2 * n * 4 : 0);
+  // A sub-communicator splits again (one group each) and outlives its parent's use.
+  auto solo = dp->split(dp->rank(), 0);
+  EXPECT_EQ(solo->size(), 1);
+  float x = 2;
+  solo->all_reduce(&x, 1, DType::kF32);
+  EXPECT_EQ(x, 2.0f);
+}
+
+// Two sub-communicators progress independently. The ranks issue a stage
+// all-reduce and a pipeline exchange in an order that forms a cycle (rank 0
+// all-reduce -> 1 exchange -> 3 all-reduce -> 2 exchange -> 0) were they
+// queued behind each other: they complete only because both are in flight.
+TEST(Split, TwoSubCommunicatorsInFlightAtOnce) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  if (w < 4 || w % 2 != 0) GTEST_SKIP() << "needs an even world of at least 4";
+  const Grid g;
+  auto dp = g_comm->split(g.stage(r), r);
+  auto pp = g_comm->split(g.replica(r), r);
+  dp->set_timeout(10);  // fail in seconds, not after the suite's 120 s
+  pp->set_timeout(10);
+  const int s = pp->rank(), ns = pp->size();
+  const int64_t n = int64_t(1) << 18;  // 1 MiB of f32: rendezvous
+  Buf ar(DType::kF32, n), send(DType::kF32, n), recv(DType::kF32, n);
+  for (int64_t i = 0; i < n; ++i) {
+    ar.set(i, value(r, i));
+    send.set(i, value(r, i + 1));
+  }
+  // Pipeline neighbours pair up: stages 0<->1, 2<->3, ...
+  const int peer = (s ^ 1) < ns ? (s ^ 1) : -1;
+  const int64_t k = peer < 0 ? 0 : n;
+  WorkPtr a, b;
+  if ((g.replica(r) + g.stage(r)) % 2 == 0) {
+    a = dp->all_reduce_async(ar.data(), n, DType::kF32, ReduceOp::kSum);
+    b = pp->send_recv_async(send.data(), k, peer, recv.data(), k, peer, DType::kF32);
+  } else {
+    b = pp->send_recv_async(send.data(), k, peer, recv.data(), k, peer, DType::kF32);
+    a = dp->all_reduce_async(ar.data(), n, DType::kF32, ReduceOp::kSum);
+  }
+  b->wait();
+  a->wait();
+  expect_all(
+      ar, 0, n,
+      [&](int64_t i) {
+        double sum = 0;
+        for (int q = 0; q < g.d; ++q) sum += value(g.stage(r) * g.d + q, i);
+        return sum;
+      },
+      "stage all_reduce");
+  if (peer >= 0)
+    expect_all(
+        recv, 0, n, [&](int64_t i) { return value(peer * g.d + g.replica(r), i + 1); },
+        "pipeline exchange");
+}
+
 // The counting communicator (one simulated rank, for estimates on the meta
 // device) counts what the MPI backend counts: the same bytes and control
 // bytes, and the same kComm peak from the fp32 staging of 16-bit sums.
@@ -403,6 +684,22 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
       },
       [&](Communicator& c, bool) { c.barrier(); },
       [&](Communicator& c, bool) { c.all_reduce_f64(d.data(), 2); },
+      // Point-to-point: a ring of 64 bf16, then rank-dependent one-sided sends.
+      [&](Communicator& c, bool real) {
+        if (w < 2) return;
+        const int r = c.rank();
+        c.send_recv(real ? h.data() : nullptr, 64, (r + 1) % w, real ? h.data() + 64 : nullptr, 64,
+                    (r + w - 1) % w, DType::kBF16);
+      },
+      [&](Communicator& c, bool real) {
+        const int r = c.rank(), p = (r ^ 1) < w ? (r ^ 1) : -1;
+        if (p < 0) return;
+        if (r % 2 == 0) {
+          c.send(real ? f.data() : nullptr, 3 + r, p, DType::kF32);
+        } else {
+          c.recv(real ? f.data() : nullptr, 3 + p, p, DType::kF32);
+        }
+      },
   };
   MemoryAccountant& acct = MemoryAccountant::global();
   CountingCommunicator counting(g_comm->rank(), w);

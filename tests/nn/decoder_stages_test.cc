@@ -185,6 +185,9 @@ TEST(DecoderStages, AbsentSegmentsHoldNothingAndRefuseToRun) {
   int64_t expect = 0;
   for (int g = 0; g <= 2; ++g) expect += int64_t(part.segments()[size_t(g)]->flat_params().nbytes());
   EXPECT_EQ(held, expect);
+  // Gathered later (the end of a run), another stage's segment is a communication buffer.
+  const Tensor& other = part.segments()[3]->flat_params();
+  EXPECT_EQ(other.storage()->category(), MemCategory::kComm);
   part.init_weights(3);  // skips what is absent
   const Tensor tokens = ids(1, 4, c.vocab_size, 1, false);
   EXPECT_NO_THROW(part.stage_loss(0, 2, tokens, tokens, Variable()));

@@ -45,6 +45,7 @@ Device gpu() { return Device::cuda(kernels::current_device()); }
 // Shared by the communicator and its Works (a Work may outlive the communicator).
 struct NcclCommunicator::State {
   Communicator* host = nullptr;
+  std::shared_ptr<Communicator> owned_host;  // split(): the host sub-communicator
   ncclComm_t comm = nullptr;
   void* stream = nullptr;  // the communication stream
   cudaStream_t cuda_stream() const { return static_cast<cudaStream_t>(stream); }
@@ -160,6 +161,17 @@ class NcclWork final : public Work {
 
 NcclCommunicator::NcclCommunicator(Communicator& host)
     : host_(host), state_(std::make_shared<State>()) {
+  begin();
+}
+
+NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host)
+    : host_(*host), state_(std::make_shared<State>()) {
+  state_->owned_host = std::move(host);
+  begin();
+}
+
+void NcclCommunicator::begin() {
+  Communicator& host = host_;
   FD_CHECK(kernels::current_device() >= 0, "NcclCommunicator before init_cuda_device");
   state_->host = &host;
   state_->stats = stats();
@@ -295,6 +307,44 @@ WorkPtr NcclCommunicator::barrier_async() {
               "ncclAllReduce (barrier)");
     w->keep(one);
   });
+}
+
+WorkPtr NcclCommunicator::send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
+                                          int64_t recv_count, int src, DType dtype) {
+  check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);
+  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)));
+  if (send_count == 0 && recv_count == 0) return std::make_shared<CompletedWork>();
+  const std::string send_what =
+      send_count > 0 ? fmt::format("send {} {} to rank {}", send_count, dtype_name(dtype), dst)
+                     : std::string("send nothing");
+  const std::string recv_what =
+      recv_count > 0 ? fmt::format("receive {} {} from rank {}", recv_count, dtype_name(dtype), src)
+                     : std::string("receive nothing");
+  auto st = state_;
+  return launch(
+      st, fmt::format("send_recv (rank {} of {}: {}, {})", rank(), size(), send_what, recv_what),
+      [&](NcclWork*) {
+        st->check(ncclGroupStart(), "ncclGroupStart");
+        if (send_count > 0)
+          st->check(ncclSend(send, size_t(send_count), nccl_type(dtype), dst, st->comm,
+                             st->cuda_stream()),
+                    "ncclSend");
+        if (recv_count > 0)
+          st->check(ncclRecv(recv, size_t(recv_count), nccl_type(dtype), src, st->comm,
+                             st->cuda_stream()),
+                    "ncclRecv");
+        st->check(ncclGroupEnd(), "ncclGroupEnd");
+      });
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  // The host sub-communicator carries the new one's unique id, f64 helpers
+  // and abort; shared so that the new communicator's Works keep it alive.
+  std::shared_ptr<Communicator> host = host_.split(color, key);
+  host->set_timeout(state_->timeout_s);
+  auto sub = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(host)));
+  sub->state_->timeout_s = state_->timeout_s;
+  return sub;
 }
 
 void NcclCommunicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {

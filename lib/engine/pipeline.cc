@@ -1,0 +1,427 @@
+#include "lib/engine/pipeline.h"
+
+#include <chrono>
+#include <numeric>
+
+#include "lib/base/check.h"
+#include "lib/dist/counting_communicator.h"
+#include "lib/dist/local_communicator.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/reduce.h"
+#include "lib/pipe/layout.h"
+
+namespace fd::engine {
+
+using autograd::Tape;
+using autograd::TapeScope;
+using autograd::Variable;
+
+// One micro-batch between its forward and its backward: its batch, its tape,
+// the hidden state it received and the gradient of it to send back, and its
+// output (the loss on the last stage).
+struct PipelineStage::InFlight {
+  int micro = -1;
+  Batch batch;
+  int64_t targets = 0;
+  std::unique_ptr<Tape> tape;
+  Tensor input, input_grad;  // stages > 0: (B, T, C)
+  Variable out;
+};
+
+namespace {
+
+// This stage's segments as a Module: what its ZeroEngine partitions.
+class StageModule final : public nn::Module {
+ public:
+  StageModule(const nn::Decoder& m, int first, int last) {
+    std::vector<const nn::FlatParamGroup*> all = m.groups(), frozen = m.frozen_groups();
+    for (int g = first; g <= last; ++g) {
+      groups_.push_back(all[size_t(g)]);
+      if (!frozen.empty()) frozen_.push_back(frozen[size_t(g)]);
+    }
+  }
+  std::vector<const nn::Parameter*> parameters() const override { return list(groups_); }
+  std::vector<const nn::FlatParamGroup*> groups() const override { return groups_; }
+  std::vector<const nn::Parameter*> frozen_parameters() const override { return list(frozen_); }
+  std::vector<const nn::FlatParamGroup*> frozen_groups() const override { return frozen_; }
+
+ private:
+  static std::vector<const nn::Parameter*> list(const std::vector<const nn::FlatParamGroup*>& gs) {
+    std::vector<const nn::Parameter*> out;
+    for (const nn::FlatParamGroup* g : gs)
+      for (const nn::Parameter& p : g->params()) out.push_back(&p);
+    return out;
+  }
+  std::vector<const nn::FlatParamGroup*> groups_, frozen_;
+};
+
+// An identity on the embedding's output whose backward first runs `before`
+// (the first stage adds the tied head's gradient there), then hands the
+// gradient on unchanged.
+Variable with_backward_prelude(const Variable& y, std::function<void()> before) {
+  if (!autograd::should_record({&y})) return y;
+  Variable out = Variable::op_output(y.value(), true);
+  auto os = out.slot();
+  auto ys = y.slot();
+  autograd::current_tape().record({"pipeline_tied_gradient", {os}, [os, ys, before] {
+                                     before();
+                                     if (!ys->has_grad()) {
+                                       ys->grad = os->grad;
+                                     } else {
+                                       ops::add_(ys->grad, os->grad);
+                                     }
+                                   }});
+  return out;
+}
+
+}  // namespace
+
+PipelineStage::PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers,
+                             bool tied_head, dist::Communicator& world)
+    : blocks_(std::move(blocks)), schedule_(schedule), world_(world) {
+  const pipe::Layout layout = place(num_layers, tied_head);
+  const pipe::SplitKey dp = layout.data_parallel_split(world.rank());
+  const pipe::SplitKey pp = layout.pipeline_split(world.rank());
+  data_ = world.split(dp.color, dp.key);
+  // One replica: the stage's engine runs alone, as a one-rank run does (no
+  // MPI, no fp32 staging of its reductions).
+  if (replicas_ == 1) data_ = std::make_unique<dist::LocalCommunicator>();
+  pipe_ = world.split(pp.color, pp.key);
+  // The tied head's gradient and weights travel on a communicator of their
+  // own, so that they never wait behind (or hold up) the hidden states.
+  if (tied_) tie_ = world.split(pp.color, pp.key);
+}
+
+PipelineStage::PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers,
+                             bool tied_head, dist::CountingCommunicator& world)
+    : blocks_(std::move(blocks)), schedule_(schedule), world_(world) {
+  place(num_layers, tied_head);
+  data_ = world.group(replica_, replicas_);
+  pipe_ = world.group(stage_, stages());
+  if (tied_) tie_ = world.group(stage_, stages());
+}
+
+pipe::Layout PipelineStage::place(int num_layers, bool tied_head) {
+  const int P = stages();
+  FD_CHECK(P >= 2 && world_.size() % P == 0, "a pipeline of {} stages over {} ranks", P,
+           world_.size());
+  FD_CHECK(std::accumulate(blocks_.begin(), blocks_.end(), 0) == num_layers,
+           "stage blocks do not add up to {} layers", num_layers);
+  const pipe::Layout layout(world_.size(), P);
+  replicas_ = layout.replicas();
+  stage_ = layout.stage_of(world_.rank());
+  replica_ = layout.replica_of(world_.rank());
+  const int before = std::accumulate(blocks_.begin(), blocks_.begin() + stage_, 0);
+  first_ = stage_ == 0 ? 0 : 1 + before;
+  last_ = stage_ == P - 1 ? num_layers + 1 : before + blocks_[size_t(stage_)];
+  tied_ = tied_head;
+  return layout;
+}
+
+PipelineStage::~PipelineStage() = default;
+
+void PipelineStage::use_device_comms(const MakeComm& make, dist::Communicator& device_world) {
+  FD_CHECK(engine_ == nullptr, "use_device_comms after attach");
+  device_world_ = &device_world;
+  data_host_ = std::move(data_);
+  data_ = make(*data_host_);
+  pipe_host_ = std::move(pipe_);
+  pipe_ = make(*pipe_host_);
+  if (tie_) {
+    tie_host_ = std::move(tie_);
+    tie_ = make(*tie_host_);
+  }
+}
+
+bool PipelineStage::holds(int segment) const {
+  return (segment >= first_ && segment <= last_) ||
+         (tied_ && last_stage() && segment == nn::Decoder::kEmbedSegment);
+}
+
+std::unique_ptr<nn::Module> PipelineStage::stage_module(const nn::Decoder& model) const {
+  return std::make_unique<StageModule>(model, first_, last_);
+}
+
+zero::ZeroConfig PipelineStage::stage_config(zero::ZeroConfig config) const {
+  std::vector<int> mine;
+  for (int g : config.checkpoint_segments)
+    if (g >= first_ && g <= last_) mine.push_back(g - first_);
+  config.checkpoint_segments = mine;
+  return config;
+}
+
+void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
+                           const nn::ParamFill& fill) {
+  model_ = &model;
+  engine_ = &engine;
+  const nn::FlatParamGroup* emb = model.groups()[0];
+  if (tied_ && emb->numel() > 0) {
+    if (first_stage())  // where the head's gradient for the embedding arrives
+      tied_grad_ = Tensor::empty(Shape{emb->numel()}, emb->dtype(), MemCategory::kComm);
+    if (last_stage()) emb->flat_grads().storage()->acquire();  // the head's, never reduced
+  }
+  if (tied_ && last_stage()) {
+    // The head's copy of the embedding starts as the first stage's.
+    std::vector<const nn::FlatParamGroup*> gs{model.groups()[0]};
+    if (!model.frozen_groups().empty()) gs.push_back(model.frozen_groups()[0]);
+    for (const nn::FlatParamGroup* g : gs) {
+      if (g->numel() == 0) continue;
+      g->flat_params().zero_();
+      for (const nn::Parameter& p : g->params())
+        fill(p, 0, p.value.numel(), p.value.reshape(Shape{p.value.numel()}));
+    }
+  }
+  // The norm over every stage, in the unpipelined order: for each replica
+  // (data-parallel rank), its partials of every segment in segment order.
+  const int segments = model.final_segment() + 1;
+  engine.set_norm_combine([this, segments](const std::vector<double>& mine) {
+    std::vector<double> row(size_t(segments), 0.0);
+    for (size_t i = 0; i < mine.size(); ++i) row[size_t(first_) + i] = mine[i];
+    std::vector<double> all(size_t(world_.size()) * size_t(segments));
+    world_.all_gather_f64(row.data(), all.data(), segments);
+    double sum = 0.0;
+    int stage = 0, stage_end = blocks_[0] + 1;  // segments [0, stage_end) are stage 0's
+    for (int r = 0; r < replicas_; ++r) {
+      double partial = 0.0;
+      stage = 0;
+      stage_end = blocks_[0] + 1;
+      for (int g = 0; g < segments; ++g) {
+        while (g >= stage_end && stage + 1 < stages()) stage_end += blocks_[size_t(++stage)];
+        const int rank = stage * replicas_ + r;
+        partial += all[size_t(rank) * size_t(segments) + size_t(g)];
+      }
+      sum += partial;
+    }
+    return sum;
+  });
+  sync_tied();
+}
+
+Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,
+                            const std::vector<int>& also_needs) {
+  FD_CHECK(g >= first_ && g <= last_, "segment {} is not stage {}'s", g, stage_);
+  std::vector<int> mapped;
+  for (int a : also_needs)
+    if (a >= first_ && a <= last_) mapped.push_back(a - first_);  // the tied copy is always here
+  if (g == nn::Decoder::kEmbedSegment && tied_ && stages() > 1) {
+    // The head's gradient for the embedding, before the embedding's own.
+    const nn::FlatParamGroup* emb = model_->groups()[0];
+    nn::SegmentFn wrapped = [this, fn, emb](const Variable& in) {
+      return with_backward_prelude(fn(in), [this, emb] {
+        if (emb->numel() == 0) return;
+        tie_->recv(tied_grad_.comm_data(), tied_grad_.numel(), stages() - 1, tied_grad_.dtype());
+        ops::add_(emb->flat_grads(), tied_grad_);
+      });
+    };
+    return engine_->run(0, wrapped, x, mapped);
+  }
+  return engine_->run(g - first_, fn, x, mapped);
+}
+
+PipelineStage::InFlight& PipelineStage::slot(int micro) {
+  FD_CHECK(!in_flight_.empty(), "pipeline slots not sized");
+  InFlight& f = *in_flight_[size_t(micro) % in_flight_.size()];
+  return f;
+}
+
+// Forward of micro-batch m: its batch loaded, its input (stages > 0: already
+// received into the slot) as a leaf whose gradient goes back, the stage's
+// segments recorded on the micro-batch's own tape.
+void PipelineStage::forward(int micro) {
+  InFlight& f = slot(micro);
+  FD_CHECK(f.micro < 0, "pipeline slot of micro-batch {} still holds micro-batch {}", micro,
+           f.micro);
+  f.micro = micro;
+  f.targets = fns_->load(micro, f.batch);
+  f.tape = std::make_unique<Tape>();
+  TapeScope scope(*f.tape);
+  model_->set_dropout_seed(fns_->dropout_seed(micro));
+  Variable in;
+  if (!first_stage()) {
+    f.input_grad.zero_();
+    in = Variable::bound_leaf(f.input, f.input_grad);
+  }
+  f.out = model_->stage_loss(first_, last_, f.batch.tokens, f.batch.targets, in, this,
+                             f.batch.doc_starts);
+  if (last_stage()) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
+}
+
+// Backward of micro-batch m (in micro-batch order, as the unpipelined step):
+// the engine's micro-batch around it, seeded by the loss (last stage) or by
+// the received gradient of the stage's output (grad_out_).
+void PipelineStage::backward(int micro) {
+  InFlight& f = slot(micro);
+  FD_CHECK(f.micro == micro, "backward of micro-batch {} without its forward", micro);
+  engine_->begin_micro_batch(micro);
+  // Recomputed segments (activation checkpointing) draw the same masks.
+  model_->set_dropout_seed(fns_->dropout_seed(micro));
+  {
+    TapeScope scope(*f.tape);
+    if (last_stage()) {
+      if (tied_) {
+        wait_tied_send();  // the head's gradient buffer is sent from: free it first
+        model_->groups()[0]->flat_grads().zero_();
+      }
+      f.tape->backward(f.out, fns_->grad_seed(micro, f.targets));
+    } else {
+      FD_CHECK(grad_out_micro_ == micro, "backward of micro-batch {} with the gradient of {}",
+               micro, grad_out_micro_);
+      f.out.slot()->grad = grad_out_;
+      f.tape->run_backward();
+    }
+  }
+  engine_->end_micro_batch(micro);
+  if (last_stage() && tied_ && model_->groups()[0]->numel() > 0) {
+    const Tensor& g = model_->groups()[0]->flat_grads();
+    tied_send_ = tie_->send_recv_async(g.comm_data(), g.numel(), 0, nullptr, 0, -1, g.dtype());
+  }
+  f.tape.reset();
+  f.out = Variable();
+  f.micro = -1;
+}
+
+void PipelineStage::exchange(const Tensor* send, int dst, const Tensor* recv, int src) {
+  if (send == nullptr && recv == nullptr) return;
+  const DType dt = send ? send->dtype() : recv->dtype();
+  pipe_->send_recv(send ? send->comm_data() : nullptr, send ? send->numel() : 0,
+                   send ? dst : -1, recv ? recv->comm_data() : nullptr, recv ? recv->numel() : 0,
+                   recv ? src : -1, dt);
+}
+
+void PipelineStage::ensure_slots(int micro_batches) {
+  if (program_micro_batches_ != micro_batches) {
+    program_ = pipe::stage_program(schedule_, stages(), micro_batches, stage_);
+    program_micro_batches_ = micro_batches;
+  }
+  const int k = pipe::max_in_flight(schedule_, stages(), micro_batches, stage_);
+  if (int(in_flight_.size()) == k) return;
+  in_flight_.clear();
+  const DType dt = model_->groups()[size_t(first_)]->dtype();
+  for (int i = 0; i < k; ++i) {
+    auto f = std::make_unique<InFlight>();
+    f->batch = fns_->new_batch();
+    if (!first_stage()) {
+      f->input = Tensor::empty(hidden_shape(f->batch), dt, MemCategory::kComm);
+      f->input_grad = Tensor::empty(hidden_shape(f->batch), dt, MemCategory::kComm);
+    }
+    in_flight_.push_back(std::move(f));
+  }
+  if (!last_stage() && !grad_out_.defined())
+    grad_out_ = Tensor::empty(hidden_shape(in_flight_[0]->batch), dt, MemCategory::kComm);
+}
+
+Shape PipelineStage::hidden_shape(const Batch& b) const {
+  return Shape{b.tokens.shape()[0], b.tokens.shape()[1], model_->config().hidden_size};
+}
+
+double PipelineStage::train(int M, const MicroFns& fns) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto waited = [this] { return pipe_->wait_seconds() + (tie_ ? tie_->wait_seconds() : 0.0); };
+  auto sent = [this] { return pipe_->bytes_sent() + (tie_ ? tie_->bytes_sent() : 0); };
+  const double w0 = waited();
+  const int64_t b0 = sent();
+  fns_ = &fns;
+  loss_sum_ = 0.0;
+  ensure_slots(M);
+  // What a transfer reads or fills on this stage: the activation is the
+  // sender's output and the receiver's input; the gradient is the sender's
+  // input gradient and the receiver's output gradient.
+  auto to_send = [&](const pipe::Transfer& t) -> const Tensor* {
+    InFlight& f = slot(t.micro);
+    return t.payload == pipe::Payload::kActivation ? &f.out.value() : &f.input_grad;
+  };
+  auto received = [&](const pipe::Transfer& t) -> const Tensor* {
+    if (t.payload == pipe::Payload::kActivation) return &slot(t.micro).input;
+    grad_out_micro_ = t.micro;
+    return &grad_out_;
+  };
+  for (const pipe::Instruction& in : program_) {
+    switch (in.kind) {
+      case pipe::Instruction::Kind::kForward:
+        forward(in.micro);
+        break;
+      case pipe::Instruction::Kind::kBackward:
+        backward(in.micro);
+        break;
+      case pipe::Instruction::Kind::kExchange:
+        exchange(in.send ? to_send(*in.send) : nullptr, in.send ? pipe::send_peer(*in.send, stage_) : -1,
+                 in.recv ? received(*in.recv) : nullptr,
+                 in.recv ? pipe::recv_peer(*in.recv, stage_) : -1);
+        break;
+    }
+  }
+  wait_tied_send();
+  fns_ = nullptr;
+  totals_.train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  totals_.idle_s += waited() - w0;
+  totals_.p2p_bytes += sent() - b0;
+  ++totals_.steps;
+  return loss_sum_;
+}
+
+double PipelineStage::eval(const Batch& batch) {
+  autograd::NoGradGuard no_grad;
+  Variable in;
+  if (!first_stage()) {
+    if (!eval_input_.defined())
+      eval_input_ = Tensor::empty(hidden_shape(batch), model_->groups()[size_t(first_)]->dtype(),
+                                  MemCategory::kComm);
+    exchange(nullptr, -1, &eval_input_, stage_ - 1);
+    in = Variable(eval_input_);
+  }
+  const Variable out = model_->stage_loss(first_, last_, batch.tokens, batch.targets, in, this,
+                                          batch.doc_starts);
+  if (!last_stage()) {
+    exchange(&out.value(), stage_ + 1, nullptr, -1);
+    return 0.0;
+  }
+  return out.value().to_vector()[0];
+}
+
+void PipelineStage::wait_tied_send() {
+  if (tied_send_) tied_send_->wait();
+  tied_send_.reset();
+}
+
+void PipelineStage::sync_tied() {
+  if (!tied_) return;
+  const nn::FlatParamGroup* emb = model_->groups()[0];
+  if (emb->numel() == 0) return;  // LoRA: the embedding is frozen
+  const Tensor& p = emb->flat_params();
+  const int64_t before = tie_->bytes_sent();
+  if (first_stage()) {
+    tie_->send(p.comm_data(), p.numel(), stages() - 1, p.dtype());
+  } else if (last_stage()) {
+    tie_->recv(p.comm_data(), p.numel(), 0, p.dtype());
+  }
+  // Per step: the syncs after steps count, the one at setup (or resume) does not.
+  if (totals_.steps > 0) totals_.p2p_bytes += tie_->bytes_sent() - before;
+}
+
+void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
+  std::vector<const nn::FlatParamGroup*> all = model_->groups();
+  for (const nn::FlatParamGroup* f : model_->frozen_groups()) all.push_back(f);
+  const int segments = model_->final_segment() + 1;
+  auto owner = [&](int g) {
+    int stage = 0, end = blocks_[0] + 1;
+    while (g >= end && stage + 1 < stages()) end += blocks_[size_t(++stage)];
+    return stage * replicas_;  // replica 0 of the owning stage
+  };
+  std::vector<const nn::FlatParamGroup*> acquired;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int g = int(i) % segments;
+    const nn::FlatParamGroup* grp = all[i];
+    if (grp->numel() == 0) continue;
+    const Tensor& p = grp->flat_params();
+    if (!p.storage()->resident()) {
+      p.storage()->acquire();
+      acquired.push_back(grp);
+    }
+    (device_world_ ? *device_world_ : world_).broadcast(p.comm_data(), p.numel(), p.dtype(),
+                                                         owner(g));
+  }
+  fn();
+  for (const nn::FlatParamGroup* grp : acquired) grp->flat_params().storage()->release();
+}
+
+}  // namespace fd::engine

@@ -1,0 +1,156 @@
+// PipelineStage: one rank's part of a pipeline-parallel run (parallel.pipeline
+// = P > 1; docs/PIPELINE.md).
+//
+// The world's P x D ranks are P stages of D data-parallel replicas, stage-major
+// (lib/pipe/layout.h). Stage s holds the decoder segments of its blocks (the
+// embedding with the first, the final norm and head with the last); each
+// stage's D replicas run a ZeroEngine (stages 0-2) over their own
+// data-parallel group, so that parameters, gradients and optimizer state of a
+// rank are those of its stage's segments only. Replica r's stages form a
+// pipeline group: hidden states go forward and their gradients back between
+// neighbours, in the order the schedule (lib/pipe/schedule.h) gives.
+//
+// Exactness by construction, against the same run without a pipeline:
+//   - every micro-batch is the same data (replica r reads what data-parallel
+//     rank r reads at world D), and its gradients reach each segment's
+//     buffer in micro-batch order, reduce-scattered over the same D ranks;
+//   - a tied head (GPT-2) runs on the last stage with its own copy of the
+//     embedding matrix: after each micro-batch's backward it sends the head's
+//     gradient for it to the first stage over a communicator of its own,
+//     which adds it to the embedding's gradient just before the embedding's
+//     backward, as the unpipelined backward does; after each step the first
+//     stage sends the updated matrix back;
+//   - the global gradient norm adds every (segment, replica) partial in the
+//     unpipelined order (norm_combine()).
+// So weights_sha256 equals the unpipelined run's (tests/mpi/pipeline_test.cc).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lib/autograd/tape.h"
+#include "lib/dist/communicator.h"
+#include "lib/dist/counting_communicator.h"
+#include "lib/engine/step.h"
+#include "lib/nn/decoder.h"
+#include "lib/nn/segment_runner.h"
+#include "lib/pipe/layout.h"
+#include "lib/pipe/schedule.h"
+#include "lib/zero/zero_engine.h"
+
+namespace fd::engine {
+
+class PipelineStage final : public nn::SegmentRunner {
+ public:
+  // blocks[s]: transformer blocks of stage s (sum = the model's layers).
+  // Splits `world` (collective): every rank constructs one.
+  PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers, bool tied_head,
+                dist::Communicator& world);
+  // On the counting device (fdtrain estimate): rank world.rank() of its
+  // simulated world, the groups made by CountingCommunicator::group.
+  PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers, bool tied_head,
+                dist::CountingCommunicator& world);
+  ~PipelineStage() override;
+
+  int stages() const { return int(blocks_.size()); }
+  int replicas() const { return replicas_; }
+  int stage() const { return stage_; }
+  int replica() const { return replica_; }
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == stages() - 1; }
+  // Decoder segments this stage runs: first_segment()..last_segment().
+  int first_segment() const { return first_; }
+  int last_segment() const { return last_; }
+  // Whether this rank holds segment g's buffers (its own, and on the last
+  // stage of a tied model the embedding for the head).
+  bool holds(int segment) const;
+  // The stage's data-parallel group (the ZeroEngine's communicator).
+  dist::Communicator& data_comm() { return *data_; }
+  // GPU runs: the groups' communicators for device buffers, made by `make`
+  // over each host group (collective, as make_gpu_communicator is), and the
+  // world's (the caller's, for with_full_parameters' broadcasts). Before attach().
+  using MakeComm = std::function<std::unique_ptr<dist::Communicator>(dist::Communicator& host)>;
+  void use_device_comms(const MakeComm& make, dist::Communicator& device_world);
+
+  // A view of `model` with this stage's own segments, for the ZeroEngine,
+  // and the engine's configuration in its numbering (engine index = segment
+  // - first: the checkpointed segments that are the stage's).
+  std::unique_ptr<nn::Module> stage_module(const nn::Decoder& model) const;
+  zero::ZeroConfig stage_config(zero::ZeroConfig config) const;
+  // After the engine is built: fills the tied copy through `fill` (the same
+  // values the first stage starts with) and installs the norm combiner.
+  void attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn::ParamFill& fill);
+
+  // SegmentRunner: segment g through the engine (index g - first); the
+  // first stage's embedding adds the tied head's gradient in its backward.
+  autograd::Variable run(int segment, const nn::SegmentFn& fn, const autograd::Variable& x,
+                         const std::vector<int>& also_needs) override;
+
+  // One step's micro-batches in schedule order. load(m, batch) fills micro
+  // m's batch and returns its target count; grad_seed(m, targets) and
+  // dropout_seed(m) as the unpipelined step gives them. Returns the sum over
+  // micro-batches of loss * targets (the last stage; 0 elsewhere).
+  struct MicroFns {
+    std::function<int64_t(int micro, Batch& batch)> load;
+    std::function<float(int micro, int64_t targets)> grad_seed;
+    std::function<uint64_t(int micro)> dropout_seed;
+    std::function<Batch()> new_batch;  // a batch buffer (one per micro-batch in flight)
+  };
+  double train(int micro_batches, const MicroFns& fns);
+  // Totals over train() calls: wall seconds, seconds blocked waiting for a
+  // neighbour (point-to-point and the tied head's transfers: the bubble plus
+  // transfer time not hidden), bytes this rank sent point-to-point, steps.
+  struct Totals {
+    double train_s = 0.0, idle_s = 0.0;
+    int64_t p2p_bytes = 0, steps = 0;
+  };
+  const Totals& totals() const { return totals_; }
+  // After the optimizer step (and a checkpoint load): the first stage's
+  // updated embedding to the last stage's copy (tied heads).
+  void sync_tied();
+  // An evaluation batch through the stages (no gradients): the loss on the
+  // last stage, 0 elsewhere (the caller sums over ranks).
+  double eval(const Batch& batch);
+  // Runs fn with every segment resident and current on every rank (each
+  // owner broadcasts over the world), then releases what is not this rank's.
+  void with_full_parameters(const std::function<void()>& fn);
+
+ private:
+  struct InFlight;
+  void forward(int micro);
+  void backward(int micro);
+  InFlight& slot(int micro);
+  // Checks the partition, places this rank (stage, replica, segments).
+  pipe::Layout place(int num_layers, bool tied_head);
+  void wait_tied_send();
+  // One point-to-point op on the pipeline group: send and/or receive (null: none).
+  void exchange(const Tensor* send, int dst, const Tensor* recv, int src);
+  void ensure_slots(int micro_batches);
+  Shape hidden_shape(const Batch& b) const;
+
+  std::vector<int> blocks_;
+  pipe::Schedule schedule_;
+  std::vector<pipe::Instruction> program_;  // this stage's, for program_micro_batches_
+  int program_micro_batches_ = -1;
+  int grad_out_micro_ = -1;  // the micro-batch whose output gradient grad_out_ holds
+  int replicas_ = 1, stage_ = 0, replica_ = 0, first_ = 0, last_ = 0;
+  bool tied_ = false;
+  dist::Communicator& world_;
+  dist::Communicator* device_world_ = nullptr;  // GPU runs: the world's NCCL communicator
+  // The groups (over device buffers on a GPU), and on a GPU the host groups they ride on.
+  std::unique_ptr<dist::Communicator> data_, pipe_, tie_;
+  std::unique_ptr<dist::Communicator> data_host_, pipe_host_, tie_host_;
+  nn::Decoder* model_ = nullptr;
+  zero::ZeroEngine* engine_ = nullptr;
+  const MicroFns* fns_ = nullptr;
+  std::vector<std::unique_ptr<InFlight>> in_flight_;  // micro m at m % size
+  Tensor grad_out_;        // the gradient of this stage's output (received)
+  Tensor eval_input_;      // an evaluation batch's hidden state (received)
+  Tensor tied_grad_;       // first stage: the head's embedding gradient (received)
+  double loss_sum_ = 0.0;  // last stage
+  dist::WorkPtr tied_send_;  // last stage: the head's embedding gradient on its way
+  Totals totals_;
+};
+
+}  // namespace fd::engine
