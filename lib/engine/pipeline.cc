@@ -156,8 +156,13 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   engine_ = &engine;
   const nn::FlatParamGroup* emb = model.groups()[0];
   if (tied_ && emb->numel() > 0) {
+    // Only the embedding matrix crosses (not GPT-2's position table: the head
+    // never touches it), as a range of the segment's flat space.
+    const nn::Parameter& w = emb->param(nn::family_names(model.config()).embed);
+    tied_offset_ = w.offset;
+    tied_count_ = w.value.numel();
     if (first_stage())  // where the head's gradient for the embedding arrives
-      tied_grad_ = Tensor::empty(Shape{emb->numel()}, emb->dtype(), MemCategory::kComm);
+      tied_grad_ = Tensor::empty(Shape{tied_count_}, emb->dtype(), MemCategory::kComm);
     if (last_stage()) emb->flat_grads().storage()->acquire();  // the head's, never reduced
   }
   if (tied_ && last_stage()) {
@@ -208,9 +213,9 @@ Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,
     const nn::FlatParamGroup* emb = model_->groups()[0];
     nn::SegmentFn wrapped = [this, fn, emb](const Variable& in) {
       return with_backward_prelude(fn(in), [this, emb] {
-        if (emb->numel() == 0) return;
-        tie_->recv(tied_grad_.comm_data(), tied_grad_.numel(), stages() - 1, tied_grad_.dtype());
-        ops::add_(emb->flat_grads(), tied_grad_);
+        if (tied_count_ == 0) return;
+        tie_->recv(tied_grad_.comm_data(), tied_count_, stages() - 1, tied_grad_.dtype());
+        ops::add_(tied(emb->flat_grads()), tied_grad_);
       });
     };
     return engine_->run(0, wrapped, x, mapped);
@@ -258,9 +263,9 @@ void PipelineStage::backward(int micro) {
   {
     TapeScope scope(*f.tape);
     if (last_stage()) {
-      if (tied_) {
+      if (tied_count_ > 0) {
         wait_tied_send();  // the head's gradient buffer is sent from: free it first
-        model_->groups()[0]->flat_grads().zero_();
+        tied(model_->groups()[0]->flat_grads()).zero_();
       }
       f.tape->backward(f.out, fns_->grad_seed(micro, f.targets));
     } else {
@@ -271,8 +276,8 @@ void PipelineStage::backward(int micro) {
     }
   }
   engine_->end_micro_batch(micro);
-  if (last_stage() && tied_ && model_->groups()[0]->numel() > 0) {
-    const Tensor& g = model_->groups()[0]->flat_grads();
+  if (last_stage() && tied_ && tied_count_ > 0) {
+    const Tensor g = tied(model_->groups()[0]->flat_grads());
     tied_send_ = tie_->send_recv_async(g.comm_data(), g.numel(), 0, nullptr, 0, -1, g.dtype());
   }
   f.tape.reset();
@@ -385,9 +390,8 @@ void PipelineStage::wait_tied_send() {
 
 void PipelineStage::sync_tied() {
   if (!tied_) return;
-  const nn::FlatParamGroup* emb = model_->groups()[0];
-  if (emb->numel() == 0) return;  // LoRA: the embedding is frozen
-  const Tensor& p = emb->flat_params();
+  if (tied_count_ == 0) return;  // LoRA: the embedding is frozen
+  const Tensor p = tied(model_->groups()[0]->flat_params());
   const int64_t before = tie_->bytes_sent();
   if (first_stage()) {
     tie_->send(p.comm_data(), p.numel(), stages() - 1, p.dtype());

@@ -148,6 +148,10 @@ class PipelineStage final : public nn::SegmentRunner {
   Tensor grad_out_;        // the gradient of this stage's output (received)
   Tensor eval_input_;      // an evaluation batch's hidden state (received)
   Tensor tied_grad_;       // first stage: the head's embedding gradient (received)
+  // A tied head's matrix within the embedding segment's flat space (count 0:
+  // none, or frozen under LoRA), and that range of one of its flat buffers.
+  int64_t tied_offset_ = 0, tied_count_ = 0;
+  Tensor tied(const Tensor& flat) const { return flat.flat_slice(tied_offset_, tied_count_); }
   double loss_sum_ = 0.0;  // last stage
   dist::WorkPtr tied_send_;  // last stage: the head's embedding gradient on its way
   Totals totals_;

@@ -152,9 +152,10 @@ TEST(Pipeline, TheEstimateIsWhatEachStageMeasures) {
       EXPECT_EQ(m["master"].get<int64_t>(), st.model_states.master);
       EXPECT_EQ(m["optimizer"].get<int64_t>(), st.model_states.optimizer);
       EXPECT_EQ(m["activations"].get<int64_t>(), st.activations);
-      // Communication buffers: equal with one replica per stage; with two, the
-      // first stage measures one more bf16 shard of the embedding segment than
-      // the counting device models (an open item of issue 22, not hidden here).
+      // Communication buffers: equal with one replica per stage; with two, MPI
+      // may still hold a reduce-scatter's fp32 staging while the next output is
+      // allocated, an overlap the counting device does not model
+      // (counting_communicator.h): the measured peak is then one output higher.
       if (D == 1) {
         EXPECT_EQ(m["comm"].get<int64_t>(), st.comm_buffers);
       } else {
