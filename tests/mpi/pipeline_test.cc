@@ -4,7 +4,7 @@
 //   -n 2: P = 2 x D = 1 against world 1;
 //   -n 4: P = 4 x D = 1 against world 1, and P = 2 x D = 2 against world 2;
 // for GPT-2 (tied head: its embedding gradient handed from the last stage to
-// the first, the updated matrix back) and a Llama (untied), fp32 and bf16,
+// the first, the updated matrix back) and a Llama (untied), fp32, bf16 and fp16,
 // both schedules, ZeRO stages 0-2, with and without activation checkpointing,
 // 4 micro-batches per step.
 #include <gtest/gtest.h>
@@ -92,6 +92,9 @@ std::vector<Case> cases() {
       {"gpt2 bf16 1f1b zero2 ckpt", {"precision=bf16", "zero.stage=2",
                                      "activation_checkpointing.layers=all"}},
       {"gpt2 fp32 gpipe zero0", {"parallel.schedule=gpipe", "zero.stage=0"}},
+      // fp16: the loss scale, its overflow checks and skipped steps agree on every stage.
+      {"gpt2 fp16 1f1b zero2", {"precision=fp16", "zero.stage=2",
+                                "loss_scale={initial_scale_power: 24, loss_scale_window: 3}"}},
       {"llama bf16 1f1b zero2", {kLlama, "precision=bf16", "zero.stage=2"}},
       {"llama fp32 gpipe zero1 uniform", {kLlama, "parallel.schedule=gpipe", "zero.stage=1",
                                           "parallel.partition=uniform"}},
