@@ -96,6 +96,10 @@ std::vector<Case> cases() {
       {"gpt2 fp16 1f1b zero2", {"precision=fp16", "zero.stage=2",
                                 "loss_scale={initial_scale_power: 24, loss_scale_window: 3}"}},
       {"llama bf16 1f1b zero2", {kLlama, "precision=bf16", "zero.stage=2"}},
+      // LoRA: the frozen base (the tied embedding among it) split with its stages.
+      {"gpt2 bf16 lora 1f1b zero1", {"precision=bf16", "zero.stage=1",
+                                     "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}",
+                                     "activation_checkpointing.layers=all"}},
       {"llama fp32 gpipe zero1 uniform", {kLlama, "parallel.schedule=gpipe", "zero.stage=1",
                                           "parallel.partition=uniform"}},
   };
