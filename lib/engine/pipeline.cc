@@ -179,11 +179,13 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   // The norm over every stage, in the unpipelined order: for each replica
   // (data-parallel rank), its partials of every segment in segment order.
   const int segments = model.final_segment() + 1;
+  norm_row_.assign(size_t(segments), 0.0);  // kept: no allocation per step
+  norm_all_.assign(size_t(world_.size()) * size_t(segments), 0.0);
   engine.set_norm_combine([this, segments](const std::vector<double>& mine) {
-    std::vector<double> row(size_t(segments), 0.0);
+    std::vector<double>& row = norm_row_;
+    const std::vector<double>& all = norm_all_;
     for (size_t i = 0; i < mine.size(); ++i) row[size_t(first_) + i] = mine[i];
-    std::vector<double> all(size_t(world_.size()) * size_t(segments));
-    world_.all_gather_f64(row.data(), all.data(), segments);
+    world_.all_gather_f64(row.data(), norm_all_.data(), segments);
     double sum = 0.0;
     int stage = 0, stage_end = blocks_[0] + 1;  // segments [0, stage_end) are stage 0's
     for (int r = 0; r < replicas_; ++r) {

@@ -154,6 +154,7 @@ class PipelineStage final : public nn::SegmentRunner {
   Tensor tied(const Tensor& flat) const { return flat.flat_slice(tied_offset_, tied_count_); }
   double loss_sum_ = 0.0;  // last stage
   dist::WorkPtr tied_send_;  // last stage: the head's embedding gradient on its way
+  std::vector<double> norm_row_, norm_all_;  // the norm combiner's gather, per segment
   Totals totals_;
 };
 
