@@ -26,7 +26,18 @@ struct PipelineStage::InFlight {
   std::unique_ptr<Tape> tape;
   Tensor input, input_grad;  // stages > 0: (B, T, C)
   Variable out;
+  // Sends of `out` and of `input_grad` that nothing waits for yet (a send
+  // with no receive in its exchange): waited before the buffer is released
+  // or overwritten, so that the stage computes while they travel.
+  dist::WorkPtr out_sent, grad_sent;
 };
+
+namespace {
+void wait(dist::WorkPtr& w) {
+  if (w) w->wait();
+  w.reset();
+}
+}  // namespace
 
 namespace {
 
@@ -239,6 +250,7 @@ void PipelineStage::forward(int micro) {
   FD_CHECK(f.micro < 0, "pipeline slot of micro-batch {} still holds micro-batch {}", micro,
            f.micro);
   f.micro = micro;
+  wait(f.grad_sent);  // the slot's previous micro-batch's input gradient on its way
   f.targets = fns_->load(micro, f.batch);
   f.tape = std::make_unique<Tape>();
   TapeScope scope(*f.tape);
@@ -283,16 +295,17 @@ void PipelineStage::backward(int micro) {
     tied_send_ = tie_->send_recv_async(g.comm_data(), g.numel(), 0, nullptr, 0, -1, g.dtype());
   }
   f.tape.reset();
+  wait(f.out_sent);  // the output on its way to the next stage, before it is freed
   f.out = Variable();
   f.micro = -1;
 }
 
-void PipelineStage::exchange(const Tensor* send, int dst, const Tensor* recv, int src) {
-  if (send == nullptr && recv == nullptr) return;
+dist::WorkPtr PipelineStage::exchange(const Tensor* send, int dst, const Tensor* recv, int src) {
+  if (send == nullptr && recv == nullptr) return nullptr;
   const DType dt = send ? send->dtype() : recv->dtype();
-  pipe_->send_recv(send ? send->comm_data() : nullptr, send ? send->numel() : 0,
-                   send ? dst : -1, recv ? recv->comm_data() : nullptr, recv ? recv->numel() : 0,
-                   recv ? src : -1, dt);
+  return pipe_->send_recv_async(send ? send->comm_data() : nullptr, send ? send->numel() : 0,
+                                send ? dst : -1, recv ? recv->comm_data() : nullptr,
+                                recv ? recv->numel() : 0, recv ? src : -1, dt);
 }
 
 void PipelineStage::ensure_slots(int micro_batches) {
@@ -342,7 +355,18 @@ double PipelineStage::train(int M, const MicroFns& fns) {
     grad_out_micro_ = t.micro;
     return &grad_out_;
   };
+  // Exchanges are posted in the program's order (the order its deadlock
+  // freedom rests on) without waiting: one that receives is waited before the
+  // next forward or backward (which reads what it brings); a send alone is
+  // waited only before its buffer is freed or overwritten, so the stage
+  // computes while it travels (the warm-up's and GPipe's activations, the
+  // cool-down's gradients). Posting earlier and waiting later than a
+  // blocking exchange adds no wait a peer could be stuck behind: each
+  // rank's communication thread runs the same ops in the same order.
+  std::vector<dist::WorkPtr> receiving;
   for (const pipe::Instruction& in : program_) {
+    if (in.kind != pipe::Instruction::Kind::kExchange)
+      for (dist::WorkPtr& w : receiving) wait(w);
     switch (in.kind) {
       case pipe::Instruction::Kind::kForward:
         forward(in.micro);
@@ -350,12 +374,26 @@ double PipelineStage::train(int M, const MicroFns& fns) {
       case pipe::Instruction::Kind::kBackward:
         backward(in.micro);
         break;
-      case pipe::Instruction::Kind::kExchange:
-        exchange(in.send ? to_send(*in.send) : nullptr, in.send ? pipe::send_peer(*in.send, stage_) : -1,
-                 in.recv ? received(*in.recv) : nullptr,
-                 in.recv ? pipe::recv_peer(*in.recv, stage_) : -1);
+      case pipe::Instruction::Kind::kExchange: {
+        dist::WorkPtr w = exchange(in.send ? to_send(*in.send) : nullptr,
+                                   in.send ? pipe::send_peer(*in.send, stage_) : -1,
+                                   in.recv ? received(*in.recv) : nullptr,
+                                   in.recv ? pipe::recv_peer(*in.recv, stage_) : -1);
+        if (in.recv) {
+          receiving.push_back(std::move(w));
+        } else if (in.send->payload == pipe::Payload::kActivation) {
+          slot(in.send->micro).out_sent = std::move(w);
+        } else {
+          slot(in.send->micro).grad_sent = std::move(w);
+        }
         break;
+      }
     }
+  }
+  for (dist::WorkPtr& w : receiving) wait(w);
+  for (std::unique_ptr<InFlight>& f : in_flight_) {
+    wait(f->out_sent);
+    wait(f->grad_sent);
   }
   wait_tied_send();
   fns_ = nullptr;
@@ -373,13 +411,15 @@ double PipelineStage::eval(const Batch& batch) {
     if (!eval_input_.defined())
       eval_input_ = Tensor::empty(hidden_shape(batch), model_->groups()[size_t(first_)]->dtype(),
                                   MemCategory::kComm);
-    exchange(nullptr, -1, &eval_input_, stage_ - 1);
+    dist::WorkPtr w = exchange(nullptr, -1, &eval_input_, stage_ - 1);
+    wait(w);
     in = Variable(eval_input_);
   }
   const Variable out = model_->stage_loss(first_, last_, batch.tokens, batch.targets, in, this,
                                           batch.doc_starts);
   if (!last_stage()) {
-    exchange(&out.value(), stage_ + 1, nullptr, -1);
+    dist::WorkPtr w = exchange(&out.value(), stage_ + 1, nullptr, -1);
+    wait(w);
     return 0.0;
   }
   return out.value().to_vector()[0];

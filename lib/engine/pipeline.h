@@ -124,8 +124,9 @@ class PipelineStage final : public nn::SegmentRunner {
   // Checks the partition, places this rank (stage, replica, segments).
   pipe::Layout place(int num_layers, bool tied_head);
   void wait_tied_send();
-  // One point-to-point op on the pipeline group: send and/or receive (null: none).
-  void exchange(const Tensor* send, int dst, const Tensor* recv, int src);
+  // One point-to-point op on the pipeline group, posted: send and/or receive
+  // (null: none); null when there is neither.
+  dist::WorkPtr exchange(const Tensor* send, int dst, const Tensor* recv, int src);
   void ensure_slots(int micro_batches);
   Shape hidden_shape(const Batch& b) const;
 
