@@ -144,6 +144,12 @@ void PipelineStage::use_device_comms(const MakeComm& make, dist::Communicator& d
   }
 }
 
+int PipelineStage::owner_stage(int segment) const {
+  int stage = 0, end = blocks_[0] + 1;  // segments [0, end) are stage 0's
+  while (segment >= end && stage + 1 < stages()) end += blocks_[size_t(++stage)];
+  return stage;
+}
+
 bool PipelineStage::holds(int segment) const {
   return (segment >= first_ && segment <= last_) ||
          (tied_ && last_stage() && segment == nn::Decoder::kEmbedSegment);
@@ -198,14 +204,10 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
     for (size_t i = 0; i < mine.size(); ++i) row[size_t(first_) + i] = mine[i];
     world_.all_gather_f64(row.data(), norm_all_.data(), segments);
     double sum = 0.0;
-    int stage = 0, stage_end = blocks_[0] + 1;  // segments [0, stage_end) are stage 0's
     for (int r = 0; r < replicas_; ++r) {
       double partial = 0.0;
-      stage = 0;
-      stage_end = blocks_[0] + 1;
       for (int g = 0; g < segments; ++g) {
-        while (g >= stage_end && stage + 1 < stages()) stage_end += blocks_[size_t(++stage)];
-        const int rank = stage * replicas_ + r;
+        const int rank = owner_stage(g) * replicas_ + r;
         partial += all[size_t(rank) * size_t(segments) + size_t(g)];
       }
       sum += partial;
@@ -448,11 +450,6 @@ void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
   std::vector<const nn::FlatParamGroup*> all = model_->groups();
   for (const nn::FlatParamGroup* f : model_->frozen_groups()) all.push_back(f);
   const int segments = model_->final_segment() + 1;
-  auto owner = [&](int g) {
-    int stage = 0, end = blocks_[0] + 1;
-    while (g >= end && stage + 1 < stages()) end += blocks_[size_t(++stage)];
-    return stage * replicas_;  // replica 0 of the owning stage
-  };
   std::vector<const nn::FlatParamGroup*> acquired;
   for (size_t i = 0; i < all.size(); ++i) {
     const int g = int(i) % segments;
@@ -463,8 +460,9 @@ void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
       p.storage()->acquire();
       acquired.push_back(grp);
     }
+    // From replica 0 of the owning stage.
     (device_world_ ? *device_world_ : world_).broadcast(p.comm_data(), p.numel(), p.dtype(),
-                                                         owner(g));
+                                                         owner_stage(g) * replicas_);
   }
   fn();
   for (const nn::FlatParamGroup* grp : acquired) grp->flat_params().storage()->release();

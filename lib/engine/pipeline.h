@@ -65,6 +65,8 @@ class PipelineStage final : public nn::SegmentRunner {
   // Whether this rank holds segment g's buffers (its own, and on the last
   // stage of a tied model the embedding for the head).
   bool holds(int segment) const;
+  // The stage whose own segments include `segment`.
+  int owner_stage(int segment) const;
   // The stage's data-parallel group (the ZeroEngine's communicator).
   dist::Communicator& data_comm() { return *data_; }
   // GPU runs: the groups' communicators for device buffers, made by `make`

@@ -525,22 +525,8 @@ Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner,
 
 Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner,
                        const Tensor& doc_starts) const {
-  FD_CHECK(tokens.shape().ndim() == 2 && targets.shape() == tokens.shape(),
-           "tokens {} and targets {} must both be (B, T)", tokens.shape().str(),
-           targets.shape().str());
-  const int64_t T = tokens.shape()[1];
-  FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
-           "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
-  if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
-  const Packing pk = packing(tokens, doc_starts);
-  return run_segments(
-      *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
-      [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
-      [this, targets](const Variable& in) {
-        return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
-                                         head_chunk_rows());
-      },
-      lm_head_ == nullptr, kEmbedSegment, final_segment(), Variable());
+  return stage_loss(kEmbedSegment, final_segment(), tokens, targets, Variable(), runner,
+                    doc_starts);
 }
 
 Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Tensor& targets,
@@ -552,6 +538,8 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
   FD_CHECK(first == kEmbedSegment || input.defined(),
            "a stage starting at segment {} needs the previous stage's hidden state", first);
   const int64_t T = tokens.shape()[1];
+  FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
+           "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
   if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
   const Packing pk = packing(tokens, doc_starts);
   return run_segments(
