@@ -336,8 +336,15 @@ int run(int argc, char** argv) {
     return 2;
   }
   fd::config::LoadResult loaded = fd::config::try_load_recipe(recipe, overrides);
-  if (!loaded.ok())
-    throw fd::Error(fd::ErrorKind::kUsage, fmt::format("{}", fmt::join(loaded.errors, "\n")));
+  if (!loaded.ok()) {
+    // Under mpirun every rank reads the recipe and finds the same errors:
+    // rank 0 prints them, the others end with the same exit status quietly. A
+    // rank that cannot see the recipe file at all (another host's file
+    // system) says so itself.
+    const bool quiet = fd::dist::launcher_rank() > 0 && std::filesystem::exists(recipe);
+    throw fd::Error(fd::ErrorKind::kUsage,
+                    quiet ? std::string() : fmt::format("{}", fmt::join(loaded.errors, "\n")));
+  }
   const std::vector<std::string> warnings = std::move(loaded.warnings);
   fd::config::Recipe r = std::move(loaded.recipe);
   if (!*train) print_warnings(warnings);  // train: rank 0 only, below

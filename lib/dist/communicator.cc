@@ -55,6 +55,18 @@ std::string_view collective_name(Collective c) {
   return "?";
 }
 
+int64_t fp32_staging_elements(Collective c, int64_t count, int n) {
+  if (n <= 1) return 0;
+  switch (c) {
+    case Collective::kAllReduce:
+      return count;
+    case Collective::kReduceScatter:
+      return (int64_t(n) + 1) * count;
+    default:
+      return 0;
+  }
+}
+
 int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n) {
   FD_CHECK(n >= 1 && full_bytes >= 0, "ring_bytes_times_n: n={} bytes={}", n, full_bytes);
   switch (c) {

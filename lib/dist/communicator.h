@@ -79,6 +79,12 @@ std::string_view collective_name(Collective c);  // "all_reduce", ..., "send_rec
 // counted as it is: n*S.
 int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n);
 
+// The fp32 elements MpiCommunicator stages a 16-bit sum through, in a world of
+// `n` > 1 ranks: an all-reduce of `count` elements stages count (in place), a
+// reduce-scatter of `count` per rank its input and output, (n + 1) * count;
+// other collectives nothing.
+int64_t fp32_staging_elements(Collective c, int64_t count, int n);
+
 // Shared by a communicator and its Works (a Work may outlive the communicator).
 struct CommStats {
   std::atomic<int64_t> bytes_times_n{0};    // model traffic, times size()
@@ -119,6 +125,18 @@ class Communicator {
   // itself, or overlapping send and recv buffers are FD_CHECK failures.
   virtual WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
                                   int64_t recv_count, int src, DType dtype) = 0;
+
+  // The largest 16-bit sum of kind `c` (kAllReduce: count; kReduceScatter:
+  // count per rank) the caller will issue. A communicator that sums 16-bit
+  // values through fp32 copies of its own (MpiCommunicator) then allocates
+  // them once, now, and keeps them (MemCategory::kComm) for every sum up to
+  // that size, where it would otherwise allocate them at each one: no
+  // allocation in the steady-state step, and a kComm figure that does not
+  // depend on when its communication thread runs (CountingCommunicator
+  // counts the same). Grows what it keeps, never shrinks it. Others: nothing.
+  virtual void keep_staging(Collective c, int64_t count, DType dtype) {
+    (void)c, (void)count, (void)dtype;
+  }
 
   // A new communicator over the ranks that pass the same `color` (>= 0),
   // ranked by `key` (ties by rank here): MPI_Comm_split. Collective over this

@@ -29,24 +29,26 @@ CountingCommunicator::CountingCommunicator(int rank, int size, bool staging)
            size);
 }
 
-void CountingCommunicator::stage(int64_t count) const {
+void CountingCommunicator::stage(Collective c, int64_t count) const {
   if (!staging_) return;
-  // On meta: accounted exactly like MpiCommunicator's host buffer, holding no bytes.
-  Tensor staging = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, Device::meta());
+  const int64_t n = fp32_staging_elements(c, count, size_);
+  if (n <= kept_.numel()) return;
+  // On meta: accounted exactly like MpiCommunicator's host buffers (for a
+  // reduce-scatter its input and output, alive together), holding no bytes.
+  Tensor staging = Tensor::empty(Shape{n}, DType::kF32, MemCategory::kComm, Device::meta());
 }
 
-void CountingCommunicator::stage_reduce_scatter(int64_t recv_count) const {
-  if (!staging_) return;
-  // In and out are alive together, as on the MPI comm thread.
-  Tensor in =
-      Tensor::empty(Shape{recv_count * size_}, DType::kF32, MemCategory::kComm, Device::meta());
-  Tensor out = Tensor::empty(Shape{recv_count}, DType::kF32, MemCategory::kComm, Device::meta());
+void CountingCommunicator::keep_staging(Collective c, int64_t count, DType dtype) {
+  if (!staging_ || !is_16bit(dtype)) return;
+  const int64_t n = fp32_staging_elements(c, count, size_);
+  if (n > kept_.numel())
+    kept_ = Tensor::empty(Shape{n}, DType::kF32, MemCategory::kComm, Device::meta());
 }
 
 WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   (void)buf, (void)op;
   check_count(count);
-  if (is_16bit(dtype)) stage(count);
+  if (is_16bit(dtype)) stage(Collective::kAllReduce, count);
   count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
   return done();
 }
@@ -55,7 +57,7 @@ WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                    DType dtype) {
   (void)send, (void)recv;
   check_count(recv_count);
-  if (is_16bit(dtype)) stage_reduce_scatter(recv_count);
+  if (is_16bit(dtype)) stage(Collective::kReduceScatter, recv_count);
   count_bytes(Collective::kReduceScatter, int64_t(size_) * recv_count * int64_t(dtype_size(dtype)));
   return done();
 }

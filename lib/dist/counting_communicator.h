@@ -11,14 +11,15 @@
 // What it counts is what MpiCommunicator counts at the same world size:
 //   - bytes_sent() and control_bytes(): the ring model (communicator.h), per
 //     collective, from the same counts and dtypes;
-//   - at size > 1, the fp32 staging MpiCommunicator's comm thread allocates for
-//     16-bit sums (MemCategory::kComm): a reduce-scatter of recv_count elements
-//     stages size*recv_count fp32 in and recv_count fp32 out, an all-reduce of
-//     count elements stages count fp32. Here the staging is allocated and freed
+//   - at size > 1, the fp32 staging MpiCommunicator allocates for 16-bit sums
+//     (MemCategory::kComm, fp32_staging_elements()): what keep_staging() asks
+//     to keep is held from that call on, as MPI holds it; a sum that does not
+//     fit it stages a buffer of its own, which here is allocated and freed
 //     (on meta) when the collective is issued, so the accountant's kComm peak
-//     includes it on top of what is held at that moment. (MPI holds it while
-//     the collective runs, one collective at a time, while the compute thread
-//     goes on; that overlap is not modelled.) At size 1 the trainer uses
+//     includes it on top of what is held at that moment. (MPI holds such a
+//     buffer while the collective runs, one collective at a time, while the
+//     compute thread goes on; that overlap is not modelled, which is why
+//     ZeroEngine keeps its staging.) At size 1 the trainer uses
 //     LocalCommunicator, which stages nothing, and so does this.
 //   - send_recv: the bytes this rank sends, exactly (no staging on MPI).
 // Not counted: MpiCommunicator's copy-out buffer for a reduce-scatter whose
@@ -32,6 +33,7 @@
 #include <memory>
 
 #include "lib/dist/communicator.h"
+#include "lib/tensor/tensor.h"
 
 namespace fd::dist {
 
@@ -55,6 +57,9 @@ class CountingCommunicator final : public Communicator {
   WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
                           int64_t recv_count, int src, DType dtype) override;
 
+  // As MpiCommunicator (with staging): holds the kept fp32 staging from now on.
+  void keep_staging(Collective c, int64_t count, DType dtype) override;
+
   // Throws fd::Error: use group().
   std::unique_ptr<Communicator> split(int color, int key) override;
   // This rank's sub-communicator of a split, as rank `rank` of `size`
@@ -71,15 +76,15 @@ class CountingCommunicator final : public Communicator {
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
 
  private:
-  // Account the fp32 staging of a 16-bit all-reduce of `count` elements, and
-  // of a 16-bit reduce-scatter of `recv_count` (kComm, on meta), freed at once.
-  void stage(int64_t count) const;
-  void stage_reduce_scatter(int64_t recv_count) const;
+  // Account the fp32 staging of a 16-bit sum of kind `c` (kComm, on meta),
+  // freed at once; nothing when it fits the kept staging.
+  void stage(Collective c, int64_t count) const;
 
   int rank_;
   int size_;
   bool staging_asked_;
   bool staging_;  // size > 1 and staging asked for
+  Tensor kept_;   // keep_staging()'s (meta)
 };
 
 }  // namespace fd::dist

@@ -31,8 +31,8 @@ bool g_initialised = false;
 double g_timeout_s = 600.0;  // init()'s timeout, for finalize() too
 int g_guard_fd = -1;         // this process's end of the exit guard's socket, or -1
 
-// This process's rank as the launcher announces it (before MPI knows it), or "?".
-const char* launcher_rank() {
+// launcher_rank() for messages: the variable's text, or "?".
+const char* launcher_rank_text() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
     if (const char* v = std::getenv(var)) return v;
   }
@@ -53,7 +53,7 @@ class Watchdog {
       std::fprintf(stderr,
                    "fdtrain: rank %s (pid %d): %s did not complete within %g s (dist.timeout_s): "
                    "another rank is stopped, dead or unreachable; ending the job\n",
-                   launcher_rank(), int(::getpid()), what, seconds);
+                   launcher_rank_text(), int(::getpid()), what, seconds);
       std::fflush(stderr);
       std::_Exit(1);
     });
@@ -160,7 +160,7 @@ void start_exit_guard(double seconds) {
                           "fdtrain: rank %.16s (pid %d) stayed stopped for %g s after it finished "
                           "(dist.timeout_s); no peer is left to notice, so its guard killed it "
                           "and the job ends\n",
-                          launcher_rank(), int(plan.rank_pid), seconds);
+                          launcher_rank_text(), int(plan.rank_pid), seconds);
   plan.message_len = len > 0 ? std::min(size_t(len), sizeof plan.message - 1) : 0;
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
@@ -207,6 +207,13 @@ std::string thread_level_name(int level) {
 }
 
 }  // namespace
+
+int launcher_rank() {
+  const char* text = launcher_rank_text();
+  char* end = nullptr;
+  const long rank = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && rank >= 0 ? int(rank) : -1;
+}
 
 std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s, bool exit_guard) {
   FD_CHECK(!g_initialised, "dist::init() called twice");

@@ -33,4 +33,9 @@ std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s = 6
 // MPI_Finalize if MPI was initialised (and not yet finalised); else nothing.
 void finalize();
 
+// This process's rank as an MPI launcher announces it in the environment
+// (OMPI_COMM_WORLD_RANK, PMIX_RANK), known before init(); -1 when no launcher
+// says.
+int launcher_rank();
+
 }  // namespace fd::dist

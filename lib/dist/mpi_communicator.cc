@@ -16,6 +16,7 @@
 #include <mutex>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "lib/base/check.h"
@@ -116,6 +117,15 @@ bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
+// Whether this node has a core for every rank on it (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE against the online CPUs): false under mpirun
+// --oversubscribe with more ranks than cores.
+bool cores_to_spare() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const long local = v != nullptr ? std::strtol(v, nullptr, 10) : 1;
+  return local >= 1 && local <= long(std::thread::hardware_concurrency());
+}
+
 // Host staging (MPI reads host memory), whatever the calling thread's default device.
 Tensor comm_buffer(int64_t count) {
   return Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, Device::cpu());
@@ -146,6 +156,7 @@ struct MpiCommunicator::Op {
   int color = 0, key = 0;
   MPI_Comm new_comm = MPI_COMM_NULL;
   Tensor stage_in, stage_out;
+  Tensor kept;  // the communicator's kept staging when the op was issued (keep_staging)
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // [1]: send_recv's receive
 
   // Guarded by State::mu.
@@ -154,6 +165,7 @@ struct MpiCommunicator::Op {
   Clock::time_point start_time;
   std::exception_ptr error;
   std::atomic<bool> done_flag{false};
+  std::atomic<int> waiters{0};  // threads blocked in its Work::wait()
 };
 
 struct MpiCommunicator::State {
@@ -169,6 +181,7 @@ struct MpiCommunicator::State {
   std::vector<int> world_ranks;  // of each rank here
   std::string label;             // "" for the world; "split(color c, key k)" for a split
   std::shared_ptr<CommStats> stats;
+  Tensor kept;  // keep_staging()'s fp32 buffer (issuing thread only)
 
   // "all_reduce #3 (4.0 KiB f32, sum)", "send_recv #2 (rank 0 of 2: send 4.0 MiB f32
   // to rank 1, receive nothing)"; on a split communicator also which one.
@@ -186,6 +199,7 @@ struct MpiCommunicator::State {
   [[noreturn]] void op_failed(const Op& op, const char* call, int code, const MPI_Status* statuses);
 
   void start(Op& op);
+  Tensor staging(const Op& op, int64_t at, int64_t n) const;  // see its definition
   void finish(Op& op, const MPI_Status* statuses);
   void run(Op& op);
   void thread_main();
@@ -257,6 +271,11 @@ class MpiWork final : public Work {
   void wait() override {
     if (!is_completed()) {
       const auto t0 = Clock::now();
+      op_->waiters.fetch_add(1);
+      struct Unwait {
+        std::atomic<int>& w;
+        ~Unwait() { w.fetch_sub(1); }
+      } unwait{op_->waiters};
       std::unique_lock<std::mutex> lock(st_->mu);
       while (!op_->done) {
         st_->done_cv.wait_for(lock, std::chrono::milliseconds(100));
@@ -288,6 +307,14 @@ class MpiWork final : public Work {
 
 }  // namespace
 
+// `n` fp32 elements of op's staging, from element `at`: within the kept
+// buffer when the whole of the op's staging fits there, else a buffer of its own.
+Tensor MpiCommunicator::State::staging(const Op& op, int64_t at, int64_t n) const {
+  if (op.kept.defined() && op.kept.numel() >= fp32_staging_elements(op.kind, op.count, size))
+    return op.kept.flat_slice(at, n);
+  return comm_buffer(n);
+}
+
 void MpiCommunicator::State::start(Op& op) {
   if (op.split) {
     // MPI has no nonblocking split: a barrier, which can time out, first
@@ -301,7 +328,7 @@ void MpiCommunicator::State::start(Op& op) {
       const int n = as_int_count(op.count, "all_reduce");
       const MPI_Op mop = op.reduce == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
       if (is_16bit(op.dtype)) {
-        op.stage_in = comm_buffer(op.count);
+        op.stage_in = staging(op, 0, op.count);
         convert_to_f32(op.dtype, op.buf, op.stage_in.f32(), size_t(op.count));
         FD_MPI_CHECK(
             MPI_Iallreduce(MPI_IN_PLACE, op.stage_in.f32(), n, MPI_FLOAT, mop, comm, &op.req[0]));
@@ -318,9 +345,9 @@ void MpiCommunicator::State::start(Op& op) {
       void* recv = op.recv;
       MPI_Datatype type = mpi_type(op.dtype);
       if (is_16bit(op.dtype)) {
-        op.stage_in = comm_buffer(op.count * size);
+        op.stage_in = staging(op, 0, op.count * size);
         convert_to_f32(op.dtype, op.send, op.stage_in.f32(), size_t(op.count * size));
-        op.stage_out = comm_buffer(op.count);
+        op.stage_out = staging(op, op.count * size, op.count);
         send = op.stage_in.f32();
         recv = op.stage_out.f32();
         type = MPI_FLOAT;
@@ -400,15 +427,22 @@ void MpiCommunicator::State::finish(Op& op, const MPI_Status* statuses) {
   }
   op.stage_in = Tensor();
   op.stage_out = Tensor();
+  op.kept = Tensor();
 }
 
 void MpiCommunicator::State::run(Op& op) {
   start(op);
   const auto t0 = Clock::now();
   // Spin briefly, then sleep 20 us doubling to 200 us between tests so that the
-  // thread leaves the (oversubscribed) cores to the compute threads.
+  // thread leaves the cores to the compute threads. While the caller waits
+  // for this op (a pipeline stage for its neighbour's data, the engine for a
+  // reduction), its core is idle: the thread polls without sleeping then,
+  // unless the node runs more ranks than it has cores, where it naps 20 us
+  // at most, so that the op's end reaches the caller within microseconds.
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kMaxNap = std::chrono::microseconds(200);
+  constexpr auto kWaitedNap = std::chrono::microseconds(20);
+  static const bool spare_cores = cores_to_spare();
   auto nap = std::chrono::microseconds(20);
   MPI_Status statuses[2] = {};
   for (;;) {
@@ -423,6 +457,14 @@ void MpiCommunicator::State::run(Op& op) {
     }
     const double ran = std::chrono::duration<double>(now - t0).count();
     if (ran > timeout_s.load()) timeout_abort(op, ran);
+    if (op.waiters.load(std::memory_order_relaxed) > 0) {
+      if (spare_cores) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kWaitedNap);
+      }
+      continue;
+    }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, kMaxNap);
   }
@@ -535,6 +577,7 @@ WorkPtr MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype,
   o->dtype = dtype;
   o->reduce = op;
   o->full_bytes = count * int64_t(dtype_size(dtype));
+  o->kept = state_->kept;
   as_int_count(count, "all_reduce");
   count_bytes(o->kind, o->full_bytes);
   return enqueue(std::move(o));
@@ -549,9 +592,17 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, int6
   o->count = recv_count;
   o->dtype = dtype;
   o->full_bytes = int64_t(size_) * recv_count * int64_t(dtype_size(dtype));
+  o->kept = state_->kept;
   as_int_count(recv_count * size_, "reduce_scatter (total)");
   count_bytes(o->kind, o->full_bytes);
   return enqueue(std::move(o));
+}
+
+void MpiCommunicator::keep_staging(Collective c, int64_t count, DType dtype) {
+  if (!is_16bit(dtype)) return;
+  const int64_t need = fp32_staging_elements(c, count, size_);
+  // Ops already queued keep the buffer they were issued with.
+  if (need > state_->kept.numel()) state_->kept = comm_buffer(need);
 }
 
 WorkPtr MpiCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,

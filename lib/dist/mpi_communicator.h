@@ -56,6 +56,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
                           int64_t recv_count, int src, DType dtype) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  void keep_staging(Collective c, int64_t count, DType dtype) override;
 
   void set_timeout(double seconds) override;
   [[noreturn]] void abort(int exit_code, const std::string& message) override;

@@ -316,6 +316,15 @@ void ZeroEngine::launch_reduce(int g) {
     if (config_.stage >= 2) s.group->flat_grads().storage()->release();
     return;
   }
+  if (!staging_kept_) {
+    // Every reduction is one segment's reduce-scatter: from the first on, the
+    // communicator keeps the staging of the largest (MPI's fp32 copies of
+    // 16-bit gradients) instead of allocating one at each.
+    int64_t largest = 0;
+    for (const Segment& seg : segments_) largest = std::max(largest, seg.shard);
+    comm_.keep_staging(dist::Collective::kReduceScatter, largest, dtype_);
+    staging_kept_ = true;
+  }
   Pending p;
   p.segment = g;
   p.into_shard = micro_ == 0 && s.grad_shard_own;

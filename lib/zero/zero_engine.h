@@ -263,6 +263,7 @@ class ZeroEngine : public nn::SegmentRunner {
   ZeroConfig config_;
   std::vector<Segment> segments_;
   std::deque<Pending> pending_;
+  bool staging_kept_ = false;  // the communicator told the largest reduction (launch_reduce)
   std::unique_ptr<optim::AdamW> optimizer_;
   // Offloaded parameters of a LoRA run under stage 3: the frozen base's
   // partitions, written once, fetched per segment like the adapters'.

@@ -724,6 +724,57 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
   }
 }
 
+// keep_staging: MPI allocates the fp32 staging of 16-bit sums once, holds it,
+// and stages every sum that fits there (nothing allocated per sum; a sum that
+// does not fit stages its own buffers, as before); the counting communicator
+// accounts the same bytes at the same moments. The sums are right either way.
+TEST(Comm, KeptStagingIsHeldOnceAndCountedAsMpi) {
+  const int w = g_comm->size();
+  const int64_t kept = 64, big = 100;
+  std::unique_ptr<Communicator> fresh = g_comm->split(0, g_comm->rank());  // nothing kept yet
+  CountingCommunicator counting(g_comm->rank(), w);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  std::vector<uint16_t> in(static_cast<size_t>(big * w)), out(static_cast<size_t>(big));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = f32_to_bf16(float(1 + g_comm->rank() + int(i % 7)));
+  auto expect_sums = [&](int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int r = 0; r < w; ++r) want += float(1 + r + int((g_comm->rank() * n + i) % 7));
+      ASSERT_EQ(bf16_to_f32(out[size_t(i)]), want) << "element " << i << " of " << n;
+    }
+  };
+  int64_t held[2], fits[2], not_fit[2];
+  for (int k = 0; k < 2; ++k) {
+    Communicator& c = k == 0 ? *fresh : counting;
+    const bool real = k == 0;
+    g_comm->barrier();
+    const int64_t base = acct.current(MemCategory::kComm);
+    c.keep_staging(Collective::kReduceScatter, kept, DType::kBF16);
+    c.keep_staging(Collective::kReduceScatter, kept / 2, DType::kBF16);  // never shrinks
+    c.keep_staging(Collective::kReduceScatter, kept, DType::kF32);       // 32-bit: nothing staged
+    held[k] = acct.current(MemCategory::kComm) - base;
+    acct.reset_peaks();
+    c.reduce_scatter(real ? in.data() : nullptr, real ? out.data() : nullptr, kept, DType::kBF16);
+    c.all_reduce(real ? out.data() : nullptr, kept, DType::kBF16);
+    fits[k] = acct.peak(MemCategory::kComm) - acct.current(MemCategory::kComm);
+    if (real) {
+      c.reduce_scatter(in.data(), out.data(), kept, DType::kBF16);
+      expect_sums(kept);
+    }
+    acct.reset_peaks();
+    c.reduce_scatter(real ? in.data() : nullptr, real ? out.data() : nullptr, big, DType::kBF16);
+    not_fit[k] = acct.peak(MemCategory::kComm) - acct.current(MemCategory::kComm);
+    if (real) expect_sums(big);
+  }
+  const int64_t f32 = 4;
+  EXPECT_EQ(held[0], w > 1 ? (w + 1) * kept * f32 : 0);
+  EXPECT_EQ(fits[0], 0);
+  EXPECT_EQ(not_fit[0], w > 1 ? (w + 1) * big * f32 : 0);
+  EXPECT_EQ(held[1], held[0]);
+  EXPECT_EQ(fits[1], fits[0]);
+  EXPECT_EQ(not_fit[1], not_fit[0]);
+}
+
 // On ranks other than 0: print only failed assertions, prefixed with the rank.
 }  // namespace
 }  // namespace fd::dist
