@@ -313,6 +313,12 @@ std::string inspect_checkpoint(const std::string& path) {
                  m.skipped_steps);
   if (m.loss_scaler) fmt::format_to(out, ", loss scale {}", m.loss_scaler->scale);
   s += "\n";
+  if (m.pipeline.stages > 1)
+    fmt::format_to(out,
+                   "  pipeline: {} stages x {} data-parallel replicas (rank = stage x {} + "
+                   "replica), {} schedule, transformer blocks per stage [{}]\n",
+                   m.pipeline.stages, m.pipeline.replicas, m.pipeline.replicas,
+                   m.pipeline.schedule, fmt::join(m.pipeline.blocks, ", "));
   int64_t params = 0;
   for (const ParamLayout& p : m.layout) params += numel_of(p.shape);
   fmt::format_to(out, "  model: {} parameter tensors, {} elements, in {} segments\n",
@@ -323,8 +329,12 @@ std::string inspect_checkpoint(const std::string& path) {
   for (const ShardReader& shard : c.shards) {
     std::error_code ec;
     uintmax_t size = fs::file_size(shard.path(), ec);
-    fmt::format_to(out, "  {}  rank {}  {}\n", fs::path(shard.path()).filename().string(),
-                   shard.meta().rank, format_bytes(double(ec ? 0 : size)));
+    const ShardMeta::Pipeline& pl = shard.meta().pipeline;
+    fmt::format_to(out, "  {}  rank {}{}  {}\n", fs::path(shard.path()).filename().string(),
+                   shard.meta().rank,
+                   pl.stages > 1 ? fmt::format(" (stage {}, replica {})", pl.stage, pl.replica)
+                                 : std::string(),
+                   format_bytes(double(ec ? 0 : size)));
     for (const ShardReader::RangeInfo& r : shard.ranges()) {
       fmt::format_to(out, "    {:<8} [{}, {}) of {}:", r.segment, r.offset, r.offset + r.count,
                      r.segment_numel);

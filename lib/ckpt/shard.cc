@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 
 #include "lib/base/error.h"
+#include "lib/base/strings.h"
 #include "lib/ckpt/h5.h"
 
 namespace fd::ckpt {
@@ -212,6 +214,15 @@ void write_shard(const std::string& path, const ShardMeta& meta,
             h5::write_attr_str(root, "fdtrain_version", meta.fdtrain_version) &&
             h5::write_attr_str(root, "recipe", meta.recipe_yaml) &&
             (meta.base_sha256.empty() || h5::write_attr_str(root, "base_sha256", meta.base_sha256));
+  if (ok && meta.pipeline.stages > 1) {
+    const ShardMeta::Pipeline& pl = meta.pipeline;
+    ok = h5::write_attr_i64(root, "pipeline_stages", pl.stages) &&
+         h5::write_attr_i64(root, "pipeline_replicas", pl.replicas) &&
+         h5::write_attr_i64(root, "pipeline_stage", pl.stage) &&
+         h5::write_attr_i64(root, "pipeline_replica", pl.replica) &&
+         h5::write_attr_str(root, "pipeline_blocks", fmt::format("{}", fmt::join(pl.blocks, ","))) &&
+         h5::write_attr_str(root, "pipeline_schedule", pl.schedule);
+  }
   if (ok && meta.loss_scaler) {
     const LossScalerState& s = *meta.loss_scaler;
     ok = h5::write_attr_f64(root, "loss_scale", s.scale) &&
@@ -391,6 +402,30 @@ ShardReader ShardReader::open(const std::string& path) {
   m.fdtrain_version = req_str(root, "fdtrain_version");
   m.recipe_yaml = req_str(root, "recipe");
   m.base_sha256 = h5::read_attr_str(root, "base_sha256").value_or("");
+  if (h5::has_attr(root, "pipeline_stages")) {
+    ShardMeta::Pipeline& pl = m.pipeline;
+    pl.stages = req_int("pipeline_stages");
+    pl.replicas = req_int("pipeline_replicas");
+    pl.stage = req_int("pipeline_stage");
+    pl.replica = req_int("pipeline_replica");
+    pl.schedule = req_str(root, "pipeline_schedule");
+    const std::string blocks = req_str(root, "pipeline_blocks");
+    int total = 0;
+    for (const std::string& b : split(blocks, ',')) {
+      char* end = nullptr;
+      const long n = std::strtol(b.c_str(), &end, 10);
+      if (b.empty() || *end != '\0' || n < 1 || n > INT32_MAX)
+        bad(fmt::format("attribute 'pipeline_blocks' = '{}' is not a list of block counts", blocks));
+      pl.blocks.push_back(int(n));
+      total += int(n);
+    }
+    if (pl.stages < 2 || pl.replicas < 1 || int64_t(pl.stages) * pl.replicas != m.world_size ||
+        pl.stage < 0 || pl.stage >= pl.stages || pl.replica < 0 || pl.replica >= pl.replicas ||
+        int(pl.blocks.size()) != pl.stages || total < pl.stages)
+      bad(fmt::format("pipeline attributes ({} stages x {} replicas, stage {}, replica {}, blocks "
+                      "'{}') do not fit world size {}",
+                      pl.stages, pl.replicas, pl.stage, pl.replica, blocks, m.world_size));
+  }
   if (h5::has_attr(root, "loss_scale")) {
     std::optional<double> scale = h5::read_attr_f64(root, "loss_scale");
     if (!scale) missing("attribute 'loss_scale' of /");

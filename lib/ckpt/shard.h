@@ -92,6 +92,17 @@ struct ShardMeta {
   std::vector<ParamLayout> layout;             // every parameter in canonical order
   std::string fdtrain_version;
   std::string base_sha256;  // LoRA: SHA-256 of the frozen base's file (model.init_from); "" otherwise
+  // Pipeline-parallel runs (parallel.pipeline > 1): the layout that wrote the
+  // checkpoint. Informational (a resume at another layout reshards through the
+  // segments' global ranges); absent from the file when stages == 1.
+  struct Pipeline {
+    int stages = 1, replicas = 1;  // world_size = stages * replicas
+    int stage = 0, replica = 0;    // of this shard's rank
+    std::vector<int> blocks;       // transformer blocks per stage
+    std::string schedule;          // "1f1b" | "gpipe"
+    bool operator==(const Pipeline&) const = default;
+  };
+  Pipeline pipeline;
 };
 
 // Writes one rank's shard to `path` (the caller picks the directory and

@@ -253,7 +253,10 @@ void PipelineStage::forward(int micro) {
            f.micro);
   f.micro = micro;
   wait(f.grad_sent);  // the slot's previous micro-batch's input gradient on its way
+  const auto t0 = std::chrono::steady_clock::now();
   f.targets = fns_->load(micro, f.batch);
+  const auto t1 = std::chrono::steady_clock::now();
+  totals_.data_s += std::chrono::duration<double>(t1 - t0).count();
   f.tape = std::make_unique<Tape>();
   TapeScope scope(*f.tape);
   model_->set_dropout_seed(fns_->dropout_seed(micro));
@@ -265,6 +268,8 @@ void PipelineStage::forward(int micro) {
   f.out = model_->stage_loss(first_, last_, f.batch.tokens, f.batch.targets, in, this,
                              f.batch.doc_starts);
   if (last_stage()) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
+  totals_.forward_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 }
 
 // Backward of micro-batch m (in micro-batch order, as the unpipelined step):

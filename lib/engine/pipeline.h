@@ -102,9 +102,11 @@ class PipelineStage final : public nn::SegmentRunner {
   double train(int micro_batches, const MicroFns& fns);
   // Totals over train() calls: wall seconds, seconds blocked waiting for a
   // neighbour (point-to-point and the tied head's transfers: the bubble plus
-  // transfer time not hidden), bytes this rank sent point-to-point, steps.
+  // transfer time not hidden), bytes this rank sent point-to-point, steps;
+  // and of the wall time, the seconds in load() (data_s) and in the stage's
+  // forwards (forward_s; the rest is backwards, exchanges and waits).
   struct Totals {
-    double train_s = 0.0, idle_s = 0.0;
+    double train_s = 0.0, idle_s = 0.0, data_s = 0.0, forward_s = 0.0;
     int64_t p2p_bytes = 0, steps = 0;
   };
   const Totals& totals() const { return totals_; }

@@ -405,9 +405,17 @@ std::string Trainer::save(int64_t steps_done) {
     m.loss_scaler =
         ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter, st.hysteresis_left};
   }
-  if (pipe_)  // rank 0 (the first stage) holds only its own segments
+  if (pipe_) {
+    m.pipeline = {.stages = pipe_->stages(),
+                  .replicas = pipe_->replicas(),
+                  .stage = pipe_->stage(),
+                  .replica = pipe_->replica(),
+                  .blocks = assembly_.stage_blocks,
+                  .schedule = std::string(pipe::to_string(assembly_.pipeline_schedule))};
+    // Rank 0 (the first stage) holds only its own segments.
     for (const nn::FlatParamGroup* g : model_->groups())
       if (g->numel() > 0) req.segments.push_back({g->name(), g->numel()});
+  }
   return save_checkpoint(req, *zero_, comm_).string();
 }
 
@@ -456,14 +464,28 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   };
   if (pipe_) {
     // The stage's program runs every micro-batch's forward and backward
-    // (lib/pipe/schedule.h); its phases are not told apart.
+    // (lib/pipe/schedule.h), interleaved: the stage times its loads and
+    // forwards, the waits for its neighbours are communication waits, and the
+    // rest (backwards, the ZeRO hand-off, posting exchanges) is backward.
+    const PipelineStage::Totals before = pipe_->totals();
     PipelineStage::MicroFns fns;
     fns.load = load;
     fns.grad_seed = [&](int, int64_t targets) { return grad_seed(targets); };
     fns.dropout_seed = dropout_seed_of;
     fns.new_batch = [&] { return make_batch(assembly_, Device::cpu()); };
     loss_sum = pipe_->train(accum, fns);
-    clock.lap(ph.forward, ph.comm_wait);
+    double program = 0.0;  // the wall time less the waits on the data-parallel group
+    clock.lap(program, ph.comm_wait);
+    if (options_.profile) {
+      const PipelineStage::Totals& after = pipe_->totals();
+      const double data = after.data_s - before.data_s,
+                   forward = after.forward_s - before.forward_s,
+                   idle = after.idle_s - before.idle_s;
+      ph.data += data;
+      ph.forward += forward;
+      ph.comm_wait += idle;
+      ph.backward += program - data - forward - idle;
+    }
   }
   for (int micro = 0; micro < (pipe_ ? 0 : accum); ++micro) {
     const int64_t targets = load(micro, batch_);

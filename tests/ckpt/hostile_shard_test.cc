@@ -54,6 +54,30 @@ TEST_F(HostileShard, RangeWhoseEndOverflows) {
   EXPECT_NE(msg.find("does not lie within segment_numel"), std::string::npos) << msg;
 }
 
+// Pipeline attributes that do not fit the shard's world: refused by name.
+TEST_F(HostileShard, PipelineLayoutThatDoesNotFitTheWorld) {
+  auto add = [&](int64_t stages, int64_t stage, const char* blocks) {
+    h5::H5Id file(H5Fopen(shard_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    ASSERT_TRUE(file.valid());
+    for (const char* a : {"pipeline_stages", "pipeline_replicas", "pipeline_stage",
+                          "pipeline_replica", "pipeline_blocks", "pipeline_schedule"})
+      if (h5::has_attr(file.get(), a)) {
+        ASSERT_GE(H5Adelete(file.get(), a), 0);
+      }
+    ASSERT_TRUE(h5::write_attr_i64(file.get(), "pipeline_stages", stages));
+    ASSERT_TRUE(h5::write_attr_i64(file.get(), "pipeline_replicas", 1));
+    ASSERT_TRUE(h5::write_attr_i64(file.get(), "pipeline_stage", stage));
+    ASSERT_TRUE(h5::write_attr_i64(file.get(), "pipeline_replica", 0));
+    ASSERT_TRUE(h5::write_attr_str(file.get(), "pipeline_blocks", blocks));
+    ASSERT_TRUE(h5::write_attr_str(file.get(), "pipeline_schedule", "1f1b"));
+  };
+  add(2, 0, "1,1");  // 2 stages x 1 replica in a world of 1
+  EXPECT_NE(open_error().find("do not fit world size 1"), std::string::npos);
+  add(2, 0, "1,x");
+  EXPECT_NE(open_error().find("'pipeline_blocks' = '1,x' is not a list of block counts"),
+            std::string::npos);
+}
+
 TEST_F(HostileShard, WorldSizeBeyondInt) {
   set_attr("/", "world_size", (int64_t(1) << 32) + 1);  // would truncate to 1
   std::string msg = open_error();

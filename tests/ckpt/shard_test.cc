@@ -86,6 +86,24 @@ TEST(Shard, RoundTripFp32) { round_trip(DType::kF32, "fp32"); }
 TEST(Shard, RoundTripBf16Params) { round_trip(DType::kBF16, "bf16"); }
 TEST(Shard, RoundTripFp16ParamsAndLossScaler) { round_trip(DType::kF16, "fp16"); }
 
+// A pipeline run's shard records the layout that wrote it; a shard without
+// a pipeline has none (no attributes: stages 1).
+TEST(Shard, PipelineLayoutRoundTrips) {
+  TempDir tmp;
+  auto model = testing::make_model(testing::tiny_config(), 4);
+  for (bool piped : {true, false}) {
+    ShardMeta meta = testing::test_meta(*model, 4, 3, 7, "bf16");
+    if (piped) meta.pipeline = {.stages = 2, .replicas = 2, .stage = 1, .replica = 1,
+                                .blocks = {1, 3}, .schedule = "gpipe"};
+    const std::string path = tmp.path(piped ? "piped.h5" : "plain.h5");
+    write_shard(path, meta, testing::test_ranges(*model, 4, 3, DType::kBF16));
+    const ShardReader reader = ShardReader::open(path);
+    const ShardMeta::Pipeline& got = reader.meta().pipeline;
+    EXPECT_EQ(got, meta.pipeline);
+    EXPECT_EQ(got.stages, piped ? 2 : 1);
+  }
+}
+
 TEST(Shard, PartialReadsAcrossTheMiddleOfARange) {
   TempDir tmp;
   auto model = testing::make_model(testing::tiny_config(), 2);

@@ -123,6 +123,14 @@ assert b == want, f"p2p_bytes_per_step {b}, expected {want}"
 PY
 then echo "ok: summary.json pipeline block: 2 stages x 2 replicas, blocks [1, 3], idle in [0, 1), p2p bytes exact"
 else fail "summary.json pipeline block"; fi
+# The checkpoint records the layout that wrote it: ckpt inspect shows it, and each shard's stage.
+ins=$("$FDTRAIN" ckpt inspect "$CK" 2>&1)
+if grep -q "pipeline: 2 stages x 2 data-parallel replicas (rank = stage x 2 + replica), 1f1b schedule, transformer blocks per stage \[1, 3\]" <<<"$ins" \
+   && grep -q "rank_00003.h5  rank 3 (stage 1, replica 1)" <<<"$ins"; then
+  echo "ok: ckpt inspect shows the P=2 x D=2 layout and each shard's stage and replica"
+else
+  fail "ckpt inspect of a pipeline checkpoint"; echo "$ins" | head -8 | sed 's/^/    /'
+fi
 # The resumed gpipe run with blocks [3, 1]: its own schedule and blocks, and the same bytes per
 # step (the activations' size does not depend on the partition; the embedding sent to the
 # head's copy when the checkpoint loads is not a step's).

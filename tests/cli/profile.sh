@@ -34,6 +34,27 @@ for phase in data forward backward "comm wait" optimizer checkpoint; do
     || { echo "FAIL: no '$phase' row in the profile table"; cat "$TMP/p.log"; FAILURES=$((FAILURES+1)); }
 done
 
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI=(timeout 120 mpirun --oversubscribe --bind-to none)
+# A pipeline (P = 2 at mpirun -n 2, 4 micro-batches): rank 0's stage times its loads, forwards
+# and the rest of its schedule, and its waits for the other stage (the bubble) are
+# communication waits: every phase measured, their sum within the step time.
+"${MPI[@]}" -n 2 "$FDTRAIN" train "$R" model.n_layer=2 parallel.pipeline=2 batch.accumulation=4 --run-dir "$TMP/pp" \
+  --no-progress --profile > "$TMP/pp.log" 2>&1 || { echo "FAIL: profiled pipeline run"; cat "$TMP/pp.log"; exit 1; }
+python3 - "$TMP/pp/summary.json" <<'PY' || FAILURES=$((FAILURES+1))
+import json, sys
+s = json.load(open(sys.argv[1]))
+p = s["profile"]
+keys = ["data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s", "checkpoint_s"]
+zero = [k for k in ["data_s", "forward_s", "backward_s", "comm_wait_s"] if not p[k] > 0]
+if zero: sys.exit(f"FAIL: pipeline profile: {zero} not measured: {p}")
+if any(p[k] < 0 for k in keys): sys.exit(f"FAIL: pipeline profile: a negative phase: {p}")
+total = sum(p[k] for k in keys)
+if total > p["total_s"] + 1e-6: sys.exit(f"FAIL: pipeline phases sum {total} > total {p['total_s']}")
+idle = s["pipeline"]["idle_fraction"][0]
+print(f"ok: pipeline profile {p} (stage 0 idle fraction {idle})")
+PY
+
 "$FDTRAIN" train "$R" --run-dir "$TMP/q" --no-progress > "$TMP/q.log" 2>&1 \
   || { echo "FAIL: plain run"; cat "$TMP/q.log"; exit 1; }
 if grep -q '"profile"' "$TMP/q/summary.json" || grep -q "^.*profile (rank" "$TMP/q.log"; then
