@@ -136,10 +136,14 @@ format:
 	find apps lib tests bench $$(ls -d kernels 2>/dev/null) \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(GPU_BUNDLE_BUILD)
 
 # A folder that runs the GPU device check on a machine with only the NVIDIA
 # driver and CUDA libraries: scp it there and run ./device_check.sh.
+# Built in build-gpu-bundle for a portable CPU baseline (x86-64-v3: AVX2, FMA), not for this
+# machine's CPU, which the GPU host's may not match.
+GPU_BUNDLE_BUILD ?= build-gpu-bundle
 gpu-bundle: deps
-	$(MAKE) build
-	./scripts/gpu_bundle.sh $(BUILD_DIR) $(BUILD_DIR)/gpu-bundle
+	cmake -S . -B $(GPU_BUNDLE_BUILD) -DCMAKE_BUILD_TYPE=Release -DFDTRAIN_CUDA=ON -DFDTRAIN_MARCH=x86-64-v3
+	cmake --build $(GPU_BUNDLE_BUILD) -j $(JOBS) --target fdtrain gpu_tests
+	./scripts/gpu_bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE_BUILD)/gpu-bundle

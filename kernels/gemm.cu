@@ -21,6 +21,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -266,11 +267,19 @@ DeviceState& device_state(int device) {
   return dev;
 }
 
+std::atomic<bool>& tf32_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
 }  // namespace
+
+void set_tf32(bool allow) { tf32_flag().store(allow); }
+bool tf32_allowed() { return tf32_flag().load(); }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* A,
           int64_t lda, const void* B, int64_t ldb, DT ab_dt, float beta, void* C, int64_t ldc,
-          DT c_dt, const void* bias, bool allow_tf32) {
+          DT c_dt, const void* bias) {
   require_float(ab_dt, "gemm (A and B)");
   require(c_dt == ab_dt || c_dt == DT::kF32, "gemm", "C must have the dtype of A and B, or be f32");
   require(m >= 0 && n >= 0 && k >= 0, "gemm", "negative size");
@@ -283,7 +292,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                     ldc,
                     trans_a,
                     trans_b,
-                    allow_tf32 && ab_dt == DT::kF32,
+                    tf32_allowed() && ab_dt == DT::kF32,
                     bias != nullptr,
                     bias != nullptr && beta == 0.0f && c_dt == ab_dt,
                     ab_dt,

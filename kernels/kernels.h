@@ -63,6 +63,9 @@ void synchronize();
 
 // Events order work between the compute stream and a communication stream.
 void* event_create();  // an opaque cudaEvent_t (timing disabled)
+void* timing_event_create();  // an event that records a time (for event_elapsed_ms)
+// Milliseconds between two recorded timing events; waits for `stop`.
+float event_elapsed_ms(void* start, void* stop);
 void event_destroy(void* event);
 void event_record(void* event, void* stream);  // stream: opaque cudaStream_t
 void stream_wait_event(void* stream, void* event);
@@ -228,10 +231,18 @@ void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, c
                             const float* dloss, const int32_t* count, int64_t rows, int64_t V,
                             int ignore_index, void* dlogits, DT dl_dt);
 
+// The row stride of the chunked head's logits and dlogits scratch: V rounded up to a
+// multiple of 128 elements (GPT-2's 50,257 -> 50,304), so that every row starts 512 B
+// (fp32) or 256 B (16-bit) aligned, as cuBLASLt's tensor-core kernels and vector loads
+// want. The padding columns are never computed, read or written: the vocabulary itself
+// (the weights, the loss, checkpoints, exports) is not padded.
+constexpr int64_t head_stride(int64_t V) { return (V + 127) / 128 * 128; }
+
 // The head GEMM and cross-entropy, chunked over rows (lib/ops/linear_cross_entropy.h):
 // h (rows, C) and weight (V, C) share dt. For each chunk of chunk_rows rows, logits =
-// h_chunk weight^T (gemm, fp32 into `scratch`: min(chunk_rows, rows) x V floats), then
-// the row pass of cross_entropy_forward; at the end the same fixed-order loss pass.
+// h_chunk weight^T (gemm, fp32 into `scratch`: min(chunk_rows, rows) rows of
+// head_stride(V) floats, V of them used), then the row pass of cross_entropy_forward; at
+// the end the same fixed-order loss pass.
 // Writes lse, *loss and *count as cross_entropy_forward (lse 0 for ignored rows).
 void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, const int32_t* targets,
                                   int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
@@ -239,7 +250,7 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, cons
                                   int32_t* count);
 // Recomputes each chunk's logits into `scratch`, turns them into dlogits =
 // (*dloss / *count) (softmax - onehot) (0 for ignored rows, and for every row when
-// count is 0), in place for f32 and into `scratch16` (the same shape in dt) for 16-bit
+// count is 0), in place for f32 and into `scratch16` (the same shape and stride in dt) for 16-bit
 // operands, then dh_chunk += dlogits weight and dweight += dlogits^T h_chunk (gemm,
 // fp32 accumulation). dh or dweight may be null to skip; each is dt or f32.
 void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, const int32_t* targets,
@@ -253,15 +264,21 @@ void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT d
 
 // ------------------------------------------------------------------ GEMM --
 
+// Whether fp32 GEMMs (gemm(), and the classifier's inside
+// linear_cross_entropy_*) run on TF32 tensor cores: process-wide, off (exact
+// fp32) until set; fdtrain sets it from the recipe's `tf32` (default true).
+void set_tf32(bool allow);
+bool tf32_allowed();
+
 // C (m x n) = alpha * op(A) op(B) + beta * C, row-major like lib/ops/gemm.h,
 // through cuBLASLt. A and B share ab_dt; C is ab_dt or kF32. bias (n values,
 // ab_dt, or null) is added to every row, fused into the epilogue where
 // cuBLASLt allows (then beta must be 0). fp32 inputs use tf32 tensor cores
-// when allow_tf32 is set, exact fp32 otherwise; 16-bit inputs accumulate in
+// when set_tf32(true), exact fp32 otherwise; 16-bit inputs accumulate in
 // fp32. Workspace comes from the caching allocator.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* A,
           int64_t lda, const void* B, int64_t ldb, DT ab_dt, float beta, void* C, int64_t ldc,
-          DT c_dt, const void* bias = nullptr, bool allow_tf32 = false);
+          DT c_dt, const void* bias = nullptr);
 
 // ------------------------------------------------------- optimizer & norms --
 

@@ -281,13 +281,15 @@ constexpr int kCeFinalBlock = 1024;
 
 __device__ __forceinline__ bool valid_target(int32_t t, int64_t V) { return t >= 0 && t < V; }
 
+// Rows of V logits `ld` elements apart (ld >= V: the chunked head pads rows,
+// kernels.h head_stride).
 // One block per row: lse = max + log(sum exp(x - max)) (two passes, as the
 // CPU), and the row's loss term lse - x[target] in fp64. Ignored rows get
 // lse 0 and term 0. A target outside [0, V) gets a NaN term, so the loss
 // shows the bad batch instead of reading out of bounds.
-__global__ void cross_entropy_rows_kernel(const void* logits, DT dt, const int32_t* targets,
-                                          int64_t rows, int64_t V, int ignore_index, float* lse,
-                                          double* term) {
+__global__ void cross_entropy_rows_kernel(const void* logits, DT dt, int64_t ld,
+                                          const int32_t* targets, int64_t rows, int64_t V,
+                                          int ignore_index, float* lse, double* term) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int32_t t = targets[r];
     if (t == ignore_index) {  // the same branch for the whole block
@@ -297,7 +299,7 @@ __global__ void cross_entropy_rows_kernel(const void* logits, DT dt, const int32
       }
       continue;
     }
-    const int64_t base = r * V;
+    const int64_t base = r * ld;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
       m = fmaxf(m, load_as_float(logits, dt, base + j));
@@ -344,16 +346,17 @@ __global__ void cross_entropy_loss_kernel(const int32_t* targets, const double* 
 // written 0. Each element is read and then written by one thread, so dlogits
 // may be the logits themselves (in place) when both are f32.
 template <bool kOverwrite>
-__global__ void cross_entropy_backward_kernel(const void* logits, DT dt, const int32_t* targets,
-                                              const float* lse, const float* dloss,
-                                              const int32_t* count, int64_t rows, int64_t V,
-                                              int ignore_index, void* dlogits, DT dl_dt) {
+__global__ void cross_entropy_backward_kernel(const void* logits, DT dt, int64_t ld,
+                                              const int32_t* targets, const float* lse,
+                                              const float* dloss, const int32_t* count,
+                                              int64_t rows, int64_t V, int ignore_index,
+                                              void* dlogits, DT dl_dt) {
   const int32_t n = *count;
   if (!kOverwrite && n <= 0) return;
   const float factor = n > 0 ? *dloss / float(n) : 0.0f;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int32_t t = targets[r];
-    const int64_t base = r * V;
+    const int64_t base = r * ld;
     if (t == ignore_index || n <= 0) {  // the same branch for the whole block
       if constexpr (kOverwrite) {
         for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
@@ -518,7 +521,7 @@ void cross_entropy_forward(const void* logits, DT dt, const int32_t* targets, in
   require_ptr(lse, kWhat, "lse");
   DeviceScratch term(size_t(rows) * sizeof(double));
   cross_entropy_rows_kernel<<<capped_grid(rows), kCeBlock, 0, s>>>(
-      logits, dt, targets, rows, V, ignore_index, lse, term.as<double>());
+      logits, dt, V, targets, rows, V, ignore_index, lse, term.as<double>());
   check_launch(kWhat);
   cross_entropy_loss_kernel<<<1, kCeFinalBlock, 0, s>>>(targets, term.as<double>(), rows,
                                                         ignore_index, loss, count);
@@ -540,7 +543,7 @@ void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, c
   require_ptr(count, kWhat, "count");
   require_ptr(dlogits, kWhat, "dlogits");
   cross_entropy_backward_kernel<false><<<capped_grid(rows), kCeBlock, 0, stream()>>>(
-      logits, dt, targets, lse, dloss, count, rows, V, ignore_index, dlogits, dl_dt);
+      logits, dt, V, targets, lse, dloss, count, rows, V, ignore_index, dlogits, dl_dt);
   check_launch(kWhat);
 }
 
@@ -661,14 +664,16 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, cons
   require_ptr(scratch, kWhat, "scratch");
   require_ptr(lse, kWhat, "lse");
   const size_t row_bytes = size_t(C) * dt_size(dt);
+  const int64_t ld = head_stride(V);  // the scratch's padded rows
   DeviceScratch term(size_t(rows) * sizeof(double));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = chunk_rows < rows - r0 ? chunk_rows : rows - r0;
     const void* h_chunk = static_cast<const char*>(h) + size_t(r0) * row_bytes;
-    // logits (n, V) = h_chunk (n, C) @ weight^T (C, V), fp32
-    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, V, DT::kF32);
+    // logits (n, V) = h_chunk (n, C) @ weight^T (C, V), fp32, rows ld apart
+    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, ld, DT::kF32);
     cross_entropy_rows_kernel<<<capped_grid(n), kCeBlock, 0, s>>>(
-        scratch, DT::kF32, targets + r0, n, V, ignore_index, lse + r0, term.as<double>() + r0);
+        scratch, DT::kF32, ld, targets + r0, n, V, ignore_index, lse + r0,
+        term.as<double>() + r0);
     check_launch(kWhat);
   }
   cross_entropy_loss_kernel<<<1, kCeFinalBlock, 0, s>>>(targets, term.as<double>(), rows,
@@ -697,22 +702,24 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
   const size_t row_bytes = size_t(C) * dt_size(dt);
   const size_t dh_row_bytes = size_t(C) * dt_size(dh_dt);
   void* dlogits = dt == DT::kF32 ? static_cast<void*>(scratch) : scratch16;
+  const int64_t ld = head_stride(V);  // both scratches' padded rows
   cudaStream_t s = stream();
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = chunk_rows < rows - r0 ? chunk_rows : rows - r0;
     const void* h_chunk = static_cast<const char*>(h) + size_t(r0) * row_bytes;
-    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, V, DT::kF32);
+    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, ld, DT::kF32);
     cross_entropy_backward_kernel<true><<<capped_grid(n), kCeBlock, 0, s>>>(
-        scratch, DT::kF32, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits, dt);
+        scratch, DT::kF32, ld, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits,
+        dt);
     check_launch(kWhat);
     // dh_chunk (n, C) += dlogits (n, V) @ weight (V, C)
     if (dh != nullptr) {
       void* dh_chunk = static_cast<char*>(dh) + size_t(r0) * dh_row_bytes;
-      gemm(false, false, n, C, V, 1.0f, dlogits, V, weight, C, dt, 1.0f, dh_chunk, C, dh_dt);
+      gemm(false, false, n, C, V, 1.0f, dlogits, ld, weight, C, dt, 1.0f, dh_chunk, C, dh_dt);
     }
     // dweight (V, C) += dlogits^T (V, n) @ h_chunk (n, C)
     if (dweight != nullptr) {
-      gemm(true, false, V, C, n, 1.0f, dlogits, V, h_chunk, C, dt, 1.0f, dweight, C, dw_dt);
+      gemm(true, false, V, C, n, 1.0f, dlogits, ld, h_chunk, C, dt, 1.0f, dweight, C, dw_dt);
     }
   }
 }

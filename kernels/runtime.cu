@@ -274,6 +274,21 @@ void* event_create() {
   return e;
 }
 
+void* timing_event_create() {
+  ensure_device("timing_event_create");
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreate(&e), "timing_event_create");
+  return e;
+}
+
+float event_elapsed_ms(void* start, void* stop) {
+  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)), "event_elapsed_ms");
+  float ms = 0.0f;
+  check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)),
+             "event_elapsed_ms");
+  return ms;
+}
+
 void event_destroy(void* event) {
   if (event == nullptr) return;
   check_cuda(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "event_destroy");

@@ -12,6 +12,12 @@
 #                target's glibc is older than the one we built against
 #   OUT/recipes, OUT/configs, OUT/data: what the device check trains on
 #   OUT/device_check.sh (tests/gpu/device_check.sh)
+#   OUT/BUILD_INFO: the commit, the CPU baseline (-march) and CUDA architectures
+#
+# The build must target a portable CPU baseline (make gpu-bundle configures
+# build-gpu-bundle with FDTRAIN_MARCH=x86-64-v3): a -march=native binary may
+# die of SIGILL on the GPU host's CPU. GPU_BUNDLE_ALLOW_NATIVE=1 packs a native
+# build anyway (tests/cli/gpu_bundle.sh, which checks only the packing).
 # OpenBLAS is stored as lib/libopenblas.so.0.xz (37 MiB -> ~9 MiB) to fit the
 # 60 MiB budget; device_check.sh unpacks it (xz, or Python's lzma).
 #
@@ -33,10 +39,24 @@ die() { echo "gpu_bundle: $*" >&2; exit 1; }
 [[ $(ldd "$BUILD/bin/fdtrain") == *libcudart* ]] ||
   die "$BUILD/bin/fdtrain has no CUDA backend: configure with -DFDTRAIN_CUDA=ON (needs nvcc)"
 command -v patchelf >/dev/null || die "patchelf missing: run scripts/install_deps.sh"
+cache_value() { sed -nE "s/^$1:[A-Z]+=(.*)$/\1/p" "$BUILD/CMakeCache.txt" 2>/dev/null | head -1; }
+march=$(cache_value FDTRAIN_MARCH)
+if [[ -z "$march" ]]; then
+  [[ $(cache_value FDTRAIN_NATIVE) == OFF ]] && march="(compiler default)" || march=native
+fi
+if [[ "$march" == native && "${GPU_BUNDLE_ALLOW_NATIVE:-0}" != 1 ]]; then
+  die "$BUILD is built for this CPU (-march=native), which may not run on the GPU host's: use make gpu-bundle (a build with FDTRAIN_MARCH=x86-64-v3)"
+fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/glibc" "$OUT/data"
 cp "$BUILD/bin/fdtrain" "$BUILD/tests/gpu_tests" "$OUT/bin/"
+{
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (modified)')"
+  echo "cpu_baseline -march=$march"
+  echo "cuda_architectures $(cache_value CMAKE_CUDA_ARCHITECTURES)"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ)"
+} > "$OUT/BUILD_INFO"
 
 # Libraries the driver or a CUDA installation provides, and glibc's own.
 is_cuda_lib() { [[ "$1" =~ ^lib(cuda|cublas|cublasLt|nccl|nvidia-|nvrtc|nvJitLink)[.-] ]]; }

@@ -194,6 +194,7 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("logging.sample_temperature", number(g.sample_temperature));
   add("logging.sample_top_k", std::to_string(g.sample_top_k));
   add("device", std::string(to_string(r.device)));
+  add("tf32", r.tf32 ? "true" : "false");
   add("threads", std::to_string(r.threads));
   add("seed", std::to_string(r.seed));
   add("steps", std::to_string(r.steps));

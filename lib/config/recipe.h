@@ -265,6 +265,10 @@ struct Recipe {
   CheckpointOptions checkpoint;
   LoggingOptions logging;
   DeviceName device = DeviceName::kCpu;  // where to train: cpu, or cuda (one GPU per rank)
+  // fp32 GEMMs on a GPU on TF32 tensor cores (inputs rounded to 10-bit
+  // mantissas, fp32 accumulation), as PyTorch's allow_tf32 and Hugging Face's
+  // `tf32`; false: exact fp32. No effect on the CPU or with 16-bit precision.
+  bool tf32 = true;
   int threads = 1;                       // BLAS threads per rank, 1 .. 1024
   int64_t seed = 1337;                   // seeds init, data order, dropout, sampling; >= 0
   int64_t steps = 0;                     // optimizer steps, >= 1 (required in the recipe)

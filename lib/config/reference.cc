@@ -258,6 +258,10 @@ const std::vector<KeyDoc>& key_reference() {
       {"device", "string", "cpu", "cpu, cuda",
        "where to train: cpu (OpenBLAS + MPI) or cuda (kernels/, cuBLASLt, NCCL; one GPU per "
        "rank, chosen by the node-local rank)"},
+      {"tf32", "bool", "true", "true, false",
+       "fp32 GEMMs on a GPU use TF32 tensor cores (inputs rounded to 10-bit mantissas, fp32 "
+       "accumulation; PyTorch's allow_tf32, Hugging Face's tf32); false: exact fp32. No effect "
+       "on the CPU or with precision bf16/fp16"},
       {"threads", "int", "1", "1 .. 1024",
        "BLAS threads per rank, and the threads of the CPU AdamW (in memory or streamed from "
        "NVMe); more than the cores each rank has only slows it down"},

@@ -1091,6 +1091,7 @@ void Builder::top_level(const Node& root) {
            &r_->precision);
   get_enum(&root, "", "device", std::vector<DeviceName>{DeviceName::kCpu, DeviceName::kCuda},
            &r_->device);
+  get_bool(&root, "", "tf32", &r_->tf32);
   get_int(&root, "", "threads", &r_->threads, closed(1, kMaxThreads));
   get_int64(&root, "", "seed", &r_->seed, at_least(0));
   if (root.find("steps") == nullptr) {

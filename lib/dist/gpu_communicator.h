@@ -1,7 +1,9 @@
 // make_gpu_communicator: the communicator for GPU buffers, in any build.
 //
 // CUDA builds return an NcclCommunicator riding on `host` (nccl_communicator.h;
-// cuda/gpu_communicator.cc); builds without CUDA throw an fd::Error (usage)
+// cuda/gpu_communicator.cc), or for a host of one rank a LocalCommunicator
+// copying with the device's copy (no NCCL for a one-GPU run); builds without
+// CUDA throw an fd::Error (usage)
 // saying so (cuda_stub.cc). So the trainer needs no #if to set up a GPU run.
 #pragma once
 

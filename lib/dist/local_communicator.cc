@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,17 @@ void check_count(int64_t count) {
 
 }  // namespace
 
+void LocalCommunicator::copy(void* dst, const void* src, size_t bytes) const {
+  if (copy_ == nullptr) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+  FD_CHECK(d + bytes <= s || s + bytes <= d, "a device copy of {} bytes between overlapping buffers",
+           bytes);
+  copy_(dst, src, bytes);
+}
+
 WorkPtr LocalCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   (void)buf, (void)dtype, (void)op;
   check_count(count);
@@ -31,7 +43,7 @@ WorkPtr LocalCommunicator::reduce_scatter_async(const void* send, void* recv, in
                                                 DType dtype) {
   check_count(recv_count);
   const size_t bytes = size_t(recv_count) * dtype_size(dtype);
-  if (bytes > 0 && send != recv && send != nullptr) std::memmove(recv, send, bytes);
+  if (bytes > 0 && send != recv && send != nullptr) copy(recv, send, bytes);
   count_bytes(Collective::kReduceScatter, int64_t(bytes));
   return done();
 }
@@ -40,7 +52,7 @@ WorkPtr LocalCommunicator::all_gather_async(const void* send, void* recv, int64_
                                             DType dtype) {
   check_count(send_count);
   const size_t bytes = size_t(send_count) * dtype_size(dtype);
-  if (bytes > 0 && send != recv && send != nullptr) std::memmove(recv, send, bytes);
+  if (bytes > 0 && send != recv && send != nullptr) copy(recv, send, bytes);
   count_bytes(Collective::kAllGather, int64_t(bytes));
   return done();
 }
@@ -66,7 +78,7 @@ WorkPtr LocalCommunicator::send_recv_async(const void* send, int64_t send_count,
 std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
   (void)key;
   FD_CHECK(color >= 0, "split: color {} must be >= 0", color);
-  return std::make_unique<LocalCommunicator>();
+  return std::make_unique<LocalCommunicator>(copy_);
 }
 
 void LocalCommunicator::set_timeout(double seconds) {

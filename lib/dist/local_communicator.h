@@ -4,7 +4,14 @@
 // Tensor::comm_data()) are left alone, so a meta run at world 1 works too.
 // There is no peer for send_recv: only empty ones are allowed (they complete);
 // split() gives another world of one.
+//
+// The copies (a reduce-scatter's or all-gather's out of place) are memmove on
+// host memory; a GPU run at world 1 passes the device's copy instead
+// (make_gpu_communicator: kernels::copy_device, ordered on the compute
+// stream), so it needs no NCCL. Buffers then must not partly overlap.
 #pragma once
+
+#include <cstddef>
 
 #include "lib/dist/communicator.h"
 
@@ -12,6 +19,10 @@ namespace fd::dist {
 
 class LocalCommunicator final : public Communicator {
  public:
+  using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
+  LocalCommunicator() = default;
+  explicit LocalCommunicator(CopyFn copy) : copy_(copy) {}
+
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string_view backend() const override { return "local"; }
@@ -28,6 +39,10 @@ class LocalCommunicator final : public Communicator {
 
   void set_timeout(double seconds) override;
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
+
+ private:
+  void copy(void* dst, const void* src, size_t bytes) const;
+  CopyFn copy_ = nullptr;  // null: memmove
 };
 
 }  // namespace fd::dist

@@ -11,6 +11,7 @@
 #include "lib/data/byte_tokenizer.h"
 #include "lib/data/tokenizer.h"
 #include "lib/engine/run_dir.h"
+#include "lib/tensor/device.h"
 #include "lib/engine/tfevents.h"
 #include "lib/tensor/memory.h"
 
@@ -78,6 +79,8 @@ PhaseClock::PhaseClock(bool on, const dist::Communicator& comm) : on_(on), comm_
 
 void PhaseClock::lap(double& phase, double& wait) {
   if (!on_) return;
+  // A GPU queues kernels and returns: the phase ends when its work is done.
+  cuda_synchronize();
   const auto now = Clock::now();
   const double w = comm_.wait_seconds();
   phase += std::chrono::duration<double>(now - t_).count() - (w - w_);

@@ -52,8 +52,9 @@ struct Phases {
 };
 
 // Laps the wall clock for --profile: each lap adds its time, less the
-// communication wait inside it, to one phase, and that wait to `wait`. Off, it
-// reads no clock.
+// communication wait inside it, to one phase, and that wait to `wait`. On a
+// GPU each lap first waits for the work queued so far (cuda_synchronize), so
+// a phase is charged with its kernels' time. Off, it reads no clock.
 class PhaseClock {
  public:
   PhaseClock(bool on, const dist::Communicator& comm);

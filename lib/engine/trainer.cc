@@ -210,6 +210,7 @@ void Trainer::setup_device() {
   for (int r = 0; r < comm_.size(); ++r)
     if (oks[size_t(r)] == 0.0) runtime_error("rank {} could not start its GPU", r);
   device_scope_ = std::make_unique<DeviceScope>(Device::cuda(ordinal));
+  set_cuda_tf32(recipe_.tf32 && recipe_.precision == config::Precision::kFp32);
   gpu_comm_ = dist::make_gpu_communicator(comm_);
   gpu_comm_->set_timeout(recipe_.dist.timeout_s);
 }

@@ -23,6 +23,15 @@ std::string cuda_blas_library() {
   runtime_error("no GEMM library to load: {}", cuda_unavailable_reason());
 }
 
+void set_cuda_tf32(bool) {}
+void cuda_synchronize() {}
+
+DeviceTimer::DeviceTimer() { runtime_error("a GPU timer was requested, but {}", cuda_unavailable_reason()); }
+DeviceTimer::~DeviceTimer() = default;
+void DeviceTimer::start() {}
+void DeviceTimer::stop() {}
+double DeviceTimer::seconds() const { return 0.0; }
+
 void init_cuda_device(int) {
   runtime_error("device: cuda requested, but {}; rebuild with nvcc on PATH or use device: cpu",
                 cuda_unavailable_reason());

@@ -56,6 +56,33 @@ std::string cuda_device_name();
 // when the library cannot be loaded, or this binary was built without CUDA.
 std::string cuda_blas_library();
 
+// fp32 GEMMs on the GPU on TF32 tensor cores (the recipe's `tf32`), or exact
+// fp32 (the default until called); nothing without CUDA.
+void set_cuda_tf32(bool allow);
+
+// Waits until the GPU has done all the work queued so far on its compute
+// stream, so that a host clock read next includes it (--profile); nothing
+// when no GPU was started (init_cuda_device) or without CUDA.
+void cuda_synchronize();
+
+// Times the GPU's work between start() and stop() on the compute stream with
+// a pair of CUDA events (cudaEventElapsedTime): seconds() waits for stop.
+// After init_cuda_device; an fd::Error without CUDA.
+class DeviceTimer {
+ public:
+  DeviceTimer();
+  ~DeviceTimer();
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+  void start();
+  void stop();
+  double seconds() const;
+
+ private:
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+};
+
 // The calling thread's device for new tensors.
 Device default_device();
 

@@ -1,5 +1,6 @@
 #include "lib/tensor/storage.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -87,7 +88,16 @@ Storage::Storage(size_t bytes, MemCategory category, Pinned)
   acquire();
 }
 
-Storage::~Storage() { release(); }
+Storage::~Storage() {
+  // A destructor must not throw (std::terminate): a block that cannot be
+  // given back (a GPU in an error state) is reported and lost.
+  try {
+    release();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fdtrain: freeing %zu bytes of %s on %s failed: %s\n", bytes_,
+                 std::string(mem_category_name(category_)).c_str(), device_.str().c_str(), e.what());
+  }
+}
 
 void* Storage::data() const {
   FD_CHECK(resident(), "access to released storage of {} bytes", bytes_);

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "lib/dist/init.h"
@@ -71,6 +74,40 @@ TEST(LocalCommunicator, ReduceScatterAndAllGatherCopy) {
     c.all_gather(recv.data(), recv.data(), 1000, t);
     EXPECT_EQ(recv, send) << dtype_name(t);
   }
+}
+
+// A GPU run at world 1 copies with the device's copy (make_gpu_communicator):
+// every out-of-place copy goes through it, with the right pointers and bytes,
+// in-place ones do not, a split keeps it, and overlapping buffers are refused.
+struct CopyLog {
+  static inline std::vector<std::tuple<void*, const void*, size_t>> calls;
+  static void copy(void* dst, const void* src, size_t bytes) {
+    calls.emplace_back(dst, src, bytes);
+    std::memcpy(dst, src, bytes);
+  }
+};
+
+TEST(LocalCommunicator, CopiesThroughTheGivenCopy) {
+  CopyLog::calls.clear();
+  LocalCommunicator c(&CopyLog::copy);
+  std::vector<uint16_t> a(8, 7), b(8, 0);
+  c.reduce_scatter(a.data(), b.data(), 8, DType::kBF16);
+  c.all_gather(a.data(), b.data(), 3, DType::kF16);
+  c.reduce_scatter(a.data(), a.data(), 8, DType::kBF16);  // in place: nothing to copy
+  std::unique_ptr<Communicator> sub = c.split(0, 0);
+  sub->all_gather(b.data(), a.data(), 2, DType::kBF16);
+  ASSERT_EQ(CopyLog::calls.size(), 3u);
+  EXPECT_EQ(CopyLog::calls[0], std::make_tuple(static_cast<void*>(b.data()),
+                                               static_cast<const void*>(a.data()), size_t(16)));
+  EXPECT_EQ(std::get<2>(CopyLog::calls[1]), size_t(6));
+  EXPECT_EQ(std::get<0>(CopyLog::calls[2]), static_cast<void*>(a.data()));
+  EXPECT_EQ(b, std::vector<uint16_t>(8, 7));
+}
+
+TEST(LocalCommunicatorDeathTest, DeviceCopyOfOverlappingBuffersIsRefused) {
+  LocalCommunicator c(&CopyLog::copy);
+  std::vector<uint16_t> a(8, 7);
+  EXPECT_DEATH(c.reduce_scatter(a.data(), a.data() + 1, 4, DType::kBF16), "overlapping buffers");
 }
 
 TEST(LocalCommunicator, BroadcastBarrierAndZeroCounts) {

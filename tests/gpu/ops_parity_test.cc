@@ -201,7 +201,9 @@ TEST_P(GpuParity, Embedding) {
 TEST_P(GpuParity, CausalAttention) {
   REQUIRE_GPU();
   for (auto [T, n_head, hs] :
-       {std::tuple{70, 2, 64}, std::tuple{33, 3, 32}, std::tuple{130, 1, 128}}) {
+       {std::tuple{70, 2, 64}, std::tuple{33, 3, 32}, std::tuple{130, 1, 128},
+        // GPT-2's sequence length, with its head size and Llama's.
+        std::tuple{1024, 2, 64}, std::tuple{1024, 1, 128}}) {
     const int64_t B = 2, C = int64_t(n_head) * hs;
     check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs), GetParam(),
                  {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
@@ -216,7 +218,8 @@ TEST_P(GpuParity, CausalAttention) {
 TEST_P(GpuParity, CausalAttentionGroupedKv) {
   REQUIRE_GPU();
   for (auto [T, n_head, n_kv_head, hs] : {std::tuple{70, 4, 2, 64}, std::tuple{33, 6, 3, 32},
-                                          std::tuple{130, 4, 1, 128}, std::tuple{65, 2, 2, 16}}) {
+                                          std::tuple{130, 4, 1, 128}, std::tuple{65, 2, 2, 16},
+                                          std::tuple{1024, 4, 1, 128}}) {
     const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;
     check_parity("attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) + "_kv" +
                      std::to_string(n_kv_head) + "_hs" + std::to_string(hs),

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -85,7 +86,11 @@ class NcclWork final : public Work {
   }
   ~NcclWork() override {
     if (!finished_) wait_quietly();
-    kernels::event_destroy(done_);
+    try {  // a destructor does not throw (std::terminate): the event is lost
+      kernels::event_destroy(done_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fdtrain: %s: releasing its event: %s\n", what_.c_str(), e.what());
+    }
   }
 
   void* done_event() const { return done_; }
@@ -187,12 +192,22 @@ void NcclCommunicator::begin() {
 
 NcclCommunicator::~NcclCommunicator() {
   std::lock_guard<std::mutex> lock(state_->mu);
-  if (state_->comm != nullptr && !state_->aborted) {
-    kernels::stream_synchronize(state_->stream);
-    ncclCommDestroy(state_->comm);
+  // A destructor does not throw (std::terminate): a GPU in an error state is
+  // reported, and what could not be released is lost with the process.
+  try {
+    if (state_->comm != nullptr && !state_->aborted) {
+      kernels::stream_synchronize(state_->stream);
+      ncclCommDestroy(state_->comm);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fdtrain: closing the NCCL communicator: %s\n", e.what());
   }
   state_->comm = nullptr;
-  kernels::stream_destroy(state_->stream);
+  try {
+    kernels::stream_destroy(state_->stream);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fdtrain: closing the NCCL stream: %s\n", e.what());
+  }
 }
 
 namespace {

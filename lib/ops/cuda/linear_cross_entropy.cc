@@ -5,7 +5,8 @@
 // cuBLASLt wants both GEMM operands in one dtype. When h and weight agree that
 // dtype is theirs; otherwise both are computed in fp32 (a converted copy of
 // the 16-bit one: exact, as the CPU's fp32 copies). The chunk's logits are
-// always fp32 (one rows x V scratch, as on the CPU); for 16-bit operands the
+// always fp32 (one chunk x V scratch, as on the CPU, its rows padded to a
+// multiple of 128 elements: aligned for cuBLASLt); for 16-bit operands the
 // backward writes the chunk's dlogits in that dtype into a second scratch of
 // half the size, the operand of the two gradient GEMMs.
 #include <algorithm>
@@ -24,10 +25,12 @@ DType operand_dtype(const Tensor& h, const Tensor& weight) {
 
 Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : t.to(dtype); }
 
-// A (chunk, V) scratch on h's device; never more rows than there are.
+// A (chunk, V) scratch on h's device, its rows padded to kernels::head_stride(V);
+// never more rows than there are.
 Tensor chunk_scratch(const Tensor& h, int64_t chunk_rows, int64_t V, DType dtype) {
   const int64_t n = std::min(chunk_rows, std::max<int64_t>(h.shape().rows(), 1));
-  return Tensor::empty(Shape{n, V}, dtype, MemCategory::kActivations, h.device());
+  return Tensor::empty(Shape{n, kernels::head_stride(V)}, dtype, MemCategory::kActivations,
+                       h.device());
 }
 
 }  // namespace

@@ -35,6 +35,34 @@ std::string cuda_blas_library() {
   }
 }
 
+void set_cuda_tf32(bool allow) { kernels::set_tf32(allow); }
+
+void cuda_synchronize() {
+  if (kernels::current_device() >= 0) kernels::synchronize();
+}
+
+DeviceTimer::DeviceTimer() {
+  try {
+    start_ = kernels::timing_event_create();
+    stop_ = kernels::timing_event_create();
+  } catch (const kernels::Error& e) {
+    kernels::event_destroy(start_);
+    runtime_error("GPU timer: {}", e.what());
+  }
+}
+
+DeviceTimer::~DeviceTimer() {
+  try {
+    kernels::event_destroy(start_);
+    kernels::event_destroy(stop_);
+  } catch (const kernels::Error&) {  // a destructor does not throw: the events are lost
+  }
+}
+
+void DeviceTimer::start() { kernels::event_record(start_, kernels::compute_stream()); }
+void DeviceTimer::stop() { kernels::event_record(stop_, kernels::compute_stream()); }
+double DeviceTimer::seconds() const { return kernels::event_elapsed_ms(start_, stop_) / 1e3; }
+
 std::string cuda_device_name() {
   return fmt::format("cuda:{} ({})", kernels::current_device(), kernels::device_name());
 }
