@@ -7,6 +7,12 @@ const Tensor& GradSlot::ensure_grad() {
   return grad;
 }
 
+const Tensor& GradSlot::grad_to_write(bool* first) {
+  *first = !grad.defined();
+  if (*first) grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+  return grad;
+}
+
 Variable::Variable(Tensor value, bool requires_grad) : value_(std::move(value)) {
   slot_ = std::make_shared<GradSlot>();
   slot_->shape = value_.shape();

@@ -30,6 +30,11 @@ struct GradSlot {
   // The gradient buffer, zero-allocated on first use. Non-leaf gradients are
   // activation memory, in the value's dtype, on the value's device.
   const Tensor& ensure_grad();
+  // For an op that writes every element of the gradient (a GEMM): when the
+  // slot has no gradient yet, a buffer allocated without zeroing and *first
+  // true (overwrite it: beta = 0, no fill and no read of zeros); else the
+  // gradient there and *first false (accumulate into it).
+  const Tensor& grad_to_write(bool* first);
   bool has_grad() const { return grad.defined(); }
 };
 

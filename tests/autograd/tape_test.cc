@@ -5,6 +5,27 @@
 namespace fd::autograd {
 namespace {
 
+// grad_to_write: the first write of a gradient gets a fresh buffer to overwrite
+// (the GPU GEMMs use beta = 0 then, with no zero fill); later writes, and a
+// bound leaf's caller-owned buffer, get the gradient there to accumulate into.
+TEST(GradSlot, GradToWriteIsFirstOnlyForAGradientNotYetThere) {
+  Variable y = Variable::op_output(Tensor::from_vector({1, 2, 3}, Shape{3}), true);
+  bool first = false;
+  const Tensor& g = y.slot()->grad_to_write(&first);
+  EXPECT_TRUE(first);
+  EXPECT_EQ(g.shape(), Shape{3});
+  EXPECT_EQ(g.dtype(), DType::kF32);
+  const void* buffer = g.raw();
+  EXPECT_EQ(y.slot()->grad_to_write(&first).raw(), buffer);
+  EXPECT_FALSE(first);
+  EXPECT_EQ(y.slot()->ensure_grad().raw(), buffer);
+
+  Tensor buf = Tensor::zeros(Shape{3});
+  Variable w = Variable::bound_leaf(Tensor::from_vector({1, 2, 3}, Shape{3}), buf);
+  EXPECT_EQ(w.slot()->grad_to_write(&first).raw(), buf.raw());
+  EXPECT_FALSE(first) << "a bound leaf's buffer accumulates (micro-batches, tied weights)";
+}
+
 // y = x * 3 recorded by hand, to test the tape mechanics without ops.
 Variable times_three(const Variable& x) {
   Tensor out = Tensor::empty(x.shape());

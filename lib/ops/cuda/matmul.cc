@@ -1,5 +1,6 @@
 // matmul on the GPU: the same GEMMs through cuBLASLt (kernels/gemm.cu),
-// gradients accumulated by the GEMM itself (beta = 1) in the gradient's dtype.
+// gradients written by the GEMM itself in the gradient's dtype: the first
+// write overwrites (beta = 0), later ones accumulate (beta = 1).
 // cuBLASLt wants A and B in one dtype: a mismatched operand is converted to
 // the other's first.
 #include "lib/ops/backend.h"
@@ -36,22 +37,29 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, MatmulO
                      autograd::GradSlot* biass) {
   const auto [M, K, N] = d;
   gpu::expect_cuda(dy, "matmul", "the output gradient");
+  // A gradient's first write overwrites (beta = 0: no zero fill, no read of
+  // zeros); later ones, and a parameter's bound buffer, accumulate (beta = 1).
+  bool first = false;
   if (as != nullptr && as->requires_grad) {
-    const Tensor& dA = as->ensure_grad();
+    const Tensor& dA = as->grad_to_write(&first);
+    if (first && N == 0) dA.zero_();  // an empty sum: nothing for the GEMM to write
+    const float beta = first ? 0.0f : 1.0f;
     Tensor bb = same_dtype(b, dy.dtype());
     if (!o.trans_a) {
-      gemm_gpu(false, !o.trans_b, M, K, N, dy, N, bb, o.trans_b ? K : N, 1.0f, dA, K);
+      gemm_gpu(false, !o.trans_b, M, K, N, dy, N, bb, o.trans_b ? K : N, beta, dA, K);
     } else {
-      gemm_gpu(o.trans_b, true, K, M, N, bb, o.trans_b ? K : N, dy, N, 1.0f, dA, M);
+      gemm_gpu(o.trans_b, true, K, M, N, bb, o.trans_b ? K : N, dy, N, beta, dA, M);
     }
   }
   if (bs != nullptr && bs->requires_grad) {
-    const Tensor& dB = bs->ensure_grad();
+    const Tensor& dB = bs->grad_to_write(&first);
+    if (first && M == 0) dB.zero_();
+    const float beta = first ? 0.0f : 1.0f;
     Tensor aa = same_dtype(a, dy.dtype());
     if (!o.trans_b) {
-      gemm_gpu(!o.trans_a, false, K, N, M, aa, o.trans_a ? M : K, dy, N, 1.0f, dB, N);
+      gemm_gpu(!o.trans_a, false, K, N, M, aa, o.trans_a ? M : K, dy, N, beta, dB, N);
     } else {
-      gemm_gpu(true, o.trans_a, N, K, M, dy, N, aa, o.trans_a ? M : K, 1.0f, dB, K);
+      gemm_gpu(true, o.trans_a, N, K, M, dy, N, aa, o.trans_a ? M : K, beta, dB, K);
     }
   }
   if (biass != nullptr && biass->requires_grad) {
