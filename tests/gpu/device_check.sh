@@ -61,6 +61,17 @@ stop() {
   exit 1
 }
 elapsed_since() { echo $(( $(date +%s) - $1 )); }
+# judge STAGE RC VERDICT LOG: a stage's row from its exit status and its "passed ..." or
+# "FAILED ..." verdict (the log's tail when it failed); t0 is the stage's start.
+judge() {
+  say "$3"
+  if (( $2 == 0 )) && [[ $3 == passed* ]]; then
+    row "$1" passed "${3#passed }, $(elapsed_since "$t0") s"
+  else
+    row "$1" FAILED "exit $2; ${3#FAILED }"
+    tail -5 "$4" | tee -a "$REPORT"
+  fi
+}
 
 # --- 0. preflight -------------------------------------------------------------
 STAGE="0. preflight"
@@ -208,13 +219,7 @@ print(("passed" if falling else "FAILED") + f" loss {rows[0]['loss']:.3f} at ste
       f"{rows[-1]['loss']:.3f} at step {rows[-1]['step']} (falls by > 1.0: {falling})")
 PY
 )
-say "$verdict"
-if (( rc == 0 )) && [[ $verdict == passed* ]]; then
-  row "2. config M" passed "${verdict#passed }, $(elapsed_since "$t0") s"
-else
-  row "2. config M" FAILED "exit $rc; ${verdict#FAILED }"
-  tail -5 "$OUT/train_m.log" | tee -a "$REPORT"
-fi
+judge "2. config M" "$rc" "$verdict" "$OUT/train_m.log"
 
 # --- 3. GPT-2 124M bf16 benchmark, and the attention and head kernels -----------------
 STAGE="3. GPT-2 124M"
@@ -291,13 +296,7 @@ print(("passed" if same and close else "FAILED") +
       f" GPU resume bitwise: {same}; step 21 loss GPU {g21} CPU {c21} (relative {rel:.1e}, bound 1e-2)")
 PY
 )
-say "$verdict"
-if (( rc == 0 )) && [[ $verdict == passed* ]]; then
-  row "4. resume" passed "${verdict#passed }, $(elapsed_since "$t0") s"
-else
-  row "4. resume" FAILED "exit $rc; ${verdict#FAILED }"
-  tail -5 "$OUT/resume.log" | tee -a "$REPORT"
-fi
+judge "4. resume" "$rc" "$verdict" "$OUT/resume.log"
 
 # --- 5. ZeRO-Offload: the optimizer state in host memory, AdamW on the CPU ----
 STAGE="5. offload"
@@ -327,13 +326,7 @@ print(("passed" if ok else "FAILED") + f" one weights_sha256 over none/host/host
       f"pinned bytes {pinned}; ms/step " + ", ".join(f"{k} {v['ms_per_step']:.1f}" for k, v in s.items()))
 PY
 )
-say "$verdict"
-if (( rc == 0 )) && [[ $verdict == passed* ]]; then
-  row "5. offload" passed "${verdict#passed }, $(elapsed_since "$t0") s"
-else
-  row "5. offload" FAILED "exit $rc; ${verdict#FAILED }"
-  tail -5 "$OUT/offload.log" | tee -a "$REPORT"
-fi
+judge "5. offload" "$rc" "$verdict" "$OUT/offload.log"
 
 table
 exit $status
