@@ -1,5 +1,7 @@
 // attention: fused causal multi-head attention, FlashAttention-2 style, in fp32
-// FMA arithmetic (no tensor cores). q, k and v are read through a base pointer
+// FMA arithmetic (no tensor cores): the kernels for fp32 inputs and for shapes the
+// tensor-core kernels (attention_mma.cu) do not take, and for every call while
+// set_attention_kernels(kSimt) (comparisons). The public entry points below choose. q, k and v are read through a base pointer
 // and a row stride each (GPT-2's packed qkv: thirds of one tensor, stride 3C),
 // and query head h reads key/value head h / group (group = n_head / n_kv_head:
 // grouped-query and multi-query attention).
@@ -42,17 +44,19 @@
 // Speed: the inner loops issue about one 16-byte shared load per 8-10 FMAs,
 // so they are FMA-bound; expect a good fraction of the fp32 FMA peak, and
 // roughly 3.5x the forward's time for the backward (seven T x T x hs products
-// instead of two: the price of no atomics). Tensor-core (mma) tiles are the
-// next step if attention shows up in profiles.
+// instead of two: the price of no atomics).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <exception>
 #include <string>
 
+#include "kernels/attention.cuh"
 #include "kernels/common.cuh"
+#include "kernels/flash_layout.h"
 #include "kernels/kernels.h"
 
 namespace fd::kernels {
@@ -204,31 +208,6 @@ __device__ __forceinline__ float row_sum(float v) {
   for (int offset = 8; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
-
-// Problem geometry, shared by the kernels. Head h of row (b, t) of q starts
-// at element (b * T + t) * ldq + h * hs (k, v likewise); out and dout are
-// contiguous, row stride C.
-struct Geometry {
-  int T, C, n_head, n_kv_head, group, hs;  // C = n_head * hs, group = n_head / n_kv_head
-  int64_t ldq, ldk, ldv;                   // row strides of q, k, v (and dq, dk, dv)
-  float scale;                             // 1 / sqrt(hs)
-  float scale_log2;                        // scale * log2(e): scores in base-2 units
-  const int32_t* starts;                   // packed rows: (B, T) first key of each query; or null
-
-  // Whether query r of batch row b sees key c (causal, and inside r's document).
-  __device__ bool visible(int b, int r, int c) const {
-    return c <= r && (starts == nullptr || c >= starts[int64_t(b) * T + r]);
-  }
-  // The first key any query of [r0, ...) in batch row b sees (starts never decrease).
-  __device__ int first_key(int b, int r0) const {
-    return starts == nullptr || r0 >= T ? 0 : starts[int64_t(b) * T + r0];
-  }
-
-  // Element offset of head h of row (b, 0) in an operand of row stride ld.
-  __device__ int64_t head(int b, int h, int64_t ld) const {
-    return int64_t(b) * T * ld + int64_t(h) * hs;
-  }
-};
 
 // ------------------------------------------------------------------ forward --
 
@@ -690,7 +669,21 @@ void dispatch(DT dt, int hs, F&& f) {
   }
 }
 
+std::atomic<AttentionKernels> g_attention_kernels{AttentionKernels::kTensorCores};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
+
+void set_attention_kernels(AttentionKernels which) { g_attention_kernels.store(which); }
+AttentionKernels attention_kernels() { return g_attention_kernels.load(); }
+
+bool attention_on_tensor_cores(DT dt, const AttentionShape& a, const void* q, const void* k,
+                               const void* v, const void* out) {
+  return attention_kernels() == AttentionKernels::kTensorCores &&
+         (dt == DT::kBF16 || dt == DT::kF16) && flash::shapes_fit(a.hs, a.ld_q, a.ld_k, a.ld_v) &&
+         aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out);
+}
 
 void attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, DT dt,
                        const AttentionShape& a) {
@@ -698,6 +691,10 @@ void attention_forward(const void* q, const void* k, const void* v, void* out, f
   if (a.B == 0 || a.T == 0) return;
   require(q != nullptr && k != nullptr && v != nullptr && out != nullptr && lse != nullptr,
           "attention_forward", "null pointer");
+  if (attention_on_tensor_cores(dt, a, q, k, v, out)) {
+    attention_forward_mma(q, k, v, out, lse, dt, a.B, g);
+    return;
+  }
   dispatch(dt, g.hs,
            [&]<DT kDt, int kHs>() { launch_forward<kDt, kHs>(q, k, v, out, lse, a.B, g); });
 }
@@ -716,6 +713,10 @@ void attention_backward(const void* q, const void* k, const void* v, const void*
   attention_rowdot_kernel<<<grid_for(rows * 32), kBlock, 0, stream()>>>(
       out, dout, dt, D.floats(), rows, g.T, g.C, g.n_head, g.hs);
   check_launch("attention_backward (D)");
+  if (attention_on_tensor_cores(dt, a, q, k, v, dout)) {
+    attention_backward_mma(q, k, v, dout, lse, D.floats(), dt, dq, dk, dv, grad_dt, a.B, g);
+    return;
+  }
   dispatch(dt, g.hs, [&]<DT kDt, int kHs>() {
     launch_backward<kDt, kHs>(q, k, v, dout, lse, D.floats(), dq, dk, dv, grad_dt, a.B, g);
   });

@@ -208,6 +208,20 @@ struct AttentionShape {
   // (lib/ops/attention.h's doc_starts); null: [0, t].
   const int32_t* starts = nullptr;
 };
+// Two implementations. bf16 and f16 calls whose shapes fit (head size a multiple of 8 up
+// to 128, row strides multiples of 8 elements, q, k, v, out and dout 16-byte aligned:
+// attention_on_tensor_cores) run on tensor cores (kernels/attention_mma.cu, mma.sync,
+// FlashAttention-2 style, P and dS rounded to dt before their products); the rest, and
+// every call while set_attention_kernels(kSimt), on CUDA cores in fp32 (kernels/attention.cu),
+// kept for comparison. Both are deterministic.
+enum class AttentionKernels : uint8_t { kTensorCores, kSimt };
+// Process-wide; kTensorCores until set (the device check and GpuOpBench time both).
+void set_attention_kernels(AttentionKernels which);
+AttentionKernels attention_kernels();
+// Whether a call with dtype dt, shape a and these operand pointers takes the tensor-core kernels.
+bool attention_on_tensor_cores(DT dt, const AttentionShape& a, const void* q, const void* k,
+                               const void* v, const void* out);
+
 // lse: B * n_head * T fp32, the logsumexp of each score row (natural log,
 // scores scaled by 1/sqrt(hs)). q, k, v and out in dt.
 void attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, DT dt,

@@ -11,8 +11,9 @@
 #   1. GPU op parity: every op of lib/ops forward and backward against the CPU
 #      backend on fresh random inputs (gpu_tests; PARITY lines, bounds fp32
 #      1e-5, bf16 1e-2), attention at T = 1024 with hs 64 and 128 and GQA
-#      included. Fails if any test fails or is skipped; stops the check when
-#      none ran.
+#      included, 16-bit attention both on tensor cores (the default) and on
+#      the SIMT kernels (the "_simt" rows). Fails if any test fails or is
+#      skipped; stops the check when none ran.
 #   2. Training: config M (L6 C512 H8, byte vocabulary) on the GPU, 200 steps
 #      in bf16: the loss must fall by more than 1.0.
 #   3. Benchmark: GPT-2 124M, bf16, T = 1024, micro batch 16 (unprofiled:
@@ -21,7 +22,8 @@
 #      dense bf16 spec, as llm.c reports MFU) and 790 TFLOP/s (a measured
 #      dense bf16 GEMM rate); and attention forward and backward and the head
 #      (classifier + cross-entropy) timed with CUDA events at that shape and
-#      at a Llama-3-8B layer's (gpu_tests' GpuOpBench).
+#      at a Llama-3-8B layer's (gpu_tests' GpuOpBench), attention both on
+#      tensor cores and on the SIMT kernels (old vs new).
 #   4. Checkpoints: a GPU run resumed from its step-20 checkpoint ends with the
 #      uninterrupted run's weights_sha256; the same checkpoint resumed on the
 #      CPU gives step 21's loss within 1e-2 relative of the GPU run's.

@@ -11,6 +11,8 @@
 //              FLOPs counted as FlashAttention counts them for a causal mask:
 //              forward 2 GEMMs of B*H*T*T*hs multiply-adds, halved, = 2 B H T^2 hs;
 //              backward 2.5x the forward (5 GEMMs, recomputing the scores);
+//              timed for both implementations: the tensor-core kernels and the
+//              SIMT fp32 ones ("simt", kernels::set_attention_kernels);
 //   head       the classifier and cross-entropy (ops::linear_cross_entropy,
 //              the GPT-2 head): forward 2 R C V, backward 4 R C V (R = B T rows).
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/base/error.h"
+#include "kernels/kernels.h"
 #include "lib/ops/attention.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/tensor/device.h"
@@ -92,26 +95,32 @@ TEST(GpuOpBench, DISABLED_AttentionAndHead) {
   DeviceScope on_gpu(Device::cuda(0));
   std::printf("gpu_op_bench: %s, bf16\n", cuda_device_name().c_str());
   const DType bf16 = DType::kBF16;
-  // GPT-2 124M at micro batch 16, T = 1024: 12 heads of 64.
-  {
-    const int64_t B = 16, T = 1024, H = 12, hs = 64, C = H * hs;
-    const double fwd = 2.0 * B * H * double(T) * T * hs;
-    time_op("attention B16 T1024 H12 hs64", iters, fwd, 2.5 * fwd,
-            {randn(B * T * 3 * C, Shape{B, T, 3 * C}, bf16, 1)},
-            [H](const std::vector<Variable>& v) { return ops::causal_attention(v[0], int(H)); });
+  for (auto which : {kernels::AttentionKernels::kTensorCores, kernels::AttentionKernels::kSimt}) {
+    kernels::set_attention_kernels(which);
+    const std::string impl =
+        which == kernels::AttentionKernels::kSimt ? " (simt)" : " (tensor cores)";
+    // GPT-2 124M at micro batch 16, T = 1024: 12 heads of 64.
+    {
+      const int64_t B = 16, T = 1024, H = 12, hs = 64, C = H * hs;
+      const double fwd = 2.0 * B * H * double(T) * T * hs;
+      time_op("attention B16 T1024 H12 hs64" + impl, iters, fwd, 2.5 * fwd,
+              {randn(B * T * 3 * C, Shape{B, T, 3 * C}, bf16, 1)},
+              [H](const std::vector<Variable>& v) { return ops::causal_attention(v[0], int(H)); });
+    }
+    // A Llama-3-8B-shaped layer: 32 query heads of 128 over 8 key/value heads (GQA).
+    {
+      const int64_t B = 2, T = 1024, H = 32, KV = 8, hs = 128;
+      const double fwd = 2.0 * B * H * double(T) * T * hs;
+      time_op("attention B2 T1024 H32 KV8 hs128" + impl, iters, fwd, 2.5 * fwd,
+              {randn(B * T * H * hs, Shape{B, T, H * hs}, bf16, 2),
+               randn(B * T * KV * hs, Shape{B, T, KV * hs}, bf16, 3),
+               randn(B * T * KV * hs, Shape{B, T, KV * hs}, bf16, 4)},
+              [H, KV](const std::vector<Variable>& v) {
+                return ops::causal_attention(v[0], v[1], v[2], int(H), int(KV));
+              });
+    }
   }
-  // A Llama-3-8B-shaped layer: 32 query heads of 128 over 8 key/value heads (GQA).
-  {
-    const int64_t B = 2, T = 1024, H = 32, KV = 8, hs = 128;
-    const double fwd = 2.0 * B * H * double(T) * T * hs;
-    time_op("attention B2 T1024 H32 KV8 hs128", iters, fwd, 2.5 * fwd,
-            {randn(B * T * H * hs, Shape{B, T, H * hs}, bf16, 2),
-             randn(B * T * KV * hs, Shape{B, T, KV * hs}, bf16, 3),
-             randn(B * T * KV * hs, Shape{B, T, KV * hs}, bf16, 4)},
-            [H, KV](const std::vector<Variable>& v) {
-              return ops::causal_attention(v[0], v[1], v[2], int(H), int(KV));
-            });
-  }
+  kernels::set_attention_kernels(kernels::AttentionKernels::kTensorCores);
   // The GPT-2 head: 16 x 1024 rows, C = 768, V = 50257.
   {
     const int64_t R = 16 * 1024, C = 768, V = 50257;

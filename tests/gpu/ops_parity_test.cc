@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "lib/autograd/tape.h"
 #include "lib/ops/adamw.h"
 #include "lib/optim/adamw.h"
@@ -198,6 +199,18 @@ TEST_P(GpuParity, Embedding) {
                });
 }
 
+// Runs body(suffix) once per attention implementation dtype dt can take: the default
+// choice (tensor cores for 16-bit shapes that fit, kernels::attention_on_tensor_cores),
+// then, for 16-bit dtypes, the SIMT fp32 kernels (suffix "_simt"), so both are held to
+// the bound and the device check shows both.
+void for_each_attention_kernels(DType dt, const std::function<void(const std::string&)>& body) {
+  body("");
+  if (dt == DType::kF32) return;
+  kernels::set_attention_kernels(kernels::AttentionKernels::kSimt);
+  body("_simt");
+  kernels::set_attention_kernels(kernels::AttentionKernels::kTensorCores);
+}
+
 TEST_P(GpuParity, CausalAttention) {
   REQUIRE_GPU();
   for (auto [T, n_head, hs] :
@@ -205,11 +218,13 @@ TEST_P(GpuParity, CausalAttention) {
         // GPT-2's sequence length, with its head size and Llama's.
         std::tuple{1024, 2, 64}, std::tuple{1024, 1, 128}}) {
     const int64_t B = 2, C = int64_t(n_head) * hs;
-    check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs), GetParam(),
-                 {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
-                 [n_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
-                   return ops::causal_attention(v[0], n_head);
-                 });
+    for_each_attention_kernels(GetParam(), [&](const std::string& impl) {
+      check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs) + impl,
+                   GetParam(), {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
+                   [n_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                     return ops::causal_attention(v[0], n_head);
+                   });
+    });
   }
 }
 
@@ -221,15 +236,18 @@ TEST_P(GpuParity, CausalAttentionGroupedKv) {
                                           std::tuple{130, 4, 1, 128}, std::tuple{65, 2, 2, 16},
                                           std::tuple{1024, 4, 1, 128}}) {
     const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;
-    check_parity("attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) + "_kv" +
-                     std::to_string(n_kv_head) + "_hs" + std::to_string(hs),
-                 GetParam(),
-                 {{randn(B * T * Cq, 15), Shape{B, T, Cq}},
-                  {randn(B * T * Ckv, 16), Shape{B, T, Ckv}},
-                  {randn(B * T * Ckv, 17), Shape{B, T, Ckv}}},
-                 [n_head, n_kv_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
-                   return ops::causal_attention(v[0], v[1], v[2], n_head, n_kv_head);
-                 });
+    for_each_attention_kernels(GetParam(), [&](const std::string& impl) {
+      check_parity("attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) +
+                       "_kv" + std::to_string(n_kv_head) + "_hs" + std::to_string(hs) + impl,
+                   GetParam(),
+                   {{randn(B * T * Cq, 15), Shape{B, T, Cq}},
+                    {randn(B * T * Ckv, 16), Shape{B, T, Ckv}},
+                    {randn(B * T * Ckv, 17), Shape{B, T, Ckv}}},
+                   [n_head, n_kv_head](const std::vector<Variable>& v,
+                                       const std::vector<Tensor>&) {
+                     return ops::causal_attention(v[0], v[1], v[2], n_head, n_kv_head);
+                   });
+    });
   }
 }
 
@@ -252,21 +270,23 @@ TEST_P(GpuParity, CausalAttentionPacked) {
   const std::vector<int> lens = {50, 1, 90, 3, 1, 1};  // T = 146
   const int64_t B = 2, T = 146, n_head = 4, n_kv_head = 2, hs = 64;
   const int64_t Cq = n_head * hs, Ckv = n_kv_head * hs;
-  check_parity("attention_packed_T146_gqa", GetParam(),
-               {{randn(B * T * Cq, 41), Shape{B, T, Cq}},
-                {randn(B * T * Ckv, 42), Shape{B, T, Ckv}},
-                {randn(B * T * Ckv, 43), Shape{B, T, Ckv}},
-                {packed_starts(B, lens), Shape{B, T}, false}},
-               [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
-                 return ops::causal_attention(v[0], v[1], v[2], 4, 2, t[0]);
-               });
-  const int64_t C = 2 * 32;
-  check_parity("attention_packed_T146_qkv", GetParam(),
-               {{randn(B * T * 3 * C, 44), Shape{B, T, 3 * C}},
-                {packed_starts(B, lens), Shape{B, T}, false}},
-               [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
-                 return ops::causal_attention(v[0], 2, t[0]);
-               });
+  for_each_attention_kernels(GetParam(), [&](const std::string& impl) {
+    check_parity("attention_packed_T146_gqa" + impl, GetParam(),
+                 {{randn(B * T * Cq, 41), Shape{B, T, Cq}},
+                  {randn(B * T * Ckv, 42), Shape{B, T, Ckv}},
+                  {randn(B * T * Ckv, 43), Shape{B, T, Ckv}},
+                  {packed_starts(B, lens), Shape{B, T}, false}},
+                 [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                   return ops::causal_attention(v[0], v[1], v[2], 4, 2, t[0]);
+                 });
+    const int64_t C = 2 * 32;
+    check_parity("attention_packed_T146_qkv" + impl, GetParam(),
+                 {{randn(B * T * 3 * C, 44), Shape{B, T, 3 * C}},
+                  {packed_starts(B, lens), Shape{B, T}, false}},
+                 [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {
+                   return ops::causal_attention(v[0], 2, t[0]);
+                 });
+  });
 }
 
 TEST_P(GpuParity, RopePositions) {
