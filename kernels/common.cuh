@@ -2,9 +2,19 @@
 // through DT, launch and error checks, grid sizing, warp and block reductions.
 //
 // The one design fact: every kernel computes in fp32 and reads or writes its
-// tensors through load_as_float / store_from_float, so a kernel is written once
-// for all float dtypes and 16-bit stores round to nearest even exactly as
+// tensors through one set of conversions, so a kernel is written once for all
+// float dtypes and 16-bit stores round to nearest even exactly as
 // lib/tensor/dtype.h does (NaN stays NaN; CUDA's NaN payload may differ).
+// The elementwise and row kernels take their dtypes as template arguments
+// (DtTraits, resolved on the host by dispatch_dt) and move 16 bytes per access
+// (Pack, load_floats / store_floats: llm.c's Packed128) where the pointers are
+// 16-byte aligned, element by element in the tail (kernels/vec_plan.h splits
+// the range); the vector and the scalar path compute each element with the
+// same fp32 formula, so the result does not depend on which one ran.
+// load_as_float / store_from_float, a switch on DT per element, remain for
+// the kernels not converted (attention, bias_grad's column sums,
+// sum_of_squares) and the rare dtype mixes of the swiglu, layernorm and
+// rms_norm backward kernels.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,9 +22,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "kernels/kernels.h"
+#include "kernels/vec_plan.h"
 
 namespace fd::kernels {
 
@@ -136,12 +148,199 @@ __device__ __forceinline__ float round_through(DT dt, float v) {
   }
 }
 
+// ------------------------------------------------- compile-time typed access --
+// The conversions of load_as_float / store_from_float with the dtype a
+// template argument: no switch in the loop, and 16 bytes moved per access.
+
+// The storage type of float dtype kDt (Storage), its size (kBytes) and its
+// conversions: to_float exact, from_float rounding to nearest even.
+template <DT kDt>
+struct DtTraits;
+
+template <>
+struct DtTraits<DT::kF32> {
+  using Storage = float;
+  static constexpr int kBytes = 4;
+  // v itself.
+  static __device__ __forceinline__ float to_float(float v) { return v; }
+  // v itself.
+  static __device__ __forceinline__ float from_float(float v) { return v; }
+};
+
+template <>
+struct DtTraits<DT::kBF16> {
+  using Storage = __nv_bfloat16;
+  static constexpr int kBytes = 2;
+  // v widened to fp32 (exact).
+  static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+  // v rounded to bf16, to nearest even.
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float v) {
+    return __float2bfloat16_rn(v);
+  }
+};
+
+template <>
+struct DtTraits<DT::kF16> {
+  using Storage = __half;
+  static constexpr int kBytes = 2;
+  // v widened to fp32 (exact).
+  static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+  // v rounded to f16, to nearest even.
+  static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+};
+
+// The element type of a kDt array (float, __nv_bfloat16 or __half).
+template <DT kDt>
+using Storage = typename DtTraits<kDt>::Storage;
+
+// Element i of a kDt array as fp32 (load_as_float with the dtype fixed).
+template <DT kDt>
+__device__ __forceinline__ float load_elem(const void* p, int64_t i) {
+  return DtTraits<kDt>::to_float(static_cast<const Storage<kDt>*>(p)[i]);
+}
+
+// Stores v as element i of a kDt array, rounded to nearest even for 16 bits
+// (store_from_float with the dtype fixed).
+template <DT kDt>
+__device__ __forceinline__ void store_elem(void* p, int64_t i, float v) {
+  static_cast<Storage<kDt>*>(p)[i] = DtTraits<kDt>::from_float(v);
+}
+
+// v rounded to kDt and back (round_through with the dtype fixed).
+template <DT kDt>
+__device__ __forceinline__ float round_elem(float v) {
+  return DtTraits<kDt>::to_float(DtTraits<kDt>::from_float(v));
+}
+
+// 16 bytes of a kDt array: 4 fp32 or 8 16-bit values, moved by one 128-bit
+// access (llm.c's Packed128).
+template <DT kDt>
+struct alignas(16) Pack {
+  static constexpr int kSize = kVecBytes / DtTraits<kDt>::kBytes;
+  Storage<kDt> v[kSize];
+};
+
+// The pack that starts at element i of p; p + i must be 16-byte aligned.
+template <DT kDt>
+__device__ __forceinline__ Pack<kDt> load_pack(const void* p, int64_t i) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(static_cast<const Storage<kDt>*>(p) + i);
+  Pack<kDt> pack;
+  memcpy(&pack, &bits, sizeof(pack));
+  return pack;
+}
+
+// Stores a pack at element i of p; p + i must be 16-byte aligned.
+template <DT kDt>
+__device__ __forceinline__ void store_pack(void* p, int64_t i, const Pack<kDt>& pack) {
+  uint4 bits;
+  memcpy(&bits, &pack, sizeof(bits));
+  *reinterpret_cast<uint4*>(static_cast<Storage<kDt>*>(p) + i) = bits;
+}
+
+// Elements i .. i + kN - 1 of a kDt array as fp32. When kN is a whole number
+// of packs, p + i must be 16-byte aligned and they come in kN / kSize 128-bit
+// loads; otherwise (a tail, kN = 1) one element at a time.
+template <DT kDt, int kN>
+__device__ __forceinline__ void load_floats(const void* p, int64_t i, float (&out)[kN]) {
+  constexpr int kP = Pack<kDt>::kSize;
+  if constexpr (kN % kP == 0) {
+#pragma unroll
+    for (int a = 0; a < kN / kP; ++a) {
+      const Pack<kDt> pack = load_pack<kDt>(p, i + a * kP);
+#pragma unroll
+      for (int j = 0; j < kP; ++j) out[a * kP + j] = DtTraits<kDt>::to_float(pack.v[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) out[j] = load_elem<kDt>(p, i + j);
+  }
+}
+
+// Stores v[0 .. kN) as elements i .. i + kN - 1 of a kDt array, each rounded
+// to nearest even for 16 bits; 128-bit stores under load_floats' rule.
+template <DT kDt, int kN>
+__device__ __forceinline__ void store_floats(void* p, int64_t i, const float (&v)[kN]) {
+  constexpr int kP = Pack<kDt>::kSize;
+  if constexpr (kN % kP == 0) {
+#pragma unroll
+    for (int a = 0; a < kN / kP; ++a) {
+      Pack<kDt> pack;
+#pragma unroll
+      for (int j = 0; j < kP; ++j) pack.v[j] = DtTraits<kDt>::from_float(v[a * kP + j]);
+      store_pack<kDt>(p, i + a * kP, pack);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) store_elem<kDt>(p, i + j, v[j]);
+  }
+}
+
+// Elements per vector step of a kernel over these dtypes (kernels/vec_plan.h):
+// one pack of the narrowest, 8 when any is 16-bit, else 4.
+template <DT... kDts>
+constexpr int vec_width_of() {
+  return vec_width(((DtTraits<kDts>::kBytes == 2) || ...) ? 2 : 4);
+}
+
+// Whether every pointer is 16-byte aligned (null counts as aligned: an operand
+// the kernel skips).
+template <typename... Ptrs>
+inline bool all_vec_aligned(const Ptrs*... p) {
+  return (vec_aligned(reinterpret_cast<uintptr_t>(p)) && ...);
+}
+
+// Calls f.template operator()<kDt>() with dt as a compile-time argument, f
+// being a lambda []<DT kDt>() {...}. dt must be a float dtype (require_float).
+template <typename F>
+void dispatch_dt(DT dt, F&& f) {
+  switch (dt) {
+    case DT::kBF16:
+      f.template operator()<DT::kBF16>();
+      return;
+    case DT::kF16:
+      f.template operator()<DT::kF16>();
+      return;
+    default:
+      f.template operator()<DT::kF32>();
+      return;
+  }
+}
+
+// The same for two dtypes: f.template operator()<kA, kB>().
+template <typename F>
+void dispatch_dt(DT a, DT b, F&& f) {
+  dispatch_dt(a,
+              [&]<DT kA>() { dispatch_dt(b, [&]<DT kB>() { f.template operator()<kA, kB>(); }); });
+}
+
+// The same for three dtypes: f.template operator()<kA, kB, kC>().
+template <typename F>
+void dispatch_dt(DT a, DT b, DT c, F&& f) {
+  dispatch_dt(a, b, [&]<DT kA, DT kB>() {
+    dispatch_dt(c, [&]<DT kC>() { f.template operator()<kA, kB, kC>(); });
+  });
+}
+
 // Grid-stride index range: for (int64_t i = grid_start(); i < n; i += grid_step()).
 __device__ __forceinline__ int64_t grid_start() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ int64_t grid_step() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// The loops of a vectorised kernel over a split s of [0, n) (vec_split), from
+// `start` in strides of `step` (grid_start() / grid_step() for a whole-grid
+// loop, lane / 32 within a warp's row): op.template operator()<kW>(i) on each
+// vector step, i = k * kW, then op.template operator()<1>(i) on each tail
+// element. op: a lambda []<int kN>(int64_t i) {...} doing elements i .. i + kN - 1
+// with load_floats / store_floats, so one body serves both loops. The calling
+// threads' starts must cover [0, step) (so that the short tail is covered).
+template <int kW, typename Op>
+__device__ __forceinline__ void for_each_step(int64_t n, VecSplit s, int64_t start, int64_t step,
+                                              Op&& op) {
+  for (int64_t k = start; k < s.packs; k += step) op.template operator()<kW>(k * kW);
+  for (int64_t i = s.tail_begin + start; i < n; i += step) op.template operator()<1>(i);
 }
 
 // ------------------------------------------------------------- reductions --

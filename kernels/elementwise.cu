@@ -1,12 +1,16 @@
 // Elementwise kernels (cast, fill, accumulate, add, GELU, SwiGLU, dropout) and the
 // column sums of bias_grad.
 //
-// Every kernel is a grid-stride loop over int64 indices that loads through
-// load_as_float, computes in fp32 and stores with round-to-nearest-even, the
-// same arithmetic as lib/ops. Column sums are deterministic: rows are split
-// into a fixed number of groups (a function of the row count only), each group
-// is summed in a fixed order into an fp32 scratch row, and a second pass
-// (add_column_partials) adds the groups in order.
+// Every kernel is a grid-stride loop over int64 indices with its dtypes as
+// template arguments (common.cuh's dispatch_dt; swiglu_backward's rare dtype
+// mixes aside): 128-bit steps of 4 or 8 elements where the pointers are
+// 16-byte aligned, then the tail one element at a time; it computes in fp32
+// and stores with round-to-nearest-even, the same arithmetic as lib/ops, one
+// formula per element on either path.
+// Column sums are deterministic: rows are split into a fixed number of groups
+// (a function of the row count only), each group is summed in a fixed order
+// into an fp32 scratch row, and a second pass (add_column_partials) adds the
+// groups in order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,73 +23,159 @@ namespace fd::kernels {
 namespace {
 
 // ---------------------------------------------------------------- kernels --
+// Each kernel takes its dtypes as template arguments and the split of [0, n)
+// its launcher computed (vec_split: 128-bit steps when every pointer is 16-byte
+// aligned, then the tail); one lambda body does kN elements for both loops.
 
-__global__ void cast_kernel(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n,
-                            float factor) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    store_from_float(dst, dst_dt, i, load_as_float(src, src_dt, i) * factor);
-  }
+template <DT kSrc, DT kDst>
+__global__ void cast_kernel(const void* src, void* dst, int64_t n, float factor, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float v[kN];
+    load_floats<kSrc>(src, i, v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = v[j] * factor;
+    store_floats<kDst>(dst, i, v);
+  };
+  for_each_step<vec_width_of<kSrc, kDst>()>(n, s, grid_start(), grid_step(), elems);
 }
 
-__global__ void fill_kernel(void* dst, DT dt, int64_t n, float value) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) store_from_float(dst, dt, i, value);
+template <DT kDt>
+__global__ void fill_kernel(void* dst, int64_t n, float value, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float v[kN];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = value;
+    store_floats<kDt>(dst, i, v);
+  };
+  for_each_step<vec_width_of<kDt>()>(n, s, grid_start(), grid_step(), elems);
 }
 
-__global__ void accumulate_kernel(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n,
-                                  float factor) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float d = load_as_float(dst, dst_dt, i);
-    store_from_float(dst, dst_dt, i, d + load_as_float(src, src_dt, i) * factor);
-  }
+template <DT kDst, DT kSrc>
+__global__ void accumulate_kernel(void* dst, const void* src, int64_t n, float factor, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float d[kN], v[kN];
+    load_floats<kDst>(dst, i, d);
+    load_floats<kSrc>(src, i, v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) d[j] = d[j] + v[j] * factor;
+    store_floats<kDst>(dst, i, d);
+  };
+  for_each_step<vec_width_of<kDst, kSrc>()>(n, s, grid_start(), grid_step(), elems);
 }
 
-__global__ void add_kernel(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt,
-                           int64_t n) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    store_from_float(out, out_dt, i, load_as_float(a, a_dt, i) + load_as_float(b, b_dt, i));
-  }
+template <DT kA, DT kB, DT kOut>
+__global__ void add_kernel(const void* a, const void* b, void* out, int64_t n, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float x[kN], y[kN];
+    load_floats<kA>(a, i, x);
+    load_floats<kB>(b, i, y);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) x[j] = x[j] + y[j];
+    store_floats<kOut>(out, i, x);
+  };
+  for_each_step<vec_width_of<kA, kB, kOut>()>(n, s, grid_start(), grid_step(), elems);
 }
 
 // GELU, tanh approximation, with lib/ops/gelu.cc's constants and formula.
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
 
-__global__ void gelu_forward_kernel(const void* x, void* out, DT dt, int64_t n) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float v = load_as_float(x, dt, i);
-    const float t = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
-    store_from_float(out, dt, i, 0.5f * v * (1.0f + t));
-  }
+__device__ __forceinline__ float gelu(float v) {
+  const float t = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
+  return 0.5f * v * (1.0f + t);
 }
 
 // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-__global__ void gelu_backward_kernel(const void* x, const void* dy, DT dt, void* dx, DT dx_dt,
-                                     int64_t n) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float v = load_as_float(x, dt, i);
-    const float t = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
-    const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
-    const float d = load_as_float(dx, dx_dt, i);
-    store_from_float(dx, dx_dt, i, d + load_as_float(dy, dt, i) * grad);
-  }
+__device__ __forceinline__ float gelu_grad(float v) {
+  const float t = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+}
+
+template <DT kDt>
+__global__ void gelu_forward_kernel(const void* x, void* out, int64_t n, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float v[kN];
+    load_floats<kDt>(x, i, v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = gelu(v[j]);
+    store_floats<kDt>(out, i, v);
+  };
+  for_each_step<vec_width_of<kDt>()>(n, s, grid_start(), grid_step(), elems);
+}
+
+// dx += dy * gelu'(x); x and dy in kDt, dx in kDx.
+template <DT kDt, DT kDx>
+__global__ void gelu_backward_kernel(const void* x, const void* dy, void* dx, int64_t n,
+                                     VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float v[kN], g[kN], d[kN];
+    load_floats<kDt>(x, i, v);
+    load_floats<kDt>(dy, i, g);
+    load_floats<kDx>(dx, i, d);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) d[j] = d[j] + g[j] * gelu_grad(v[j]);
+    store_floats<kDx>(dx, i, d);
+  };
+  for_each_step<vec_width_of<kDt, kDx>()>(n, s, grid_start(), grid_step(), elems);
 }
 
 // SwiGLU with lib/ops/cpu/swiglu.cc's formulas (sigmoid through expf here).
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-__global__ void swiglu_forward_kernel(const void* gate, DT g_dt, const void* up, DT u_dt,
-                                      void* out, DT out_dt, int64_t n) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float g = load_as_float(gate, g_dt, i);
-    store_from_float(out, out_dt, i, g * sigmoid(g) * load_as_float(up, u_dt, i));
-  }
+template <DT kG, DT kU, DT kOut>
+__global__ void swiglu_forward_kernel(const void* gate, const void* up, void* out, int64_t n,
+                                      VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float g[kN], u[kN];
+    load_floats<kG>(gate, i, g);
+    load_floats<kU>(up, i, u);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) g[j] = g[j] * sigmoid(g[j]) * u[j];
+    store_floats<kOut>(out, i, g);
+  };
+  for_each_step<vec_width_of<kG, kU, kOut>()>(n, s, grid_start(), grid_step(), elems);
 }
 
-// d silu(g) / dg = s (1 + g (1 - s)) with s = sigmoid(g).
-__global__ void swiglu_backward_kernel(const void* gate, DT g_dt, const void* up, DT u_dt,
-                                       const void* dy, DT dy_dt, void* dgate, DT dg_dt, void* dup,
-                                       DT du_dt, int64_t n) {
+// d silu(g) / dg = s (1 + g (1 - s)) with s = sigmoid(g):
+// dgate += dy * up * silu'(gate), dup += dy * silu(gate); either may be null.
+// gate and up in kIn, dy in kDy, dgate and dup in kGrad (the launcher's
+// typed case; swiglu_backward_mixed_kernel takes any other mix).
+template <DT kIn, DT kDy, DT kGrad>
+__global__ void swiglu_backward_kernel(const void* gate, const void* up, const void* dy,
+                                       void* dgate, void* dup, int64_t n, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float g[kN], d[kN], sg[kN];
+    load_floats<kIn>(gate, i, g);
+    load_floats<kDy>(dy, i, d);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) sg[j] = sigmoid(g[j]);
+    if (dgate != nullptr) {
+      float u[kN], acc[kN];
+      load_floats<kIn>(up, i, u);
+      load_floats<kGrad>(dgate, i, acc);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        acc[j] = acc[j] + d[j] * u[j] * sg[j] * (1.0f + g[j] * (1.0f - sg[j]));
+      }
+      store_floats<kGrad>(dgate, i, acc);
+    }
+    if (dup != nullptr) {
+      float acc[kN];
+      load_floats<kGrad>(dup, i, acc);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) acc[j] = acc[j] + d[j] * g[j] * sg[j];
+      store_floats<kGrad>(dup, i, acc);
+    }
+  };
+  for_each_step<vec_width_of<kIn, kDy, kGrad>()>(n, s, grid_start(), grid_step(), elems);
+}
+
+// swiglu_backward_kernel for dtype mixes it is not instantiated for (gate and
+// up in different dtypes, or dgate and dup): the runtime switch per element.
+__global__ void swiglu_backward_mixed_kernel(const void* gate, DT g_dt, const void* up, DT u_dt,
+                                             const void* dy, DT dy_dt, void* dgate, DT dg_dt,
+                                             void* dup, DT du_dt, int64_t n) {
   for (int64_t i = grid_start(); i < n; i += grid_step()) {
     const float g = load_as_float(gate, g_dt, i);
     const float d = load_as_float(dy, dy_dt, i);
@@ -124,21 +214,35 @@ __device__ __forceinline__ float dropout_multiplier(uint64_t prefix, int64_t i, 
   return uniform01(h) >= p ? keep_scale : 0.0f;
 }
 
-// out = x * multiplier (forward), or dx += dy * multiplier (backward).
-__global__ void dropout_forward_kernel(const void* x, void* out, DT dt, int64_t n, float p,
-                                       float keep_scale, uint64_t prefix) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float m = dropout_multiplier(prefix, i, p, keep_scale);
-    store_from_float(out, dt, i, load_as_float(x, dt, i) * m);
-  }
+// out = x * multiplier (forward), or dx += dy * multiplier (backward); the
+// multiplier of element i is dropout_multiplier(prefix, i, ...) in both loops.
+template <DT kDt>
+__global__ void dropout_forward_kernel(const void* x, void* out, int64_t n, float p,
+                                       float keep_scale, uint64_t prefix, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float v[kN];
+    load_floats<kDt>(x, i, v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = v[j] * dropout_multiplier(prefix, i + j, p, keep_scale);
+    store_floats<kDt>(out, i, v);
+  };
+  for_each_step<vec_width_of<kDt>()>(n, s, grid_start(), grid_step(), elems);
 }
 
-__global__ void dropout_backward_kernel(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n,
-                                        float p, float keep_scale, uint64_t prefix) {
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float v = load_as_float(dy, dt, i) * dropout_multiplier(prefix, i, p, keep_scale);
-    store_from_float(dx, dx_dt, i, load_as_float(dx, dx_dt, i) + v);
-  }
+template <DT kDt, DT kDx>
+__global__ void dropout_backward_kernel(const void* dy, void* dx, int64_t n, float p,
+                                        float keep_scale, uint64_t prefix, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float v[kN], d[kN];
+    load_floats<kDt>(dy, i, v);
+    load_floats<kDx>(dx, i, d);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      d[j] = d[j] + v[j] * dropout_multiplier(prefix, i + j, p, keep_scale);
+    }
+    store_floats<kDx>(dx, i, d);
+  };
+  for_each_step<vec_width_of<kDt, kDx>()>(n, s, grid_start(), grid_step(), elems);
 }
 
 // Column sums, first pass. Block (32, kSumRows): threadIdx.x picks a column of
@@ -235,7 +339,11 @@ void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float fac
   require_ptr(dst, kWhat, "dst");
   // Elements of different sizes at the same address would overwrite each other.
   require(src != dst || src_dt == dst_dt, kWhat, "in place needs equal dtypes");
-  cast_kernel<<<grid_for(n), kBlock, 0, stream()>>>(src, src_dt, dst, dst_dt, n, factor);
+  dispatch_dt(src_dt, dst_dt, [&]<DT kSrc, DT kDst>() {
+    const VecSplit s = vec_split(n, vec_width_of<kSrc, kDst>(), all_vec_aligned(src, dst));
+    cast_kernel<kSrc, kDst>
+        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(src, dst, n, factor, s);
+  });
   check_launch(kWhat);
 }
 
@@ -245,7 +353,10 @@ void fill(void* dst, DT dt, int64_t n, float value) {
   if (n == 0) return;
   require_float(dt, kWhat);
   require_ptr(dst, kWhat, "dst");
-  fill_kernel<<<grid_for(n), kBlock, 0, stream()>>>(dst, dt, n, value);
+  dispatch_dt(dt, [&]<DT kDt>() {
+    const VecSplit s = vec_split(n, vec_width_of<kDt>(), all_vec_aligned(dst));
+    fill_kernel<kDt><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(dst, n, value, s);
+  });
   check_launch(kWhat);
 }
 
@@ -257,7 +368,11 @@ void accumulate(void* dst, DT dst_dt, const void* src, DT src_dt, int64_t n, flo
   require_float(src_dt, kWhat);
   require_ptr(dst, kWhat, "dst");
   require_ptr(src, kWhat, "src");
-  accumulate_kernel<<<grid_for(n), kBlock, 0, stream()>>>(dst, dst_dt, src, src_dt, n, factor);
+  dispatch_dt(dst_dt, src_dt, [&]<DT kDst, DT kSrc>() {
+    const VecSplit s = vec_split(n, vec_width_of<kDst, kSrc>(), all_vec_aligned(dst, src));
+    accumulate_kernel<kDst, kSrc>
+        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(dst, src, n, factor, s);
+  });
   check_launch(kWhat);
 }
 
@@ -273,7 +388,10 @@ void add(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt, i
   require_ptr(out, kWhat, "out");
   require((out != a || a_dt == out_dt) && (out != b || b_dt == out_dt), kWhat,
           "in place needs equal dtypes");
-  add_kernel<<<grid_for(n), kBlock, 0, stream()>>>(a, a_dt, b, b_dt, out, out_dt, n);
+  dispatch_dt(a_dt, b_dt, out_dt, [&]<DT kA, DT kB, DT kOut>() {
+    const VecSplit s = vec_split(n, vec_width_of<kA, kB, kOut>(), all_vec_aligned(a, b, out));
+    add_kernel<kA, kB, kOut><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(a, b, out, n, s);
+  });
   check_launch(kWhat);
 }
 
@@ -284,7 +402,10 @@ void gelu_forward(const void* x, void* out, DT dt, int64_t n) {
   require_float(dt, kWhat);
   require_ptr(x, kWhat, "x");
   require_ptr(out, kWhat, "out");
-  gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, out, dt, n);
+  dispatch_dt(dt, [&]<DT kDt>() {
+    const VecSplit s = vec_split(n, vec_width_of<kDt>(), all_vec_aligned(x, out));
+    gelu_forward_kernel<kDt><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(x, out, n, s);
+  });
   check_launch(kWhat);
 }
 
@@ -297,7 +418,11 @@ void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int
   require_ptr(x, kWhat, "x");
   require_ptr(dy, kWhat, "dy");
   require_ptr(dx, kWhat, "dx");
-  gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, dy, dt, dx, dx_dt, n);
+  dispatch_dt(dt, dx_dt, [&]<DT kDt, DT kDx>() {
+    const VecSplit s = vec_split(n, vec_width_of<kDt, kDx>(), all_vec_aligned(x, dy, dx));
+    gelu_backward_kernel<kDt, kDx>
+        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(x, dy, dx, n, s);
+  });
   check_launch(kWhat);
 }
 
@@ -312,8 +437,11 @@ void swiglu_forward(const void* gate, DT g_dt, const void* up, DT u_dt, void* ou
   require_ptr(gate, kWhat, "gate");
   require_ptr(up, kWhat, "up");
   require_ptr(out, kWhat, "out");
-  swiglu_forward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(gate, g_dt, up, u_dt, out, out_dt,
-                                                              n);
+  dispatch_dt(g_dt, u_dt, out_dt, [&]<DT kG, DT kU, DT kOut>() {
+    const VecSplit s = vec_split(n, vec_width_of<kG, kU, kOut>(), all_vec_aligned(gate, up, out));
+    swiglu_forward_kernel<kG, kU, kOut>
+        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(gate, up, out, n, s);
+  });
   check_launch(kWhat);
 }
 
@@ -330,8 +458,21 @@ void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const v
   require_ptr(gate, kWhat, "gate");
   require_ptr(up, kWhat, "up");
   require_ptr(dy, kWhat, "dy");
-  swiglu_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(gate, g_dt, up, u_dt, dy, dy_dt,
-                                                               dgate, dg_dt, dup, du_dt, n);
+  // Typed when gate and up share a dtype and so do the wanted gradients (5
+  // dtypes in every mix would be 243 kernels); any other mix runs the
+  // per-element switch.
+  const DT grad_dt = dgate != nullptr ? dg_dt : du_dt;
+  if (g_dt == u_dt && (dgate == nullptr || dup == nullptr || dg_dt == du_dt)) {
+    dispatch_dt(g_dt, dy_dt, grad_dt, [&]<DT kIn, DT kDy, DT kGrad>() {
+      const VecSplit s =
+          vec_split(n, vec_width_of<kIn, kDy, kGrad>(), all_vec_aligned(gate, up, dy, dgate, dup));
+      swiglu_backward_kernel<kIn, kDy, kGrad>
+          <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(gate, up, dy, dgate, dup, n, s);
+    });
+  } else {
+    swiglu_backward_mixed_kernel<<<grid_for(n), kBlock, 0, stream()>>>(
+        gate, g_dt, up, u_dt, dy, dy_dt, dgate, dg_dt, dup, du_dt, n);
+  }
   check_launch(kWhat);
 }
 
@@ -344,8 +485,11 @@ void dropout_forward(const void* x, void* out, DT dt, int64_t n, float p, uint64
   require_float(dt, kWhat);
   require_ptr(x, kWhat, "x");
   require_ptr(out, kWhat, "out");
-  dropout_forward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(x, out, dt, n, p, k.keep_scale,
-                                                               k.prefix);
+  dispatch_dt(dt, [&]<DT kDt>() {
+    const VecSplit s = vec_split(n, vec_width_of<kDt>(), all_vec_aligned(x, out));
+    dropout_forward_kernel<kDt><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(
+        x, out, n, p, k.keep_scale, k.prefix, s);
+  });
   check_launch(kWhat);
 }
 
@@ -359,8 +503,11 @@ void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, floa
   require_float(dx_dt, kWhat);
   require_ptr(dy, kWhat, "dy");
   require_ptr(dx, kWhat, "dx");
-  dropout_backward_kernel<<<grid_for(n), kBlock, 0, stream()>>>(dy, dt, dx, dx_dt, n, p,
-                                                                k.keep_scale, k.prefix);
+  dispatch_dt(dt, dx_dt, [&]<DT kDt, DT kDx>() {
+    const VecSplit s = vec_split(n, vec_width_of<kDt, kDx>(), all_vec_aligned(dy, dx));
+    dropout_backward_kernel<kDt, kDx><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(
+        dy, dx, n, p, k.keep_scale, k.prefix, s);
+  });
   check_launch(kWhat);
 }
 

@@ -19,6 +19,13 @@
 //   cross-entropy backward kernel in its overwriting form, and the GEMMs
 //   accumulate dh and dweight chunk after chunk (cuBLASLt's fixed algorithm
 //   per shape: the same bits every run).
+//
+// The per-element passes (embedding, the normalised outputs and the dx/dw
+// terms of the norms, rope, the cross-entropy gradient) take their dtypes as
+// template arguments and move 16 bytes per access where every row starts
+// 16-byte aligned (kernels/vec_plan.h); the passes that reduce along a row
+// (the norms' means, the cross-entropy forward) keep their lane-by-lane order,
+// one element at a time, so their sums are the same bits as before.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -49,7 +56,8 @@ unsigned capped_grid(int64_t items) {
 
 // -------------------------------------------------------------- embedding --
 
-// Copies rows bit for bit: Word is the element's storage type.
+// Copies rows bit for bit, C Words each: Word is the element's storage type,
+// or uint4 (16 bytes of elements) when every row starts 16-byte aligned.
 template <typename Word>
 __global__ void embedding_forward_kernel(const Word* weight, const int32_t* ids, Word* out,
                                          int64_t rows, int64_t C) {
@@ -66,34 +74,46 @@ __global__ void iota_kernel(int32_t* p, int64_t n) {
 
 // ids and rows sorted by id (rows ascending within an id). The block at the
 // first position of each run of equal ids owns that id: its threads take
-// columns and add the run's rows in order. blockIdx.y splits the columns.
-__global__ void embedding_backward_kernel(const void* dout, DT dt, const uint32_t* sorted_ids,
-                                          const int32_t* sorted_rows, void* dweight, DT dw_dt,
-                                          int64_t rows, int64_t C, int64_t V) {
+// steps of columns (split: kW columns at once when every row starts 16-byte
+// aligned, then the tail one at a time) and add the run's rows in order, so
+// each element's additions are in row order either way. blockIdx.y splits the
+// column steps.
+template <DT kDy, DT kDw>
+__global__ void embedding_backward_kernel(const void* dout, const uint32_t* sorted_ids,
+                                          const int32_t* sorted_rows, void* dweight, int64_t rows,
+                                          int64_t C, int64_t V, VecSplit split) {
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const uint32_t id = sorted_ids[i];
     if (i > 0 && sorted_ids[i - 1] == id) continue;  // another block owns this id
     if (int64_t(id) >= V) continue;                  // invalid id: write nothing
     const int64_t w_base = int64_t(id) * C;
-    const int64_t stride = int64_t(gridDim.y) * blockDim.x;
-    for (int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; c < C; c += stride) {
-      float acc = load_as_float(dweight, dw_dt, w_base + c);
+    auto elems = [=]<int kN>(int64_t c) {
+      float acc[kN];
+      load_floats<kDw>(dweight, w_base + c, acc);
       for (int64_t j = i; j < rows && sorted_ids[j] == id; ++j) {
-        acc += load_as_float(dout, dt, int64_t(sorted_rows[j]) * C + c);
+        float d[kN];
+        load_floats<kDy>(dout, int64_t(sorted_rows[j]) * C + c, d);
+#pragma unroll
+        for (int k = 0; k < kN; ++k) acc[k] += d[k];
       }
-      store_from_float(dweight, dw_dt, w_base + c, acc);
-    }
+      store_floats<kDw>(dweight, w_base + c, acc);
+    };
+    for_each_step<vec_width_of<kDy, kDw>()>(C, split,
+                                            int64_t(blockIdx.y) * blockDim.x + threadIdx.x,
+                                            int64_t(gridDim.y) * blockDim.x, elems);
   }
 }
 
 // -------------------------------------------------------------- layernorm --
 
 // One warp per row: fp32 mean, then the biased variance around it (two
-// passes, as lib/ops/layernorm.cc), then the normalised output.
-__global__ void layernorm_forward_kernel(const void* x, DT x_dt, const void* weight,
-                                         const void* bias, DT w_dt, void* out, DT out_dt,
-                                         float* mean, float* rstd, int64_t rows, int64_t C,
-                                         float eps) {
+// passes, as lib/ops/layernorm.cc; lane by lane in strides of 32, the order
+// the reductions were written for), then the normalised output in steps of
+// `split` (whole packs when every row starts 16-byte aligned).
+template <DT kX, DT kW, DT kOut>
+__global__ void layernorm_forward_kernel(const void* x, const void* weight, const void* bias,
+                                         void* out, float* mean, float* rstd, int64_t rows,
+                                         int64_t C, float eps, VecSplit split) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const float inv_c = 1.0f / float(C);
@@ -101,20 +121,30 @@ __global__ void layernorm_forward_kernel(const void* x, DT x_dt, const void* wei
   for (int64_t r = int64_t(blockIdx.x) * kRowWarps + warp; r < rows; r += step) {
     const int64_t base = r * C;
     float s = 0.0f;
-    for (int64_t c = lane; c < C; c += kWarp) s += load_as_float(x, x_dt, base + c);
+    for (int64_t c = lane; c < C; c += kWarp) s += load_elem<kX>(x, base + c);
     const float mu = warp_sum(s) * inv_c;
     float v = 0.0f;
     for (int64_t c = lane; c < C; c += kWarp) {
-      const float d = load_as_float(x, x_dt, base + c) - mu;
+      const float d = load_elem<kX>(x, base + c) - mu;
       v += d * d;
     }
     const float var = warp_sum(v) * inv_c;
     const float rs = 1.0f / sqrtf(var + eps);
-    for (int64_t c = lane; c < C; c += kWarp) {
-      const float b = bias != nullptr ? load_as_float(bias, w_dt, c) : 0.0f;
-      const float y = (load_as_float(x, x_dt, base + c) - mu) * rs * load_as_float(weight, w_dt, c);
-      store_from_float(out, out_dt, base + c, y + b);
-    }
+    auto elems = [=]<int kN>(int64_t c) {
+      float xv[kN], w[kN], b[kN];
+      load_floats<kX>(x, base + c, xv);
+      load_floats<kW>(weight, c, w);
+      if (bias != nullptr) {
+        load_floats<kW>(bias, c, b);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) b[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kN; ++j) xv[j] = (xv[j] - mu) * rs * w[j] + b[j];
+      store_floats<kOut>(out, base + c, xv);
+    };
+    for_each_step<vec_width_of<kX, kW, kOut>()>(C, split, lane, kWarp, elems);
     if (lane == 0) {
       if (mean != nullptr) mean[r] = mu;
       if (rstd != nullptr) rstd[r] = rs;
@@ -126,11 +156,80 @@ __global__ void layernorm_forward_kernel(const void* x, DT x_dt, const void* wei
 // dx += rstd * (dn - mean(dn) - n * mean(dn * n)), dw += dy * n, db += dy.
 // Warp g of `groups` takes rows g, g + groups, ...; its dw/db terms go to row
 // g of dw_part/db_part (zeroed by the caller; either may be null), and dx may
-// be null.
-__global__ void layernorm_backward_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
-                                          const float* mean, const float* rstd, const void* dout,
-                                          DT dout_dt, void* dx, DT dx_dt, float* dw_part,
-                                          float* db_part, int64_t rows, int64_t C, int64_t groups) {
+// be null. x and weight in kX, dout and dx in kG (the launcher's typed case;
+// layernorm_backward_mixed_kernel takes any other mix). The means are summed
+// lane by lane in strides of 32 (the reductions' order); the per-element pass
+// goes in steps of `split`.
+template <DT kX, DT kG>
+__global__ void layernorm_backward_kernel(const void* x, const void* weight, const float* mean,
+                                          const float* rstd, const void* dout, void* dx,
+                                          float* dw_part, float* db_part, int64_t rows, int64_t C,
+                                          int64_t groups, VecSplit split) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t g = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (g >= groups) return;  // whole warps only; the kernel has no block barrier
+  float* dw_row = dw_part != nullptr ? dw_part + g * C : nullptr;
+  float* db_row = db_part != nullptr ? db_part + g * C : nullptr;
+  for (int64_t r = g; r < rows; r += groups) {
+    const int64_t base = r * C;
+    const float mu = mean[r];
+    const float rs = rstd[r];
+    float dn_mean = 0.0f, dnn_mean = 0.0f;
+    if (dx != nullptr) {
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int64_t c = lane; c < C; c += kWarp) {
+        const float n = (load_elem<kX>(x, base + c) - mu) * rs;
+        const float dn = load_elem<kG>(dout, base + c) * load_elem<kX>(weight, c);
+        s1 += dn;
+        s2 += dn * n;
+      }
+      dn_mean = warp_sum(s1) / float(C);
+      dnn_mean = warp_sum(s2) / float(C);
+    }
+    auto elems = [=]<int kN>(int64_t c) {
+      float n[kN], dy[kN];
+      load_floats<kX>(x, base + c, n);
+      load_floats<kG>(dout, base + c, dy);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) n[j] = (n[j] - mu) * rs;
+      if (dw_row != nullptr) {
+        float acc[kN];
+        load_floats<DT::kF32>(dw_row, c, acc);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) acc[j] += dy[j] * n[j];
+        store_floats<DT::kF32>(dw_row, c, acc);
+      }
+      if (db_row != nullptr) {
+        float acc[kN];
+        load_floats<DT::kF32>(db_row, c, acc);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) acc[j] += dy[j];
+        store_floats<DT::kF32>(db_row, c, acc);
+      }
+      if (dx != nullptr) {
+        float w[kN], d[kN];
+        load_floats<kX>(weight, c, w);
+        load_floats<kG>(dx, base + c, d);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float dn = dy[j] * w[j];
+          d[j] = d[j] + (dn - dn_mean - n[j] * dnn_mean) * rs;
+        }
+        store_floats<kG>(dx, base + c, d);
+      }
+    };
+    for_each_step<vec_width_of<kX, kG>()>(C, split, lane, kWarp, elems);
+  }
+}
+
+// layernorm_backward_kernel for dtype mixes it is not instantiated for
+// (weight not in x's dtype, or dx not in dout's): the runtime switch per
+// element, the same arithmetic and order.
+__global__ void layernorm_backward_mixed_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
+                                                const float* mean, const float* rstd,
+                                                const void* dout, DT dout_dt, void* dx, DT dx_dt,
+                                                float* dw_part, float* db_part, int64_t rows,
+                                                int64_t C, int64_t groups) {
   const int lane = threadIdx.x % kWarp;
   const int64_t g = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
   if (g >= groups) return;  // whole warps only; the kernel has no block barrier
@@ -169,10 +268,11 @@ __global__ void layernorm_backward_kernel(const void* x, DT x_dt, const void* we
 // ---------------------------------------------------------------- rmsnorm --
 
 // One warp per row, as layernorm_forward_kernel: rstd from the fp32 mean of
-// squares, then weight * (x * rstd rounded to x's dtype), as lib/ops/cpu/rms_norm.cc.
-__global__ void rms_norm_forward_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
-                                        void* out, DT out_dt, float* rstd, int64_t rows, int64_t C,
-                                        float eps) {
+// squares (lane by lane), then weight * (x * rstd rounded to x's dtype), as
+// lib/ops/cpu/rms_norm.cc, in steps of `split`.
+template <DT kX, DT kW, DT kOut>
+__global__ void rms_norm_forward_kernel(const void* x, const void* weight, void* out, float* rstd,
+                                        int64_t rows, int64_t C, float eps, VecSplit split) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const float inv_c = 1.0f / float(C);
@@ -181,25 +281,84 @@ __global__ void rms_norm_forward_kernel(const void* x, DT x_dt, const void* weig
     const int64_t base = r * C;
     float s = 0.0f;
     for (int64_t c = lane; c < C; c += kWarp) {
-      const float v = load_as_float(x, x_dt, base + c);
+      const float v = load_elem<kX>(x, base + c);
       s += v * v;
     }
     const float rs = 1.0f / sqrtf(warp_sum(s) * inv_c + eps);
-    for (int64_t c = lane; c < C; c += kWarp) {
-      const float n = round_through(x_dt, load_as_float(x, x_dt, base + c) * rs);
-      store_from_float(out, out_dt, base + c, load_as_float(weight, w_dt, c) * n);
-    }
+    auto elems = [=]<int kN>(int64_t c) {
+      float xv[kN], w[kN];
+      load_floats<kX>(x, base + c, xv);
+      load_floats<kW>(weight, c, w);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) xv[j] = w[j] * round_elem<kX>(xv[j] * rs);
+      store_floats<kOut>(out, base + c, xv);
+    };
+    for_each_step<vec_width_of<kX, kW, kOut>()>(C, split, lane, kWarp, elems);
     if (lane == 0 && rstd != nullptr) rstd[r] = rs;
   }
 }
 
 // With n = x * rstd and dn = dy * w: dx += rstd * (dn - n * mean(dn * n)),
 // dw += dy * round_to(x_dt, n). Rows are split over `groups` warps and dw
-// goes through per-warp scratch rows, as layernorm_backward_kernel.
-__global__ void rms_norm_backward_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
-                                         const float* rstd, const void* dout, DT dout_dt, void* dx,
-                                         DT dx_dt, float* dw_part, int64_t rows, int64_t C,
-                                         int64_t groups) {
+// goes through per-warp scratch rows, as layernorm_backward_kernel; x and
+// weight in kX, dout and dx in kG (rms_norm_backward_mixed_kernel takes any
+// other mix); the mean lane by lane, the per-element pass in steps of `split`.
+template <DT kX, DT kG>
+__global__ void rms_norm_backward_kernel(const void* x, const void* weight, const float* rstd,
+                                         const void* dout, void* dx, float* dw_part, int64_t rows,
+                                         int64_t C, int64_t groups, VecSplit split) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t g = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (g >= groups) return;  // whole warps only; the kernel has no block barrier
+  const float inv_c = 1.0f / float(C);
+  float* dw_row = dw_part != nullptr ? dw_part + g * C : nullptr;
+  for (int64_t r = g; r < rows; r += groups) {
+    const int64_t base = r * C;
+    const float rs = rstd[r];
+    float dnn_mean = 0.0f;
+    if (dx != nullptr) {
+      float s = 0.0f;
+      for (int64_t c = lane; c < C; c += kWarp) {
+        const float dn = load_elem<kG>(dout, base + c) * load_elem<kX>(weight, c);
+        s += dn * (load_elem<kX>(x, base + c) * rs);
+      }
+      dnn_mean = warp_sum(s) * inv_c;
+    }
+    auto elems = [=]<int kN>(int64_t c) {
+      float n[kN], dy[kN];
+      load_floats<kX>(x, base + c, n);
+      load_floats<kG>(dout, base + c, dy);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) n[j] = n[j] * rs;
+      if (dw_row != nullptr) {
+        float acc[kN];
+        load_floats<DT::kF32>(dw_row, c, acc);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) acc[j] += dy[j] * round_elem<kX>(n[j]);
+        store_floats<DT::kF32>(dw_row, c, acc);
+      }
+      if (dx != nullptr) {
+        float w[kN], d[kN];
+        load_floats<kX>(weight, c, w);
+        load_floats<kG>(dx, base + c, d);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float dn = dy[j] * w[j];
+          d[j] = d[j] + (dn - n[j] * dnn_mean) * rs;
+        }
+        store_floats<kG>(dx, base + c, d);
+      }
+    };
+    for_each_step<vec_width_of<kX, kG>()>(C, split, lane, kWarp, elems);
+  }
+}
+
+// rms_norm_backward_kernel for dtype mixes it is not instantiated for: the
+// runtime switch per element, the same arithmetic and order.
+__global__ void rms_norm_backward_mixed_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
+                                               const float* rstd, const void* dout, DT dout_dt,
+                                               void* dx, DT dx_dt, float* dw_part, int64_t rows,
+                                               int64_t C, int64_t groups) {
   const int lane = threadIdx.x % kWarp;
   const int64_t g = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
   if (g >= groups) return;  // whole warps only; the kernel has no block barrier
@@ -232,21 +391,23 @@ __global__ void rms_norm_backward_kernel(const void* x, DT x_dt, const void* wei
 
 // ------------------------------------------------------------------- rope --
 
-// One thread per (i, i + D/2) pair of a head vector, over the (B, T, C) view.
-// Forward (kTranspose false), with h = D/2 and i < h:
+// One thread per step of kN pairs (i, i + D/2) of a head vector, over the
+// (B, T, C) view: the pairs p of [0, B * T * C / 2) go in steps of `split`,
+// whole packs of i, ..., i + kW - 1 when h = D/2 is a multiple of kW and every
+// pointer is 16-byte aligned (then a step never crosses a head), else one at a
+// time. Forward (kTranspose false), with i < h:
 //   y[i] = x[i] c[i] - x[i+h] s[i],   y[i+h] = x[i+h] c[i+h] + x[i] s[i+h];
 // the transpose (backward) pairs each sin with the other half's position:
 //   y[i] = x[i] c[i] + x[i+h] s[i+h], y[i+h] = x[i+h] c[i+h] - x[i] s[i].
 // kAccumulate adds into y (gradients) instead of overwriting it.
 // pos: null (row bt uses table row t) or each (b, t)'s table row (packed rows).
-template <bool kTranspose, bool kAccumulate>
-__global__ void rope_kernel(const void* x, DT x_dt, const float* cos, const float* sin,
-                            const int32_t* pos, void* y, DT y_dt, int64_t B, int64_t T, int64_t C,
-                            int64_t D) {
+template <DT kX, DT kY, bool kTranspose, bool kAccumulate>
+__global__ void rope_kernel(const void* x, const float* cos, const float* sin, const int32_t* pos,
+                            void* y, int64_t B, int64_t T, int64_t C, int64_t D, VecSplit split) {
   const int64_t h = D / 2;
   const int64_t pairs_per_row = C / 2;  // (C / D) heads of h pairs
   const int64_t n = B * T * pairs_per_row;
-  for (int64_t p = grid_start(); p < n; p += grid_step()) {
+  auto elems = [=]<int kN>(int64_t p) {
     const int64_t bt = p / pairs_per_row;
     const int64_t q = p % pairs_per_row;
     const int64_t i = q % h;
@@ -255,23 +416,37 @@ __global__ void rope_kernel(const void* x, DT x_dt, const float* cos, const floa
     const int64_t row = pos != nullptr ? int64_t(pos[bt]) : bt % T;
     const float* c = cos + row * D;
     const float* s = sin + row * D;
-    const float xl = load_as_float(x, x_dt, lo_at);
-    const float xh = load_as_float(x, x_dt, hi_at);
-    float lo, hi;
-    if constexpr (kTranspose) {
-      lo = xl * c[i] + xh * s[i + h];
-      hi = xh * c[i + h] - xl * s[i];
-    } else {
-      lo = xl * c[i] - xh * s[i];
-      hi = xh * c[i + h] + xl * s[i + h];
+    float xl[kN], xh[kN], cl[kN], ch[kN], sl[kN], sh[kN], lo[kN], hi[kN];
+    load_floats<kX>(x, lo_at, xl);
+    load_floats<kX>(x, hi_at, xh);
+    load_floats<DT::kF32>(c, i, cl);
+    load_floats<DT::kF32>(c, i + h, ch);
+    load_floats<DT::kF32>(s, i, sl);
+    load_floats<DT::kF32>(s, i + h, sh);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      if constexpr (kTranspose) {
+        lo[j] = xl[j] * cl[j] + xh[j] * sh[j];
+        hi[j] = xh[j] * ch[j] - xl[j] * sl[j];
+      } else {
+        lo[j] = xl[j] * cl[j] - xh[j] * sl[j];
+        hi[j] = xh[j] * ch[j] + xl[j] * sh[j];
+      }
     }
     if constexpr (kAccumulate) {
-      lo += load_as_float(y, y_dt, lo_at);
-      hi += load_as_float(y, y_dt, hi_at);
+      float yl[kN], yh[kN];
+      load_floats<kY>(y, lo_at, yl);
+      load_floats<kY>(y, hi_at, yh);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        lo[j] += yl[j];
+        hi[j] += yh[j];
+      }
     }
-    store_from_float(y, y_dt, lo_at, lo);
-    store_from_float(y, y_dt, hi_at, hi);
-  }
+    store_floats<kY>(y, lo_at, lo);
+    store_floats<kY>(y, hi_at, hi);
+  };
+  for_each_step<vec_width_of<kX, kY>()>(n, split, grid_start(), grid_step(), elems);
 }
 
 // ---------------------------------------------------------- cross-entropy --
@@ -287,9 +462,10 @@ __device__ __forceinline__ bool valid_target(int32_t t, int64_t V) { return t >=
 // CPU), and the row's loss term lse - x[target] in fp64. Ignored rows get
 // lse 0 and term 0. A target outside [0, V) gets a NaN term, so the loss
 // shows the bad batch instead of reading out of bounds.
-__global__ void cross_entropy_rows_kernel(const void* logits, DT dt, int64_t ld,
-                                          const int32_t* targets, int64_t rows, int64_t V,
-                                          int ignore_index, float* lse, double* term) {
+template <DT kL>
+__global__ void cross_entropy_rows_kernel(const void* logits, int64_t ld, const int32_t* targets,
+                                          int64_t rows, int64_t V, int ignore_index, float* lse,
+                                          double* term) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int32_t t = targets[r];
     if (t == ignore_index) {  // the same branch for the whole block
@@ -302,19 +478,19 @@ __global__ void cross_entropy_rows_kernel(const void* logits, DT dt, int64_t ld,
     const int64_t base = r * ld;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      m = fmaxf(m, load_as_float(logits, dt, base + j));
+      m = fmaxf(m, load_elem<kL>(logits, base + j));
     }
     m = block_max(m);
     float s = 0.0f;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      s += expf(load_as_float(logits, dt, base + j) - m);
+      s += expf(load_elem<kL>(logits, base + j) - m);
     }
     s = block_sum(s);
     if (threadIdx.x == 0) {
       const float l = m + logf(s);
       lse[r] = l;
-      term[r] = valid_target(t, V) ? double(l) - double(load_as_float(logits, dt, base + t))
-                                   : double(NAN);
+      term[r] =
+          valid_target(t, V) ? double(l) - double(load_elem<kL>(logits, base + t)) : double(NAN);
     }
   }
 }
@@ -344,13 +520,16 @@ __global__ void cross_entropy_loss_kernel(const int32_t* targets, const double* 
 // kOverwrite (linear_cross_entropy): dlogits = that value instead of +=, and
 // rows that get no gradient (ignored, or every row when count is 0) are
 // written 0. Each element is read and then written by one thread, so dlogits
-// may be the logits themselves (in place) when both are f32.
-template <bool kOverwrite>
-__global__ void cross_entropy_backward_kernel(const void* logits, DT dt, int64_t ld,
+// may be the logits themselves (in place) when both are f32. Logits in kL,
+// dlogits in kD; each row's V columns go in steps of `split` (packs when the
+// row stride ld keeps every row 16-byte aligned).
+template <DT kL, DT kD, bool kOverwrite>
+__global__ void cross_entropy_backward_kernel(const void* logits, int64_t ld,
                                               const int32_t* targets, const float* lse,
                                               const float* dloss, const int32_t* count,
                                               int64_t rows, int64_t V, int ignore_index,
-                                              void* dlogits, DT dl_dt) {
+                                              void* dlogits, VecSplit split) {
+  constexpr int kW = vec_width_of<kL, kD>();
   const int32_t n = *count;
   if (!kOverwrite && n <= 0) return;
   const float factor = n > 0 ? *dloss / float(n) : 0.0f;
@@ -359,19 +538,34 @@ __global__ void cross_entropy_backward_kernel(const void* logits, DT dt, int64_t
     const int64_t base = r * ld;
     if (t == ignore_index || n <= 0) {  // the same branch for the whole block
       if constexpr (kOverwrite) {
-        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-          store_from_float(dlogits, dl_dt, base + j, 0.0f);
-        }
+        auto zeros = [=]<int kN>(int64_t j) {
+          float d[kN];
+#pragma unroll
+          for (int k = 0; k < kN; ++k) d[k] = 0.0f;
+          store_floats<kD>(dlogits, base + j, d);
+        };
+        for_each_step<kW>(V, split, threadIdx.x, blockDim.x, zeros);
       }
       continue;
     }
     const float l = lse[r];
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      float d = kOverwrite ? 0.0f : load_as_float(dlogits, dl_dt, base + j);
-      d += factor * expf(load_as_float(logits, dt, base + j) - l);
-      if (j == t) d -= factor;
-      store_from_float(dlogits, dl_dt, base + j, d);
-    }
+    auto elems = [=]<int kN>(int64_t j) {
+      float x[kN], d[kN];
+      load_floats<kL>(logits, base + j, x);
+      if constexpr (kOverwrite) {
+#pragma unroll
+        for (int k = 0; k < kN; ++k) d[k] = 0.0f;
+      } else {
+        load_floats<kD>(dlogits, base + j, d);
+      }
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        d[k] += factor * expf(x[k] - l);
+        if (j + k == t) d[k] -= factor;
+      }
+      store_floats<kD>(dlogits, base + j, d);
+    };
+    for_each_step<kW>(V, split, threadIdx.x, blockDim.x, elems);
   }
 }
 
@@ -389,7 +583,11 @@ void embedding_forward(const void* weight, DT dt, const int32_t* ids, void* out,
   require_ptr(ids, kWhat, "ids");
   require_ptr(out, kWhat, "out");
   const unsigned grid = capped_grid(rows);
-  if (dt == DT::kF32) {
+  if (all_vec_aligned(weight, out) && C * int64_t(dt_size(dt)) % kVecBytes == 0) {
+    const int64_t words = C * int64_t(dt_size(dt)) / kVecBytes;
+    embedding_forward_kernel<<<grid, kBlock, 0, stream()>>>(static_cast<const uint4*>(weight), ids,
+                                                            static_cast<uint4*>(out), rows, words);
+  } else if (dt == DT::kF32) {
     embedding_forward_kernel<<<grid, kBlock, 0, stream()>>>(
         static_cast<const uint32_t*>(weight), ids, static_cast<uint32_t*>(out), rows, C);
   } else {
@@ -435,11 +633,15 @@ void embedding_backward(const void* dout, DT dt, const int32_t* ids, void* dweig
       kWhat);
 
   constexpr int kThreads = 256;
-  int64_t col_blocks = (C + kThreads - 1) / kThreads;
-  if (col_blocks > 65535) col_blocks = 65535;  // gridDim.y limit; the kernel strides
-  const dim3 grid(capped_grid(rows), static_cast<unsigned>(col_blocks));
-  embedding_backward_kernel<<<grid, kThreads, 0, s>>>(
-      dout, dt, keys_out.as<uint32_t>(), rows_out.as<int32_t>(), dweight, dw_dt, rows, C, V);
+  dispatch_dt(dt, dw_dt, [&]<DT kDy, DT kDw>() {
+    const VecSplit split =
+        vec_split_rows(C, C, vec_width_of<kDy, kDw>(), all_vec_aligned(dout, dweight));
+    int64_t col_blocks = (vec_items(split, C) + kThreads - 1) / kThreads;
+    if (col_blocks > 65535) col_blocks = 65535;  // gridDim.y limit; the kernel strides
+    const dim3 grid(capped_grid(rows), static_cast<unsigned>(col_blocks));
+    embedding_backward_kernel<kDy, kDw><<<grid, kThreads, 0, s>>>(
+        dout, keys_out.as<uint32_t>(), rows_out.as<int32_t>(), dweight, rows, C, V, split);
+  });
   check_launch(kWhat);
 }
 
@@ -457,8 +659,12 @@ void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* b
   require_ptr(weight, kWhat, "weight");
   require_ptr(out, kWhat, "out");
   const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
-  layernorm_forward_kernel<<<grid, kRowWarps * kWarp, 0, stream()>>>(
-      x, x_dt, weight, bias, w_dt, out, out_dt, mean, rstd, rows, C, eps);
+  dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
+    const VecSplit split =
+        vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(), all_vec_aligned(x, weight, bias, out));
+    layernorm_forward_kernel<kX, kW, kOut><<<grid, kRowWarps * kWarp, 0, stream()>>>(
+        x, weight, bias, out, mean, rstd, rows, C, eps, split);
+  });
   check_launch(kWhat);
 }
 
@@ -492,9 +698,21 @@ void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, con
   if (dbias != nullptr) check_cuda(cudaMemsetAsync(db_part.as<void>(), 0, part_bytes, s), kWhat);
 
   const unsigned grid = static_cast<unsigned>((groups + kRowWarps - 1) / kRowWarps);
-  layernorm_backward_kernel<<<grid, kRowWarps * kWarp, 0, s>>>(
-      x, x_dt, weight, w_dt, mean, rstd, dout, dout_dt, dx, dx_dt, dw_part.as<float>(),
-      db_part.as<float>(), rows, C, groups);
+  // Typed when weight is in x's dtype and dx (if wanted) in dout's (4 dtypes
+  // in every mix would be 81 kernels); any other mix runs the per-element switch.
+  float* dw = dweight != nullptr ? dw_part.as<float>() : nullptr;
+  float* db = dbias != nullptr ? db_part.as<float>() : nullptr;
+  if (w_dt == x_dt && (dx == nullptr || dx_dt == dout_dt)) {
+    dispatch_dt(x_dt, dout_dt, [&]<DT kX, DT kG>() {
+      const VecSplit split = vec_split_rows(C, C, vec_width_of<kX, kG>(),
+                                            all_vec_aligned(x, weight, dout, dx, dw, db));
+      layernorm_backward_kernel<kX, kG><<<grid, kRowWarps * kWarp, 0, s>>>(
+          x, weight, mean, rstd, dout, dx, dw, db, rows, C, groups, split);
+    });
+  } else {
+    layernorm_backward_mixed_kernel<<<grid, kRowWarps * kWarp, 0, s>>>(
+        x, x_dt, weight, w_dt, mean, rstd, dout, dout_dt, dx, dx_dt, dw, db, rows, C, groups);
+  }
   check_launch(kWhat);
   if (dweight != nullptr)
     add_column_partials(dw_part.as<float>(), groups, C, dweight, dw_dt, kWhat);
@@ -520,8 +738,10 @@ void cross_entropy_forward(const void* logits, DT dt, const int32_t* targets, in
   require_ptr(targets, kWhat, "targets");
   require_ptr(lse, kWhat, "lse");
   DeviceScratch term(size_t(rows) * sizeof(double));
-  cross_entropy_rows_kernel<<<capped_grid(rows), kCeBlock, 0, s>>>(
-      logits, dt, V, targets, rows, V, ignore_index, lse, term.as<double>());
+  dispatch_dt(dt, [&]<DT kL>() {
+    cross_entropy_rows_kernel<kL><<<capped_grid(rows), kCeBlock, 0, s>>>(
+        logits, V, targets, rows, V, ignore_index, lse, term.as<double>());
+  });
   check_launch(kWhat);
   cross_entropy_loss_kernel<<<1, kCeFinalBlock, 0, s>>>(targets, term.as<double>(), rows,
                                                         ignore_index, loss, count);
@@ -542,8 +762,12 @@ void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, c
   require_ptr(dloss, kWhat, "dloss");
   require_ptr(count, kWhat, "count");
   require_ptr(dlogits, kWhat, "dlogits");
-  cross_entropy_backward_kernel<false><<<capped_grid(rows), kCeBlock, 0, stream()>>>(
-      logits, dt, V, targets, lse, dloss, count, rows, V, ignore_index, dlogits, dl_dt);
+  dispatch_dt(dt, dl_dt, [&]<DT kL, DT kD>() {
+    const VecSplit split =
+        vec_split_rows(V, V, vec_width_of<kL, kD>(), all_vec_aligned(logits, dlogits));
+    cross_entropy_backward_kernel<kL, kD, false><<<capped_grid(rows), kCeBlock, 0, stream()>>>(
+        logits, V, targets, lse, dloss, count, rows, V, ignore_index, dlogits, split);
+  });
   check_launch(kWhat);
 }
 
@@ -560,8 +784,12 @@ void rms_norm_forward(const void* x, DT x_dt, const void* weight, DT w_dt, void*
   require_ptr(weight, kWhat, "weight");
   require_ptr(out, kWhat, "out");
   const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
-  rms_norm_forward_kernel<<<grid, kRowWarps * kWarp, 0, stream()>>>(x, x_dt, weight, w_dt, out,
-                                                                    out_dt, rstd, rows, C, eps);
+  dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
+    const VecSplit split =
+        vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(), all_vec_aligned(x, weight, out));
+    rms_norm_forward_kernel<kX, kW, kOut>
+        <<<grid, kRowWarps * kWarp, 0, stream()>>>(x, weight, out, rstd, rows, C, eps, split);
+  });
   check_launch(kWhat);
 }
 
@@ -590,9 +818,19 @@ void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, cons
   DeviceScratch dw_part(dweight != nullptr ? part_bytes : 0);
   if (dweight != nullptr) check_cuda(cudaMemsetAsync(dw_part.as<void>(), 0, part_bytes, s), kWhat);
   const unsigned grid = static_cast<unsigned>((groups + kRowWarps - 1) / kRowWarps);
-  rms_norm_backward_kernel<<<grid, kRowWarps * kWarp, 0, s>>>(
-      x, x_dt, weight, w_dt, rstd, dout, dout_dt, dx, dx_dt,
-      dweight != nullptr ? dw_part.as<float>() : nullptr, rows, C, groups);
+  // Typed as layernorm_backward: weight in x's dtype, dx (if wanted) in dout's.
+  float* dw = dweight != nullptr ? dw_part.as<float>() : nullptr;
+  if (w_dt == x_dt && (dx == nullptr || dx_dt == dout_dt)) {
+    dispatch_dt(x_dt, dout_dt, [&]<DT kX, DT kG>() {
+      const VecSplit split =
+          vec_split_rows(C, C, vec_width_of<kX, kG>(), all_vec_aligned(x, weight, dout, dx, dw));
+      rms_norm_backward_kernel<kX, kG><<<grid, kRowWarps * kWarp, 0, s>>>(
+          x, weight, rstd, dout, dx, dw, rows, C, groups, split);
+    });
+  } else {
+    rms_norm_backward_mixed_kernel<<<grid, kRowWarps * kWarp, 0, s>>>(
+        x, x_dt, weight, w_dt, rstd, dout, dout_dt, dx, dx_dt, dw, rows, C, groups);
+  }
   check_launch(kWhat);
   if (dweight != nullptr)
     add_column_partials(dw_part.as<float>(), groups, C, dweight, dw_dt, kWhat);
@@ -617,6 +855,21 @@ int64_t rope_pairs(const void* x, DT x_dt, const float* cos, const float* sin, c
   return pairs;
 }
 
+// Launches rope_kernel over `pairs` pairs with x's and y's dtypes as template
+// arguments: packs of pairs when the half head is a whole number of them and
+// every pointer is 16-byte aligned.
+template <bool kTranspose, bool kAccumulate>
+void launch_rope(const void* x, DT x_dt, const float* cos, const float* sin, const int32_t* pos,
+                 void* y, DT y_dt, int64_t B, int64_t T, int64_t C, int64_t D, int64_t pairs) {
+  dispatch_dt(x_dt, y_dt, [&]<DT kX, DT kY>() {
+    const VecSplit split =
+        rope_vec_split(pairs, D, vec_width_of<kX, kY>(), all_vec_aligned(x, cos, sin, y));
+    rope_kernel<kX, kY, kTranspose, kAccumulate>
+        <<<grid_for(vec_items(split, pairs)), kBlock, 0, stream()>>>(x, cos, sin, pos, y, B, T, C,
+                                                                     D, split);
+  });
+}
+
 }  // namespace
 
 void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, const int32_t* pos,
@@ -624,8 +877,7 @@ void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, co
   constexpr const char* kWhat = "rope_forward";
   const int64_t pairs = rope_pairs(x, x_dt, cos, sin, out, out_dt, B, T, C, D, kWhat);
   if (pairs == 0) return;
-  rope_kernel<false, false>
-      <<<grid_for(pairs), kBlock, 0, stream()>>>(x, x_dt, cos, sin, pos, out, out_dt, B, T, C, D);
+  launch_rope<false, false>(x, x_dt, cos, sin, pos, out, out_dt, B, T, C, D, pairs);
   check_launch(kWhat);
 }
 
@@ -635,8 +887,7 @@ void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* 
   constexpr const char* kWhat = "rope_backward";
   const int64_t pairs = rope_pairs(dout, dout_dt, cos, sin, dx, dx_dt, B, T, C, D, kWhat);
   if (pairs == 0) return;
-  rope_kernel<true, true><<<grid_for(pairs), kBlock, 0, stream()>>>(dout, dout_dt, cos, sin, pos,
-                                                                    dx, dx_dt, B, T, C, D);
+  launch_rope<true, true>(dout, dout_dt, cos, sin, pos, dx, dx_dt, B, T, C, D, pairs);
   check_launch(kWhat);
 }
 
@@ -671,9 +922,8 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, cons
     const void* h_chunk = static_cast<const char*>(h) + size_t(r0) * row_bytes;
     // logits (n, V) = h_chunk (n, C) @ weight^T (C, V), fp32, rows ld apart
     gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, ld, DT::kF32);
-    cross_entropy_rows_kernel<<<capped_grid(n), kCeBlock, 0, s>>>(
-        scratch, DT::kF32, ld, targets + r0, n, V, ignore_index, lse + r0,
-        term.as<double>() + r0);
+    cross_entropy_rows_kernel<DT::kF32><<<capped_grid(n), kCeBlock, 0, s>>>(
+        scratch, ld, targets + r0, n, V, ignore_index, lse + r0, term.as<double>() + r0);
     check_launch(kWhat);
   }
   cross_entropy_loss_kernel<<<1, kCeFinalBlock, 0, s>>>(targets, term.as<double>(), rows,
@@ -708,9 +958,12 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
     const int64_t n = chunk_rows < rows - r0 ? chunk_rows : rows - r0;
     const void* h_chunk = static_cast<const char*>(h) + size_t(r0) * row_bytes;
     gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, ld, DT::kF32);
-    cross_entropy_backward_kernel<true><<<capped_grid(n), kCeBlock, 0, s>>>(
-        scratch, DT::kF32, ld, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits,
-        dt);
+    dispatch_dt(dt, [&]<DT kD>() {
+      const VecSplit split =
+          vec_split_rows(V, ld, vec_width_of<DT::kF32, kD>(), all_vec_aligned(scratch, dlogits));
+      cross_entropy_backward_kernel<DT::kF32, kD, true><<<capped_grid(n), kCeBlock, 0, s>>>(
+          scratch, ld, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits, split);
+    });
     check_launch(kWhat);
     // dh_chunk (n, C) += dlogits (n, V) @ weight (V, C)
     if (dh != nullptr) {

@@ -2,7 +2,9 @@
 // (gradient norm, overflow check).
 //
 // AdamW follows lib/ops/adamw.cc line by line (the lerp form of the first
-// moment, the decoupled decay computed in double on the host). sum_of_squares
+// moment, the decoupled decay computed in double on the host), with the
+// gradient's and the 16-bit copy's dtypes as template arguments and 128-bit
+// accesses (param, m and v as float4) where every pointer is 16-byte aligned. sum_of_squares
 // is deterministic: a fixed number of blocks (a function of n only), each
 // thread summing a fixed stride in fp64, block trees, then one block adding
 // the block sums in order.
@@ -23,26 +25,44 @@ struct AdamWConsts {
   float one_minus_b2;  // 1 - beta2 in fp32
 };
 
-__global__ void adamw_kernel(float* param, const void* grad, DT grad_dt, float* m, float* v,
-                             int64_t n, AdamWArgs a, AdamWConsts k, void* out16, DT out_dt) {
-  // Every operation rounded on its own, in the CPU reference's order (the _rn
-  // intrinsics are never contracted into FMAs): the same bits as
-  // ops::adamw_update on the CPU, so a GPU run's optimizer gives the weights
-  // of the same run with the optimizer state offloaded to the host.
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const float g = __fmul_rn(load_as_float(grad, grad_dt, i), a.grad_scale);
-    const float m0 = m[i];
-    // torch: exp_avg.lerp_(grad, 1 - beta1), i.e. m + (1 - b1) (g - m).
-    const float mi = __fadd_rn(m0, __fmul_rn(k.one_minus_b1, __fsub_rn(g, m0)));
-    const float vi =
-        __fadd_rn(__fmul_rn(a.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, g), g));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
-    const float p = __fsub_rn(__fmul_rn(param[i], k.decay), __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
-    param[i] = p;
-    m[i] = mi;
-    v[i] = vi;
-    if (out16 != nullptr) store_from_float(out16, out_dt, i, p);
-  }
+// One element's AdamW step in fp32: p, m and v updated in place, g the
+// scaled gradient. Every operation rounded on its own, in the CPU reference's
+// order (the _rn intrinsics are never contracted into FMAs): the same bits as
+// ops::adamw_update on the CPU, so a GPU run's optimizer gives the weights of
+// the same run with the optimizer state offloaded to the host.
+__device__ __forceinline__ void adamw_elem(float& p, float& m, float& v, float g,
+                                           const AdamWArgs& a, const AdamWConsts& k) {
+  const float m0 = m;
+  // torch: exp_avg.lerp_(grad, 1 - beta1), i.e. m + (1 - b1) (g - m).
+  const float mi = __fadd_rn(m0, __fmul_rn(k.one_minus_b1, __fsub_rn(g, m0)));
+  const float vi = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(k.one_minus_b2, g), g));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+  p = __fsub_rn(__fmul_rn(p, k.decay), __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
+  m = mi;
+  v = vi;
+}
+
+// grad in kGrad, out16 (null: not written) in kOut; param, m and v fp32, read
+// and written as float4 in the vector steps.
+template <DT kGrad, DT kOut>
+__global__ void adamw_kernel(float* param, const void* grad, float* m, float* v, int64_t n,
+                             AdamWArgs a, AdamWConsts k, void* out16, VecSplit s) {
+  auto elems = [=]<int kN>(int64_t i) {
+    float g[kN], p[kN], mi[kN], vi[kN];
+    load_floats<kGrad>(grad, i, g);
+    load_floats<DT::kF32>(param, i, p);
+    load_floats<DT::kF32>(m, i, mi);
+    load_floats<DT::kF32>(v, i, vi);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      adamw_elem(p[j], mi[j], vi[j], __fmul_rn(g[j], a.grad_scale), a, k);
+    }
+    store_floats<DT::kF32>(param, i, p);
+    store_floats<DT::kF32>(m, i, mi);
+    store_floats<DT::kF32>(v, i, vi);
+    if (out16 != nullptr) store_floats<kOut>(out16, i, p);
+  };
+  for_each_step<vec_width_of<kGrad, kOut>()>(n, s, grid_start(), grid_step(), elems);
 }
 
 // Blocks of the fp64 reductions: at most kMaxBlocks, about 8 elements per thread.
@@ -121,8 +141,14 @@ void adamw(float* param, const void* grad, DT grad_dt, float* m, float* v, int64
   require_ptr(v, kWhat, "v");
   const AdamWConsts k{float(1.0 - double(args.lr) * double(args.weight_decay)), 1.0f - args.beta1,
                       1.0f - args.beta2};
-  adamw_kernel<<<grid_for(n), kBlock, 0, stream()>>>(param, grad, grad_dt, m, v, n, args, k, out16,
-                                                     out_dt);
+  // Without out16, out_dt is not used: f32 keeps the step at 4 elements for an f32 grad.
+  const DT store_dt = out16 != nullptr ? out_dt : DT::kF32;
+  dispatch_dt(grad_dt, store_dt, [&]<DT kGrad, DT kOut>() {
+    const VecSplit s =
+        vec_split(n, vec_width_of<kGrad, kOut>(), all_vec_aligned(param, grad, m, v, out16));
+    adamw_kernel<kGrad, kOut><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(
+        param, grad, m, v, n, args, k, out16, s);
+  });
   check_launch(kWhat);
 }
 
