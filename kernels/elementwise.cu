@@ -239,6 +239,20 @@ void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float fac
   check_launch(kWhat);
 }
 
+void cast_on(void* on, const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n) {
+  constexpr const char* kWhat = "cast_on";
+  require_count(n, kWhat);
+  if (n == 0) return;
+  require_float(src_dt, kWhat);
+  require_float(dst_dt, kWhat);
+  require_ptr(src, kWhat, "src");
+  require_ptr(dst, kWhat, "dst");
+  require(src != dst || src_dt == dst_dt, kWhat, "in place needs equal dtypes");
+  cudaStream_t s = on != nullptr ? static_cast<cudaStream_t>(on) : stream();
+  cast_kernel<<<grid_for(n), kBlock, 0, s>>>(src, src_dt, dst, dst_dt, n, 1.0f);
+  check_launch(kWhat);
+}
+
 void fill(void* dst, DT dt, int64_t n, float value) {
   constexpr const char* kWhat = "fill";
   require_count(n, kWhat);
