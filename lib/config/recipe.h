@@ -177,7 +177,8 @@ struct ZeroOptions {
   // once: stages bitwise identical) or the 16-bit precision itself (half the
   // bytes, each partial sum rounded to 16 bits; docs/ZERO.md, Reduction dtype).
   Precision reduce_dtype = Precision::kFp32;
-  int reductions_in_flight = 2;  // overlap_comm: reductions in flight while the next launches, 1..64
+  // With overlap_comm: reductions left in flight while the next launches, 1..64.
+  int reductions_in_flight = 2;
   OffloadOptions offload_optimizer;  // fp32 master weights and Adam moments: none, host, nvme
   OffloadOptions offload_params;     // stage 3's parameter partitions: none, nvme (in the
                                      // optimizer's file: path and buffer_mib unused)

@@ -55,8 +55,8 @@ void CountingCommunicator::stage(Collective c, int64_t count, DType dtype) const
 void CountingCommunicator::keep_staging(Collective c, int64_t count, DType dtype) {
   if (!staging_ || !is_16bit(dtype)) return;
   const auto [dt, n] = staging_of(c, count, size_, dtype, sum16());
-  if (n > 0 && (!kept_.defined() || dtype_size(kept_.dtype()) != dtype_size(dt) ||
-                n > kept_.numel()))
+  if (n > 0 &&
+      (!kept_.defined() || dtype_size(kept_.dtype()) != dtype_size(dt) || n > kept_.numel()))
     kept_ = Tensor::empty(Shape{n}, dt, MemCategory::kComm, Device::meta());
 }
 

@@ -348,8 +348,7 @@ Tensor MpiCommunicator::State::staging(const Op& op, int64_t at, int64_t n) cons
   const DType dt = native ? op.dtype : DType::kF32;
   const int64_t need = native ? native16_staging_elements(op.kind, op.count, size)
                               : fp32_staging_elements(op.kind, op.count, size);
-  if (op.kept.defined() && dtype_size(op.kept.dtype()) == dtype_size(dt) &&
-      op.kept.numel() >= need)
+  if (op.kept.defined() && dtype_size(op.kept.dtype()) == dtype_size(dt) && op.kept.numel() >= need)
     return op.kept.flat_slice(at, n);
   return comm_buffer(n, dt);
 }
@@ -465,8 +464,8 @@ void MpiCommunicator::State::finish(Op& op, const MPI_Status* statuses) {
       break;
     case Collective::kAllReduce:
       if (op.stage_in.defined() && op.sum16 == Sum16::kNative)
-        fold16(op.dtype, op.reduce, static_cast<const uint16_t*>(op.stage_in.raw()), size,
-               op.count, op.buf);
+        fold16(op.dtype, op.reduce, static_cast<const uint16_t*>(op.stage_in.raw()), size, op.count,
+               op.buf);
       else if (op.stage_in.defined())
         convert_f32_to(op.dtype, op.stage_in.f32(), op.buf, size_t(op.count));
       break;

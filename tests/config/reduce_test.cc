@@ -27,9 +27,10 @@ TEST_F(ConfigTest, ReduceDtypeDefaultsToFp32StagingAndTwoInFlight) {
 
 TEST_F(ConfigTest, ReduceDtypeMatchingThePrecisionLoadsPrintsAndOverrides) {
   for (const char* p : {"bf16", "fp16"}) {
-    LoadResult r = parse(fmt::format("precision: {}\nzero: {{stage: 2, reduce_dtype: {}, "
-                                     "reductions_in_flight: 4}}\n",
-                                     p, p));
+    LoadResult r =
+        parse(fmt::format("precision: {}\nzero: {{stage: 2, reduce_dtype: {}, "
+                          "reductions_in_flight: 4}}\n",
+                          p, p));
     ASSERT_TRUE(r.ok()) << p << ::testing::PrintToString(r.errors);
     EXPECT_EQ(r.recipe.zero.reduce_dtype, r.recipe.precision);
     EXPECT_EQ(r.recipe.zero.reductions_in_flight, 4);

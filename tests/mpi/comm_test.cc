@@ -708,8 +708,8 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
     const Sum16 mode = i < ops.size() ? Sum16::kFp32 : Sum16::kNative;
     g_comm->set_sum16(mode);
     counting.set_sum16(mode);
-    SCOPED_TRACE(::testing::Message() << "collective " << i % ops.size() << ", 16-bit sums "
-                                      << sum16_name(mode));
+    SCOPED_TRACE(::testing::Message()
+                 << "collective " << i % ops.size() << ", 16-bit sums " << sum16_name(mode));
     int64_t bytes[2], control[2], peak[2];
     for (int k = 0; k < 2; ++k) {
       Communicator& c = k == 0 ? *g_comm : counting;

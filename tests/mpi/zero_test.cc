@@ -149,14 +149,15 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
       Result res = train(r, *g_comm, "stages");
       std::string digest = res.summary["weights_sha256"];
       if (g_comm->rank() == 0)
-        std::printf("world %d, %s%s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
-                    "%s, loss %.6f\n",
-                    g_comm->size(),
-                    (std::string(c.family) + " " + c.precision +
-                     (c.native_reduce ? " (native reductions)" : ""))
-                        .c_str(),
-                    c.lora ? " LoRA" : "", c.accumulation, ckpt, stage,
-                    digest.substr(0, 16).c_str(), res.summary["final_loss"].get<double>());
+        std::printf(
+            "world %d, %s%s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
+            "%s, loss %.6f\n",
+            g_comm->size(),
+            (std::string(c.family) + " " + c.precision +
+             (c.native_reduce ? " (native reductions)" : ""))
+                .c_str(),
+            c.lora ? " LoRA" : "", c.accumulation, ckpt, stage, digest.substr(0, 16).c_str(),
+            res.summary["final_loss"].get<double>());
       EXPECT_EQ(res.summary["steps"], 20);
       expect_same_on_all_ranks(digest);
       if (first.empty()) {

@@ -257,25 +257,22 @@ WorkPtr NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype
   // Sum16::kNative, a max, and 32-bit types: NCCL in the buffer's own dtype, in place.
   const bool staged = is_16bit(dtype) && op == ReduceOp::kSum && sum16() == Sum16::kFp32;
   auto st = state_;
-  return launch(st, fmt::format("all_reduce of {} {}", count, dtype_name(dtype)),
-                [&](NcclWork* w) {
-                  if (staged) {
-                    // Widen, sum in fp32, round back once: all on the communication stream.
-                    Tensor f32 = staging(*st, count, 0, count);
-                    kernels::cast_on(st->stream, buf, kdt(dtype), f32.raw(), kernels::DT::kF32,
-                                     count);
-                    st->check(ncclAllReduce(f32.raw(), f32.raw(), size_t(count), ncclFloat32,
-                                            rop, st->comm, st->cuda_stream()),
-                              "ncclAllReduce");
-                    kernels::cast_on(st->stream, f32.raw(), kernels::DT::kF32, buf, kdt(dtype),
-                                     count);
-                    w->keep(std::move(f32));
-                  } else {
-                    st->check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), rop,
-                                            st->comm, st->cuda_stream()),
-                              "ncclAllReduce");
-                  }
-                });
+  return launch(st, fmt::format("all_reduce of {} {}", count, dtype_name(dtype)), [&](NcclWork* w) {
+    if (staged) {
+      // Widen, sum in fp32, round back once: all on the communication stream.
+      Tensor f32 = staging(*st, count, 0, count);
+      kernels::cast_on(st->stream, buf, kdt(dtype), f32.raw(), kernels::DT::kF32, count);
+      st->check(ncclAllReduce(f32.raw(), f32.raw(), size_t(count), ncclFloat32, rop, st->comm,
+                              st->cuda_stream()),
+                "ncclAllReduce");
+      kernels::cast_on(st->stream, f32.raw(), kernels::DT::kF32, buf, kdt(dtype), count);
+      w->keep(std::move(f32));
+    } else {
+      st->check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), rop, st->comm,
+                              st->cuda_stream()),
+                "ncclAllReduce");
+    }
+  });
 }
 
 WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
@@ -290,15 +287,15 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int
       st, fmt::format("reduce_scatter of {} {}", total, dtype_name(dtype)), [&](NcclWork* w) {
         if (staged) {
           // Widen, sum in fp32, round back once: all on the communication stream.
-          const int64_t need = fp32_staging_elements(Collective::kReduceScatter, recv_count, size());
+          const int64_t need =
+              fp32_staging_elements(Collective::kReduceScatter, recv_count, size());
           Tensor in = staging(*st, need, 0, total);
           Tensor out = staging(*st, need, total, recv_count);
           kernels::cast_on(st->stream, send, kdt(dtype), in.raw(), kernels::DT::kF32, total);
           st->check(ncclReduceScatter(in.raw(), out.raw(), size_t(recv_count), ncclFloat32,
                                       ncclSum, st->comm, st->cuda_stream()),
                     "ncclReduceScatter");
-          kernels::cast_on(st->stream, out.raw(), kernels::DT::kF32, recv, kdt(dtype),
-                           recv_count);
+          kernels::cast_on(st->stream, out.raw(), kernels::DT::kF32, recv, kdt(dtype), recv_count);
           w->keep(std::move(in));
           w->keep(std::move(out));
         } else {

@@ -7,13 +7,14 @@
 // flight completed by Work::order_device_after only (the compute stream waits
 // on their events, the host does not) before device work reads the results.
 // The data-parallel numerics need 2+ GPUs (tests/gpu/device_check.sh).
+#include "lib/dist/nccl_communicator.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
 #include "lib/dist/local_communicator.h"
-#include "lib/dist/nccl_communicator.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/dtype.h"
 #include "lib/tensor/tensor.h"
@@ -44,7 +45,8 @@ TEST(NcclOneRank, SixteenBitSumsInFlightAreOrderedOnTheDevice) {
       in.push_back(Tensor::from_vector(want[size_t(k)], Shape{n}, DType::kBF16));
       out.push_back(Tensor::zeros(Shape{n}, DType::kBF16));
       ar.push_back(Tensor::from_vector(want[size_t(k)], Shape{n}, DType::kBF16));
-      works.push_back(nccl.reduce_scatter_async(in.back().raw(), out.back().raw(), n, DType::kBF16));
+      works.push_back(
+          nccl.reduce_scatter_async(in.back().raw(), out.back().raw(), n, DType::kBF16));
       works.push_back(nccl.all_reduce_async(ar.back().raw(), n, DType::kBF16, ReduceOp::kSum));
     }
     for (const WorkPtr& w : works) w->order_device_after();
