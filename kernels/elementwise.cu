@@ -329,22 +329,36 @@ DropoutConsts dropout_consts(float p, uint64_t seed, uint64_t stream_id, const c
 
 // ---------------------------------------------------------------- launchers --
 
-void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float factor) {
-  constexpr const char* kWhat = "cast";
-  require_count(n, kWhat);
+namespace {
+
+// cast and cast_on: dst = factor * src converted, on `s`.
+void cast_to(cudaStream_t s, const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n,
+             float factor, const char* what) {
+  require_count(n, what);
   if (n == 0) return;
-  require_float(src_dt, kWhat);
-  require_float(dst_dt, kWhat);
-  require_ptr(src, kWhat, "src");
-  require_ptr(dst, kWhat, "dst");
+  require_float(src_dt, what);
+  require_float(dst_dt, what);
+  require_ptr(src, what, "src");
+  require_ptr(dst, what, "dst");
   // Elements of different sizes at the same address would overwrite each other.
-  require(src != dst || src_dt == dst_dt, kWhat, "in place needs equal dtypes");
+  require(src != dst || src_dt == dst_dt, what, "in place needs equal dtypes");
   dispatch_dt(src_dt, dst_dt, [&]<DT kSrc, DT kDst>() {
-    const VecSplit s = vec_split(n, vec_width_of<kSrc, kDst>(), all_vec_aligned(src, dst));
+    const VecSplit split = vec_split(n, vec_width_of<kSrc, kDst>(), all_vec_aligned(src, dst));
     cast_kernel<kSrc, kDst>
-        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(src, dst, n, factor, s);
+        <<<grid_for(vec_items(split, n)), kBlock, 0, s>>>(src, dst, n, factor, split);
   });
-  check_launch(kWhat);
+  check_launch(what);
+}
+
+}  // namespace
+
+void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float factor) {
+  cast_to(stream(), src, src_dt, dst, dst_dt, n, factor, "cast");
+}
+
+void cast_on(void* on, const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n) {
+  cast_to(on != nullptr ? static_cast<cudaStream_t>(on) : stream(), src, src_dt, dst, dst_dt, n,
+          1.0f, "cast_on");
 }
 
 void fill(void* dst, DT dt, int64_t n, float value) {

@@ -120,6 +120,10 @@ void copy_async(void* dst, const void* src, size_t bytes, void* stream);
 // dst[i] = factor * src[i] converted to dst_dt, for i < n. Any float dtypes;
 // src == dst allowed when the dtypes are equal (in-place scale).
 void cast(const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n, float factor = 1.0f);
+// cast() on `stream` (opaque cudaStream_t; nullptr: the compute stream) instead
+// of the compute stream: a communication stream's fp32 staging of 16-bit sums,
+// ordered with the compute stream by the caller's events.
+void cast_on(void* stream, const void* src, DT src_dt, void* dst, DT dst_dt, int64_t n);
 // dst[i] = value.
 void fill(void* dst, DT dt, int64_t n, float value);
 // dst[i] += factor * src[i] (gradient accumulation; add/scale backward).

@@ -3,7 +3,7 @@
 # check on a machine with only the NVIDIA driver and CUDA runtime libraries
 # (no Debian packages, no network): `make gpu-bundle` calls it.
 #
-#   OUT/bin/     fdtrain, gpu_tests (rpath $ORIGIN/../lib)
+#   OUT/bin/     fdtrain, gpu_tests (rpath $ORIGIN/../lib; as .xz, see below)
 #   OUT/lib/     every shared library they need except the CUDA ones
 #                (yaml-cpp, HDF5, fmt, OpenBLAS, Open MPI, libstdc++, ...), each
 #                with rpath $ORIGIN; plus libcudart (small, and the version we
@@ -18,8 +18,9 @@
 # build-gpu-bundle with FDTRAIN_MARCH=x86-64-v3): a -march=native binary may
 # die of SIGILL on the GPU host's CPU. GPU_BUNDLE_ALLOW_NATIVE=1 packs a native
 # build anyway (tests/cli/gpu_bundle.sh, which checks only the packing).
-# OpenBLAS is stored as lib/libopenblas.so.0.xz (37 MiB -> ~9 MiB) to fit the
-# 60 MiB budget; device_check.sh unpacks it (xz, or Python's lzma).
+# OpenBLAS and the binaries are stored xz-compressed (lib/libopenblas.so.0.xz, 37 MiB
+# -> ~9 MiB; bin/*.xz) to fit the 60 MiB budget; device_check.sh unpacks them (xz, or
+# Python's lzma).
 #
 # Not bundled (too large, and part of any CUDA installation): libcublasLt
 # (~540 MB) and libnccl (~220 MB); device_check.sh finds them on the target
@@ -84,9 +85,10 @@ for lib in "$OUT"/lib/*.so*; do
 done
 strip --strip-unneeded "$OUT"/bin/* "$OUT"/lib/*.so* 2>/dev/null || true
 
-# OpenBLAS (Debian's, every CPU kernel family: ~37 MiB) travels xz-compressed;
-# device_check.sh unpacks it before the first start.
-xz -9 -T0 "$OUT/lib/libopenblas.so.0"
+# OpenBLAS (Debian's, every CPU kernel family: ~37 MiB) and our two binaries (their
+# sm_80 + sm_90 kernel images: ~40 MiB together) travel xz-compressed;
+# device_check.sh unpacks them before the first start.
+xz -9 -T0 "$OUT/lib/libopenblas.so.0" "$OUT"/bin/*
 
 cp -r "$ROOT/recipes" "$ROOT/configs" "$OUT/"
 mkdir -p "$OUT/bench" && cp -r "$ROOT/bench/recipes" "$OUT/bench/"

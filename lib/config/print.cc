@@ -153,6 +153,8 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("loss_scale.min_loss_scale", number(l.min_loss_scale));
   add("zero.stage", std::to_string(r.zero.stage));
   add("zero.overlap_comm", boolean(r.zero.overlap_comm));
+  add("zero.reduce_dtype", std::string(to_string(r.zero.reduce_dtype)));
+  add("zero.reductions_in_flight", std::to_string(r.zero.reductions_in_flight));
   const auto& oo = r.zero.offload_optimizer;
   add("zero.offload_optimizer.device", std::string(to_string(oo.device)));
   add("zero.offload_optimizer.path", str(oo.path));

@@ -172,6 +172,13 @@ struct OffloadOptions {
 struct ZeroOptions {
   int stage = 0;  // ZeRO stage 0..3: 1 shards optimizer state, 2 also gradients, 3 also parameters
   bool overlap_comm = true;  // reduce buckets while backward continues
+  // The dtype gradient sums are computed in (DeepSpeed's communication_data_type):
+  // fp32 (16-bit gradients widened to fp32 staging, summed in fp32, rounded
+  // once: stages bitwise identical) or the 16-bit precision itself (half the
+  // bytes, each partial sum rounded to 16 bits; docs/ZERO.md, Reduction dtype).
+  Precision reduce_dtype = Precision::kFp32;
+  // With overlap_comm: reductions left in flight while the next launches, 1..64.
+  int reductions_in_flight = 2;
   OffloadOptions offload_optimizer;  // fp32 master weights and Adam moments: none, host, nvme
   OffloadOptions offload_params;     // stage 3's parameter partitions: none, nvme (in the
                                      // optimizer's file: path and buffer_mib unused)

@@ -174,6 +174,17 @@ const std::vector<KeyDoc>& key_reference() {
       {"zero.overlap_comm", "bool", "true", "",
        "reduce each segment's gradient bucket asynchronously while backward continues; false "
        "reduces after backward"},
+      {"zero.reduce_dtype", "string", "fp32", "fp32; or the precision (bf16, fp16)",
+       "the dtype gradient sums are computed in (DeepSpeed's communication_data_type): fp32 "
+       "widens 16-bit gradients to fp32, sums in fp32 and rounds once, so ZeRO stages stay "
+       "bitwise identical; bf16/fp16 sums in that dtype, half the bytes on the wire, every "
+       "partial sum rounded to 8 (bf16) or 11 (fp16) significant bits, the result depending "
+       "on the world size and (NCCL) its algorithm (docs/ZERO.md, Reduction dtype)"},
+      {"zero.reductions_in_flight", "int", "2", "1 .. 64",
+       "with overlap_comm: gradient reductions left in flight while backward goes on; the "
+       "oldest completes when one more is launched (stages 2-3 hold each one's gradient "
+       "bucket until then; GPU runs order the completion on the device, without blocking "
+       "the host)"},
       {"zero.offload_optimizer.device", "string", "none", "none, host, nvme",
        "where the fp32 master weights and Adam moments live (DeepSpeed's offload_optimizer): "
        "none keeps them with the run (in memory, or on the GPU); nvme keeps them in one file "

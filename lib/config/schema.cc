@@ -533,6 +533,7 @@ class Builder {
   void top_level(const Node& root);
   void cross_checks();
   void offload_checks();
+  void reduce_checks();
   void pipeline_checks();
 
   // model.n_layer is the model's: valid, and (from a Hugging Face directory) read from it.
@@ -872,6 +873,10 @@ void Builder::zero(const Node& root) {
   auto& z = r_->zero;
   get_int(s, "zero", "stage", &z.stage, closed(0, 3));
   get_bool(s, "zero", "overlap_comm", &z.overlap_comm);
+  get_enum(s, "zero", "reduce_dtype",
+           std::vector<Precision>{Precision::kFp32, Precision::kBf16, Precision::kFp16},
+           &z.reduce_dtype);
+  get_int(s, "zero", "reductions_in_flight", &z.reductions_in_flight, closed(1, 64));
   offload(s, "offload_optimizer",
           {OffloadDevice::kNone, OffloadDevice::kHost, OffloadDevice::kNvme},
           &z.offload_optimizer);
@@ -1175,6 +1180,7 @@ void Builder::cross_checks() {
                       s.min_lr, r_->optimizer.lr));
   }
   offload_checks();
+  reduce_checks();
   pipeline_checks();
   // Warnings: valid, but probably not what was meant.
   if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
@@ -1239,6 +1245,29 @@ void Builder::offload_checks() {
             "from their fp32 master copy, which must not stay in memory either): set "
             "zero.offload_optimizer.device: nvme and its path too");
   }
+}
+
+// zero.reduce_dtype against precision; reductions_in_flight against overlap_comm.
+void Builder::reduce_checks() {
+  const auto& z = r_->zero;
+  if (!bad("zero.reduce_dtype") && !bad("precision") && z.reduce_dtype != Precision::kFp32 &&
+      z.reduce_dtype != r_->precision) {
+    const std::string want(to_string(z.reduce_dtype)), have(to_string(r_->precision));
+    error(loc_of("zero.reduce_dtype"), "zero.reduce_dtype",
+          r_->precision == Precision::kFp32
+              ? fmt::format("{} does not match precision ({}): fp32 gradients are reduced in "
+                            "fp32; use fp32 (or set precision: {})",
+                            want, have, want)
+              : fmt::format("{} does not match precision ({}): gradients are reduced in fp32 "
+                            "(fp32 staging, the default) or in the 16-bit dtype they are "
+                            "computed in; use fp32 or {}",
+                            want, have, have));
+  }
+  if (!bad("zero.reductions_in_flight") && !bad("zero.overlap_comm") && !z.overlap_comm &&
+      z.reductions_in_flight != ZeroOptions{}.reductions_in_flight)
+    error(loc_of("zero.reductions_in_flight"), "zero.reductions_in_flight",
+          "is only used with zero.overlap_comm: true (without overlap every reduction completes "
+          "before the next is launched); remove it");
 }
 
 // parallel against the model and ZeRO. The world size is not known here:

@@ -67,6 +67,24 @@ int64_t fp32_staging_elements(Collective c, int64_t count, int n) {
   }
 }
 
+std::string_view sum16_name(Sum16 s) { return s == Sum16::kFp32 ? "fp32" : "native"; }
+
+int64_t native16_staging_elements(Collective c, int64_t count, int n) {
+  if (n <= 1) return 0;
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter:
+      return int64_t(n) * count;
+    default:
+      return 0;
+  }
+}
+
+int64_t sum16_staging_bytes(Collective c, int64_t count, int n, Sum16 mode) {
+  return mode == Sum16::kFp32 ? 4 * fp32_staging_elements(c, count, n)
+                              : 2 * native16_staging_elements(c, count, n);
+}
+
 int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n) {
   FD_CHECK(n >= 1 && full_bytes >= 0, "ring_bytes_times_n: n={} bytes={}", n, full_bytes);
   switch (c) {

@@ -33,10 +33,25 @@
 // f16, i32). They must stay valid and untouched until the Work's wait() has
 // returned. Counts are per the MPI int limit (< 2^31 elements per call).
 //
-// Numerics: sums of bf16/f16 use fp32 staging: the inputs are widened to fp32
-// buffers (MemCategory::kComm), reduced in fp32 by MPI and rounded back once
-// with round-to-nearest-even. Results are bitwise identical on every rank and
-// across runs with the same world size and counts (fixed MPI algorithms; no
+// Numerics of bf16/f16 sums (all_reduce, reduce_scatter), chosen per
+// communicator by set_sum16() (the recipe's zero.reduce_dtype):
+//   Sum16::kFp32 (the default): the inputs are widened to fp32 staging buffers
+//     (MemCategory::kComm), summed in fp32 and rounded to the 16-bit dtype once,
+//     round-to-nearest-even, at the end.
+//   Sum16::kNative: summed in the 16-bit dtype, half the bytes on the wire:
+//     every partial sum is rounded (nearest even) to the dtype's 8 (bf16) or
+//     11 (fp16) significant bits. MPI: each rank receives every rank's 16-bit
+//     contribution (an all-to-all of the chunks for a reduce-scatter, an
+//     all-gather for an all-reduce) and adds them on the host in rank order,
+//     ((x0 + x1) + x2) + ..., each add computed in fp32 and rounded to the
+//     dtype (which is the correctly rounded 16-bit sum); NCCL: in its ring or
+//     tree, in the order and grouping its algorithm, protocol and channel
+//     count give, which depend on the world size, the message size and the
+//     topology. The error of a sum of n values grows with n: up to (n-1) unit
+//     roundings (2^-8 bf16, 2^-11 fp16, relative to the partial sums) against
+//     one for kFp32.
+// Results are bitwise identical on every rank and across runs with the same
+// world size and counts (fixed MPI algorithms, rank-ordered host sums; no
 // reductions whose order depends on timing). send_recv moves raw bits.
 //
 // Byte accounting (ring model, the nccl-tests "bus bandwidth" convention):
@@ -79,11 +94,26 @@ std::string_view collective_name(Collective c);  // "all_reduce", ..., "send_rec
 // counted as it is: n*S.
 int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n);
 
-// The fp32 elements MpiCommunicator stages a 16-bit sum through, in a world of
-// `n` > 1 ranks: an all-reduce of `count` elements stages count (in place), a
-// reduce-scatter of `count` per rank its input and output, (n + 1) * count;
-// other collectives nothing.
+// How bf16/f16 values are summed (see Numerics above).
+enum class Sum16 {
+  kFp32,    // widened to fp32, summed in fp32, rounded to the 16-bit dtype once
+  kNative,  // summed in the 16-bit dtype: every partial sum rounded to it
+};
+std::string_view sum16_name(Sum16 s);  // "fp32", "native"
+
+// The fp32 elements MpiCommunicator stages a 16-bit sum through (Sum16::kFp32),
+// in a world of `n` > 1 ranks: an all-reduce of `count` elements stages count
+// (in place), a reduce-scatter of `count` per rank its input and output,
+// (n + 1) * count; other collectives nothing.
 int64_t fp32_staging_elements(Collective c, int64_t count, int n);
+// The 16-bit elements MpiCommunicator stages a 16-bit sum through
+// (Sum16::kNative), in a world of `n` > 1 ranks: every rank's contribution to
+// what this rank sums, side by side in rank order: n * count for an all-reduce
+// of `count` and for a reduce-scatter of `count` per rank; else nothing.
+int64_t native16_staging_elements(Collective c, int64_t count, int n);
+// The staging's bytes in either mode: 4 * fp32_staging_elements or
+// 2 * native16_staging_elements.
+int64_t sum16_staging_bytes(Collective c, int64_t count, int n, Sum16 mode);
 
 // Shared by a communicator and its Works (a Work may outlive the communicator).
 struct CommStats {
@@ -128,15 +158,26 @@ class Communicator {
 
   // The largest 16-bit sum of kind `c` (kAllReduce: count; kReduceScatter:
   // count per rank) the caller will issue. A communicator that sums 16-bit
-  // values through fp32 copies of its own (MpiCommunicator) then allocates
-  // them once, now, and keeps them (MemCategory::kComm) for every sum up to
-  // that size, where it would otherwise allocate them at each one: no
-  // allocation in the steady-state step, and a kComm figure that does not
-  // depend on when its communication thread runs (CountingCommunicator
-  // counts the same). Grows what it keeps, never shrinks it. Others: nothing.
+  // values through staging copies of its own (MpiCommunicator: fp32 copies,
+  // or with Sum16::kNative every rank's 16-bit contribution; NcclCommunicator:
+  // fp32 copies on the GPU) then allocates them once, now, for the current
+  // sum16() mode, and keeps them (MemCategory::kComm) for every sum up to that
+  // size, where it would otherwise allocate them at each one: no allocation
+  // in the steady-state step, and a kComm figure that does not depend on when
+  // its communication thread runs (CountingCommunicator counts the same). The
+  // kept staging serves any number of ops in flight because a backend runs
+  // its ops one at a time (MPI: its one thread; NCCL: its one stream, on
+  // which the staging's casts run too). Grows what it keeps, never shrinks
+  // it. Others: nothing.
   virtual void keep_staging(Collective c, int64_t count, DType dtype) {
     (void)c, (void)count, (void)dtype;
   }
+
+  // How bf16/f16 values are summed from now on (default Sum16::kFp32). Every
+  // rank must set the same; ops already issued keep the mode they were issued
+  // with. Call keep_staging() after it. Not inherited by split().
+  void set_sum16(Sum16 mode) { sum16_ = mode; }
+  Sum16 sum16() const { return sum16_; }
 
   // A new communicator over the ranks that pass the same `color` (>= 0),
   // ranked by `key` (ties by rank here): MPI_Comm_split. Collective over this
@@ -196,6 +237,7 @@ class Communicator {
 
  private:
   std::shared_ptr<CommStats> stats_ = std::make_shared<CommStats>();
+  Sum16 sum16_ = Sum16::kFp32;
   bool control_scope_ = false;  // inside an f64 helper: count as control traffic
 };
 

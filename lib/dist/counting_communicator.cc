@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
@@ -29,26 +30,40 @@ CountingCommunicator::CountingCommunicator(int rank, int size, bool staging)
            size);
 }
 
-void CountingCommunicator::stage(Collective c, int64_t count) const {
+namespace {
+
+// The staging MpiCommunicator uses for a 16-bit sum in `mode`: its element
+// type and count (fp32 copies, or every rank's 16-bit contribution).
+std::pair<DType, int64_t> staging_of(Collective c, int64_t count, int n, DType dtype, Sum16 mode) {
+  if (mode == Sum16::kNative) return {dtype, native16_staging_elements(c, count, n)};
+  return {DType::kF32, fp32_staging_elements(c, count, n)};
+}
+
+}  // namespace
+
+void CountingCommunicator::stage(Collective c, int64_t count, DType dtype) const {
   if (!staging_) return;
-  const int64_t n = fp32_staging_elements(c, count, size_);
-  if (n <= kept_.numel()) return;
+  const auto [dt, n] = staging_of(c, count, size_, dtype, sum16());
+  // As MpiCommunicator::State::staging: the kept buffer serves ops of its element size.
+  if (kept_.defined() && dtype_size(kept_.dtype()) == dtype_size(dt) && n <= kept_.numel()) return;
+  if (n == 0) return;
   // On meta: accounted exactly like MpiCommunicator's host buffers (for a
   // reduce-scatter its input and output, alive together), holding no bytes.
-  Tensor staging = Tensor::empty(Shape{n}, DType::kF32, MemCategory::kComm, Device::meta());
+  Tensor staging = Tensor::empty(Shape{n}, dt, MemCategory::kComm, Device::meta());
 }
 
 void CountingCommunicator::keep_staging(Collective c, int64_t count, DType dtype) {
   if (!staging_ || !is_16bit(dtype)) return;
-  const int64_t n = fp32_staging_elements(c, count, size_);
-  if (n > kept_.numel())
-    kept_ = Tensor::empty(Shape{n}, DType::kF32, MemCategory::kComm, Device::meta());
+  const auto [dt, n] = staging_of(c, count, size_, dtype, sum16());
+  if (n > 0 &&
+      (!kept_.defined() || dtype_size(kept_.dtype()) != dtype_size(dt) || n > kept_.numel()))
+    kept_ = Tensor::empty(Shape{n}, dt, MemCategory::kComm, Device::meta());
 }
 
 WorkPtr CountingCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   (void)buf, (void)op;
   check_count(count);
-  if (is_16bit(dtype)) stage(Collective::kAllReduce, count);
+  if (is_16bit(dtype)) stage(Collective::kAllReduce, count, dtype);
   count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
   return done();
 }
@@ -57,7 +72,7 @@ WorkPtr CountingCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                    DType dtype) {
   (void)send, (void)recv;
   check_count(recv_count);
-  if (is_16bit(dtype)) stage(Collective::kReduceScatter, recv_count);
+  if (is_16bit(dtype)) stage(Collective::kReduceScatter, recv_count, dtype);
   count_bytes(Collective::kReduceScatter, int64_t(size_) * recv_count * int64_t(dtype_size(dtype)));
   return done();
 }

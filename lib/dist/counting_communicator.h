@@ -11,8 +11,9 @@
 // What it counts is what MpiCommunicator counts at the same world size:
 //   - bytes_sent() and control_bytes(): the ring model (communicator.h), per
 //     collective, from the same counts and dtypes;
-//   - at size > 1, the fp32 staging MpiCommunicator allocates for 16-bit sums
-//     (MemCategory::kComm, fp32_staging_elements()): what keep_staging() asks
+//   - at size > 1, the staging MpiCommunicator allocates for 16-bit sums
+//     (MemCategory::kComm, sum16_staging_bytes() in the sum16() mode: fp32
+//     copies, or every rank's 16-bit contribution): what keep_staging() asks
 //     to keep is held from that call on, as MPI holds it; a sum that does not
 //     fit it stages a buffer of its own, which here is allocated and freed
 //     (on meta) when the collective is issued, so the accountant's kComm peak
@@ -57,7 +58,7 @@ class CountingCommunicator final : public Communicator {
   WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
                           int64_t recv_count, int src, DType dtype) override;
 
-  // As MpiCommunicator (with staging): holds the kept fp32 staging from now on.
+  // As MpiCommunicator (with staging): holds the kept staging from now on.
   void keep_staging(Collective c, int64_t count, DType dtype) override;
 
   // Throws fd::Error: use group().
@@ -76,9 +77,9 @@ class CountingCommunicator final : public Communicator {
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
 
  private:
-  // Account the fp32 staging of a 16-bit sum of kind `c` (kComm, on meta),
-  // freed at once; nothing when it fits the kept staging.
-  void stage(Collective c, int64_t count) const;
+  // Account the staging of a 16-bit sum of kind `c` in the sum16() mode
+  // (kComm, on meta), freed at once; nothing when it fits the kept staging.
+  void stage(Collective c, int64_t count, DType dtype) const;
 
   int rank_;
   int size_;

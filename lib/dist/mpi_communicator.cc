@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -88,7 +89,7 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT32_T;
     case DType::kBF16:
     case DType::kF16:
-      return MPI_UINT16_T;  // moved as raw bits; reductions are staged in fp32
+      return MPI_UINT16_T;  // moved as raw bits; sums are staged (fp32 copies, or added here)
   }
   return MPI_DATATYPE_NULL;
 }
@@ -127,8 +128,39 @@ bool cores_to_spare() {
 }
 
 // Host staging (MPI reads host memory), whatever the calling thread's default device.
-Tensor comm_buffer(int64_t count) {
-  return Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, Device::cpu());
+Tensor comm_buffer(int64_t count, DType dtype = DType::kF32) {
+  return Tensor::empty(Shape{count}, dtype, MemCategory::kComm, Device::cpu());
+}
+
+// Sum16::kNative: out = x_0 (+) x_1 (+) ... (+) x_{n-1}, folded from the left
+// in rank order, where x_r is the r-th run of `count` 16-bit values at `in`
+// and (+) widens both operands to fp32, adds (or takes the larger), and rounds
+// to `dtype` with round-to-nearest-even, so that every partial sum is a 16-bit
+// value, as in a 16-bit ring. (fp32 holds the sum of two bf16 or two fp16
+// values exactly whenever the result can differ from the larger operand
+// rounded, so each step is the correctly rounded 16-bit sum.)
+void fold16(DType dtype, ReduceOp op, const uint16_t* in, int n, int64_t count, void* out) {
+  constexpr int64_t kBlock = 1024;
+  float acc[kBlock], x[kBlock];
+  auto* o = static_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < count; i += kBlock) {
+    const size_t m = size_t(std::min(kBlock, count - i));
+    if (n == 1) {
+      std::memcpy(o + i, in + i, m * sizeof(uint16_t));
+      continue;
+    }
+    convert_to_f32(dtype, in + i, acc, m);
+    for (int r = 1; r < n; ++r) {
+      convert_to_f32(dtype, in + int64_t(r) * count + i, x, m);
+      if (op == ReduceOp::kSum) {
+        for (size_t j = 0; j < m; ++j) acc[j] += x[j];
+      } else {
+        for (size_t j = 0; j < m; ++j) acc[j] = x[j] > acc[j] ? x[j] : acc[j];
+      }
+      convert_f32_to(dtype, acc, o + i, m);  // the partial sum, rounded to 16 bits
+      if (r + 1 < n) convert_to_f32(dtype, o + i, acc, m);
+    }
+  }
 }
 
 }  // namespace
@@ -155,6 +187,7 @@ struct MpiCommunicator::Op {
   // split: the arguments, and the new communicator (written by the comm thread).
   int color = 0, key = 0;
   MPI_Comm new_comm = MPI_COMM_NULL;
+  Sum16 sum16 = Sum16::kFp32;  // 16-bit sums: the communicator's mode when the op was issued
   Tensor stage_in, stage_out;
   Tensor kept;  // the communicator's kept staging when the op was issued (keep_staging)
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // [1]: send_recv's receive
@@ -181,7 +214,7 @@ struct MpiCommunicator::State {
   std::vector<int> world_ranks;  // of each rank here
   std::string label;             // "" for the world; "split(color c, key k)" for a split
   std::shared_ptr<CommStats> stats;
-  Tensor kept;  // keep_staging()'s fp32 buffer (issuing thread only)
+  Tensor kept;  // keep_staging()'s buffer, fp32 or 16-bit (issuing thread only)
 
   // "all_reduce #3 (4.0 KiB f32, sum)", "send_recv #2 (rank 0 of 2: send 4.0 MiB f32
   // to rank 1, receive nothing)"; on a split communicator also which one.
@@ -307,12 +340,17 @@ class MpiWork final : public Work {
 
 }  // namespace
 
-// `n` fp32 elements of op's staging, from element `at`: within the kept
-// buffer when the whole of the op's staging fits there, else a buffer of its own.
+// `n` elements of op's staging (fp32; 16-bit with Sum16::kNative), from
+// element `at`: within the kept buffer when it holds elements of that size
+// and the whole of the op's staging fits there, else a buffer of its own.
 Tensor MpiCommunicator::State::staging(const Op& op, int64_t at, int64_t n) const {
-  if (op.kept.defined() && op.kept.numel() >= fp32_staging_elements(op.kind, op.count, size))
+  const bool native = op.sum16 == Sum16::kNative;
+  const DType dt = native ? op.dtype : DType::kF32;
+  const int64_t need = native ? native16_staging_elements(op.kind, op.count, size)
+                              : fp32_staging_elements(op.kind, op.count, size);
+  if (op.kept.defined() && dtype_size(op.kept.dtype()) == dtype_size(dt) && op.kept.numel() >= need)
     return op.kept.flat_slice(at, n);
-  return comm_buffer(n);
+  return comm_buffer(n, dt);
 }
 
 void MpiCommunicator::State::start(Op& op) {
@@ -327,7 +365,13 @@ void MpiCommunicator::State::start(Op& op) {
     case Collective::kAllReduce: {
       const int n = as_int_count(op.count, "all_reduce");
       const MPI_Op mop = op.reduce == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
-      if (is_16bit(op.dtype)) {
+      if (is_16bit(op.dtype) && op.sum16 == Sum16::kNative) {
+        // Every rank's buffer, in rank order; summed on this thread when complete.
+        as_int_count(op.count * size, "all_reduce (16-bit, every rank's)");
+        op.stage_in = staging(op, 0, op.count * size);
+        FD_MPI_CHECK(MPI_Iallgather(op.buf, n, MPI_UINT16_T, op.stage_in.raw(), n, MPI_UINT16_T,
+                                    comm, &op.req[0]));
+      } else if (is_16bit(op.dtype)) {
         op.stage_in = staging(op, 0, op.count);
         convert_to_f32(op.dtype, op.buf, op.stage_in.f32(), size_t(op.count));
         FD_MPI_CHECK(
@@ -344,6 +388,13 @@ void MpiCommunicator::State::start(Op& op) {
       const void* send = op.send;
       void* recv = op.recv;
       MPI_Datatype type = mpi_type(op.dtype);
+      if (is_16bit(op.dtype) && op.sum16 == Sum16::kNative) {
+        // Chunk r of every rank, in rank order, to rank r; summed when complete.
+        op.stage_in = staging(op, 0, op.count * size);
+        FD_MPI_CHECK(MPI_Ialltoall(op.send, n, MPI_UINT16_T, op.stage_in.raw(), n, MPI_UINT16_T,
+                                   comm, &op.req[0]));
+        return;
+      }
       if (is_16bit(op.dtype)) {
         op.stage_in = staging(op, 0, op.count * size);
         convert_to_f32(op.dtype, op.send, op.stage_in.f32(), size_t(op.count * size));
@@ -412,11 +463,17 @@ void MpiCommunicator::State::finish(Op& op, const MPI_Status* statuses) {
       }
       break;
     case Collective::kAllReduce:
-      if (op.stage_in.defined())
+      if (op.stage_in.defined() && op.sum16 == Sum16::kNative)
+        fold16(op.dtype, op.reduce, static_cast<const uint16_t*>(op.stage_in.raw()), size, op.count,
+               op.buf);
+      else if (op.stage_in.defined())
         convert_f32_to(op.dtype, op.stage_in.f32(), op.buf, size_t(op.count));
       break;
     case Collective::kReduceScatter:
-      if (is_16bit(op.dtype)) {
+      if (is_16bit(op.dtype) && op.sum16 == Sum16::kNative) {
+        fold16(op.dtype, ReduceOp::kSum, static_cast<const uint16_t*>(op.stage_in.raw()), size,
+               op.count, op.recv);
+      } else if (is_16bit(op.dtype)) {
         convert_f32_to(op.dtype, op.stage_out.f32(), op.recv, size_t(op.count));
       } else if (op.stage_out.defined()) {
         std::memcpy(op.recv, op.stage_out.raw(), op.stage_out.nbytes());
@@ -577,6 +634,7 @@ WorkPtr MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype,
   o->dtype = dtype;
   o->reduce = op;
   o->full_bytes = count * int64_t(dtype_size(dtype));
+  o->sum16 = sum16();
   o->kept = state_->kept;
   as_int_count(count, "all_reduce");
   count_bytes(o->kind, o->full_bytes);
@@ -592,6 +650,7 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, int6
   o->count = recv_count;
   o->dtype = dtype;
   o->full_bytes = int64_t(size_) * recv_count * int64_t(dtype_size(dtype));
+  o->sum16 = sum16();
   o->kept = state_->kept;
   as_int_count(recv_count * size_, "reduce_scatter (total)");
   count_bytes(o->kind, o->full_bytes);
@@ -600,9 +659,15 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, int6
 
 void MpiCommunicator::keep_staging(Collective c, int64_t count, DType dtype) {
   if (!is_16bit(dtype)) return;
-  const int64_t need = fp32_staging_elements(c, count, size_);
+  const bool native = sum16() == Sum16::kNative;
+  const int64_t need =
+      native ? native16_staging_elements(c, count, size_) : fp32_staging_elements(c, count, size_);
+  const DType dt = native ? dtype : DType::kF32;
   // Ops already queued keep the buffer they were issued with.
-  if (need > state_->kept.numel()) state_->kept = comm_buffer(need);
+  Tensor& kept = state_->kept;
+  if (need > 0 &&
+      (!kept.defined() || dtype_size(kept.dtype()) != dtype_size(dt) || need > kept.numel()))
+    kept = comm_buffer(need, dt);
 }
 
 WorkPtr MpiCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,

@@ -11,8 +11,12 @@
 // An op that has run longer than the timeout aborts the job (MPI_Abort) with a
 // diagnostic naming rank, host, op, sequence number, size and time waited.
 // MPI return codes are checked (MPI_ERRORS_RETURN) and abort the job likewise.
-// bf16/f16 reductions are staged in fp32 buffers (MemCategory::kComm) on the
-// communication thread and rounded back with round-to-nearest-even.
+// bf16/f16 sums are staged on the communication thread (MemCategory::kComm):
+// with Sum16::kFp32 in fp32 buffers, summed by MPI in fp32 and rounded back
+// with round-to-nearest-even; with Sum16::kNative every rank's 16-bit
+// contribution is received (MPI_Ialltoall for a reduce-scatter, MPI_Iallgather
+// for an all-reduce) and added on this thread in rank order, each partial sum
+// rounded to 16 bits (communicator.h, Numerics).
 //
 // send_recv is an MPI_Irecv and an MPI_Isend (one fixed tag, so MPI's
 // non-overtaking rule keeps a pair's messages in issue order) completed

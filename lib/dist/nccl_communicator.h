@@ -10,15 +10,25 @@
 // Streams: collectives run on a communication stream of their own. Each op
 // first makes that stream wait for the work queued so far on the compute
 // stream (an event), so it reads the gradients backward has just produced
-// while later kernels keep running; Work::wait() blocks the host until the
-// op's completion event has fired (polling with short sleeps), so buffers are
-// safe to reuse when it returns, as the Communicator contract says. An op not
-// finished within the timeout (or one NCCL reports failed) aborts the NCCL
+// while later kernels keep running, then queues everything it does there and
+// records its completion event after the last of it. Work::wait() blocks the
+// host until that event has fired (polling with short sleeps), so buffers are
+// safe to reuse when it returns, as the Communicator contract says;
+// Work::order_device_after() instead makes the compute stream wait for the
+// event and returns at once (more reductions in flight without the host
+// blocking; a later wait() still checks the timeout). An op not finished
+// within the timeout (or one NCCL reports failed) aborts the NCCL
 // communicator and the job with a diagnostic.
 //
-// Numerics match the MPI backend: bf16/f16 sums are widened to fp32 staging
-// buffers on the GPU (MemCategory::kComm), reduced in fp32 by NCCL and rounded
-// back once. Byte counters follow the same ring model.
+// Numerics (communicator.h): with Sum16::kFp32 (the default, as on MPI)
+// bf16/f16 sums are widened to fp32 staging buffers on the GPU
+// (MemCategory::kComm), summed in fp32 by NCCL and rounded back once; the
+// casts run on the communication stream, so the staging kept by
+// keep_staging() serves every op in flight (they run one after the other
+// there). With Sum16::kNative NCCL sums in place in the 16-bit dtype (no
+// staging, no casts, half the bytes), every partial sum rounded to 16 bits in
+// the order its algorithm takes, which is not MPI's rank order. Byte counters
+// follow the same ring model.
 //
 // send_recv is ncclSend and ncclRecv in one ncclGroupStart/End on the
 // communication stream, ordered after the compute stream like a collective.
@@ -54,6 +64,8 @@ class NcclCommunicator final : public Communicator {
                           int64_t recv_count, int src, DType dtype) override;
   // Collective over this communicator's ranks (and its host's).
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // Sum16::kFp32: allocates the largest sum's fp32 staging on the GPU once.
+  void keep_staging(Collective c, int64_t count, DType dtype) override;
 
   // Host doubles go over the host communicator.
   void all_gather_f64(const double* send, double* recv, int64_t send_count) override;

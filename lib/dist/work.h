@@ -19,6 +19,15 @@ class Work {
   virtual void wait() = 0;
   // True once the result is in the caller's buffers (never blocks).
   virtual bool is_completed() = 0;
+  // Orders the device work queued from now on (the compute stream) after the
+  // collective, blocking the host only where the backend cannot do better.
+  // NCCL: the compute stream waits for the op's completion event; the host
+  // goes on at once. Host backends (local, MPI, counting): wait(). After it,
+  // device work may read the results and the caller may free or reuse the
+  // buffers (their memory goes to device work ordered after the op); the host
+  // itself must still wait() before it reads them, and wait() is also where a
+  // device-ordered op's failure or timeout is reported, so call it later.
+  virtual void order_device_after() { wait(); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -84,6 +84,9 @@ Assembly assemble(const config::Recipe& r, int world) {
   zero::ZeroConfig& z = a.zero;
   z.stage = r.zero.stage;
   z.overlap_comm = r.zero.overlap_comm;
+  z.reductions_in_flight = r.zero.reductions_in_flight;
+  z.sum16 =
+      r.zero.reduce_dtype == config::Precision::kFp32 ? dist::Sum16::kFp32 : dist::Sum16::kNative;
   z.accumulation = r.batch.accumulation;
   z.adamw.lr = float(r.optimizer.lr);
   z.adamw.beta1 = float(r.optimizer.betas[0]);

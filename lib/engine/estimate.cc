@@ -341,7 +341,9 @@ Estimate estimate(const config::Recipe& r, int world) {
     const std::unique_ptr<nn::Decoder> one = build_model(assemble(r1, 1), Init::kNone);
     for (const nn::FlatParamGroup* g : one->groups()) e.padded_params_1 += g->numel();
   }
-  // 16-bit reductions are staged in fp32 by the MPI backend (N > 1) only.
+  // 16-bit reductions are staged by the MPI backend (N > 1) only: in fp32, or
+  // with zero.reduce_dtype bf16/fp16 as every rank's 16-bit chunk (the
+  // engine sets the counting communicator's Sum16 as the trainer's).
   const bool staging = e.compute_bytes == 2 && world > 1;
   for (int s = 0; s < 4; ++s) {
     if (recipe_assembly.stages > 1 && s == 3) {  // refused with a pipeline (DeepSpeed too)

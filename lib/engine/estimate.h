@@ -24,7 +24,8 @@
 //     backward node);
 //   - comm buffers: the peak of kComm in the step (stage 3's gathered
 //     segments, gradient buckets in flight, reduce-scatter outputs, and at
-//     N > 1 with 16-bit gradients the MPI comm thread's fp32 staging, counted
+//     N > 1 with 16-bit gradients the MPI comm thread's staging, fp32 copies
+//     or with zero.reduce_dtype bf16/fp16 every rank's 16-bit chunk, counted
 //     at each reduction's launch: the worst moment) and at the end's full gather;
 //   - communication: bytes sent per rank per optimizer step, ring model, as
 //     Communicator::bytes_sent() counts them.
@@ -69,7 +70,7 @@ struct StageEstimate {
   // end for the weights digest (and for the sample, checkpoints and exports).
   int64_t comm_buffers = 0;
   int64_t comm_step = 0;         // kComm peak of a step, worst-case fp32 staging included
-  int64_t comm_staging = 0;      // of comm_step, the 16-bit reduce-scatter's fp32 staging
+  int64_t comm_staging = 0;      // of comm_step, the 16-bit reduce-scatter's staging (MPI's)
   int64_t comm_full_gather = 0;  // stage 3: cP (with_full_parameters); 0 otherwise
   int64_t other = 0;             // the token, target and position id buffers (kOther)
   // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or

@@ -11,13 +11,6 @@
 #include "lib/ops/reduce.h"
 
 namespace fd::zero {
-namespace {
-
-// Reductions in flight before the oldest is completed: bounds the transient
-// gradient buckets of stages 2-3 while still overlapping with backward.
-constexpr size_t kMaxInFlight = 2;
-
-}  // namespace
 
 nn::GroupLayout layout_for(int stage, int world) {
   nn::GroupLayout l;
@@ -104,6 +97,8 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     : comm_(comm), config_(c) {
   FD_CHECK(c.stage >= 0 && c.stage <= 3, "ZeRO stage {}", c.stage);
   FD_CHECK(c.accumulation >= 1, "accumulation {}", c.accumulation);
+  FD_CHECK(c.reductions_in_flight >= 1, "reductions in flight {}", c.reductions_in_flight);
+  comm_.set_sum16(c.sum16);
   FD_CHECK(!c.offload.params || (c.stage == 3 && c.offload.optimizer),
            "parameter offload needs stage 3 and the optimizer offloaded");
   params_offloaded_ = c.offload.params;
@@ -216,6 +211,7 @@ std::string OffloadConfig::frozen_file(int rank) const {
 ZeroEngine::~ZeroEngine() {
   // Never leave a collective half-issued: complete what is in flight.
   for (Pending& p : pending_) p.work->wait();
+  for (const dist::WorkPtr& w : ordered_) w->wait();
 }
 
 int64_t ZeroEngine::padded_params() const {
@@ -332,7 +328,9 @@ void ZeroEngine::launch_reduce(int g) {
   const Tensor& full = s.group->flat_grads();
   p.work = comm_.reduce_scatter_async(full.comm_data(), p.recv.comm_data(), s.shard, dtype_);
   pending_.push_back(std::move(p));
-  const size_t limit = config_.overlap_comm ? kMaxInFlight : 0;
+  // Bounds the transient gradient buckets of stages 2-3 while still
+  // overlapping with backward; on a GPU the host does not block here.
+  const size_t limit = config_.overlap_comm ? size_t(config_.reductions_in_flight) : 0;
   while (pending_.size() > limit) {
     complete(pending_.front());
     pending_.pop_front();
@@ -340,7 +338,10 @@ void ZeroEngine::launch_reduce(int g) {
 }
 
 void ZeroEngine::complete(Pending& p) {
-  p.work->wait();
+  // Host backends: the reduction is complete; NCCL: later device work (the
+  // add below, whatever reuses the buffers released here) waits for it.
+  p.work->order_device_after();
+  ordered_.push_back(p.work);
   Segment& s = segments_[size_t(p.segment)];
   if (!p.into_shard) {
     if (micro_ == 0) {
@@ -366,6 +367,9 @@ void ZeroEngine::drain() {
     complete(pending_.front());
     pending_.pop_front();
   }
+  // The host waits for every reduction here (and sees failures and timeouts).
+  for (const dist::WorkPtr& w : ordered_) w->wait();
+  ordered_.clear();
 }
 
 void ZeroEngine::end_micro_batch(int micro) {

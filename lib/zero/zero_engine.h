@@ -15,7 +15,8 @@
 //     stage 3 updates its persistent parameter shard, and gathers a segment's
 //     full parameters only around its forward and its backward.
 // Consequence, tested: at a fixed world size, stages 0-3 give bitwise
-// identical weights.
+// identical weights (with 16-bit gradients summed natively, sum16 kNative,
+// this holds on MPI, which adds in rank order, and is not promised on NCCL).
 //
 // Precision: parameters, gradients and activations live in the model's
 // compute dtype (f32, bf16 or f16); with a 16-bit dtype the engine keeps fp32
@@ -86,6 +87,18 @@ struct OffloadConfig {
 struct ZeroConfig {
   int stage = 0;              // 0..3
   bool overlap_comm = true;   // reduce-scatter asynchronously during backward
+  // With overlap_comm: reductions left in flight when a segment's backward
+  // ends; launching one more first completes the oldest (stages 2-3 hold each
+  // one's full gradient bucket until then, MemCategory::kComm). Completing
+  // orders the device after the reduction (Work::order_device_after: NCCL
+  // makes the compute stream wait, the host goes on; host backends wait);
+  // end_micro_batch waits for all of them on the host.
+  int reductions_in_flight = 2;
+  // How 16-bit gradients are summed (zero.reduce_dtype; communicator.h,
+  // Numerics): the engine sets it on its communicator. kFp32 keeps stages 0-3
+  // bitwise identical at any world size; kNative halves the bytes and rounds
+  // every partial sum to 16 bits.
+  dist::Sum16 sum16 = dist::Sum16::kFp32;
   int accumulation = 1;       // micro-batches per step
   optim::AdamWOptions adamw;  // optimizer hyper-parameters (lr is given per step)
   float grad_clip = 1.0f;     // max global gradient norm; <= 0 disables clipping
@@ -253,6 +266,8 @@ class ZeroEngine : public nn::SegmentRunner {
   void unpin_params(int g);
   void ensure_grads(int g);
   void launch_reduce(int g);
+  // Orders the device after p's reduction, folds it into the shard and frees
+  // its buffers; the host waits for it later (drain).
   void complete(Pending& p);
   void drain();
   int64_t begin_of(const Segment& s) const { return int64_t(comm_.rank()) * s.shard; }
@@ -263,6 +278,7 @@ class ZeroEngine : public nn::SegmentRunner {
   ZeroConfig config_;
   std::vector<Segment> segments_;
   std::deque<Pending> pending_;
+  std::vector<dist::WorkPtr> ordered_;  // completed on the device, not yet waited for by the host
   bool staging_kept_ = false;  // the communicator told the largest reduction (launch_reduce)
   std::unique_ptr<optim::AdamW> optimizer_;
   // Offloaded parameters of a LoRA run under stage 3: the frozen base's

@@ -105,6 +105,46 @@ out=$("$FDTRAIN" estimate "$Q" "$TINY" "${B16[@]}" --world-size 4 2>&1)
 check "bf16 table header" grep -q 'precision bf16; 2 of 4 blocks checkpointed' <<<"$out"
 check "bf16 paper formulas in the table" grep -q '16Ψ  *4Ψ + 12Ψ/N  *2Ψ + 14Ψ/N  *16Ψ/N' <<<"$out"
 
+# zero.reduce_dtype: bf16 (16-bit sums; on MPI every rank's bf16 chunk comes to
+# its owner, which adds them in rank order), stage 2, 3 reductions in flight,
+# at N = 4: the kept staging is every rank's bf16 chunk of the largest segment
+# (2·N·S bytes) instead of fp32 copies of its input and output (4·(N+1)·S),
+# and the measured comm buffers and bytes per step equal the estimate.
+NAT=(precision=bf16 zero.stage=2 zero.reduce_dtype=bf16 zero.reductions_in_flight=3)
+json=$("$FDTRAIN" estimate "$Q" "$TINY" "${NAT[@]}" --world-size 4 --json 2>&1); rc=$?
+check "native bf16 reductions --json exits 0" [ "$rc" -eq 0 ]
+nat_flat=$(tr -d ' \n' <<<"$json")
+f32_flat=$(tr -d ' \n' <<<"$("$FDTRAIN" estimate "$Q" "$TINY" precision=bf16 zero.stage=2 \
+  zero.reductions_in_flight=3 --world-size 4 --json 2>&1)")
+nat_staging=$(sed -E 's/.*\{"stage":2,[^}]*"comm_staging":([0-9]+).*/\1/' <<<"$nat_flat")
+f32_staging=$(sed -E 's/.*\{"stage":2,[^}]*"comm_staging":([0-9]+).*/\1/' <<<"$f32_flat")
+check "native staging $nat_staging = 2·4·S, fp32 staging $f32_staging = 4·5·S" \
+  [ "$nat_staging" -gt 0 -a $((nat_staging * 10)) -eq $((f32_staging * 4)) ]
+run="$TMP/run_native"
+log=$(timeout 300 mpirun --oversubscribe --bind-to none -n 4 "$FDTRAIN" train "$Q" "$TINY" \
+      steps=2 "${NAT[@]}" logging.sample_tokens=0 logging.eval_batches=1 \
+      --run-dir "$run" --no-progress 2>&1); rc=$?
+if [ $rc -ne 0 ] || [ ! -f "$run/summary.json" ]; then
+  echo "FAIL: native bf16 4-rank run at stage 2 exited $rc"; echo "$log" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+else
+  s=$(tr -d ' \n' < "$run/summary.json")
+  mem=$(sed -E 's/.*"memory":\{([^}]*)\}.*/\1/' <<<"$s")
+  field() { sed -E "s/.*\"$1\":([0-9]+).*/\\1/" <<<"$mem"; }
+  nat_field() { sed -E "s/.*\\{\"stage\":2,[^}]*\"$1\":([0-9]+).*/\\1/" <<<"$nat_flat"; }
+  for k in params grads master optimizer activations; do
+    check "native stage 2: measured $k $(field $k) == estimate $(nat_field $k)" \
+      [ "$(field $k)" = "$(nat_field $k)" ]
+  done
+  check "native stage 2: measured comm $(field comm) == estimate $(nat_field comm_buffers)" \
+    [ "$(field comm)" = "$(nat_field comm_buffers)" ]
+  comm=$(sed -E 's/.*"comm_bytes_per_step":([0-9]+).*/\1/' <<<"$s")
+  check "native stage 2: comm bytes per step $comm == estimate $(nat_field comm_bytes_per_step)" \
+    [ "$comm" = "$(nat_field comm_bytes_per_step)" ]
+  check "native stage 2: config.yaml records reduce_dtype bf16" \
+    grep -q '^  reduce_dtype: bf16$' "$run/config.yaml"
+fi
+
 # LoRA, stage 3, bf16, dropout 0.1, every block checkpointed, at N = 4: the
 # trainable (adapter) states, the frozen base shard, activations (the adapter
 # path), comm buffers (the frozen base gathered with each segment) and comm

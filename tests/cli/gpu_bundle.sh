@@ -27,16 +27,10 @@ if ! out=$("$ROOT/scripts/gpu_bundle.sh" "$BUILD" "$TMP/bundle" 2>&1); then
 fi
 echo "$out"
 
-# Starts from the bundle with an empty environment: every library resolves.
-if ! env -i PATH=/usr/bin:/bin OPENBLAS_CORETYPE=Haswell "$TMP/bundle/bin/fdtrain" --version; then
-  echo "FAIL: the bundled fdtrain does not start"; FAILURES=$((FAILURES + 1))
-fi
-missing=$(env -i PATH=/usr/bin:/bin ldd "$TMP/bundle/bin/fdtrain" | grep "not found" || true)
-if [[ -n "$missing" ]]; then
-  echo "FAIL: unresolved libraries: $missing"; FAILURES=$((FAILURES + 1))
-fi
-
-grep -q "^cpu_baseline -march=" "$TMP/bundle/BUILD_INFO" || { echo "FAIL: no BUILD_INFO"; FAILURES=$((FAILURES + 1)); }
+# The binaries travel compressed: nothing runs before device_check.sh unpacks them.
+for f in bin/fdtrain.xz bin/gpu_tests.xz lib/libopenblas.so.0.xz; do
+  [[ -f "$TMP/bundle/$f" ]] || { echo "FAIL: the bundle lacks $f"; FAILURES=$((FAILURES + 1)); }
+done
 
 # The device check without a GPU: the libraries are found, the op tests all skip (the reason
 # given), and it stops there, failing, within seconds, with the table so far.
@@ -57,6 +51,17 @@ done
 if grep -Eq "== 2\.|train_m" "$TMP/dc.log"; then
   echo "FAIL: device_check went on to train without a GPU"; FAILURES=$((FAILURES + 1))
 fi
+# Starts from the bundle with an empty environment: every library resolves.
+if ! env -i PATH=/usr/bin:/bin OPENBLAS_CORETYPE=Haswell "$TMP/bundle/bin/fdtrain" --version; then
+  echo "FAIL: the bundled fdtrain does not start"; FAILURES=$((FAILURES + 1))
+fi
+missing=$(env -i PATH=/usr/bin:/bin ldd "$TMP/bundle/bin/fdtrain" | grep "not found" || true)
+if [[ -n "$missing" ]]; then
+  echo "FAIL: unresolved libraries: $missing"; FAILURES=$((FAILURES + 1))
+fi
+
+grep -q "^cpu_baseline -march=" "$TMP/bundle/BUILD_INFO" || { echo "FAIL: no BUILD_INFO"; FAILURES=$((FAILURES + 1)); }
+
 # The op tests ran (from the bundle, the CUDA libraries found by the check): every GPU test
 # skips, saying why, but one: BlasLibrary loads cuBLASLt, which needs no GPU.
 n_gpu_tests=$(env -i PATH=/usr/bin:/bin "$TMP/bundle/bin/gpu_tests" --gtest_list_tests | grep -v DISABLED_ | grep -c '^  ')

@@ -60,6 +60,38 @@ TEST(CountingCommunicator, SixteenBitSumsAccountMpisFp32Staging) {
   EXPECT_EQ(one.bytes_sent(), 0);
 }
 
+// zero.reduce_dtype bf16/fp16 (Sum16::kNative): MPI stages every rank's
+// 16-bit chunk (2 * n * count bytes) instead of fp32 copies; the kept staging
+// is of that kind, and the bytes counted are the same in either mode.
+TEST(CountingCommunicator, NativeSixteenBitSumsAccountMpisSixteenBitStaging) {
+  EXPECT_EQ(sum16_staging_bytes(Collective::kReduceScatter, 100, 4, Sum16::kFp32), 5 * 100 * 4);
+  EXPECT_EQ(sum16_staging_bytes(Collective::kReduceScatter, 100, 4, Sum16::kNative), 4 * 100 * 2);
+  EXPECT_EQ(sum16_staging_bytes(Collective::kAllReduce, 50, 4, Sum16::kNative), 4 * 50 * 2);
+  EXPECT_EQ(sum16_staging_bytes(Collective::kAllGather, 50, 4, Sum16::kNative), 0);
+  EXPECT_EQ(sum16_staging_bytes(Collective::kReduceScatter, 100, 1, Sum16::kNative), 0);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const int64_t base = comm_current();
+  CountingCommunicator c(3, 4);
+  c.set_sum16(Sum16::kNative);
+  acct.reset_peaks();
+  c.reduce_scatter(nullptr, nullptr, 100, DType::kBF16);
+  EXPECT_EQ(comm_peak() - base, 4 * 100 * 2);
+  EXPECT_EQ(comm_current(), base);
+  EXPECT_EQ(c.bytes_sent(), 3 * 100 * 2);  // the ring model at 2 bytes, as in fp32 mode
+  acct.reset_peaks();
+  c.all_reduce(nullptr, 50, DType::kF16);
+  EXPECT_EQ(comm_peak() - base, 4 * 50 * 2);
+  // Kept: held from now on, and sums up to that size stage nothing more.
+  c.keep_staging(Collective::kReduceScatter, 100, DType::kBF16);
+  EXPECT_EQ(comm_current() - base, 4 * 100 * 2);
+  acct.reset_peaks();
+  c.reduce_scatter(nullptr, nullptr, 100, DType::kBF16);
+  c.reduce_scatter(nullptr, nullptr, 60, DType::kF16);
+  EXPECT_EQ(comm_peak() - base, 4 * 100 * 2);
+  c.reduce_scatter(nullptr, nullptr, 101, DType::kBF16);  // does not fit: its own
+  EXPECT_EQ(comm_peak() - base, 4 * 100 * 2 + 4 * 101 * 2);
+}
+
 TEST(CountingCommunicator, MovesNothingButTheF64HelpersSeeEveryRankAlike) {
   CountingCommunicator c(2, 3);
   std::vector<float> buf = {1, 2, 3}, out = {7, 7, 7, 7, 7, 7, 7, 7, 7};

@@ -408,6 +408,39 @@ TEST(Estimate, SixteenBitModelStatesAreThePaperFormulas) {
   EXPECT_EQ(comm_bytes_per_step(3, 4, 1, 1024, 2), 3 * 1536);
 }
 
+// zero.reduce_dtype bf16/fp16: MPI's kept staging is every rank's 16-bit chunk
+// of the largest segment (2 bytes x the segment) instead of fp32 copies of its
+// input and output (4 bytes x (N + 1) shards); model states and the bytes
+// counted per step do not change.
+TEST(Estimate, NativeSixteenBitReductionsKeepSixteenBitStaging) {
+  const nn::GptConfig c = unpadded();
+  const int64_t psi = nn::gpt2_config(c).num_params();
+  for (config::Precision p : {config::Precision::kBf16, config::Precision::kFp16}) {
+    for (int64_t N : {1, 2, 4}) {
+      config::Recipe r = recipe_for(c, 2, 16, 1);
+      r.precision = p;
+      const Estimate fp32 = estimate(r, int(N));
+      r.zero.reduce_dtype = p;
+      const Estimate native = estimate(r, int(N));
+      int64_t largest = 0;
+      for (const nn::FlatParamGroup* g :
+           nn::Decoder(c, DType::kBF16, zero::layout_for(0, int(N))).groups())
+        largest = std::max(largest, g->numel());
+      const int64_t kept = N > 1 ? largest * 2 : 0;
+      for (int s = 0; s < 4; ++s) {
+        const StageEstimate& a = fp32.stages[size_t(s)];
+        const StageEstimate& b = native.stages[size_t(s)];
+        EXPECT_EQ(b.model_states.total(), a.model_states.total());
+        EXPECT_EQ(b.comm_bytes_per_step, a.comm_bytes_per_step);
+        EXPECT_EQ(b.comm_full_gather, (s == 3 ? 2 * psi : 0) + kept) << "stage " << s << " N " << N;
+        if (N > 1) {
+          EXPECT_LT(b.comm_staging, a.comm_staging) << "stage " << s << " N " << N;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fd::engine
 

@@ -127,13 +127,14 @@ else
   say "nvidia-smi not found: the op tests below tell whether a GPU is usable"
 fi
 
-# OpenBLAS travels compressed (scripts/gpu_bundle.sh).
-if [[ -f "$HERE/lib/libopenblas.so.0.xz" && ! -f "$HERE/lib/libopenblas.so.0" ]]; then
-  xz -dk "$HERE/lib/libopenblas.so.0.xz" 2>/dev/null ||
+# OpenBLAS and the binaries travel compressed (scripts/gpu_bundle.sh).
+for packed in "$HERE"/lib/*.xz "$HERE"/bin/*.xz; do
+  [[ -f "$packed" && ! -f "${packed%.xz}" ]] || continue
+  { xz -dk "$packed" 2>/dev/null ||
     python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' \
-      "$HERE/lib/libopenblas.so.0.xz" "$HERE/lib/libopenblas.so.0" ||
-    stop "cannot unpack lib/libopenblas.so.0.xz (needs xz or python3)"
-fi
+      "$packed" "${packed%.xz}"; } && chmod +x "${packed%.xz}" ||
+    stop "cannot unpack ${packed#"$HERE"/} (needs xz or python3)"
+done
 
 # How to start our binaries: directly, or through the bundled glibc.
 run_bin() { "$HERE/bin/$1" "${@:2}"; }

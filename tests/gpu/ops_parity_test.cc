@@ -199,16 +199,19 @@ TEST_P(GpuParity, Embedding) {
                });
 }
 
-// Runs body(suffix) once per attention implementation dtype dt can take: the default
-// choice (tensor cores for 16-bit shapes that fit, kernels::attention_on_tensor_cores),
+// Runs body(suffix, dtype) once per attention implementation dtype dt can take: the
+// default choice (tensor cores for 16-bit shapes that fit, kernels::attention_on_tensor_cores),
 // then, for 16-bit dtypes, the SIMT fp32 kernels (suffix "_simt"), so both are held to
-// the bound and the device check shows both.
-void for_each_attention_kernels(DType dt, const std::function<void(const std::string&)>& body) {
-  body("");
+// the bound and the device check shows both. The bf16 run also covers f16 (suffix "_f16":
+// the tensor-core kernels' other mma type).
+void for_each_attention_kernels(
+    DType dt, const std::function<void(const std::string&, DType)>& body) {
+  body("", dt);
   if (dt == DType::kF32) return;
   kernels::set_attention_kernels(kernels::AttentionKernels::kSimt);
-  body("_simt");
+  body("_simt", dt);
   kernels::set_attention_kernels(kernels::AttentionKernels::kTensorCores);
+  if (dt == DType::kBF16) body("_f16", DType::kF16);
 }
 
 TEST_P(GpuParity, CausalAttention) {
@@ -218,9 +221,9 @@ TEST_P(GpuParity, CausalAttention) {
         // GPT-2's sequence length, with its head size and Llama's.
         std::tuple{1024, 2, 64}, std::tuple{1024, 1, 128}}) {
     const int64_t B = 2, C = int64_t(n_head) * hs;
-    for_each_attention_kernels(GetParam(), [&](const std::string& impl) {
+    for_each_attention_kernels(GetParam(), [&](const std::string& impl, DType dtype) {
       check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs) + impl,
-                   GetParam(), {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
+                   dtype, {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
                    [n_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
                      return ops::causal_attention(v[0], n_head);
                    });
@@ -236,10 +239,10 @@ TEST_P(GpuParity, CausalAttentionGroupedKv) {
                                           std::tuple{130, 4, 1, 128}, std::tuple{65, 2, 2, 16},
                                           std::tuple{1024, 4, 1, 128}}) {
     const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;
-    for_each_attention_kernels(GetParam(), [&](const std::string& impl) {
+    for_each_attention_kernels(GetParam(), [&](const std::string& impl, DType dtype) {
       check_parity("attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) +
                        "_kv" + std::to_string(n_kv_head) + "_hs" + std::to_string(hs) + impl,
-                   GetParam(),
+                   dtype,
                    {{randn(B * T * Cq, 15), Shape{B, T, Cq}},
                     {randn(B * T * Ckv, 16), Shape{B, T, Ckv}},
                     {randn(B * T * Ckv, 17), Shape{B, T, Ckv}}},
@@ -270,8 +273,8 @@ TEST_P(GpuParity, CausalAttentionPacked) {
   const std::vector<int> lens = {50, 1, 90, 3, 1, 1};  // T = 146
   const int64_t B = 2, T = 146, n_head = 4, n_kv_head = 2, hs = 64;
   const int64_t Cq = n_head * hs, Ckv = n_kv_head * hs;
-  for_each_attention_kernels(GetParam(), [&](const std::string& impl) {
-    check_parity("attention_packed_T146_gqa" + impl, GetParam(),
+  for_each_attention_kernels(GetParam(), [&](const std::string& impl, DType dtype) {
+    check_parity("attention_packed_T146_gqa" + impl, dtype,
                  {{randn(B * T * Cq, 41), Shape{B, T, Cq}},
                   {randn(B * T * Ckv, 42), Shape{B, T, Ckv}},
                   {randn(B * T * Ckv, 43), Shape{B, T, Ckv}},
@@ -280,7 +283,7 @@ TEST_P(GpuParity, CausalAttentionPacked) {
                    return ops::causal_attention(v[0], v[1], v[2], 4, 2, t[0]);
                  });
     const int64_t C = 2 * 32;
-    check_parity("attention_packed_T146_qkv" + impl, GetParam(),
+    check_parity("attention_packed_T146_qkv" + impl, dtype,
                  {{randn(B * T * 3 * C, 44), Shape{B, T, 3 * C}},
                   {packed_starts(B, lens), Shape{B, T}, false}},
                  [](const std::vector<Variable>& v, const std::vector<Tensor>& t) {

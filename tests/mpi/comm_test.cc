@@ -703,8 +703,13 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
   };
   MemoryAccountant& acct = MemoryAccountant::global();
   CountingCommunicator counting(g_comm->rank(), w);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    SCOPED_TRACE(::testing::Message() << "collective " << i);
+  for (size_t i = 0; i < 2 * ops.size(); ++i) {
+    // Each collective in either mode of 16-bit sums: fp32 staging, then native.
+    const Sum16 mode = i < ops.size() ? Sum16::kFp32 : Sum16::kNative;
+    g_comm->set_sum16(mode);
+    counting.set_sum16(mode);
+    SCOPED_TRACE(::testing::Message()
+                 << "collective " << i % ops.size() << ", 16-bit sums " << sum16_name(mode));
     int64_t bytes[2], control[2], peak[2];
     for (int k = 0; k < 2; ++k) {
       Communicator& c = k == 0 ? *g_comm : counting;
@@ -712,7 +717,7 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
       c.reset_counters();
       const int64_t base = acct.current(MemCategory::kComm);
       acct.reset_peaks();
-      ops[i](c, k == 0);
+      ops[i % ops.size()](c, k == 0);
       bytes[k] = c.bytes_sent();
       control[k] = c.control_bytes();
       peak[k] = acct.peak(MemCategory::kComm) - base;
@@ -722,6 +727,7 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
     EXPECT_EQ(control[1], control[0]);
     EXPECT_EQ(peak[1], peak[0]);
   }
+  g_comm->set_sum16(Sum16::kFp32);
 }
 
 // keep_staging: MPI allocates the fp32 staging of 16-bit sums once, holds it,
@@ -770,6 +776,129 @@ TEST(Comm, KeptStagingIsHeldOnceAndCountedAsMpi) {
   EXPECT_EQ(held[0], w > 1 ? (w + 1) * kept * f32 : 0);
   EXPECT_EQ(fits[0], 0);
   EXPECT_EQ(not_fit[0], w > 1 ? (w + 1) * big * f32 : 0);
+  EXPECT_EQ(held[1], held[0]);
+  EXPECT_EQ(fits[1], fits[0]);
+  EXPECT_EQ(not_fit[1], not_fit[0]);
+}
+
+// Sum16::kNative (zero.reduce_dtype bf16/fp16): a 16-bit reduce-scatter or
+// all-reduce is the left fold of every rank's values in rank order, each
+// partial sum rounded to the 16-bit dtype, bit for bit as recomputed here; it
+// differs from the fp32-staged sum by no more than the bound docs/ZERO.md
+// states; at world 2 (one addition, one rounding) both modes give the same
+// bits; crafted elements show the difference at world >= 3.
+double gamma_k(int k, double u) { return k * u / (1 - k * u); }
+
+// Rank r's value at element i: either sign, magnitudes 2^-7 .. 2^4 (no
+// subnormals, where the relative bound would not hold).
+float native_input(int r, int64_t i) {
+  uint64_t h = (uint64_t(r) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(i) * 0xBF58476D1CE4E5B9ull);
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  const double mag = double(500 + int64_t(h % 501)) / 1000.0;
+  return float(std::ldexp((h >> 40) & 1 ? -mag : mag, int((h >> 20) % 11) - 6));
+}
+
+TEST(Comm, NativeSixteenBitSumsAreRankOrderedRoundedSums) {
+  const int w = g_comm->size(), me = g_comm->rank();
+  std::unique_ptr<Communicator> native = g_comm->split(0, me);
+  native->set_sum16(Sum16::kNative);
+  const int64_t n = 3000;  // per rank
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const double u = t == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    // Elements 0-7 crafted: rank 0 gives 2^8 (bf16) or 2^11 (fp16), the others 1;
+    // 2^8 + 1 is a tie that rounds (to even) back to 2^8, again at every step.
+    const float big = t == DType::kBF16 ? 256.0f : 2048.0f;
+    auto input = [&](int r, int64_t i) {
+      if (i % n < 8) return r == 0 ? big : 1.0f;
+      return native_input(r, i);
+    };
+    auto round16 = [&](float v) {
+      return t == DType::kBF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+    };
+    Buf send(t, n * w), got_native(t, n), got_staged(t, n);
+    for (int64_t i = 0; i < n * w; ++i) send.set(i, input(me, i));
+    native->reduce_scatter(send.data(), got_native.data(), n, t);
+    g_comm->reduce_scatter(send.data(), got_staged.data(), n, t);
+    int64_t fold_bad = 0, bound_bad = 0, same = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = int64_t(me) * n + j;
+      float acc = round16(input(0, i));
+      double sum_abs = std::fabs(double(acc));
+      for (int r = 1; r < w; ++r) {
+        const float x = round16(input(r, i));
+        acc = round16(acc + x);
+        sum_abs += std::fabs(double(x));
+      }
+      if (got_native.get(j) != double(acc)) ++fold_bad;
+      const double bound =
+          (gamma_k(w - 1, u) + u + 2 * gamma_k(w - 1, std::ldexp(1.0, -24))) * sum_abs;
+      if (std::fabs(got_native.get(j) - got_staged.get(j)) > bound) ++bound_bad;
+      if (got_native.get(j) == got_staged.get(j)) ++same;
+    }
+    EXPECT_EQ(fold_bad, 0) << "native sums that are not the rank-ordered 16-bit fold";
+    EXPECT_EQ(bound_bad, 0) << "native sums farther from the fp32-staged ones than the bound";
+    if (w == 2) {
+      EXPECT_EQ(same, n) << "world 2: one addition, one rounding in either mode";
+    }
+    if (me == 0 && w >= 3) {
+      // 2^8 + (w-1) ones: native stays at 2^8; staged rounds big + w - 1 once.
+      EXPECT_EQ(got_native.get(0), big);
+      EXPECT_EQ(got_staged.get(0), double(round16(big + float(w - 1))));
+      EXPECT_NE(got_native.get(0), got_staged.get(0));
+    }
+    // All-reduce: the same fold over whole buffers, identical on every rank.
+    Buf ar(t, n);
+    for (int64_t i = 0; i < n; ++i) ar.set(i, input(me, i));
+    native->all_reduce(ar.data(), n, t);
+    int64_t ar_bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      float acc = round16(input(0, i));
+      for (int r = 1; r < w; ++r) acc = round16(acc + round16(input(r, i)));
+      if (ar.get(i) != double(acc)) ++ar_bad;
+    }
+    EXPECT_EQ(ar_bad, 0);
+    EXPECT_TRUE(same_on_all_ranks(fnv1a(ar.bytes)));
+  }
+}
+
+// Sum16::kNative's staging: every rank's 16-bit contribution (2 * w * count
+// bytes), kept once by keep_staging and counted alike by the counting
+// communicator; a sum that does not fit stages its own.
+TEST(Comm, NativeKeptStagingIsHeldOnceAndCountedAsMpi) {
+  const int w = g_comm->size();
+  const int64_t kept = 64, big = 100;
+  std::unique_ptr<Communicator> fresh = g_comm->split(0, g_comm->rank());
+  CountingCommunicator counting(g_comm->rank(), w);
+  fresh->set_sum16(Sum16::kNative);
+  counting.set_sum16(Sum16::kNative);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  std::vector<uint16_t> in(static_cast<size_t>(big * w), f32_to_bf16(1.0f)),
+      out(static_cast<size_t>(big));
+  int64_t held[2], fits[2], not_fit[2];
+  for (int k = 0; k < 2; ++k) {
+    Communicator& c = k == 0 ? *fresh : counting;
+    const bool real = k == 0;
+    g_comm->barrier();
+    const int64_t base = acct.current(MemCategory::kComm);
+    c.keep_staging(Collective::kReduceScatter, kept, DType::kBF16);
+    held[k] = acct.current(MemCategory::kComm) - base;
+    acct.reset_peaks();
+    c.reduce_scatter(real ? in.data() : nullptr, real ? out.data() : nullptr, kept, DType::kBF16);
+    c.all_reduce(real ? out.data() : nullptr, kept, DType::kBF16);
+    fits[k] = acct.peak(MemCategory::kComm) - acct.current(MemCategory::kComm);
+    acct.reset_peaks();
+    c.reduce_scatter(real ? in.data() : nullptr, real ? out.data() : nullptr, big, DType::kBF16);
+    not_fit[k] = acct.peak(MemCategory::kComm) - acct.current(MemCategory::kComm);
+    if (real) {
+      for (int64_t i = 0; i < big; ++i) ASSERT_EQ(bf16_to_f32(out[size_t(i)]), float(w));
+    }
+  }
+  EXPECT_EQ(held[0], w > 1 ? 2 * w * kept : 0);
+  EXPECT_EQ(fits[0], 0);
+  EXPECT_EQ(not_fit[0], w > 1 ? 2 * w * big : 0);
   EXPECT_EQ(held[1], held[0]);
   EXPECT_EQ(fits[1], fits[0]);
   EXPECT_EQ(not_fit[1], not_fit[0]);

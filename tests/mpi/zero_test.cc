@@ -8,7 +8,9 @@
 //   - communication: 2P(N-1)/N*4 bytes per step for stages 0-2, 3P(N-1)/N*4
 //     for stage 3;
 //   - ZeRO-3 reads a model directory (model.init_from) straight into each
-//     rank's shards: no full parameter buffer during setup, the same values.
+//     rank's shards: no full parameter buffer during setup, the same values;
+//   - zero.reduce_dtype bf16/fp16 (16-bit sums, rank-ordered on MPI): stages
+//     still bitwise identical; at world 2 the fp32-staged run's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,6 +106,10 @@ struct EquivalenceCase {
   const char* precision;
   bool lora = false;  // only the adapters train (the base is frozen and, at stage 3, partitioned)
   const char* family = "gpt2";  // gpt2, or a Llama-family model (kLlamaModels)
+  // zero.reduce_dtype: the precision sums 16-bit gradients natively (on MPI in
+  // rank order, so the stages still agree bitwise); the checkpointed pass
+  // then also keeps 4 reductions in flight, which must not change a bit.
+  bool native_reduce = false;
 };
 
 // Llama-family models of the same size as the GPT-2 above: GQA, RoPE, SwiGLU;
@@ -129,6 +135,10 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
                                     "batch.accumulation=" + std::to_string(c.accumulation),
                                     std::string("precision=") + c.precision,
                                     std::string("activation_checkpointing.layers=") + ckpt};
+      if (c.native_reduce) {
+        o.push_back(std::string("zero.reduce_dtype=") + c.precision);
+        if (std::string(ckpt) == "all") o.push_back("zero.reductions_in_flight=4");
+      }
       const std::string family = c.family;
       if (family != "gpt2") o.push_back(llama_model(family));
       if (c.lora)
@@ -139,11 +149,15 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
       Result res = train(r, *g_comm, "stages");
       std::string digest = res.summary["weights_sha256"];
       if (g_comm->rank() == 0)
-        std::printf("world %d, %s%s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
-                    "%s, loss %.6f\n",
-                    g_comm->size(), (std::string(c.family) + " " + c.precision).c_str(),
-                    c.lora ? " LoRA" : "", c.accumulation, ckpt, stage,
-                    digest.substr(0, 16).c_str(), res.summary["final_loss"].get<double>());
+        std::printf(
+            "world %d, %s%s, accumulation %d, checkpointing %s, stage %d: weights_sha256 "
+            "%s, loss %.6f\n",
+            g_comm->size(),
+            (std::string(c.family) + " " + c.precision +
+             (c.native_reduce ? " (native reductions)" : ""))
+                .c_str(),
+            c.lora ? " LoRA" : "", c.accumulation, ckpt, stage, digest.substr(0, 16).c_str(),
+            res.summary["final_loss"].get<double>());
       EXPECT_EQ(res.summary["steps"], 20);
       expect_same_on_all_ranks(digest);
       if (first.empty()) {
@@ -163,7 +177,28 @@ INSTANTIATE_TEST_SUITE_P(Cases, Zero,
                                            EquivalenceCase{2, "bf16", true},
                                            EquivalenceCase{1, "bf16", false, "qwen3"},
                                            EquivalenceCase{2, "fp32", false, "llama"},
-                                           EquivalenceCase{1, "fp16", true, "llama"}));
+                                           EquivalenceCase{1, "fp16", true, "llama"},
+                                           EquivalenceCase{2, "bf16", false, "gpt2", true},
+                                           EquivalenceCase{1, "fp16", false, "gpt2", true}));
+
+// zero.reduce_dtype bf16 against fp32 staging, the same run otherwise: at
+// world 2 each element's sum is one addition and one rounding either way, so
+// the weights are the same bits; at world 4 the 16-bit partial sums round
+// where fp32 does not, and the weights differ (the mode is in effect).
+TEST(ZeroReduceDtype, NativeEqualsFp32StagingAtWorldTwoOnly) {
+  std::string digest[2];
+  for (int native = 0; native < 2; ++native) {
+    std::vector<std::string> o = {"zero.stage=2", "batch.accumulation=2", "precision=bf16"};
+    if (native) o.push_back("zero.reduce_dtype=bf16");
+    digest[native] = train(recipe(o), *g_comm, "reduce_dtype").summary["weights_sha256"];
+    expect_same_on_all_ranks(digest[native]);
+  }
+  if (g_comm->size() == 2) {
+    EXPECT_EQ(digest[1], digest[0]);
+  } else if (g_comm->size() >= 4) {
+    EXPECT_NE(digest[1], digest[0]);
+  }
+}
 
 // A directory every rank of this job names alike (rank 0's pid), made by rank 0.
 std::string shared_dir(const std::string& name) {

@@ -3,6 +3,7 @@
 
 #include <nccl.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,10 @@ struct NcclCommunicator::State {
   double timeout_s = 600.0;
   int64_t next_seq = 1;
   std::shared_ptr<CommStats> stats;
+  // keep_staging()'s fp32 buffer on the GPU (Sum16::kFp32). Every op's casts
+  // and collective run on `stream`, one op after the other, so ops in flight
+  // share it safely; each op's Work holds the buffer it used.
+  Tensor kept;
   bool aborted = false;
   std::mutex mu;  // guards aborted / comm teardown
 
@@ -76,8 +81,9 @@ struct NcclCommunicator::State {
 
 namespace {
 
-// One collective in flight: its completion event on the communication stream,
-// and for 16-bit sums the fp32 staging buffer to round back from.
+// One collective in flight: its completion event on the communication stream
+// (recorded after everything the op queued there, a 16-bit sum's rounding
+// back included), and the buffers it must keep alive until then.
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommunicator::State> st, std::string what, int64_t seq)
@@ -85,7 +91,9 @@ class NcclWork final : public Work {
     done_ = kernels::event_create();
   }
   ~NcclWork() override {
-    if (!finished_) wait_quietly();
+    // Ordered on the device (order_device_after): the compute stream waits for
+    // the op, so memory released here goes only to work ordered after it.
+    if (!finished_ && !device_ordered_) wait_quietly();
     try {  // a destructor does not throw (std::terminate): the event is lost
       kernels::event_destroy(done_);
     } catch (const std::exception& e) {
@@ -94,13 +102,16 @@ class NcclWork final : public Work {
   }
 
   void* done_event() const { return done_; }
-  // After completion: staging -> out (16-bit), on the compute stream.
-  void set_round_back(Tensor staging, void* out, DType dtype) {
-    staging_ = std::move(staging);
-    out_ = out;
-    out_dtype_ = dtype;
+  // Holds `t` (staging, a barrier's scalar) until the op has completed.
+  void keep(Tensor t) {
+    for (Tensor& k : keep_) {
+      if (!k.defined()) {
+        k = std::move(t);
+        return;
+      }
+    }
+    FD_CHECK(false, "{}: more than {} buffers kept", what_, keep_.size());
   }
-  void keep(Tensor t) { keep_ = std::move(t); }
 
   void wait() override {
     if (finished_) return;
@@ -132,17 +143,18 @@ class NcclWork final : public Work {
     return true;
   }
 
+  // The compute stream waits for the op's event; the host goes on. wait()
+  // later still checks for failure and the timeout.
+  void order_device_after() override {
+    if (finished_ || device_ordered_) return;
+    kernels::stream_wait_event(kernels::compute_stream(), done_);
+    device_ordered_ = true;
+  }
+
  private:
   void finish() {
     finished_ = true;
-    if (staging_.defined()) {
-      kernels::cast(staging_.raw(), kernels::DT::kF32, out_, static_cast<kernels::DT>(out_dtype_),
-                    staging_.numel());
-      // Ordered before whatever the caller queues next on the compute stream,
-      // and before the next collective (which waits for the compute stream).
-      staging_ = Tensor();
-    }
-    keep_ = Tensor();
+    for (Tensor& k : keep_) k = Tensor();
   }
   void wait_quietly() {
     try {
@@ -157,10 +169,19 @@ class NcclWork final : public Work {
   Clock::time_point started_;
   void* done_ = nullptr;
   bool finished_ = false;
-  Tensor staging_, keep_;
-  void* out_ = nullptr;
-  DType out_dtype_ = DType::kF32;
+  bool device_ordered_ = false;  // the compute stream waits for done_
+  std::array<Tensor, 2> keep_;
 };
+
+kernels::DT kdt(DType t) { return static_cast<kernels::DT>(t); }
+
+// `n` fp32 elements of a 16-bit sum's staging from element `at`: in the kept
+// buffer when the op's whole staging (`need` elements) fits there, else a
+// buffer of the op's own.
+Tensor staging(const NcclCommunicator::State& st, int64_t need, int64_t at, int64_t n) {
+  if (st.kept.defined() && st.kept.numel() >= need) return st.kept.flat_slice(at, n);
+  return Tensor::empty(Shape{n}, DType::kF32, MemCategory::kComm, gpu());
+}
 
 }  // namespace
 
@@ -230,31 +251,28 @@ WorkPtr launch(const std::shared_ptr<NcclCommunicator::State>& st, const std::st
 }  // namespace
 
 WorkPtr NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
-  count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)) );
+  count_bytes(Collective::kAllReduce, count * int64_t(dtype_size(dtype)));
   if (count == 0) return std::make_shared<CompletedWork>();
   const ncclRedOp_t rop = op == ReduceOp::kSum ? ncclSum : ncclMax;
+  // Sum16::kNative, a max, and 32-bit types: NCCL in the buffer's own dtype, in place.
+  const bool staged = is_16bit(dtype) && op == ReduceOp::kSum && sum16() == Sum16::kFp32;
   auto st = state_;
-  return launch(st, fmt::format("all_reduce of {} {}", count, dtype_name(dtype)),
-                [&](NcclWork* w) {
-                  if (is_16bit(dtype) && op == ReduceOp::kSum) {
-                    Tensor staging = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kComm, gpu());
-                    kernels::cast(buf, static_cast<kernels::DT>(dtype), staging.raw(),
-                                  kernels::DT::kF32, count);
-                    // The cast ran on the compute stream: order it before the reduction.
-                    void* ev = kernels::event_create();
-                    kernels::event_record(ev, kernels::compute_stream());
-                    kernels::stream_wait_event(st->stream, ev);
-                    kernels::event_destroy(ev);
-                    st->check(ncclAllReduce(staging.raw(), staging.raw(), size_t(count),
-                                            ncclFloat32, rop, st->comm, st->cuda_stream()),
-                              "ncclAllReduce");
-                    w->set_round_back(staging, buf, dtype);
-                  } else {
-                    st->check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), rop,
-                                            st->comm, st->cuda_stream()),
-                              "ncclAllReduce");
-                  }
-                });
+  return launch(st, fmt::format("all_reduce of {} {}", count, dtype_name(dtype)), [&](NcclWork* w) {
+    if (staged) {
+      // Widen, sum in fp32, round back once: all on the communication stream.
+      Tensor f32 = staging(*st, count, 0, count);
+      kernels::cast_on(st->stream, buf, kdt(dtype), f32.raw(), kernels::DT::kF32, count);
+      st->check(ncclAllReduce(f32.raw(), f32.raw(), size_t(count), ncclFloat32, rop, st->comm,
+                              st->cuda_stream()),
+                "ncclAllReduce");
+      kernels::cast_on(st->stream, f32.raw(), kernels::DT::kF32, buf, kdt(dtype), count);
+      w->keep(std::move(f32));
+    } else {
+      st->check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dtype), rop, st->comm,
+                              st->cuda_stream()),
+                "ncclAllReduce");
+    }
+  });
 }
 
 WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
@@ -262,29 +280,38 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int
   const int64_t total = recv_count * size();
   count_bytes(Collective::kReduceScatter, total * int64_t(dtype_size(dtype)));
   if (recv_count == 0) return std::make_shared<CompletedWork>();
+  // Sum16::kNative and 32-bit types: NCCL sums in the buffers' own dtype, no staging.
+  const bool staged = is_16bit(dtype) && sum16() == Sum16::kFp32;
   auto st = state_;
   return launch(
       st, fmt::format("reduce_scatter of {} {}", total, dtype_name(dtype)), [&](NcclWork* w) {
-        if (is_16bit(dtype)) {
-          Tensor in = Tensor::empty(Shape{total}, DType::kF32, MemCategory::kComm, gpu());
-          Tensor out = Tensor::empty(Shape{recv_count}, DType::kF32, MemCategory::kComm, gpu());
-          kernels::cast(send, static_cast<kernels::DT>(dtype), in.raw(), kernels::DT::kF32,
-                        total);
-          void* ev = kernels::event_create();
-          kernels::event_record(ev, kernels::compute_stream());
-          kernels::stream_wait_event(st->stream, ev);
-          kernels::event_destroy(ev);
+        if (staged) {
+          // Widen, sum in fp32, round back once: all on the communication stream.
+          const int64_t need =
+              fp32_staging_elements(Collective::kReduceScatter, recv_count, size());
+          Tensor in = staging(*st, need, 0, total);
+          Tensor out = staging(*st, need, total, recv_count);
+          kernels::cast_on(st->stream, send, kdt(dtype), in.raw(), kernels::DT::kF32, total);
           st->check(ncclReduceScatter(in.raw(), out.raw(), size_t(recv_count), ncclFloat32,
                                       ncclSum, st->comm, st->cuda_stream()),
                     "ncclReduceScatter");
-          w->keep(in);
-          w->set_round_back(out, recv, dtype);
+          kernels::cast_on(st->stream, out.raw(), kernels::DT::kF32, recv, kdt(dtype), recv_count);
+          w->keep(std::move(in));
+          w->keep(std::move(out));
         } else {
           st->check(ncclReduceScatter(send, recv, size_t(recv_count), nccl_type(dtype), ncclSum,
                                       st->comm, st->cuda_stream()),
                     "ncclReduceScatter");
         }
       });
+}
+
+void NcclCommunicator::keep_staging(Collective c, int64_t count, DType dtype) {
+  if (!is_16bit(dtype) || sum16() != Sum16::kFp32) return;  // kNative stages nothing
+  const int64_t need = fp32_staging_elements(c, count, size());
+  // Ops in flight hold the buffer they were issued with.
+  if (need > state_->kept.numel())
+    state_->kept = Tensor::empty(Shape{need}, DType::kF32, MemCategory::kComm, gpu());
 }
 
 WorkPtr NcclCommunicator::all_gather_async(const void* send, void* recv, int64_t send_count,
