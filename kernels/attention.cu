@@ -656,22 +656,10 @@ void dispatch(DT dt, int hs, F&& f) {
       f.template operator()<kDt, 128>();
     }
   };
-  switch (dt) {
-    case DT::kBF16:
-      by_hs.template operator()<DT::kBF16>();
-      break;
-    case DT::kF16:
-      by_hs.template operator()<DT::kF16>();
-      break;
-    default:
-      by_hs.template operator()<DT::kF32>();
-      break;
-  }
+  dispatch_dt(dt, by_hs);
 }
 
 std::atomic<AttentionKernels> g_attention_kernels{AttentionKernels::kTensorCores};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -682,7 +670,7 @@ bool attention_on_tensor_cores(DT dt, const AttentionShape& a, const void* q, co
                                const void* v, const void* out) {
   return attention_kernels() == AttentionKernels::kTensorCores &&
          (dt == DT::kBF16 || dt == DT::kF16) && flash::shapes_fit(a.hs, a.ld_q, a.ld_k, a.ld_v) &&
-         aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out);
+         all_vec_aligned(q, k, v, out);
 }
 
 void attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, DT dt,

@@ -34,6 +34,7 @@
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
 #include "lib/tensor/device.h"
+#include "tests/gpu/require_gpu.h"
 #include "lib/tensor/host_link.h"
 #include "lib/tensor/tensor.h"
 
@@ -41,18 +42,6 @@ namespace fd {
 namespace {
 
 using autograd::Variable;
-
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (cuda_device_count() == 0) return false;
-    init_cuda_device(0);
-    return true;
-  }();
-  return ready;
-}
-
-#define REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
 
 double bound_for(DType t) { return t == DType::kF32 ? 1e-5 : 1e-2; }
 

@@ -18,24 +18,13 @@
 
 #include "kernels/kernels.h"
 #include "lib/tensor/device.h"
+#include "tests/gpu/require_gpu.h"
 #include "lib/tensor/dtype.h"
 
 namespace fd {
 namespace {
 
 using kernels::DT;
-
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (cuda_device_count() == 0) return false;
-    init_cuda_device(0);
-    return true;
-  }();
-  return ready;
-}
-
-#define REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
 
 constexpr DT kFloatDts[] = {DT::kF32, DT::kBF16, DT::kF16};
 
