@@ -16,17 +16,17 @@
 // each example with its token counts and the tokens the loss is computed on
 // marked: green on a terminal (--color), [[ ]] brackets otherwise.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/config/load.h"
 #include "lib/data/chat_template.h"
 #include "lib/data/example_dataset.h"
@@ -46,12 +46,8 @@ struct TemplateOptions {
 };
 
 data::Record read_conversation(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) usage_error("--messages {}: cannot open ({})", path, std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, false);
-  if (j.is_discarded()) usage_error("--messages {}: not valid JSON", path);
+  // A regular file of at most kMaxConfigFileBytes, nested at most kMaxJsonDepth deep.
+  nlohmann::json j = read_json_file(path, "--messages");
   if (j.is_array()) j = nlohmann::json{{"messages", j}};
   data::Record r;
   data::RecordOptions o;
@@ -110,6 +106,10 @@ int run_preview(const PreviewOptions& o) {
   const char* off = color ? "\x1b[0m" : "]]";
   data::RecordStats stats;
   const std::vector<data::Record> records = data::read_records(d.train, eo.records, &stats);
+  if (records.empty()) {  // as train refuses it, not an empty preview
+    usage_error("{}: data.train: no example in {} ({} records read, {} bad records skipped)",
+                o.recipe, fmt::join(d.train, ", "), stats.records, stats.skipped);
+  }
   int shown = 0;
   for (const data::Record& rec : records) {
     if (shown == o.n) break;

@@ -10,6 +10,8 @@
 // The reading and drawing live in lib/engine (run_table.h, loss_plot.h).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,8 +21,10 @@
 #include <vector>
 
 #include "apps/fdtrain/subcommand.h"
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
 #include "lib/engine/loss_plot.h"
+#include "lib/engine/output_path.h"
 #include "lib/engine/run_table.h"
 
 namespace fd::cli {
@@ -42,21 +46,13 @@ int run_plot(const std::vector<std::string>& dirs, const std::string& out,
   engine::PlotOptions o;
   if (!title.empty()) o.title = title;
   const std::string svg = engine::loss_plot_svg(runs, o);
-  // Written next to its destination and renamed into place: never half a file.
-  const fs::path tmp = fs::path(out).concat(".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << svg;
-    f.flush();
-    if (!f)
-      usage_error(
-          "--out {}: cannot write the plot there (no such directory, or no "
-          "permission); choose another --out",
-          out);
-  }
-  std::error_code ec;
-  fs::rename(tmp, out, ec);
-  if (ec) usage_error("--out {}: cannot write the plot there: {}", out, ec.message());
+  // Only a regular file, never a run's own (docs/RUN_DIR.md, Outputs); written
+  // beside its destination under a fresh name and renamed into place.
+  engine::check_output_path(out, engine::OutputKind::kFile, "--out");
+  fs::path tmp;
+  ::close(make_temp_file_beside(out, &tmp));
+  const std::string failed = write_file_atomically(out, svg, tmp);
+  if (!failed.empty()) usage_error("--out {}: cannot write the plot there: {}", out, failed);
   std::printf("%s: loss of %zu run%s\n", out.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
   return 0;
 }

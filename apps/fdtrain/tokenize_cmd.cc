@@ -11,7 +11,10 @@
 // bos_token first and its eos_token last (each only when the config names one;
 // --no-bos / --no-eos drop them). --raw encodes the text exactly as given, with
 // no tokens added (special-token strings in the text still encode as those
-// tokens, as in Hugging Face).
+// tokens, as in Hugging Face). Text must be UTF-8, as a Python str handed to
+// Hugging Face's tokenizers is: a file that is not (a binary, Latin-1) is
+// refused naming the byte offset of the first invalid sequence, never encoded
+// with U+FFFD in its place.
 //
 // Documents are read in order, encoded by --threads workers (default: the
 // machine's cores) in batches of ~1 MB and written in order, with a bounded
@@ -20,8 +23,10 @@
 // is the tokenizer and a few MB of text, however large the input (100 MB of
 // text through Llama 3's tokenizer on 2 threads: 137 MB peak RSS). The file
 // appears under its name only when complete (temporary file, fsync, rename);
-// an existing FILE is kept unless --overwrite. A terminal stderr shows progress
-// (MB done / total, MB/s, ETA).
+// an existing FILE is kept unless --overwrite; what is not a regular file (a
+// directory, FIFO, device) or is a run's own file (config.yaml, ...) is never
+// replaced, --overwrite or not (lib/engine/output_path.h). A terminal stderr
+// shows progress (MB done / total, MB/s, ETA).
 //
 // --json prints one object (docs/RUN_DIR.md, "tokenize --json"):
 //   out, tokenizer (strings), documents, skipped_blank_lines, bytes, tokens,
@@ -43,6 +48,7 @@
 #include "lib/data/document_encoder.h"
 #include "lib/data/token_file_writer.h"
 #include "lib/data/tokenizer.h"
+#include "lib/engine/output_path.h"
 
 namespace fd::cli {
 namespace {
@@ -66,6 +72,8 @@ std::string mb(double bytes) { return fmt::format("{:.1f}", bytes / 1e6); }
 
 int run_tokenize(const TokenizeOptions& o) {
   if (o.inputs.empty()) usage_error("fdtrain tokenize: no INPUT files given");
+  // Only a regular file is replaced, and never a run's own file (lib/engine/output_path.h).
+  engine::check_output_path(o.out, engine::OutputKind::kFile, "--out");
   std::error_code ec;
   size_t total_bytes = 0;
   for (const std::string& in : o.inputs) {

@@ -2,11 +2,16 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
+#include <vector>
+
+#include "lib/base/error.h"
 
 namespace fd {
 
@@ -18,6 +23,43 @@ void sync_directory(const fs::path& dir) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+namespace {
+
+// "<target>.tmp-XXXXXX" as a writable buffer for mkstemp / mkdtemp.
+std::vector<char> temp_template(const fs::path& target) {
+  fs::path t = target.lexically_normal();
+  if (t.filename().empty()) t = t.parent_path();  // "out/" -> "out"
+  const std::string name = t.string() + ".tmp-XXXXXX";
+  return std::vector<char>(name.c_str(), name.c_str() + name.size() + 1);
+}
+
+}  // namespace
+
+fs::path make_temp_dir_beside(const fs::path& target) {
+  std::vector<char> name = temp_template(target);
+  if (::mkdtemp(name.data()) == nullptr)
+    runtime_error(
+        "cannot create a temporary directory {}: {}; check that the directory exists "
+        "and is writable",
+        name.data(), std::strerror(errno));
+  // mkdtemp makes it 0700; the output it becomes is an ordinary directory.
+  ::chmod(name.data(), 0755);
+  return fs::path(name.data());
+}
+
+int make_temp_file_beside(const fs::path& target, fs::path* tmp) {
+  std::vector<char> name = temp_template(target);
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0)
+    runtime_error(
+        "cannot create a temporary file {}: {}; check that the directory exists and "
+        "is writable",
+        name.data(), std::strerror(errno));
+  ::fchmod(fd, 0644);  // mkstemp makes it 0600; the output is an ordinary file
+  *tmp = fs::path(name.data());
+  return fd;
 }
 
 std::string write_file_atomically(const fs::path& path, std::string_view content,

@@ -1,5 +1,7 @@
 #include "lib/ckpt/export.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,7 +11,9 @@
 #include <set>
 #include <tuple>
 
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
 #include "lib/base/strings.h"
 #include "lib/ckpt/h5.h"
 #include "lib/ckpt/lora_base.h"
@@ -173,10 +177,22 @@ void write_weights_file(const std::string& out,
   if (ends_with(out, ".safetensors")) {
     write_safetensors(out, tensors, meta);  // writes out.tmp and renames
   } else {
-    std::string tmp = out + ".tmp";
-    write_h5_export(tmp, tensors, meta);
+    // A fresh temporary name (never a file of the user's called out.tmp), renamed into place.
+    fs::path tmp_path;
+    ::close(make_temp_file_beside(out, &tmp_path));
+    const std::string tmp = tmp_path.string();
+    try {
+      write_h5_export(tmp, tensors, meta);
+    } catch (...) {
+      fs::remove(tmp, ec);
+      throw;
+    }
     fs::rename(tmp, out, ec);
-    if (ec) runtime_error("cannot rename {} to {}: {}", tmp, out, ec.message());
+    if (ec) {
+      const std::string why = ec.message();
+      fs::remove(tmp, ec);
+      runtime_error("cannot rename {} to {}: {}", tmp, out, why);
+    }
   }
 }
 
@@ -230,6 +246,11 @@ void check_export_file(const std::string& out, DType dtype, bool overwrite) {
   if (!ends_with(out, ".safetensors") && !ends_with(out, ".h5"))
     usage_error("--out {}: the file name must end in .safetensors or .h5", out);
   std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_regular_file(out, ec))
+    usage_error(
+        "--out {}: it is {}, not a regular file, and an export replaces only a file; "
+        "nothing was changed: choose another --out",
+        out, describe_file_type(out));
   if (fs::exists(out, ec) && !overwrite)
     usage_error("{} already exists; pass --overwrite to replace it, or choose another --out", out);
 }
@@ -237,9 +258,21 @@ void check_export_file(const std::string& out, DType dtype, bool overwrite) {
 void check_export_dir(const std::string& dir, DType dtype, bool overwrite) {
   check_export_dtype(dtype);
   std::error_code ec;
-  if (fs::exists(dir, ec) && !overwrite)
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec))
+    usage_error(
+        "--lora-adapter {}: it exists and is not a directory; choose another --lora-adapter", dir);
+  if (fs::is_empty(dir, ec)) return;
+  if (!overwrite)
     usage_error(
         "{} already exists; pass --overwrite to replace it, or choose another --lora-adapter", dir);
+  // --overwrite replaces a previous adapter (its whole directory), never anything else.
+  if (!fs::exists(fs::path(dir) / "adapter_config.json", ec))
+    usage_error(
+        "--lora-adapter {}: --overwrite replaces only a PEFT adapter directory (one with "
+        "adapter_config.json), and this one has none; nothing was changed: choose another "
+        "--lora-adapter",
+        dir);
 }
 
 // ---------------------------------------------------------------------------

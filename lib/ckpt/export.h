@@ -62,10 +62,13 @@ bool is_lora_checkpoint(const Checkpoint& c);
 // The checks an export makes before it reads anything, so that a bad
 // argument is refused before a large checkpoint is opened: `dtype` is kF32 or
 // kBF16 ("--dtype must be fp32 or bf16"), and `out` ends in .safetensors or
-// .h5 and does not exist unless `overwrite` (check_export_file), or the
-// adapter directory `dir` does not exist unless `overwrite`
-// (check_export_dir). Throws fd::Error kUsage. The exports below make them
-// too.
+// .h5 and does not exist unless `overwrite`, and is never anything but a
+// regular file (a directory, FIFO or device is refused even with
+// `overwrite`: check_export_file), or the adapter directory `dir` is absent,
+// empty, or with `overwrite` a PEFT adapter directory (adapter_config.json:
+// check_export_dir; nothing else is ever replaced). Throws fd::Error kUsage.
+// The exports below make them too. Where an output may be (not inside a run's
+// own files) is lib/engine's (run_dir.h, check_output_path).
 void check_export_file(const std::string& out, DType dtype, bool overwrite);
 void check_export_dir(const std::string& dir, DType dtype, bool overwrite);
 

@@ -7,14 +7,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
+#include "lib/ckpt/finite.h"
 #include "lib/tensor/safetensors.h"
 
 namespace fd::ckpt {
@@ -55,17 +55,10 @@ bool supported(const std::string& dtype, DType* out) {
 
 // The index's weight_map: tensor name -> shard file name.
 std::map<std::string, std::string> read_index(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) usage_error("{}: cannot open for reading: {}", path, std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    usage_error("{}: malformed JSON at byte {} ({}); re-download or regenerate the index", path,
-                e.byte, e.what());
-  }
+  // A regular file of configuration size, nested no deeper than an index is
+  // ({"weight_map": {name: file}}): anything else is refused by name.
+  const nlohmann::json j = read_json_file(path, "the model's weights index", kMaxConfigFileBytes,
+                                          /*max_depth=*/8);
   auto bad = [&](const char* what) {
     usage_error(
         "{}: {}; expected {{\"metadata\": {{...}}, \"weight_map\": {{tensor: shard file}}}}", path,
@@ -78,8 +71,10 @@ std::map<std::string, std::string> read_index(const std::string& path) {
   for (const auto& [name, file] : wm->items()) {
     if (!file.is_string())
       usage_error("{}: weight_map entry for \"{}\" is not a file name", path, name);
+    // A plain file name inside the model directory: no "../", no absolute path, no subdirectory.
     std::string f = file.get<std::string>();
-    if (f.empty() || fs::path(f).filename().string() != f || f == "." || f == "..")
+    if (f.empty() || fs::path(f).filename().string() != f || f == "." || f == ".." ||
+        f.find('/') != std::string::npos || f.find('\0') != std::string::npos)
       usage_error(
           "{}: weight_map entry for \"{}\" names \"{}\", not a file in the model directory; "
           "the index is corrupt",
@@ -209,8 +204,8 @@ void HfWeights::read_rows(const std::string& name, int64_t row0, int64_t rows,
     usage_error("{}: read_rows of tensor \"{}\": it has shape {}, not 2-D", dir_, name,
                 i.shape.str());
   if (row0 < 0 || rows < 0 || row0 > i.shape[0] || rows > i.shape[0] - row0)
-    usage_error("{}: read_rows of tensor \"{}\": rows [{}, {}) are outside its {} rows", dir_, name,
-                row0, row0 + rows, i.shape[0]);
+    usage_error("{}: read_rows of tensor \"{}\": {} rows from row {} are outside its {} rows", dir_,
+                name, rows, row0, i.shape[0]);  // (row0 + rows may overflow)
   uint64_t offset = uint64_t(row0) * uint64_t(i.shape[1]) * dtype_size(i.dtype);
   read_bytes(name, offset, Shape{rows, i.shape[1]}, out);
 }
@@ -219,8 +214,8 @@ void HfWeights::read_range(const std::string& name, int64_t begin, int64_t count
                            const Tensor& out) const {
   TensorInfo i = info(name);
   if (begin < 0 || count < 0 || begin > i.shape.numel() || count > i.shape.numel() - begin)
-    usage_error("{}: read_range of tensor \"{}\": elements [{}, {}) are outside its {}", dir_,
-                name, begin, begin + count, i.shape.numel());
+    usage_error("{}: read_range of tensor \"{}\": {} elements from element {} are outside its {}",
+                dir_, name, count, begin, i.shape.numel());  // (begin + count may overflow)
   read_bytes(name, uint64_t(begin) * dtype_size(i.dtype), Shape{count}, out);
 }
 
@@ -235,12 +230,15 @@ void HfWeights::read_bytes(const std::string& name, uint64_t offset, const Shape
   uint64_t at = s.file.data_start() + s.file.entry(name).begin + offset;
   uint64_t bytes = uint64_t(shape.numel()) * dtype_size(i.dtype);
   if (bytes == 0) return;
+  const int64_t first = int64_t(offset / dtype_size(i.dtype));
   if (out.dtype() == i.dtype && out.device().is_cpu()) {
     pread_all(s.fd, out.raw(), bytes, at, s.path, name);
+    check_finite(out, s.path, name, first, i.shape.numel());
     return;
   }
   Tensor tmp = Tensor::empty(shape, i.dtype, MemCategory::kOther, Device::cpu());
   pread_all(s.fd, tmp.raw(), bytes, at, s.path, name);
+  check_finite(tmp, s.path, name, first, i.shape.numel());
   out.copy_from(tmp);
 }
 

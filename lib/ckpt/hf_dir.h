@@ -13,7 +13,13 @@
 // engine's). open() parses every shard's header once and checks the index
 // against the shards; tensor bytes are read (pread) only when asked for, and
 // read_rows() and read_range() read only the rows or elements asked for, so a
-// ZeRO-3 rank never holds a whole tensor. Only F32, BF16 and F16 tensors can be read. Not thread-safe.
+// ZeRO-3 rank never holds a whole tensor. Only F32, BF16 and F16 tensors can
+// be read. Not thread-safe. What is read is checked to be finite
+// (lib/ckpt/finite.h): a NaN or an infinity is refused naming the shard, the
+// tensor and the element. The index is read as a configuration file (a
+// regular file of at most 64 MiB, nested at most 8 deep) and each weight_map
+// value must be a plain file name of the directory (no "../", no absolute
+// path, no subdirectory).
 #pragma once
 
 #include <cstdint>

@@ -19,6 +19,7 @@
 #include "lib/base/check.h"
 #include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/base/strings.h"
 
 namespace fd::ckpt {
@@ -33,11 +34,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   if (!failed.empty()) runtime_error("{}; is the disk full or read-only?", failed);
 }
 
+// Only a regular file, of at most 64 MiB (a FIFO in a checkpoint is refused, not waited on).
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_input_file(path, "checkpoint file");
 }
 
 }  // namespace
@@ -189,9 +188,9 @@ void replace_directory(const std::string& tmp, const std::string& final_dir) {
     fs::remove_all(tmp, ec);  // now the old directory
   } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
     // No RENAME_EXCHANGE here (e.g. some network file systems): move the old
-    // directory aside first; a crash in between leaves it at final_dir.old.
-    const std::string old = final_dir + ".old";
-    fs::remove_all(old, ec);
+    // directory aside first, onto a fresh empty final_dir.tmp-XXXXXX (never a
+    // directory of the user's); a crash in between leaves it there.
+    const std::string old = make_temp_dir_beside(final_dir).string();
     fs::rename(final_dir, old, ec);
     if (ec) runtime_error("cannot move {} aside to {}: {}", final_dir, old, ec.message());
     fs::rename(tmp, final_dir, ec);

@@ -80,7 +80,8 @@ void verify_shard_files(const std::string& dir, const Manifest& manifest);
 // adapter saved over) is swapped out atomically (renameat2 RENAME_EXCHANGE)
 // and only then removed, so at every moment `final_dir` is the old or the new
 // complete directory. Where the file system cannot exchange, the old one is
-// first moved aside to `final_dir`.old. Throws fd::Error kRuntime on failure.
+// first moved aside to a fresh `final_dir`.tmp-XXXXXX (make_temp_dir_beside),
+// never over a directory of the user's. Throws fd::Error kRuntime on failure.
 void replace_directory(const std::string& tmp, const std::string& final_dir);
 
 // Writes `checkpoints_dir`/latest = step_dir_name(step) via a temporary file

@@ -12,7 +12,10 @@
 #include <regex>
 #include <set>
 
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
+#include "lib/ckpt/finite.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/tensor/lora_merge.h"
 #include "lib/tensor/safetensors.h"
@@ -309,10 +312,17 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
     usage_error("{} already exists; pass --overwrite to replace it, or choose another directory",
                 dir);
   if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
-  const fs::path tmp = final_dir.string() + ".tmp";
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec))
-    runtime_error("cannot create {}: {}; check permissions", tmp.string(), ec.message());
+  // Staged in a fresh DIR.tmp-XXXXXX (never a directory that was there before), removed again
+  // if the write fails; only a crash leaves it behind (lib/base/atomic_file.h).
+  const fs::path tmp = make_temp_dir_beside(final_dir);
+  struct Cleanup {
+    const fs::path& dir;
+    bool done = false;
+    ~Cleanup() {
+      std::error_code e;
+      if (!done) fs::remove_all(dir, e);
+    }
+  } cleanup{tmp};
 
   nlohmann::ordered_json cfg;
   cfg["peft_type"] = "LORA";
@@ -343,6 +353,7 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
   write_safetensors((tmp / kModelFile).string(), keyed, {{"format", "pt"}});
 
   replace_directory(tmp.string(), final_dir.string());
+  cleanup.done = true;
 }
 
 PeftAdapter read_peft_adapter(const std::string& dir) {
@@ -363,13 +374,16 @@ PeftAdapter read_peft_adapter(const std::string& dir) {
     usage_error("{} does not exist; is {} a PEFT adapter?", model_path, dir);
   }
 
-  nlohmann::json cfg;
-  {
-    std::ifstream f(cfg_path);
-    cfg = nlohmann::json::parse(f, nullptr, false);
-  }
-  if (cfg.is_discarded() || !cfg.is_object())
-    usage_error("{}: not a JSON object; the file is corrupt", cfg_path);
+  // A regular file of configuration size and depth (a directory or FIFO is refused by name).
+  const nlohmann::json cfg = read_json_file(cfg_path, "the adapter's");
+  if (!cfg.is_object()) usage_error("{}: not a JSON object; the file is corrupt", cfg_path);
+  // An integer of the file in [lo, hi], never narrowed (r = 2^32 + 4 is not 4).
+  auto in_range = [](const nlohmann::json& v, int64_t lo, int64_t hi) {
+    return v.is_number_integer() &&
+           !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) &&
+           v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  };
+  constexpr int64_t kMaxRank = 65536, kMaxLayer = 65535;
   auto bad = [&](const std::string& what) { usage_error("{}: {}", cfg_path, what); };
   auto has = [&](const char* key) { return cfg.contains(key) && !cfg[key].is_null(); };
 
@@ -397,8 +411,8 @@ PeftAdapter read_peft_adapter(const std::string& dir) {
                     cfg["modules_to_save"].dump()));
 
   LoraSpec spec;
-  if (!cfg.contains("r") || !cfg["r"].is_number_integer())
-    bad("r must be an integer >= 1" +
+  if (!cfg.contains("r") || !in_range(cfg["r"], 1, kMaxRank))
+    bad(fmt::format("r must be an integer in [1, {}]", kMaxRank) +
         (cfg.contains("r") ? ", got " + cfg["r"].dump() : std::string(", but it is missing")));
   spec.r = cfg["r"].get<int>();
   if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number())
@@ -429,10 +443,12 @@ PeftAdapter read_peft_adapter(const std::string& dir) {
   if (has("layers_to_transform")) {
     const auto& l = cfg["layers_to_transform"];
     if (l.is_number_integer()) {
+      if (!in_range(l, 0, kMaxLayer))
+        bad("layers_to_transform is " + l.dump() + ", which is not a block index");
       spec.layers.push_back(l.get<int>());
     } else if (l.is_array()) {
       for (const auto& i : l) {
-        if (!i.is_number_integer() || i.get<int64_t>() < 0)
+        if (!in_range(i, 0, kMaxLayer))
           bad("layers_to_transform holds " + i.dump() + ", which is not a block index");
         spec.layers.push_back(i.get<int>());
       }
@@ -470,6 +486,7 @@ PeftAdapter read_peft_adapter(const std::string& dir) {
       usage_error("{}: '{}' has dtype {}, but a LoRA weight is F32, BF16 or F16", model_path, key,
                   dt);
     tensors.emplace_back(name, f.load(key, MemCategory::kOther));
+    check_finite(tensors.back().second, model_path, key);
   }
   Pairs pairs = collect_pairs(
       tensors, [](const std::string& n) { return peft_key(n); }, model_path);

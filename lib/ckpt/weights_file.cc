@@ -7,6 +7,8 @@
 #include <regex>
 
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
+#include "lib/ckpt/finite.h"
 #include "lib/ckpt/h5.h"
 #include "lib/tensor/safetensors.h"
 
@@ -129,6 +131,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 std::unique_ptr<WeightsFile::Source> open_source(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) usage_error("{} does not exist; check the path", path);
+  // Before anything opens it: a FIFO would block the signature check, a device never end.
+  if (!fs::is_regular_file(path, ec))
+    usage_error("{}: is {}, not a regular file; give a weights file (.safetensors, .h5)", path,
+                describe_file_type(path));
   h5::quiet();
   if (H5Fis_hdf5(path.c_str()) > 0) return std::make_unique<H5Source>(path);
   h5::last_error();
@@ -167,13 +173,19 @@ const std::string& WeightsFile::stored_name(const std::string& name) const {
   return it->second;
 }
 
-Tensor WeightsFile::load(const std::string& name) const { return source_->load(stored_name(name)); }
+Tensor WeightsFile::load(const std::string& name) const {
+  Tensor t = source_->load(stored_name(name));
+  check_finite(t, path_, stored_name(name));
+  return t;
+}
 
 std::map<std::string, std::string> WeightsFile::metadata() const { return source_->metadata(); }
 
 Tensor WeightsFile::load_lm_head() const {
   if (!lm_head_) usage_error("{} has no lm_head.weight", path_);
-  return source_->load(lm_head_->stored_name);
+  Tensor t = source_->load(lm_head_->stored_name);
+  check_finite(t, path_, lm_head_->stored_name);
+  return t;
 }
 
 ImpliedDims implied_dims(const std::map<std::string, std::vector<int64_t>>& shapes) {

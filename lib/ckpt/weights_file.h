@@ -39,7 +39,8 @@ class WeightsFile {
   // The name the file stores tensor `name` under (e.g. "transformer.wte.weight").
   const std::string& stored_name(const std::string& name) const;
   // Tensor `name` (a key of shapes()) as stored (f32, bf16 or f16), on the
-  // CPU. Throws fd::Error kUsage naming the file when it cannot be read.
+  // CPU. Throws fd::Error kUsage naming the file when it cannot be read or
+  // holds a NaN or an infinity (lib/ckpt/finite.h).
   Tensor load(const std::string& name) const;
   // The file's metadata: a .safetensors "__metadata__", or an .h5 export's
   // string root attributes.

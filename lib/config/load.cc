@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/base/strings.h"
 #include "lib/config/schema.h"
 #include "lib/config/tree.h"
@@ -100,15 +101,21 @@ class Loader {
     errors_->push_back(fmt::format("{}: {}: {}", loc.str(), path, what));
   }
 
+  // Only a regular file of at most kMaxConfigFileBytes is read (a FIFO or
+  // /dev/zero given as a recipe is refused, not read without end).
   Node parse_file(const fs::path& abs, const std::string& shown) {
-    std::ifstream in(abs, std::ios::binary);
-    if (!in) {
-      errors_->push_back(fmt::format("{}: cannot read the file", shown));
+    std::string text;
+    try {
+      text = read_input_file(abs.string(), "recipe");
+    } catch (const Error& e) {
+      std::string m = e.what();
+      // read_input_file names the absolute path; the message names what the user wrote.
+      if (const std::string a = "recipe " + abs.string() + ": "; m.rfind(a, 0) == 0)
+        m = shown + ": " + m.substr(a.size());
+      errors_->push_back(std::move(m));
       return Node{};
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse_yaml(ss.str(), shown, errors_);
+    return parse_yaml(text, shown, errors_);
   }
 
   // Finds an included file: `rel` next to the including file, then in each
@@ -117,7 +124,8 @@ class Loader {
     std::error_code ec;
     fs::path p(rel);
     if (p.is_absolute()) {
-      if (fs::is_regular_file(p, ec)) return p.lexically_normal();
+      // Whatever is there: parse_file says what it is when it is not a file.
+      if (fs::exists(p, ec)) return p.lexically_normal();
       return std::nullopt;
     }
     for (fs::path dir = from_dir;; dir = dir.parent_path()) {

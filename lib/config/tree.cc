@@ -1,6 +1,7 @@
 #include "lib/config/tree.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <unordered_map>
@@ -186,6 +187,14 @@ Node parse_yaml(std::string_view text, const std::string& file, std::vector<std:
   YAML::Node doc;
   try {
     doc = YAML::Load(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own parser stops at 500 levels ("bad file"): deeper than our bound anyway.
+    const Location loc = e.mark.is_null()
+                             ? Location::in_file(file)
+                             : Location::in_file(file, e.mark.line + 1, e.mark.column + 1);
+    errors->push_back(
+        fmt::format("{}: nests values more than {} levels deep", loc.str(), kMaxDepth));
+    return Node{};
   } catch (const YAML::ParserException& e) {
     if (!e.mark.is_null()) {
       if (int col = tab_in_indentation(text, e.mark.line + 1); col > 0) {

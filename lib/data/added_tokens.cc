@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lib/base/error.h"
+#include "lib/data/tokenizer.h"
 #include "lib/data/utf8.h"
 
 namespace fd::data {
@@ -97,14 +98,20 @@ AddedTokens AddedTokens::from_json(const json& list, const TextNormalizer& norma
     const json& t = list[i];
     const std::string at = fmt::format("{}[{}]", where, i);
     if (!t.is_object() || !t.contains("content") || !t["content"].is_string() ||
-        !t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0) {
+        !t.contains("id") || !t["id"].is_number_integer()) {
       usage_error("{}: an added token needs \"id\" (a non-negative integer) and \"content\" (a "
                   "string)",
                   at);
     }
     AddedToken tok;
     tok.content = t["content"].get<std::string>();
-    tok.id = static_cast<int32_t>(t["id"].get<int64_t>());
+    const std::optional<int64_t> id = json_token_id(t["id"]);
+    if (!id) {
+      usage_error("{}: the added token \"{}\" has the id {}, outside the ids a tokenizer may "
+                  "use ([0, {})): the file is damaged",
+                  at, tok.content, t["id"].dump(), kMaxTokenIds);
+    }
+    tok.id = int32_t(*id);
     if (tok.content.empty()) usage_error("{}: the token's content is empty", at);
     auto flag = [&](const char* key, bool fallback) {
       const auto it = t.find(key);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lib/base/error.h"
+#include "lib/data/tokenizer.h"
 #include "lib/data/utf8.h"
 
 namespace fd::data {
@@ -59,7 +60,11 @@ void Bpe::PairTable::build(const std::vector<std::pair<uint64_t, Merge>>& entrie
 
 Bpe Bpe::from_json(const json& model, bool byte_level, const std::string& where) {
   if (!model.is_object()) usage_error("{}: must be an object", where);
-  const std::string type = model.value("type", std::string("BPE"));
+  // (json::value() would throw a json exception for a "type" that is not a string.)
+  const auto type_it = model.find("type");
+  if (type_it != model.end() && !type_it->is_string())
+    usage_error("{}.type: must be a string such as \"BPE\" (got {})", where, type_it->dump());
+  const std::string type = type_it == model.end() ? "BPE" : type_it->get<std::string>();
   if (type != "BPE") {
     usage_error("{}.type: the model type \"{}\" is not supported by fdtrain (supported: BPE)",
                 where, type);
@@ -103,9 +108,15 @@ Bpe Bpe::from_json(const json& model, bool byte_level, const std::string& where)
   std::vector<std::pair<std::string, int32_t>> entries;
   entries.reserve(vocab->size());
   for (const auto& [key, value] : vocab->items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= INT32_MAX)
+    if (!value.is_number_integer())
       usage_error("{}.vocab[\"{}\"]: the id must be a non-negative integer", where, key);
-    const auto id = static_cast<int32_t>(value.get<int64_t>());
+    const std::optional<int64_t> checked = json_token_id(value);
+    if (!checked) {
+      usage_error("{}.vocab[\"{}\"]: the id {} is outside the ids a tokenizer may use ([0, {})): "
+                  "the file is damaged",
+                  where, key, value.dump(), kMaxTokenIds);
+    }
+    const auto id = static_cast<int32_t>(*checked);
     max_id = std::max(max_id, id);
     if (byte_level) {
       if (auto bytes = byte_level_bytes(key, map)) {
@@ -144,6 +155,9 @@ Bpe Bpe::from_json(const json& model, bool byte_level, const std::string& where)
   const auto merges = model.find("merges");
   if (merges == model.end() || !merges->is_array())
     usage_error("{}.merges: must be a list of merges", where);
+  // A merge's rank is its index, an int32.
+  if (merges->size() >= size_t(INT32_MAX))
+    usage_error("{}.merges: {} merges, more than a rank can count", where, merges->size());
   std::vector<std::pair<uint64_t, Merge>> table;
   table.reserve(merges->size());
   auto to_id = [&](const std::string& token, size_t i) {

@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/data/jinja.h"
 
 namespace fd::data {
@@ -84,14 +83,6 @@ std::string token_text(const json& config, const char* key) {
   return "";
 }
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) usage_error("{}: cannot open {} ({})", path, what, std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Tags are message indices; untagged strings carry -1.
 jinja::Value context_of(const Record& r, bool add_generation_prompt, const std::string& bos,
                         const std::string& eos, bool tag_assistants) {
@@ -158,14 +149,25 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const std::str
   return t;
 }
 
-ChatTemplate ChatTemplate::load(const std::string& spec, const std::string& tokenizer_dir) {
+ChatTemplate ChatTemplate::load(const std::string& spec, const std::string& tokenizer) {
+  // The tokenizer as load_tokenizer() takes it: a directory, or its tokenizer.json.
+  std::error_code ec;
+  std::string tokenizer_dir = tokenizer;
+  if (!tokenizer.empty() && !std::filesystem::is_directory(tokenizer, ec)) {
+    if (!std::filesystem::is_regular_file(tokenizer, ec) || !tokenizer.ends_with(".json")) {
+      usage_error(
+          "tokenizer directory not found: {} (a Hugging Face model or tokenizer directory, "
+          "holding tokenizer_config.json)",
+          tokenizer);
+    }
+    tokenizer_dir = std::filesystem::path(tokenizer).parent_path().string();
+  }
   json config = json::object();
   const std::string config_path =
       (std::filesystem::path(tokenizer_dir) / "tokenizer_config.json").string();
-  if (!tokenizer_dir.empty() && std::filesystem::exists(config_path)) {
-    config = json::parse(read_file(config_path, "the tokenizer's configuration"), nullptr, false);
-    if (config.is_discarded() || !config.is_object())
-      usage_error("{}: not a JSON object", config_path);
+  if (!tokenizer.empty() && std::filesystem::exists(config_path, ec)) {
+    config = read_json_file(config_path, "the tokenizer's configuration");
+    if (!config.is_object()) usage_error("{}: not a JSON object", config_path);
   }
   const std::string bos = token_text(config, "bos_token"), eos = token_text(config, "eos_token");
   const std::string known = fmt::format("{}", fmt::join(builtin_names(), ", "));
@@ -175,15 +177,16 @@ ChatTemplate ChatTemplate::load(const std::string& spec, const std::string& toke
       usage_error(
           "{}: the tokenizer has no chat_template; set data.chat_template to a built-in "
           "({}) or a file holding a Jinja template",
-          tokenizer_dir.empty() ? std::string("(no tokenizer)") : config_path, known);
+          tokenizer.empty() ? std::string("(no tokenizer)") : config_path, known);
     }
     std::string source;
     if (it->is_string()) {
       source = it->get<std::string>();
     } else if (it->is_array()) {  // [{"name": ..., "template": ...}]: the "default" one
       for (const json& e : *it) {
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-            e["template"].is_string())
+        // (json::value() would throw a json exception for a "name" that is not a string.)
+        if (e.is_object() && e.contains("name") && e.at("name") == "default" &&
+            e.contains("template") && e["template"].is_string())
           source = e["template"].get<std::string>();
       }
       if (source.empty()) {
@@ -200,11 +203,11 @@ ChatTemplate ChatTemplate::load(const std::string& spec, const std::string& toke
   }
   if (auto b = builtins().find(spec); b != builtins().end())
     return from_source(b->second, "built-in " + spec, bos, eos);
-  if (!std::filesystem::is_regular_file(spec)) {
+  if (!std::filesystem::exists(spec, ec)) {
     usage_error("data.chat_template: \"{}\" is neither a built-in ({}) nor an existing file", spec,
                 known);
   }
-  return from_source(read_file(spec, "the chat template"), spec, bos, eos);
+  return from_source(read_input_file(spec, "the chat template"), spec, bos, eos);
 }
 
 std::string ChatTemplate::render(const Record& record, bool add_generation_prompt) const {

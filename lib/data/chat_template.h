@@ -49,11 +49,13 @@ class ChatTemplate {
 
   // spec: "" (the tokenizer's own: tokenizer_config.json's chat_template, a string or the
   // entry named "default" of a list), a built-in name, or the path of a file holding a
-  // Jinja template. tokenizer_dir: the directory with tokenizer_config.json, whose
-  // bos_token and eos_token the template sees ("" when absent). Throws fd::Error (kUsage):
-  // no template in the tokenizer (say which built-ins exist), an unreadable file, a
-  // template the renderer does not support (its position).
-  static ChatTemplate load(const std::string& spec, const std::string& tokenizer_dir);
+  // Jinja template. tokenizer: the directory with tokenizer_config.json (or its
+  // tokenizer.json, as load_tokenizer() takes it), whose bos_token and eos_token the
+  // template sees ("" for none). Throws fd::Error (kUsage): a tokenizer directory that
+  // does not exist, no template in the tokenizer (say which built-ins exist), a file that
+  // is not a regular file, too large or not JSON (lib/base/input_file.h), a template the
+  // renderer does not support (its position).
+  static ChatTemplate load(const std::string& spec, const std::string& tokenizer);
   // From a template's source (tests): `name` is used in messages.
   static ChatTemplate from_source(const std::string& source, const std::string& name,
                                   const std::string& bos_token, const std::string& eos_token);

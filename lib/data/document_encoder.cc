@@ -7,11 +7,16 @@
 #include <exception>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
+#include "lib/data/line_reader.h"
+#include "lib/data/sft_records.h"
+#include "lib/data/utf8.h"
 
 namespace fd::data {
 namespace {
@@ -104,38 +109,48 @@ class DocumentReader {
         if (file_index_ >= inputs_.size()) return false;
         path_ = inputs_[file_index_++];
         jsonl_ = path_.ends_with(".jsonl");
-        line_ = 0;
-        in_ = std::ifstream(path_, std::ios::binary);
-        if (!in_) usage_error("cannot read {}: {}", path_, std::strerror(errno));
+        if (const std::string kind = non_regular_kind(path_); !kind.empty())
+          usage_error("{}: is {}, not a regular file (give the path of a text file)", path_, kind);
+        if (jsonl_) {
+          lines_ = std::make_unique<LineReader>(path_);
+        } else {
+          in_ = std::ifstream(path_, std::ios::binary);
+          if (!in_) usage_error("cannot read {}: {}", path_, std::strerror(errno));
+        }
         open_ = true;
         pending_.clear();
+        offset_ = 0;
         first_piece_ = true;
         if (!jsonl_) ++documents_;
       }
       if (!jsonl_) return next_text_piece(piece);
       std::string line;
-      if (!std::getline(in_, line)) {
-        if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
+      const LineReader::Result r = lines_->next(line);
+      if (r == LineReader::Result::kEnd) {
+        lines_.reset();
         open_ = false;
         continue;
       }
-      ++line_;
+      const int64_t at = lines_->line_number();
+      if (r == LineReader::Result::kTooLong) {
+        usage_error("{}:{}: the line is longer than {} bytes, more than a .jsonl document may be "
+                    "(is this a .jsonl file?)",
+                    path_, at, kMaxJsonLineBytes);
+      }
       bytes_read_ += line.size() + 1;
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
         ++blank_;
         continue;
       }
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded()) {
-        usage_error("{}:{}: not valid JSON; a .jsonl input holds one JSON object per line, with "
-                    "the text in \"{}\"",
-                    path_, line_, field_);
+      nlohmann::json j;
+      if (const std::string err = try_parse_json(line, j); !err.empty()) {
+        usage_error("{}:{}: {}, with the text in \"{}\"", path_, at, jsonl_error(err), field_);
       }
       const auto it = j.is_object() ? j.find(field_) : j.end();
       if (!j.is_object() || it == j.end() || !it->is_string()) {
         usage_error("{}:{}: no string field \"{}\" (use --text-field to name the field holding "
                     "the text)",
-                    path_, line_, field_);
+                    path_, at, field_);
       }
       piece.text = it->get<std::string>();
       piece.first = piece.last = true;
@@ -162,6 +177,7 @@ class DocumentReader {
         piece.first = first_piece_;
         piece.last = true;
         open_ = false;
+        check_utf8(piece.text);
         return true;
       }
       const size_t cut = find_cut(pending_, want - kCheckBytes, tok_, cache_);
@@ -174,8 +190,23 @@ class DocumentReader {
       piece.first = first_piece_;
       piece.last = false;
       first_piece_ = false;
+      check_utf8(piece.text);
       return true;
     }
+  }
+
+  // Refuses a piece of the file (the next one: pieces are checked in order) that is not
+  // UTF-8. A tokenizer reads text, as Hugging Face's do from Python: a str, which a file
+  // that is not UTF-8 (a binary, Latin-1) never becomes without an error; replacing the
+  // bytes with U+FFFD would train on noise without a word.
+  void check_utf8(std::string_view text) {
+    if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+      usage_error("{}: not UTF-8 text: byte {} (0x{:02X}) begins no valid UTF-8 sequence; a "
+                  "tokenizer reads UTF-8 text (a binary file? convert text to UTF-8 first, e.g. "
+                  "iconv -f LATIN1 -t UTF-8)",
+                  path_, offset_ + int64_t(bad), static_cast<unsigned char>(text[bad]));
+    }
+    offset_ += int64_t(text.size());
   }
 
   const std::vector<std::string>& inputs_;
@@ -187,9 +218,10 @@ class DocumentReader {
   bool jsonl_ = false;
   bool first_piece_ = true;
   std::string path_;
-  std::ifstream in_;
+  std::ifstream in_;                   // a text file
+  std::unique_ptr<LineReader> lines_;  // a .jsonl file
   std::string pending_;
-  int64_t line_ = 0;
+  int64_t offset_ = 0;  // of a text file, the bytes handed out as pieces
   int64_t documents_ = 0;
   int64_t blank_ = 0;
   size_t bytes_read_ = 0;

@@ -46,8 +46,11 @@ struct DocumentStats {
 
 // Encodes the documents of `files` (see above). sink(ids, bytes) receives each
 // batch's ids and the input bytes they came from, in order, on the calling
-// thread. Throws fd::Error (kUsage) naming file:line for a bad .jsonl line, an
-// unreadable file; whatever sink throws is rethrown after the workers stop.
+// thread. Throws fd::Error (kUsage) naming file:line for a bad .jsonl line (not
+// JSON, nested too deeply, longer than kMaxJsonLineBytes: line_reader.h), a
+// text file that is not valid UTF-8 (naming the byte offset: the text is never
+// silently replaced), a file that is not a regular file or cannot be read;
+// whatever sink throws is rethrown after the workers stop.
 DocumentStats encode_documents(const std::vector<std::string>& files, const Tokenizer& tok,
                                const DocumentWrap& wrap, const std::string& text_field,
                                int threads,

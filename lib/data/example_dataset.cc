@@ -40,6 +40,18 @@ uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
   return x;
 }
 
+const char* truncation_name(Truncation t) {
+  switch (t) {
+    case Truncation::kError:
+      return "error";
+    case Truncation::kRight:
+      return "right";
+    case Truncation::kLeft:
+      return "left";
+  }
+  return "?";
+}
+
 std::string format_name(RecordFormat f) {
   switch (f) {
     case RecordFormat::kChat:
@@ -124,7 +136,23 @@ ExampleDataset::ExampleDataset(const ExampleOptions& options) : options_(options
     usage_error(
         "data.train: no training example left ({} records read, {} skipped, {} without "
         "targets)",
-        stats_.records.records, stats_.records.skipped, stats_.without_targets);
+        stats_.records.records, stats_.records.skipped,
+        stats_.without_targets - stats_.val_without_targets);
+  }
+  // Validation records that all lose their targets (a chat example cut by truncation: right
+  // keeps its prompt, not its answer) would leave the run without eval_loss, silently.
+  if (!val.empty() && val_.num_rows() == 0) {
+    usage_error(
+        "{}: no validation example left of {} records ({} cut to data.seq_len + 1 = {} tokens "
+        "by data.truncation: {}, {} without a target left); raise data.seq_len{}",
+        options_.val_files.empty() ? "data.val_fraction (the validation records at the end of "
+                                     "data.train)"
+                                   : "data.val",
+        val.size(), stats_.val_truncated, options_.seq_len + 1,
+        truncation_name(options_.truncation), stats_.val_without_targets,
+        std::string(options_.truncation == Truncation::kRight ? ", use data.truncation: left"
+                                                              : "") +
+            (options_.val_files.empty() ? " or set data.val_fraction: 0" : ""));
   }
 }
 
@@ -177,13 +205,15 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
         }
         from = o.truncation == Truncation::kLeft ? len - (T + 1) : 0;
         len = T + 1;
-        if (is_train) ++stats_.truncated;
+        ++stats_.truncated;
+        if (!is_train) ++stats_.val_truncated;
       }
       // Targets among tokens 1 .. len-1 (token 0 is never predicted).
       int64_t targets = 0;
       for (int64_t j = 1; j < len; ++j) targets += e.target[size_t(from + j)];
       if (len < 2 || targets == 0) {
-        if (is_train) ++stats_.without_targets;
+        ++stats_.without_targets;
+        if (!is_train) ++stats_.val_without_targets;
         continue;
       }
       split.tokens.insert(split.tokens.end(), e.tokens.begin() + from,
@@ -314,8 +344,15 @@ std::string ExampleDataset::summary() const {
       s.train_target_tokens);
   if (s.val_examples > 0) line += fmt::format(", {} validation examples", s.val_examples);
   if (s.records.skipped > 0) line += fmt::format(", {} bad records skipped", s.records.skipped);
-  if (s.truncated > 0) line += fmt::format(", {} truncated", s.truncated);
-  if (s.without_targets > 0) line += fmt::format(", {} without targets dropped", s.without_targets);
+  const auto of_which_val = [](int64_t n) {
+    return n > 0 ? fmt::format(" ({} of them validation)", n) : std::string();
+  };
+  if (s.truncated > 0)
+    line += fmt::format(", {} truncated{}", s.truncated, of_which_val(s.val_truncated));
+  if (s.without_targets > 0) {
+    line += fmt::format(", {} without targets dropped{}", s.without_targets,
+                        of_which_val(s.val_without_targets));
+  }
   return line;
 }
 

@@ -18,7 +18,9 @@
 // targets tokens 1 .. n-1 where the token is a target, else -1; its last token
 // is only ever a target. Longer than seq_len + 1 tokens: an error naming the
 // record (Truncation::kError), or cut keeping the first / last seq_len + 1
-// tokens. An example left with no target is dropped and counted.
+// tokens. An example left with no target is dropped and counted. Validation
+// examples are cut and dropped alike, and counted too; validation records of
+// which no example is left are an error (the run would have no eval_loss).
 //
 // Rows. Without packing each example is one row, padded (token: EOS or 0,
 // target -1). With packing, examples in a seeded shuffled order fill rows
@@ -71,8 +73,10 @@ struct ExampleStats {
   int64_t train_rows = 0, val_rows = 0;
   int64_t train_tokens = 0;         // positions holding an example's token (train rows)
   int64_t train_target_tokens = 0;  // of which targets
-  int64_t truncated = 0;            // examples cut to fit seq_len
-  int64_t without_targets = 0;      // examples dropped for having no target left
+  int64_t truncated = 0;            // examples cut to fit seq_len (training and validation)
+  int64_t without_targets = 0;      // examples dropped for having no target left (both)
+  int64_t val_truncated = 0;        // of `truncated`, validation examples
+  int64_t val_without_targets = 0;  // of `without_targets`, validation examples
   // train_tokens / (train_rows * seq_len): how full the rows are (packing or padding).
   double efficiency = 0.0;
 };
@@ -91,7 +95,8 @@ class ExampleDataset : public BatchSource {
  public:
   // Reads, renders and encodes every record. Throws fd::Error (kUsage): bad records (with
   // BadRecords::kError), template errors, an example too long (Truncation::kError), no
-  // training example left, ids outside the vocabulary.
+  // training example left, validation records but no validation example left, ids outside
+  // the vocabulary.
   explicit ExampleDataset(const ExampleOptions& options);
 
   const ExampleStats& stats() const { return stats_; }

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/data/utf8.h"
 
 namespace fd::data {
@@ -29,6 +29,16 @@ EncodeCache& EncodeCache::operator=(EncodeCache&&) noexcept = default;
 EncodeCache::~EncodeCache() = default;
 void EncodeCache::reset(std::unique_ptr<State> s) { state_ = std::move(s); }
 
+std::optional<int64_t> json_token_id(const json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    return u < uint64_t(kMaxTokenIds) ? std::optional<int64_t>(int64_t(u)) : std::nullopt;
+  }
+  if (!v.is_number_integer()) return std::nullopt;
+  const auto i = v.get<int64_t>();
+  return i >= 0 && i < kMaxTokenIds ? std::optional<int64_t>(i) : std::nullopt;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   EncodeCache cache;
   std::vector<int32_t> out;
@@ -38,40 +48,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
 
 namespace {
 
-std::string read_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    usage_error(
-        "{} not found: {} (a Hugging Face tokenizer directory holds tokenizer.json, "
-        "usually with tokenizer_config.json)",
-        what, path);
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) usage_error("cannot read {}: {}", path, std::strerror(errno));
-  return ss.str();
-}
-
-// Parses JSON text; a syntax error names file:line:column.
-json parse_json(const std::string& text, const std::string& where) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    const size_t at = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < at; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-        ++col;
-      }
-    }
-    std::string what = e.what();
-    if (const size_t p = what.find("syntax error"); p != std::string::npos) what = what.substr(p);
-    usage_error("{}:{}:{}: not valid JSON: {}", where, line, col, what);
-  }
+// A Hugging Face file beside tokenizer.json, read with the shared limits (a regular file, a size
+// cap, JSON nesting at most kMaxJsonDepth: lib/base/input_file.h).
+json read_json(const std::string& path, std::string_view what) {
+  return read_json_file(path, what, kMaxConfigFileBytes);
 }
 
 // A token named in tokenizer_config.json: a string, {"content": ...}, or null.
@@ -86,24 +66,44 @@ std::optional<std::string> config_token(const json& config, const char* key,
               key, it->dump());
 }
 
-void add_eos_ids(const json& j, std::vector<int32_t>& out) {
+// The eos_token_id of a generation_config.json / config.json (an id or a list of ids; anything
+// else names no stop token), each checked to be an id of the tokenizer.
+void add_eos_ids(const json& j, int64_t vocab_size, const std::string& where,
+                 const std::string& tokenizer, std::vector<int32_t>& out) {
   const auto it = j.find("eos_token_id");
   if (it == j.end()) return;
-  if (it->is_number_integer()) out.push_back(it->get<int32_t>());
-  if (it->is_array())
-    for (const json& v : *it)
-      if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  auto add = [&](const json& v) {
+    if (!v.is_number_integer()) return;
+    const std::optional<int64_t> id = json_token_id(v);
+    if (!id || *id >= vocab_size) {
+      usage_error("{}: eos_token_id {} is outside the tokenizer's {} ids ({})", where, v.dump(),
+                  vocab_size, tokenizer);
+    }
+    out.push_back(int32_t(*id));
+  };
+  if (it->is_array()) {
+    for (const json& v : *it) add(v);
+  } else {
+    add(*it);
+  }
 }
 
 }  // namespace
 
 std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
-  const std::string text = read_file(path, "tokenizer.json");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    usage_error(
+        "tokenizer.json not found: {} (a Hugging Face tokenizer directory holds tokenizer.json, "
+        "usually with tokenizer_config.json)",
+        path);
+  }
+  const std::string text = read_input_file(path, "tokenizer.json", kMaxTokenizerFileBytes);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const std::string config_path = (dir / "tokenizer_config.json").string();
-  std::error_code ec;
-  const std::string config = std::filesystem::is_regular_file(config_path, ec)
-                                 ? read_file(config_path, "tokenizer_config.json")
+  // Absent: no BOS/EOS from it. Present but not a regular file: refused by read_input_file.
+  const std::string config = std::filesystem::exists(config_path, ec)
+                                 ? read_input_file(config_path, "tokenizer_config.json")
                                  : "";
   auto tok = from_strings(text, config, path);
   // The parsed JSON (several times the file's size) is gone: give its pages back.
@@ -111,17 +111,9 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
   // The model's own end-of-generation ids (Llama 3 Instruct: <|eot_id|> and <|end_of_text|>).
   for (const char* name : {"generation_config.json", "config.json"}) {
     const std::string p = (dir / name).string();
-    if (!std::filesystem::is_regular_file(p, ec)) continue;
-    const json j = parse_json(read_file(p, name), p);
-    std::vector<int32_t> ids;
-    add_eos_ids(j, ids);
-    for (const int32_t id : ids) {
-      if (id < 0 || id >= tok->vocab_size_) {
-        usage_error("{}: eos_token_id {} is outside the tokenizer's {} ids ({})", p, id,
-                    tok->vocab_size_, path);
-      }
-      tok->stop_.push_back(id);
-    }
+    if (!std::filesystem::exists(p, ec)) continue;
+    const json j = read_json(p, name);
+    if (j.is_object()) add_eos_ids(j, tok->vocab_size_, p, path, tok->stop_);
   }
   std::sort(tok->stop_.begin(), tok->stop_.end());
   tok->stop_.erase(std::unique(tok->stop_.begin(), tok->stop_.end()), tok->stop_.end());
@@ -131,7 +123,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
 std::unique_ptr<HfTokenizer> HfTokenizer::from_strings(const std::string& tokenizer_json,
                                                        const std::string& config_json,
                                                        const std::string& where) {
-  const json j = parse_json(tokenizer_json, where);
+  const json j = parse_json_input(tokenizer_json, where);
   if (!j.is_object()) usage_error("{}: a tokenizer.json is a JSON object", where);
   for (const char* key : {"model", "added_tokens"}) {
     if (!j.contains(key))
@@ -158,11 +150,13 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_strings(const std::string& tokeni
   t->vocab_size_ = t->model_.size();
   for (const AddedToken& a : t->added_.tokens())
     t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t(a.id) + 1);
+  // Each id was checked below kMaxTokenIds where it was read (Bpe, AddedTokens).
+  FD_CHECK(t->vocab_size_ <= kMaxTokenIds, "vocab_size {}", t->vocab_size_);
   t->read_post_processor(field("post_processor"), where + ": post_processor");
   if (!config_json.empty()) {
     const std::string cw =
         (std::filesystem::path(where).parent_path() / "tokenizer_config.json").string();
-    const json config = parse_json(config_json, cw);
+    const json config = parse_json_input(config_json, cw);
     if (!config.is_object()) usage_error("{}: must be a JSON object", cw);
     t->read_config(config, cw);
   }
@@ -213,9 +207,12 @@ void HfTokenizer::read_post_processor(const json& j, const std::string& where) {
       usage_error("{}: the special token \"{}\" is not in special_tokens", at, name);
     }
     for (const json& id : (*specials)[name]["ids"]) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size_)
-        usage_error("{}: \"{}\" has the id {}, outside the vocabulary", at, name, id.dump());
-      (seen_sequence ? suffix_ids_ : prefix_ids_).push_back(id.get<int32_t>());
+      const std::optional<int64_t> v = json_token_id(id);
+      if (!v || *v >= vocab_size_) {
+        usage_error("{}: \"{}\" has the id {}, outside the tokenizer's {} ids", at, name, id.dump(),
+                    vocab_size_);
+      }
+      (seen_sequence ? suffix_ids_ : prefix_ids_).push_back(int32_t(*v));
     }
   }
   if (!seen_sequence) usage_error("{}.single: the template has no Sequence (the text)", where);

@@ -91,6 +91,15 @@ class Value {
   static Value from_json(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
+  // How deep arrays and objects nest in this value: 0 for a scalar or a
+  // string, 1 + the deepest element's for an array or object, 1 for a
+  // namespace (mutable: its entries are not counted, and the interpreter keeps
+  // every namespace alive, and empties it, until the render ends). Saturates
+  // at kMaxTrackedDepth. A render refuses a value deeper than
+  // RenderOptions::max_depth, so no walk over a value (printing, tojson,
+  // destruction) recurses deeper than that.
+  int depth() const { return depth_; }
+  static constexpr int kMaxTrackedDepth = 65535;
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_array() const { return kind_ == Kind::kArray; }
@@ -113,7 +122,8 @@ class Value {
  private:
   friend struct ValueAccess;
   Kind kind_ = Kind::kUndefined;
-  bool flag_ = false;  // bool: the value; array: a tuple; object: keyword arguments
+  bool flag_ = false;   // bool: the value; array: a tuple; object: keyword arguments
+  uint16_t depth_ = 0;  // depth()
   double num_ = 0;
   std::shared_ptr<void> ptr_;  // StrData, ArrayData, ObjectData (objects, namespaces), FunctionData
 };
@@ -129,7 +139,10 @@ struct TemplateOptions {
 struct RenderOptions {
   int64_t max_output_bytes = int64_t{64} << 20;  // any string, the output included
   int64_t max_steps = 10'000'000;  // statements, loop iterations and list elements made
-  int32_t max_depth = 256;         // nested calls and values (tojson, printing)
+  // Nesting: of macro calls, of expressions and statements being run (8
+  // frames a level), and of values (Value::depth(): a template that builds a
+  // list or dict nested deeper fails where it builds it).
+  int32_t max_depth = 256;
   // strftime_now()'s clock: seconds since the epoch, or -1 for the current
   // time. Both take the local time zone, as JavaScript's Date does.
   int64_t now_unix_seconds = -1;

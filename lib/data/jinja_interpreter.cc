@@ -119,7 +119,7 @@ Value Interpreter::make_namespace(ObjectData entries) {
   data->entries = std::move(entries.entries);
   data->reindex();
   namespaces_.push_back(data);
-  return VA::make(Kind::kNamespace, false, 0, std::move(data));
+  return VA::make(Kind::kNamespace, false, 0, std::move(data), 1);
 }
 
 bool Interpreter::truthy(const Value& v) {
@@ -409,6 +409,18 @@ void Interpreter::exec_for(const Stmt& s, Scope& scope, TextBuilder& out) {
 
 Value Interpreter::eval(const Expr& e, Scope& scope) {
   DepthGuard guard(depth_, options_.max_depth * kFramesPerDepth, *this, e.pos);
+  Value v = eval_expr(e, scope);
+  // Every value a template makes passes here, so a value is refused the moment it nests one
+  // level too deep: never deeper than what printing, tojson and its destructor recurse over.
+  if (v.depth() > options_.max_depth) {
+    fail(e.pos, "the template builds a value nested deeper than " +
+                    std::to_string(options_.max_depth) +
+                    " levels (lists or dicts inside each other)");
+  }
+  return v;
+}
+
+Value Interpreter::eval_expr(const Expr& e, Scope& scope) {
   switch (e.kind) {
     case ExprKind::kLiteral:
       return e.literal;

@@ -98,6 +98,7 @@ class Interpreter {
   void exec_one(const Stmt& s, Scope& scope, TextBuilder& out);
   void exec_for(const Stmt& s, Scope& scope, TextBuilder& out);
   void exec_set(const Stmt& s, Scope& scope);
+  Value eval_expr(const Expr& e, Scope& scope);  // eval() without its depth checks
   Value lookup(int32_t slot, Scope& scope);
   Value eval_member(const Expr& e, Scope& scope);
   Value eval_slice(const Value& object, const Expr& slice, Scope& scope, Pos pos);

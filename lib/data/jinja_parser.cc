@@ -182,6 +182,20 @@ class Parser {
     ~Depth() { --p_.depth_; }
     Parser& p_;
   };
+  // A left-deep chain (a + b + c ..., x|f|g ..., a.b.c ...) is built by a loop,
+  // not by recursion, but the tree it makes is as tall as the chain is long, and
+  // evaluating and destroying a tree recurse once per level: each link counts
+  // as a level of nesting, so no tree is taller than kMaxParseDepth.
+  struct Chain {
+    explicit Chain(Parser& p) : p_(p) {}
+    ~Chain() { p_.depth_ -= links_; }
+    void link() {
+      ++links_;
+      if (++p_.depth_ > kMaxParseDepth) p_.fail(p_.here(), "the template is nested too deeply");
+    }
+    Parser& p_;
+    int links_ = 0;
+  };
 
   static ExprPtr node(ExprKind kind, Pos pos) {
     auto e = std::make_unique<Expr>();
@@ -505,7 +519,9 @@ ExprPtr Parser::parse_expression() {
 
 ExprPtr Parser::parse_or() {
   ExprPtr left = parse_and();
+  Chain chain(*this);
   while (is_ident("or")) {
+    chain.link();
     ExprPtr e = node(ExprKind::kBinary, here());
     e->op = Op::kOr;
     ++cur_;
@@ -518,7 +534,9 @@ ExprPtr Parser::parse_or() {
 
 ExprPtr Parser::parse_and() {
   ExprPtr left = parse_not();
+  Chain chain(*this);
   while (is_ident("and")) {
+    chain.link();
     ExprPtr e = node(ExprKind::kBinary, here());
     e->op = Op::kAnd;
     ++cur_;
@@ -545,6 +563,7 @@ ExprPtr Parser::parse_not() {
 
 ExprPtr Parser::parse_comparison() {
   ExprPtr left = parse_additive();
+  Chain chain(*this);
   while (true) {
     const Pos pos = here();
     Op op;
@@ -565,6 +584,7 @@ ExprPtr Parser::parse_comparison() {
     } else {
       break;
     }
+    chain.link();
     ExprPtr e = node(ExprKind::kBinary, pos);
     e->op = op;
     e->kids.push_back(std::move(left));
@@ -576,7 +596,9 @@ ExprPtr Parser::parse_comparison() {
 
 ExprPtr Parser::parse_additive() {
   ExprPtr left = parse_multiplicative();
+  Chain chain(*this);
   while (is(TokenType::kAdditive)) {
+    chain.link();
     ExprPtr e = node(ExprKind::kBinary, here());
     const std::string& v = t_[cur_++].value;
     e->op = v == "+" ? Op::kAdd : v == "-" ? Op::kSub : Op::kConcat;
@@ -589,7 +611,9 @@ ExprPtr Parser::parse_additive() {
 
 ExprPtr Parser::parse_multiplicative() {
   ExprPtr left = parse_power();
+  Chain chain(*this);
   while (is(TokenType::kMultiplicative)) {
+    chain.link();
     ExprPtr e = node(ExprKind::kBinary, here());
     const std::string& v = t_[cur_++].value;
     e->op = v == "*" ? Op::kMul : v == "/" ? Op::kDiv : v == "//" ? Op::kFloorDiv : Op::kMod;
@@ -602,7 +626,9 @@ ExprPtr Parser::parse_multiplicative() {
 
 ExprPtr Parser::parse_power() {
   ExprPtr left = parse_test();
+  Chain chain(*this);
   while (is(TokenType::kExponent)) {
+    chain.link();
     ExprPtr e = node(ExprKind::kBinary, here());
     ++cur_;
     e->op = Op::kPow;
@@ -615,7 +641,9 @@ ExprPtr Parser::parse_power() {
 
 ExprPtr Parser::parse_test() {
   ExprPtr operand = parse_filter();
+  Chain chain(*this);
   while (is_ident("is")) {
+    chain.link();
     ++cur_;
     const bool negate = is_ident("not");
     if (negate) ++cur_;
@@ -633,7 +661,9 @@ ExprPtr Parser::parse_test() {
 
 ExprPtr Parser::parse_filter() {
   ExprPtr operand = parse_unary_sign();
+  Chain chain(*this);
   while (is(TokenType::kPipe)) {
+    chain.link();
     ++cur_;
     ExprPtr f = parse_primary();
     if (f->kind != ExprKind::kIdentifier) fail(f->pos, "expected the name of a filter");
@@ -775,7 +805,9 @@ ExprPtr Parser::parse_member_args() {
 }
 
 ExprPtr Parser::parse_member(ExprPtr object) {
+  Chain chain(*this);
   while (is(TokenType::kDot) || is(TokenType::kOpenSquareBracket)) {
+    chain.link();
     ExprPtr e = node(ExprKind::kMember, here());
     const bool computed = is(TokenType::kOpenSquareBracket);
     ++cur_;

@@ -51,14 +51,18 @@ Value make_string(StrData s) {
   return ValueAccess::make(Kind::kString, false, 0, std::make_shared<StrData>(std::move(s)));
 }
 Value make_array(std::vector<Value> items, bool tuple) {
+  int depth = 0;
+  for (const Value& v : items) depth = std::max(depth, v.depth());
   return ValueAccess::make(Kind::kArray, tuple, 0,
-                           std::make_shared<ArrayData>(ArrayData{std::move(items)}));
+                           std::make_shared<ArrayData>(ArrayData{std::move(items)}), depth + 1);
 }
 Value make_object(ObjectData o, bool kwargs) {
+  int depth = 0;
+  for (const auto& [k, v] : o.entries) depth = std::max(depth, v.depth());
   auto data = std::make_shared<ObjectData>();
   data->entries = std::move(o.entries);
   data->reindex();
-  return ValueAccess::make(Kind::kObject, kwargs, 0, std::move(data));
+  return ValueAccess::make(Kind::kObject, kwargs, 0, std::move(data), depth + 1);
 }
 Value make_function(FunctionData f) {
   return ValueAccess::make(Kind::kFunction, false, 0, std::make_shared<FunctionData>(std::move(f)));
@@ -80,6 +84,7 @@ Value& Value::push_back(Value v) {
   FD_CHECK(kind_ == Kind::kArray, "jinja::Value::push_back on a non-array");
   if (ptr_.use_count() > 1)
     ptr_ = std::make_shared<ArrayData>(*static_cast<const ArrayData*>(ptr_.get()));
+  depth_ = static_cast<uint16_t>(std::max<int>(depth_, std::min(v.depth() + 1, kMaxTrackedDepth)));
   static_cast<ArrayData*>(ptr_.get())->items.push_back(std::move(v));
   return *this;
 }
@@ -88,6 +93,8 @@ Value& Value::set(std::string_view key, Value v) {
   FD_CHECK(kind_ == Kind::kObject, "jinja::Value::set on a non-object");
   if (ptr_.use_count() > 1)
     ptr_ = std::make_shared<ObjectData>(*static_cast<const ObjectData*>(ptr_.get()));
+  // A replaced entry may have been the deepest: the depth stays an upper bound.
+  depth_ = static_cast<uint16_t>(std::max<int>(depth_, std::min(v.depth() + 1, kMaxTrackedDepth)));
   static_cast<ObjectData*>(ptr_.get())->set(key, std::move(v));
   return *this;
 }
@@ -139,7 +146,13 @@ bool is_array_index(const std::string& k, uint64_t& n) {
 }
 
 Value convert(const nlohmann::ordered_json& j, int depth) {
-  if (depth > 10000) throw fd::Error(ErrorKind::kUsage, "jinja: JSON nested too deeply");
+  // As deep as a render accepts values (RenderOptions::max_depth).
+  if (depth >= RenderOptions{}.max_depth) {
+    throw fd::Error(ErrorKind::kUsage,
+                    fmt::format("jinja: JSON nested deeper than {} levels, more than a template "
+                                "value may be",
+                                RenderOptions{}.max_depth));
+  }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();

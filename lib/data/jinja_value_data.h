@@ -7,6 +7,7 @@
 // the interpreter empties every namespace it made when a render ends.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -79,10 +80,12 @@ struct FunctionData {
 
 // Reaches into Value for the interpreter.
 struct ValueAccess {
-  static Value make(Value::Kind kind, bool flag, double num, std::shared_ptr<void> ptr) {
+  static Value make(Value::Kind kind, bool flag, double num, std::shared_ptr<void> ptr,
+                    int depth = 0) {
     Value v;
     v.kind_ = kind;
     v.flag_ = flag;
+    v.depth_ = static_cast<uint16_t>(std::min(depth, Value::kMaxTrackedDepth));
     v.num_ = num;
     v.ptr_ = std::move(ptr);
     return v;

@@ -3,10 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
+#include "lib/data/line_reader.h"
 
 namespace fd::data {
 namespace {
@@ -163,32 +164,53 @@ class Collector {
   std::vector<Record> records_;
 };
 
-void read_jsonl(const std::string& path, std::ifstream& in, const RecordOptions& o, Collector& c) {
-  std::string line;
-  int64_t n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, n);
-    json j = json::parse(line, nullptr, false);
-    Record r;
-    std::string err = j.is_discarded()
-                          ? std::string(
-                                "not valid JSON (a .jsonl file holds one JSON object per "
-                                "line)")
-                          : parse_value(j, o, &r);
-    c.add(where, err, std::move(r));
+}  // namespace
+
+std::string jsonl_error(const std::string& reason) {
+  // try_parse_json's "line 1, column C: not valid JSON: D" of a one-line text: the line is the
+  // file's (FILE:LINE is said before), the column this line's.
+  static constexpr std::string_view kAt = "line 1, column ", kInvalid = ": not valid JSON: ";
+  std::string out = reason;
+  if (reason.starts_with(kAt)) {
+    const size_t colon = reason.find(kInvalid);
+    if (colon != std::string::npos) {
+      out = fmt::format("not valid JSON at column {}: {}",
+                        reason.substr(kAt.size(), colon - kAt.size()),
+                        reason.substr(colon + kInvalid.size()));
+    }
   }
-  if (in.bad()) usage_error("{}: read error", path);
+  return out + " (a .jsonl file holds one JSON object per line)";
 }
 
-void read_json(const std::string& path, std::ifstream& in, const RecordOptions& o, Collector& c) {
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    usage_error("{}: not valid JSON ({}); a .json dataset is one array of records", path, e.what());
+namespace {
+
+void read_jsonl(const std::string& path, const RecordOptions& o, Collector& c) {
+  LineReader in(path);
+  std::string line;
+  for (LineReader::Result r; (r = in.next(line)) != LineReader::Result::kEnd;) {
+    const std::string where = fmt::format("{}:{}", path, in.line_number());
+    Record rec;
+    if (r == LineReader::Result::kTooLong) {
+      c.add(where,
+            fmt::format("the line is longer than {} bytes, more than a record may be (is this "
+                        "a .jsonl file?)",
+                        kMaxJsonLineBytes),
+            std::move(rec));
+      continue;
+    }
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    std::string err = try_parse_json(line, j);
+    err = err.empty() ? parse_value(j, o, &rec) : jsonl_error(err);
+    c.add(where, err, std::move(rec));
   }
+}
+
+void read_json(const std::string& path, const RecordOptions& o, Collector& c) {
+  const std::string text = read_input_file(path, "the dataset", kMaxJsonDatasetBytes);
+  json j;
+  if (const std::string err = try_parse_json(text, j); !err.empty())
+    usage_error("{}: {}; a .json dataset is one array of records", path, err);
   if (!j.is_array()) {
     usage_error(
         "{}: the file holds {}; a .json dataset is one array of records (or use .jsonl, "
@@ -214,8 +236,8 @@ std::string sharegpt_role(const std::string& from) {
 }
 
 std::string parse_record(const std::string& json_text, const RecordOptions& o, Record* out) {
-  json j = json::parse(json_text, nullptr, false);
-  if (j.is_discarded()) return "not valid JSON";
+  json j;
+  if (std::string err = try_parse_json(json_text, j); !err.empty()) return err;
   return parse_value(j, o, out);
 }
 
@@ -230,12 +252,10 @@ std::vector<Record> read_records(const std::vector<std::string>& files, const Re
           ".json file (one array of records)",
           path);
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) usage_error("{}: cannot open ({})", path, std::strerror(errno));
     if (jsonl) {
-      read_jsonl(path, in, o, c);
+      read_jsonl(path, o, c);
     } else {
-      read_json(path, in, o, c);
+      read_json(path, o, c);
     }
   }
   return c.take();

@@ -13,7 +13,10 @@
 //   text      {"text": T}: a document, trained on whole.
 // A record that breaks a rule is reported as "FILE:LINE: what is wrong" (JSON
 // files: "FILE: element N"); with BadRecords::kSkip it is counted and left out
-// instead, and the first few reasons are kept for the run's summary.
+// instead, and the first few reasons are kept for the run's summary. A line
+// that is not JSON, nests deeper than kMaxJsonDepth (lib/base/input_file.h) or
+// is longer than kMaxJsonLineBytes is such a bad record; a file that is not a
+// regular file, or a .json file over kMaxJsonDatasetBytes, is an error.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,10 @@
 namespace fd::data {
 
 enum class RecordFormat { kChat, kInstruct, kText };
+
+// The largest .json dataset read whole (a larger one belongs in .jsonl, read a
+// line at a time; each line at most kMaxJsonLineBytes, line_reader.h).
+inline constexpr int64_t kMaxJsonDatasetBytes = int64_t{1} << 30;  // 1 GiB
 
 struct RecordFields {
   std::string messages = "messages";        // chat: the message list (or "conversations", ShareGPT)
@@ -74,6 +81,11 @@ std::string sharegpt_role(const std::string& from);
 // the first bad record. `stats` (may be null) receives the counts.
 std::vector<Record> read_records(const std::vector<std::string>& files, const RecordOptions& o,
                                  RecordStats* stats);
+
+// A JSON Lines line's try_parse_json() error (lib/base/input_file.h) as a
+// reason after "FILE:LINE: ": "not valid JSON at column C: ... (a .jsonl file
+// holds one JSON object per line)".
+std::string jsonl_error(const std::string& reason);
 
 // One record from a JSON value (the same rules, for tests and previews):
 // returns "" and fills `out`, or returns what is wrong.

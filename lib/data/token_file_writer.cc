@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -21,11 +22,16 @@ constexpr size_t kBufferBytes = size_t{4} << 20;
 TokenFileWriter::TokenFileWriter(std::string path, int64_t vocab_size)
     : path_(std::move(path)), width_(vocab_size <= 65536 ? 2 : 4), vocab_size_(vocab_size) {
   FD_CHECK(vocab_size > 0 && vocab_size <= INT32_MAX, "vocab_size {}", vocab_size);
-  tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
-  file_ = std::fopen(tmp_.c_str(), "wb");
+  // A fresh name beside the output (PATH.tmp-XXXXXX): never a file of the user's.
+  std::filesystem::path tmp;
+  const int fd = make_temp_file_beside(path_, &tmp);
+  tmp_ = tmp.string();
+  file_ = ::fdopen(fd, "wb");
   if (file_ == nullptr) {
-    runtime_error("cannot create {}: {} (the token file's folder must exist and be writable)",
-                  tmp_, std::strerror(errno));
+    const int err = errno;
+    ::close(fd);
+    std::remove(tmp_.c_str());
+    runtime_error("cannot write {}: {}", tmp_, std::strerror(err));
   }
   buffer_.reserve(kBufferBytes);
   std::vector<int32_t> header(256, 0);  // the count is filled in by close()

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +19,16 @@
 #include <vector>
 
 namespace fd::data {
+
+// Token ids a tokenizer file may use: [0, kMaxTokenIds). 2^24 is 64 times the
+// largest vocabularies in use (Gemma 3: 262,144) and far inside what an int32,
+// the uint32 token files (token_file.h) and an embedding table hold; a larger
+// id is a damaged file, refused where it is read, never wrapped or truncated.
+inline constexpr int64_t kMaxTokenIds = int64_t{1} << 24;
+
+// An id read from a tokenizer file: `v` when it is an integer in
+// [0, kMaxTokenIds), else nullopt (negative, too large, not an integer).
+std::optional<int64_t> json_token_id(const nlohmann::json& v);
 
 // Per-thread state of encode(): caches of recent words and scratch buffers.
 // Opaque; default-constructed empty, filled by the tokenizer it is used with

@@ -42,17 +42,21 @@ size_t utf8_sequence_length(std::string_view text, size_t i) {
   return maximal_subpart(text, i) == need ? need : 0;
 }
 
-bool is_valid_utf8(std::string_view text) {
+size_t first_invalid_utf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     if (static_cast<unsigned char>(text[i]) < 0x80) {
       ++i;
       continue;
     }
     const size_t n = utf8_sequence_length(text, i);
-    if (n == 0) return false;
+    if (n == 0) return i;
     i += n;
   }
-  return true;
+  return std::string_view::npos;
+}
+
+bool is_valid_utf8(std::string_view text) {
+  return first_invalid_utf8(text) == std::string_view::npos;
 }
 
 std::string to_valid_utf8(std::string_view text) {

@@ -21,6 +21,8 @@ size_t utf8_sequence_length(std::string_view text, size_t i);
 
 // True when every byte of `text` belongs to a valid UTF-8 sequence.
 bool is_valid_utf8(std::string_view text);
+// Where the first byte that does not belong to one is, or npos.
+size_t first_invalid_utf8(std::string_view text);
 
 // `text` with every maximal invalid subpart replaced by U+FFFD; `text` itself
 // when it is valid (the common case costs one scan).

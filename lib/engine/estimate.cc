@@ -231,7 +231,10 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   std::unique_ptr<nn::Module> stage_module = pipe ? pipe->stage_module(*model) : nullptr;
   zero::ZeroEngine engine(pipe ? *stage_module : *model, pipe ? pipe->data_comm() : comm,
                           pipe ? pipe->stage_config(a.zero) : a.zero, fill);
-  if (pipe) pipe->attach(*model, engine, fill);
+  if (pipe) {
+    pipe->attach(*model, engine, fill);
+    pipe->sync_tied();  // as the trainer, once set up
+  }
   dist::Communicator& model_comm = pipe ? pipe->data_comm() : comm;
   RankRun out;
   out.num_params = model->parameter_count();

@@ -13,6 +13,7 @@
 #include "lib/ckpt/lora_base.h"
 #include "lib/config/load.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/output_path.h"
 #include "lib/engine/weights_io.h"
 
 namespace fd::engine {
@@ -49,6 +50,7 @@ LoraRun lora_run(const ckpt::Checkpoint& c) {
 
 std::string export_checkpoint(const std::string& path, const std::string& out, DType dtype,
                               bool overwrite) {
+  check_output_path(out, OutputKind::kFile, "--out");
   ckpt::check_export_file(out, dtype, overwrite);
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   std::optional<int64_t> n_head;
@@ -68,6 +70,7 @@ std::string export_checkpoint(const std::string& path, const std::string& out, D
 
 std::string export_lora_adapter(const std::string& path, const std::string& dir, DType dtype,
                                 bool overwrite) {
+  check_output_path(dir, OutputKind::kDirectory, "--lora-adapter");
   ckpt::check_export_dir(dir, dtype, overwrite);
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   return ckpt::export_lora_adapter(c, dir, dtype, overwrite, lora_run(c).spec);
@@ -75,6 +78,7 @@ std::string export_lora_adapter(const std::string& path, const std::string& dir,
 
 std::string export_merged_lora(const std::string& path, const std::string& out, DType dtype,
                                bool overwrite) {
+  check_output_path(out, OutputKind::kFile, "--out");
   ckpt::check_export_file(out, dtype, overwrite);
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   const LoraRun run = lora_run(c);
@@ -94,6 +98,7 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
   out.max_shard_bytes = options.max_shard_bytes;
   out.overwrite = options.overwrite;
   check_hf_export_dir(dir, out);
+  check_output_path(dir, OutputKind::kDirectory, "--hf-dir");
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   const bool lora = ckpt::is_lora_checkpoint(c);
   if (lora && !options.merge_lora)
@@ -157,10 +162,20 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
   out.metadata = {{"step", std::to_string(c.meta().step)},
                   {"source", c.dir},
                   {"fdtrain_version", c.meta().fdtrain_version}};
+  // The tokenizer the run's data was encoded with (data.tokenizer), else the base directory's.
   std::error_code ec;
-  if (!recipe.model.init_from.empty() && std::filesystem::is_directory(recipe.model.init_from, ec))
+  const std::string& tokenizer = recipe.data.tokenizer;
+  if (!tokenizer.empty() && std::filesystem::is_directory(tokenizer, ec))
+    out.tokenizer_from = tokenizer;
+  else if (!tokenizer.empty())
+    log::warn(
+        "the run's data.tokenizer {} is no longer a directory; the export has no tokenizer "
+        "files (copy them into {} by hand)",
+        tokenizer, dir);
+  else if (!recipe.model.init_from.empty() &&
+           std::filesystem::is_directory(recipe.model.init_from, ec))
     out.tokenizer_from = recipe.model.init_from;
-  out.token_ids = export_token_ids(a.model, recipe.model.init_from);
+  out.token_ids = export_token_ids(a.model, recipe.model.init_from, out.tokenizer_from);
   const std::vector<std::string> copied = write_hf_model(*model, dir, out);
   return fmt::format("exported {} ({}{}, step {}, {}) to {} (Hugging Face directory{})",
                      a.model.summary(), c.dir, lora ? ", LoRA merged" : "", c.meta().step,

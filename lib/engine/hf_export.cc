@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -11,6 +13,7 @@
 #include "lib/base/log.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
+#include "lib/data/tokenizer.h"
 #include "lib/nn/config/hf_config.h"
 #include "lib/tensor/lora_merge.h"
 
@@ -113,7 +116,8 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
   return out;
 }
 
-nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from) {
+nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from,
+                                const std::string& tokenizer_dir) {
   std::error_code ec;
   if (!init_from.empty() && fs::is_directory(init_from, ec)) {
     try {
@@ -123,6 +127,23 @@ nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::strin
           "the run's model.init_from {} no longer has a readable config.json ({}); the "
           "exported config.json states bos_token_id and eos_token_id as null",
           init_from, e.what());
+      return {"null", "null"};
+    }
+  }
+  if (!tokenizer_dir.empty()) {
+    // The ids generate and transformers stop at: the tokenizer's own bos_token / eos_token.
+    try {
+      const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(tokenizer_dir);
+      auto id = [](std::optional<int32_t> i) {
+        return i ? std::to_string(*i) : std::string("null");
+      };
+      return {id(tok->bos_id()), id(tok->eos_id())};
+    } catch (const Error& e) {
+      log::warn(
+          "the run's tokenizer {} can no longer be read ({}); the exported config.json states "
+          "bos_token_id and eos_token_id as null",
+          tokenizer_dir, e.what());
+      return {"null", "null"};
     }
   }
   constexpr int64_t kGpt2Vocab = 50257, kGpt2EndOfText = 50256;
@@ -174,13 +195,19 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
           : nn::hf_config_json(model.config(), torch_dtype(options.dtype));
 
   const fs::path final_dir = normal_dir(dir);
-  const fs::path tmp = final_dir.string() + ".tmp";
   std::error_code ec;
   if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec))
-    runtime_error("cannot create {}: {}; check permissions", tmp.string(),
-                  ec ? ec.message() : "it exists");
+  // Staged in a fresh OUT.tmp-XXXXXX (never a directory that was there before), removed again
+  // if the export fails; only a crash leaves it behind (lib/base/atomic_file.h).
+  const fs::path tmp = make_temp_dir_beside(final_dir);
+  struct Cleanup {
+    const fs::path& dir;
+    bool done = false;
+    ~Cleanup() {
+      std::error_code e;
+      if (!done) fs::remove_all(dir, e);
+    }
+  } cleanup{tmp};
 
   std::map<std::string, std::string> meta = options.metadata;
   meta["format"] = "pt";  // what transformers writes and expects
@@ -205,6 +232,7 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
   if (!err.empty()) runtime_error("{}; check free space and permissions", err);
   sync_directory(tmp);
   ckpt::replace_directory(tmp.string(), final_dir.string());
+  cleanup.done = true;
   return copied;
 }
 

@@ -3,15 +3,19 @@
 //   OUT/config.json                 nn::hf_config_json (model_type, architectures, ...;
 //                                   bos/eos ids: export_token_ids)
 //   OUT/model.safetensors           or model-0000i-of-0000N.safetensors + the index
-//   OUT/tokenizer.json, ...         copied from model.init_from when it is a directory
+//   OUT/tokenizer.json, ...         copied from the run's data.tokenizer, else from
+//                                   model.init_from when it is a directory
 //
 // Tensor names are the model's own parameter names, which are already Hugging
 // Face's (GPT-2's file names "wte.weight", "h.0.attn.c_attn.weight"; the Llama
 // family's "model.layers.0.self_attn.q_proj.weight"); a tied model has no
-// lm_head.weight. The directory is staged as OUT.tmp and renamed into place
-// (ckpt::replace_directory), so OUT is at every moment absent, the old
-// directory or the complete new one: a crash cannot leave a config.json
-// beside missing or partial weights.
+// lm_head.weight. The directory is staged in a fresh OUT.tmp-XXXXXX beside it
+// (make_temp_dir_beside, lib/base/atomic_file.h: never a directory that was
+// there before) and renamed into place (ckpt::replace_directory), so OUT is at
+// every moment absent, the old directory or the complete new one: a crash
+// cannot leave a config.json beside missing or partial weights. A failed
+// export removes its staging directory; a crash leaves OUT.tmp-XXXXXX, which
+// is safe to delete.
 #pragma once
 
 #include <cstdint>
@@ -63,16 +67,19 @@ struct HfExportOptions {
 };
 
 // The bos_token_id / eos_token_id keys `ckpt export --hf-dir` writes for a run of `model` whose
-// model.init_from is `init_from`:
+// model.init_from is `init_from` and whose tokenizer files come from `tokenizer_dir` ("" none):
 //   - a Hugging Face directory: its config.json's keys as they are there (ids, a list, null, or
 //     no key: transformers then reads the same ids for the export as for the source);
+//   - otherwise, with a tokenizer (the run's data.tokenizer): its bos_token and eos_token
+//     (tokenizer_config.json) as ids, null where it names none;
 //   - otherwise GPT-2 with GPT-2's vocabulary (50257): 50256 for both (<|endoftext|>), as
 //     GPT-2's own config.json;
 //   - otherwise null for both: fdtrain does not know them, and a missing key would read as the
 //     family's default in transformers (LlamaConfig: bos 1, eos 2; GPT2Config: 50256), ids the
 //     run's vocabulary may not even have.
 // A directory whose config.json can no longer be read is warned about and counts as none.
-nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from);
+nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::string& init_from,
+                                const std::string& tokenizer_dir = "");
 
 // Checks what an export to `dir` can check before reading anything: `dtype`
 // is f32, bf16 or f16, max_shard_bytes > 0, and `dir` is absent, an empty
@@ -82,7 +89,7 @@ void check_hf_export_dir(const std::string& dir, const HfExportOptions& options)
 // Writes `model` to the Hugging Face directory `dir` as described above.
 // Returns the tokenizer files copied (names only). Throws fd::Error kUsage for
 // a refused `dir` or a model config.json cannot describe, kRuntime on I/O
-// failure (OUT.tmp is then left for inspection; the next export removes it).
+// failure (the staging directory is then removed; `dir` is as it was).
 std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::string& dir,
                                         const HfExportOptions& options);
 

@@ -11,6 +11,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/ckpt/export.h"
+#include "lib/ckpt/finite.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/ckpt/weights_file.h"
@@ -46,6 +47,7 @@ void fill(const std::vector<const nn::Parameter*>& params,
           "{}: tensor '{}' has shape {} but the model of its recipe needs {}; the "
           "checkpoint is inconsistent",
           where, p->name, it->second.shape().str(), p->value.shape().str());
+    ckpt::check_finite(it->second, where, p->name);
     p->value.copy_from(it->second);
   }
 }
@@ -281,6 +283,7 @@ InferenceModel from_file(const std::string& path) {
 InferenceModel from_hf_dir(const std::string& dir) {
   Assembly a;  // fp32, one rank, unpadded, no adapters
   a.model = nn::read_hf_config(dir);
+  check_weights_fit(dir, a.model, "");  // before anything is allocated for the model
   InferenceModel m;
   m.model = build_model(a, Init::kNone);
   load_weights(dir, *m.model, "");

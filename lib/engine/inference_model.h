@@ -27,6 +27,9 @@
 //    the file's metadata (fdtrain exports record it). A file without n_head
 //    (a Hugging Face GPT-2 model.safetensors) is read with GPT-2's head size
 //    of 64, and a note says so.
+// A Hugging Face directory's config.json is checked against its weights'
+// headers before the model is allocated (check_weights_fit), and every weight
+// read is checked to be finite, naming the tensor and the file.
 // Every failure a user can cause is an fd::Error (kUsage) naming the path.
 #pragma once
 

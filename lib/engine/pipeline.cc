@@ -164,6 +164,9 @@ zero::ZeroConfig PipelineStage::stage_config(zero::ZeroConfig config) const {
   for (int g : config.checkpoint_segments)
     if (g >= first_ && g <= last_) mine.push_back(g - first_);
   config.checkpoint_segments = mine;
+  // Every stage's engine has ranks 0..D-1: offloaded state files are named by
+  // the global rank, or the stages would share (and lock each other out of) one.
+  config.offload.file_rank = world_.rank();
   return config;
 }
 
@@ -214,7 +217,6 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
     }
     return sum;
   });
-  sync_tied();
 }
 
 Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,

@@ -77,11 +77,16 @@ class PipelineStage final : public nn::SegmentRunner {
 
   // A view of `model` with this stage's own segments, for the ZeroEngine,
   // and the engine's configuration in its numbering (engine index = segment
-  // - first: the checkpointed segments that are the stage's).
+  // - first: the checkpointed segments that are the stage's; offload files
+  // named by the global rank).
   std::unique_ptr<nn::Module> stage_module(const nn::Decoder& model) const;
   zero::ZeroConfig stage_config(zero::ZeroConfig config) const;
   // After the engine is built: fills the tied copy through `fill` (the same
-  // values the first stage starts with) and installs the norm combiner.
+  // values the first stage starts with) and installs the norm combiner. Local:
+  // nothing crosses between stages until the first sync_tied(), which the
+  // trainer calls only once every rank has agreed that its setup succeeded
+  // (a stage waiting on a neighbour whose setup failed would wait until
+  // dist.timeout_s).
   void attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn::ParamFill& fill);
 
   // SegmentRunner: segment g through the engine (index g - first); the
@@ -110,8 +115,8 @@ class PipelineStage final : public nn::SegmentRunner {
     int64_t p2p_bytes = 0, steps = 0;
   };
   const Totals& totals() const { return totals_; }
-  // After the optimizer step (and a checkpoint load): the first stage's
-  // updated embedding to the last stage's copy (tied heads).
+  // After setup (a checkpoint loaded or not) and after each optimizer step:
+  // the first stage's embedding to the last stage's copy (tied heads).
   void sync_tied();
   // An evaluation batch through the stages (no gradients): the loss on the
   // last stage, 0 elsewhere (the caller sums over ranks).

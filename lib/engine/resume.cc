@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/manifest.h"
@@ -33,11 +34,16 @@ bool belongs_to(const fs::path& step_dir, const fs::path& run_dir) {
 
 // The step a `latest` or `latest.tmp` file names, or -1.
 int64_t named_step(const fs::path& pointer) {
-  std::ifstream in(pointer);
   std::string name;
-  std::getline(in, name);
+  try {
+    const std::string text = read_input_file(pointer.string(), "checkpoint pointer", 4096);
+    name = text.substr(0, text.find('\n'));
+  } catch (const Error&) {  // not a regular file, or not a pointer fdtrain wrote
+    return -1;
+  }
   int64_t step = -1;
-  if (name.rfind("step_", 0) == 0 && name.size() > 5 &&
+  // At most 18 digits: within int64_t, so stoll cannot throw.
+  if (name.rfind("step_", 0) == 0 && name.size() > 5 && name.size() <= 5 + 18 &&
       name.find_first_not_of("0123456789", 5) == std::string::npos)
     step = std::stoll(name.substr(5));
   return step;

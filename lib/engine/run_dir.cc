@@ -13,6 +13,7 @@
 
 #include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/base/log.h"
 #include "lib/engine/run_lock.h"
 
@@ -35,11 +36,14 @@ std::string write_atomically(const fs::path& path, const std::string& content,
   return fd::write_file_atomically(path, content, tmp);
 }
 
+// A run's own small file ("" when missing, unreadable, not a regular file or
+// over the cap: a FIFO put in its place must not block the command).
 std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  try {
+    return read_input_file(p.string(), "run file");
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 std::string describe(const RunDirState& s) {
@@ -71,9 +75,8 @@ RunDirState read_run_dir_state(const fs::path& dir) {
   if (s.holds_run) {
     // fdtrain writes config.yaml with this first line; another program's
     // config.yaml (a project directory given as --run-dir) is not a run.
-    std::ifstream in(dir / "config.yaml");
-    std::string first;
-    std::getline(in, first);
+    const std::string text = read_file(dir / "config.yaml");
+    const std::string first = text.substr(0, text.find('\n'));
     s.foreign = first.rfind(kConfigHeader, 0) != 0 && !fs::exists(dir / "run.json", ec);
   }
   if (fs::exists(dir / "summary.json", ec)) {
@@ -186,10 +189,12 @@ void RunDirectory::begin(Start start, int64_t resume_step) {
       break;
     }
     case Start::kResume: {
-      std::ifstream in(path_ / "metrics.jsonl");
+      std::ifstream in;
+      if (non_regular_kind((path_ / "metrics.jsonl").string()).empty())
+        in.open(path_ / "metrics.jsonl");
       for (std::string line; std::getline(in, line);) {
-        auto rec = nlohmann::json::parse(line, nullptr, false);
-        if (!rec.is_discarded() && rec.contains("step") && rec["step"].is_number_integer() &&
+        nlohmann::json rec;
+        if (try_parse_json(line, rec).empty() && rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
             rec["step"].get<int64_t>() <= resume_step) {
           kept += line + "\n";
           last_metrics_ = std::move(rec);

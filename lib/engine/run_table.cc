@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/base/strings.h"
 #include "lib/config/load.h"
 #include "lib/engine/run_lock.h"
@@ -22,9 +23,12 @@ using nlohmann::json;
 
 // The JSON object in `path`, or a discarded value when missing or unparsable.
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return json(json::value_t::discarded);
-  return json::parse(in, nullptr, false);
+  json j;
+  try {
+    if (try_parse_json(read_input_file(path.string(), "run file"), j).empty()) return j;
+  } catch (const Error&) {  // missing, not a regular file, or too large
+  }
+  return json(json::value_t::discarded);
 }
 
 double number_or(const json& j, const char* key, double fallback) {
@@ -119,11 +123,13 @@ RunRecord read_run(const fs::path& dir) {
     r.name = fs::absolute(dir).lexically_normal().filename().string();
 
   // The loss curves, and the progress of a run that has not finished.
-  std::ifstream metrics(dir / "metrics.jsonl");
+  // Only a regular file is opened (a FIFO would block).
+  std::ifstream metrics;
+  if (non_regular_kind((dir / "metrics.jsonl").string()).empty()) metrics.open(dir / "metrics.jsonl");
   double last_tok_s = RunRecord::kUnknown;
   for (std::string line; std::getline(metrics, line);) {
-    json m = json::parse(line, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) continue;
+    json m;
+    if (!try_parse_json(line, m).empty() || !m.is_object()) continue;
     const int64_t step = integer_or(m, "step", -1);
     if (step < 0) continue;
     r.steps = std::max(r.steps, step);

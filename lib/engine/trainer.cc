@@ -124,7 +124,13 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
                                         world, this_host(), int(getpid()), options.command_line));
                       })));
   if (ok) {
-    if (!finished()) dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
+    if (finished()) return;
+    dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
+    // A pipeline's first transfer between stages (the embedding, initial or
+    // loaded, to a tied head's copy) only now that every rank is set up: a
+    // stage whose setup failed (its offload file in use, say) is in the
+    // agreement above, not in a send its neighbour would wait on.
+    if (pipe_) pipe_->sync_tied();
     return;
   }
   if (log_file_open_) log::close_file();
@@ -248,6 +254,11 @@ void Trainer::setup(const TrainOptions& options) {
   if (a.stages > 1)
     pipe_ = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
                                             a.model.num_layers, a.model.tie_word_embeddings, comm_);
+  // model.init_from against the model from its headers, before the model is allocated: sizes
+  // that disagree with the weights are refused naming the tensor, not after gigabytes.
+  if (!recipe_.model.init_from.empty())
+    check_weights_fit(recipe_.model.init_from, a.model,
+                      fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
   model_ = build_model(a, Init::kDeferred,
                        pipe_ ? std::function<bool(int)>([this](int g) { return pipe_->holds(g); })
                              : std::function<bool(int)>());
@@ -305,7 +316,6 @@ void Trainer::setup(const TrainOptions& options) {
   if (plan.checkpoint) {
     const Resumed r =
         load_for_resume(*plan.checkpoint, recipe_, *model_, *zero_, scaler_.get(), base_sha256_);
-    if (pipe_) pipe_->sync_tied();  // the loaded embedding to the head's copy
     start_step_ = r.step;
     skipped_at_start_ = r.skipped_steps;
     resumed_from_ = r.dir;
@@ -381,7 +391,7 @@ int64_t Trainer::frozen_bytes_estimate() const {
   int64_t P = 0;
   for (const nn::FlatParamGroup* g : model_->frozen_groups()) P += g->numel();
   const int64_t c = int64_t(dtype_size(assembly_.dtype));
-  return assembly_.zero.stage >= 3 ? c * P / comm_.size() : c * P;
+  return assembly_.zero.stage >= 3 ? c * P / zero_->world() : c * P;
 }
 
 std::string Trainer::save(int64_t steps_done) {
@@ -712,9 +722,11 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const int64_t done = end.done;
   std::string digest;
   with_full_parameters([&] { digest = weights_sha256(*model_); });
+  // Rank 0's engine (a pipeline's: the first stage's segments over its D
+  // replicas, whose world pads them; not the whole world).
   const int64_t P = zero_->padded_params();
   const zero::ModelStateBytes est =
-      zero::model_state_bytes(assembly_.zero.stage, comm_.size(), assembly_.zero.accumulation, P,
+      zero::model_state_bytes(assembly_.zero.stage, zero_->world(), assembly_.zero.accumulation, P,
                               int(dtype_size(assembly_.dtype)),
                               zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : -1,
                               zero_->params_offloaded() ? zero_->params_staging_bytes() : -1);

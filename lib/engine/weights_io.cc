@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "lib/base/error.h"
@@ -38,6 +39,11 @@ struct WeightsSource::Impl {
   std::string where;  // the message prefix ("" or "recipe.yaml:3:14: model.init_from: ")
   std::vector<const nn::Parameter*> order;  // the parameters read, in canonical order
   std::map<std::string, const nn::Parameter*> targets;  // the same, by name
+  // What the files must hold: the parameters' names and shapes (of `order`,
+  // or of a model not built yet: check_weights_fit).
+  std::vector<std::pair<std::string, Shape>> specs;  // in canonical order
+  std::set<std::string> spec_names;                  // the same names, for lookup
+  bool headers_only = false;                         // check names and shapes only; read no tensor
   std::optional<ckpt::HfWeights> dir;
   std::map<std::string, std::string> stored;  // dir: our name -> the file's
   std::optional<ckpt::WeightsFile> file;
@@ -66,28 +72,28 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
   const ckpt::HfWeights& w = *s.dir;
   for (const std::string& name : w.names())
     s.stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
-  for (const nn::Parameter* p : s.order) {
-    const std::string& name = p->name;
+  for (const auto& [name, shape] : s.specs) {
     auto it = s.stored.find(name);
     if (it == s.stored.end())
       usage_error(
           "{}{} has no tensor '{}' of shape {}, which the model of its config.json needs; is the "
           "directory complete (every shard of model.safetensors.index.json)?",
-          prefix, path, name, p->value.shape().str());
+          prefix, path, name, shape.str());
     ckpt::TensorInfo info;
     try {
       info = w.info(it->second);
     } catch (const Error& e) {
       throw Error(e.kind(), prefix + e.what());
     }
-    if (info.shape != p->value.shape())
-      usage_error("{}{}: tensor '{}' has shape {} in the files but {} in the model of its "
-                  "config.json",
-                  prefix, path, it->second, info.shape.str(), p->value.shape().str());
+    if (info.shape != shape)
+      usage_error(
+          "{}{}: tensor '{}' has shape {} in the files but {} in the model of its "
+          "config.json",
+          prefix, path, it->second, info.shape.str(), shape.str());
   }
   bool extra_head = false;
   for (const auto& [name, file_name] : s.stored) {
-    if (s.targets.count(name)) continue;
+    if (s.spec_names.count(name)) continue;
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
     if (name == "lm_head.weight") {
       extra_head = true;
@@ -96,7 +102,7 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
     usage_error("{}{} holds tensor '{}' {}, which the model of its config.json does not have",
                 prefix, path, file_name, w.info(file_name).shape.str());
   }
-  if (!extra_head) return;
+  if (!extra_head || s.headers_only) return;
   // lm_head.weight beside a tied head: the embedding is what the head uses.
   // Compared in the files, a block of rows at a time.
   std::string embed;
@@ -135,11 +141,10 @@ void check_file(WeightsSource::Impl& s, const std::string& path) {
   const ckpt::WeightsFile& w = *s.file;
   std::map<std::string, std::vector<int64_t>> file_shapes = w.shapes();
   std::map<std::string, std::vector<int64_t>> model_shapes;
-  for (const nn::Parameter* p : s.order) {
-    const Shape& sh = p->value.shape();
+  for (const auto& [name, sh] : s.specs) {
     std::vector<int64_t> v;
     for (int i = 0; i < sh.ndim(); ++i) v.push_back(sh[i]);
-    model_shapes[p->name] = v;
+    model_shapes[name] = v;
   }
   // An untied head (the Llama family) is a parameter like any other.
   s.untied = model_shapes.count("lm_head.weight") != 0;
@@ -156,8 +161,8 @@ void check_file(WeightsSource::Impl& s, const std::string& path) {
                       : "; the file holds a GPT-2 model (wte.weight): set model.arch gpt2 and its "
                         "shape keys to match it";
 
-  for (const nn::Parameter* p : s.order) {
-    const std::string& name = p->name;
+  for (const auto& spec : s.specs) {
+    const std::string& name = spec.first;
     const std::vector<int64_t>& shape = model_shapes.at(name);
     auto it = file_shapes.find(name);
     if (it == file_shapes.end())
@@ -172,7 +177,7 @@ void check_file(WeightsSource::Impl& s, const std::string& path) {
       usage_error("{}{} holds tensor '{}' {}, which the model does not have{}", prefix, path,
                   w.stored_name(name), shape_str(shape),
                   hint.empty() ? "; is it a GPT-2 model?" : hint);
-  if (w.lm_head() && !s.untied) {
+  if (w.lm_head() && !s.untied && !s.headers_only) {
     bool tied = false;
     if (file_shapes.count("wte.weight") && w.lm_head()->shape == file_shapes.at("wte.weight"))
       tied = w.load_lm_head().to_vector() == w.load("wte.weight").to_vector();
@@ -181,6 +186,16 @@ void check_file(WeightsSource::Impl& s, const std::string& path) {
           "{}{}: lm_head.weight differs from wte.weight; fdtrain ties the head to wte, so "
           "lm_head.weight is ignored",
           prefix, path);
+  }
+}
+
+// Opens `path` (a directory or a file) into `s` and checks it against s.specs.
+void check_source(WeightsSource::Impl& s, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    check_hf_dir(s, path);
+  } else {
+    check_file(s, path);
   }
 }
 
@@ -197,13 +212,26 @@ WeightsSource::WeightsSource(const std::string& path, const nn::Module& model,
     : impl_(std::make_unique<Impl>()) {
   impl_->where = where.empty() ? "" : where + ": ";
   impl_->order = file_targets(model);
-  for (const nn::Parameter* p : impl_->order) impl_->targets[p->name] = p;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    check_hf_dir(*impl_, path);
-  } else {
-    check_file(*impl_, path);
+  for (const nn::Parameter* p : impl_->order) {
+    impl_->targets[p->name] = p;
+    impl_->specs.emplace_back(p->name, p->value.shape());
+    impl_->spec_names.insert(p->name);
   }
+  check_source(*impl_, path);
+}
+
+void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
+                       const std::string& where) {
+  WeightsSource::Impl s;
+  s.where = where.empty() ? "" : where + ": ";
+  s.headers_only = true;
+  // The base model's parameters, as build_model would make them (nothing allocated).
+  for (const nn::SegmentSpec& seg : nn::Decoder::segment_specs(config))
+    for (const nn::ParamSpec& p : seg.params) {
+      s.specs.emplace_back(p.name, p.shape);
+      s.spec_names.insert(p.name);
+    }
+  check_source(s, file);
 }
 
 WeightsSource::~WeightsSource() = default;

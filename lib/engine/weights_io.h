@@ -54,6 +54,15 @@ class WeightsSource {
   std::unique_ptr<Impl> impl_;
 };
 
+// Checks, before a model of `config` is built, that `file` (as load_weights
+// reads it) holds every parameter of its base with its shape and nothing
+// else, reading headers only: a config.json whose sizes disagree with its
+// weights (a vocab_size of 5,000,000 beside a 256-row embedding) is refused
+// naming the tensor before any memory is allocated for the model. fd::Error
+// kUsage as load_weights.
+void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
+                       const std::string& where);
+
 // Where a training run's parameters start from: the base (every parameter
 // without LoRA) from model.init_from, a LoRA run's adapters from lora.adapter
 // (a PEFT directory), whatever no file gives from the family's random

@@ -1,5 +1,7 @@
 #include "lib/tensor/safetensors.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -9,8 +11,12 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
+#include "lib/base/input_file.h"
 
 namespace fd {
 namespace {
@@ -21,6 +27,44 @@ static_assert(std::endian::native == std::endian::little,
 // Larger headers are refused, as the reference implementation does (100 MB):
 // a corrupt length must not make us allocate gigabytes.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// A header nests 3 deep ({name: {"shape": [...]}}); deeper is no safetensors
+// file, and is refused before parsing (no recursion over a hostile tree).
+constexpr int kMaxHeaderDepth = 8;
+
+// The header's JSON. nlohmann::json keeps the last of duplicate keys without
+// a word; a header naming a tensor twice is refused instead (which copy a
+// reader takes would decide the model).
+nlohmann::json parse_header(const std::string& path, const std::string& text) {
+  if (json_nesting_depth(text, kMaxHeaderDepth) > kMaxHeaderDepth)
+    usage_error(
+        "{}: header nests deeper than {} levels; the file is corrupt or not a "
+        "safetensors file",
+        path, kMaxHeaderDepth);
+  std::set<std::string> names;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t note_names =
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+            !names.insert(parsed.get<std::string>()).second)
+          duplicate = parsed.get<std::string>();
+        return true;
+      };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, note_names);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    usage_error("{}: header is not valid JSON ({}); the file is corrupt or not a safetensors file",
+                path, what);
+  }
+  if (!duplicate.empty())
+    usage_error(
+        "{}: the header names tensor \"{}\" twice; the file is corrupt (which copy is "
+        "meant cannot be known): re-export or re-download it",
+        path, duplicate);
+  return header;
+}
 
 // Element size of every dtype the format defines (0: unknown).
 size_t element_size(const std::string& dtype) {
@@ -120,8 +164,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) usage_error("{}: no such file; check the path", path);
-  if (std::filesystem::is_directory(status))
-    usage_error("{}: is a directory, expected a .safetensors file", path);
+  // A FIFO would block the open, a device read without end: refused by what they are.
+  if (!std::filesystem::is_regular_file(status))
+    usage_error("{}: is {}, not a regular file; expected a .safetensors file", path,
+                describe_file_type(path));
   uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) usage_error("{}: cannot read its size: {}", path, ec.message());
 
@@ -143,13 +189,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::string text(n, '\0');
   if (!in.read(text.data(), std::streamsize(n))) usage_error("{}: cannot read the header", path);
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    usage_error("{}: header is not valid JSON ({}); the file is corrupt or not a safetensors file",
-                path, e.what());
-  }
+  const nlohmann::json header = parse_header(path, text);
   if (!header.is_object())
     usage_error("{}: header is not a JSON object; not a safetensors file", path);
 
@@ -247,20 +287,31 @@ void write_safetensors(const std::string& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // 8-byte aligned data, as the reference does
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) runtime_error("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-    uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(text.data(), std::streamsize(text.size()));
-    for (const auto& [name, t] : tensors)
-      out.write(static_cast<const char*>(t.raw()), std::streamsize(t.nbytes()));
-    out.flush();
-    if (!out) runtime_error("{}: write failed (disk full?): {}", tmp, std::strerror(errno));
+  // A fresh temporary name (never a file of the user's called path.tmp), renamed into place.
+  std::filesystem::path tmp_path;
+  const int fd = make_temp_file_beside(path, &tmp_path);
+  const std::string tmp = tmp_path.string();
+  std::FILE* out = ::fdopen(fd, "wb");
+  if (out == nullptr) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    runtime_error("{}: cannot open for writing: {}", tmp, std::strerror(errno));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    runtime_error("{}: cannot rename {} into place: {}", path, tmp, std::strerror(errno));
+  const uint64_t n = text.size();
+  bool ok = std::fwrite(&n, 8, 1, out) == 1 && std::fwrite(text.data(), 1, n, out) == n;
+  for (const auto& [name, t] : tensors)
+    ok = ok && std::fwrite(t.raw(), 1, t.nbytes(), out) == t.nbytes();
+  const int err = errno;
+  ok = std::fclose(out) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    runtime_error("{}: write failed (disk full?): {}", tmp, std::strerror(err ? err : errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    runtime_error("{}: cannot rename {} into place: {}", path, tmp, std::strerror(e));
+  }
 }
 
 }  // namespace fd

@@ -6,10 +6,12 @@
 //  "__metadata__": {string: string}}; then the raw row-major little-endian
 // bytes, offsets relative to the first byte after the header.
 //
-// open() reads and validates the whole header up front (offsets in range,
-// non-overlapping, matching shape x dtype size, known dtypes), so a malformed
-// file is rejected with one fd::Error (kUsage) naming the file and the problem;
-// nothing here crashes on bad input. Tensor bytes are read on load(), so
+// open() reads and validates the whole header up front (a regular file, a
+// header of at most 100 MB nested at most 8 deep, no tensor named twice,
+// offsets in range, non-overlapping, matching shape x dtype size, known
+// dtypes), so a malformed file is rejected with one fd::Error (kUsage) naming
+// the file and the problem; nothing here crashes or blocks on bad input (a
+// FIFO is refused by what it is). Tensor bytes are read on load(), so
 // opening a multi-GB checkpoint to list its names is cheap.
 #pragma once
 
@@ -70,7 +72,8 @@ class SafetensorsFile {
 
 // Writes `tensors` (CPU tensors of any fdtrain dtype, unique names, in this
 // order in the data section) and `metadata` to `path`. The file is written to
-// path + ".tmp" and renamed, so a reader never sees a partial file. Throws
+// a fresh path.tmp-XXXXXX (make_temp_file_beside: never a file of the user's)
+// and renamed, so a reader never sees a partial file. Throws
 // fd::Error (kRuntime) on I/O failure, (kUsage) on a duplicate or reserved name.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -163,8 +163,9 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     segments_[size_t(g)].checkpointed = true;
   }
   if (c.offload.optimizer) {
+    const int file_rank = c.offload.file_rank >= 0 ? c.offload.file_rank : comm.rank();
     optim::AdamWOffload o;
-    o.stream.path = c.offload.host ? std::string() : c.offload.optimizer_file(comm.rank());
+    o.stream.path = c.offload.host ? std::string() : c.offload.optimizer_file(file_rank);
     o.stream.path_setting = c.offload.dir_setting;
     o.stream.buffer_bytes = c.offload.buffer_bytes;
     o.params_in_file = c.offload.params;
@@ -181,7 +182,7 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
       std::vector<int64_t> lengths;
       for (const Segment& s : segments_) lengths.push_back(s.frozen_shard.numel());
       optim::StateStreamOptions fo;
-      fo.path = c.offload.frozen_file(comm.rank());
+      fo.path = c.offload.frozen_file(file_rank);
       fo.path_setting = c.offload.dir_setting;
       fo.buffer_bytes = std::min<int64_t>(c.offload.buffer_bytes, int64_t(3) << 20);
       fo.buffer_category = fo.staging_category = MemCategory::kFrozen;

@@ -78,6 +78,11 @@ struct OffloadConfig {
   std::string dir;                  // an existing directory
   std::string dir_setting = "zero.offload_optimizer.path";  // named in messages
   int64_t buffer_bytes = int64_t(64) << 20;
+  // The rank in the files' names; -1: the engine's communicator's rank. A
+  // pipeline's stages each run an engine over their own data-parallel group,
+  // whose ranks repeat from stage to stage, so each names its files by its
+  // global rank instead (PipelineStage::stage_config): one file per process.
+  int file_rank = -1;
   // The rank's files under dir: the optimizer state (and partitions), and,
   // with offloaded parameters and a LoRA run's frozen base, the base's partition.
   std::string optimizer_file(int rank) const;
@@ -174,6 +179,9 @@ class ZeroEngine : public nn::SegmentRunner {
   void with_full_parameters(const std::function<void()>& fn);
 
   int stage() const { return config_.stage; }
+  // N: the ranks the engine partitions over (its communicator's; a pipeline
+  // stage's data-parallel replicas, not the whole world).
+  int world() const { return comm_.size(); }
 
   // The global gradient norm from this rank's per-segment squared-norm
   // partials (one per segment, in order): by default each rank adds its own

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -155,7 +156,7 @@ TEST(HfDir, ReadRowsEqualsTheSliceOfAFullRead) {
   Tensor expect = tensors[0].second.flat_slice(20, 10).to(DType::kF16).reshape(Shape{2, 5});
   EXPECT_TRUE(same_bits(part, expect));
 
-  expect_usage([&] { w.read_rows("w", 8, 2, part); }, {"rows [8, 10)", "outside its 9 rows"});
+  expect_usage([&] { w.read_rows("w", 8, 2, part); }, {"2 rows from row 8", "outside its 9 rows"});
   expect_usage([&] { w.read_rows("w", 0, 3, part); }, {"shape (2, 5)"});
   write_hf_weights(tmp.path("n"), {{"b", random_tensor(Shape{3}, DType::kF32, 3)}}, {}, 1 << 20);
   expect_usage([&] { HfWeights::open(tmp.path("n")).read_rows("b", 0, 1, part); }, {"not 2-D"});
@@ -179,7 +180,8 @@ TEST(HfDir, ReadRangeEqualsTheSliceOfAFullRead) {
       }
   }
   Tensor part = Tensor::empty(Shape{3}, DType::kF32, MemCategory::kOther, Device::cpu());
-  expect_usage([&] { w.read_range("w", 19, 3, part); }, {"elements [19, 22)", "outside its 21"});
+  expect_usage([&] { w.read_range("w", 19, 3, part); },
+               {"3 elements from element 19", "outside its 21"});
   expect_usage([&] { w.read_range("w", 0, 2, part); }, {"shape (3,)"});
 }
 
@@ -253,9 +255,49 @@ TEST(HfDir, RefusesMalformedIndexJsonWithItsPosition) {
   write_text(tmp.path("m/model.safetensors.index.json"),
              R"({"weight_map": {"a": "s", }})");  // '}' at byte 27
   expect_usage([&] { HfWeights::open(tmp.path("m")); },
-               {"model.safetensors.index.json", "malformed JSON at byte 27", "column 27"});
+               {"model.safetensors.index.json", "line 1, column 27", "not valid JSON"});
   write_text(tmp.path("m/model.safetensors.index.json"), R"({"metadata": {}})");
   expect_usage([&] { HfWeights::open(tmp.path("m")); }, {"no \"weight_map\""});
+}
+
+// The index is read as a configuration file: a regular file, nested no deeper than an index is.
+TEST(HfDir, RefusesAnIndexThatIsNoFileOrNestsTooDeep) {
+  TempDir tmp;
+  fs::create_directories(tmp.path("m/model.safetensors.index.json"));
+  expect_usage([&] { HfWeights::open(tmp.path("m")); },
+               {"model.safetensors.index.json", "is a directory, not a regular file"});
+  fs::remove(tmp.path("m/model.safetensors.index.json"));
+  write_text(tmp.path("m/model.safetensors.index.json"),
+             "{\"weight_map\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  expect_usage([&] { HfWeights::open(tmp.path("m")); },
+               {"model.safetensors.index.json", "nested deeper than 8 levels"});
+}
+
+// Weights are checked to be finite as they are read, naming the file, the
+// tensor and the element; a range read checks the elements it reads.
+TEST(HfDir, RefusesNonFiniteWeightsNamingTheTensor) {
+  TempDir tmp;
+  Tensor f32 = random_tensor(Shape{2, 4}, DType::kF32, 1);
+  f32.f32()[5] = std::numeric_limits<float>::quiet_NaN();
+  Tensor bf16 = random_tensor(Shape{8}, DType::kBF16, 2);
+  bf16.data<uint16_t>()[7] = 0xFF80;  // -inf
+  Tensor f16 = random_tensor(Shape{8}, DType::kF16, 3);
+  f16.data<uint16_t>()[0] = 0x7C00;  // +inf
+  write_hf_weights(tmp.path("m"), {{"a", f32}, {"b", bf16}, {"c", f16}}, {}, 1 << 20);
+  HfWeights w = HfWeights::open(tmp.path("m"));
+  Tensor out = Tensor::empty(Shape{2, 4}, DType::kF32, MemCategory::kOther, Device::cpu());
+  expect_usage([&] { w.read("a", out); },
+               {"model.safetensors", "tensor 'a' holds NaN at element 5 (of 8)"});
+  Tensor four = Tensor::empty(Shape{4}, DType::kF32, MemCategory::kOther, Device::cpu());
+  w.read_range("a", 0, 4, four);  // elements 0..3 are finite
+  expect_usage([&] { w.read_range("a", 4, 4, four); }, {"tensor 'a' holds NaN at element 5"});
+  Tensor eight = Tensor::empty(Shape{8}, DType::kBF16, MemCategory::kOther, Device::cpu());
+  expect_usage([&] { w.read("b", eight); }, {"tensor 'b' holds -inf at element 7"});
+  expect_usage(
+      [&] {
+        w.read("c", Tensor::empty(Shape{8}, DType::kF32, MemCategory::kOther, Device::cpu()));
+      },
+      {"tensor 'c' holds +inf at element 0"});
 }
 
 TEST(HfDir, NamesAnUnsupportedDtype) {

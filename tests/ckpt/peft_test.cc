@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "lib/base/strings.h"
@@ -104,6 +105,14 @@ TEST(PeftAdapter, RefusesAnExistingDirectoryUnlessOverwrite) {
   EXPECT_EQ(read_peft_adapter(tmp.path("a")).spec.r, 4);
   EXPECT_FALSE(fs::exists(tmp.path("a.tmp")));
   EXPECT_FALSE(fs::exists(tmp.path("a.old")));
+  // A directory of the user's named like the staging directory is never touched, and the
+  // fresh staging directory (a.tmp-XXXXXX) is gone once the adapter is in place.
+  fs::create_directories(tmp.path("a.tmp"));
+  write_text(tmp.path("a.tmp/mine.txt"), "mine");
+  write_peft_adapter(tmp.path("a"), test_spec(), test_lora(), true);
+  EXPECT_EQ(read_text(tmp.path("a.tmp/mine.txt")), "mine");
+  for (const auto& e : fs::directory_iterator(tmp.path("")))
+    EXPECT_EQ(e.path().filename().string().rfind("a.tmp-", 0), std::string::npos) << e.path();
 }
 
 TEST(PeftAdapter, WriteRefusesInconsistentInput) {
@@ -263,7 +272,23 @@ TEST(PeftAdapter, MalformedAdaptersAreRefused) {
        "adapter_model.safetensors", "h.0.mlp.c_proj, but the targets"},
       {"rslora", edit_config("\"use_rslora\": false", "\"use_rslora\": true"),
        "adapter_config.json", "use_rslora is true"},
-      {"corrupt json", edit_config("{", "{{"), "adapter_config.json", "not a JSON object"},
+      {"corrupt json", edit_config("{", "{{"), "adapter_config.json", "not valid JSON"},
+      // Integers past int are refused, not narrowed (2^32 + 2 would read as 2).
+      {"r past int", edit_config("\"r\": 2", "\"r\": 4294967298"), "adapter_config.json",
+       "r must be an integer in [1, 65536], got 4294967298"},
+      {"layer past int",
+       edit_config("\"layers_to_transform\": [", "\"layers_to_transform\": [4294967296, "),
+       "adapter_config.json", "layers_to_transform holds 4294967296"},
+      {"config a directory",
+       [](const std::string& d) {
+         fs::remove(d + "/adapter_config.json");
+         fs::create_directories(d + "/adapter_config.json");
+       },
+       "adapter_config.json", "is a directory, not a regular file"},
+      {"NaN weight", rewrite_tensors([](Named& t) {
+         t[0].second.f32()[1] = std::numeric_limits<float>::quiet_NaN();
+       }),
+       "adapter_model.safetensors", "holds NaN at element 1"},
       {"missing model file",
        [](const std::string& d) { fs::remove(d + "/adapter_model.safetensors"); },
        "adapter_model.safetensors", "does not exist"},

@@ -57,6 +57,15 @@ for spec in "/dev/zero|a character device" "$TMP/fifo|a FIFO" "$TMP/adir|a direc
   expect_fail 2 "$R:9:11: data.train: '$path' is $what, not a regular file" train "$R" --run-dir "$TMP/run"
 done
 
+# A recipe (or an included fragment) that is not a regular file is refused by
+# name, never opened: a FIFO would block, /dev/zero would be read without end.
+for spec in "/dev/zero|a character device" "$TMP/fifo|a FIFO"; do
+  path=${spec%|*}; what=${spec#*|}
+  expect_fail 2 "$path: is $what, not a regular file" validate "$path"
+  write_recipe "$R"; printf 'include: [%s]\n' "$path" >> "$R"
+  expect_fail 2 "is $what, not a regular file" validate "$R"
+done
+
 # threads is bounded.
 write_recipe "$R"
 expect_fail 2 "override 'threads=100000': threads: must be in \[1, 1024\], got 100000" validate "$R" threads=100000

@@ -153,4 +153,43 @@ assert d["skipped_records"] == 2 and d["records"] == 24, d
 assert "mixed.jsonl:25: \"messages\" is a string, not an array" in d["skip_reasons"][0], d["skip_reasons"]
 assert "mixed.jsonl:26: not valid JSON" in d["skip_reasons"][1], d["skip_reasons"]
 PY
+
+# --- hostile input (issue 35): deep nesting, files that are not files, missing paths, empty
+# data, validation examples cut by truncation. Each is refused with exit 2 and a message
+# naming what and where: never a crash, never a read without end, never a silent drop.
+expect_fail 2 "tokenizer directory not found: $TMP/none" \
+  template --tokenizer "$TMP/none" --messages "$TMP/conv.json"
+mkdir -p "$TMP/msgdir"
+expect_fail 2 "--messages $TMP/msgdir: is a directory, not a regular file" \
+  template --tokenizer "$TOK" --messages "$TMP/msgdir"
+expect_fail 2 "--messages /dev/zero: is a character device, not a regular file" \
+  template --tokenizer "$TOK" --messages /dev/zero
+python3 -c 'print("[" * 100000 + "]" * 100000)' > "$TMP/deep.json"
+expect_fail 2 "--messages $TMP/deep.json: arrays and objects nested deeper than 128 levels" \
+  template --tokenizer "$TOK" --messages "$TMP/deep.json"
+printf '{%% set ns = namespace(l=[]) %%}{%% for i in range(200000) %%}{%% set ns.l = [ns.l] %%}{%% endfor %%}{{ ns.l }}' > "$TMP/deep.jinja"
+expect_fail 2 "deep.jinja:1:[0-9]+: the template builds a value nested deeper than 256 levels" \
+  template --tokenizer "$TOK" --messages "$TMP/conv.json" --chat-template "$TMP/deep.jinja"
+expect_fail 2 "deep.jinja:1:[0-9]+: the template builds a value nested deeper than 256 levels" \
+  train "$TMP/sft.yaml" "data.chat_template=$TMP/deep.jinja" --run-dir "$TMP/deep_run"
+python3 -c 'print("{{ " + "(" * 100000 + "1" + ")" * 100000 + " }}")' > "$TMP/parens.jinja"
+expect_fail 2 "parens.jinja:1:[0-9]+: the template is nested too deeply" \
+  template --tokenizer "$TOK" --messages "$TMP/conv.json" --chat-template "$TMP/parens.jinja"
+python3 -c 'print("[" * 100000 + "]" * 100000)' > "$TMP/deep.jsonl"
+expect_fail 2 "deep.jsonl:1: arrays and objects nested deeper than 128 levels" \
+  validate "$TMP/sft.yaml" "data.train=[$TMP/deep.jsonl]"
+printf '\n  \n\n' > "$TMP/blank.jsonl"
+expect_fail 2 "data.train: no example in $TMP/blank.jsonl \(0 records read, 0 bad records skipped\)" \
+  data preview "$TMP/sft.yaml" "data.train=[$TMP/blank.jsonl]"
+# A validation conversation longer than seq_len, cut on the right: its answer is cut off, so
+# nothing is left to evaluate; that is said, not turned into a run without eval_loss.
+python3 - "$TMP/longval.jsonl" <<'PY'
+import json, sys
+words = " ".join(["word"] * 200)
+with open(sys.argv[1], "w") as f:
+    f.write(json.dumps({"messages": [{"role": "user", "content": words},
+                                     {"role": "assistant", "content": "Yes."}]}) + "\n")
+PY
+expect_fail 2 "data.val: no validation example left of 1 records \(1 cut to data.seq_len \+ 1 = 65 tokens by data.truncation: right, 1 without a target left\)" \
+  validate "$TMP/sft.yaml" "data.val=[$TMP/longval.jsonl]" data.truncation=right
 finish

@@ -57,3 +57,23 @@ logging:
   sample_tokens: 0
 YAML
 }
+
+# tree_digest DIR: one line per file under DIR (path, type, size, mode and, for a
+# regular file, sha256 of its content): compare two calls to show that a command
+# changed nothing there ("no file outside the run's own outputs changes").
+tree_digest() {
+  (cd "$1" && find . -mindepth 1 -printf '%p %y %s %m\n' | LC_ALL=C sort &&
+    find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
+}
+
+# expect_unchanged DIR BEFORE: fails unless tree_digest DIR equals BEFORE (a
+# digest taken earlier); names what changed.
+expect_unchanged() {
+  local now
+  now=$(tree_digest "$1")
+  if [ "$now" != "$2" ]; then
+    echo "FAIL: files under $1 changed:"; diff <(echo "$2") <(echo "$now") | sed 's/^/    /'
+    FAILURES=$((FAILURES + 1)); return
+  fi
+  echo "ok: nothing under $1 changed"
+}

@@ -7,7 +7,10 @@
 # scratch, carried as they are from a source directory), an existing directory
 # refused without --overwrite, and a LoRA run exported merged (--merge-lora,
 # checked against its base) or refused without it; its PEFT adapter has the
-# Llama family's PEFT names (fan_in_fan_out false).
+# Llama family's PEFT names (fan_in_fan_out false). Outputs: a user's DIR.tmp is
+# never touched; a FIFO, a directory as --out, a run's own files, its
+# checkpoints and a run as --lora-adapter are refused (tree digests before and
+# after); a data.tokenizer run exports its tokenizer and generate --chat works.
 source "$(dirname "$0")/common.bash"
 HERE=$(dirname "$0")
 R=$TMP/llama.yaml
@@ -224,4 +227,91 @@ rel=$("$FDTRAIN" ckpt diff "$TMP/from_adapter" "$TMP/lora" 2>&1 | sed -n 's/^rel
 awk -v r="$rel" 'BEGIN { exit !(r != "" && r == 0) }' \
   && echo "ok: training starts from the exported Llama adapter exactly" \
   || { echo "FAIL: from the adapter: relative difference '$rel'"; FAILURES=$((FAILURES + 1)); }
+# --- Outputs never replace what is not the export's own (issue 35; lib/engine/output_path.h).
+# A directory of the user's named like a staging directory is left alone: an export stages in a
+# fresh DIR.tmp-XXXXXX and removes nothing it did not make.
+mkdir -p "$TMP/fresh.tmp" "$TMP/adapter2.tmp"
+echo mine > "$TMP/fresh.tmp/notes.txt"; echo mine > "$TMP/adapter2.tmp/notes.txt"
+keep=$(tree_digest "$TMP/fresh.tmp"); keep2=$(tree_digest "$TMP/adapter2.tmp")
+"$FDTRAIN" ckpt export "$TMP/run" --hf-dir "$TMP/fresh" > /dev/null 2>&1 && [[ -f $TMP/fresh/config.json ]] \
+  && echo "ok: --hf-dir DIR beside a user's DIR.tmp" || { echo "FAIL: --hf-dir fresh"; FAILURES=$((FAILURES + 1)); }
+expect_unchanged "$TMP/fresh.tmp" "$keep"
+"$FDTRAIN" ckpt export "$TMP/lora" --lora-adapter "$TMP/adapter2" > /dev/null 2>&1 \
+  && [[ -f $TMP/adapter2/adapter_config.json ]] && echo "ok: --lora-adapter DIR beside a user's DIR.tmp" \
+  || { echo "FAIL: --lora-adapter adapter2"; FAILURES=$((FAILURES + 1)); }
+expect_unchanged "$TMP/adapter2.tmp" "$keep2"
+left=$(ls -d "$TMP"/*.tmp-* 2>/dev/null)
+[[ -z $left ]] && echo "ok: no staging directory left behind" || { echo "FAIL: left $left"; FAILURES=$((FAILURES + 1)); }
+
+# What is not a file, a run's own files and its checkpoints are refused, --overwrite or not.
+mkfifo "$TMP/pipe.safetensors"; mkdir -p "$TMP/dir.safetensors"
+run_before=$(tree_digest "$TMP/run"); lora_before=$(tree_digest "$TMP/lora")
+notes_before=$(tree_digest "$TMP/notes"); outs_before=$(ls -ld "$TMP/pipe.safetensors" "$TMP/dir.safetensors")
+expect_fail 2 "--out $TMP/pipe.safetensors: it is a FIFO, not a regular file" \
+  ckpt export "$TMP/run" --out "$TMP/pipe.safetensors" --overwrite
+expect_fail 2 "--out $TMP/dir.safetensors: it is a directory, not a regular file" \
+  ckpt export "$TMP/run" --out "$TMP/dir.safetensors" --overwrite
+expect_fail 2 "--out $TMP/run/config.yaml: it is one of the files of the run $TMP/run \(config.yaml\)" \
+  ckpt export "$TMP/run" --out "$TMP/run/config.yaml" --overwrite
+expect_fail 2 "--out $TMP/run/checkpoints/w.safetensors: it is inside $TMP/run/checkpoints, which the run" \
+  ckpt export "$TMP/run" --out "$TMP/run/checkpoints/w.safetensors"
+expect_fail 2 "--hf-dir $TMP/run/checkpoints/hf: it is inside $TMP/run/checkpoints" \
+  ckpt export "$TMP/run" --hf-dir "$TMP/run/checkpoints/hf"
+expect_fail 2 "--lora-adapter $TMP/lora: it is a run directory" \
+  ckpt export "$TMP/lora" --lora-adapter "$TMP/lora" --overwrite
+expect_fail 2 "--lora-adapter $TMP/notes: --overwrite replaces only a PEFT adapter directory" \
+  ckpt export "$TMP/lora" --lora-adapter "$TMP/notes" --overwrite
+expect_unchanged "$TMP/run" "$run_before"
+expect_unchanged "$TMP/lora" "$lora_before"
+expect_unchanged "$TMP/notes" "$notes_before"
+[[ $(ls -ld "$TMP/pipe.safetensors" "$TMP/dir.safetensors") == "$outs_before" && -p $TMP/pipe.safetensors ]] \
+  && echo "ok: the FIFO and the directory are as they were" \
+  || { echo "FAIL: the FIFO or the directory changed"; FAILURES=$((FAILURES + 1)); }
+# New names in a run directory are outputs like any other (the Makefile's demos write there).
+"$FDTRAIN" ckpt export "$TMP/run" --out "$TMP/run/model.safetensors" > /dev/null 2>&1 \
+  && "$FDTRAIN" ckpt export "$TMP/run" --out "$TMP/run/model.safetensors" --overwrite > /dev/null 2>&1 \
+  && "$FDTRAIN" ckpt export "$TMP/run" --hf-dir "$TMP/run/hf" > /dev/null 2>&1 \
+  && [[ -f $TMP/run/model.safetensors && -f $TMP/run/hf/config.json ]] \
+  && echo "ok: RUN/model.safetensors and RUN/hf are written (and replaced with --overwrite)" \
+  || { echo "FAIL: new outputs inside a run directory"; FAILURES=$((FAILURES + 1)); }
+
+# A run trained with data.tokenizer: the export carries the tokenizer files and the tokenizer's
+# bos/eos ids (README: "config.json + safetensors (+ tokenizer files)"), so `generate --chat`
+# on the export answers exactly as on the run.
+TOK=recipes/tokenizers/chatml-bytes
+python3 - "$TMP/chat.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(16):
+        f.write(json.dumps({"messages": [{"role": "user", "content": "Hi"},
+                                         {"role": "assistant", "content": "Hello there."}]}) + "\n")
+PY
+"$FDTRAIN" train "$R" data.format=chat "data.train=[$TMP/chat.jsonl]" data.tokenizer=$TOK \
+  data.packing=true data.seq_len=64 model.vocab_size=260 steps=30 optimizer.lr=1e-2 \
+  checkpoint.every=30 --run-dir "$TMP/chat" --no-progress > "$TMP/chat.log" 2>&1 \
+  || { echo "FAIL: chat run"; tail -5 "$TMP/chat.log"; FAILURES=$((FAILURES + 1)); }
+"$FDTRAIN" ckpt export "$TMP/chat" --hf-dir "$TMP/chat_hf" > "$TMP/chat_export.log" 2>&1 \
+  || { echo "FAIL: chat export"; cat "$TMP/chat_export.log"; FAILURES=$((FAILURES + 1)); }
+out=$(python3 - "$TMP/chat_hf" "$TOK" <<'PY' 2>&1
+import filecmp, json, os, sys
+d, tok = sys.argv[1:]
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    assert filecmp.cmp(os.path.join(d, f), os.path.join(tok, f), shallow=False), f
+c = json.load(open(os.path.join(d, "config.json")))
+assert c["bos_token_id"] is None and c["eos_token_id"] == 257, (c["bos_token_id"], c["eos_token_id"])
+print("tokenizer.json, tokenizer_config.json; bos null, eos 257 (<|im_end|>)")
+PY
+) && echo "ok: the export of a data.tokenizer run has its tokenizer ($out)" \
+  || { echo "FAIL: tokenizer files: $out"; FAILURES=$((FAILURES + 1)); }
+a=$("$FDTRAIN" generate "$TMP/chat" --chat --prompt Hi --temperature 0 --max-tokens 20 --json 2>/dev/null)
+b=$("$FDTRAIN" generate "$TMP/chat_hf" --chat --prompt Hi --temperature 0 --max-tokens 20 --json \
+    2>"$TMP/gen.err")
+if python3 -c 'import json, sys
+a, b = (json.loads(x) for x in sys.argv[1:])
+assert a["tokens"] == b["tokens"] and a["text"] == b["text"], (a, b)
+print("    %d tokens: %r" % (len(b["tokens"]), b["text"]))' "$a" "$b"; then
+  echo "ok: generate --chat on the export answers as on the run"
+else
+  echo "FAIL: generate --chat on the export"; sed 's/^/    /' "$TMP/gen.err"; FAILURES=$((FAILURES + 1))
+fi
 finish

@@ -10,7 +10,11 @@
 #     the model section comes from config.json and the stored config.yaml says so;
 #   - bad input: no config.json, an unsupported model_type or field, a tensor
 #     missing or of the wrong shape, an index naming a missing shard, a recipe
-#     key that disagrees with config.json, a LoRA target the family lacks.
+#     key that disagrees with config.json, a LoRA target the family lacks;
+#   - hostile files: config.json integers past their type or meaning, 1e999, a
+#     vocab_size the embedding does not have (refused before allocating, under
+#     an address-space limit), a directory or FIFO in place of a file, a tensor
+#     named twice, NaN weights, a deep or escaping index.
 source "$(dirname "$0")/common.bash"
 GOLDEN=tests/golden/llama
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -157,4 +161,93 @@ expect_fail 2 "model.n_layer: is 3 but .*config.json says 2; leave it out" \
   train "$TMP/ft.yaml" "model.init_from=$GOLDEN/llama3" model.n_layer=3 --run-dir "$TMP/x"
 expect_fail 2 "a llama model has no layer 'c_attn'" \
   train "$TMP/lora.yaml" "lora.targets=[c_attn]" --run-dir "$TMP/x"
+# --- Hostile model files (issue 35). Every integer of config.json is checked to fit its type and
+# its meaning before use (2^32 + 2 layers are not 2), with the file, the field and the range.
+setcfg() {  # setcfg KEY JSON_TEXT: sets KEY of $TMP/bad/config.json to TEXT as written (1e999)
+  python3 - "$TMP/bad/config.json" "$1" "$2" <<'PY'
+import json, sys
+p, key, value = sys.argv[1:]
+c = json.load(open(p))
+assert key in c, key
+c[key] = "@@value@@"
+open(p, "w").write(json.dumps(c, indent=2).replace('"@@value@@"', value))
+PY
+}
+for kv in num_hidden_layers=4294967298 num_attention_heads=4294967300 \
+          max_position_embeddings=4294967360 max_position_embeddings=1000000000000 \
+          vocab_size=1000000000000 num_key_value_heads=18446744073709551615; do
+  bad; setcfg "${kv%%=*}" "${kv#*=}"
+  expect_fail 2 "$TMP/bad/config.json: ${kv%%=*} = ${kv#*=}: expected an integer in \[" eval "$TMP/bad" $E
+done
+bad; setcfg num_hidden_layers 4294967298
+expect_fail 2 "config.json: num_hidden_layers = 4294967298: expected an integer in \[1, 4096\]" \
+  generate "$TMP/bad" --tokens 1
+expect_fail 2 "model.init_from: .*config.json: num_hidden_layers = 4294967298: expected an integer" \
+  train "$TMP/ft.yaml" "model.init_from=$TMP/bad" --run-dir "$TMP/x_layers"
+bad; setcfg eos_token_id "[2, 1099511627776]"
+expect_fail 2 "config.json: eos_token_id = 1099511627776: expected an integer in \[0, 96\]" \
+  generate "$TMP/bad" --tokens 1
+bad; setcfg rope_theta 1e999
+out=$("$FDTRAIN" eval "$TMP/bad" $E 2>&1); rc=$?
+if [[ $rc -eq 2 ]] && grep -q "$TMP/bad/config.json: .*1e999" <<<"$out" && ! grep -q "json.exception" <<<"$out"; then
+  echo "ok: rope_theta 1e999: a clean error naming the file"
+else echo "FAIL: rope_theta 1e999 (exit $rc)"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+# Sizes that imply an allocation are checked against the weights' headers before allocating:
+# vocab_size 50,000,000 would be 6.4 GB per matrix; under a 3 GB address-space limit the
+# refusal must come first, naming the tensor (not "out of memory").
+bad; setcfg vocab_size 50000000
+# (train at ZeRO stage 0, where the whole model is allocated at once).
+for cmd in "eval $TMP/bad $E" "train $TMP/ft.yaml model.init_from=$TMP/bad zero.stage=0 --run-dir $TMP/x_vocab"; do
+  # shellcheck disable=SC2086
+  out=$(ulimit -v 3000000; "$FDTRAIN" $cmd 2>&1); rc=$?
+  if [[ $rc -eq 2 ]] && grep -q "tensor 'model.embed_tokens.weight' has shape (97, 32) in the files but (50000000, 32)" <<<"$out"; then
+    echo "ok: ${cmd%% *}: vocab_size 50000000 refused against the embedding before allocating"
+  else echo "FAIL: ${cmd%% *} with vocab_size 50000000 (exit $rc)"; echo "$out" | tail -3 | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+done
+# Not regular files: named as what they are, without blocking.
+bad; rm "$TMP/bad/config.json"; mkdir "$TMP/bad/config.json"
+expect_fail 2 "$TMP/bad/config.json: is a directory, not a regular file" eval "$TMP/bad" $E
+bad; rm "$TMP/bad/model.safetensors"; mkfifo "$TMP/bad/model.safetensors"
+expect_fail 2 "$TMP/bad/model.safetensors: is a FIFO, not a regular file" eval "$TMP/bad" $E
+# A header naming a tensor twice (the last copy would silently win) is refused: the second
+# model.norm.weight holds other bytes, appended to the data.
+bad; python3 - "$TMP/bad/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+text = b[8:8 + n].decode().rstrip()
+data = b[8 + n:]
+dup = json.dumps({"model.norm.weight": {"dtype": "F32", "shape": [32],
+                                        "data_offsets": [len(data), len(data) + 128]}})[1:-1]
+hb = (text[:-1] + ", " + dup + "}").encode(); hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data + struct.pack("<32f", *([0.5] * 32)))
+PY
+expect_fail 2 "model.safetensors: the header names tensor \"model.norm.weight\" twice" eval "$TMP/bad" $E
+# NaN weights: refused when loaded, naming the tensor and the file (generate, eval, init_from).
+bad; python3 - "$TMP/bad/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]
+o = json.loads(b[8:8 + n])["model.norm.weight"]["data_offsets"][0] + 8 + n + 4 * 3
+b[o:o + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(b)
+PY
+expect_fail 2 "$TMP/bad/model.safetensors: tensor 'model.norm.weight' holds NaN at element 3 \(of 32\)" \
+  generate "$TMP/bad" --tokens 1
+expect_fail 2 "model.init_from: $TMP/bad/model.safetensors: tensor 'model.norm.weight' holds NaN" \
+  train "$TMP/ft.yaml" "model.init_from=$TMP/bad" --run-dir "$TMP/x_nan"
+# The sharded index: read with a size and depth limit, its shard names plain files of the directory.
+index_case() {  # index_case TEXT: model.safetensors becomes a shard listed by an index of TEXT
+  bad; mv "$TMP/bad/model.safetensors" "$TMP/bad/model-00001-of-00001.safetensors"
+  printf '%s' "$1" > "$TMP/bad/model.safetensors.index.json"
+}
+index_case "$(python3 -c 'print("{\"weight_map\": " + "[" * 100000 + "]" * 100000 + "}")')"
+expect_fail 2 "model.safetensors.index.json: arrays and objects nested deeper than 8 levels" eval "$TMP/bad" $E
+for f in ../llama3/model.safetensors /etc/passwd sub/model.safetensors; do
+  index_case "{\"weight_map\": {\"model.norm.weight\": \"$f\"}}"
+  expect_fail 2 "weight_map entry for \"model.norm.weight\" names \"$f\", not a file in the model directory" \
+    eval "$TMP/bad" $E
+done
+index_case '{}'; rm "$TMP/bad/model.safetensors.index.json"; mkdir "$TMP/bad/model.safetensors.index.json"
+expect_fail 2 "model.safetensors.index.json: is a directory, not a regular file" eval "$TMP/bad" $E
+ls -d "$TMP"/x_* > /dev/null 2>&1 && { echo "FAIL: a refused train left $(ls -d "$TMP"/x_*)"
+  FAILURES=$((FAILURES + 1)); } || echo "ok: no refused train left a run directory"
 finish

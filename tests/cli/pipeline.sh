@@ -17,7 +17,19 @@
 #    partition list that does not sum to n_layer, ZeRO-3 with a pipeline: exit
 #    2, one message naming the key, no run directory;
 #  - summary.json's pipeline block: its fields and types, and the exact bytes
-#    each stage sends per step.
+#    each stage sends per step;
+#  - NVMe optimizer offload under a pipeline (issue 35): P=2 at -n 2 (GPT-2,
+#    tied head, ZeRO-2) and P=2 x D=2 at -n 4 (Llama, bf16, ZeRO-1) give the
+#    weights_sha256 of the same offloaded run without a pipeline (one file per
+#    rank: the stages once shared one and hung, dist.timeout_s short here so
+#    that a regression fails fast), and leave no state file; a pipeline whose
+#    rank 0 finds its file in use by another job exits at once (its neighbour
+#    once waited for it until dist.timeout_s);
+#  - a world with a factor 3 (issue 35): P=3 at -n 3 and P=3 x D=2 at -n 6
+#    complete (they once aborted in the summary) and resume with --resume auto
+#    (steps 2 -> 4) to the weights and losses of the unpipelined run at D;
+#    summary.json's model_state_bytes_estimate is rank 0's stage's, its
+#    measured peaks to the byte.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI=(timeout 120 mpirun --oversubscribe --bind-to none)
@@ -210,4 +222,108 @@ refused 2 "parallel.partition: the blocks per stage sum to 3 but the model has 4
   parallel.pipeline=2 "parallel.partition=[1, 2]"
 refused 2 "zero.stage: ZeRO stage 3 cannot be combined with a pipeline \\(parallel.pipeline is 2\\)" \
   parallel.pipeline=2 zero.stage=3
+
+# 5. NVMe optimizer offload under a pipeline: every rank its own state file, the weights of the
+# same offloaded run without a pipeline (at world D), bitwise; nothing left in the directory.
+OFF=$TMP/offload
+mkdir -p "$OFF"
+NVME=(zero.offload_optimizer.device=nvme "zero.offload_optimizer.path=$OFF" dist.timeout_s=15)
+offload_case() {  # offload_case NAME N D ARGS...: P=N/D at -n N against the unpipelined run at -n D
+  local name=$1 n=$2 d=$3; shift 3
+  local a b files start secs
+  start=$(date +%s)
+  train "$n" "${NVME[@]}" "$@" --run-dir "$TMP/$name" >"$TMP/$name.log" 2>&1 \
+    || { fail "$name: exit $? after $(( $(date +%s) - start ))s"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; return; }
+  secs=$(( $(date +%s) - start ))
+  if [ "$d" = 1 ]; then
+    "$FDTRAIN" train "$R" "${NVME[@]}" "$@" parallel.pipeline=1 --run-dir "$TMP/$name.ref" --no-progress \
+      >"$TMP/$name.ref.log" 2>&1 || { fail "$name: unpipelined run"; tail -5 "$TMP/$name.ref.log"; return; }
+  else
+    train "$d" "${NVME[@]}" "$@" parallel.pipeline=1 --run-dir "$TMP/$name.ref" >"$TMP/$name.ref.log" 2>&1 \
+      || { fail "$name: unpipelined run"; tail -5 "$TMP/$name.ref.log"; return; }
+  fi
+  a=$(json "$TMP/$name/summary.json" weights_sha256); b=$(json "$TMP/$name.ref/summary.json" weights_sha256)
+  files=$(json "$TMP/$name/summary.json" offload.optimizer_file_bytes)
+  if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(losses "$TMP/$name" 0)" = "$(losses "$TMP/$name.ref" 0)" ] \
+     && [ "$files" -gt 0 ]; then
+    echo "ok: $name: $n ranks in ${secs}s, weights ${a:0:16} and losses bitwise the unpipelined run's at -n $d" \
+         "(rank 0's state file $files bytes)"
+  else
+    fail "$name: weights $a vs unpipelined $b, optimizer_file_bytes $files"
+    paste <(losses "$TMP/$name" 0) <(losses "$TMP/$name.ref" 0) | sed 's/^/    /'
+  fi
+  [ -z "$(ls -A "$OFF")" ] && echo "ok: $name: no state file left in the offload directory" \
+    || fail "$name: left in $OFF: $(ls -A "$OFF")"
+}
+offload_case off_p2d1 2 1 parallel.pipeline=2 zero.stage=2 batch.accumulation=2 steps=3
+LLAMA=(model.arch=llama model.n_kv_head=1 model.d_ff=48)
+offload_case off_p2d2_llama 4 2 parallel.pipeline=2 zero.stage=1 precision=bf16 batch.accumulation=2 steps=3 \
+  "${LLAMA[@]}"
+# Another job holds rank 0's file: the first stage is refused, and its neighbour, set up, does
+# not wait for it in the tied head's first transfer (until dist.timeout_s, 600 s by default):
+# exit 1 at once, one message naming the file; the other job runs on unharmed.
+"$FDTRAIN" train "$R" steps=100000 "${NVME[@]}" --run-dir "$TMP/holder" --no-progress >"$TMP/holder.log" 2>&1 &
+holder=$!
+for _ in $(seq 100); do [ -e "$OFF/optimizer_rank_00000.fdstate" ] && break; sleep 0.1; done
+start=$(date +%s)
+out=$(timeout 120 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$R" parallel.pipeline=2 \
+      zero.offload_optimizer.device=nvme "zero.offload_optimizer.path=$OFF" --run-dir "$TMP/second" \
+      --no-progress 2>&1); rc=$?
+secs=$(( $(date +%s) - start ))
+if [ $rc -eq 1 ] && [ $secs -lt 60 ] && grep -q "optimizer_rank_00000.fdstate is in use by another fdtrain job" <<<"$out" \
+   && [ "$(grep -c 'fdtrain: error' <<<"$out")" -eq 1 ]; then
+  echo "ok: a pipeline whose rank 0 finds its state file in use exits 1 after ${secs}s, naming the file"
+else
+  fail "a pipeline whose rank 0 finds its state file in use: exit $rc after ${secs}s"; echo "$out" | tail -8 | sed 's/^/    /'
+fi
+kill -TERM $holder
+wait $holder  # 143: stopped as asked
+if [ "$(json "$TMP/holder/summary.json" status)" = interrupted ] && [ -z "$(ls -A "$OFF")" ]; then
+  echo "ok: the job holding the file ran on (stopped by SIGTERM); no state file left"
+else
+  fail "the job holding the file: $(tail -2 "$TMP/holder.log"); left in $OFF: $(ls -A "$OFF")"
+fi
+
+# 6. A world with a factor 3: P=3 x D, 4 blocks; 2 steps, then --resume auto to 4 steps, against
+# 4 steps without a pipeline at world D (the same data, bitwise); and summary.json's
+# model_state_bytes_estimate, computed by rank 0 (the first stage) over its D replicas, equals
+# rank 0's measured model-state peaks.
+three_case() {  # three_case N ARGS...
+  local n=$1 d=$(( $1 / 3 )) name=p3n$1; shift
+  local args=(parallel.pipeline=3 batch.accumulation=3 "$@") a b
+  train "$n" "${args[@]}" steps=2 --run-dir "$TMP/$name" >"$TMP/$name.log" 2>&1 \
+    || { fail "$name: P=3 at -n $n, exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; return; }
+  [ "$(json "$TMP/$name/summary.json" status)" = completed ] && echo "ok: $name: P=3 at -n $n completed" \
+    || fail "$name: status $(json "$TMP/$name/summary.json" status)"
+  train "$n" "${args[@]}" steps=4 --resume auto --run-dir "$TMP/$name" >"$TMP/$name.r.log" 2>&1 \
+    || { fail "$name: --resume auto, exit $?"; tail -5 "$TMP/$name.r.log" | sed 's/^/    /'; return; }
+  if [ "$d" = 1 ]; then
+    "$FDTRAIN" train "$R" batch.accumulation=3 "$@" steps=4 --run-dir "$TMP/$name.ref" --no-progress \
+      >"$TMP/$name.ref.log" 2>&1 || { fail "$name: unpipelined run"; tail -5 "$TMP/$name.ref.log"; return; }
+  else
+    train "$d" batch.accumulation=3 "$@" steps=4 --run-dir "$TMP/$name.ref" >"$TMP/$name.ref.log" 2>&1 \
+      || { fail "$name: unpipelined run"; tail -5 "$TMP/$name.ref.log"; return; }
+  fi
+  a=$(json "$TMP/$name/summary.json" weights_sha256); b=$(json "$TMP/$name.ref/summary.json" weights_sha256)
+  if [ "$(json "$TMP/$name/summary.json" status)" = completed ] && [ "$(json "$TMP/$name/summary.json" start_step)" = 2 ] \
+     && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(losses "$TMP/$name" 0)" = "$(losses "$TMP/$name.ref" 0)" ] \
+     && [ "$(losses "$TMP/$name" 0 | wc -l)" -eq 4 ]; then
+    echo "ok: $name: resumed at step 2 to step 4: weights ${a:0:16} and losses bitwise the unpipelined run's at -n $d"
+  else
+    fail "$name: resumed: weights $a vs unpipelined $b"
+    paste <(losses "$TMP/$name" 0) <(losses "$TMP/$name.ref" 0) | sed 's/^/    /'
+  fi
+  if python3 - "$TMP/$name/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+est, mem = s["model_state_bytes_estimate"], s["memory_per_rank"][0]
+for k in ("params", "grads", "master", "optimizer"):
+    assert est[k] == mem[k], f"{k}: estimate {est[k]}, rank 0 measured {mem[k]}"
+PY
+  then echo "ok: $name: model_state_bytes_estimate is rank 0's measured model states, to the byte"
+  else fail "$name: model_state_bytes_estimate"; fi
+}
+three_case 3
+three_case 6 zero.stage=2
+
 finish

@@ -11,7 +11,8 @@ NPM=tests/fixtures/npm/node_modules/@lenml
 CORPUS=tests/data/tokenizer/corpus
 [[ -f $NPM/tokenizer-gpt2/models/tokenizer.json ]] ||
   { echo "FAIL: $NPM is missing: run scripts/install_deps.sh"; exit 1; }
-mapfile -t INPUTS < <(ls $CORPUS/*.txt $CORPUS/*.bin | LC_ALL=C sort -t/ -k4)
+# The text files (invalid_utf8.bin is refused: tokenize reads UTF-8 text; see the end).
+mapfile -t INPUTS < <(ls $CORPUS/*.txt | LC_ALL=C sort -t/ -k4)
 
 # check_file MODEL BIN JSON_OUTPUT: BIN == per document [bos] + Hugging Face's ids + [eos].
 check_file() {
@@ -80,7 +81,7 @@ G=$NPM/tokenizer-gpt2/models
 expect_fail 2 "tokenizer directory not found: $TMP/none" tokenize --tokenizer "$TMP/none" --out "$TMP/o.bin" "${INPUTS[0]}"
 mkdir -p "$TMP/bad"
 printf '{\n  "model": {"type": "BPE",\n    "vocab": {"a": 0,}\n  }\n}\n' > "$TMP/bad/tokenizer.json"
-expect_fail 2 "$TMP/bad/tokenizer.json:3:22: not valid JSON" tokenize --tokenizer "$TMP/bad" --out "$TMP/o.bin" "${INPUTS[0]}"
+expect_fail 2 "$TMP/bad/tokenizer.json: line 3, column 22: not valid JSON" tokenize --tokenizer "$TMP/bad" --out "$TMP/o.bin" "${INPUTS[0]}"
 python3 - "$G/tokenizer.json" "$TMP/unsup/tokenizer.json" <<'PY'
 import json, os, sys
 j = json.load(open(sys.argv[1]))
@@ -98,7 +99,7 @@ expect_fail 2 "input not found \(or not a file\): $TMP/missing.txt" tokenize --t
 cp "$TMP/j.bin" "$TMP/keep.bin"
 expect_fail 2 "keep.bin exists; pass --overwrite" tokenize --tokenizer "$G" --out "$TMP/keep.bin" "${INPUTS[0]}"
 cmp -s "$TMP/j.bin" "$TMP/keep.bin" && echo "ok: the existing --out is untouched" || { echo "FAIL: --out changed"; FAILURES=$((FAILURES + 1)); }
-expect_fail 1 "cannot create $TMP/nodir/o.bin.tmp" tokenize --tokenizer "$G" --out "$TMP/nodir/o.bin" "${INPUTS[0]}"
+expect_fail 1 "cannot create a temporary file $TMP/nodir/o.bin.tmp-" tokenize --tokenizer "$G" --out "$TMP/nodir/o.bin" "${INPUTS[0]}"
 [[ -z $(ls "$TMP" | grep '\.tmp\.') ]] && echo "ok: no temporary files left" || { echo "FAIL: temporary files left"; FAILURES=$((FAILURES + 1)); }
 # End to end: tokenize text with GPT-2's tokenizer, train on the token file (loss falls),
 # generate text through the tokenizer; generation stops at the tokenizer's stop ids
@@ -174,4 +175,72 @@ expect_fail 2 "data.tokenizer: a tokenizer reads text" train "$TMP/r.yaml" data.
   "data.train=[$TMP/fort.bin]" "data.tokenizer=$G" --run-dir "$TMP/run_tok"
 expect_fail 2 "data.tokenizer: tokenizer directory not found: $TMP/none" train "$TMP/r.yaml" \
   "data.tokenizer=$TMP/none" --run-dir "$TMP/run_none"
+
+# --- hostile input (issue 35): text that is not UTF-8, deep nesting, ids outside the range of
+# an id. Each is refused (exit 2) naming the file, before any output is written.
+expect_fail 2 "invalid_utf8.bin: not UTF-8 text: byte [0-9]+ \(0x[0-9A-F]{2}\) begins no valid UTF-8 sequence" \
+  tokenize --tokenizer "$G" --out "$TMP/u.bin" $CORPUS/english_prose.txt $CORPUS/invalid_utf8.bin
+expect_fail 2 "/usr/bin/ls: not UTF-8 text: byte [0-9]+ " tokenize --tokenizer "$G" --out "$TMP/u.bin" /usr/bin/ls
+[[ ! -e $TMP/u.bin ]] && echo "ok: no token file written" || { echo "FAIL: u.bin written"; FAILURES=$((FAILURES + 1)); }
+python3 - "$G" "$TMP/hostile" <<'PY'
+import json, os, sys
+src, out = sys.argv[1:]
+j = json.load(open(f"{src}/tokenizer.json"))
+def variant(name, edit=None, text=None):
+    os.makedirs(f"{out}/{name}", exist_ok=True)
+    v = json.loads(json.dumps(j))
+    if edit: edit(v)
+    open(f"{out}/{name}/tokenizer.json", "w").write(text(v) if text else json.dumps(v))
+# A normalizer Sequence 50,000 deep (Python's json cannot write it: spliced in as text).
+deep = '{"type": "Sequence", "normalizers": [' * 50000 + '{"type": "NFC"}' + "]}" * 50000
+variant("deep", lambda v: v.update(normalizer="@@deep@@"), lambda v: json.dumps(v).replace('"@@deep@@"', deep))
+variant("id31", lambda v: v["added_tokens"].append({"id": 2147483647, "content": "<big>", "special": True}))
+variant("id40", lambda v: v["added_tokens"].append({"id": 2**40, "content": "<huge>", "special": True}))
+variant("vocab40", lambda v: v["model"]["vocab"].update({"Hello": 2**40}))
+PY
+H=$TMP/hostile
+expect_fail 2 "$H/deep/tokenizer.json: arrays and objects nested deeper than 128 levels" \
+  tokenize --tokenizer "$H/deep" --out "$TMP/u.bin" "${INPUTS[0]}"
+expect_fail 2 "$H/deep/tokenizer.json: arrays and objects nested deeper than 128 levels" \
+  eval "$TMP/run" --tokenizer "$H/deep" --data /usr/share/games/fortunes/fortunes --windows 1
+expect_fail 2 "added_tokens\[1\]: the added token \"<big>\" has the id 2147483647, outside the ids a tokenizer may use \(\[0, 16777216\)\)" \
+  tokenize --tokenizer "$H/id31" --out "$TMP/u.bin" "${INPUTS[0]}"
+expect_fail 2 "added_tokens\[1\]: the added token \"<huge>\" has the id 1099511627776, outside the ids" \
+  tokenize --tokenizer "$H/id40" --out "$TMP/u.bin" "${INPUTS[0]}"
+expect_fail 2 "model.vocab\[\"Hello\"\]: the id 1099511627776 is outside the ids" \
+  tokenize --tokenizer "$H/vocab40" --out "$TMP/u.bin" "${INPUTS[0]}"
+mkdir -p "$H/dir/tokenizer.json"
+expect_fail 2 "tokenizer.json $H/dir/tokenizer.json: is a directory, not a regular file" \
+  tokenize --tokenizer "$H/dir" --out "$TMP/u.bin" "${INPUTS[0]}"
+python3 -c 'print("[" * 100000 + "]" * 100000)' > "$TMP/deep.jsonl"
+expect_fail 2 "deep.jsonl:1: arrays and objects nested deeper than 128 levels" \
+  tokenize --tokenizer "$G" --out "$TMP/u.bin" "$TMP/deep.jsonl"
+[[ ! -e $TMP/u.bin ]] && echo "ok: no token file written" || { echo "FAIL: u.bin written"; FAILURES=$((FAILURES + 1)); }
+# --- end of the hostile-input block
+# --- tokenize --out: what may be replaced (issue 35; lib/engine/output_path.h). Only a regular
+# file, and never a run's own file, whatever --overwrite says.
+O=$TMP/outs; mkdir -p "$O/dir"; echo keep > "$O/keep.txt"; mkfifo "$O/fifo"
+mknod "$O/null" c 1 3 2>/dev/null || echo "note: mknod needs root; the device case is skipped"
+outs_before=$(tree_digest "$O"); run_before=$(tree_digest "$TMP/run")
+if [[ -c $O/null ]]; then
+  expect_fail 2 "--out $O/null: it is a character device, not a regular file" \
+    tokenize --tokenizer "$G" --out "$O/null" --overwrite "${INPUTS[0]}"
+fi
+expect_fail 2 "--out $O/fifo: it is a FIFO, not a regular file" \
+  tokenize --tokenizer "$G" --out "$O/fifo" --overwrite "${INPUTS[0]}"
+expect_fail 2 "--out $O/dir: it is a directory, not a regular file" \
+  tokenize --tokenizer "$G" --out "$O/dir" --overwrite "${INPUTS[0]}"
+expect_fail 2 "--out $TMP/run/config.yaml: it is one of the files of the run $TMP/run \(config.yaml\)" \
+  tokenize --tokenizer "$G" --out "$TMP/run/config.yaml" --overwrite "${INPUTS[0]}"
+expect_fail 2 "--out $TMP/run/metrics.jsonl: it is one of the files of the run" \
+  tokenize --tokenizer "$G" --out "$TMP/run/metrics.jsonl" --overwrite "${INPUTS[0]}"
+expect_fail 2 "--out $TMP/run/checkpoints/t.bin: it is inside $TMP/run/checkpoints" \
+  tokenize --tokenizer "$G" --out "$TMP/run/checkpoints/t.bin" "${INPUTS[0]}"
+expect_unchanged "$O" "$outs_before"
+expect_unchanged "$TMP/run" "$run_before"
+# A new file in a run directory is an output like any other.
+"$FDTRAIN" tokenize --tokenizer "$G" --out "$TMP/run/tokens.bin" "${INPUTS[0]}" > /dev/null 2>&1 \
+  && [[ -f $TMP/run/tokens.bin ]] && echo "ok: --out RUN/tokens.bin (a new name in a run directory)" \
+  || { echo "FAIL: --out RUN/tokens.bin"; FAILURES=$((FAILURES + 1)); }
+# --- end of the --out block
 finish

@@ -58,6 +58,27 @@ TEST_F(ConfigTest, HostileAliasBombInAnOverrideIsRefused) {
   EXPECT_NE(r.errors[0].find("expands to more than"), std::string::npos) << r.errors[0];
 }
 
+// Nesting deeper than yaml-cpp's own parser goes (500 levels) is refused by it before our
+// bound applies, without overflowing the stack: the message says so, not "bad file".
+TEST_F(ConfigTest, HostileDeepNestingIsRefused) {
+  const auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  std::string block = "x:\n";
+  for (int i = 1; i < 3000; ++i) block += std::string(size_t(2 * i), ' ') + "-\n";
+  for (const std::string& y : {"x: " + repeat("[", 100000) + repeat("]", 100000) + "\n",
+                               "x: " + repeat("{a: ", 100000) + "1" + repeat("}", 100000) + "\n",
+                               block, "x: " + repeat("[", 300) + repeat("]", 300) + "\n"}) {
+    LoadResult r = try_parse_recipe(y + "steps: 1\n", "deep.yaml");
+    ASSERT_EQ(r.errors.size(), 1u) << ::testing::PrintToString(r.errors);
+    EXPECT_NE(r.errors[0].find("deep.yaml:"), std::string::npos) << r.errors[0];
+    EXPECT_NE(r.errors[0].find("nests values more than 100 levels deep"), std::string::npos)
+        << r.errors[0];
+  }
+}
+
 // Anchors and aliases within the bounds still work.
 TEST_F(ConfigTest, HostileSmallAliasesStillWork) {
   LoadResult r = try_parse_recipe(

@@ -183,6 +183,53 @@ TEST(ExampleDataset, TruncationErrorsOrCuts) {
   }
 }
 
+// Validation examples are cut by data.truncation like training ones, and counted (issue 35:
+// a long one used to vanish, eval_loss null, while summary.json said truncated: 0).
+TEST(ExampleDataset, ValidationIsCutAndCountedLikeTraining) {
+  const std::string train = write_bytes("t.jsonl", records(6));
+  std::string long_text = "long:";
+  for (int i = 0; i < 60; ++i) long_text += " word";
+  const std::string val = write_bytes("v.jsonl", "{\"text\": \"" + long_text + "\"}\n");
+  ExampleOptions o = options(train, 32, false);
+  o.val_files = {val};
+  o.truncation = Truncation::kRight;
+  {
+    ExampleDataset d(o);
+    EXPECT_EQ(d.stats().train_examples, 6);
+    EXPECT_EQ(d.stats().val_examples, 1);
+    EXPECT_EQ(d.stats().truncated, 1);
+    EXPECT_TRUE(d.has_val());
+    EXPECT_NE(d.summary().find("1 truncated (1 of them validation)"), std::string::npos)
+        << d.summary();
+  }
+  // A chat example cut on the right keeps its prompt, not its answer: no target is left. When
+  // that empties the validation records, it is an error, not a run without eval_loss.
+  auto t = std::make_shared<const ChatTemplate>(ChatTemplate::from_source(
+      "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% else %}{{ m.content + "
+      "eos_token }}{% endif %}{% endfor %}",
+      "test template", "", "<|endoftext|>"));
+  const std::string chat_train = write_bytes(
+      "c.jsonl",
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+      "\"content\": \"yo\"}]}\n");
+  const std::string chat_val =
+      write_bytes("cv.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"" + long_text +
+                                  "\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n");
+  ExampleOptions c = options(chat_train, 16, false);
+  c.records.format = RecordFormat::kChat;
+  c.chat_template = t;
+  c.val_files = {chat_val};
+  c.truncation = Truncation::kRight;
+  expect_usage_error([&] { ExampleDataset d(c); },
+                     {"data.val: no validation example left of 1 records",
+                      "1 cut to data.seq_len + 1 = 17 tokens by data.truncation: right",
+                      "1 without a target left", "use data.truncation: left"});
+  c.truncation = Truncation::kLeft;  // keeps the answer
+  ExampleDataset d(c);
+  EXPECT_EQ(d.stats().val_examples, 1);
+  EXPECT_EQ(d.stats().truncated, 1);
+}
+
 TEST(ExampleDataset, ValidationIsTheTailOfTheRecords) {
   const std::string f = write_bytes("t.jsonl", records(20));
   ExampleOptions o = options(f, 32, false);

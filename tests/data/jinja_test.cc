@@ -502,6 +502,97 @@ TEST(JinjaErrors, BoundsStopRunawayTemplates) {
             std::string::npos);
 }
 
+// Hostile nesting (issue 35): no template, however deep it nests or however deep a value it
+// builds, overflows the stack; each is an error naming the template, position and limit.
+TEST(JinjaErrors, DeepNestingIsAnErrorNeverAStackOverflow) {
+  const auto repeat = [](std::string_view s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  constexpr int kDeep = 100000;
+  // Nesting in the source: brackets, statements, and chains the parser builds in a loop
+  // (a + a + ..., x.a.a..., x|trim|trim..., each as tall a tree as it is long).
+  const std::vector<std::string> sources = {
+      "{{ " + repeat("(", kDeep) + "1" + repeat(")", kDeep) + " }}",
+      "{{ " + repeat("[", kDeep) + repeat("]", kDeep) + " }}",
+      "{{ " + repeat("{'a': ", kDeep) + "1" + repeat("}", kDeep) + " }}",
+      repeat("{% if true %}", kDeep) + "x" + repeat("{% endif %}", kDeep),
+      repeat("{% for i in [1] %}", kDeep) + "x" + repeat("{% endfor %}", kDeep),
+      repeat("{% set x %}", kDeep) + "x" + repeat("{% endset %}", kDeep),
+      "{% if false %}" + repeat("{% elif false %}", kDeep) + "{% endif %}",
+      "{{ 1" + repeat(" + 1", kDeep) + " }}",
+      "{{ 1" + repeat(" * 1", kDeep) + " }}",
+      "{{ 1" + repeat(" ** 1", kDeep) + " }}",
+      "{{ 1" + repeat(" == 1", kDeep) + " }}",
+      "{{ x" + repeat(" or x", kDeep) + " }}",
+      "{{ x" + repeat(" and x", kDeep) + " }}",
+      "{{ x" + repeat(".a", kDeep) + " }}",
+      "{{ x" + repeat("[0]", kDeep) + " }}",
+      "{{ 'a'" + repeat("|trim", kDeep) + " }}",
+      "{{ x" + repeat(" is defined", kDeep) + " }}",
+      "{{ " + repeat("not ", kDeep) + "x }}",
+      "{{ " + repeat("-", kDeep) + "1 }}",
+      "{{ range" + repeat("(1)", kDeep) + " }}",
+      "{{ 1 if x else " + repeat("1 if x else ", kDeep) + "2 }}",
+  };
+  for (const std::string& src : sources) {
+    const std::string e = error_of(src);
+    EXPECT_NE(e.find("t:1:"), std::string::npos) << src.substr(0, 40) << ": " << e;
+    EXPECT_NE(e.find("nested too deeply"), std::string::npos) << src.substr(0, 40) << ": " << e;
+  }
+
+  // Values: a list or dict built 200,000 deep by a loop (each level a small step) stops at
+  // the depth limit, where it is built.
+  for (const char* build : {"[ns.l]", "{'k': ns.l}", "(ns.l, 1)", "[ns.l]|list", "[[ns.l]]|first",
+                            "{'k': ns.l}|items|list"}) {
+    const std::string src = fmt::format(
+        "{{% set ns = namespace(l=[]) %}}{{% for i in range(200000) %}}{{% set ns.l = {} %}}"
+        "{{% endfor %}}{{{{ ns.l|length }}}}",
+        build);
+    EXPECT_NE(error_of(src).find("t:1:"), std::string::npos) << build << ": " << error_of(src);
+    EXPECT_NE(error_of(src).find("builds a value nested deeper than 256 levels"), std::string::npos)
+        << build << ": " << error_of(src);
+  }
+  // Namespaces nest without limit (each is kept, and emptied, by the interpreter: nothing
+  // recurses to destroy them); printing one stops at the limit.
+  const std::string chain =
+      "{% set ns = namespace(n=none) %}{% for i in range(20000) %}"
+      "{% set ns.n = namespace(n=ns.n) %}{% endfor %}";
+  EXPECT_EQ(render(chain + "ok"), "ok");
+  EXPECT_NE(error_of(chain + "{{ ns|tojson }}").find("nests too deeply to print"),
+            std::string::npos);
+
+  // The limit is RenderOptions::max_depth, exactly: 8 levels pass, 9 fail.
+  RenderOptions o;
+  o.max_depth = 8;
+  const auto nest = [&](int levels) {
+    return Template::parse(fmt::format("{{% set ns = namespace(l=1) %}}{{% for i in range({}) %}}"
+                                       "{{% set ns.l = [ns.l] %}}{{% endfor %}}{{{{ ns.l }}}}",
+                                       levels),
+                           "t")
+        .render(Value(), o)
+        .text;
+  };
+  EXPECT_EQ(nest(8), "[[[[[[[[1]]]]]]]]");
+  try {
+    nest(9);
+    ADD_FAILURE() << "9 levels rendered";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "t:1:67: the template builds a value nested deeper than 8 levels (lists or dicts "
+              "inside each other)");
+  }
+  // A context value deeper than the limit: refused by from_json, or where a template uses it.
+  EXPECT_NO_THROW(Value::from_json(json::parse(repeat("[", 256) + repeat("]", 256))));
+  EXPECT_THROW(Value::from_json(json::parse(repeat("[", 257) + repeat("]", 257))), fd::Error);
+
+  // The deepest chain that parses (about 1000 links) renders, on a thread's stack too.
+  std::string ok;
+  std::thread([&] { ok = render("{{ 0" + repeat(" + 1", 990) + " }}"); }).join();
+  EXPECT_EQ(ok, "990");
+}
+
 TEST(JinjaProvenance, TagsFollowTheTextThatSurvives) {
   const Value c = Value::string("  <think>r</think>\n\nanswer  ", 7);
   const Value ctx = obj({{"c", c}, {"e", Value::string("", 3)}});

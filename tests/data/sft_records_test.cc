@@ -4,6 +4,9 @@
 #include "lib/data/sft_records.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "tests/data/data_test_util.h"
 
@@ -120,6 +123,51 @@ TEST(SftRecords, RefusesFilesThatAreNotDatasets) {
   expect_usage_error([&] { read_records({obj}, chat(), nullptr); }, {obj, "one array"});
   const std::string broken = write_bytes("b.json", "[{\"a\": 1},");
   expect_usage_error([&] { read_records({broken}, chat(), nullptr); }, {broken, "not valid JSON"});
+}
+
+// Hostile files (issue 35): deep nesting, endless lines, files that are not files.
+TEST(SftRecords, NestingLineLengthAndFileKindAreBounded) {
+  const std::string good = "{\"text\": \"ok\"}\n";
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string d = write_bytes("deep.jsonl", good + deep + "\n" + good);
+  expect_usage_error([&] { read_records({d}, options(RecordFormat::kText), nullptr); },
+                     {d + ":2: arrays and objects nested deeper than 128 levels"});
+  RecordStats stats;
+  EXPECT_EQ(read_records({d}, options(RecordFormat::kText, BadRecords::kSkip), &stats).size(), 2u);
+  EXPECT_EQ(stats.skipped, 1);
+  // A line longer than kMaxJsonLineBytes (64 MiB) is a bad record, and is not read into memory
+  // whole.
+  const std::string long_line = write_bytes(
+      "long.jsonl", good + "{\"text\": \"" + std::string(size_t{64} << 20, 'x') + "\"}\n" + good);
+  stats = {};
+  EXPECT_EQ(
+      read_records({long_line}, options(RecordFormat::kText, BadRecords::kSkip), &stats).size(),
+      2u);
+  ASSERT_EQ(stats.skip_reasons.size(), 1u);
+  EXPECT_NE(stats.skip_reasons[0].find("long.jsonl:2: the line is longer than 67108864 bytes"),
+            std::string::npos)
+      << stats.skip_reasons[0];
+  // Where a line is not JSON: its column.
+  const std::string bad = write_bytes("bad.jsonl", good + "{\"text\": tru}\n");
+  expect_usage_error([&] { read_records({bad}, options(RecordFormat::kText), nullptr); },
+                     {bad + ":2: not valid JSON at column 13: ", "(a .jsonl file holds one JSON"});
+  // A .json dataset nested too deeply; a directory and a FIFO named .jsonl (a FIFO would block).
+  const std::string dj = write_bytes("deep.json", "[" + deep + "]");
+  expect_usage_error([&] { read_records({dj}, options(RecordFormat::kText), nullptr); },
+                     {dj, "nested deeper than 128 levels"});
+  const std::string dir = test_util::temp_path("dir.jsonl");
+  std::filesystem::create_directories(dir);
+  expect_usage_error([&] { read_records({dir}, chat(), nullptr); },
+                     {dir, "is a directory, not a regular file"});
+  const std::string fifo = test_util::temp_path("fifo.jsonl");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_usage_error([&] { read_records({fifo}, chat(), nullptr); }, {fifo, "not a regular file"});
+  const std::string fifo_json = test_util::temp_path("fifo.json");
+  std::filesystem::remove(fifo_json);
+  ASSERT_EQ(::mkfifo(fifo_json.c_str(), 0600), 0);
+  expect_usage_error([&] { read_records({fifo_json}, chat(), nullptr); },
+                     {fifo_json, "not a regular file"});
 }
 
 }  // namespace

@@ -3,8 +3,12 @@
 // prepend schemes, and a refusal naming the JSON path and type for each
 // malformed or unsupported component. Exactness on real files is
 // hf_tokenizer_test.cc's.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -12,11 +16,14 @@
 #include "lib/base/error.h"
 #include "lib/data/hf_tokenizer.h"
 #include "lib/data/pre_tokenizer.h"
+#include "tests/data/data_test_util.h"
 
 namespace fd::data {
 namespace {
 
+namespace fs = std::filesystem;
 using json = nlohmann::json;
+using test_util::expect_usage_error;
 
 std::vector<std::string> words(const char* pre_tokenizer, std::string_view text,
                                PreTokenizer::Place place = PreTokenizer::kAtStart) {
@@ -174,10 +181,96 @@ TEST(HfTokenizerLoad, JsonSyntaxErrorsNameLineAndColumn) {
     HfTokenizer::from_strings("{\n  \"model\": {\n    \"vocab\": [1,,2]\n}", "", "x/tokenizer.json");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("x/tokenizer.json:3:17: not valid JSON"),
+    EXPECT_NE(std::string(e.what()).find("x/tokenizer.json: line 3, column 17: not valid JSON"),
               std::string::npos)
         << e.what();
   }
+}
+
+// Hostile files (issue 35). Nesting: a normalizer Sequence 50,000 deep, refused before any
+// code recurses over it (it used to overflow the stack); the same in tokenizer_config.json.
+TEST(HfTokenizerLoad, DeepNestingIsRefusedNotACrash) {
+  std::string deep;
+  for (int i = 0; i < 50000; ++i) deep += R"({"type": "Sequence", "normalizers": [)";
+  deep += R"({"type": "NFC"})";
+  for (int i = 0; i < 50000; ++i) deep += "]}";
+  std::string text = tiny([](json& j) { j["normalizer"] = "@deep@"; });
+  text.replace(text.find("\"@deep@\""), 8, deep);
+  expect_usage_error([&] { HfTokenizer::from_strings(text, "", "d/tokenizer.json"); },
+                     {"d/tokenizer.json: ", "nested deeper than 128 levels"});
+  expect_usage_error(
+      [&] {
+        HfTokenizer::from_strings(tiny([](json&) {}), R"({"bos_token": )" + deep + "}",
+                                  "d/tokenizer.json");
+      },
+      {"d/tokenizer_config.json: ", "nested deeper than 128 levels"});
+}
+
+// Ids: every id read is checked as an id (an int32 below kMaxTokenIds), never wrapped or
+// truncated (2^40 used to become 0; 2^31 - 1 ended in an internal error writing tokens).
+TEST(HfTokenizerLoad, IdsOutsideTheRangeOfAnIdAreRefused) {
+  for (const int64_t id : {int64_t{2147483647}, int64_t{1} << 40, int64_t{-1}, int64_t{1} << 24}) {
+    expect_usage_error(
+        [&] {
+          HfTokenizer::from_strings(tiny([&](json& j) { j["added_tokens"][0]["id"] = id; }), "",
+                                    "tok.json");
+        },
+        {"tok.json: added_tokens[0]: the added token \"<eos>\" has the id " + std::to_string(id),
+         "outside the ids a tokenizer may use ([0, 16777216))"});
+    expect_usage_error(
+        [&] {
+          HfTokenizer::from_strings(tiny([&](json& j) { j["model"]["vocab"]["ab"] = id; }), "",
+                                    "tok.json");
+        },
+        {"tok.json: model.vocab[\"ab\"]: the id " + std::to_string(id), "outside the ids"});
+  }
+  expect_usage_error(
+      [&] {
+        HfTokenizer::from_strings(
+            tiny([](json& j) { j["added_tokens"][0]["id"] = uint64_t{18446744073709551615u}; }), "",
+            "tok.json");
+      },
+      {"added_tokens[0]: the added token \"<eos>\" has the id 18446744073709551615"});
+  // The largest id allowed is allowed.
+  EXPECT_EQ(HfTokenizer::from_strings(
+                tiny([](json& j) { j["added_tokens"][0]["id"] = (int64_t{1} << 24) - 1; }), "",
+                "tok.json")
+                ->vocab_size(),
+            int64_t{1} << 24);
+  // The post-processor's ids.
+  expect_usage_error(
+      [&] {
+        HfTokenizer::from_strings(tiny([](json& j) {
+                                    j["post_processor"] = json::parse(R"({
+              "type": "TemplateProcessing",
+              "single": [{"SpecialToken": {"id": "<eos>", "type_id": 0}},
+                         {"Sequence": {"id": "A", "type_id": 0}}],
+              "special_tokens": {"<eos>": {"id": "<eos>", "ids": [4294967300], "tokens": ["<eos>"]}}
+            })");
+                                  }),
+                                  "", "tok.json");
+      },
+      {"post_processor.single[0]: \"<eos>\" has the id 4294967300, outside the tokenizer's 5 ids"});
+}
+
+// eos_token_id in the model's generation_config.json / config.json: 2^32 + 4 is not 4.
+TEST(HfTokenizerLoad, EosIdsOfTheModelAreRangeChecked) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("fd_tok_eos_{}", ::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tiny([](json&) {});
+  std::ofstream(dir / "config.json") << R"({"eos_token_id": [4, 4294967300]})";
+  expect_usage_error(
+      [&] { HfTokenizer::load((dir / "tokenizer.json").string()); },
+      {(dir / "config.json").string(), "eos_token_id 4294967300 is outside the tokenizer's 5 ids"});
+  std::ofstream(dir / "config.json") << R"({"eos_token_id": 4})";
+  EXPECT_EQ(HfTokenizer::load((dir / "tokenizer.json").string())->stop_ids(),
+            (std::vector<int32_t>{4}));
+  // Not a regular file: refused by name, not read (a FIFO would block).
+  fs::remove(dir / "config.json");
+  fs::create_directory(dir / "config.json");
+  expect_usage_error([&] { HfTokenizer::load((dir / "tokenizer.json").string()); },
+                     {(dir / "config.json").string(), "is a directory, not a regular file"});
+  fs::remove_all(dir);
 }
 
 }  // namespace

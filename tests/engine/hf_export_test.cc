@@ -17,6 +17,7 @@
 
 #include "lib/base/error.h"
 #include "lib/ckpt/hf_dir.h"
+#include "lib/engine/weights_io.h"
 #include "lib/nn/config/hf_config.h"
 #include "lib/nn/kv_decoder.h"
 
@@ -209,6 +210,23 @@ TEST(HfExport, ExistingDirectoryIsRefusedWithoutOverwrite) {
   EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
 }
 
+// The staging directory is a fresh DIR.tmp-XXXXXX: a directory of the user's called DIR.tmp is
+// never emptied or removed, and nothing is left beside DIR once the export is in place.
+TEST(HfExport, StagingNeverTouchesAUsersTmpDirectory) {
+  nn::Decoder model(tiny_llama());
+  model.init_weights(1);
+  const fs::path dir = test_dir("staged");
+  const fs::path users = dir.string() + ".tmp";
+  fs::create_directories(users);
+  std::ofstream(users / "notes.txt") << "mine";
+  write_hf_model(model, dir.string(), HfExportOptions{});
+  EXPECT_TRUE(fs::exists(dir / "config.json"));
+  EXPECT_TRUE(fs::exists(users / "notes.txt"));
+  for (const auto& e : fs::directory_iterator(dir.parent_path()))
+    EXPECT_EQ(e.path().filename().string().rfind("staged.tmp-", 0), std::string::npos)
+        << "left behind: " << e.path();
+}
+
 // bos_token_id / eos_token_id: carried from the run's source directory as they are there (a
 // value, a list, null, or absent), else GPT-2's 50256 for GPT-2's vocabulary, else null.
 nlohmann::json written_config(const nn::DecoderConfig& c, const nn::HfTokenIds& ids,
@@ -265,7 +283,9 @@ TEST(HfExport, TokenIdsComeFromTheSourceDirectoryAsTheyAre) {
     written_config(c, ids, "out_big");
     ADD_FAILURE() << "accepted eos 40 for a vocabulary of 40";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("eos token id 40"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("eos_token_id = 40: expected an integer in [0, 39]"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -299,6 +319,51 @@ TEST(HfExport, TokenIdsWithoutASourceDirectory) {
   // Another vocabulary is not GPT-2's tokenizer.
   gpt2.vocab_size = 300;
   EXPECT_EQ(export_token_ids(gpt2, "").eos_token_id, "null");
+}
+
+// check_weights_fit reads headers only: a config.json whose vocab_size disagrees with the
+// embedding is refused naming the tensor, before a model of that size would be allocated.
+TEST(HfExport, WeightsAreCheckedAgainstTheConfigBeforeBuilding) {
+  nn::Decoder model(tiny_llama());
+  model.init_weights(1);
+  const fs::path dir = test_dir("fit");
+  write_hf_model(model, dir.string(), HfExportOptions{});
+  check_weights_fit(dir.string(), tiny_llama(), "where");  // fits
+  nn::DecoderConfig big = tiny_llama();
+  big.vocab_size = 5'000'000;
+  try {
+    check_weights_fit(dir.string(), big, "where");
+    ADD_FAILURE() << "accepted vocab_size 5000000";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("where: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor 'model.embed_tokens.weight' has shape (40, 32) "
+                                         "in the files but (5000000, 32)"),
+              std::string::npos)
+        << e.what();
+  }
+  nn::DecoderConfig deeper = tiny_llama();
+  deeper.num_layers = 3;
+  try {
+    check_weights_fit(dir.string(), deeper, "");
+    ADD_FAILURE() << "accepted 3 layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no tensor 'model.layers.2."), std::string::npos)
+        << e.what();
+  }
+}
+
+// A run trained with data.tokenizer (and no init_from directory): the tokenizer's bos_token /
+// eos_token (chatml-bytes: no BOS, <|im_end|> = 257), so generation stops where it should.
+TEST(HfExport, TokenIdsFromTheRunsTokenizer) {
+  nn::DecoderConfig llama = tiny_llama();
+  llama.vocab_size = 260;
+  const std::string tok = std::string(FD_SOURCE_DIR) + "/recipes/tokenizers/chatml-bytes";
+  const nn::HfTokenIds ids = export_token_ids(llama, "", tok);
+  EXPECT_EQ(ids.bos_token_id, "null");
+  EXPECT_EQ(ids.eos_token_id, "257");
+  const nlohmann::json j = written_config(llama, ids, "out_tokenizer");
+  EXPECT_TRUE(j["bos_token_id"].is_null()) << j.dump();
+  EXPECT_EQ(j["eos_token_id"], 257);
 }
 
 TEST(HfExport, TokenizerFilesAreCopied) {

@@ -477,13 +477,85 @@ TEST(HfConfig, MissingFieldIsRefused) {
 TEST(HfConfig, MalformedJsonIsRefused) {
   std::string text = kLlama32_1B;
   text.resize(200);
-  expect_mentions(refusal(text), {"test/config.json", "not valid JSON", "at byte"});
+  expect_mentions(refusal(text), {"test/config.json", "not valid JSON", "line 9, column"});
   expect_mentions(refusal("[1, 2]"), {"not a JSON object"});
   try {
     read_hf_config(write_model_dir("empty_dir_has_no_config", "{}") + "/missing.json");
     ADD_FAILURE() << "accepted a missing file";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("missing.json"), std::string::npos) << e.what();
+  }
+}
+
+// Every integer is checked to fit its type and its meaning before use: nothing
+// is narrowed (2^32 + 2 layers read as 2) or wraps (2^64 - 1 read as -1).
+TEST(HfConfig, IntegersOutOfRangeAreRefused) {
+  const std::pair<const char*, const char*> llama[] = {
+      {R"("num_hidden_layers": 16)", R"("num_hidden_layers": 4294967298)"},
+      {R"("num_hidden_layers": 16)", R"("num_hidden_layers": 0)"},
+      {R"("num_attention_heads": 32)", R"("num_attention_heads": 4294967300)"},
+      {R"("num_key_value_heads": 8)", R"("num_key_value_heads": 64)"},
+      {R"("head_dim": 64)", R"("head_dim": -64)"},
+      {R"("hidden_size": 2048)", R"("hidden_size": 18446744073709551615)"},
+      {R"("intermediate_size": 8192)", R"("intermediate_size": 1000000000000)"},
+      {R"("max_position_embeddings": 131072)", R"("max_position_embeddings": 4294967360)"},
+      {R"("max_position_embeddings": 131072)", R"("max_position_embeddings": 1000000000000)"},
+      {R"("vocab_size": 128256)", R"("vocab_size": 1000000000000)"},
+      {R"("original_max_position_embeddings": 8192)",
+       R"("original_max_position_embeddings": 9223372036854775808)"},
+      {R"("bos_token_id": 128000)", R"("bos_token_id": -1)"},
+      {R"("bos_token_id": 128000)", R"("bos_token_id": 128256)"},
+      {R"("eos_token_id": 128001)", R"("eos_token_id": [128001, 1099511627776])"},
+      {R"("eos_token_id": 128001)", R"("eos_token_id": 18446744073709551615)"},
+  };
+  for (const auto& [from, to] : llama) {
+    const std::string key = std::string(to).substr(1, std::string(to).find('"', 1) - 1);
+    const std::string value = std::string(to).substr(std::string(to).find(": ") + 2);
+    const std::string why = refusal(edit(kLlama32_1B, from, to));
+    expect_mentions(why, {"test/config.json", key.c_str(), "expected an integer in ["});
+    // The value as the file has it (a list: its bad element), never a wrapped one.
+    EXPECT_TRUE(why.find(value) != std::string::npos ||
+                why.find("1099511627776") != std::string::npos)
+        << why;
+  }
+  expect_mentions(refusal(edit(kGpt2, R"("n_layer": 12)", R"("n_layer": 4294967308)")),
+                  {"n_layer", "4294967308", "[1, 4096]"});
+  expect_mentions(
+      refusal(edit(edit(kGpt2, R"("n_positions": 1024)", R"("n_positions": 4294968320)"),
+                   R"("n_ctx": 1024)", R"("n_ctx": 4294968320)")),
+      {"n_positions", "4294968320", "positions are 32-bit"});
+  expect_mentions(refusal(edit(kGpt2, R"("vocab_size": 50257)", R"("vocab_size": 50257.5)")),
+                  {"vocab_size", "50257.5", "expected an integer"});
+  // Each in range, together too large to hold: refused by its count, before any allocation.
+  std::string huge = edit(kLlama32_1B, R"("hidden_size": 2048)", R"("hidden_size": 1048576)");
+  huge = edit(huge, R"("intermediate_size": 8192)", R"("intermediate_size": 4194304)");
+  huge = edit(huge, R"("num_hidden_layers": 16)", R"("num_hidden_layers": 4096)");
+  expect_mentions(refusal(huge), {"test/config.json", "parameters", "more than the"});
+}
+
+TEST(HfConfig, NumbersOutOfRangeAreRefused) {
+  // 1e999 is no double: a clean error naming the file, not the parser's exception.
+  const std::string inf = refusal(edit(kLlama32_1B, "500000.0", "1e999"));
+  expect_mentions(inf, {"test/config.json", "1e999"});
+  EXPECT_EQ(inf.find("json.exception"), std::string::npos) << inf;
+  expect_mentions(refusal(edit(kLlama32_1B, "500000.0", "1e300")),
+                  {"rope_theta", "1e+300", "expected a number in (0, "});
+  expect_mentions(refusal(edit(kLlama32_1B, R"("rms_norm_eps": 1e-05)", R"("rms_norm_eps": -1)")),
+                  {"rms_norm_eps", "-1"});
+  expect_mentions(refusal(edit(kLlama32_1B, R"("factor": 32.0)", R"("factor": 0)")),
+                  {"factor", "0"});
+  expect_mentions(refusal(edit(kLlama32_1B, R"("factor": 32.0)", R"("factor": 1e300)")),
+                  {"factor", "1e+300"});
+}
+
+TEST(HfConfig, NonRegularConfigJsonIsNamed) {
+  const fs::path dir = test_root() / "config_is_a_dir";
+  fs::create_directories(dir / "config.json");
+  try {
+    read_hf_config(dir.string());
+    ADD_FAILURE() << "accepted a directory as config.json";
+  } catch (const Error& e) {
+    expect_mentions(e.what(), {"config.json", "is a directory"});
   }
 }
 
@@ -498,7 +570,7 @@ TEST(HfConfig, InconsistentModelIsRefused) {
       {"num_attention_heads", "does not divide hidden_size"});
   expect_mentions(
       refusal(edit(kLlama32_1B, R"("eos_token_id": 128001)", R"("eos_token_id": 128256)")),
-      {"eos token id 128256", "outside the vocabulary"});
+      {"eos_token_id = 128256", "expected an integer in [0, 128255]", "below vocab_size"});
 }
 
 // hf_config_json: read back, every family gives the configuration it was written from.

@@ -1,6 +1,7 @@
 #include "lib/tensor/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdint>
@@ -179,6 +180,59 @@ TEST(Safetensors, RejectsMalformedFiles) {
   expect_open_fails(write_raw("meta.safetensors", R"({"__metadata__":{"a":1}})", ""),
                     "not a string");
   expect_open_fails(write_raw("entry.safetensors", R"({"x":[1,2]})", ""), "not a JSON object");
+}
+
+// nlohmann::json keeps the last of two equal keys; a header naming a tensor
+// twice must be refused, not read as whichever copy came last.
+TEST(Safetensors, RejectsDuplicateTensorNames) {
+  const std::string x = R"("dtype":"F32","shape":[1],"data_offsets":)";
+  const std::string path =
+      write_raw("dupname.safetensors",
+                "{\"w\":{" + x + "[0,4]},\"v\":{" + x + "[4,8]},\"w\":{" + x + "[8,12]}}",
+                std::string(12, '\0'));
+  expect_open_fails(path, "names tensor \"w\" twice");
+  // The same name inside two entries' fields is no duplicate tensor.
+  const std::string ok =
+      write_raw("samefields.safetensors", "{\"w\":{" + x + "[0,4]},\"v\":{" + x + "[4,8]}}",
+                std::string(8, '\0'));
+  EXPECT_EQ(SafetensorsFile::open(ok).names(), (std::vector<std::string>{"v", "w"}));
+}
+
+TEST(Safetensors, RejectsDeepNestingAndHugeNumbers) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_open_fails(write_raw("deep.safetensors", deep, ""), "deeper than 8 levels");
+  const std::string huge =
+      write_raw("huge.safetensors", R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})",
+                std::string(4, '\0'));
+  expect_open_fails(huge, "not valid JSON");
+}
+
+// A FIFO is refused by what it is, without blocking on the open (a reader would wait forever).
+TEST(Safetensors, RejectsFifoAndDirectory) {
+  const std::string fifo = temp_path("fifo.safetensors");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_open_fails(fifo, "is a FIFO, not a regular file");
+  std::filesystem::remove(fifo);
+  const std::string dir = temp_path("dir.safetensors");
+  std::filesystem::create_directories(dir);
+  expect_open_fails(dir, "is a directory");
+}
+
+// The writer's temporary file has a fresh name: a user's own `path.tmp` is never touched.
+TEST(Safetensors, WriteLeavesAnExistingTmpAlone) {
+  const std::string path = temp_path("tmpalone.safetensors");
+  std::ofstream(path + ".tmp") << "mine";
+  write_safetensors(path, {{"x", Tensor::zeros(Shape{2})}});
+  std::ifstream in(path + ".tmp");
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "mine");
+  EXPECT_EQ(SafetensorsFile::open(path).names(), std::vector<std::string>{"x"});
+  for (const auto& e : std::filesystem::directory_iterator(testing::TempDir()))
+    EXPECT_EQ(e.path().filename().string().find("fd_safetensors_tmpalone.safetensors.tmp-"),
+              std::string::npos)
+        << "left behind: " << e.path();
 }
 
 TEST(Safetensors, KnownButUnsupportedDtypeOpensButDoesNotLoad) {

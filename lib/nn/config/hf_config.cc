@@ -1,13 +1,16 @@
 #include "lib/nn/config/hf_config.h"
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string_view>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 
 namespace fd::nn {
 namespace {
@@ -35,6 +38,55 @@ const std::set<std::string_view> kIgnoredKeys = {
   usage_error("{}: {} = {}: {}", where, key, value.dump(), why);
 }
 
+// The range an integer field may take, and why (for the message). Every
+// integer of a config.json is read through one of these, so that no value is
+// narrowed or wraps: a layer count of 2^32 + 2 is refused, not read as 2.
+struct IntRange {
+  int64_t min, max;
+  const char* meaning;  // "transformer blocks", ...
+};
+// Generous bounds, far beyond any published model (Llama 3.1 405B: 126
+// layers, 128 heads, hidden 16384, MLP 53248, vocabularies to 256k), that keep
+// every size computed from them (parameter counts, bytes) well inside int64.
+constexpr IntRange kLayers{1, 4096, "transformer blocks"};
+constexpr IntRange kHeads{1, 4096, "attention heads"};
+constexpr IntRange kHeadDim{1, 4096, "the width of one attention head"};
+constexpr IntRange kHidden{1, int64_t(1) << 20, "the width of the residual stream"};
+constexpr IntRange kIntermediate{1, int64_t(1) << 22, "the width of the MLP"};
+// Token ids and positions are 32-bit in fdtrain (token files, batches, --context).
+constexpr IntRange kVocab{1, INT32_MAX, "token ids are 32-bit"};
+constexpr IntRange kPositions{1, INT32_MAX, "positions are 32-bit"};
+// A parameter count beyond this is no model fdtrain can hold (4.4 TB in fp32): a damaged file.
+constexpr int64_t kMaxParams = int64_t(1) << 40;
+// Real values: norm eps 1e-6 .. 1e-5, rope_theta 1e4 .. 1e7, scaling factors 1 .. 64.
+constexpr double kMaxNormEps = 1.0;
+constexpr const char* kNormEpsMeaning = "added to the variance in every norm";
+constexpr double kMaxRopeTheta = 1e12;
+constexpr double kMaxRopeFactor = 1e6;
+
+// `value` (the field `key` of `where`) as an integer in `range`; refuses
+// anything else: a non-integer, a value past int64, a value outside the range.
+int64_t integer_in(const std::string& where, const std::string& key, const json& value,
+                   const IntRange& range) {
+  const bool too_big = value.is_number_unsigned() &&
+                       value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+  if (!value.is_number_integer() || too_big || value.get<int64_t>() < range.min ||
+      value.get<int64_t>() > range.max)
+    refuse(
+        where, key, value,
+        fmt::format("expected an integer in [{}, {}] ({})", range.min, range.max, range.meaning));
+  return value.get<int64_t>();
+}
+
+// The same for a number: finite, > 0 and <= max.
+double positive_in(const std::string& where, const std::string& key, const json& value, double max,
+                   const char* meaning) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || !(value.get<double>() > 0) ||
+      value.get<double>() > max)
+    refuse(where, key, value, fmt::format("expected a number in (0, {:g}] ({})", max, meaning));
+  return value.get<double>();
+}
+
 // Reads keys from one JSON object, remembering which it has consumed.
 class Reader {
  public:
@@ -51,17 +103,18 @@ class Reader {
   }
   bool has(const std::string& key) const { return j_.contains(key); }
 
-  int64_t integer(const std::string& key, std::optional<int64_t> def = std::nullopt) {
+  int64_t integer(const std::string& key, const IntRange& range,
+                  std::optional<int64_t> def = std::nullopt) {
     const json* v = get(key);
     if (!v) return required(key, def);
-    if (!v->is_number_integer()) refuse(where_, key, *v, "expected an integer");
-    return v->get<int64_t>();
+    return integer_in(where_, key, *v, range);
   }
-  double number(const std::string& key, std::optional<double> def = std::nullopt) {
+  // A positive finite number up to `max`.
+  double number(const std::string& key, double max, const char* meaning,
+                std::optional<double> def = std::nullopt) {
     const json* v = get(key);
     if (!v) return required(key, def);
-    if (!v->is_number()) refuse(where_, key, *v, "expected a number");
-    return v->get<double>();
+    return positive_in(where_, key, *v, max, meaning);
   }
   bool boolean(const std::string& key, bool def) {
     const json* v = get(key);
@@ -107,28 +160,31 @@ class Reader {
   std::set<std::string> seen_;
 };
 
+// A token id of a vocabulary of `vocab` ids (0: not known yet, any 32-bit id).
+IntRange token_ids(int64_t vocab) {
+  return {0, (vocab > 0 ? vocab : int64_t(INT32_MAX) + 1) - 1,
+          vocab > 0 ? "an id of the vocabulary, below vocab_size" : "token ids are 32-bit"};
+}
+
 // bos_token_id: an integer or null.
-std::optional<int64_t> read_bos(Reader& r) {
+std::optional<int64_t> read_bos(Reader& r, int64_t vocab) {
   const json* v = r.get("bos_token_id");
   if (!v) return std::nullopt;
-  if (!v->is_number_integer()) refuse(r.where(), "bos_token_id", *v, "expected an integer");
-  return v->get<int64_t>();
+  return integer_in(r.where(), "bos_token_id", *v, token_ids(vocab));
 }
 
 // eos_token_id: an integer, a list of integers, or null.
-std::vector<int64_t> read_eos(Reader& r) {
+std::vector<int64_t> read_eos(Reader& r, int64_t vocab) {
   const json* v = r.get("eos_token_id");
   if (!v) return {};
-  if (v->is_number_integer()) return {v->get<int64_t>()};
+  if (v->is_number_integer()) return {integer_in(r.where(), "eos_token_id", *v, token_ids(vocab))};
+  if (!v->is_array() ||
+      !std::all_of(v->begin(), v->end(), [](const json& e) { return e.is_number_integer(); }))
+    refuse(r.where(), "eos_token_id", *v, "expected an integer or a list of integers");
   std::vector<int64_t> ids;
-  if (v->is_array()) {
-    for (const json& e : *v) {
-      if (!e.is_number_integer()) break;
-      ids.push_back(e.get<int64_t>());
-    }
-    if (ids.size() == v->size()) return ids;
-  }
-  refuse(r.where(), "eos_token_id", *v, "expected an integer or a list of integers");
+  for (const json& e : *v)
+    ids.push_back(integer_in(r.where(), "eos_token_id", e, token_ids(vocab)));
+  return ids;
 }
 
 // rope_scaling (or rope_parameters, where newer transformers also puts
@@ -140,7 +196,7 @@ void read_rope(Reader& top, const std::string& key, DecoderConfig& c) {
   const std::string where = top.where() + ": " + key;
   if (!v->is_object()) refuse(top.where(), key, *v, "expected an object");
   Reader r(*v, where);
-  if (r.has("rope_theta")) c.rope_theta = r.number("rope_theta");
+  if (r.has("rope_theta")) c.rope_theta = r.number("rope_theta", kMaxRopeTheta, "the RoPE base");
   std::string type = "default";
   if (r.has("rope_type")) {
     type = r.string("rope_type");
@@ -154,13 +210,13 @@ void read_rope(Reader& top, const std::string& key, DecoderConfig& c) {
     s.kind = RopeScalingKind::kDefault;
   } else if (type == "linear") {
     s.kind = RopeScalingKind::kLinear;
-    s.factor = r.number("factor");
+    s.factor = r.number("factor", kMaxRopeFactor, "how much longer the context gets");
   } else if (type == "llama3") {
     s.kind = RopeScalingKind::kLlama3;
-    s.factor = r.number("factor");
-    s.low_freq_factor = r.number("low_freq_factor");
-    s.high_freq_factor = r.number("high_freq_factor");
-    s.original_max_position_embeddings = r.integer("original_max_position_embeddings");
+    s.factor = r.number("factor", kMaxRopeFactor, "how much longer the context gets");
+    s.low_freq_factor = r.number("low_freq_factor", kMaxRopeFactor, "a wavelength ratio");
+    s.high_freq_factor = r.number("high_freq_factor", kMaxRopeFactor, "a wavelength ratio");
+    s.original_max_position_embeddings = r.integer("original_max_position_embeddings", kPositions);
   } else {
     refuse(where, "rope_type", json(type),
            "unsupported RoPE scaling; fdtrain supports default, linear and llama3");
@@ -171,25 +227,25 @@ void read_rope(Reader& top, const std::string& key, DecoderConfig& c) {
 DecoderConfig read_gpt2(Reader& r) {
   DecoderConfig c;
   c.family = ModelFamily::kGpt2;
-  c.hidden_size = r.integer("n_embd");
-  c.num_layers = static_cast<int>(r.integer("n_layer"));
-  c.num_heads = static_cast<int>(r.integer("n_head"));
+  c.hidden_size = r.integer("n_embd", kHidden);
+  c.num_layers = static_cast<int>(r.integer("n_layer", kLayers));
+  c.num_heads = static_cast<int>(r.integer("n_head", kHeads));
   c.num_kv_heads = c.num_heads;
   if (c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
     refuse(r.where(), "n_head", json(c.num_heads),
            fmt::format("does not divide n_embd ({})", c.hidden_size));
   c.head_dim = c.num_heads > 0 ? static_cast<int>(c.hidden_size / c.num_heads) : 0;
-  c.intermediate_size = r.integer("n_inner", 4 * c.hidden_size);  // null: 4 * n_embd
-  c.vocab_size = r.integer("vocab_size");
-  c.max_position_embeddings = r.integer("n_positions");
+  c.intermediate_size = r.integer("n_inner", kIntermediate, 4 * c.hidden_size);  // null: 4 * n_embd
+  c.vocab_size = r.integer("vocab_size", kVocab);
+  c.max_position_embeddings = r.integer("n_positions", kPositions);
   c.norm = NormKind::kLayerNorm;
-  c.norm_eps = r.number("layer_norm_epsilon", 1e-5);
+  c.norm_eps = r.number("layer_norm_epsilon", kMaxNormEps, kNormEpsMeaning, 1e-5);
   c.positions = PositionKind::kLearned;
   c.attention_bias = c.o_proj_bias = c.mlp_bias = true;
   c.mlp = MlpKind::kGeluTanh;
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", true);
-  c.bos_token_id = read_bos(r);
-  c.eos_token_ids = read_eos(r);
+  c.bos_token_id = read_bos(r, c.vocab_size);
+  c.eos_token_ids = read_eos(r, c.vocab_size);
   const std::string act = r.string("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     refuse(r.where(), "activation_function", json(act),
@@ -199,8 +255,8 @@ DecoderConfig read_gpt2(Reader& r) {
   r.expect("scale_attn_by_inverse_layer_idx", false, "no per-layer attention scaling");
   r.expect("add_cross_attention", false, "decoder-only");
   // n_ctx is GPT-2's legacy copy of n_positions.
-  if (r.has("n_ctx") && r.integer("n_ctx") != c.max_position_embeddings)
-    refuse(r.where(), "n_ctx", json(r.integer("n_ctx")),
+  if (r.has("n_ctx") && r.integer("n_ctx", kPositions) != c.max_position_embeddings)
+    refuse(r.where(), "n_ctx", json(r.integer("n_ctx", kPositions)),
            fmt::format("disagrees with n_positions ({})", c.max_position_embeddings));
   r.refuse_unknown({
       // Dropout probabilities of the original training: fdtrain's dropout is a recipe setting.
@@ -224,13 +280,15 @@ DecoderConfig read_gpt2(Reader& r) {
 DecoderConfig read_llama_family(Reader& r, ModelFamily family) {
   DecoderConfig c;
   c.family = family;
-  c.hidden_size = r.integer("hidden_size");
-  c.intermediate_size = r.integer("intermediate_size");
-  c.num_layers = static_cast<int>(r.integer("num_hidden_layers"));
-  c.num_heads = static_cast<int>(r.integer("num_attention_heads"));
-  c.num_kv_heads = static_cast<int>(r.integer("num_key_value_heads", c.num_heads));
+  c.hidden_size = r.integer("hidden_size", kHidden);
+  c.intermediate_size = r.integer("intermediate_size", kIntermediate);
+  c.num_layers = static_cast<int>(r.integer("num_hidden_layers", kLayers));
+  c.num_heads = static_cast<int>(r.integer("num_attention_heads", kHeads));
+  c.num_kv_heads = static_cast<int>(
+      r.integer("num_key_value_heads",
+                {1, c.num_heads, "key/value heads, at most num_attention_heads"}, c.num_heads));
   if (r.get("head_dim")) {  // absent or null: hidden_size / num_attention_heads
-    c.head_dim = static_cast<int>(r.integer("head_dim"));
+    c.head_dim = static_cast<int>(r.integer("head_dim", kHeadDim));
   } else {
     if (c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
       refuse(
@@ -238,12 +296,13 @@ DecoderConfig read_llama_family(Reader& r, ModelFamily family) {
           fmt::format("does not divide hidden_size ({}) and there is no head_dim", c.hidden_size));
     c.head_dim = c.num_heads > 0 ? static_cast<int>(c.hidden_size / c.num_heads) : 0;
   }
-  c.vocab_size = r.integer("vocab_size");
-  c.max_position_embeddings = r.integer("max_position_embeddings");
+  c.vocab_size = r.integer("vocab_size", kVocab);
+  c.max_position_embeddings = r.integer("max_position_embeddings", kPositions);
   c.norm = NormKind::kRmsNorm;
-  c.norm_eps = r.number("rms_norm_eps");
+  c.norm_eps = r.number("rms_norm_eps", kMaxNormEps, kNormEpsMeaning);
   c.positions = PositionKind::kRope;
-  c.rope_theta = r.number("rope_theta", 10000.0);  // transformers' default for all four
+  // transformers' default for all four
+  c.rope_theta = r.number("rope_theta", kMaxRopeTheta, "the RoPE base", 10000.0);
   read_rope(r, "rope_scaling", c);
   if (r.get("rope_parameters") && r.get("rope_scaling") && !r.get("rope_scaling")->is_null()) {
     // Both: they must say the same, or which one transformers uses decides the model.
@@ -257,8 +316,8 @@ DecoderConfig read_llama_family(Reader& r, ModelFamily family) {
   }
   c.mlp = MlpKind::kSwiGlu;
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);  // the classes' default
-  c.bos_token_id = read_bos(r);
-  c.eos_token_ids = read_eos(r);
+  c.bos_token_id = read_bos(r, c.vocab_size);
+  c.eos_token_ids = read_eos(r, c.vocab_size);
   const std::string act = r.string("hidden_act");
   if (act != "silu")
     refuse(r.where(), "hidden_act", json(act),
@@ -318,12 +377,8 @@ DecoderConfig read_llama_family(Reader& r, ModelFamily family) {
 
 DecoderConfig parse_hf_config(const std::string& json_text, const std::string& where) {
   json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    usage_error("{} is not valid JSON (at byte {}: {}); it should be a Hugging Face config.json",
-                where, e.byte, e.what());
-  }
+  if (const std::string err = try_parse_json(json_text, j); !err.empty())
+    usage_error("{}: {}; it should be a Hugging Face config.json", where, err);
   if (!j.is_object())
     usage_error("{} is not a JSON object; it should be a Hugging Face config.json", where);
   Reader r(j, where);
@@ -348,6 +403,13 @@ DecoderConfig parse_hf_config(const std::string& json_text, const std::string& w
   } catch (const Error& e) {
     usage_error("{}: {}", where, e.what());
   }
+  // Each field is in range, so the count cannot overflow; a model this large is a damaged file,
+  // refused before anything is allocated for it.
+  if (c.num_params() > kMaxParams)
+    usage_error(
+        "{}: the model it describes has {} parameters ({}), more than the {} fdtrain can hold; "
+        "the file is damaged or its sizes are wrong",
+        where, c.num_params(), c.summary(), kMaxParams);
   return c;
 }
 
@@ -427,14 +489,14 @@ std::string config_text(const std::string& dir_or_file, std::string* path) {
   std::error_code ec;
   fs::path p = dir_or_file;
   if (fs::is_directory(p, ec)) p /= "config.json";
-  std::ifstream in(p, std::ios::binary);
-  if (!in)
-    usage_error("cannot read {}; a Hugging Face model directory must contain config.json",
-                p.string());
-  std::ostringstream text;
-  text << in.rdbuf();
   *path = p.string();
-  return text.str();
+  if (!fs::exists(p, ec))
+    usage_error(
+        "cannot read {}: no such file; a Hugging Face model directory must contain "
+        "config.json",
+        p.string());
+  // A directory or FIFO in its place, or a file of absurd size, is refused by name.
+  return read_input_file(p.string(), "the model's config.json");
 }
 
 // The token-id keys of `ids` as JSON values (parsed and checked as read_hf_config checks them),
@@ -455,8 +517,8 @@ TokenIdKeys token_id_keys(const DecoderConfig& c, const HfTokenIds& ids) {
   }
   Reader r(j, "cannot write a config.json");
   k.config = c;
-  k.config.bos_token_id = read_bos(r);
-  k.config.eos_token_ids = read_eos(r);
+  k.config.bos_token_id = read_bos(r, c.vocab_size);
+  k.config.eos_token_ids = read_eos(r, c.vocab_size);
   if (j.contains("bos_token_id")) k.bos = j["bos_token_id"];
   if (j.contains("eos_token_id")) k.eos = j["eos_token_id"];
   return k;
@@ -572,11 +634,12 @@ DecoderConfig read_hf_config(const std::string& dir_or_file) {
 HfTokenIds read_hf_token_ids(const std::string& dir_or_file) {
   std::string path;
   const std::string text = config_text(dir_or_file, &path);
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json j = parse_json_input(text, path);
   if (!j.is_object()) usage_error("{}: not a JSON object; is it a config.json?", path);
   Reader r(j, path);
-  read_bos(r);  // checked as read_hf_config checks them
-  read_eos(r);
+  // Checked as read_hf_config checks them (against the model's vocabulary when written).
+  read_bos(r, 0);
+  read_eos(r, 0);
   HfTokenIds ids;
   if (j.contains("bos_token_id")) ids.bos_token_id = j["bos_token_id"].dump();
   if (j.contains("eos_token_id")) ids.eos_token_id = j["eos_token_id"].dump();

@@ -19,10 +19,14 @@ namespace fd::nn {
 // Reads `dir_or_file` (a model directory holding config.json, or the file
 // itself) and returns the validated configuration. Throws fd::Error(kUsage)
 // naming the file, the field and its value, and what fdtrain supports, for: a
-// missing or malformed file (with the parser's byte position), an unsupported
-// model_type, hidden_act or rope type, sliding-window attention turned on, a
-// missing required field, a field of the wrong type, an unknown key, and an
-// inconsistent model (DecoderConfig::validate).
+// missing file, a directory or FIFO in its place, a malformed file (line and
+// column), an unsupported model_type, hidden_act or rope type, sliding-window
+// attention turned on, a missing required field, a field of the wrong type or
+// out of its range (every integer is checked to fit its type and its meaning
+// before use, e.g. num_hidden_layers in [1, 4096], vocab_size and positions
+// 32-bit, bos/eos ids below vocab_size, also in lists; every number finite,
+// positive and bounded), a model of more than 2^40 parameters, an unknown key,
+// and an inconsistent model (DecoderConfig::validate).
 DecoderConfig read_hf_config(const std::string& dir_or_file);
 
 // As read_hf_config, from JSON text; `where` names the source in messages.
