@@ -11,7 +11,9 @@ C=$ROOT/tests/fuzz/corpus
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$ROOT"
-rm -rf "$C"
+# Only the corpora made here: corpus/jinja/ (templates) is kept as committed.
+rm -rf "$C"/{recipe,token_file,tokenizer,safetensors,peft,shard,shard_hdf5}
+rm -rf "$C"/{hf_config,hf_index,sft_records,tokenizer_config,chat_messages}
 mkdir -p "$C"/{recipe,token_file,tokenizer,safetensors,peft,shard,shard_hdf5}
 
 # recipe: the shipped recipes, fragments and config-test fixtures, and a few
@@ -29,6 +31,10 @@ printf 'steps: 1\ndata: {train: [recipes/quickstart.yaml], seq_len: 8}\n\0batch.
 
 # tokenizer: small tokenizer.json files covering every component, each with a text.
 python3 tests/fuzz/make_tokenizer_seeds.py "$C/tokenizer"
+
+# hf_config, hf_index, sft_records, tokenizer_config, chat_messages: the real
+# config.json, tokenizer_config.json, index and record files the tests use.
+python3 tests/fuzz/make_json_seeds.py "$C"
 
 # token_file: llm.c .bin files (valid, wrong magic, version, count), text.
 python3 - "$C/token_file" <<'PY'
@@ -135,4 +141,5 @@ printf '{"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["c_at
 peft config_only "$TMP/min.json" /dev/null
 
 du -sh "$C"
-for t in recipe token_file tokenizer safetensors peft shard shard_hdf5; do echo "$t: $(ls "$C/$t" | wc -l) files"; done
+for t in recipe token_file tokenizer safetensors peft shard shard_hdf5 hf_config hf_index \
+  sft_records tokenizer_config chat_messages; do echo "$t: $(ls "$C/$t" | wc -l) files"; done
