@@ -122,7 +122,7 @@ Value Interpreter::make_namespace(ObjectData entries) {
   return VA::make(Kind::kNamespace, false, 0, std::move(data), 1);
 }
 
-bool Interpreter::truthy(const Value& v) {
+bool Interpreter::truthy(const Value& v, Truth of) {
   switch (v.kind()) {
     case Kind::kUndefined:
     case Kind::kNone:
@@ -135,9 +135,9 @@ bool Interpreter::truthy(const Value& v) {
     case Kind::kString:
       return !VA::str(v).text.empty();
     case Kind::kArray:
-      return !VA::arr(v).items.empty();
+      return of == Truth::kRaw || !VA::arr(v).items.empty();
     case Kind::kObject:
-      return !VA::obj(v).entries.empty();
+      return of == Truth::kRaw || !VA::obj(v).entries.empty();
     case Kind::kNamespace:
     case Kind::kFunction:
       return true;

@@ -56,10 +56,14 @@ class Interpreter {
   void step(Pos pos, int64_t n = 1);
   void check_size(Pos pos, size_t bytes) const;
   const RenderOptions& options() const { return options_; }
+  const std::string& template_name() const { return program_.name; }
   Value make_namespace(ObjectData entries);
 
-  // JavaScript's truthiness of a value (its __bool__).
-  static bool truthy(const Value& v);
+  // JavaScript's truthiness: of the value (kBool, its __bool__: empty arrays and objects are
+  // false), or of what it holds underneath (kRaw, v.value: arrays and objects are true even when
+  // empty, none is undefined), which the indent filter's flags see.
+  enum class Truth { kBool, kRaw };
+  static bool truthy(const Value& v, Truth of = Truth::kBool);
   // The value's type name in @huggingface/jinja ("StringValue", ...).
   static const char* type_name(const Value& v);
 
