@@ -114,14 +114,15 @@ test-asan: deps
 # regression inputs) and the unit tests of the modules those readers are made of.
 ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay tokenizer_fuzz_replay jinja_fuzz_replay safetensors_fuzz_replay \
   peft_fuzz_replay shard_fuzz_replay hf_config_fuzz_replay hf_index_fuzz_replay sft_records_fuzz_replay \
-  tokenizer_config_fuzz_replay chat_messages_fuzz_replay base_tests tensor_tests data_tests config_tests ckpt_tests
+  tokenizer_config_fuzz_replay chat_messages_fuzz_replay base_tests tensor_tests text_tests jinja_tests \
+  data_tests config_tests ckpt_tests
 # CI's budget: ASan without UBSan (half the compile time), and without the chat-template and
 # long-document suites, which re-run tokenizer logic over the real vocabularies for a minute
 # each (their readers are in the fuzz replays and HfReference); make test-asan runs it all.
 test-asan-ci: deps
 	cmake -S . -B build-asan-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFDTRAIN_CUDA=OFF -DFDTRAIN_SANITIZE=address -DFDTRAIN_UBSAN=OFF
 	cmake --build build-asan-ci -j $(JOBS) --target $(ASAN_CI_TARGETS)
-	./tests/sanitizers/ctest.sh build-asan-ci address -j $(JOBS) -L '^(fuzz|base|tensor|data|config|ckpt)$$' \
+	./tests/sanitizers/ctest.sh build-asan-ci address -j $(JOBS) -L '^(fuzz|base|tensor|text|jinja|data|config|ckpt)$$' \
 	  -E '^(ChatTemplate|Files/LongDocument)\.'
 
 test-tsan: deps

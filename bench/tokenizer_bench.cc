@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
-#include "lib/data/hf_tokenizer.h"
+#include "lib/text/hf_tokenizer.h"
 
 namespace {
 
@@ -92,14 +92,14 @@ struct PassTime {
 
 // Encodes every document once on `threads` threads, thread t with caches[t]
 // (caches.size() >= threads).
-PassTime encode_pass(const fd::data::HfTokenizer& tok, const std::vector<std::string_view>& docs,
-                     int threads, std::vector<fd::data::EncodeCache>& caches,
+PassTime encode_pass(const fd::text::HfTokenizer& tok, const std::vector<std::string_view>& docs,
+                     int threads, std::vector<fd::text::EncodeCache>& caches,
                      std::vector<std::vector<int32_t>>& ids) {
   std::atomic<size_t> next{0};
   std::vector<double> cpu(size_t(threads), 0.0);
   auto work = [&](int t) {
     const double c0 = thread_cpu_seconds();
-    fd::data::EncodeCache& cache = caches[size_t(t)];
+    fd::text::EncodeCache& cache = caches[size_t(t)];
     // Each thread appends to its own vector and swaps it into ids[d] when the
     // document is done: appending to ids[d] directly would write its header
     // (the end pointer) on every token, and the headers of documents d and
@@ -193,13 +193,13 @@ int run(const Options& o) {
   std::fflush(stdout);
   for (const auto& [name, path] : o.tokenizers) {
     const Clock::time_point t0 = Clock::now();
-    const std::unique_ptr<fd::data::HfTokenizer> tok = fd::data::HfTokenizer::load(path);
+    const std::unique_ptr<fd::text::HfTokenizer> tok = fd::text::HfTokenizer::load(path);
     std::printf("# %s: %s, loaded in %.2f s\n", name.c_str(), tok->describe().c_str(),
                 std::chrono::duration<double>(Clock::now() - t0).count());
     for (size_t s = 0; s < texts.size(); ++s) {
       const std::vector<std::string_view> docs = split_documents(texts[s], o.doc_bytes);
       std::vector<std::vector<int32_t>> reference(docs.size()), ids(docs.size());
-      std::vector<std::vector<fd::data::EncodeCache>> caches_by_count;
+      std::vector<std::vector<fd::text::EncodeCache>> caches_by_count;
       std::vector<int> thread_counts = {1};
       if (o.threads > 1) thread_counts.push_back(o.threads);
       for (const int threads : thread_counts) caches_by_count.emplace_back(size_t(threads));
@@ -211,9 +211,9 @@ int run(const Options& o) {
       for (int r = 0; r <= o.runs; ++r) {
         for (size_t c = 0; c < thread_counts.size(); ++c) {
           const int threads = thread_counts[c];
-          std::vector<fd::data::EncodeCache>& caches = caches_by_count[c];
+          std::vector<fd::text::EncodeCache>& caches = caches_by_count[c];
           if (!o.warm_cache) {
-            for (fd::data::EncodeCache& cache : caches) cache = fd::data::EncodeCache();
+            for (fd::text::EncodeCache& cache : caches) cache = fd::text::EncodeCache();
           }
           const bool first = threads == 1 && r == 0;
           const PassTime p = encode_pass(*tok, docs, threads, caches, first ? reference : ids);

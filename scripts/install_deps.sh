@@ -36,7 +36,7 @@ for arg in "$@"; do
     *) echo "install_deps: unknown option '$arg' (use --bench or --fuzz)" >&2; exit 2 ;;
   esac
 done
-# Node.js runs tests/data/tokenizer/hf_reference.mjs. Debian's nodejs and npm
+# Node.js runs tests/text/tokenizer/hf_reference.mjs. Debian's nodejs and npm
 # only where neither is on PATH already (never over a Node from elsewhere).
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   PACKAGES+=(nodejs npm)

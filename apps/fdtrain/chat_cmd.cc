@@ -31,8 +31,8 @@
 #include "lib/data/chat_template.h"
 #include "lib/data/example_dataset.h"
 #include "lib/data/sft_records.h"
-#include "lib/data/tokenizer.h"
 #include "lib/engine/assemble.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::cli {
 namespace {
@@ -67,7 +67,7 @@ int run_template(const TemplateOptions& o) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
-  std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(o.tokenizer);
+  std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(o.tokenizer);
   nlohmann::json j;
   if (o.generation_prompt) {
     j["text"] = t.render(r, true);

@@ -112,7 +112,7 @@ int run_eval(const EvalOptions& o) {
   data::TokenFile file =
       data::TokenFile::open(o.data, *data::token_format_from_name(o.format), vocab);
   if (!tokenizer_dir.empty() && file.format() == data::TokenFormat::kText) {
-    const auto tok = data::load_tokenizer(tokenizer_dir);
+    const auto tok = text::load_tokenizer(tokenizer_dir);
     if (tok->vocab_size() > vocab)
       usage_error("the tokenizer {} has {} ids but the model {} only {}: they do not belong "
                   "together",

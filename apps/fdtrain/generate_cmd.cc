@@ -33,12 +33,12 @@
 #include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
-#include "lib/data/byte_tokenizer.h"
 #include "lib/data/chat_template.h"
-#include "lib/data/tokenizer.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/inference_model.h"
 #include "lib/ops/blas_setup.h"
+#include "lib/text/byte_tokenizer.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::cli {
 namespace {
@@ -105,9 +105,9 @@ int run_generate(const GenerateOptions& o) {
   const bool bytes = m.byte_level && o.tokenizer.empty();
   // --tokenizer, else the model's own (the run's data.tokenizer, a model directory's).
   const std::string tokenizer_dir = o.tokenizer.empty() ? m.tokenizer_dir : o.tokenizer;
-  std::unique_ptr<data::Tokenizer> text_tok;
+  std::unique_ptr<text::Tokenizer> text_tok;
   if (!tokenizer_dir.empty()) {
-    text_tok = data::load_tokenizer(tokenizer_dir);
+    text_tok = text::load_tokenizer(tokenizer_dir);
     if (text_tok->vocab_size() > vocab)
       usage_error(
           "the tokenizer {} has {} ids but the model {} only {}: they do not belong "
@@ -119,7 +119,7 @@ int run_generate(const GenerateOptions& o) {
         "{} is not a byte-level model ({}) and has no tokenizer.json; give its tokenizer "
         "(--tokenizer DIR) or the prompt as token ids (--tokens 1,2,3)",
         o.model, m.recipe ? "its run used data.format tokens" : "its vocabulary is not 256", vocab);
-  if (bytes && vocab < data::ByteTokenizer::kVocabSize)
+  if (bytes && vocab < text::ByteTokenizer::kVocabSize)
     usage_error("{}: vocab_size {} is below 256, too small for byte-level text", o.model, vocab);
 
   if (o.chat && !o.tokens.empty())
@@ -127,7 +127,7 @@ int run_generate(const GenerateOptions& o) {
   if (o.chat && !text_tok)
     usage_error("--chat needs the model's tokenizer and chat template: give --tokenizer DIR");
   if (!o.chat && !o.chat_template.empty()) usage_error("--chat-template applies with --chat");
-  data::ByteTokenizer tok;
+  text::ByteTokenizer tok;
   std::vector<int32_t> prompt;
   std::optional<int32_t> end_of_turn;
   if (o.chat) {
@@ -138,7 +138,7 @@ int run_generate(const GenerateOptions& o) {
     data::Record r;
     r.messages = {{"user", o.prompt}};
     r.where = "--prompt";
-    data::EncodeCache cache;
+    text::EncodeCache cache;
     text_tok->encode(t.render(r, true), false, prompt, cache);
     const std::string eot = t.end_of_turn(text_tok->special_tokens());
     if (!eot.empty()) end_of_turn = text_tok->token_id(eot);

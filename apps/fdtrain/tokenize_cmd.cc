@@ -2,7 +2,7 @@
 //                  [--threads N] [--text-field NAME] [--overwrite] [--json] INPUT...
 //
 // Encodes text into an llm.c token file (lib/data/token_file.h) with a Hugging
-// Face tokenizer (DIR holds tokenizer.json; lib/data/hf_tokenizer.h): version 1
+// Face tokenizer (DIR holds tokenizer.json; lib/text/hf_tokenizer.h): version 1
 // (uint16) when the vocabulary fits, else version 2 (uint32).
 //
 // Documents: each INPUT file is one document, except .jsonl files, where each
@@ -47,8 +47,8 @@
 #include "lib/base/error.h"
 #include "lib/data/document_encoder.h"
 #include "lib/data/token_file_writer.h"
-#include "lib/data/tokenizer.h"
 #include "lib/engine/output_path.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::cli {
 namespace {
@@ -86,7 +86,7 @@ int run_tokenize(const TokenizeOptions& o) {
     usage_error("{} exists; pass --overwrite to replace it (it is replaced only once the new "
                 "file is complete)",
                 o.out);
-  const auto tok = data::load_tokenizer(o.tokenizer);
+  const auto tok = text::load_tokenizer(o.tokenizer);
   const data::DocumentWrap wrap = data::document_wrap(*tok, o.raw, o.no_bos, o.no_eos);
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 

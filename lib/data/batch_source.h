@@ -1,3 +1,7 @@
+// lib/data (namespace fd::data): what a run trains on. Token files and token streams, and
+// fine-tuning records rendered through a chat template (lib/jinja) and encoded by a tokenizer
+// (lib/text), all reach the trainer through this interface.
+//
 // BatchSource: where a run's batches come from. Two kinds: windows of a token
 // stream (sampler.h: pre-training, every position a target) and rows of
 // fine-tuning examples (example_dataset.h: targets only on the answers, rows

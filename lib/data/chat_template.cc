@@ -9,7 +9,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/input_file.h"
-#include "lib/data/jinja.h"
+#include "lib/jinja/jinja.h"
 
 namespace fd::data {
 namespace {

@@ -26,11 +26,11 @@
 
 #include "lib/data/sft_records.h"
 
-namespace fd::data {
-
-namespace jinja {
+namespace fd::jinja {
 class Template;
 }
+
+namespace fd::data {
 
 // A byte range [begin, end) of a rendered conversation.
 struct TextSpan {

@@ -16,7 +16,7 @@
 #include "lib/base/input_file.h"
 #include "lib/data/line_reader.h"
 #include "lib/data/sft_records.h"
-#include "lib/data/utf8.h"
+#include "lib/text/utf8.h"
 
 namespace fd::data {
 namespace {
@@ -57,7 +57,8 @@ size_t char_start(std::string_view t, size_t i) {
 // kCheckBytes on either side encode to the same ids cut there as whole: the cut
 // changes nothing the tokenizer can see. Up to 64 candidates are tried,
 // nearest the target first and none in the first half.
-size_t find_cut(std::string_view text, size_t target, const Tokenizer& tok, EncodeCache& cache) {
+size_t find_cut(std::string_view text, size_t target, const text::Tokenizer& tok,
+                text::EncodeCache& cache) {
   std::vector<int32_t> whole, left;
   int tried = 0;
   for (size_t p = std::min(target, text.size() - 1); p > target / 2 && tried < 64; --p) {
@@ -82,7 +83,8 @@ size_t find_cut(std::string_view text, size_t target, const Tokenizer& tok, Enco
 // handing out batches.
 class DocumentReader {
  public:
-  DocumentReader(const std::vector<std::string>& inputs, std::string field, const Tokenizer& tok)
+  DocumentReader(const std::vector<std::string>& inputs, std::string field,
+                 const text::Tokenizer& tok)
       : inputs_(inputs), field_(std::move(field)), tok_(tok) {}
 
   // The next batch, or false at the end of the inputs.
@@ -200,7 +202,7 @@ class DocumentReader {
   // that is not UTF-8 (a binary, Latin-1) never becomes without an error; replacing the
   // bytes with U+FFFD would train on noise without a word.
   void check_utf8(std::string_view text) {
-    if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    if (const size_t bad = text::first_invalid_utf8(text); bad != std::string_view::npos) {
       usage_error("{}: not UTF-8 text: byte {} (0x{:02X}) begins no valid UTF-8 sequence; a "
                   "tokenizer reads UTF-8 text (a binary file? convert text to UTF-8 first, e.g. "
                   "iconv -f LATIN1 -t UTF-8)",
@@ -211,8 +213,8 @@ class DocumentReader {
 
   const std::vector<std::string>& inputs_;
   std::string field_;
-  const Tokenizer& tok_;
-  EncodeCache cache_;
+  const text::Tokenizer& tok_;
+  text::EncodeCache cache_;
   size_t file_index_ = 0;
   bool open_ = false;
   bool jsonl_ = false;
@@ -229,16 +231,15 @@ class DocumentReader {
 
 }  // namespace
 
-DocumentWrap document_wrap(const Tokenizer& tok, bool raw, bool no_bos, bool no_eos) {
+DocumentWrap document_wrap(const text::Tokenizer& tok, bool raw, bool no_bos, bool no_eos) {
   DocumentWrap w;
   if (!raw && !no_bos) w.bos = tok.bos_id();
   if (!raw && !no_eos) w.eos = tok.eos_id();
   return w;
 }
 
-DocumentStats encode_documents(const std::vector<std::string>& files, const Tokenizer& tok,
-                               const DocumentWrap& wrap, const std::string& text_field,
-                               int threads,
+DocumentStats encode_documents(const std::vector<std::string>& files, const text::Tokenizer& tok,
+                               const DocumentWrap& wrap, const std::string& text_field, int threads,
                                const std::function<void(std::span<const int32_t>, size_t)>& sink) {
   DocumentReader reader(files, text_field, tok);
   std::mutex mu;
@@ -249,7 +250,7 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const Toke
   std::exception_ptr failure;
 
   auto worker = [&] {
-    EncodeCache cache;
+    text::EncodeCache cache;
     while (true) {
       Batch b;
       {

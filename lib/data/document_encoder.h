@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/data/tokenizer.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::data {
 
@@ -34,7 +34,7 @@ struct DocumentWrap {
 };
 
 // The tokenizer's BOS and EOS (either may be absent); raw: neither.
-DocumentWrap document_wrap(const Tokenizer& tok, bool raw = false, bool no_bos = false,
+DocumentWrap document_wrap(const text::Tokenizer& tok, bool raw = false, bool no_bos = false,
                            bool no_eos = false);
 
 struct DocumentStats {
@@ -51,9 +51,8 @@ struct DocumentStats {
 // text file that is not valid UTF-8 (naming the byte offset: the text is never
 // silently replaced), a file that is not a regular file or cannot be read;
 // whatever sink throws is rethrown after the workers stop.
-DocumentStats encode_documents(const std::vector<std::string>& files, const Tokenizer& tok,
-                               const DocumentWrap& wrap, const std::string& text_field,
-                               int threads,
+DocumentStats encode_documents(const std::vector<std::string>& files, const text::Tokenizer& tok,
+                               const DocumentWrap& wrap, const std::string& text_field, int threads,
                                const std::function<void(std::span<const int32_t>, size_t)>& sink);
 
 }  // namespace fd::data

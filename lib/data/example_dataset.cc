@@ -65,15 +65,16 @@ std::string format_name(RecordFormat f) {
 }
 
 // Encodes text[begin, end) after what came before it.
-void encode_range(const Tokenizer& tok, const std::string& text, int64_t begin, int64_t end,
-                  std::vector<int32_t>& out, EncodeCache& cache) {
+void encode_range(const text::Tokenizer& tok, const std::string& text, int64_t begin, int64_t end,
+                  std::vector<int32_t>& out, text::EncodeCache& cache) {
   if (end <= begin) return;
   tok.encode_piece(std::string_view(text).substr(size_t(begin), size_t(end - begin)), begin > 0,
                    out, cache);
 }
 
-EncodedExample encode_with(const Record& record, const ExampleOptions& o, EncodeCache& cache) {
-  const Tokenizer& tok = *o.tokenizer;
+EncodedExample encode_with(const Record& record, const ExampleOptions& o,
+                           text::EncodeCache& cache) {
+  const text::Tokenizer& tok = *o.tokenizer;
   EncodedExample e;
   e.where = record.where;
   // Marks the tokens encoded since the last call as targets (1) or not (0).
@@ -111,7 +112,7 @@ EncodedExample encode_with(const Record& record, const ExampleOptions& o, Encode
 }  // namespace
 
 EncodedExample encode_example(const Record& record, const ExampleOptions& o) {
-  EncodeCache cache;
+  text::EncodeCache cache;
   return encode_with(record, o, cache);
 }
 
@@ -166,7 +167,7 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
   std::vector<std::exception_ptr> errors(threads);
   auto work = [&](size_t t) {
     try {
-      EncodeCache cache;
+      text::EncodeCache cache;
       const size_t begin = n * t / threads, end = n * (t + 1) / threads;
       for (size_t i = begin; i < end; ++i) parts[t].push_back(encode_with(records[i], o, cache));
     } catch (...) {

@@ -44,7 +44,7 @@
 #include "lib/data/batch_source.h"
 #include "lib/data/chat_template.h"
 #include "lib/data/sft_records.h"
-#include "lib/data/tokenizer.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::data {
 
@@ -57,7 +57,7 @@ struct ExampleOptions {
   RecordOptions records;                       // format, field names, on_bad_record
   int seq_len = 0;                             // positions per row
   int64_t vocab_size = 0;                      // every id must be below it
-  std::shared_ptr<const Tokenizer> tokenizer;  // required
+  std::shared_ptr<const text::Tokenizer> tokenizer;   // required
   std::shared_ptr<const ChatTemplate> chat_template;  // chat and instruct: required
   bool train_on_prompt = false;                       // chat/instruct: targets everywhere
   Truncation truncation = Truncation::kError;

@@ -16,7 +16,7 @@ std::shared_ptr<const std::vector<TokenFile>> open_all(const std::vector<std::st
   auto files = std::make_shared<std::vector<TokenFile>>();
   for (const std::string& p : paths) {
     if (options.tokenizer && options.format == TokenFormat::kText) {
-      const Tokenizer& tok = *options.tokenizer;
+      const text::Tokenizer& tok = *options.tokenizer;
       std::vector<int32_t> ids;
       encode_documents({p}, tok, document_wrap(tok), options.text_field, 1,
                        [&](std::span<const int32_t> batch, size_t) {

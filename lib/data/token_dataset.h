@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "lib/data/token_file.h"
-#include "lib/data/tokenizer.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::data {
 
@@ -35,7 +35,7 @@ struct DatasetOptions {
   // data.tokenizer: with format kText, each file is encoded as documents
   // (document_encoder.h: BOS + text + EOS; .jsonl: one document per line)
   // instead of read byte by byte. Null: the byte tokenizer.
-  std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
   // The document field of .jsonl records (data.text_field).
   std::string text_field = "text";
 };

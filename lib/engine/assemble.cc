@@ -9,8 +9,8 @@
 #include "lib/base/error.h"
 #include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
-#include "lib/data/tokenizer.h"
 #include "lib/pipe/partition.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::engine {
 
@@ -155,10 +155,10 @@ namespace {
 
 std::unique_ptr<data::TokenDataset> open_stream(const config::Recipe& r);
 
-std::shared_ptr<const data::Tokenizer> recipe_tokenizer(const config::Recipe& r) {
-  std::shared_ptr<const data::Tokenizer> tok;
+std::shared_ptr<const text::Tokenizer> recipe_tokenizer(const config::Recipe& r) {
+  std::shared_ptr<const text::Tokenizer> tok;
   try {
-    tok = data::load_tokenizer(r.data.tokenizer);
+    tok = text::load_tokenizer(r.data.tokenizer);
   } catch (const Error& e) {
     throw Error(e.kind(),
                 fmt::format("{}: data.tokenizer: {}", r.where("data.tokenizer"), e.what()));

@@ -13,9 +13,9 @@
 #include "lib/base/log.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
-#include "lib/data/tokenizer.h"
 #include "lib/nn/config/hf_config.h"
 #include "lib/tensor/lora_merge.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::engine {
 namespace {
@@ -133,7 +133,7 @@ nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::strin
   if (!tokenizer_dir.empty()) {
     // The ids generate and transformers stop at: the tokenizer's own bos_token / eos_token.
     try {
-      const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(tokenizer_dir);
+      const std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(tokenizer_dir);
       auto id = [](std::optional<int32_t> i) {
         return i ? std::to_string(*i) : std::string("null");
       };

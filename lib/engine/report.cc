@@ -8,12 +8,12 @@
 #include <cstdio>
 
 #include "lib/base/log.h"
-#include "lib/data/byte_tokenizer.h"
-#include "lib/data/tokenizer.h"
 #include "lib/engine/run_dir.h"
-#include "lib/tensor/device.h"
 #include "lib/engine/tfevents.h"
+#include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
+#include "lib/text/byte_tokenizer.h"
+#include "lib/text/tokenizer.h"
 
 namespace fd::engine {
 namespace {
@@ -235,9 +235,9 @@ void RunReport::add_sample(
   if (recipe_.logging.sample_tokens <= 0) return;
   const bool text = recipe_.data.format == config::DataFormat::kText;
   // The run's tokenizer: data.tokenizer's tokenizer.json, else bytes.
-  std::unique_ptr<data::Tokenizer> hf;
-  if (text && !recipe_.data.tokenizer.empty()) hf = data::load_tokenizer(recipe_.data.tokenizer);
-  data::ByteTokenizer bytes;
+  std::unique_ptr<text::Tokenizer> hf;
+  if (text && !recipe_.data.tokenizer.empty()) hf = text::load_tokenizer(recipe_.data.tokenizer);
+  text::ByteTokenizer bytes;
   std::vector<int32_t> prompt;
   if (hf) {
     if (const auto bos = hf->bos_id()) prompt.push_back(*bos);

@@ -7,7 +7,7 @@ id b is byte b, as in fdtrain's byte-level recipes) plus ChatML's special tokens
 so pre-training documents end with it and a chat model stops at it.
 
 It is a complete tokenizer.json: Hugging Face's tokenizers load it as they load GPT-2's
-(tests/data/hf_tokenizer_test.cc compares fdtrain's encodings of it with theirs).
+(tests/text/hf_tokenizer_test.cc compares fdtrain's encodings of it with theirs).
 
     /usr/bin/python3 recipes/tokenizers/make_chatml_bytes.py
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Chat fine-tuning end to end: `fdtrain template` prints what Hugging Face's JS Jinja renders
-# (tests/data/jinja/hf_jinja_reference.mjs is the byte-for-byte test; here the CLI's output
+# (tests/jinja/hf_jinja_reference.mjs is the byte-for-byte test; here the CLI's output
 # is compared with node's on one conversation), `data preview` marks the answers, a packed
 # chat SFT run on 2 ranks learns a conversation and `generate --chat` then answers and stops
 # at <|im_end|>; ZeRO stages 1 and 2 give the same weights; a resumed run ends with the

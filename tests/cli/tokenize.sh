@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # fdtrain tokenize: the token file holds, document by document, the tokenizer's
 # BOS, exactly the ids Hugging Face's own implementation gives
-# (tests/data/tokenizer/hf_reference.mjs, run live) and EOS; v1 (uint16) for
+# (tests/text/tokenizer/hf_reference.mjs, run live) and EOS; v1 (uint16) for
 # GPT-2, v2 (uint32) for Qwen3; the same bytes with 1 and 2 threads; .jsonl
 # documents; --raw. Then the errors: missing or malformed tokenizer.json
 # (file:line:col), an unsupported component (by JSON path), bad .jsonl lines
 # (file:line), an existing --out kept, missing inputs.
 source "$(dirname "$0")/common.bash"
 NPM=tests/fixtures/npm/node_modules/@lenml
-CORPUS=tests/data/tokenizer/corpus
+CORPUS=tests/text/tokenizer/corpus
 [[ -f $NPM/tokenizer-gpt2/models/tokenizer.json ]] ||
   { echo "FAIL: $NPM is missing: run scripts/install_deps.sh"; exit 1; }
 # The text files (invalid_utf8.bin is refused: tokenize reads UTF-8 text; see the end).
@@ -17,7 +17,7 @@ mapfile -t INPUTS < <(ls $CORPUS/*.txt | LC_ALL=C sort -t/ -k4)
 # check_file MODEL BIN JSON_OUTPUT: BIN == per document [bos] + Hugging Face's ids + [eos].
 check_file() {
   local model=$1 bin=$2 summary=$3
-  node tests/data/tokenizer/hf_reference.mjs --tokenizer "$NPM/tokenizer-$model/models" \
+  node tests/text/tokenizer/hf_reference.mjs --tokenizer "$NPM/tokenizer-$model/models" \
     --out "$TMP/ref.jsonl" "${INPUTS[@]}" 2>/dev/null || { echo "FAIL: hf_reference $model"; FAILURES=$((FAILURES + 1)); return; }
   if python3 - "$bin" "$summary" "$TMP/ref.jsonl" <<'PY'; then
 import json, struct, sys

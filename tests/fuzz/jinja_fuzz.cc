@@ -1,4 +1,4 @@
-// Fuzz target: the Jinja chat-template interpreter (lib/data/jinja.h).
+// Fuzz target: the Jinja chat-template interpreter (lib/jinja/jinja.h).
 //
 // Input: a template (any bytes). Checked: parsing either succeeds or throws
 // fd::Error; a template that parses renders (with and without the generation
@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "lib/data/jinja.h"
+#include "lib/jinja/jinja.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
-using fd::data::jinja::Rendered;
-using fd::data::jinja::Value;
+using fd::jinja::Rendered;
+using fd::jinja::Value;
 
 Value context(bool add_generation_prompt) {
   static const nlohmann::ordered_json base = nlohmann::ordered_json::parse(R"({
@@ -64,13 +64,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 64 * 1024) return 0;
   const std::string_view source = fd::fuzz::as_view(data, size);
   static const Value with_prompt = context(true), without = context(false);
-  fd::data::jinja::RenderOptions options;
+  fd::jinja::RenderOptions options;
   options.max_steps = 200'000;
   options.max_output_bytes = 1 << 20;
   options.max_depth = 64;
   options.now_unix_seconds = 1'700'000'000;
   fd::fuzz::expect_clean([&] {
-    const auto t = fd::data::jinja::Template::parse(source, "fuzz");
+    const auto t = fd::jinja::Template::parse(source, "fuzz");
     for (const Value* ctx : {&with_prompt, &without}) {
       fd::fuzz::expect_clean([&] {
         const Rendered a = t.render(*ctx, options);

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "lib/data/chat_template.h"
-#include "lib/data/hf_tokenizer.h"
-#include "lib/data/tokenizer.h"
+#include "lib/text/hf_tokenizer.h"
+#include "lib/text/tokenizer.h"
 #include "tests/fuzz/fuzz_tokenizer_dir.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -31,7 +31,7 @@ namespace {
   std::abort();
 }
 
-void check_ids(const fd::data::Tokenizer& tok) {
+void check_ids(const fd::text::Tokenizer& tok) {
   const int64_t v = tok.vocab_size();
   auto inside = [&](int64_t id, const char* what) {
     if (id < 0 || id >= v)
@@ -80,11 +80,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   // The special tokens of the fixed tokenizer.json, for the templates' targets.
   static const std::vector<std::string> special =
-      fd::data::HfTokenizer::from_strings(fd::fuzz::tokenizer_json_with_specials(), "",
+      fd::text::HfTokenizer::from_strings(fd::fuzz::tokenizer_json_with_specials(), "",
                                           dir + "/tokenizer.json")
           ->special_tokens();
   fd::fuzz::write_file(dir + "/tokenizer_config.json", fd::fuzz::as_view(data, size));
-  fd::fuzz::expect_clean([&] { check_ids(*fd::data::load_tokenizer(dir)); });
+  fd::fuzz::expect_clean([&] { check_ids(*fd::text::load_tokenizer(dir)); });
   fd::fuzz::expect_clean([&] { check_template(fd::data::ChatTemplate::load("", dir), special); });
   // A built-in template takes only bos_token and eos_token from the file.
   fd::fuzz::expect_clean(

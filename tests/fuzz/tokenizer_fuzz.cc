@@ -1,4 +1,4 @@
-// Fuzz target: the tokenizer.json reader and the encoder (lib/data: HfTokenizer).
+// Fuzz target: the tokenizer.json reader and the encoder (lib/text: HfTokenizer).
 //
 // Input: a tokenizer.json, a NUL byte, then text (any bytes). Checked: loading
 // either succeeds or throws fd::Error; a tokenizer that loads encodes the
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/data/hf_tokenizer.h"
-#include "lib/data/utf8.h"
+#include "lib/text/hf_tokenizer.h"
+#include "lib/text/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -35,8 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string json(input.substr(0, nul));
   const std::string_view text = nul == std::string_view::npos ? "" : input.substr(nul + 1);
   fd::fuzz::expect_clean([&] {
-    const auto tok = fd::data::HfTokenizer::from_strings(json, "", "fuzz/tokenizer.json");
-    fd::data::EncodeCache cache;
+    const auto tok = fd::text::HfTokenizer::from_strings(json, "", "fuzz/tokenizer.json");
+    fd::text::EncodeCache cache;
     for (const bool special : {true, false}) {
       std::vector<int32_t> a, b;
       tok->encode(text, special, a, cache);
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
       const std::string decoded = tok->decode(a);
-      if (!fd::data::is_valid_utf8(decoded)) {
+      if (!fd::text::is_valid_utf8(decoded)) {
         std::fprintf(stderr, "tokenizer_fuzz: decode gave invalid UTF-8\n");
         std::abort();
       }
