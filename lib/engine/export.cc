@@ -185,4 +185,10 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
                                                   out.tokenizer_from, fmt::join(copied, ", ")));
 }
 
+std::string inspect_checkpoint(const std::string& path) { return ckpt::inspect_checkpoint(path); }
+
+std::string diff_checkpoints(const std::string& a, const std::string& b) {
+  return ckpt::diff_checkpoints(a, b, nullptr);
+}
+
 }  // namespace fd::engine
