@@ -55,6 +55,11 @@ inline void require_float(DT dt, const char* what) {
           "dtype must be f32, bf16 or f16");
 }
 
+// Throws Error("<what>: <name> is null") for a null pointer argument.
+inline void require_ptr(const void* p, const char* what, const char* name) {
+  if (p == nullptr) throw Error(std::string(what) + ": " + name + " is null");
+}
+
 inline size_t dt_size(DT dt) { return dt == DT::kBF16 || dt == DT::kF16 ? 2 : 4; }
 
 // Threads per block for the elementwise kernels.
@@ -70,6 +75,19 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
   return static_cast<unsigned>(blocks);
 }
+
+// Blocks for a loop over `items` with one block (or warp group) each, capped;
+// the kernels stride over the rest.
+inline unsigned capped_grid(int64_t items) {
+  constexpr int64_t kMax = int64_t(1) << 20;
+  if (items < 1) return 1;
+  return static_cast<unsigned>(items < kMax ? items : kMax);
+}
+
+// The row kernels (norms, cross-entropy): a warp's threads, and the rows a
+// block handles at once, one per warp.
+constexpr int kWarp = 32;
+constexpr int kRowWarps = 8;
 
 // The current compute stream as its CUDA type.
 inline cudaStream_t stream() { return static_cast<cudaStream_t>(compute_stream()); }

@@ -306,10 +306,6 @@ unsigned column_chunks(int64_t cols) {
 
 // ------------------------------------------------------------ host checks --
 
-void require_ptr(const void* p, const char* what, const char* name) {
-  if (p == nullptr) throw Error(std::string(what) + ": " + name + " is null");
-}
-
 void require_count(int64_t n, const char* what) { require(n >= 0, what, "negative size"); }
 
 // The dropout probability check and the host-side constants, as in lib/ops/dropout.cc.

@@ -112,10 +112,6 @@ __global__ void all_finite_kernel(const void* x, DT dt, int64_t n, int* bad) {
   if (!ok) *bad = 1;
 }
 
-void require_ptr(const void* p, const char* what, const char* name) {
-  if (p == nullptr) throw Error(std::string(what) + ": " + name + " is null");
-}
-
 // Copies one device value to the host; synchronises the compute stream.
 template <typename T>
 T read_back(const T* device_value, const char* what) {

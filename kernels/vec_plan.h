@@ -49,7 +49,7 @@ constexpr VecSplit vec_split_rows(int64_t cols, int64_t ld, int width, bool alig
   return vec_split(cols, width, aligned && width > 0 && ld % width == 0);
 }
 
-// The split of rope's B * T * C / 2 rotation pairs (kernels/layers.cu): a
+// The split of rope's B * T * C / 2 rotation pairs (kernels/rope.cu): a
 // step of `width` pairs rotates x[i .. i + width) against x[i + h ..) of one
 // head, h = D / 2, so packs only when h is a whole number of steps (then no
 // step crosses a head and every step starts 16-byte aligned); else one pair

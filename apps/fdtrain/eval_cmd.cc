@@ -39,7 +39,8 @@
 #include "lib/data/token_file.h"
 #include "lib/engine/evaluate.h"
 #include "lib/engine/inference_model.h"
-#include "lib/ops/blas_setup.h"
+#include "lib/engine/process.h"
+#include "lib/engine/tokenizer_fit.h"
 
 namespace fd::cli {
 namespace {
@@ -86,7 +87,7 @@ int run_eval(const EvalOptions& o) {
   if (o.windows == 0 || o.windows < -1) usage_error("--windows must be >= 1, got {}", o.windows);
   if (o.batch < 1) usage_error("--batch must be >= 1, got {}", o.batch);
   if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);
-  ops::set_blas_threads(o.threads);
+  engine::set_compute_threads(o.threads);
 
   engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::DecoderConfig& mc = m.model->config();
@@ -112,11 +113,7 @@ int run_eval(const EvalOptions& o) {
   data::TokenFile file =
       data::TokenFile::open(o.data, *data::token_format_from_name(o.format), vocab);
   if (!tokenizer_dir.empty() && file.format() == data::TokenFormat::kText) {
-    const auto tok = text::load_tokenizer(tokenizer_dir);
-    if (tok->vocab_size() > vocab)
-      usage_error("the tokenizer {} has {} ids but the model {} only {}: they do not belong "
-                  "together",
-                  tokenizer_dir, tok->vocab_size(), o.model, vocab);
+    const auto tok = engine::load_model_tokenizer(tokenizer_dir, vocab, o.model);
     std::vector<int32_t> ids;
     data::encode_documents({o.data}, *tok, data::document_wrap(*tok), "text", 1,
                            [&](std::span<const int32_t> b, size_t) {

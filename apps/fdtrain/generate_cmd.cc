@@ -36,7 +36,8 @@
 #include "lib/data/chat_template.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/inference_model.h"
-#include "lib/ops/blas_setup.h"
+#include "lib/engine/process.h"
+#include "lib/engine/tokenizer_fit.h"
 #include "lib/text/byte_tokenizer.h"
 #include "lib/text/tokenizer.h"
 
@@ -97,7 +98,7 @@ int run_generate(const GenerateOptions& o) {
   if (o.threads < 1) usage_error("--threads must be >= 1, got {}", o.threads);
   if (!o.prompt.empty() && !o.tokens.empty())
     usage_error("give the prompt as --prompt TEXT or as --tokens IDS, not both");
-  ops::set_blas_threads(o.threads);
+  engine::set_compute_threads(o.threads);
 
   engine::InferenceModel m = engine::load_inference_model(o.model);
   const nn::DecoderConfig& mc = m.model->config();
@@ -106,14 +107,8 @@ int run_generate(const GenerateOptions& o) {
   // --tokenizer, else the model's own (the run's data.tokenizer, a model directory's).
   const std::string tokenizer_dir = o.tokenizer.empty() ? m.tokenizer_dir : o.tokenizer;
   std::unique_ptr<text::Tokenizer> text_tok;
-  if (!tokenizer_dir.empty()) {
-    text_tok = text::load_tokenizer(tokenizer_dir);
-    if (text_tok->vocab_size() > vocab)
-      usage_error(
-          "the tokenizer {} has {} ids but the model {} only {}: they do not belong "
-          "together",
-          tokenizer_dir, text_tok->vocab_size(), o.model, vocab);
-  }
+  if (!tokenizer_dir.empty())
+    text_tok = engine::load_model_tokenizer(tokenizer_dir, vocab, o.model);
   if (!o.prompt.empty() && !bytes && !text_tok)
     usage_error(
         "{} is not a byte-level model ({}) and has no tokenizer.json; give its tokenizer "

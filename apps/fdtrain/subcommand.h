@@ -9,7 +9,10 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "lib/config/load.h"
 
 namespace fd::cli {
 
@@ -23,6 +26,13 @@ struct Subcommand {
   std::function<int()> run;  // runs it once the command line is parsed
 };
 
+// fdtrain train (train_cmd.cc); `argc`/`argv` are main's: the command line is
+// recorded in the run, and MPI is initialised with them.
+void add_train_command(CLI::App& app, std::vector<Subcommand>* out, int* argc, char*** argv);
+// fdtrain validate | print-config | estimate: a recipe checked, resolved, sized (recipe_cmd.cc).
+void add_recipe_commands(CLI::App& app, std::vector<Subcommand>* out);
+// fdtrain ckpt inspect | export | diff (ckpt_cmd.cc).
+void add_ckpt_commands(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain ls | cp | schema: the shipped recipes and the recipe reference (catalog_cmd.cc).
 void add_catalog_commands(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain eval: loss and perplexity of a model on a data file (eval_cmd.cc).
@@ -36,5 +46,20 @@ void add_tokenize_command(CLI::App& app, std::vector<Subcommand>* out);
 void add_chat_commands(CLI::App& app, std::vector<Subcommand>* out);
 // fdtrain runs | plot: run directories as a table, losses as an SVG (runs_cmd.cc).
 void add_runs_commands(CLI::App& app, std::vector<Subcommand>* out);
+
+// The arguments RECIPE [overrides...] of train, validate, print-config and
+// estimate, into *recipe and *overrides (recipe_cmd.cc).
+void add_recipe_args(CLI::App* cmd, std::string* recipe, std::vector<std::string>* overrides);
+// The recipe at `recipe` with `overrides` applied and validated, or a usage
+// fd::Error holding every error (quiet on ranks other than 0 of an MPI job,
+// which find the same errors). The caller prints the warnings (recipe_cmd.cc).
+config::LoadResult load_recipe(const std::string& recipe,
+                               const std::vector<std::string>& overrides);
+
+// On stderr, as every subcommand reports: "fdtrain: warning: W" per warning;
+// "fdtrain: error: LINE" per line of `message`, also into this rank's log file
+// when one is open (main.cc).
+void print_warnings(const std::vector<std::string>& warnings);
+void print_error(const std::string& message);
 
 }  // namespace fd::cli

@@ -6,10 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
-#include <regex>
 #include <set>
-#include <tuple>
 
 #include "lib/base/atomic_file.h"
 #include "lib/base/error.h"
@@ -194,25 +193,6 @@ void write_weights_file(const std::string& out,
       runtime_error("cannot rename {} to {}: {}", tmp, out, why);
     }
   }
-}
-
-// Sort key putting GPT-2 tensor names in the model's order: wte, wpe, the
-// blocks in index order (ln_1, attn, ln_2, mlp; weight before bias), ln_f.
-std::tuple<int, int64_t, int, std::string> gpt2_order(const std::string& name) {
-  static const std::regex kBlock(R"(^h\.(\d+)\.(.*)$)");
-  static const std::vector<std::string> kInBlock = {
-      "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-      "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-  if (name == "wte.weight") return {0, 0, 0, name};
-  if (name == "wpe.weight") return {1, 0, 0, name};
-  std::smatch m;
-  if (std::regex_match(name, m, kBlock)) {
-    auto it = std::find(kInBlock.begin(), kInBlock.end(), m[2].str());
-    return {2, std::stoll(m[1].str()), int(it - kInBlock.begin()), name};
-  }
-  if (name.rfind("ln_f.", 0) == 0) return {3, 0, name == "ln_f.weight" ? 0 : 1, name};
-  return {4, 0, 0, name};
 }
 
 // The checkpoint's LoRA parameters (fp32 masters converted to `dtype`).
@@ -441,7 +421,8 @@ std::string export_lora_adapter(const Checkpoint& c, const std::string& dir, DTy
 }
 
 std::string export_merged_lora(const Checkpoint& c, const std::string& out, DType dtype,
-                               bool overwrite, const LoraSpec& spec, const ModelDims& mo) {
+                               bool overwrite, const LoraSpec& spec, const ModelDims& mo,
+                               const std::vector<std::string>& order) {
   check_export_file(out, dtype, overwrite);
   const ShardMeta& m = c.meta();
   // The base must be the very file the adapters were trained on.
@@ -458,9 +439,14 @@ std::string export_merged_lora(const Checkpoint& c, const std::string& out, DTyp
                 spec.base, c.dir, dims_hint(have, want));
   std::vector<std::pair<std::string, Tensor>> base;
   for (const auto& [name, shape] : w.shapes()) base.emplace_back(name, w.load(name));
-  std::stable_sort(base.begin(), base.end(), [](const auto& a, const auto& b) {
-    return gpt2_order(a.first) < gpt2_order(b.first);
-  });
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
+  auto key = [&](const std::string& name) {
+    auto it = position.find(name);
+    return std::pair(it == position.end() ? order.size() : it->second, name);
+  };
+  std::stable_sort(base.begin(), base.end(),
+                   [&](const auto& a, const auto& b) { return key(a.first) < key(b.first); });
 
   std::vector<std::pair<std::string, Tensor>> merged =
       merge_lora(base, lora, double(float(spec.alpha) / float(spec.r)));  // as training's fp32 forward

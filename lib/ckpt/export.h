@@ -110,11 +110,14 @@ std::string export_lora_adapter(const Checkpoint& c, const std::string& dir, DTy
 // checked against `model`'s dimensions) with the checkpoint's fp32 LoRA
 // deltas merged in (merge_lora(), scaling alpha / r), as `out` (.safetensors
 // or .h5, Hugging Face GPT-2 names, as export_checkpoint() writes) in `dtype`
-// (kF32 or kBF16). The metadata records `model`'s dimensions, "base" and
+// (kF32 or kBF16), its tensors in `order` (the model's parameter names in
+// layout order, which the engine takes from the model family's; names not in
+// it last, by name). The metadata records `model`'s dimensions, "base" and
 // "lora" (r, alpha, targets, layers). Refuses an existing `out` unless
 // `overwrite`. Returns a one-line summary.
 std::string export_merged_lora(const Checkpoint& c, const std::string& out, DType dtype,
-                               bool overwrite, const LoraSpec& spec, const ModelDims& model);
+                               bool overwrite, const LoraSpec& spec, const ModelDims& model,
+                               const std::vector<std::string>& order);
 
 // Compares the weights of two checkpoints (or exports' sources) tensor by
 // tensor: per tensor ||a - b|| / ||b|| and max |a - b|, then the whole model's

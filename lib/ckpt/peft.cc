@@ -17,6 +17,7 @@
 #include "lib/base/input_file.h"
 #include "lib/ckpt/finite.h"
 #include "lib/ckpt/manifest.h"
+#include "lib/nn/config/decoder_config.h"
 #include "lib/tensor/lora_merge.h"
 #include "lib/tensor/safetensors.h"
 
@@ -55,21 +56,33 @@ constexpr std::array<ModuleInfo, 11> kModules = {{
     {"mlp.down_proj", 0, 0, true},
 }};
 
-// Target names the recipe accepts (lib/config), and PEFT spellings we map to them.
-const std::vector<std::string> kGpt2Targets = {"c_attn", "c_proj", "attn.c_proj", "c_fc",
-                                               "mlp.c_proj"};
-const std::vector<std::string> kLlamaTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                "gate_proj", "up_proj", "down_proj"};
+// Target names: the model family's (nn::lora_targets, the table the recipe is
+// checked against), less all-linear, which names no one module.
+std::vector<std::string> family_targets(nn::ModelFamily family) {
+  std::vector<std::string> out;
+  for (const nn::LoraTarget& t : nn::lora_targets(family))
+    if (!t.modules.empty()) out.emplace_back(t.name);
+  return out;
+}
+const std::vector<std::string> kGpt2Targets = family_targets(nn::ModelFamily::kGpt2);
+const std::vector<std::string> kLlamaTargets = family_targets(nn::ModelFamily::kLlama);
 // Either family's (an adapter_config.json is read before its tensors say which).
 const std::vector<std::string> kTargets = [] {
   std::vector<std::string> all = kGpt2Targets;
   all.insert(all.end(), kLlamaTargets.begin(), kLlamaTargets.end());
   return all;
 }();
-const std::map<std::string, std::string> kTargetAliases = {
-    {"attn.c_attn", "c_attn"},      {"mlp.c_fc", "c_fc"},           {"self_attn.q_proj", "q_proj"},
-    {"self_attn.k_proj", "k_proj"}, {"self_attn.v_proj", "v_proj"}, {"self_attn.o_proj", "o_proj"},
-    {"mlp.gate_proj", "gate_proj"}, {"mlp.up_proj", "up_proj"},     {"mlp.down_proj", "down_proj"}};
+// PEFT spellings we map to target names: a module's full path, for the
+// targets that name exactly that one module under a shorter name
+// (self_attn.q_proj -> q_proj, mlp.c_fc -> c_fc).
+const std::map<std::string, std::string> kTargetAliases = [] {
+  std::map<std::string, std::string> aliases;
+  for (nn::ModelFamily family : {nn::ModelFamily::kGpt2, nn::ModelFamily::kLlama})
+    for (const nn::LoraTarget& t : nn::lora_targets(family))
+      if (t.modules.size() == 1 && std::string(t.modules[0]) != t.name)
+        aliases.emplace(t.modules[0], t.name);
+  return aliases;
+}();
 
 constexpr const char* kExpectedNames =
     "h.N.{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}.lora_{A,B}.weight (GPT-2) or "

@@ -9,6 +9,7 @@
 #include "lib/base/error.h"
 #include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
+#include "lib/engine/tokenizer_fit.h"
 #include "lib/pipe/partition.h"
 #include "lib/text/tokenizer.h"
 
@@ -163,13 +164,12 @@ std::shared_ptr<const text::Tokenizer> recipe_tokenizer(const config::Recipe& r)
     throw Error(e.kind(),
                 fmt::format("{}: data.tokenizer: {}", r.where("data.tokenizer"), e.what()));
   }
-  if (tok->vocab_size() > r.model.vocab_size) {
-    usage_error(
-        "{}: data.tokenizer {} has {} ids but model.vocab_size is {}: raise "
-        "model.vocab_size to at least {} (or use the model's own tokenizer)",
-        r.where("data.tokenizer"), r.data.tokenizer, tok->vocab_size(), r.model.vocab_size,
-        tok->vocab_size());
-  }
+  require_tokenizer_fits(
+      *tok, r.model.vocab_size,
+      fmt::format("{}: data.tokenizer {}", r.where("data.tokenizer"), r.data.tokenizer),
+      "model.vocab_size is",
+      fmt::format("raise model.vocab_size to at least {} (or use the model's own tokenizer)",
+                  tok->vocab_size()));
   return tok;
 }
 

@@ -15,6 +15,7 @@
 #include "lib/engine/assemble.h"
 #include "lib/engine/output_path.h"
 #include "lib/engine/weights_io.h"
+#include "lib/nn/decoder.h"
 
 namespace fd::engine {
 namespace {
@@ -24,6 +25,7 @@ struct LoraRun {
   ckpt::LoraSpec spec;    // the lora section, base = model.init_from
   ckpt::ModelDims model;  // the model the adapters belong to
   nn::ModelFamily family;
+  std::vector<std::string> tensor_order;  // the base model's parameter names, in layout order
 };
 
 // Reads the LoRA run's settings from the checkpoint's stored recipe. Throws
@@ -41,9 +43,13 @@ LoraRun lora_run(const ckpt::Checkpoint& c) {
         "with --out FILE",
         c.dir);
   const nn::DecoderConfig m = assemble_for_inference(r.recipe).model;
+  std::vector<std::string> order;
+  for (const nn::SegmentSpec& segment : nn::Decoder::segment_specs(m))
+    for (const nn::ParamSpec& p : segment.params) order.push_back(p.name);
   return {lora_spec(r.recipe),
           {m.num_layers, m.num_heads, m.hidden_size, m.vocab_size, m.max_position_embeddings},
-          m.family};
+          m.family,
+          std::move(order)};
 }
 
 }  // namespace
@@ -88,7 +94,7 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
         "{}: --merge-lora --out FILE writes a GPT-2 weights file, and this is a {} run; write "
         "the merged model as a Hugging Face directory with --merge-lora --hf-dir DIR",
         c.dir, nn::family_name(run.family));
-  return ckpt::export_merged_lora(c, out, dtype, overwrite, run.spec, run.model);
+  return ckpt::export_merged_lora(c, out, dtype, overwrite, run.spec, run.model, run.tensor_order);
 }
 
 std::string export_hf_dir(const std::string& path, const std::string& dir,
@@ -183,6 +189,12 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
                      copied.empty() ? ""
                                     : fmt::format("; tokenizer files from {}: {}",
                                                   out.tokenizer_from, fmt::join(copied, ", ")));
+}
+
+std::string inspect_checkpoint(const std::string& path) { return ckpt::inspect_checkpoint(path); }
+
+std::string diff_checkpoints(const std::string& a, const std::string& b) {
+  return ckpt::diff_checkpoints(a, b, nullptr);
 }
 
 }  // namespace fd::engine

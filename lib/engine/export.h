@@ -58,4 +58,12 @@ struct HfDirExport {
 std::string export_hf_dir(const std::string& path, const std::string& dir,
                           const HfDirExport& options);
 
+// `fdtrain ckpt inspect`: the checkpoint at `path` described and every checksum
+// verified (ckpt::inspect_checkpoint); a usage fd::Error on any problem.
+std::string inspect_checkpoint(const std::string& path);
+
+// `fdtrain ckpt diff`: the weights of checkpoints `a` and `b` compared tensor by
+// tensor and overall, relative to `b` (ckpt::diff_checkpoints).
+std::string diff_checkpoints(const std::string& a, const std::string& b);
+
 }  // namespace fd::engine

@@ -5,7 +5,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <sstream>
 
 #include "lib/base/error.h"
@@ -17,6 +16,7 @@
 #include "lib/ckpt/weights_file.h"
 #include "lib/config/load.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/resume.h"
 #include "lib/engine/weights_io.h"
 #include "lib/nn/config/hf_config.h"
 
@@ -149,15 +149,18 @@ bool is_run_dir(const fs::path& p) {
          fs::exists(p / "metrics.jsonl", ec) || fs::exists(p / "summary.json", ec);
 }
 
-// The step directory `path` names (as resolve_step_dir()), saying which one
-// when `path` is a run or checkpoints directory, and why there is none.
-// Sets *run to the run directory, if `path` is in one.
-std::string choose_step_dir(const std::string& path, fs::path* run) {
+// The checkpoint `path` names, opened and verified: a step directory as
+// resolve_step_dir() finds it, a run or checkpoints directory's newest
+// checkpoint that verifies (as --resume auto chooses, resume.h), saying which
+// one and, when it is not `latest`, why; and why there is none. Sets *run to
+// the run directory, if `path` is in one.
+std::unique_ptr<OpenCheckpoint> choose_checkpoint(const std::string& path, fs::path* run) {
   std::error_code ec;
   fs::path p = fs::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();  // "RUN/" -> "RUN"
   // A step directory: the user chose it.
-  if (fs::exists(p / "manifest.json", ec)) return ckpt::resolve_step_dir(path);
+  if (fs::exists(p / "manifest.json", ec))
+    return std::make_unique<OpenCheckpoint>(ckpt::resolve_step_dir(path));
   fs::path checkpoints;
   if (is_run_dir(p)) {
     *run = p;
@@ -167,21 +170,31 @@ std::string choose_step_dir(const std::string& path, fs::path* run) {
     const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
     if (is_run_dir(parent)) *run = parent;
   } else {
-    return ckpt::resolve_step_dir(path);  // neither: its error
+    return std::make_unique<OpenCheckpoint>(ckpt::resolve_step_dir(path));  // neither: its error
   }
-  std::optional<std::string> latest =
-      fs::is_directory(checkpoints, ec) ? ckpt::read_latest(checkpoints.string()) : std::nullopt;
-  if (!latest) {
+  NewestCheckpoint newest = fs::is_directory(checkpoints, ec)
+                                ? newest_verified_checkpoint(checkpoints)
+                                : NewestCheckpoint{};
+  if (!newest.checkpoint && newest.tried_any)
+    usage_error("{}: no checkpoint verifies:\n{}", path, fmt::join(newest.passed_over, "\n"));
+  if (!newest.checkpoint) {
     if (!run->empty()) no_checkpoints(*run);
-    return ckpt::resolve_step_dir(path);
+    return std::make_unique<OpenCheckpoint>(ckpt::resolve_step_dir(path));
   }
-  log::info("using checkpoint {} of {}", fs::path(*latest).filename().string(), path);
-  return *latest;
+  const std::string name = newest.checkpoint->dir().filename().string();
+  if (newest.fell_back()) {
+    for (const std::string& line : newest.passed_over) log::warn("{}", line);
+    log::warn("{}: {}; using {}, the newest checkpoint that verifies", path,
+              newest.has_latest ? "`latest` does not verify" : "no `latest` pointer", name);
+  }
+  log::info("using checkpoint {} of {}", name, path);
+  return std::move(newest.checkpoint);
 }
 
 InferenceModel from_checkpoint(const std::string& path) {
   fs::path run;
-  ckpt::Checkpoint c = ckpt::open_checkpoint(choose_step_dir(path, &run));
+  const std::unique_ptr<OpenCheckpoint> opened = choose_checkpoint(path, &run);
+  const ckpt::Checkpoint& c = opened->checkpoint();
   if (!run.empty()) {
     std::string from;
     const int64_t last = run_last_step(run, &from);
@@ -228,18 +241,12 @@ InferenceModel from_file(const std::string& path) {
   const std::map<std::string, std::string> metadata = file.metadata();
   // No recipe: the model is assembled from the file's shapes (fp32, no adapters).
   Assembly a;
+  const ckpt::ImpliedDims d = ckpt::implied_dims(file.shapes());
   nn::GptConfig mc{0, 0, 0, 0, 0};
-  static const std::regex kBlock(R"(^h\.(\d+)\..*)");
-  std::smatch match;
-  for (const auto& [name, shape] : file.shapes()) {
-    if (std::regex_match(name, match, kBlock))
-      mc.n_layer = std::max(mc.n_layer, std::stoi(match[1].str()) + 1);
-    if (name == "wte.weight" && shape.size() == 2) {
-      mc.vocab_size = int(shape[0]);
-      mc.d_model = int(shape[1]);
-    }
-    if (name == "wpe.weight" && shape.size() == 2) mc.max_seq_len = int(shape[0]);
-  }
+  mc.n_layer = int(std::max<int64_t>(d.n_layer, 0));
+  mc.vocab_size = int(std::max<int64_t>(d.vocab_size, 0));
+  mc.d_model = int(std::max<int64_t>(d.d_model, 0));
+  mc.max_seq_len = int(std::max<int64_t>(d.max_seq_len, 0));
   if (mc.d_model <= 0 || mc.max_seq_len <= 0)
     usage_error(
         "{}: no wte.weight / wpe.weight tensors: not a GPT-2 model, and a weights file does "

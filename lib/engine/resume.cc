@@ -106,6 +106,33 @@ std::unique_ptr<OpenCheckpoint> open_checked(const fs::path& dir) {
 
 }  // namespace
 
+NewestCheckpoint newest_verified_checkpoint(const fs::path& root) {
+  NewestCheckpoint out;
+  std::vector<fs::path> candidates;
+  std::optional<std::string> latest;
+  try {
+    if (fs::is_directory(root)) latest = ckpt::read_latest(root.string());
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUsage) throw;
+    out.passed_over.push_back(e.what());
+  }
+  out.has_latest = latest.has_value();
+  if (latest) candidates.push_back(*latest);
+  for (const fs::path& d : ckpt::step_dirs_newest_first(root))
+    if (!latest || fs::path(*latest) != d) candidates.push_back(d);
+  out.tried_any = !candidates.empty();
+  for (const fs::path& d : candidates) {
+    try {
+      out.checkpoint = open_checked(d);
+      break;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUsage) throw;
+      out.passed_over.push_back(fmt::format("passing over {}: {}", d.string(), e.what()));
+    }
+  }
+  return out;
+}
+
 ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool overwrite,
                        int64_t steps) {
   ResumePlan plan;
@@ -124,31 +151,15 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
         "changed. Remove it: --resume auto then finds the newest checkpoint itself",
         (root / "latest").string());
   if (resume == "auto") {
-    std::vector<fs::path> candidates;
-    std::optional<std::string> latest;
-    try {
-      if (fs::is_directory(root)) latest = ckpt::read_latest(root.string());
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kUsage) throw;
-      plan.warnings.push_back(e.what());
-    }
-    if (latest) candidates.push_back(*latest);
-    for (const fs::path& d : ckpt::step_dirs_newest_first(root))
-      if (!latest || fs::path(*latest) != d) candidates.push_back(d);
-    for (const fs::path& d : candidates) {
-      try {
-        plan.checkpoint = open_checked(d);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::kUsage) throw;
-        plan.warnings.push_back(fmt::format("passing over {}: {}", d.string(), e.what()));
-        continue;
-      }
-      if (!plan.warnings.empty() || !latest)
-        plan.warnings.push_back(
-            fmt::format("--resume auto: {}; resuming from {}, the newest checkpoint that verifies",
-                        latest ? "`latest` does not verify" : "no `latest` pointer", d.string()));
-      break;
-    }
+    NewestCheckpoint newest = newest_verified_checkpoint(root);
+    const bool fell_back = newest.fell_back();
+    plan.warnings = std::move(newest.passed_over);
+    plan.checkpoint = std::move(newest.checkpoint);
+    if (fell_back)
+      plan.warnings.push_back(
+          fmt::format("--resume auto: {}; resuming from {}, the newest checkpoint that verifies",
+                      newest.has_latest ? "`latest` does not verify" : "no `latest` pointer",
+                      plan.checkpoint->dir().string()));
     if (!plan.checkpoint) {
       if (state.holds_run && !overwrite)
         usage_error(
@@ -156,7 +167,7 @@ ResumePlan plan_resume(const std::string& resume, const fs::path& run_dir, bool 
             "nothing was changed. Pass --overwrite to replace that run and start afresh, or "
             "choose a new --run-dir",
             run_dir.string(), state.description,
-            candidates.empty() ? "" : " (none of its checkpoints verifies, see the warnings)");
+            newest.tried_any ? " (none of its checkpoints verifies, see the warnings)" : "");
       return plan;  // nothing here yet: the first run of a requeued job
     }
     plan.in_place = true;

@@ -34,6 +34,7 @@ class OpenCheckpoint {
   explicit OpenCheckpoint(const std::filesystem::path& step_dir);
   const ckpt::ShardMeta& meta() const { return checkpoint_.meta(); }
   const std::filesystem::path& dir() const { return dir_; }
+  const ckpt::Checkpoint& checkpoint() const { return checkpoint_; }
   // Fills `out` with elements [offset, offset + count) of `field` of `segment`
   // from whichever shards hold them; zero where no shard does (padding).
   void read(const std::string& segment, const std::string& field, int64_t offset, int64_t count,
@@ -51,6 +52,22 @@ class OpenCheckpoint {
 // becomes `latest`, any other is removed. Returns what was done, one line
 // each, for the log.
 std::vector<std::string> tidy_checkpoints(const std::filesystem::path& checkpoints_dir);
+
+// The newest checkpoint of a run that verifies: `latest` if it names one,
+// else the step directories of `checkpoints_dir`, newest first; the rule of
+// `--resume auto` and of `eval`/`generate` given a run.
+struct NewestCheckpoint {
+  std::unique_ptr<OpenCheckpoint> checkpoint;  // opened and verified; null when none does
+  bool has_latest = false;                     // `latest` named a step directory
+  bool tried_any = false;                      // there was at least one checkpoint to try
+  // Why each checkpoint passed over (and an unreadable `latest`) was refused,
+  // one line each; when not empty, `checkpoint` is not the one `latest` names.
+  std::vector<std::string> passed_over;
+  // The checkpoint chosen is not `latest` (damaged or missing).
+  bool fell_back() const { return checkpoint && (!passed_over.empty() || !has_latest); }
+};
+// Throws for what is not a damaged checkpoint (I/O failures); reads only.
+NewestCheckpoint newest_verified_checkpoint(const std::filesystem::path& checkpoints_dir);
 
 // How a run starts with respect to checkpoints (`fdtrain train --resume`).
 struct ResumePlan {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Which checkpoint `eval RUN` and `generate RUN` read: they name the step they
 # load (the run's checkpoints/latest), warn when it is older than the run's
-# last step (summary.json "steps", else the last metrics.jsonl "step"), and,
-# when the run has no checkpoint at all, say why instead of "not a checkpoint".
+# last step (summary.json "steps", else the last metrics.jsonl "step"), fall
+# back from a damaged `latest` to the newest checkpoint that verifies (as
+# --resume auto does), and, when the run has no checkpoint at all, say why
+# instead of "not a checkpoint".
 source "$(dirname "$0")/common.bash"
 R=$TMP/r.yaml
 write_recipe "$R"
@@ -51,6 +53,21 @@ done
 mv "$TMP/run/summary.json" "$TMP/summary.json.away"
 err=$(stderr_of generate "$TMP/run" --max-tokens 2)
 check "without summary.json, the last step comes from metrics.jsonl" "$err" "$STALE"
+
+# The newest checkpoint is damaged: the newest one that verifies, as --resume auto chooses, and
+# said so.
+mv "$TMP/summary.json.away" "$TMP/run/summary.json"
+echo step_00000006 > "$TMP/run/checkpoints/latest"
+truncate -s 2000 "$TMP/run/checkpoints/step_00000006/rank_00000.h5"
+FELL_BACK="\`latest\` does not verify; using step_00000003, the newest checkpoint that verifies"
+for cmd in "eval --data $TMP/val.txt --windows 1" "generate --max-tokens 2"; do
+  # shellcheck disable=SC2086
+  err=$(stderr_of ${cmd%% *} "$TMP/run" ${cmd#* })
+  check "${cmd%% *}: a damaged latest falls back to the newest checkpoint that verifies" "$err" \
+    "$FELL_BACK"
+  check "${cmd%% *}: says why step 6 was passed over" "$err" "passing over .*step_00000006"
+  check "${cmd%% *} loads step 3" "$err" "using checkpoint step_00000003 of $TMP/run"
+done
 
 # No checkpoint at all.
 "$FDTRAIN" train "$R" checkpoint.every=0 checkpoint.at_end=false --run-dir "$TMP/none" --no-progress > /dev/null 2>&1 \

@@ -1,4 +1,4 @@
-// cross_entropy on the GPU (kernels/layers.cu): host targets are checked and
+// cross_entropy on the GPU (kernels/cross_entropy.cu): host targets are checked and
 // copied over; the count of rows that count stays on the device.
 #include "lib/ops/backend.h"
 #include "lib/ops/cuda/gpu.h"

@@ -1,4 +1,4 @@
-// embedding on the GPU (kernels/layers.cu): host ids are checked and copied over.
+// embedding on the GPU (kernels/embedding.cu): host ids are checked and copied over.
 #include "lib/ops/backend.h"
 #include "lib/ops/cuda/gpu.h"
 

@@ -1,4 +1,4 @@
-// layernorm on the GPU (kernels/layers.cu).
+// layernorm on the GPU (kernels/norms.cu).
 #include "lib/ops/backend.h"
 #include "lib/ops/cuda/gpu.h"
 

@@ -1,4 +1,4 @@
-// linear_cross_entropy on the GPU (kernels/layers.cu: cuBLASLt GEMMs per chunk
+// linear_cross_entropy on the GPU (kernels/cross_entropy.cu: cuBLASLt GEMMs per chunk
 // and the cross-entropy row kernels): host targets are checked and copied
 // over; the count of rows that count stays on the device.
 //

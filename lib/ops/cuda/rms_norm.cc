@@ -1,4 +1,4 @@
-// rms_norm on the GPU (kernels/layers.cu).
+// rms_norm on the GPU (kernels/norms.cu).
 #include "lib/ops/backend.h"
 #include "lib/ops/cuda/gpu.h"
 

@@ -1,4 +1,4 @@
-// rope on the GPU (kernels/layers.cu): the tables must be on the GPU too
+// rope on the GPU (kernels/rope.cu): the tables must be on the GPU too
 // (rope_tables builds them on the default device).
 #include "lib/ops/backend.h"
 #include "lib/ops/cuda/gpu.h"
