@@ -219,7 +219,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   // pipeline rank holds its stage's segments, its engine over its replicas.
   std::unique_ptr<PipelineStage> pipe;
   if (a.stages > 1)
-    pipe = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
+    pipe = std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
                                            a.model.num_layers, a.model.tie_word_embeddings, comm);
   std::unique_ptr<nn::Decoder> model = build_model(
       a, Init::kDeferred,

@@ -252,7 +252,7 @@ void Trainer::setup(const TrainOptions& options) {
   const nn::LoraConfig& lora = a.lora;
   // A pipeline stage holds its own segments only (pipeline.h).
   if (a.stages > 1)
-    pipe_ = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
+    pipe_ = std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
                                             a.model.num_layers, a.model.tie_word_embeddings, comm_);
   // model.init_from against the model from its headers, before the model is allocated: sizes
   // that disagree with the weights are refused naming the tensor, not after gigabytes.
