@@ -1,8 +1,10 @@
 #include "lib/dist/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "lib/base/check.h"
@@ -109,6 +111,54 @@ void Communicator::count_bytes(Collective c, int64_t full_bytes) {
 
 void Communicator::count_control_bytes(Collective c, int64_t full_bytes) {
   stats_->control_times_n += ring_bytes_times_n(c, full_bytes, size());
+}
+
+SplitPlan::SplitPlan(std::vector<SplitKey> of_rank) : of_rank_(std::move(of_rank)) {
+  FD_CHECK(!of_rank_.empty(), "a split plan of no ranks");
+  for (size_t r = 0; r < of_rank_.size(); ++r)
+    FD_CHECK(of_rank_[r].color >= 0, "split: color {} of rank {} must be >= 0", of_rank_[r].color,
+             r);
+}
+
+SplitPlan SplitPlan::by(int n, const std::function<SplitKey(int rank)>& key_of) {
+  std::vector<SplitKey> keys(size_t(std::max(n, 0)));
+  for (int r = 0; r < n; ++r) keys[size_t(r)] = key_of(r);
+  return SplitPlan(std::move(keys));
+}
+
+SplitPlan SplitPlan::whole(int n) {
+  return by(n, [](int r) { return SplitKey{0, r}; });
+}
+
+SplitPlan SplitPlan::each(int n) {
+  return by(n, [](int r) { return SplitKey{r, 0}; });
+}
+
+const SplitKey& SplitPlan::of(int rank) const {
+  FD_CHECK(rank >= 0 && rank < size(), "rank {} outside a split plan of {}", rank, size());
+  return of_rank_[size_t(rank)];
+}
+
+int SplitPlan::group_size(int rank) const {
+  const int color = of(rank).color;
+  return int(std::count_if(of_rank_.begin(), of_rank_.end(),
+                           [&](const SplitKey& k) { return k.color == color; }));
+}
+
+int SplitPlan::group_rank(int rank) const {
+  const SplitKey me = of(rank);
+  int before = 0;
+  for (int q = 0; q < size(); ++q) {
+    const SplitKey& k = of_rank_[size_t(q)];
+    if (k.color == me.color && (k.key < me.key || (k.key == me.key && q < rank))) ++before;
+  }
+  return before;
+}
+
+const SplitKey& Communicator::check_split(const SplitPlan& plan) const {
+  FD_CHECK(plan.size() == size(), "split: a plan of {} ranks for a communicator of {}", plan.size(),
+           size());
+  return plan.of(rank());
 }
 
 void Communicator::check_send_recv(const void* send, int64_t send_count, int dst, const void* recv,

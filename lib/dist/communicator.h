@@ -1,7 +1,8 @@
 // Communicator: the collectives data-parallel training needs (c10d's Backend,
 // trimmed): all-reduce, reduce-scatter, all-gather, broadcast, barrier, each
 // with an async form that returns a Work; point-to-point send_recv for
-// pipeline parallelism; split() into sub-communicators (MPI_Comm_split).
+// pipeline parallelism; split() into sub-communicators (MPI_Comm_split, the
+// whole grouping given as a SplitPlan).
 //
 // Contract (as in c10d): every rank calls the same collectives in the same
 // order with matching counts, dtypes, ops and roots. A rank that fails must
@@ -74,6 +75,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lib/dist/work.h"
 #include "lib/tensor/dtype.h"
@@ -114,6 +116,36 @@ int64_t native16_staging_elements(Collective c, int64_t count, int n);
 // The staging's bytes in either mode: 4 * fp32_staging_elements or
 // 2 * native16_staging_elements.
 int64_t sum16_staging_bytes(Collective c, int64_t count, int n, Sum16 mode);
+
+// One rank's part in a split: ranks with the same color (>= 0) form one
+// group, ordered by key (ties by rank).
+struct SplitKey {
+  int color = 0;
+  int key = 0;
+  bool operator==(const SplitKey&) const = default;
+};
+
+// A split of a communicator's n ranks into groups: every rank's SplitKey,
+// indexed by rank. Every rank builds the same plan (rank arithmetic on a
+// Mesh), so any rank can tell any group's members without communicating.
+class SplitPlan {
+ public:
+  // of_rank[r] is rank r's key; colors >= 0 (FD_CHECK), at least one rank.
+  explicit SplitPlan(std::vector<SplitKey> of_rank);
+  static SplitPlan whole(int n);  // one group of all n ranks, in rank order
+  static SplitPlan each(int n);   // n groups of one rank
+  // n ranks, rank r's key key_of(r).
+  static SplitPlan by(int n, const std::function<SplitKey(int rank)>& key_of);
+
+  int size() const { return int(of_rank_.size()); }
+  const SplitKey& of(int rank) const;
+  // Rank `rank`'s group: its size and `rank`'s place in it (by key, then rank).
+  int group_size(int rank) const;
+  int group_rank(int rank) const;
+
+ private:
+  std::vector<SplitKey> of_rank_;
+};
 
 // Shared by a communicator and its Works (a Work may outlive the communicator).
 struct CommStats {
@@ -179,13 +211,16 @@ class Communicator {
   void set_sum16(Sum16 mode) { sum16_ = mode; }
   Sum16 sum16() const { return sum16_; }
 
-  // A new communicator over the ranks that pass the same `color` (>= 0),
-  // ranked by `key` (ties by rank here): MPI_Comm_split. Collective over this
-  // communicator: every rank calls it, in order with its other collectives.
-  // The result has its own queue (thread or stream) and counters, starts with
-  // this one's timeout, may outlive this one, and its abort() ends the whole
-  // job. CountingCommunicator cannot split (it throws; use its group()).
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // A new communicator over each group of `plan` (MPI_Comm_split with this
+  // rank's plan.of(rank()): the ranks of one color, ranked by key, ties by
+  // rank). Collective over this communicator: every rank calls it with the
+  // same plan, in order with its other collectives; plan.size() == size().
+  // Every backend honours it (the counting one learns its group from the
+  // plan, which is why the plan holds every rank's entry, not just this
+  // rank's). The result has its own queue (thread or stream) and counters,
+  // starts with this one's timeout, may outlive this one, and its abort()
+  // ends the whole job. A group's communicators come from a Mesh (mesh.h).
+  virtual std::unique_ptr<Communicator> split(const SplitPlan& plan) = 0;
 
   // Blocking forms: the async call followed by wait().
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
@@ -228,6 +263,8 @@ class Communicator {
   // Adds the ring-model bytes of one collective (called by backends on the
   // calling thread when the op is issued); for kSendRecv, the bytes sent.
   void count_bytes(Collective c, int64_t full_bytes);
+  // The plan's size matches this communicator's (FD_CHECK); this rank's key.
+  const SplitKey& check_split(const SplitPlan& plan) const;
   // The send_recv_async checks every backend makes (FD_CHECK; see there).
   void check_send_recv(const void* send, int64_t send_count, int dst, const void* recv,
                        int64_t recv_count, int src, DType dtype) const;
@@ -240,6 +277,29 @@ class Communicator {
   Sum16 sum16_ = Sum16::kFp32;
   bool control_scope_ = false;  // inside an f64 helper: count as control traffic
 };
+
+// The overrides every backend (local, mpi, nccl, counting) declares, stated
+// once: a backend's class body says FD_COMMUNICATOR_OVERRIDES and defines
+// them in its .cc. Their contracts are Communicator's, above; a new op (an
+// all-to-all for sequence parallelism) is one line here, and the compiler
+// then asks every backend for its definition. A macro rather than a shared
+// base: the pure virtuals already are that base, and what repeated was only
+// the list of their signatures. rank(), size() and backend() stay each
+// backend's one-liners; keep_staging() and all_gather_f64() are overridden
+// only where a backend needs to.
+#define FD_COMMUNICATOR_OVERRIDES                                                             \
+  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;      \
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype) \
+      override;                                                                               \
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype)     \
+      override;                                                                               \
+  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;          \
+  WorkPtr barrier_async() override;                                                           \
+  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,          \
+                          int64_t recv_count, int src, DType dtype) override;                 \
+  std::unique_ptr<Communicator> split(const SplitPlan& plan) override;                        \
+  void set_timeout(double seconds) override;                                                  \
+  [[noreturn]] void abort(int exit_code, const std::string& message) override
 
 // A function that abort() (and a collective's timeout, which aborts) calls on
 // the aborting rank just before the job ends, with the message: the trainer

@@ -103,18 +103,10 @@ WorkPtr CountingCommunicator::send_recv_async(const void* send, int64_t send_cou
   return done();
 }
 
-std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key) {
-  runtime_error(
-      "CountingCommunicator::split(color {}, key {}): a simulated rank cannot learn the other "
-      "ranks' colors; make this rank's sub-communicator with CountingCommunicator::group(rank, "
-      "size) instead",
-      color, key);
-}
-
-std::unique_ptr<CountingCommunicator> CountingCommunicator::group(int rank, int size) const {
-  FD_CHECK(size >= 1 && size <= size_ && rank >= 0 && rank < size,
-           "counting communicator: group rank {} of {} in a world of {}", rank, size, size_);
-  return std::make_unique<CountingCommunicator>(rank, size, staging_asked_);
+std::unique_ptr<Communicator> CountingCommunicator::split(const SplitPlan& plan) {
+  check_split(plan);
+  return std::make_unique<CountingCommunicator>(plan.group_rank(rank_), plan.group_size(rank_),
+                                                staging_asked_);
 }
 
 void CountingCommunicator::all_gather_f64(const double* send, double* recv, int64_t send_count) {

@@ -26,9 +26,10 @@
 // Not counted: MpiCommunicator's copy-out buffer for a reduce-scatter whose
 // send and recv overlap (ZeroEngine never issues one).
 //
-// Sub-communicators: split() cannot work here (the other ranks' colors are not
-// known in this process) and throws; the caller, which knows its layout, makes
-// this rank's sub-communicator with group(rank, size) instead.
+// Sub-communicators: split() gives the counting communicator of this rank's
+// group of the plan (its place and size there, which the plan tells without
+// the other ranks), with the same staging setting and counters of its own:
+// what MpiCommunicator's split would count for this rank.
 #pragma once
 
 #include <memory>
@@ -48,33 +49,16 @@ class CountingCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string_view backend() const override { return "counting"; }
 
-  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
-  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
-                               DType dtype) override;
-  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
-  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
-  WorkPtr barrier_async() override;
-  // Checks like the other backends, counts the bytes sent, moves nothing.
-  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
-                          int64_t recv_count, int src, DType dtype) override;
+  // send_recv checks like the other backends, counts the bytes sent, moves
+  // nothing; abort prints the message (prefixed with the simulated rank) and
+  // exits, as the local backend does.
+  FD_COMMUNICATOR_OVERRIDES;
 
   // As MpiCommunicator (with staging): holds the kept staging from now on.
   void keep_staging(Collective c, int64_t count, DType dtype) override;
 
-  // Throws fd::Error: use group().
-  std::unique_ptr<Communicator> split(int color, int key) override;
-  // This rank's sub-communicator of a split, as rank `rank` of `size`
-  // (0 <= rank < size <= size()), with the same staging setting; its counters
-  // are its own.
-  std::unique_ptr<CountingCommunicator> group(int rank, int size) const;
-
   // recv gets this rank's values in every rank's slot; counted as control traffic.
   void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
-
-  void set_timeout(double seconds) override;
-  // Prints the message (prefixed with the simulated rank) and exits, as the
-  // local backend does.
-  [[noreturn]] void abort(int exit_code, const std::string& message) override;
 
  private:
   // Account the staging of a 16-bit sum of kind `c` in the sum16() mode

@@ -75,9 +75,8 @@ WorkPtr LocalCommunicator::send_recv_async(const void* send, int64_t send_count,
   return done();
 }
 
-std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
-  (void)key;
-  FD_CHECK(color >= 0, "split: color {} must be >= 0", color);
+std::unique_ptr<Communicator> LocalCommunicator::split(const SplitPlan& plan) {
+  check_split(plan);
   return std::make_unique<LocalCommunicator>(copy_);
 }
 

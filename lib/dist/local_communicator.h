@@ -27,18 +27,7 @@ class LocalCommunicator final : public Communicator {
   int size() const override { return 1; }
   std::string_view backend() const override { return "local"; }
 
-  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
-  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
-                               DType dtype) override;
-  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
-  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
-  WorkPtr barrier_async() override;
-  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
-                          int64_t recv_count, int src, DType dtype) override;
-  std::unique_ptr<Communicator> split(int color, int key) override;
-
-  void set_timeout(double seconds) override;
-  [[noreturn]] void abort(int exit_code, const std::string& message) override;
+  FD_COMMUNICATOR_OVERRIDES;
 
  private:
   void copy(void* dst, const void* src, size_t bytes) const;

@@ -731,8 +731,8 @@ WorkPtr MpiCommunicator::send_recv_async(const void* send, int64_t send_count, i
   return enqueue(std::move(o));
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
-  FD_CHECK(color >= 0, "split: color {} must be >= 0", color);
+std::unique_ptr<Communicator> MpiCommunicator::split(const SplitPlan& plan) {
+  const auto [color, key] = check_split(plan);
   auto o = std::make_shared<Op>();
   o->split = true;
   o->color = color;

@@ -54,24 +54,14 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
   std::string_view backend() const override { return "nccl"; }
 
-  WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
-  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count,
-                               DType dtype) override;
-  WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override;
-  WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
-  WorkPtr barrier_async() override;
-  WorkPtr send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
-                          int64_t recv_count, int src, DType dtype) override;
-  // Collective over this communicator's ranks (and its host's).
-  std::unique_ptr<Communicator> split(int color, int key) override;
+  // split() is collective over this communicator's ranks (and its host's).
+  FD_COMMUNICATOR_OVERRIDES;
+
   // Sum16::kFp32: allocates the largest sum's fp32 staging on the GPU once.
   void keep_staging(Collective c, int64_t count, DType dtype) override;
 
   // Host doubles go over the host communicator.
   void all_gather_f64(const double* send, double* recv, int64_t send_count) override;
-
-  void set_timeout(double seconds) override;
-  [[noreturn]] void abort(int exit_code, const std::string& message) override;
 
   struct State;
 

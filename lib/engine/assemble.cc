@@ -69,6 +69,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   if (r.parallel.pipeline > 1) config::check_world_size(r, world);
   a.stages = r.parallel.pipeline;
   a.replicas = config::data_parallel_size(r, world);
+  a.mesh = dist::Mesh::pipeline_data(world, a.stages);
   a.pipeline_schedule = r.parallel.schedule == config::PipelineSchedule::kGPipe
                             ? pipe::Schedule::kGPipe
                             : pipe::Schedule::k1F1B;

@@ -23,6 +23,7 @@
 #include "lib/data/example_dataset.h"
 #include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
+#include "lib/dist/mesh.h"
 #include "lib/engine/generate.h"
 #include "lib/nn/decoder.h"
 #include "lib/optim/schedule.h"
@@ -38,10 +39,11 @@ DType compute_dtype(config::Precision precision);
 // Everything a run is built from, for one world size.
 struct Assembly {
   int world = 1;  // ranks in the job: stages x replicas
-  // Pipeline parallelism (the recipe's parallel section; lib/pipe): the ranks
-  // form `stages` pipeline stages x `replicas` data-parallel replicas,
-  // stage-major (pipe::Layout(world, stages)). Without a pipeline: one stage
-  // holding every block, replicas == world.
+  // The ranks as a mesh of named axes (lib/dist/mesh.h), from the recipe's
+  // parallel section: {pp: stages, dp: replicas}, dp fastest. Without a
+  // pipeline: one stage holding every block, replicas == world.
+  dist::Mesh mesh = dist::Mesh({});
+  // Pipeline parallelism (lib/pipe): the mesh's axis sizes, for short.
   int stages = 1;    // P
   int replicas = 1;  // D = world / P: ZeRO's world, the ranks the layouts are padded for
   pipe::Schedule pipeline_schedule = pipe::Schedule::k1F1B;

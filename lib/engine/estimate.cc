@@ -13,6 +13,7 @@
 #include "lib/base/error.h"
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/build_run.h"
 #include "lib/engine/pipeline.h"
 #include "lib/pipe/schedule.h"
 #include "lib/engine/step.h"
@@ -217,24 +218,13 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   auto above_base = [&](MemCategory c) { return acct.peak(c) - base[size_t(c)]; };
   // Built as the trainer builds it (meta tensors: the fill reads nothing); a
   // pipeline rank holds its stage's segments, its engine over its replicas.
-  std::unique_ptr<PipelineStage> pipe;
-  if (a.stages > 1)
-    pipe = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
-                                           a.model.num_layers, a.model.tie_word_embeddings, comm);
-  std::unique_ptr<nn::Decoder> model = build_model(
-      a, Init::kDeferred,
-      pipe ? std::function<bool(int)>([&](int g) { return pipe->holds(g); })
-           : std::function<bool(int)>());
-  InitialWeights init;
-  init.seed = a.seed;
-  const nn::ParamFill fill = initial_weights(*model, init);
-  std::unique_ptr<nn::Module> stage_module = pipe ? pipe->stage_module(*model) : nullptr;
-  zero::ZeroEngine engine(pipe ? *stage_module : *model, pipe ? pipe->data_comm() : comm,
-                          pipe ? pipe->stage_config(a.zero) : a.zero, fill);
-  if (pipe) {
-    pipe->attach(*model, engine, fill);
-    pipe->sync_tied();  // as the trainer, once set up
-  }
+  RunEnv env;
+  env.init.seed = a.seed;
+  BuiltRun run = build_run(a, comm, env);
+  nn::Decoder* model = run.model.get();
+  PipelineStage* pipe = run.pipe.get();
+  zero::ZeroEngine& engine = *run.engine;
+  if (pipe) pipe->sync_tied();  // as the trainer, once set up
   dist::Communicator& model_comm = pipe ? pipe->data_comm() : comm;
   RankRun out;
   out.num_params = model->parameter_count();

@@ -8,7 +8,6 @@
 #include "lib/dist/local_communicator.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
-#include "lib/pipe/layout.h"
 
 namespace fd::engine {
 
@@ -87,46 +86,35 @@ Variable with_backward_prelude(const Variable& y, std::function<void()> before) 
 
 }  // namespace
 
-PipelineStage::PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers,
-                             bool tied_head, dist::Communicator& world)
+PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
+                             pipe::Schedule schedule, int num_layers, bool tied_head,
+                             dist::Communicator& world)
     : blocks_(std::move(blocks)), schedule_(schedule), world_(world) {
-  const pipe::Layout layout = place(num_layers, tied_head);
-  const pipe::SplitKey dp = layout.data_parallel_split(world.rank());
-  const pipe::SplitKey pp = layout.pipeline_split(world.rank());
-  data_ = world.split(dp.color, dp.key);
+  place(mesh, num_layers, tied_head);
+  data_ = mesh.group(world, {"dp"});
   // One replica: the stage's engine runs alone, as a one-rank run does (no
   // MPI, no fp32 staging of its reductions).
   if (replicas_ == 1) data_ = std::make_unique<dist::LocalCommunicator>();
-  pipe_ = world.split(pp.color, pp.key);
+  pipe_ = mesh.group(world, {"pp"});
   // The tied head's gradient and weights travel on a communicator of their
   // own, so that they never wait behind (or hold up) the hidden states.
-  if (tied_) tie_ = world.split(pp.color, pp.key);
+  if (tied_) tie_ = mesh.group(world, {"pp"});
 }
 
-PipelineStage::PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers,
-                             bool tied_head, dist::CountingCommunicator& world)
-    : blocks_(std::move(blocks)), schedule_(schedule), world_(world) {
-  place(num_layers, tied_head);
-  data_ = world.group(replica_, replicas_);
-  pipe_ = world.group(stage_, stages());
-  if (tied_) tie_ = world.group(stage_, stages());
-}
-
-pipe::Layout PipelineStage::place(int num_layers, bool tied_head) {
+void PipelineStage::place(const dist::Mesh& mesh, int num_layers, bool tied_head) {
   const int P = stages();
-  FD_CHECK(P >= 2 && world_.size() % P == 0, "a pipeline of {} stages over {} ranks", P,
-           world_.size());
+  FD_CHECK(P >= 2 && mesh.size("pp") == P && mesh.world() == world_.size(),
+           "a pipeline of {} stages over a mesh of {} stages and {} ranks, {} in the world", P,
+           mesh.size("pp"), mesh.world(), world_.size());
   FD_CHECK(std::accumulate(blocks_.begin(), blocks_.end(), 0) == num_layers,
            "stage blocks do not add up to {} layers", num_layers);
-  const pipe::Layout layout(world_.size(), P);
-  replicas_ = layout.replicas();
-  stage_ = layout.stage_of(world_.rank());
-  replica_ = layout.replica_of(world_.rank());
+  replicas_ = mesh.size("dp");
+  stage_ = mesh.coord(world_.rank(), "pp");
+  replica_ = mesh.coord(world_.rank(), "dp");
   const int before = std::accumulate(blocks_.begin(), blocks_.begin() + stage_, 0);
   first_ = stage_ == 0 ? 0 : 1 + before;
   last_ = stage_ == P - 1 ? num_layers + 1 : before + blocks_[size_t(stage_)];
   tied_ = tied_head;
-  return layout;
 }
 
 PipelineStage::~PipelineStage() = default;
@@ -270,8 +258,7 @@ void PipelineStage::forward(int micro) {
   f.out = model_->stage_loss(first_, last_, f.batch.tokens, f.batch.targets, in, this,
                              f.batch.doc_starts);
   if (last_stage()) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
-  totals_.forward_s +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  totals_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 }
 
 // Backward of micro-batch m (in micro-batch order, as the unpipelined step):
@@ -424,8 +411,8 @@ double PipelineStage::eval(const Batch& batch) {
     wait(w);
     in = Variable(eval_input_);
   }
-  const Variable out = model_->stage_loss(first_, last_, batch.tokens, batch.targets, in, this,
-                                          batch.doc_starts);
+  const Variable out =
+      model_->stage_loss(first_, last_, batch.tokens, batch.targets, in, this, batch.doc_starts);
   if (!last_stage()) {
     dist::WorkPtr w = exchange(&out.value(), stage_ + 1, nullptr, -1);
     wait(w);
@@ -468,8 +455,8 @@ void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
       acquired.push_back(grp);
     }
     // From replica 0 of the owning stage.
-    (device_world_ ? *device_world_ : world_).broadcast(p.comm_data(), p.numel(), p.dtype(),
-                                                         owner_stage(g) * replicas_);
+    (device_world_ ? *device_world_ : world_)
+        .broadcast(p.comm_data(), p.numel(), p.dtype(), owner_stage(g) * replicas_);
   }
   fn();
   for (const nn::FlatParamGroup* grp : acquired) grp->flat_params().storage()->release();

@@ -2,11 +2,10 @@
 // = P > 1; docs/PIPELINE.md).
 //
 // The world's P x D ranks are P stages of D data-parallel replicas, stage-major
-// (lib/pipe/layout.h). Stage s holds the decoder segments of its blocks (the
-// embedding with the first, the final norm and head with the last); each
-// stage's D replicas run a ZeroEngine (stages 0-2) over their own
-// data-parallel group, so that parameters, gradients and optimizer state of a
-// rank are those of its stage's segments only. Replica r's stages form a
+// (dist::Mesh's axes pp and dp, lib/dist/mesh.h). Stage s holds the decoder segments of its blocks
+// (the embedding with the first, the final norm and head with the last); each stage's D replicas
+// run a ZeroEngine (stages 0-2) over their own data-parallel group, so that parameters, gradients
+// and optimizer state of a rank are those of its stage's segments only. Replica r's stages form a
 // pipeline group: hidden states go forward and their gradients back between
 // neighbours, in the order the schedule (lib/pipe/schedule.h) gives.
 //
@@ -31,11 +30,10 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/dist/communicator.h"
-#include "lib/dist/counting_communicator.h"
+#include "lib/dist/mesh.h"
 #include "lib/engine/step.h"
 #include "lib/nn/decoder.h"
 #include "lib/nn/segment_runner.h"
-#include "lib/pipe/layout.h"
 #include "lib/pipe/schedule.h"
 #include "lib/zero/zero_engine.h"
 
@@ -43,14 +41,12 @@ namespace fd::engine {
 
 class PipelineStage final : public nn::SegmentRunner {
  public:
-  // blocks[s]: transformer blocks of stage s (sum = the model's layers).
-  // Splits `world` (collective): every rank constructs one.
-  PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers, bool tied_head,
-                dist::Communicator& world);
-  // On the counting device (fdtrain estimate): rank world.rank() of its
-  // simulated world, the groups made by CountingCommunicator::group.
-  PipelineStage(std::vector<int> blocks, pipe::Schedule schedule, int num_layers, bool tied_head,
-                dist::CountingCommunicator& world);
+  // blocks[s]: transformer blocks of stage s (sum = the model's layers;
+  // mesh.size("pp") stages, at least 2). Splits `world` into the mesh's "dp"
+  // and "pp" groups (collective): every rank constructs one. Any backend,
+  // the counting one of `fdtrain estimate` included.
+  PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks, pipe::Schedule schedule,
+                int num_layers, bool tied_head, dist::Communicator& world);
   ~PipelineStage() override;
 
   int stages() const { return int(blocks_.size()); }
@@ -131,7 +127,7 @@ class PipelineStage final : public nn::SegmentRunner {
   void backward(int micro);
   InFlight& slot(int micro);
   // Checks the partition, places this rank (stage, replica, segments).
-  pipe::Layout place(int num_layers, bool tied_head);
+  void place(const dist::Mesh& mesh, int num_layers, bool tied_head);
   void wait_tied_send();
   // One point-to-point op on the pipeline group, posted: send and/or receive
   // (null: none); null when there is neither.
@@ -155,15 +151,15 @@ class PipelineStage final : public nn::SegmentRunner {
   zero::ZeroEngine* engine_ = nullptr;
   const MicroFns* fns_ = nullptr;
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // micro m at m % size
-  Tensor grad_out_;        // the gradient of this stage's output (received)
-  Tensor eval_input_;      // an evaluation batch's hidden state (received)
-  Tensor tied_grad_;       // first stage: the head's embedding gradient (received)
+  Tensor grad_out_;    // the gradient of this stage's output (received)
+  Tensor eval_input_;  // an evaluation batch's hidden state (received)
+  Tensor tied_grad_;   // first stage: the head's embedding gradient (received)
   // A tied head's matrix within the embedding segment's flat space (count 0:
   // none, or frozen under LoRA), and that range of one of its flat buffers.
   int64_t tied_offset_ = 0, tied_count_ = 0;
   Tensor tied(const Tensor& flat) const { return flat.flat_slice(tied_offset_, tied_count_); }
-  double loss_sum_ = 0.0;  // last stage
-  dist::WorkPtr tied_send_;  // last stage: the head's embedding gradient on its way
+  double loss_sum_ = 0.0;                    // last stage
+  dist::WorkPtr tied_send_;                  // last stage: the head's embedding gradient on its way
   std::vector<double> norm_row_, norm_all_;  // the norm combiner's gather, per segment
   Totals totals_;
 };

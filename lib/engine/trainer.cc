@@ -27,6 +27,7 @@
 #include "lib/data/token_dataset.h"
 #include "lib/dist/gpu_communicator.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/build_run.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/report.h"
@@ -250,32 +251,38 @@ void Trainer::setup(const TrainOptions& options) {
   const Assembly& a = assembly_;
   const nn::DecoderConfig& mc = a.model;
   const nn::LoraConfig& lora = a.lora;
-  // A pipeline stage holds its own segments only (pipeline.h).
-  if (a.stages > 1)
-    pipe_ = std::make_unique<PipelineStage>(a.stage_blocks, a.pipeline_schedule,
-                                            a.model.num_layers, a.model.tie_word_embeddings, comm_);
   // model.init_from against the model from its headers, before the model is allocated: sizes
   // that disagree with the weights are refused naming the tensor, not after gigabytes.
   if (!recipe_.model.init_from.empty())
     check_weights_fit(recipe_.model.init_from, a.model,
                       fmt::format("{}: model.init_from", recipe_.where("model.init_from")));
-  model_ = build_model(a, Init::kDeferred,
-                       pipe_ ? std::function<bool(int)>([this](int g) { return pipe_->holds(g); })
-                             : std::function<bool(int)>());
-  InitialWeights init;
-  init.seed = a.seed;
+  RunEnv env;
+  env.init.seed = a.seed;
   if (!recipe_.model.init_from.empty()) {
-    init.init_from = recipe_.model.init_from;
-    init.init_from_where = fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
+    env.init.init_from = recipe_.model.init_from;
+    env.init.init_from_where =
+        fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
   }
   if (recipe_.lora && !recipe_.lora->adapter.empty()) {
-    init.adapter = recipe_.lora->adapter;
-    init.adapter_where = fmt::format("{}: lora.adapter", recipe_.where("lora.adapter"));
-    init.adapter_targets = recipe_.lora->targets;
+    env.init.adapter = recipe_.lora->adapter;
+    env.init.adapter_where = fmt::format("{}: lora.adapter", recipe_.where("lora.adapter"));
+    env.init.adapter_targets = recipe_.lora->targets;
   }
-  // Files are opened and checked here; each rank reads its part as the engine is built.
-  const nn::ParamFill fill = initial_weights(*model_, init);
-  if (!init.init_from.empty() && lora.enabled())
+  env.offload_link = options_.offload_link;
+  if (gpu_comm_) {
+    env.device_world = gpu_comm_.get();
+    env.make_device_comm = [this](dist::Communicator& host) {
+      std::unique_ptr<dist::Communicator> c = dist::make_gpu_communicator(host);
+      c->set_timeout(recipe_.dist.timeout_s);
+      return c;
+    };
+  }
+  BuiltRun run = build_run(a, comm_, env);
+  model_ = std::move(run.model);
+  pipe_ = std::move(run.pipe);
+  stage_module_ = std::move(run.stage_module);
+  zero_ = std::move(run.engine);
+  if (!env.init.init_from.empty() && lora.enabled())
     base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
   if (lora.enabled() && comm_.rank() == 0) {
     const int64_t trainable = lora.num_params(mc);
@@ -289,26 +296,6 @@ void Trainer::setup(const TrainOptions& options) {
         recipe_.model.init_from.empty() ? "; WARNING: no model.init_from, the base is a "
                                           "random init"
                                         : "");
-  }
-
-  zero::ZeroConfig zc = a.zero;
-  if (options_.offload_link != nullptr) zc.offload.link = options_.offload_link;
-  if (pipe_) {
-    // The engine numbers the stage's segments from 0.
-    stage_module_ = pipe_->stage_module(*model_);
-    zc = pipe_->stage_config(zc);
-    if (gpu_comm_)
-      pipe_->use_device_comms(
-          [this](dist::Communicator& host) {
-            std::unique_ptr<dist::Communicator> c = dist::make_gpu_communicator(host);
-            c->set_timeout(recipe_.dist.timeout_s);
-            return c;
-          },
-          *gpu_comm_);
-    zero_ = std::make_unique<zero::ZeroEngine>(*stage_module_, pipe_->data_comm(), zc, fill);
-    pipe_->attach(*model_, *zero_, fill);
-  } else {
-    zero_ = std::make_unique<zero::ZeroEngine>(*model_, model_comm(), zc, fill);
   }
   if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
   schedule_ = a.schedule;

@@ -5,9 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "lib/base/error.h"
+#include "lib/dist/mesh.h"
 #include "lib/tensor/memory.h"
 
 namespace fd::dist {
@@ -131,21 +132,21 @@ TEST(CountingCommunicator, SendRecvCountsTheBytesSentExactly) {
   EXPECT_EQ(out, (std::vector<float>{5, 5}));
 }
 
-TEST(CountingCommunicator, SplitThrowsAndGroupMakesTheSubCommunicator) {
+TEST(CountingCommunicator, SplitGivesThisRanksGroup) {
   CountingCommunicator c(3, 4);
-  try {
-    c.split(1, 3);
-    ADD_FAILURE() << "split did not throw";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("group(rank, size)"), std::string::npos) << e.what();
-  }
   // Rank 3 of a 2 x 2 grid: replica 1 of stage 1.
-  auto dp = c.group(1, 2);
+  auto dp = c.split(SplitPlan::by(4, [](int r) { return SplitKey{r / 2, r % 2}; }));
+  EXPECT_EQ(dp->backend(), "counting");
   EXPECT_EQ(dp->rank(), 1);
   EXPECT_EQ(dp->size(), 2);
   dp->all_reduce(nullptr, 100, DType::kF32);  // 2 * 1/2 * 400
   EXPECT_EQ(dp->bytes_sent(), 400);
   EXPECT_EQ(c.bytes_sent(), 0);  // counters are the group's own
+  // Keys order a group, ties by rank; groups need not be contiguous.
+  auto odd = c.split(SplitPlan::by(4, [](int r) { return SplitKey{r % 2, r == 3 ? -5 : 0}; }));
+  EXPECT_EQ(odd->rank(), 0);
+  EXPECT_EQ(odd->size(), 2);
+  EXPECT_EQ(c.split(SplitPlan::each(4))->size(), 1);
   // Staging carries over: a 16-bit sum stages fp32 at size > 1.
   MemoryAccountant& acct = MemoryAccountant::global();
   const int64_t base = comm_current();
@@ -154,11 +155,37 @@ TEST(CountingCommunicator, SplitThrowsAndGroupMakesTheSubCommunicator) {
   EXPECT_EQ(comm_peak() - base, 50 * 4);
   CountingCommunicator no_staging(0, 4, false);
   acct.reset_peaks();
-  no_staging.group(0, 2)->all_reduce(nullptr, 50, DType::kBF16);
+  no_staging.split(SplitPlan::by(4,
+                                 [](int r) {
+                                   return SplitKey{r / 2, r};
+                                 }))
+      ->all_reduce(nullptr, 50, DType::kBF16);
   EXPECT_EQ(comm_peak(), base);
 }
 
-TEST(CountingCommunicatorDeathTest, SendRecvAndGroupChecks) {
+// Every rank of a 2 x 2 (pp x dp) and a 2 x 2 x 2 (pp x dp x tp) mesh,
+// simulated through the counting communicator: each group's communicator has
+// the rank and size the mesh's placement gives, and counts what MPI would for
+// that rank: the ring bytes of its group's size.
+TEST(CountingCommunicator, SimulatesARankOfAMesh) {
+  for (const Mesh& mesh : {Mesh::pipeline_data(4, 2), Mesh({{"pp", 2}, {"dp", 2}, {"tp", 2}})}) {
+    for (int r = 0; r < mesh.world(); ++r) {
+      CountingCommunicator world(r, mesh.world());
+      for (const std::vector<std::string_view>& axes : std::vector<std::vector<std::string_view>>{
+               {"dp"}, {"pp"}, {"tp"}, {"dp", "tp"}, {"pp", "dp", "tp"}, {}}) {
+        const std::vector<int> ranks = mesh.group_ranks(r, axes);
+        std::unique_ptr<Communicator> g = mesh.group(world, axes);
+        ASSERT_EQ(g->size(), int(ranks.size()));
+        EXPECT_EQ(ranks[size_t(g->rank())], r);
+        g->all_gather(nullptr, nullptr, 10, DType::kF32);  // (n - 1)/n * n * 40
+        EXPECT_EQ(g->bytes_sent(), (g->size() - 1) * 40);
+      }
+      EXPECT_EQ(world.bytes_sent(), 0);
+    }
+  }
+}
+
+TEST(CountingCommunicatorDeathTest, SendRecvAndSplitChecks) {
   CountingCommunicator c(1, 4);
   EXPECT_DEATH(c.send(nullptr, 1, 4, DType::kF32), "dst rank 4 outside");
   EXPECT_DEATH(c.recv(nullptr, 1, -2, DType::kF32), "src rank -2 outside");
@@ -168,8 +195,8 @@ TEST(CountingCommunicatorDeathTest, SendRecvAndGroupChecks) {
   EXPECT_DEATH(c.send(nullptr, -1, 0, DType::kF32), "negative count");
   std::vector<float> buf(8);
   EXPECT_DEATH(c.send_recv(buf.data(), 4, 0, buf.data() + 2, 4, 2, DType::kF32), "overlap");
-  EXPECT_DEATH(c.group(2, 2), "group rank 2 of 2");
-  EXPECT_DEATH(c.group(0, 5), "group rank 0 of 5");
+  EXPECT_DEATH(c.split(SplitPlan::whole(2)), "a plan of 2 ranks for a communicator of 4");
+  EXPECT_DEATH(SplitPlan({{0, 0}, {-1, 1}}), "color -1 of rank 1");
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ TEST(LocalCommunicator, CopiesThroughTheGivenCopy) {
   c.reduce_scatter(a.data(), b.data(), 8, DType::kBF16);
   c.all_gather(a.data(), b.data(), 3, DType::kF16);
   c.reduce_scatter(a.data(), a.data(), 8, DType::kBF16);  // in place: nothing to copy
-  std::unique_ptr<Communicator> sub = c.split(0, 0);
+  std::unique_ptr<Communicator> sub = c.split(SplitPlan::whole(1));
   sub->all_gather(b.data(), a.data(), 2, DType::kBF16);
   ASSERT_EQ(CopyLog::calls.size(), 3u);
   EXPECT_EQ(CopyLog::calls[0], std::make_tuple(static_cast<void*>(b.data()),
@@ -159,7 +159,7 @@ TEST(LocalCommunicator, EmptySendRecvCompletesAndSplitIsAWorldOfOne) {
   c.send(&x, 0, 0, DType::kBF16);
   c.recv(&x, 0, -1, DType::kBF16);
   EXPECT_EQ(c.bytes_sent(), 0);
-  std::unique_ptr<Communicator> sub = c.split(3, 7);
+  std::unique_ptr<Communicator> sub = c.split(SplitPlan({{3, 7}}));
   ASSERT_NE(sub, nullptr);
   EXPECT_EQ(sub->backend(), "local");
   EXPECT_EQ(sub->size(), 1);
@@ -174,7 +174,7 @@ TEST(LocalCommunicatorDeathTest, NonEmptySendRecvHasNoPeer) {
   EXPECT_DEATH(c.send(x, 4, 0, DType::kF32), "rank 0 of 1 sends 4 elements to itself");
   EXPECT_DEATH(c.recv(x, 1, 0, DType::kF32), "receives 1 elements from itself");
   EXPECT_DEATH(c.send(x, 1, 1, DType::kF32), "dst rank 1 outside \\[0, 1\\)");
-  EXPECT_DEATH(c.split(-1, 0), "color -1");
+  EXPECT_DEATH(c.split(SplitPlan({{-1, 0}})), "color -1");
 }
 
 TEST(Init, LocalWithoutLauncher) {

@@ -48,9 +48,9 @@ int main(int argc, char** argv) {
   const int rank = comm->rank();
   if (mode == "split") {
     if (rank == 1) std::this_thread::sleep_for(std::chrono::duration<double>(stall_s));
-    comm->split(0, rank).reset();
+    comm->split(fd::dist::SplitPlan::whole(comm->size())).reset();
   } else if (mode == "send_recv") {
-    auto sub = comm->split(0, rank);
+    auto sub = comm->split(fd::dist::SplitPlan::whole(comm->size()));
     std::vector<float> buf(size_t(1) << 20, float(rank));
     if (rank == 0) {
       sub->send(buf.data(), int64_t(buf.size()), 1, fd::DType::kF32);

@@ -21,6 +21,7 @@
 #include "lib/dist/communicator.h"
 #include "lib/dist/counting_communicator.h"
 #include "lib/dist/init.h"
+#include "lib/dist/mesh.h"
 #include "lib/dist/mpi_communicator.h"
 #include "lib/tensor/dtype.h"
 #include "lib/tensor/memory.h"
@@ -533,7 +534,8 @@ TEST(PointToPoint, BytesSentAreExact) {
   g_comm->reset_counters();
 }
 
-// A P x D grid: world rank r is stage r / D, replica r % D (D = 2).
+// A P x D grid: world rank r is stage r / D, replica r % D (D = 2): the
+// placement of Mesh::pipeline_data (lib/dist/mesh.h), which makes the groups.
 struct Grid {
   int d = 2;
   int stage(int r) const { return r / d; }
@@ -546,10 +548,11 @@ TEST(Split, StageMajorAndReplicaMajorGroups) {
   if (w % 2 != 0) GTEST_SKIP() << "needs an even world";
   const Grid g;
   // The ranks of one stage (the data-parallel group), and of one replica (its pipeline).
-  auto dp = g_comm->split(g.stage(r), r);
-  auto pp = g_comm->split(g.replica(r), r);
+  const Mesh mesh = Mesh::pipeline_data(w, g.stages());  // the same grid, as a run's mesh
+  auto dp = mesh.group(*g_comm, {"dp"});
+  auto pp = mesh.group(*g_comm, {"pp"});
   // Keys order the ranks: reversed keys give reversed ranks.
-  auto rev = g_comm->split(0, w - r);
+  auto rev = g_comm->split(SplitPlan::by(w, [&](int q) { return SplitKey{0, w - q}; }));
   ASSERT_EQ(dp->size(), g.d);
   EXPECT_EQ(dp->rank(), g.replica(r));
   ASSERT_EQ(pp->size(), g.stages());
@@ -604,7 +607,7 @@ TEST(Split, StageMajorAndReplicaMajorGroups) {
   EXPECT_EQ(dp->bytes_sent(), 2 * (g.d - 1) * n * 4 / g.d);
   EXPECT_EQ(g_comm->bytes_sent(), w > 1 ? 2 * n * 4 : 0);
   // A sub-communicator splits again (one group each) and outlives its parent's use.
-  auto solo = dp->split(dp->rank(), 0);
+  auto solo = dp->split(SplitPlan::each(dp->size()));
   EXPECT_EQ(solo->size(), 1);
   float x = 2;
   solo->all_reduce(&x, 1, DType::kF32);
@@ -619,8 +622,9 @@ TEST(Split, TwoSubCommunicatorsInFlightAtOnce) {
   const int r = g_comm->rank(), w = g_comm->size();
   if (w < 4 || w % 2 != 0) GTEST_SKIP() << "needs an even world of at least 4";
   const Grid g;
-  auto dp = g_comm->split(g.stage(r), r);
-  auto pp = g_comm->split(g.replica(r), r);
+  const Mesh mesh = Mesh::pipeline_data(w, g.stages());  // the same grid, as a run's mesh
+  auto dp = mesh.group(*g_comm, {"dp"});
+  auto pp = mesh.group(*g_comm, {"pp"});
   dp->set_timeout(10);  // fail in seconds, not after the suite's 120 s
   pp->set_timeout(10);
   const int s = pp->rank(), ns = pp->size();
@@ -737,11 +741,13 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
 TEST(Comm, KeptStagingIsHeldOnceAndCountedAsMpi) {
   const int w = g_comm->size();
   const int64_t kept = 64, big = 100;
-  std::unique_ptr<Communicator> fresh = g_comm->split(0, g_comm->rank());  // nothing kept yet
+  // Nothing kept yet.
+  std::unique_ptr<Communicator> fresh = g_comm->split(SplitPlan::whole(g_comm->size()));
   CountingCommunicator counting(g_comm->rank(), w);
   MemoryAccountant& acct = MemoryAccountant::global();
   std::vector<uint16_t> in(static_cast<size_t>(big * w)), out(static_cast<size_t>(big));
-  for (size_t i = 0; i < in.size(); ++i) in[i] = f32_to_bf16(float(1 + g_comm->rank() + int(i % 7)));
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = f32_to_bf16(float(1 + g_comm->rank() + int(i % 7)));
   auto expect_sums = [&](int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       float want = 0;
@@ -802,7 +808,7 @@ float native_input(int r, int64_t i) {
 
 TEST(Comm, NativeSixteenBitSumsAreRankOrderedRoundedSums) {
   const int w = g_comm->size(), me = g_comm->rank();
-  std::unique_ptr<Communicator> native = g_comm->split(0, me);
+  std::unique_ptr<Communicator> native = g_comm->split(SplitPlan::whole(g_comm->size()));
   native->set_sum16(Sum16::kNative);
   const int64_t n = 3000;  // per rank
   for (DType t : {DType::kBF16, DType::kF16}) {
@@ -870,7 +876,7 @@ TEST(Comm, NativeSixteenBitSumsAreRankOrderedRoundedSums) {
 TEST(Comm, NativeKeptStagingIsHeldOnceAndCountedAsMpi) {
   const int w = g_comm->size();
   const int64_t kept = 64, big = 100;
-  std::unique_ptr<Communicator> fresh = g_comm->split(0, g_comm->rank());
+  std::unique_ptr<Communicator> fresh = g_comm->split(SplitPlan::whole(g_comm->size()));
   CountingCommunicator counting(g_comm->rank(), w);
   fresh->set_sum16(Sum16::kNative);
   counting.set_sum16(Sum16::kNative);

@@ -124,13 +124,15 @@ void expect_same_as_unpipelined(int stages, dist::Communicator& reference) {
 }
 
 TEST(Pipeline, EveryRankAStageIsTheSingleRankRunBitwise) {
-  std::unique_ptr<dist::Communicator> alone = g_comm->split(g_comm->rank(), 0);
+  std::unique_ptr<dist::Communicator> alone =
+      g_comm->split(dist::SplitPlan::each(g_comm->size()));
   expect_same_as_unpipelined(g_comm->size(), *alone);
 }
 
 TEST(Pipeline, TwoStagesOfTwoReplicasAreTheTwoRankRunBitwise) {
   if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  std::unique_ptr<dist::Communicator> pair = g_comm->split(g_comm->rank() / 2, g_comm->rank());
+  std::unique_ptr<dist::Communicator> pair =
+      g_comm->split(dist::SplitPlan::by(4, [](int r) { return dist::SplitKey{r / 2, r}; }));
   expect_same_as_unpipelined(2, *pair);
 }
 

@@ -379,10 +379,10 @@ WorkPtr NcclCommunicator::send_recv_async(const void* send, int64_t send_count, 
       });
 }
 
-std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> NcclCommunicator::split(const SplitPlan& plan) {
   // The host sub-communicator carries the new one's unique id, f64 helpers
   // and abort; shared so that the new communicator's Works keep it alive.
-  std::shared_ptr<Communicator> host = host_.split(color, key);
+  std::shared_ptr<Communicator> host = host_.split(plan);
   host->set_timeout(state_->timeout_s);
   auto sub = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(host)));
   sub->state_->timeout_s = state_->timeout_s;
