@@ -260,8 +260,7 @@ void Trainer::setup(const TrainOptions& options) {
   env.init.seed = a.seed;
   if (!recipe_.model.init_from.empty()) {
     env.init.init_from = recipe_.model.init_from;
-    env.init.init_from_where =
-        fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
+    env.init.init_from_where = fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
   }
   if (recipe_.lora && !recipe_.lora->adapter.empty()) {
     env.init.adapter = recipe_.lora->adapter;
