@@ -260,8 +260,7 @@ void Trainer::setup(const TrainOptions& options) {
   env.init.seed = a.seed;
   if (!recipe_.model.init_from.empty()) {
     env.init.init_from = recipe_.model.init_from;
-    env.init.init_from_where =
-        fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
+    env.init.init_from_where = fmt::format("{}: model.init_from", recipe_.where("model.init_from"));
   }
   if (recipe_.lora && !recipe_.lora->adapter.empty()) {
     env.init.adapter = recipe_.lora->adapter;
@@ -425,10 +424,10 @@ void Trainer::with_full_parameters(const std::function<void()>& fn) {
 Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   const int B = assembly_.micro, T = assembly_.seq_len;
   const int accum = assembly_.zero.accumulation;
-  // Ranks that read distinct data: the world, or a pipeline's replicas (every
-  // stage of replica r reads what data-parallel rank r reads).
-  const int world = pipe_ ? pipe_->replicas() : comm_.size();
-  const int data_rank = pipe_ ? pipe_->replica() : comm_.rank();
+  // Ranks that read distinct data: the mesh's dp axis (every pipeline stage
+  // of replica r reads what data-parallel rank r reads).
+  const int world = data_world();
+  const int data_rank = this->data_rank();
   const data::BatchSource& source = data_.source();
   // The step's loss is the mean over all its target positions, on every rank and in every
   // micro-batch: micro-batch m's mean is weighted by its share of them (data/batch_source.h),
@@ -535,8 +534,7 @@ double Trainer::evaluate() {
   // The mean over every target position of the evaluation batches (as training weighs them).
   double sums[2] = {0.0, 0.0};  // loss * targets, targets
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
-    source.val_batch(i, pipe_ ? pipe_->replica() : comm_.rank(),
-                     pipe_ ? pipe_->replicas() : comm_.size(), B, T, batch_buffers(batch_));
+    source.val_batch(i, data_rank(), data_world(), B, T, batch_buffers(batch_));
     // Every rank runs every batch (ZeRO-3 gathers are collective), targets or not;
     // a pipeline's loss is its last stage's.
     const int64_t targets = pipe_ && !pipe_->last_stage() ? 0 : count_targets(batch_);
@@ -580,9 +578,8 @@ nlohmann::json Trainer::run() {
   // A pipeline's tokens per step are its replicas' (every stage of a replica
   // works on the same micro-batches); its communication counted here is the
   // stage's data-parallel traffic (summary.json 'pipeline' has the rest).
-  RunReport report(recipe_, rank0, pipe_ ? pipe_->replicas() : comm_.size(), start_step_,
-                   model_->config().flops_per_token(assembly_.seq_len),
-                   pipe_ ? pipe_->data_comm() : model_comm(),
+  RunReport report(recipe_, rank0, data_world(), start_step_,
+                   model_->config().flops_per_token(assembly_.seq_len), zero_->comm(),
                    run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
                    options_.profile);
   double loss = std::nan(""), grad_norm = 0.0;

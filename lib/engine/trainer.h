@@ -171,6 +171,10 @@ class Trainer {
   void setup_device();
   // The communicator of the model's collectives: NCCL on the GPU, else comm_.
   dist::Communicator& model_comm() { return gpu_comm_ ? *gpu_comm_ : comm_; }
+  // The ranks that read distinct data and this rank's index among them: the
+  // mesh's dp axis (the world without a pipeline, a pipeline's replicas).
+  int data_world() const { return assembly_.mesh.size("dp"); }
+  int data_rank() const { return assembly_.mesh.coord(comm_.rank(), "dp"); }
 
   config::Recipe recipe_;
   TrainOptions options_;

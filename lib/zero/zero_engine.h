@@ -154,6 +154,10 @@ class ZeroEngine : public nn::SegmentRunner {
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
+  // The group this engine shards over and reduces in (a pipeline stage's
+  // data-parallel group, else the world).
+  dist::Communicator& comm() const { return comm_; }
+
   void begin_micro_batch(int micro);
   // Completes the micro-batch's gradient reductions (accumulating into the shards).
   void end_micro_batch(int micro);
