@@ -49,6 +49,13 @@ fs::path make_temp_dir_beside(const fs::path& target) {
   return fs::path(name.data());
 }
 
+StagingDir::StagingDir(const fs::path& target) : path_(make_temp_dir_beside(target)) {}
+
+StagingDir::~StagingDir() {
+  std::error_code ec;
+  if (!committed_) fs::remove_all(path_, ec);
+}
+
 int make_temp_file_beside(const fs::path& target, fs::path* tmp) {
   std::vector<char> name = temp_template(target);
   const int fd = ::mkostemp(name.data(), O_CLOEXEC);

@@ -31,6 +31,25 @@ void sync_directory(const std::filesystem::path& dir);
 // Throws fd::Error (kRuntime) naming the path when it cannot be made.
 std::filesystem::path make_temp_dir_beside(const std::filesystem::path& target);
 
+// A directory staged beside its target (make_temp_dir_beside), removed with
+// its contents when this goes out of scope (a failed write leaves nothing),
+// unless committed() was called once it was renamed onto the target. Only a
+// crash leaves it behind.
+class StagingDir {
+ public:
+  explicit StagingDir(const std::filesystem::path& target);
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  void committed() { committed_ = true; }
+
+ private:
+  std::filesystem::path path_;
+  bool committed_ = false;
+};
+
 // A new, empty file `<target>.tmp-XXXXXX` beside `target` (mkstemp), mode
 // 0644, open for writing: returns its descriptor (the caller closes it) and
 // sets *tmp to its path. Throws fd::Error (kRuntime) naming the path.

@@ -327,15 +327,8 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
   if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
   // Staged in a fresh DIR.tmp-XXXXXX (never a directory that was there before), removed again
   // if the write fails; only a crash leaves it behind (lib/base/atomic_file.h).
-  const fs::path tmp = make_temp_dir_beside(final_dir);
-  struct Cleanup {
-    const fs::path& dir;
-    bool done = false;
-    ~Cleanup() {
-      std::error_code e;
-      if (!done) fs::remove_all(dir, e);
-    }
-  } cleanup{tmp};
+  StagingDir staging(final_dir);
+  const fs::path& tmp = staging.path();
 
   nlohmann::ordered_json cfg;
   cfg["peft_type"] = "LORA";
@@ -366,7 +359,7 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec,
   write_safetensors((tmp / kModelFile).string(), keyed, {{"format", "pt"}});
 
   replace_directory(tmp.string(), final_dir.string());
-  cleanup.done = true;
+  staging.committed();
 }
 
 PeftAdapter read_peft_adapter(const std::string& dir) {

@@ -199,15 +199,8 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
   if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
   // Staged in a fresh OUT.tmp-XXXXXX (never a directory that was there before), removed again
   // if the export fails; only a crash leaves it behind (lib/base/atomic_file.h).
-  const fs::path tmp = make_temp_dir_beside(final_dir);
-  struct Cleanup {
-    const fs::path& dir;
-    bool done = false;
-    ~Cleanup() {
-      std::error_code e;
-      if (!done) fs::remove_all(dir, e);
-    }
-  } cleanup{tmp};
+  StagingDir staging(final_dir);
+  const fs::path& tmp = staging.path();
 
   std::map<std::string, std::string> meta = options.metadata;
   meta["format"] = "pt";  // what transformers writes and expects
@@ -232,7 +225,7 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
   if (!err.empty()) runtime_error("{}; check free space and permissions", err);
   sync_directory(tmp);
   ckpt::replace_directory(tmp.string(), final_dir.string());
-  cleanup.done = true;
+  staging.committed();
   return copied;
 }
 
