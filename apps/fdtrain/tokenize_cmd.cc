@@ -45,6 +45,7 @@
 
 #include "apps/fdtrain/subcommand.h"
 #include "lib/base/error.h"
+#include "lib/base/file_type.h"
 #include "lib/data/document_encoder.h"
 #include "lib/data/token_file_writer.h"
 #include "lib/engine/output_path.h"
@@ -77,7 +78,12 @@ int run_tokenize(const TokenizeOptions& o) {
   std::error_code ec;
   size_t total_bytes = 0;
   for (const std::string& in : o.inputs) {
-    if (!fs::is_regular_file(in, ec)) usage_error("input not found (or not a file): {}", in);
+    if (!fs::is_regular_file(in, ec)) {
+      // Refused by what it is, never opened: a FIFO would block, /dev/zero never end.
+      const std::string kind = describe_file_type(in);
+      if (kind.empty()) usage_error("input not found: {} (check the path)", in);
+      usage_error("input {}: is {}, not a regular file; give text or .jsonl files", in, kind);
+    }
     if (fs::exists(o.out, ec) && fs::equivalent(in, o.out, ec))
       usage_error("--out {} is also an input; write the tokens to another file", o.out);
     total_bytes += fs::file_size(in, ec);

@@ -95,7 +95,11 @@ printf '{"text": "ok"}\n{"txt": "no field"}\n' > "$TMP/nofield.jsonl"
 expect_fail 2 "nofield.jsonl:2: no string field \"text\"" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/nofield.jsonl"
 printf '{"text": "ok"}\n{"text": "broken\n' > "$TMP/broken.jsonl"
 expect_fail 2 "broken.jsonl:2: not valid JSON" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/broken.jsonl"
-expect_fail 2 "input not found \(or not a file\): $TMP/missing.txt" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/missing.txt"
+expect_fail 2 "input not found: $TMP/missing.txt" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/missing.txt"
+# An input that is not a regular file is named by what it is, never opened (a FIFO would block).
+mkfifo "$TMP/in.fifo"
+expect_fail 2 "input $TMP/in.fifo: is a FIFO, not a regular file" tokenize --tokenizer "$G" --out "$TMP/o.bin" "$TMP/in.fifo"
+expect_fail 2 "input /dev/zero: is a character device, not a regular file" tokenize --tokenizer "$G" --out "$TMP/o.bin" /dev/zero
 cp "$TMP/j.bin" "$TMP/keep.bin"
 expect_fail 2 "keep.bin exists; pass --overwrite" tokenize --tokenizer "$G" --out "$TMP/keep.bin" "${INPUTS[0]}"
 cmp -s "$TMP/j.bin" "$TMP/keep.bin" && echo "ok: the existing --out is untouched" || { echo "FAIL: --out changed"; FAILURES=$((FAILURES + 1)); }
