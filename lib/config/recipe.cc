@@ -162,6 +162,16 @@ int64_t global_batch(const Recipe& recipe, int world_size) {
          data_parallel_size(recipe, world_size);
 }
 
+std::string zero_stage_refusal(const ParallelOptions& p, int stage, bool offload_params) {
+  if (p.pipeline <= 1 || stage != 3) return {};
+  return fmt::format(
+      "ZeRO stage 3 cannot be combined with a pipeline (parallel.pipeline is {}): stage 3 "
+      "partitions every parameter across the data-parallel group and gathers each layer's "
+      "parameters as it runs, which conflicts with the pipeline's per-stage ownership of its "
+      "layers (DeepSpeed refuses it too); use zero.stage 0, 1 or 2{}, or parallel.pipeline: 1",
+      p.pipeline, offload_params ? " without zero.offload_params (it needs stage 3)" : "");
+}
+
 void check_world_size(const Recipe& recipe, int world_size) {
   const int stages = recipe.parallel.pipeline;
   if (world_size % stages != 0) {

@@ -306,6 +306,13 @@ int data_parallel_size(const Recipe& recipe, int world_size);
 // world size without a pipeline).
 int64_t global_batch(const Recipe& recipe, int world_size);
 
+// Why ZeRO stage `stage` cannot run in the parallel layout `parallel` (the
+// reason and what to do; `offload_params`: the recipe offloads parameters,
+// which needs stage 3), or empty when it can. The recipe schema refuses such
+// a recipe; the estimate leaves that stage's column empty.
+std::string zero_stage_refusal(const ParallelOptions& parallel, int stage,
+                               bool offload_params = false);
+
 // The checks that need the world size. Throws a usage fd::Error:
 // - naming parallel.pipeline's location, when world_size is not a multiple of
 //   parallel.pipeline (world = stages x data-parallel replicas);

@@ -878,8 +878,7 @@ void Builder::zero(const Node& root) {
            &z.reduce_dtype);
   get_int(s, "zero", "reductions_in_flight", &z.reductions_in_flight, closed(1, 64));
   offload(s, "offload_optimizer",
-          {OffloadDevice::kNone, OffloadDevice::kHost, OffloadDevice::kNvme},
-          &z.offload_optimizer);
+          {OffloadDevice::kNone, OffloadDevice::kHost, OffloadDevice::kNvme}, &z.offload_optimizer);
   offload(s, "offload_params", {OffloadDevice::kNone, OffloadDevice::kNvme}, &z.offload_params);
 }
 
@@ -1204,8 +1203,9 @@ void Builder::offload_checks() {
             fmt::format("is only used with device: nvme (device is {}); remove it",
                         to_string(o.device)));
     if (o.device == OffloadDevice::kNone && o.buffer_mib != OffloadOptions{}.buffer_mib)
-      error(loc_of(buffer), buffer, "is only used when the optimizer state is offloaded (device "
-                                    "is none); remove it");
+      error(loc_of(buffer), buffer,
+            "is only used when the optimizer state is offloaded (device "
+            "is none); remove it");
     if (optimizer && o.device == OffloadDevice::kNvme) {
       if (o.path.empty()) {
         error(loc_of(is_set(path) ? path : dev), path,
@@ -1303,17 +1303,11 @@ void Builder::pipeline_checks() {
                         sum, n_layer));
     }
   }
-  if (p.pipeline > 1 && !bad("zero.stage") && r_->zero.stage == 3) {
+  if (!bad("zero.stage")) {
     const bool offload =
         !bad("zero.offload_params") && r_->zero.offload_params.device != OffloadDevice::kNone;
-    error(
-        loc_of(is_set("zero.stage") ? "zero.stage" : "parallel.pipeline"), "zero.stage",
-        fmt::format("ZeRO stage 3 cannot be combined with a pipeline (parallel.pipeline is "
-                    "{}): stage 3 partitions every parameter across the data-parallel group "
-                    "and gathers each layer's parameters as it runs, which conflicts with "
-                    "the pipeline's per-stage ownership of its layers (DeepSpeed refuses it "
-                    "too); use zero.stage 0, 1 or 2{}, or parallel.pipeline: 1",
-                    p.pipeline, offload ? " without zero.offload_params (it needs stage 3)" : ""));
+    if (const std::string why = zero_stage_refusal(p, r_->zero.stage, offload); !why.empty())
+      error(loc_of(is_set("zero.stage") ? "zero.stage" : "parallel.pipeline"), "zero.stage", why);
   }
   // A warning: valid, but the pipeline would stand mostly idle.
   if (p.pipeline > 1 && !bad("batch.accumulation") && r_->batch.accumulation < p.pipeline) {

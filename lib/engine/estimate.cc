@@ -14,10 +14,10 @@
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/build_run.h"
-#include "lib/engine/pipeline.h"
-#include "lib/pipe/schedule.h"
 #include "lib/engine/step.h"
+#include "lib/engine/strategy.h"
 #include "lib/engine/weights_io.h"
+#include "lib/pipe/schedule.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
 
@@ -216,16 +216,17 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   std::array<int64_t, kNumMemCategories> base{};
   for (int c = 0; c < kNumMemCategories; ++c) base[size_t(c)] = acct.current(MemCategory(c));
   auto above_base = [&](MemCategory c) { return acct.peak(c) - base[size_t(c)]; };
-  // Built as the trainer builds it (meta tensors: the fill reads nothing); a
-  // pipeline rank holds its stage's segments, its engine over its replicas.
+  // Built as the trainer builds it (meta tensors: the fill reads nothing):
+  // the rank holds the segments its strategy holds, its engine over the
+  // strategy's group.
   RunEnv env;
   env.init.seed = a.seed;
   BuiltRun run = build_run(a, comm, env);
   nn::Decoder* model = run.model.get();
-  PipelineStage* pipe = run.pipe.get();
+  Strategy& strategy = *run.strategy;
   zero::ZeroEngine& engine = *run.engine;
-  if (pipe) pipe->sync_tied();  // as the trainer, once set up
-  dist::Communicator& model_comm = pipe ? pipe->data_comm() : comm;
+  strategy.sync();  // as the trainer, once set up
+  dist::Communicator& model_comm = engine.comm();
   RankRun out;
   out.num_params = model->parameter_count();
   for (const nn::FlatParamGroup* g : model->groups()) out.padded_params += g->numel();
@@ -233,7 +234,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
 
   // As Trainer::setup: peaks count from here, then the batch buffers.
   acct.reset_peaks();
-  const Batch batch = make_batch(a, Device::meta());
+  Batch batch = make_batch(a, Device::meta());
 
   Watch watch(engine, a, base[size_t(MemCategory::kActivations)]);
   autograd::BackwardObserver* previous = autograd::set_backward_observer(&watch);
@@ -242,30 +243,26 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
     ~Restore() { autograd::set_backward_observer(p); }
   } restore{previous};
   model_comm.reset_counters();
-  if (pipe) {
-    // The stage's program (its micro-batches in flight at once, per schedule).
-    PipelineStage::MicroFns fns;
-    fns.load = [](int, Batch& b) { return count_targets(b); };
-    fns.grad_seed = [](int, int64_t) { return 1.0f; };
-    fns.dropout_seed = [](int m) { return uint64_t(m); };
-    fns.new_batch = [&] { return make_batch(a, Device::meta()); };
-    pipe->train(a.zero.accumulation, fns);
-  }
-  for (int m = 0; m < (pipe ? 0 : a.zero.accumulation); ++m) {
-    train_micro_batch(*model, engine, watch, batch, m, uint64_t(m), 1.0f,
-                      [&](const autograd::Tape& tape, const autograd::Variable& loss) {
-                        if (m == 0)  // the scalar loss aside
-                          out.saved = acct.current(MemCategory::kActivations) -
-                                      base[size_t(MemCategory::kActivations)] -
-                                      int64_t(loss.value().nbytes());
-                        watch.forward_done(tape);
-                      });
-  }
+  // The trainer's step (strategy.h), with the watch where the strategy
+  // reports micro-batches.
+  MicroFns fns;
+  fns.load = [](int, Batch& b) { return count_targets(b); };
+  fns.grad_seed = [](int, int64_t) { return 1.0f; };
+  fns.dropout_seed = [](int m) { return uint64_t(m); };
+  fns.new_batch = [&] { return make_batch(a, Device::meta()); };
+  fns.runner = &watch;
+  fns.forwarded = [&](int m, const autograd::Tape& tape, const autograd::Variable& loss) {
+    if (m == 0)  // the scalar loss aside
+      out.saved = acct.current(MemCategory::kActivations) -
+                  base[size_t(MemCategory::kActivations)] - int64_t(loss.value().nbytes());
+    watch.forward_done(tape);
+  };
+  Phases unused;
+  PhaseClock no_clock(false, model_comm);
+  strategy.train(a.zero.accumulation, fns, batch, no_clock, unused);
   engine.step(a.schedule.peak_lr, 1.0);
-  if (pipe) {
-    pipe->sync_tied();
-    out.p2p_bytes = pipe->totals().p2p_bytes;  // the step's, the tied weights' sync included
-  }
+  strategy.sync();
+  out.p2p_bytes = strategy.p2p_bytes();  // the step's, a tied head's weights' sync included
   out.comm_bytes = model_comm.bytes_sent();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
@@ -284,21 +281,13 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   const int64_t train_activations = most[size_t(MemCategory::kActivations)];
   out.comm_step = most[size_t(MemCategory::kComm)];
   acct.reset_peaks();
-  if (pipe) {
-    pipe->eval(batch);
-  } else {
-    eval_batch(*model, engine, batch);
-  }
+  strategy.eval(batch);
   out.eval_peak = above_base(MemCategory::kActivations);
   if (out.eval_peak > train_activations) out.peak_at = "evaluation";
   out.comm_step = std::max(out.comm_step, above_base(MemCategory::kComm));
   keep_peaks();
   acct.reset_peaks();
-  if (pipe) {
-    pipe->with_full_parameters([] {});
-  } else {
-    engine.with_full_parameters([] {});
-  }
+  strategy.with_full_parameters([] {});
   out.comm_full_gather = above_base(MemCategory::kComm);
   keep_peaks();
   out.states = {most[size_t(MemCategory::kParams)], most[size_t(MemCategory::kGrads)],
@@ -330,7 +319,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     // P at one rank: alignment padding only.
     DeviceScope on_meta(Device::meta());
     config::Recipe r1 = r;
-    r1.parallel.pipeline = 1;  // one rank holds every stage
+    r1.parallel = config::ParallelOptions{};  // one rank holds the whole model
     const std::unique_ptr<nn::Decoder> one = build_model(assemble(r1, 1), Init::kNone);
     for (const nn::FlatParamGroup* g : one->groups()) e.padded_params_1 += g->numel();
   }
@@ -339,9 +328,9 @@ Estimate estimate(const config::Recipe& r, int world) {
   // engine sets the counting communicator's Sum16 as the trainer's).
   const bool staging = e.compute_bytes == 2 && world > 1;
   for (int s = 0; s < 4; ++s) {
-    if (recipe_assembly.stages > 1 && s == 3) {  // refused with a pipeline (DeepSpeed too)
-      e.stages[3].stage = 3;
-      e.stages[3].refused = true;
+    if (!config::zero_stage_refusal(r.parallel, s).empty()) {  // the layout's refusal
+      e.stages[size_t(s)].stage = s;
+      e.stages[size_t(s)].refused = true;
       continue;
     }
     config::Recipe rs = r;
@@ -414,24 +403,30 @@ Estimate estimate(const config::Recipe& r, int world) {
         slot = std::max(slot, added);
       }
     }
-    act.head = act.saved -
-               (after.size() > size_t(e.model.num_layers) ? after[size_t(e.model.num_layers)].second : 0);
+    act.head =
+        act.saved -
+        (after.size() > size_t(e.model.num_layers) ? after[size_t(e.model.num_layers)].second : 0);
   }
   for (StageEstimate& st : e.stages)
     st.paper_bytes = paper_bytes(st.stage, double(e.num_params), double(world), e.compute_bytes);
-  if (recipe_assembly.stages > 1) {
-    // Each pipeline stage at the recipe's ZeRO stage, by its first replica
-    // (the replicas of a stage hold the same).
+  // The ranks that hold different parts of the model, at the recipe's ZeRO
+  // stage: rank 0's group over the mesh's axes other than dp (the replicas
+  // of a part hold the same): a pipeline's stages, in stage order.
+  const Assembly& a = recipe_assembly;
+  std::vector<std::string_view> part_axes;
+  for (const dist::MeshAxis& axis : a.mesh.axes())
+    if (axis.name != "dp") part_axes.push_back(axis.name);
+  const std::vector<int> parts = a.mesh.group_ranks(0, part_axes);
+  if (parts.size() > 1) {
     Estimate::Pipeline& p = e.pipeline;
-    const Assembly& a = recipe_assembly;
-    p.stages = a.stages;
-    p.replicas = a.replicas;
+    p.stages = int(parts.size());
+    p.replicas = a.mesh.size("dp");
     p.micro_batches = a.zero.accumulation;
     p.schedule = std::string(pipe::to_string(a.pipeline_schedule));
     p.blocks = a.stage_blocks;
     p.bubble_fraction = pipe::bubble_fraction(a.stages, a.zero.accumulation);
-    for (int ps = 0; ps < a.stages; ++ps) {
-      const RankRun run = run_rank(a, ps * a.replicas, staging);
+    for (int ps = 0; ps < p.stages; ++ps) {
+      const RankRun run = run_rank(a, parts[size_t(ps)], staging);
       StageEstimate st;
       st.stage = ps;
       st.model_states = run.states;
@@ -505,7 +500,8 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
               : ""),
       "Not counted: setup's transient buffers (a tensor being read from model.init_from and "
       "converted; under stage 3 each rank reads or draws only its shard, so setup holds no "
-      "more parameters than the run; summary.json's peaks start after setup), the optional sample at the end, the BLAS "
+      "more parameters than the run; summary.json's peaks start after setup), the optional sample "
+      "at the end, the BLAS "
       "library's own buffers and the MPI library's memory. An evaluation batch (no grad) is run "
       "too; its peak is below training's.",
       "Total = the sum of the per-category peaks, an upper bound of the simultaneous peak.",
@@ -557,13 +553,11 @@ std::string format_estimate(const Estimate& e) {
   const nn::DecoderConfig& m = e.model;
   line(fmt::format("fdtrain estimate{}: bytes per rank at world size N = {}",
                    e.recipe_path.empty() ? "" : " for " + e.recipe_path, e.world));
-  line(fmt::format(
-      "model: {}; micro batch {} x {} tokens, accumulation {}; precision {}{}", m.summary(),
-      e.micro, e.seq_len,
-      e.accumulation, config::to_string(e.precision),
-      e.checkpointed.empty()
-          ? ""
-          : fmt::format("; {} of {} blocks checkpointed", e.checkpointed.size(), m.num_layers)));
+  line(fmt::format("model: {}; micro batch {} x {} tokens, accumulation {}; precision {}{}",
+                   m.summary(), e.micro, e.seq_len, e.accumulation, config::to_string(e.precision),
+                   e.checkpointed.empty() ? ""
+                                          : fmt::format("; {} of {} blocks checkpointed",
+                                                        e.checkpointed.size(), m.num_layers)));
   line(fmt::format(
       "Ψ = {} parameters; P = {} padded at N = {} (+{}: +{} aligning each parameter "
       "to 16 elements, +{} splitting segments into {} shard{})",
@@ -597,12 +591,15 @@ std::string format_estimate(const Estimate& e) {
   row("master", [](const StageEstimate& s) { return human(s.model_states.master); });
   const bool offload = e.stages[0].offload_nvme > 0;
   const bool host = e.stages[0].offload_host > 0;
-  row(offload ? "optimizer (buffers)" : host ? "optimizer (master, m, v)" : "optimizer (Adam m+v)",
+  row(offload ? "optimizer (buffers)"
+      : host  ? "optimizer (master, m, v)"
+              : "optimizer (Adam m+v)",
       [](const StageEstimate& s) { return human(s.model_states.optimizer); });
   if (host)
     row("  state in host memory", [](const StageEstimate& s) { return human(s.offload_host); });
   if (e.stages[0].offload_pinned > 0)
-    row("  pinned transfer buffers", [](const StageEstimate& s) { return human(s.offload_pinned); });
+    row("  pinned transfer buffers",
+        [](const StageEstimate& s) { return human(s.offload_pinned); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
   if (e.lora.enabled()) row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
@@ -632,21 +629,26 @@ std::string format_estimate(const Estimate& e) {
         p.stages, p.replicas, p.replicas == 1 ? "" : "s", e.world, p.schedule, p.micro_batches,
         100.0 * p.bubble_fraction, e.recipe_stage));
     std::string head = fmt::format("{:<{}}", "", w0);
-    for (const StageEstimate& st : p.per_stage) head += fmt::format("{:>{}}", fmt::format("pipe {}", st.stage), w);
+    for (const StageEstimate& st : p.per_stage)
+      head += fmt::format("{:>{}}", fmt::format("pipe {}", st.stage), w);
     line(head);
     auto prow = [&](const std::string& label, auto cell) {
       std::string s = fmt::format("{:<{}}", label, w0);
       for (const StageEstimate& st : p.per_stage) s += fmt::format("{:>{}}", cell(st), w);
       line(s);
     };
-    prow("blocks", [&](const StageEstimate& st) { return std::to_string(p.blocks[size_t(st.stage)]); });
+    prow("blocks",
+         [&](const StageEstimate& st) { return std::to_string(p.blocks[size_t(st.stage)]); });
     prow("model states", [](const StageEstimate& st) { return human(st.model_states.total()); });
-    if (e.lora.enabled()) prow("frozen base", [](const StageEstimate& st) { return human(st.frozen); });
+    if (e.lora.enabled())
+      prow("frozen base", [](const StageEstimate& st) { return human(st.frozen); });
     prow("activations", [](const StageEstimate& st) { return human(st.activations); });
     prow("comm buffers", [](const StageEstimate& st) { return human(st.comm_buffers); });
     prow("total", [](const StageEstimate& st) { return human(st.total()); });
-    prow("sent to neighbours/step", [](const StageEstimate& st) { return human(st.p2p_bytes_per_step); });
-    prow("data-parallel/step", [](const StageEstimate& st) { return human(st.comm_bytes_per_step); });
+    prow("sent to neighbours/step",
+         [](const StageEstimate& st) { return human(st.p2p_bytes_per_step); });
+    prow("data-parallel/step",
+         [](const StageEstimate& st) { return human(st.comm_bytes_per_step); });
     line("");
   }
   if (c == 2) {
@@ -669,15 +671,15 @@ std::string format_estimate(const Estimate& e) {
     line("  16Ψ/N, apply with precision bf16 or fp16).");
   }
   if (e.pipeline.stages > 1) {
-    out += wrapped(
-        fmt::format("Activations (pipeline): per stage in the table above, the peak of its "
-                    "program: {} holds the activations of at most {} micro-batches at once "
-                    "on the first stage (1F1B: min(P - s, M) on stage s; GPipe: all M).",
-                    e.pipeline.schedule,
-                    e.pipeline.schedule == "gpipe"
-                        ? e.pipeline.micro_batches
-                        : std::min(e.pipeline.stages, e.pipeline.micro_batches)),
-        "", "  ", 96);
+    out +=
+        wrapped(fmt::format("Activations (pipeline): per stage in the table above, the peak of its "
+                            "program: {} holds the activations of at most {} micro-batches at once "
+                            "on the first stage (1F1B: min(P - s, M) on stage s; GPipe: all M).",
+                            e.pipeline.schedule,
+                            e.pipeline.schedule == "gpipe"
+                                ? e.pipeline.micro_batches
+                                : std::min(e.pipeline.stages, e.pipeline.micro_batches)),
+                "", "  ", 96);
   } else if (e.lora.enabled()) {
     out += wrapped(
         fmt::format("Activations (LoRA: the frozen base saves only what a gradient "
@@ -803,12 +805,9 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
       o["comm_bytes_per_step"] = s.comm_bytes_per_step;
       per.push_back(o);
     }
-    j["pipeline"] = {{"stages", p.stages},
-                     {"replicas", p.replicas},
-                     {"schedule", p.schedule},
-                     {"micro_batches", p.micro_batches},
-                     {"stage_blocks", p.blocks},
-                     {"bubble_fraction", p.bubble_fraction},
+    j["pipeline"] = {{"stages", p.stages},       {"replicas", p.replicas},
+                     {"schedule", p.schedule},   {"micro_batches", p.micro_batches},
+                     {"stage_blocks", p.blocks}, {"bubble_fraction", p.bubble_fraction},
                      {"per_stage", per}};
   }
   j["assumptions"] = estimate_assumptions(e);

@@ -1,5 +1,9 @@
 #include "lib/engine/pipeline.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 
@@ -88,8 +92,11 @@ Variable with_backward_prelude(const Variable& y, std::function<void()> before) 
 
 PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
                              pipe::Schedule schedule, int num_layers, bool tied_head,
-                             dist::Communicator& world)
-    : blocks_(std::move(blocks)), schedule_(schedule), world_(world) {
+                             int micro_batches, dist::Communicator& world)
+    : blocks_(std::move(blocks)),
+      schedule_(schedule),
+      micro_batches_(micro_batches),
+      world_(world) {
   place(mesh, num_layers, tied_head);
   data_ = mesh.group(world, {"dp"});
   // One replica: the stage's engine runs alone, as a one-rank run does (no
@@ -145,6 +152,11 @@ bool PipelineStage::holds(int segment) const {
 
 std::unique_ptr<nn::Module> PipelineStage::stage_module(const nn::Decoder& model) const {
   return std::make_unique<StageModule>(model, first_, last_);
+}
+
+nn::Module& PipelineStage::engine_module(nn::Decoder& model) {
+  stage_module_ = stage_module(model);
+  return *stage_module_;
 }
 
 zero::ZeroConfig PipelineStage::stage_config(zero::ZeroConfig config) const {
@@ -330,7 +342,25 @@ Shape PipelineStage::hidden_shape(const Batch& b) const {
   return Shape{b.tokens.shape()[0], b.tokens.shape()[1], model_->config().hidden_size};
 }
 
-double PipelineStage::train(int M, const MicroFns& fns) {
+double PipelineStage::train(int micro_batches, const MicroFns& fns, Batch&, PhaseClock& clock,
+                            Phases& ph) {
+  const Totals before = totals_;
+  const double loss_sum = run_program(micro_batches, fns);
+  double program = 0.0;  // the wall time less the waits on the data-parallel group
+  clock.lap(program, ph.comm_wait);
+  if (clock.on()) {
+    const double data = totals_.data_s - before.data_s,
+                 forward = totals_.forward_s - before.forward_s,
+                 idle = totals_.idle_s - before.idle_s;
+    ph.data += data;
+    ph.forward += forward;
+    ph.comm_wait += idle;
+    ph.backward += program - data - forward - idle;
+  }
+  return loss_sum;
+}
+
+double PipelineStage::run_program(int M, const MicroFns& fns) {
   const auto t0 = std::chrono::steady_clock::now();
   auto waited = [this] { return pipe_->wait_seconds() + (tie_ ? tie_->wait_seconds() : 0.0); };
   auto sent = [this] { return pipe_->bytes_sent() + (tie_ ? tie_->bytes_sent() : 0); };
@@ -460,6 +490,54 @@ void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
   }
   fn();
   for (const nn::FlatParamGroup* grp : acquired) grp->flat_params().storage()->release();
+}
+
+std::string PipelineStage::describe() const {
+  return fmt::format(
+      "pipeline: {} stages x {} data-parallel replica{}, {} schedule, blocks per stage [{}], {} "
+      "micro-batches per step (bubble {:.1f}%)",
+      stages(), replicas_, replicas_ == 1 ? "" : "s", pipe::to_string(schedule_),
+      fmt::join(blocks_, ", "), micro_batches_,
+      100.0 * pipe::bubble_fraction(stages(), micro_batches_));
+}
+
+void PipelineStage::describe_save(SaveRequest& req) const {
+  req.meta.pipeline = {.stages = stages(),
+                       .replicas = replicas_,
+                       .stage = stage_,
+                       .replica = replica_,
+                       .blocks = blocks_,
+                       .schedule = std::string(pipe::to_string(schedule_))};
+  // Rank 0 (the first stage) holds only its own segments.
+  for (const nn::FlatParamGroup* g : model_->groups())
+    if (g->numel() > 0) req.segments.push_back({g->name(), g->numel()});
+}
+
+void PipelineStage::add_to_summary(nlohmann::json& summary) {
+  // Every rank's totals, gathered (collective): per stage, the mean over its
+  // replicas of the share of the pipeline phase spent waiting for a neighbour.
+  const Totals& t = totals_;
+  const double mine[4] = {double(stage_), t.train_s, t.idle_s, double(t.p2p_bytes)};
+  std::vector<double> all(4 * size_t(world_.size()));
+  world_.all_gather_f64(mine, all.data(), 4);
+  const int P = stages();
+  std::vector<double> idle(size_t(P), 0.0), bytes(size_t(P), 0.0);
+  for (int r = 0; r < world_.size(); ++r) {
+    const double* v = &all[4 * size_t(r)];
+    const size_t s = size_t(v[0]);
+    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(replicas_);
+    bytes[s] = std::max(bytes[s], t.steps > 0 ? v[3] / double(t.steps) : 0.0);
+  }
+  std::vector<int64_t> bytes_per_step;
+  for (double b : bytes) bytes_per_step.push_back(int64_t(b));
+  summary["pipeline"] = {{"stages", P},
+                         {"replicas", replicas_},
+                         {"schedule", std::string(pipe::to_string(schedule_))},
+                         {"micro_batches", micro_batches_},
+                         {"stage_blocks", blocks_},
+                         {"bubble_fraction", pipe::bubble_fraction(P, micro_batches_)},
+                         {"idle_fraction", idle},
+                         {"p2p_bytes_per_step", bytes_per_step}};
 }
 
 }  // namespace fd::engine

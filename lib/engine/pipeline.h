@@ -32,6 +32,7 @@
 #include "lib/dist/communicator.h"
 #include "lib/dist/mesh.h"
 #include "lib/engine/step.h"
+#include "lib/engine/strategy.h"
 #include "lib/nn/decoder.h"
 #include "lib/nn/segment_runner.h"
 #include "lib/pipe/schedule.h"
@@ -39,14 +40,17 @@
 
 namespace fd::engine {
 
-class PipelineStage final : public nn::SegmentRunner {
+// The pipeline's Strategy (strategy.h): make_strategy builds one when the
+// mesh's pp axis has more than one stage.
+class PipelineStage final : public nn::SegmentRunner, public Strategy {
  public:
   // blocks[s]: transformer blocks of stage s (sum = the model's layers;
-  // mesh.size("pp") stages, at least 2). Splits `world` into the mesh's "dp"
-  // and "pp" groups (collective): every rank constructs one. Any backend,
-  // the counting one of `fdtrain estimate` included.
+  // mesh.size("pp") stages, at least 2); micro_batches per optimizer step.
+  // Splits `world` into the mesh's "dp" and "pp" groups (collective): every
+  // rank constructs one. Any backend, the counting one of `fdtrain estimate`
+  // included.
   PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks, pipe::Schedule schedule,
-                int num_layers, bool tied_head, dist::Communicator& world);
+                int num_layers, bool tied_head, int micro_batches, dist::Communicator& world);
   ~PipelineStage() override;
 
   int stages() const { return int(blocks_.size()); }
@@ -60,16 +64,16 @@ class PipelineStage final : public nn::SegmentRunner {
   int last_segment() const { return last_; }
   // Whether this rank holds segment g's buffers (its own, and on the last
   // stage of a tied model the embedding for the head).
-  bool holds(int segment) const;
+  bool holds(int segment) const override;
   // The stage whose own segments include `segment`.
   int owner_stage(int segment) const;
   // The stage's data-parallel group (the ZeroEngine's communicator).
   dist::Communicator& data_comm() { return *data_; }
+  dist::Communicator& engine_comm() override { return *data_; }
   // GPU runs: the groups' communicators for device buffers, made by `make`
   // over each host group (collective, as make_gpu_communicator is), and the
   // world's (the caller's, for with_full_parameters' broadcasts). Before attach().
-  using MakeComm = std::function<std::unique_ptr<dist::Communicator>(dist::Communicator& host)>;
-  void use_device_comms(const MakeComm& make, dist::Communicator& device_world);
+  void use_device_comms(const MakeComm& make, dist::Communicator& device_world) override;
 
   // A view of `model` with this stage's own segments, for the ZeroEngine,
   // and the engine's configuration in its numbering (engine index = segment
@@ -77,13 +81,18 @@ class PipelineStage final : public nn::SegmentRunner {
   // named by the global rank).
   std::unique_ptr<nn::Module> stage_module(const nn::Decoder& model) const;
   zero::ZeroConfig stage_config(zero::ZeroConfig config) const;
+  // Strategy: the stage's view of `model` (kept by the stage) and stage_config.
+  nn::Module& engine_module(nn::Decoder& model) override;
+  zero::ZeroConfig engine_config(zero::ZeroConfig config) const override {
+    return stage_config(std::move(config));
+  }
   // After the engine is built: fills the tied copy through `fill` (the same
   // values the first stage starts with) and installs the norm combiner. Local:
   // nothing crosses between stages until the first sync_tied(), which the
   // trainer calls only once every rank has agreed that its setup succeeded
   // (a stage waiting on a neighbour whose setup failed would wait until
   // dist.timeout_s).
-  void attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn::ParamFill& fill);
+  void attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn::ParamFill& fill) override;
 
   // SegmentRunner: segment g through the engine (index g - first); the
   // first stage's embedding adds the tied head's gradient in its backward.
@@ -91,16 +100,16 @@ class PipelineStage final : public nn::SegmentRunner {
                          const std::vector<int>& also_needs) override;
 
   // One step's micro-batches in schedule order. load(m, batch) fills micro
-  // m's batch and returns its target count; grad_seed(m, targets) and
-  // dropout_seed(m) as the unpipelined step gives them. Returns the sum over
-  // micro-batches of loss * targets (the last stage; 0 elsewhere).
-  struct MicroFns {
-    std::function<int64_t(int micro, Batch& batch)> load;
-    std::function<float(int micro, int64_t targets)> grad_seed;
-    std::function<uint64_t(int micro)> dropout_seed;
-    std::function<Batch()> new_batch;  // a batch buffer (one per micro-batch in flight)
-  };
-  double train(int micro_batches, const MicroFns& fns);
+  // m's batch (one per micro-batch in flight, made by new_batch) and returns
+  // its target count; grad_seed(m, targets) and dropout_seed(m) as the
+  // unpipelined step gives them. Returns the sum over micro-batches of loss *
+  // targets (the last stage; 0 elsewhere). fns.runner and fns.forwarded are
+  // not used: micro-batches interleave. --profile: the stage times its loads
+  // and forwards, the waits for its neighbours are communication waits, and
+  // the rest (backwards, the ZeRO hand-off, posting exchanges) is backward.
+  double train(int micro_batches, const MicroFns& fns, Batch& batch, PhaseClock& clock,
+               Phases& phases) override;
+  bool computes_loss() const override { return last_stage(); }
   // Totals over train() calls: wall seconds, seconds blocked waiting for a
   // neighbour (point-to-point and the tied head's transfers: the bubble plus
   // transfer time not hidden), bytes this rank sent point-to-point, steps;
@@ -114,15 +123,27 @@ class PipelineStage final : public nn::SegmentRunner {
   // After setup (a checkpoint loaded or not) and after each optimizer step:
   // the first stage's embedding to the last stage's copy (tied heads).
   void sync_tied();
+  void sync() override { sync_tied(); }
   // An evaluation batch through the stages (no gradients): the loss on the
   // last stage, 0 elsewhere (the caller sums over ranks).
-  double eval(const Batch& batch);
+  double eval(const Batch& batch) override;
   // Runs fn with every segment resident and current on every rank (each
   // owner broadcasts over the world), then releases what is not this rank's.
-  void with_full_parameters(const std::function<void()>& fn);
+  void with_full_parameters(const std::function<void()>& fn) override;
+
+  // Strategy's reports: the setup line (stages, replicas, schedule, blocks,
+  // bubble); the checkpoint's pipeline metadata and the manifest's segments
+  // (rank 0 holds only the first stage's); summary.json 'pipeline' (per
+  // stage, the mean over its replicas of the share of the step spent waiting
+  // for a neighbour, and the bytes sent point-to-point per step).
+  std::string describe() const override;
+  void describe_save(SaveRequest& request) const override;
+  void add_to_summary(nlohmann::json& summary) override;
+  int64_t p2p_bytes() const override { return totals_.p2p_bytes; }
 
  private:
   struct InFlight;
+  double run_program(int micro_batches, const MicroFns& fns);
   void forward(int micro);
   void backward(int micro);
   InFlight& slot(int micro);
@@ -137,7 +158,9 @@ class PipelineStage final : public nn::SegmentRunner {
 
   std::vector<int> blocks_;
   pipe::Schedule schedule_;
-  std::vector<pipe::Instruction> program_;  // this stage's, for program_micro_batches_
+  int micro_batches_ = 0;                     // per optimizer step
+  std::unique_ptr<nn::Module> stage_module_;  // engine_module's view
+  std::vector<pipe::Instruction> program_;    // this stage's, for program_micro_batches_
   int program_micro_batches_ = -1;
   int grad_out_micro_ = -1;  // the micro-batch whose output gradient grad_out_ holds
   int replicas_ = 1, stage_ = 0, replica_ = 0, first_ = 0, last_ = 0;

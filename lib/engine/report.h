@@ -59,6 +59,7 @@ class PhaseClock {
  public:
   PhaseClock(bool on, const dist::Communicator& comm);
   void lap(double& phase, double& wait);
+  bool on() const { return on_; }
 
  private:
   bool on_;

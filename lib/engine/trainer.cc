@@ -32,13 +32,13 @@
 #include "lib/engine/generate.h"
 #include "lib/engine/report.h"
 #include "lib/engine/resume.h"
-#include "lib/ops/adamw.h"
 #include "lib/engine/run_dir.h"
 #include "lib/engine/step.h"
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
 #include "lib/engine/weights_io.h"
 #include "lib/nn/decoder.h"
+#include "lib/ops/adamw.h"
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
 #include "lib/precision/loss_scaler.h"
@@ -127,11 +127,11 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
   if (ok) {
     if (finished()) return;
     dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
-    // A pipeline's first transfer between stages (the embedding, initial or
-    // loaded, to a tied head's copy) only now that every rank is set up: a
-    // stage whose setup failed (its offload file in use, say) is in the
-    // agreement above, not in a send its neighbour would wait on.
-    if (pipe_) pipe_->sync_tied();
+    // The layout's first transfer between ranks (a pipeline's embedding,
+    // initial or loaded, to a tied head's copy) only now that every rank is
+    // set up: a rank whose setup failed (its offload file in use, say) is in
+    // the agreement above, not in a send its neighbour would wait on.
+    strategy_->sync();
     return;
   }
   if (log_file_open_) log::close_file();
@@ -278,8 +278,7 @@ void Trainer::setup(const TrainOptions& options) {
   }
   BuiltRun run = build_run(a, comm_, env);
   model_ = std::move(run.model);
-  pipe_ = std::move(run.pipe);
-  stage_module_ = std::move(run.stage_module);
+  strategy_ = std::move(run.strategy);
   zero_ = std::move(run.engine);
   if (!env.init.init_from.empty() && lora.enabled())
     base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
@@ -329,13 +328,7 @@ void Trainer::setup(const TrainOptions& options) {
     log::info("{} rank{} ({} backend), ZeRO stage {}, device {}; run directory: {}", world,
               world == 1 ? "" : "s", model_comm().backend(), recipe_.zero.stage,
               device_scope_ ? cuda_device_name() : std::string("cpu"), run_dir_->path().string());
-    if (pipe_)
-      log::info("pipeline: {} stages x {} data-parallel replica{}, {} schedule, blocks per stage "
-                "[{}], {} micro-batches per step (bubble {:.1f}%)",
-                a.stages, a.replicas, a.replicas == 1 ? "" : "s",
-                pipe::to_string(a.pipeline_schedule), fmt::join(a.stage_blocks, ", "),
-                a.zero.accumulation,
-                100.0 * pipe::bubble_fraction(a.stages, a.zero.accumulation));
+    if (const std::string layout = strategy_->describe(); !layout.empty()) log::info("{}", layout);
   }
 }
 
@@ -402,30 +395,19 @@ std::string Trainer::save(int64_t steps_done) {
     m.loss_scaler =
         ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter, st.hysteresis_left};
   }
-  if (pipe_) {
-    m.pipeline = {.stages = pipe_->stages(),
-                  .replicas = pipe_->replicas(),
-                  .stage = pipe_->stage(),
-                  .replica = pipe_->replica(),
-                  .blocks = assembly_.stage_blocks,
-                  .schedule = std::string(pipe::to_string(assembly_.pipeline_schedule))};
-    // Rank 0 (the first stage) holds only its own segments.
-    for (const nn::FlatParamGroup* g : model_->groups())
-      if (g->numel() > 0) req.segments.push_back({g->name(), g->numel()});
-  }
+  strategy_->describe_save(req);
   return save_checkpoint(req, *zero_, comm_).string();
 }
 
 void Trainer::with_full_parameters(const std::function<void()>& fn) {
-  if (pipe_) return pipe_->with_full_parameters(fn);
-  zero_->with_full_parameters(fn);
+  strategy_->with_full_parameters(fn);
 }
 
 Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   const int B = assembly_.micro, T = assembly_.seq_len;
   const int accum = assembly_.zero.accumulation;
-  // Ranks that read distinct data: the mesh's dp axis (every pipeline stage
-  // of replica r reads what data-parallel rank r reads).
+  // Ranks that read distinct data: the mesh's dp axis (every rank that
+  // shares a dp coordinate reads the same micro-batches).
   const int world = data_world();
   const int data_rank = this->data_rank();
   const data::BatchSource& source = data_.source();
@@ -437,10 +419,10 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   const double scale = scaler_ ? scaler_->scale() : 1.0;  // fp16 scales the loss
   const bool overflow = dist::fault_fires(options_.fault, dist::FaultSpec::kInf, comm_.rank(),
                                           step);  // test hook: this rank's gradients overflow
-  double loss_sum = 0.0;
   PhaseClock clock(options_.profile, model_comm());
   double other = 0.0;  // the loss all-reduce's own time (not a phase of its own)
-  auto load = [&](int micro, Batch& b) {
+  MicroFns fns;
+  fns.load = [&](int micro, Batch& b) {
     const data::MicroBatch mb{.step = step,
                               .micro = micro,
                               .rank = data_rank,
@@ -450,53 +432,17 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
     source.train_batch(mb, T, batch_buffers(b));
     return count_targets(b);
   };
-  auto grad_seed = [&](int64_t targets) {
+  fns.grad_seed = [&](int, int64_t targets) {
     float seed = step_targets > 0 ? float(scale * double(targets) / double(step_targets)) : 0.0f;
     if (overflow) seed = std::numeric_limits<float>::infinity();
     return seed;
   };
   // Adapter dropout masks: a function of (seed, step, micro-batch, data rank).
-  auto dropout_seed_of = [&](int micro) {
+  fns.dropout_seed = [&](int micro) {
     return hash_words(assembly_.seed, uint64_t(step), uint64_t(micro), uint64_t(data_rank));
   };
-  if (pipe_) {
-    // The stage's program runs every micro-batch's forward and backward
-    // (lib/pipe/schedule.h), interleaved: the stage times its loads and
-    // forwards, the waits for its neighbours are communication waits, and the
-    // rest (backwards, the ZeRO hand-off, posting exchanges) is backward.
-    const PipelineStage::Totals before = pipe_->totals();
-    PipelineStage::MicroFns fns;
-    fns.load = load;
-    fns.grad_seed = [&](int, int64_t targets) { return grad_seed(targets); };
-    fns.dropout_seed = dropout_seed_of;
-    fns.new_batch = [&] { return make_batch(assembly_, Device::cpu()); };
-    loss_sum = pipe_->train(accum, fns);
-    double program = 0.0;  // the wall time less the waits on the data-parallel group
-    clock.lap(program, ph.comm_wait);
-    if (options_.profile) {
-      const PipelineStage::Totals& after = pipe_->totals();
-      const double data = after.data_s - before.data_s,
-                   forward = after.forward_s - before.forward_s,
-                   idle = after.idle_s - before.idle_s;
-      ph.data += data;
-      ph.forward += forward;
-      ph.comm_wait += idle;
-      ph.backward += program - data - forward - idle;
-    }
-  }
-  for (int micro = 0; micro < (pipe_ ? 0 : accum); ++micro) {
-    const int64_t targets = load(micro, batch_);
-    clock.lap(ph.data, ph.comm_wait);
-    const float seed = grad_seed(targets);
-    const uint64_t dropout_seed = dropout_seed_of(micro);
-    const double loss =
-        train_micro_batch(*model_, *zero_, *zero_, batch_, micro, dropout_seed, seed,
-                          [&](const autograd::Tape&, const autograd::Variable&) {
-                            clock.lap(ph.forward, ph.comm_wait);
-                          });
-    loss_sum += loss * double(targets);
-    clock.lap(ph.backward, ph.comm_wait);
-  }
+  fns.new_batch = [&] { return make_batch(assembly_, Device::cpu()); };
+  const double loss_sum = strategy_->train(accum, fns, batch_, clock, ph);
   // One small all-reduce carries the loss and which signals asked some rank to stop.
   const int sig = g_stop_requested.load();
   double agreed[4] = {loss_sum, double(sig == SIGTERM), double(sig == SIGINT),
@@ -515,7 +461,7 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   // The caller ends the run as diverged, before updating the weights.
   if (!std::isfinite(st.loss) || (recipe_.max_loss > 0 && st.loss > recipe_.max_loss)) return st;
   zero::StepResult r = zero_->step(optim::lr_at(schedule_, step), scale);
-  if (pipe_) pipe_->sync_tied();  // the updated embedding to the head's copy
+  strategy_->sync();  // e.g. a pipeline's updated embedding to the tied head's copy
   clock.lap(ph.optimizer, ph.comm_wait);
   st.grad_norm = r.grad_norm;
   st.skipped = r.skipped;
@@ -536,9 +482,9 @@ double Trainer::evaluate() {
   for (int i = 0; i < recipe_.logging.eval_batches; ++i) {
     source.val_batch(i, data_rank(), data_world(), B, T, batch_buffers(batch_));
     // Every rank runs every batch (ZeRO-3 gathers are collective), targets or not;
-    // a pipeline's loss is its last stage's.
-    const int64_t targets = pipe_ && !pipe_->last_stage() ? 0 : count_targets(batch_);
-    const double loss = pipe_ ? pipe_->eval(batch_) : eval_batch(*model_, *zero_, batch_);
+    // the loss is that of the ranks that compute it (a pipeline's last stage).
+    const int64_t targets = strategy_->computes_loss() ? count_targets(batch_) : 0;
+    const double loss = strategy_->eval(batch_);
     sums[0] += loss * double(targets);
     sums[1] += double(targets);
   }
@@ -575,9 +521,9 @@ nlohmann::json Trainer::memory_json() {
 nlohmann::json Trainer::run() {
   const int64_t steps = recipe_.steps;
   const bool rank0 = comm_.rank() == 0;
-  // A pipeline's tokens per step are its replicas' (every stage of a replica
-  // works on the same micro-batches); its communication counted here is the
-  // stage's data-parallel traffic (summary.json 'pipeline' has the rest).
+  // Tokens per step are the dp axis's (ranks that share a dp coordinate work
+  // on the same micro-batches); the communication counted here is the
+  // engine's group's traffic (a pipeline's summary section has the rest).
   RunReport report(recipe_, rank0, data_world(), start_step_,
                    model_->config().flops_per_token(assembly_.seq_len), zero_->comm(),
                    run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
@@ -671,33 +617,6 @@ nlohmann::json Trainer::run() {
   return finish(report, {status, exit_reason, stop_signal, fatal_message, loss, done});
 }
 
-nlohmann::json Trainer::pipeline_json() {
-  // Every rank's totals, gathered (collective): per stage, the mean over its
-  // replicas of the share of the pipeline phase spent waiting for a neighbour.
-  const PipelineStage::Totals& t = pipe_->totals();
-  const double mine[4] = {double(pipe_->stage()), t.train_s, t.idle_s, double(t.p2p_bytes)};
-  std::vector<double> all(4 * size_t(comm_.size()));
-  comm_.all_gather_f64(mine, all.data(), 4);
-  const int P = pipe_->stages();
-  std::vector<double> idle(size_t(P), 0.0), bytes(size_t(P), 0.0);
-  for (int r = 0; r < comm_.size(); ++r) {
-    const double* v = &all[4 * size_t(r)];
-    const size_t s = size_t(v[0]);
-    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(pipe_->replicas());
-    bytes[s] = std::max(bytes[s], t.steps > 0 ? v[3] / double(t.steps) : 0.0);
-  }
-  std::vector<int64_t> bytes_per_step;
-  for (double b : bytes) bytes_per_step.push_back(int64_t(b));
-  return {{"stages", P},
-          {"replicas", pipe_->replicas()},
-          {"schedule", std::string(pipe::to_string(assembly_.pipeline_schedule))},
-          {"micro_batches", assembly_.zero.accumulation},
-          {"stage_blocks", assembly_.stage_blocks},
-          {"bubble_fraction", pipe::bubble_fraction(P, assembly_.zero.accumulation)},
-          {"idle_fraction", idle},
-          {"p2p_bytes_per_step", bytes_per_step}};
-}
-
 nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const bool rank0 = comm_.rank() == 0;
   const std::string& status = end.status;
@@ -706,8 +625,8 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const int64_t done = end.done;
   std::string digest;
   with_full_parameters([&] { digest = weights_sha256(*model_); });
-  // Rank 0's engine (a pipeline's: the first stage's segments over its D
-  // replicas, whose world pads them; not the whole world).
+  // Rank 0's engine (over its group, whose size pads it: under a pipeline the
+  // first stage's segments over its replicas, not the whole world).
   const int64_t P = zero_->padded_params();
   const zero::ModelStateBytes est =
       zero::model_state_bytes(assembly_.zero.stage, zero_->world(), assembly_.zero.accumulation, P,
@@ -786,7 +705,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
     });
   }
   report.add_profile(summary);
-  if (pipe_) summary["pipeline"] = pipeline_json();
+  strategy_->add_to_summary(summary);
   if (!end.message.empty()) summary["error"] = end.message;
   if (exit_reason == "diverged" || exit_reason == "loss_above_max") {
     summary["error"] = fmt::format(

@@ -43,7 +43,7 @@
 #include "lib/dist/communicator.h"
 #include "lib/dist/fault.h"
 #include "lib/engine/assemble.h"
-#include "lib/engine/pipeline.h"
+#include "lib/engine/strategy.h"
 #include "lib/engine/report.h"
 #include "lib/engine/step.h"
 #include "lib/optim/schedule.h"
@@ -161,7 +161,6 @@ class Trainer {
   nlohmann::json finish(RunReport& report, const Ending& end);
   double evaluate();             // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
-  nlohmann::json pipeline_json();  // collective: summary.json 'pipeline'
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   int64_t frozen_bytes_estimate() const;
   std::string save(int64_t steps_done);  // collective; returns the step directory
@@ -183,10 +182,7 @@ class Trainer {
   std::unique_ptr<dist::Communicator> gpu_comm_;  // GPU runs: NCCL over comm_
   TrainingData data_;  // the batches: a token stream's windows or fine-tuning examples
   std::unique_ptr<nn::Decoder> model_;
-  // Pipeline parallelism (parallel.pipeline > 1): this rank's stage, and the
-  // view of the model its ZeroEngine partitions (the stage's segments).
-  std::unique_ptr<PipelineStage> pipe_;
-  std::unique_ptr<nn::Module> stage_module_;
+  std::unique_ptr<Strategy> strategy_;  // the parallel layout (strategy.h)
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
   std::unique_ptr<RunDirectory> run_dir_;                 // rank 0 only

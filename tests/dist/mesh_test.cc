@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -109,6 +110,35 @@ TEST(Mesh, GroupSplitsTheWorld) {
   EXPECT_EQ(m.group(world, {"dp"})->size(), 4);
   EXPECT_EQ(m.group(world, {"dp"})->rank(), 2);
   EXPECT_EQ(m.group(world, {"pp"})->rank(), 1);
+}
+
+// One simulated rank at a time, as the estimate runs them: every rank of a
+// 2x2 {pp, dp} and a 2x2x2 {pp, dp, tp} mesh splits the world into each
+// axis's group on the counting backend, gets the documented rank and size
+// there, and a collective on the group is counted for the group's size (the
+// ring model: an all-reduce of n bytes sends 2 (g-1)/g n).
+TEST(Mesh, CountingRanksOfTwoAndThreeAxisMeshes) {
+  for (const Mesh& m : {Mesh({{"pp", 2}, {"dp", 2}}), Mesh({{"pp", 2}, {"dp", 2}, {"tp", 2}})}) {
+    for (int r = 0; r < m.world(); ++r) {
+      CountingCommunicator world(r, m.world());
+      for (const MeshAxis& axis : m.axes()) {
+        std::unique_ptr<Communicator> g = m.group(world, {axis.name});
+        const std::vector<int> ranks = m.group_ranks(r, {axis.name});
+        ASSERT_EQ(g->size(), axis.size) << axis.name;
+        ASSERT_EQ(ranks[size_t(g->rank())], r) << axis.name;
+        EXPECT_EQ(g->rank(), m.coord(r, axis.name)) << axis.name;
+        g->all_reduce(nullptr, 100, DType::kF32);  // 400 bytes over 2 ranks: 2 * 1/2 * 400
+        EXPECT_EQ(g->bytes_sent(), 400) << axis.name;
+      }
+      // All axes but dp: the ranks that hold different parts of a model.
+      std::vector<std::string_view> parts;
+      for (const MeshAxis& axis : m.axes())
+        if (axis.name != "dp") parts.push_back(axis.name);
+      std::unique_ptr<Communicator> g = m.group(world, parts);
+      EXPECT_EQ(g->size(), m.world() / 2);
+      EXPECT_EQ(world.bytes_sent(), 0);  // the groups count their own traffic
+    }
+  }
 }
 
 TEST(Mesh, StagesMustDivideTheWorld) {

@@ -1,0 +1,18 @@
+#include "lib/engine/strategy.h"
+
+#include "lib/engine/data_parallel.h"
+#include "lib/engine/pipeline.h"
+
+namespace fd::engine {
+
+std::unique_ptr<Strategy> make_strategy(const Assembly& a, dist::Communicator& world) {
+  // The one place a layout is chosen: a pp axis of more than one stage is a
+  // pipeline; otherwise the world is data-parallel.
+  if (a.mesh.size("pp") > 1)
+    return std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
+                                           a.model.num_layers, a.model.tie_word_embeddings,
+                                           a.zero.accumulation, world);
+  return std::make_unique<DataParallel>(world);
+}
+
+}  // namespace fd::engine
