@@ -409,9 +409,8 @@ tm_adamw* tm_adamw_create(tm_tensor* const* params, size_t count, float lr, floa
           fail(TM_ERR_ARG, "tm_adamw_create: params[{}] and {} are the same tensor", j, name);
       specs.push_back({name, v.shape(), true});
     }
-    fd::nn::GroupLayout layout;  // padded so that any ZeRO stage can partition it
-    layout.pad_multiple = g_comm ? g_comm->size() : 1;
-    auto group = std::make_unique<fd::nn::FlatParamGroup>("capi", specs, dtype, layout);
+    // Aligned only: fd_zero_wrap's engine pads it for the world it partitions over.
+    auto group = std::make_unique<fd::nn::FlatParamGroup>("capi", specs, dtype);
     auto opt = std::make_unique<tm_adamw>();
     for (size_t i = 0; i < count; ++i) {
       const fd::nn::Parameter& p = group->params()[i];
@@ -554,9 +553,6 @@ fd_zero_optimizer* fd_zero_wrap(tm_adamw* opt, int stage) {
     if (opt->wrapped) fail(TM_ERR_STATE, "fd_zero_wrap: opt was already wrapped");
     if (opt->adamw->steps_taken() > 0)
       fail(TM_ERR_STATE, "fd_zero_wrap: opt has already stepped; wrap it before its first step");
-    const fd::nn::FlatParamGroup& g = opt->module->group();
-    if (g.numel() % c.size() != 0)
-      fail(TM_ERR_STATE, "fd_zero_wrap: opt was created before fd_init; create it after");
     fd::zero::ZeroConfig cfg;
     cfg.stage = stage;
     cfg.accumulation = 1;

@@ -74,9 +74,9 @@ Assembly assemble(const config::Recipe& r, int world) {
                             ? pipe::Schedule::kGPipe
                             : pipe::Schedule::k1F1B;
   a.stage_blocks = pipe::partition_blocks(a.model, a.stages, partition_spec(r.parallel));
-  // ZeRO partitions over a stage's data-parallel replicas (all ranks without a pipeline).
-  a.layout = zero::layout_for(r.zero.stage, a.replicas);
-  a.frozen_layout = zero::frozen_layout_for(r.zero.stage, a.replicas);
+  // No world in them: the engine pads the groups for its replicas (build_run).
+  a.layout = zero::layout_for(r.zero.stage);
+  a.frozen_layout = zero::frozen_layout_for(r.zero.stage);
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
@@ -144,9 +144,8 @@ Assembly assemble_for_inference(const config::Recipe& r) {
 std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init,
                                          const std::function<bool(int segment)>& present) {
   nn::GroupLayout layout = a.layout, frozen_layout = a.frozen_layout;
-  if (init == Init::kDeferred && a.zero.stage >= 3)
-    layout.params_resident = frozen_layout.params_resident = false;
-  if (init == Init::kDeferred && a.zero.stage >= 2) layout.grads_resident = false;
+  if (init == Init::kDeferred)
+    layout.params_resident = layout.grads_resident = frozen_layout.params_resident = false;
   auto model =
       std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout, present);
   if (init == Init::kRandom) model->init_weights(a.seed);

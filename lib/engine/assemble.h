@@ -45,13 +45,13 @@ struct Assembly {
   dist::Mesh mesh = dist::Mesh({});
   // Pipeline parallelism (lib/pipe): the mesh's axis sizes, for short.
   int stages = 1;    // P
-  int replicas = 1;  // D = world / P: ZeRO's world, the ranks the layouts are padded for
+  int replicas = 1;  // D = world / P: ZeRO's world, the ranks its engine pads the groups for
   pipe::Schedule pipeline_schedule = pipe::Schedule::k1F1B;
   std::vector<int> stage_blocks;  // transformer blocks per stage (pipe::partition_blocks)
   nn::DecoderConfig model;        // the network: family, dimensions, switches
   nn::LoraConfig lora;            // adapters; disabled (r = 0) without a lora section
   DType dtype = DType::kF32;      // the compute dtype (fp32 master weights when 16-bit)
-  nn::GroupLayout layout;         // trainable flat groups, padded for zero.stage and replicas
+  nn::GroupLayout layout;         // trainable flat groups' accounting for zero.stage (no world)
   nn::GroupLayout frozen_layout;  // the frozen base of a LoRA run
   zero::ZeroConfig zero;          // stage, overlap, accumulation, AdamW, clipping, checkpointing
   std::optional<precision::LossScalerOptions> loss_scaler;  // fp16 only
@@ -79,11 +79,13 @@ enum class Init {
   kRandom,  // the family's random initialisation from Assembly::seed (training;
             // Decoder::init_weights)
   kNone,    // contents unspecified: the caller loads every parameter (inference)
-  // Nothing filled: the ZeroEngine fills what each rank holds through a
-  // ParamFill (initial_weights(), weights_io.h). Under ZeRO-3 the parameter
-  // buffers start released (GroupLayout::params_resident false), so no rank
-  // ever holds the whole model, not even while it is set up; under ZeRO-2/3
-  // the full gradient buffers (transient buckets) start released too.
+  // Nothing filled and nothing allocated: every flat buffer starts released
+  // (GroupLayout::params_resident, grads_resident false). The ZeroEngine pads
+  // each group for its ranks, allocates what its stage keeps and fills what
+  // each rank holds through a ParamFill (initial_weights(), weights_io.h); a
+  // pipeline stage does the same for the segments outside its engine
+  // (PipelineStage::attach). Under ZeRO-3 no rank ever holds the whole model,
+  // not even while it is set up.
   kDeferred,
 };
 

@@ -116,7 +116,7 @@ struct Estimate {
   // LoRA (lora.enabled()): Ψ, P above are the trainable adapters'; the frozen base's:
   nn::LoraConfig lora;
   int64_t frozen_params = 0;         // Ψ_base
-  int64_t frozen_padded_params = 0;  // P_base at this world (frozen_layout_for)
+  int64_t frozen_padded_params = 0;  // P_base at this world (as the engine pads it)
   ActivationEstimate activations;
   // Per ZeRO stage, the largest figure of any rank (with a pipeline: of any
   // pipeline stage's).

@@ -174,6 +174,15 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
                            const nn::ParamFill& fill) {
   model_ = &model;
   engine_ = &engine;
+  // The segments outside this stage's engine (the other stages', the head's
+  // copy of the embedding) padded as their owners' engines pad them, for as
+  // many replicas: whole flat buffers cross between stages.
+  const std::vector<const nn::FlatParamGroup*> all = model.groups(), base = model.frozen_groups();
+  for (int g = 0; g < int(all.size()); ++g) {
+    if (g >= first_ && g <= last_) continue;
+    all[size_t(g)]->pad_for(replicas_);
+    if (!base.empty()) base[size_t(g)]->pad_for(replicas_);
+  }
   const nn::FlatParamGroup* emb = model.groups()[0];
   if (tied_ && emb->numel() > 0) {
     // Only the embedding matrix crosses (not GPT-2's position table: the head
@@ -191,6 +200,7 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
     if (!model.frozen_groups().empty()) gs.push_back(model.frozen_groups()[0]);
     for (const nn::FlatParamGroup* g : gs) {
       if (g->numel() == 0) continue;
+      g->flat_params().storage()->acquire();  // released when built deferred (Init::kDeferred)
       g->flat_params().zero_();
       for (const nn::Parameter& p : g->params())
         fill(p, 0, p.value.numel(), p.value.reshape(Shape{p.value.numel()}));

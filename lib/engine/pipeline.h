@@ -86,8 +86,10 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   zero::ZeroConfig engine_config(zero::ZeroConfig config) const override {
     return stage_config(std::move(config));
   }
-  // After the engine is built: fills the tied copy through `fill` (the same
-  // values the first stage starts with) and installs the norm combiner. Local:
+  // After the engine is built: pads the segments outside it for the stage's
+  // replicas as their owners' engines pad them (FlatParamGroup::pad_for),
+  // allocates and fills the tied copy through `fill` (the same values the
+  // first stage starts with) and installs the norm combiner. Local:
   // nothing crosses between stages until the first sync_tied(), which the
   // trainer calls only once every rank has agreed that its setup succeeded
   // (a stage waiting on a neighbour whose setup failed would wait until

@@ -100,13 +100,16 @@ class Decoder : public Module {
  public:
   // The segments a Decoder of `config` is made of, without allocating anything:
   // the constructor builds its groups from exactly these, so sizes computed
-  // from them (FlatParamGroup::padded_numel) are the sizes a model will have.
+  // from them (FlatParamGroup::padded_numel) are the sizes a model will have,
+  // before and after a ZeroEngine pads it for its ranks.
   // With LoRA, these are the trainable (adapter) segments; segment_specs of
   // the plain config are then the frozen base's.
   static std::vector<SegmentSpec> segment_specs(const DecoderConfig& config,
                                                 const LoraConfig& lora = {});
 
-  // Allocates all segments (parameters zero) in `dtype`, laid out as `layout` says.
+  // Allocates all segments (parameters zero) in `dtype`, laid out as `layout`
+  // says, with alignment padding only (whoever partitions the model pads its
+  // groups for its ranks: FlatParamGroup::pad_for).
   // With LoRA the trainable groups hold only the adapters (laid out by `layout`)
   // and the base lives in frozen groups laid out by `frozen_layout`.
   // `config` must be valid (DecoderConfig::validate).

@@ -1,5 +1,7 @@
 #include "lib/nn/parameter.h"
 
+#include <algorithm>
+
 namespace fd::nn {
 
 namespace {
@@ -8,12 +10,11 @@ int64_t aligned(int64_t n, int64_t unit) { return (n + unit - 1) / unit * unit; 
 
 }  // namespace
 
-int64_t FlatParamGroup::padded_numel(const std::vector<ParamSpec>& specs,
-                                     const GroupLayout& layout) {
-  FD_CHECK(layout.pad_multiple >= 1, "pad_multiple {}", layout.pad_multiple);
+int64_t FlatParamGroup::padded_numel(const std::vector<ParamSpec>& specs, int64_t shards) {
+  FD_CHECK(shards >= 1, "padding for {} shards", shards);
   int64_t total = 0;
   for (const auto& s : specs) total += aligned(s.shape.numel(), kAlignElems);
-  return aligned(total, kAlignElems * layout.pad_multiple);
+  return aligned(total, kAlignElems * shards);
 }
 
 FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
@@ -26,7 +27,8 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, D
     param_numel_ += s.shape.numel();
     offset += aligned(s.shape.numel(), kAlignElems);
   }
-  const int64_t total = padded_numel(specs, layout);
+  aligned_numel_ = offset;
+  const int64_t total = padded_numel(specs);
   flat_params_ = layout.params_resident
                      ? Tensor::zeros(Shape{total}, dtype, layout.params_category)
                      : Tensor::released(Shape{total}, dtype, layout.params_category);
@@ -44,6 +46,32 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, D
     if (layout.with_grads) p.grad = flat_grads_.flat_slice(offsets[i], n).reshape(specs[i].shape);
     params_.push_back(std::move(p));
   }
+}
+
+void FlatParamGroup::pad_for(int64_t shards) const {
+  FD_CHECK(shards >= 1, "group '{}' padded for {} shards", name_, shards);
+  const int64_t total = aligned(aligned_numel_, kAlignElems * shards);
+  if (total == numel()) return;
+  auto resize = [&](Tensor& flat) {
+    if (!flat.defined()) return;
+    const std::shared_ptr<Storage> storage = flat.storage();
+    const MemCategory category = storage->category();
+    Tensor fresh;
+    if (storage->resident() && storage->bytes() > 0) {
+      fresh = Tensor::empty(Shape{total}, dtype_, category, flat.device());
+      const int64_t kept = std::min(total, flat.numel());  // parameters, then zeros
+      fresh.flat_slice(0, kept).copy_from(flat.flat_slice(0, kept));
+      if (total > kept) fresh.flat_slice(kept, total - kept).zero_();
+    } else {
+      fresh = Tensor::released(Shape{total}, dtype_, category, flat.device());
+    }
+    // The storage keeps its identity (every view stays valid); `fresh` leaves
+    // with the old bytes and frees them.
+    storage->swap_bytes(*fresh.storage());
+    flat = Tensor::view_of(storage, 0, Shape{total}, dtype_);
+  };
+  resize(flat_params_);
+  resize(flat_grads_);
 }
 
 const Parameter& FlatParamGroup::param(const std::string& name) const {

@@ -7,6 +7,11 @@
 // gradient buffer. Optimizers, gradient clipping, and later ZeRO partitioning
 // and checkpoints work on these flat buffers, never on individual tensors.
 // Padding elements are zero in both buffers and stay zero.
+//
+// A group is built with alignment padding only: nothing in it depends on how
+// many ranks will share it. Whoever partitions it (the ZeroEngine, over its
+// communicator) pads it for that many shards with pad_for(), so one model can
+// be built once and partitioned for any group.
 #pragma once
 
 #include <functional>
@@ -29,11 +34,10 @@ struct Parameter {
   autograd::Variable var() const { return autograd::Variable::bound_leaf(value, grad); }
 };
 
-// How a group's flat buffers are sized and accounted.
+// How a group's flat buffers are accounted and whether they start allocated
+// (their length is the parameters', aligned; FlatParamGroup::pad_for pads it
+// for a partition).
 struct GroupLayout {
-  // The total length is padded to a multiple of kAlignElems * pad_multiple, so
-  // that it splits into pad_multiple equal, aligned shards (ZeRO: the world size).
-  int64_t pad_multiple = 1;
   MemCategory params_category = MemCategory::kParams;  // accounting of the flat parameter buffer
   MemCategory grads_category = MemCategory::kGrads;    // accounting of the flat gradient buffer
   bool with_grads = true;  // false: frozen parameters, no gradient buffer at all
@@ -64,14 +68,15 @@ class FlatParamGroup {
  public:
   static constexpr int64_t kAlignElems = 16;  // 64 bytes of fp32
 
-  // Total elements (alignment and world padding included) of a group of
-  // `specs` laid out as `layout` says, without allocating: the numel() the
-  // constructor gives. Memory estimates (lib/engine/estimate.h) use it.
-  static int64_t padded_numel(const std::vector<ParamSpec>& specs, const GroupLayout& layout = {});
+  // Total elements of a group of `specs` padded for `shards` equal, aligned
+  // shards, without allocating: the numel() the constructor gives (shards 1:
+  // alignment only) and the one pad_for(shards) gives. Memory estimates
+  // (lib/engine/estimate.h) use it.
+  static int64_t padded_numel(const std::vector<ParamSpec>& specs, int64_t shards = 1);
 
   // Lays out `specs` in order and allocates zeroed parameter and gradient
-  // buffers (the parameter buffer released, not zeroed, when
-  // !layout.params_resident).
+  // buffers of padded_numel(specs) elements (a buffer starts released, not
+  // zeroed, when the layout says it is not resident).
   FlatParamGroup(std::string name, std::vector<ParamSpec> specs, DType dtype,
                  const GroupLayout& layout = {});
   FlatParamGroup(const FlatParamGroup&) = delete;
@@ -82,8 +87,19 @@ class FlatParamGroup {
   const std::vector<Parameter>& params() const { return params_; }
   // The parameter called `name`; FD_CHECK fails if there is none.
   const Parameter& param(const std::string& name) const;
-  // Total elements including alignment padding.
+  // Total elements including alignment padding (and the partition's, after pad_for).
   int64_t numel() const { return flat_params_.numel(); }
+  // Pads both flat buffers to padded_numel(specs, shards) elements, so that
+  // they split into `shards` equal, aligned shards (ZeRO: the ranks of the
+  // engine's communicator); a no-op when numel() is that already. Padding is
+  // partition state, like a buffer's residency, not the model's: parameter
+  // offsets and values do not change, and every Parameter view (and any
+  // Variable bound to one) stays valid, since the buffers keep their Storage
+  // objects. A released buffer is only resized (nothing allocated); a resident
+  // one gets new bytes of the new size, its values copied and the new padding
+  // zero (both held for the copy, one group at a time). Call it before the
+  // buffers are handed to anything that keeps its own views of them.
+  void pad_for(int64_t shards) const;
   // Elements that belong to parameters (no padding).
   int64_t param_numel() const { return param_numel_; }
   const Tensor& flat_params() const { return flat_params_; }
@@ -94,9 +110,11 @@ class FlatParamGroup {
   std::string name_;
   DType dtype_;
   std::vector<Parameter> params_;
-  Tensor flat_params_;
-  Tensor flat_grads_;
+  // Mutable for pad_for() only (the tensors' length, never their storage).
+  mutable Tensor flat_params_;
+  mutable Tensor flat_grads_;
   int64_t param_numel_ = 0;
+  int64_t aligned_numel_ = 0;  // the parameters' aligned lengths, without partition padding
 };
 
 }  // namespace fd::nn

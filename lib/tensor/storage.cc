@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "lib/base/check.h"
@@ -127,6 +128,15 @@ void Storage::release() {
   data_ = nullptr;
   resident_ = false;
   MemoryAccountant::global().sub(category_, static_cast<int64_t>(bytes_));
+}
+
+void Storage::swap_bytes(Storage& other) {
+  FD_CHECK(category_ == other.category_ && device_ == other.device_ && !pinned_ && !other.pinned_,
+           "swap_bytes between storages of {} on {} and {} on {}", mem_category_name(category_),
+           device_.str(), mem_category_name(other.category_), other.device_.str());
+  std::swap(data_, other.data_);
+  std::swap(bytes_, other.bytes_);
+  std::swap(resident_, other.resident_);
 }
 
 void Storage::acquire() {

@@ -51,6 +51,12 @@ class Storage {
   void release();
   // Re-allocates the bytes after release() (no-op if resident).
   void acquire();
+  // Exchanges the bytes (allocation, size, residency) with `other`, which must
+  // have the same category and device, neither pinned. Each object keeps its
+  // identity, so the tensors viewing this one view `other`'s bytes from now
+  // on: how a buffer is resized under its views (FlatParamGroup::pad_for).
+  // The accountant is unchanged (one category, the same bytes held).
+  void swap_bytes(Storage& other);
 
  private:
   void* data_ = nullptr;  // null on meta

@@ -12,9 +12,8 @@
 
 namespace fd::zero {
 
-nn::GroupLayout layout_for(int stage, int world) {
+nn::GroupLayout layout_for(int stage) {
   nn::GroupLayout l;
-  l.pad_multiple = world;
   // Stage 3 keeps only a parameter shard; the full buffers are transient gathers.
   if (stage >= 3) l.params_category = MemCategory::kComm;
   // Stages 2-3 keep only a gradient shard; full gradients are transient buckets.
@@ -22,9 +21,8 @@ nn::GroupLayout layout_for(int stage, int world) {
   return l;
 }
 
-nn::GroupLayout frozen_layout_for(int stage, int world) {
+nn::GroupLayout frozen_layout_for(int stage) {
   nn::GroupLayout l;
-  l.pad_multiple = world;
   l.params_category = stage >= 3 ? MemCategory::kComm : MemCategory::kFrozen;
   l.with_grads = false;
   return l;
@@ -83,10 +81,16 @@ Tensor take_shard(const nn::FlatParamGroup& g, int64_t begin, int64_t count,
   return shard;
 }
 
-// Fills all of `g`'s (resident) parameters through `fill`.
+// Stages 0-2 keep all of `g`'s parameters: with `fill`, allocated (a
+// deferred model's start released) and filled through it; without, they must
+// be resident already.
 void fill_all(const nn::FlatParamGroup& g, const nn::ParamFill& fill) {
-  FD_CHECK(g.numel() == 0 || g.flat_params().storage()->resident(),
-           "group '{}': stages 0-2 keep every parameter resident", g.name());
+  if (!fill) {
+    FD_CHECK(g.numel() == 0 || g.flat_params().storage()->resident(),
+             "group '{}' holds no parameters and no ParamFill was given", g.name());
+    return;
+  }
+  g.flat_params().storage()->acquire();
   fill_flat(g, 0, g.numel(), g.flat_params(), fill);
 }
 
@@ -109,8 +113,8 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
            "frozen groups must align with the trainable ones");
   for (const nn::FlatParamGroup* g : model.groups()) {
     FD_CHECK(g->dtype() != DType::kI32, "group '{}' is not floating point", g->name());
-    FD_CHECK(g->numel() % world == 0, "group '{}' of {} elements not padded for world {}",
-             g->name(), g->numel(), world);
+    // The padding this partition needs: the model is built with alignment only.
+    g->pad_for(world);
     dtype_ = g->dtype();
     const bool mixed = g->dtype() != DType::kF32;
     Segment s;
@@ -118,22 +122,27 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     s.shard = g->numel() / world;
     if (!frozen.empty()) {
       s.frozen = frozen[segments_.size()];
+      s.frozen->pad_for(world);
       if (c.stage >= 3) {
         const int64_t fs = s.frozen->numel() / world;
         s.frozen_shard =
             take_shard(*s.frozen, int64_t(comm.rank()) * fs, fs, MemCategory::kFrozen, fill);
-      } else if (fill) {
+      } else {
         fill_all(*s.frozen, fill);
       }
     }
     const int64_t begin = int64_t(comm.rank()) * s.shard;
+    if (c.stage < 2 && !g->flat_grads().storage()->resident()) {  // a deferred model's
+      g->flat_grads().storage()->acquire();
+      g->zero_grads();
+    }
     s.grad_shard_own = c.stage >= 2 || c.accumulation > 1;
     s.grad_shard = s.grad_shard_own
                        ? Tensor::zeros(Shape{s.shard}, g->dtype(), MemCategory::kGrads)
                        : g->flat_grads().flat_slice(begin, s.shard);
     if (c.stage >= 3) {
       s.param_shard = take_shard(*g, begin, s.shard, MemCategory::kParams, fill);
-    } else if (fill) {
+    } else {
       fill_all(*g, fill);
     }
     // What AdamW updates (fp32) and the compute-dtype copy it writes back;

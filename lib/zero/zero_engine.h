@@ -1,7 +1,10 @@
 // ZeroEngine: ZeRO stages 0-3 over a model's flat parameter groups.
 //
 // Every segment (FlatParamGroup) is partitioned into `world` equal contiguous
-// shards of its padded flat space; rank r owns [r*S, (r+1)*S). One reduction
+// shards of its padded flat space; rank r owns [r*S, (r+1)*S). The model is
+// built with alignment padding only; the engine pads each group for its
+// communicator's size as it partitions it (FlatParamGroup::pad_for), so a
+// model built once can be partitioned over any group. One reduction
 // path serves every stage (docs/ZERO.md):
 //   - after a segment's backward its full gradient is reduce-scattered
 //     (asynchronously with overlap_comm, while backward goes on) into the
@@ -37,7 +40,7 @@
 // and passes the scale to step(), which folds its removal into the clipping
 // factor (DeepSpeed's formula, REFERENCE.md) and reports non-finite gradients.
 //
-// Use: build the model with layout_for(stage, world), then per step:
+// Use: build the model with layout_for(stage), then per step:
 //   for each micro-batch m: begin_micro_batch(m); loss = model.loss(..., this);
 //                           tape.backward(loss, 1/(accumulation*world)); end_micro_batch(m);
 //   StepResult r = step(lr);
@@ -117,11 +120,12 @@ struct StepResult {
   bool skipped = false;    // non-finite gradients: no update was made (all ranks agree)
 };
 
-// The flat-buffer layout a model needs for `stage` on `world` ranks.
-nn::GroupLayout layout_for(int stage, int world);
-// The layout of a frozen base (LoRA) for `stage` on `world` ranks: partitioned
-// like the rest under stage 3 (gathered per segment), replicated otherwise.
-nn::GroupLayout frozen_layout_for(int stage, int world);
+// How a model's flat buffers are accounted for `stage` (whatever the ranks:
+// the engine pads the groups for its communicator).
+nn::GroupLayout layout_for(int stage);
+// The layout of a frozen base (LoRA) for `stage`: partitioned like the rest
+// under stage 3 (gathered per segment), replicated otherwise.
+nn::GroupLayout frozen_layout_for(int stage);
 
 // Model-state bytes per rank that a ZeroEngine holds (fp32), as documented above.
 struct ModelStateBytes {
@@ -140,14 +144,20 @@ ModelStateBytes model_state_bytes(int stage, int world, int accumulation, int64_
 
 class ZeroEngine : public nn::SegmentRunner {
  public:
-  // `model` must have been built with layout_for(config.stage, comm.size()).
-  // Without `fill` it must hold the same initial parameters on every rank
-  // (stage 3 copies the rank's shard out and releases the full buffers). With
-  // `fill`, the engine fills what the rank holds through it: under stage 3
-  // only the rank's shard of every group (the model may then be built with
-  // GroupLayout::params_resident false, so that no rank ever holds the whole
-  // model), otherwise every parameter. `fill` must give every rank the same
-  // values; it is not kept. Model and communicator must outlive the engine.
+  // `model` must have been built with layout_for(config.stage). First, the
+  // engine pads every group (and frozen group) of `model` for comm.size()
+  // shards (FlatParamGroup::pad_for: nothing is allocated for a buffer that
+  // is still released), whatever it was padded for before. Without `fill`
+  // the model must hold the same initial parameters on every rank (stage 3
+  // copies the rank's shard out and releases the full buffers). With `fill`,
+  // the engine fills what the rank holds through it: under stage 3 only the
+  // rank's shard of every group, otherwise every parameter. The model may
+  // then be built with its buffers released (GroupLayout::params_resident and
+  // grads_resident false): the engine allocates what its stage keeps (full
+  // parameters for stages 0-2, full gradients for stages 0-1) only once they
+  // are padded, and under stage 3 no rank ever holds the whole model. `fill`
+  // must give every rank the same values; it is not kept. Model and
+  // communicator must outlive the engine.
   ZeroEngine(const nn::Module& model, dist::Communicator& comm, const ZeroConfig& config,
              const nn::ParamFill& fill = {});
   ~ZeroEngine() override;

@@ -81,7 +81,7 @@ TEST(ActivationCheckpointing, GradientsAreBitwiseIdentical) {
     std::vector<std::vector<float>> grads[2];
     for (int ckpt = 0; ckpt < 2; ++ckpt) {
       dist::LocalCommunicator comm;
-      nn::Decoder model(c, dtype, zero::layout_for(0, 1));
+      nn::Decoder model(c, dtype, zero::layout_for(0));
       model.init_weights(5);
       zero::ZeroConfig zc;
       if (ckpt) zc.checkpoint_segments = {1, 2, 3};

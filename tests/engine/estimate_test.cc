@@ -58,10 +58,14 @@ config::Recipe recipe_for(const nn::GptConfig& c, int micro, int seq_len, int ac
 
 TEST(Estimate, PaddedSizesEqualAConstructedModel) {
   for (const nn::GptConfig& c : {unpadded(), padded(), config(3, 3, 48, 257, 33)}) {
+    // Built once, padded for each world in turn as an engine over it pads it.
+    nn::Decoder model(c, DType::kF32, zero::layout_for(0));
     for (int world : {1, 2, 3, 4, 8}) {
-      nn::Decoder model(c, DType::kF32, zero::layout_for(0, world));
       int64_t built = 0;
-      for (const nn::FlatParamGroup* g : model.groups()) built += g->numel();
+      for (const nn::FlatParamGroup* g : model.groups()) {
+        g->pad_for(world);
+        built += g->numel();
+      }
       EXPECT_EQ(estimate(recipe_for(c, 1, c.max_seq_len, 1), world).padded_params, built)
           << "world " << world;
     }
@@ -73,11 +77,11 @@ TEST(Estimate, FlatParamGroupPaddedNumelIsTheConstructedNumel) {
                                             {"b", Shape{5}, false},
                                             {"c", Shape{2, 16}, true},
                                             {"d", Shape{1}, false}};
-  for (int64_t k : {1, 2, 3, 4, 7}) {
-    nn::GroupLayout layout;
-    layout.pad_multiple = k;
-    nn::FlatParamGroup g("g", specs, DType::kF32, layout);
-    EXPECT_EQ(nn::FlatParamGroup::padded_numel(specs, layout), g.numel()) << "pad_multiple " << k;
+  nn::FlatParamGroup g("g", specs, DType::kF32);
+  EXPECT_EQ(nn::FlatParamGroup::padded_numel(specs), g.numel());
+  for (int64_t k : {1, 2, 3, 4, 7, 1}) {
+    g.pad_for(k);
+    EXPECT_EQ(nn::FlatParamGroup::padded_numel(specs, k), g.numel()) << "shards " << k;
   }
   EXPECT_EQ(nn::FlatParamGroup::padded_numel(specs), 80);  // 16 + 16 + 32 + 16
 }
@@ -215,7 +219,7 @@ Measured measure_step(const nn::DecoderConfig& c, int stage, int micro, int seq_
                       bool overlap, DType dtype = DType::kF32,
                       const std::vector<int>& checkpointed = {}) {
   dist::LocalCommunicator comm;
-  nn::Decoder model(c, dtype, zero::layout_for(stage, 1));
+  nn::Decoder model(c, dtype, zero::layout_for(stage));
   model.init_weights(7);
   zero::ZeroConfig zc;
   zc.stage = stage;
@@ -386,8 +390,8 @@ TEST(Estimate, SixteenBitModelStatesAreThePaperFormulas) {
       // MPI's fp32 staging of the largest segment's reduce-scatter (its input
       // and output), kept from the first reduction to the end of the run.
       int64_t largest = 0;
-      for (const nn::FlatParamGroup* g : nn::Decoder(c, DType::kBF16, zero::layout_for(0, int(N))).groups())
-        largest = std::max(largest, g->numel());
+      for (const nn::SegmentSpec& seg : nn::Decoder::segment_specs(nn::gpt2_config(c)))
+        largest = std::max(largest, nn::FlatParamGroup::padded_numel(seg.params, N));
       const int64_t kept = N > 1 ? (N + 1) * (largest / N) * 4 : 0;
       const int64_t want[4] = {16 * psi, 4 * psi + 12 * psi / N, 2 * psi + 14 * psi / N,
                                16 * psi / N};
@@ -423,9 +427,8 @@ TEST(Estimate, NativeSixteenBitReductionsKeepSixteenBitStaging) {
       r.zero.reduce_dtype = p;
       const Estimate native = estimate(r, int(N));
       int64_t largest = 0;
-      for (const nn::FlatParamGroup* g :
-           nn::Decoder(c, DType::kBF16, zero::layout_for(0, int(N))).groups())
-        largest = std::max(largest, g->numel());
+      for (const nn::SegmentSpec& seg : nn::Decoder::segment_specs(nn::gpt2_config(c)))
+        largest = std::max(largest, nn::FlatParamGroup::padded_numel(seg.params, N));
       const int64_t kept = N > 1 ? largest * 2 : 0;
       for (int s = 0; s < 4; ++s) {
         const StageEstimate& a = fp32.stages[size_t(s)];
@@ -490,8 +493,8 @@ TEST(Estimate, LoraStepEqualsTheEstimate) {
             EXPECT_EQ(e.num_params, e.lora.num_params(nn::gpt2_config(c)));
             EXPECT_EQ(e.frozen_params, nn::gpt2_config(c).num_params());
             dist::LocalCommunicator comm;
-            nn::Decoder model(c, dtype, zero::layout_for(stage, 1), e.lora,
-                          zero::frozen_layout_for(stage, 1));
+            nn::Decoder model(c, dtype, zero::layout_for(stage), e.lora,
+                              zero::frozen_layout_for(stage));
             model.init_weights(7);
             int64_t P = 0, Pb = 0;
             for (const nn::FlatParamGroup* g : model.groups()) P += g->numel();

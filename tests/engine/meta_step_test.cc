@@ -75,8 +75,8 @@ Measured run_step(Device device, const nn::GptConfig& c, const StepCase& k, int 
       lora.dropout = 0.1f;
       lora.modules = {"attn.c_attn", "mlp.c_proj"};
     }
-    nn::Decoder model(c, k.dtype, zero::layout_for(k.stage, 1), lora,
-                  zero::frozen_layout_for(k.stage, 1));
+    nn::Decoder model(c, k.dtype, zero::layout_for(k.stage), lora,
+                      zero::frozen_layout_for(k.stage));
     model.init_weights(7);
     zero::ZeroConfig zc;
     zc.stage = k.stage;
@@ -196,7 +196,7 @@ TEST(MetaStep, CountingCommunicatorSendsTheEstimatedBytes) {
                                    accumulation, dtype_name(dtype)));
           DeviceScope scope(Device::meta());
           dist::CountingCommunicator comm(world - 1, world);
-          nn::Decoder model(c, dtype, zero::layout_for(stage, world));
+          nn::Decoder model(c, dtype, zero::layout_for(stage));
           model.init_weights(7);
           zero::ZeroConfig zc;
           zc.stage = stage;

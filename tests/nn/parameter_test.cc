@@ -111,6 +111,62 @@ TEST(FlatParamGroup, VarAccumulatesIntoTheGradView) {
   EXPECT_EQ(v.slot()->grad.offset(), p.grad.offset());
 }
 
+// pad_for resizes both flat buffers for a partition and back, any number of
+// times: offsets, values and every view (and a Variable bound to one) stay as
+// they were, the padding is zero, and a released buffer stays released with
+// nothing accounted.
+TEST(FlatParamGroup, PadForResizesUnderTheViews) {
+  FlatParamGroup g("seg", specs(), DType::kF32);  // 80 elements: alignment only
+  const Parameter& bias = g.param("a.bias");
+  autograd::Variable v = bias.var();
+  for (size_t k = 0; k < g.params().size(); ++k) {
+    const Parameter& p = g.params()[k];
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      p.value.f32()[i] = float(100 * (k + 1) + i);
+      p.grad.f32()[i] = -float(100 * (k + 1) + i);
+    }
+  }
+  const std::vector<float> params0 = g.flat_params().to_vector();
+  const std::vector<float> grads0 = g.flat_grads().to_vector();
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const int64_t held0 = acct.current(MemCategory::kParams);
+  // 80 is a multiple of 16 x 1 and 16 x 5; 16 x 3 and 16 x 4 need more, 16 x 2 less than 16 x 4.
+  for (int64_t shards : {3, 4, 2, 5, 1}) {
+    SCOPED_TRACE(shards);
+    g.pad_for(shards);
+    const int64_t want = (80 + 16 * shards - 1) / (16 * shards) * (16 * shards);
+    EXPECT_EQ(g.numel(), want);
+    EXPECT_EQ(g.numel(), FlatParamGroup::padded_numel(specs(), shards));
+    EXPECT_EQ(g.flat_grads().numel(), want);
+    EXPECT_EQ(acct.current(MemCategory::kParams) - held0, (want - 80) * 4) << "the old bytes freed";
+    const std::vector<float> flat = g.flat_params().to_vector();
+    const std::vector<float> grads = g.flat_grads().to_vector();
+    for (size_t j = 0; j < flat.size(); ++j) {
+      EXPECT_EQ(flat[j], j < 80 ? params0[j] : 0.0f) << j;
+      EXPECT_EQ(grads[j], j < 80 ? grads0[j] : 0.0f) << j;
+    }
+    for (const Parameter& p : g.params()) {
+      EXPECT_EQ(p.value.storage(), g.flat_params().storage()) << p.name;
+      EXPECT_EQ(p.grad.storage(), g.flat_grads().storage()) << p.name;
+    }
+    EXPECT_EQ(v.value().to_vector(), bias.value.to_vector());
+    EXPECT_EQ(v.value().to_vector()[2], 202.0f);
+  }
+
+  GroupLayout released;
+  released.params_resident = released.grads_resident = false;
+  FlatParamGroup r("seg", specs(), DType::kF32, released);
+  const int64_t before = acct.current(MemCategory::kParams) + acct.current(MemCategory::kGrads);
+  r.pad_for(3);
+  EXPECT_EQ(r.numel(), 96);
+  EXPECT_FALSE(r.flat_params().storage()->resident());
+  EXPECT_FALSE(r.flat_grads().storage()->resident());
+  EXPECT_EQ(acct.current(MemCategory::kParams) + acct.current(MemCategory::kGrads), before);
+  r.flat_params().storage()->acquire();
+  EXPECT_EQ(acct.current(MemCategory::kParams) + acct.current(MemCategory::kGrads),
+            before + 96 * 4);
+}
+
 TEST(FlatParamGroup, Bf16GroupUsesTheSameElementLayout) {
   FlatParamGroup g("seg", specs(), DType::kBF16);
   EXPECT_EQ(g.numel(), 80);
