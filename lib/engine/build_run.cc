@@ -11,7 +11,7 @@ BuiltRun build_run(const Assembly& a, dist::Communicator& world, const RunEnv& e
   std::unique_ptr<PipelineStage> pipe;
   if (a.stages > 1)
     pipe = std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
-                                           a.model.num_layers, a.model.tie_word_embeddings, world);
+                                           nn::decoder_segments(a.model), world);
   PipelineStage* p = pipe.get();
   r.model = build_model(a, Init::kDeferred,
                         p ? std::function<bool(int)>([p](int g) { return p->holds(g); })
