@@ -10,6 +10,7 @@
 #include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
 #include "lib/engine/tokenizer_fit.h"
+#include "lib/nn/config/segments.h"
 #include "lib/pipe/partition.h"
 #include "lib/text/tokenizer.h"
 
@@ -96,8 +97,9 @@ Assembly assemble(const config::Recipe& r, int world) {
   z.adamw.eps = float(r.optimizer.eps);
   z.adamw.weight_decay = float(r.optimizer.weight_decay);
   z.grad_clip = float(r.optimizer.grad_clip);
+  const std::vector<nn::SegmentInfo> segments = nn::decoder_segments(a.model);
   for (int layer : r.activation_checkpointing.layers)
-    z.checkpoint_segments.push_back(1 + layer);  // segment 0 is the embedding
+    z.checkpoint_segments.push_back(nn::find_segment(segments, nn::SegmentRole::kBlock, layer));
   const config::OffloadOptions& oo = r.zero.offload_optimizer;
   z.offload.optimizer = oo.device != config::OffloadDevice::kNone;
   z.offload.host = oo.device == config::OffloadDevice::kHost;

@@ -123,7 +123,7 @@ struct RankRun {
 class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver {
  public:
   Watch(zero::ZeroEngine& engine, const Assembly& a, int64_t act0)
-      : engine_(engine), a_(a), act0_(act0) {
+      : engine_(engine), a_(a), segments_(nn::decoder_segments(a.model)), act0_(act0) {
     last_peak_ = acct().peak(MemCategory::kActivations);
   }
 
@@ -168,9 +168,10 @@ class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver 
   static MemoryAccountant& acct() { return MemoryAccountant::global(); }
 
   std::string segment_label(int g) const {
-    if (g == nn::Decoder::kEmbedSegment) return "embedding";
-    if (g == a_.model.num_layers + 1) return "head";
-    const std::string block = fmt::format("block {}", g - 1);
+    const nn::SegmentInfo& s = segments_[size_t(g)];
+    if (s.role == nn::SegmentRole::kEmbedding) return "embedding";
+    if (s.role == nn::SegmentRole::kHead) return "head";
+    const std::string block = fmt::format("block {}", s.block);
     if (std::count(a_.zero.checkpoint_segments.begin(), a_.zero.checkpoint_segments.end(), g))
       checkpointed_.insert(block);
     return block;
@@ -191,6 +192,7 @@ class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver 
 
   zero::ZeroEngine& engine_;
   const Assembly& a_;
+  const std::vector<nn::SegmentInfo> segments_;  // the model's, for the labels
   int64_t act0_;
   int64_t last_peak_;
   std::string peak_at_;
@@ -314,7 +316,9 @@ Estimate estimate(const config::Recipe& r, int world) {
   e.recipe_stage = recipe_assembly.zero.stage;
   e.precision = r.precision;
   e.compute_bytes = int(dtype_size(recipe_assembly.dtype));
-  for (int g : recipe_assembly.zero.checkpoint_segments) e.checkpointed.push_back(g - 1);
+  const std::vector<nn::SegmentInfo> segments = nn::decoder_segments(recipe_assembly.model);
+  for (int g : recipe_assembly.zero.checkpoint_segments)
+    e.checkpointed.push_back(segments[size_t(g)].block);
   {
     // P at one rank: alignment padding only.
     DeviceScope on_meta(Device::meta());
@@ -386,26 +390,26 @@ Estimate estimate(const config::Recipe& r, int world) {
     act.peak = most.activations;
     act.peak_at = most.peak_at;
     act.eval_peak = most.eval_peak;
-    // What each segment's forward added to the saved set (micro-batch 0):
-    // the embedding, the blocks, then the head and the loss.
-    const auto& after = most.after_segment;
-    int64_t prev = 0;
-    for (size_t i = 0; i < after.size(); ++i) {
+    // What each segment's forward added to the saved set (micro-batch 0), by
+    // its role: the embedding, the blocks, then the head and the loss (all
+    // that was saved after the segment before it).
+    const auto& after = most.after_segment;  // after[g]: segment g, in forward order
+    int64_t prev = 0, before_head = 0;
+    for (size_t i = 0; i < after.size() && i < segments.size(); ++i) {
       const int64_t added = after[i].second - prev;
+      if (segments[i].role == nn::SegmentRole::kHead) before_head = prev;
       prev = after[i].second;
-      if (i == 0) {
+      if (segments[i].role == nn::SegmentRole::kEmbedding) {
         act.embed = added;
-      } else if (i <= size_t(e.model.num_layers)) {
-        const int layer = int(i) - 1;
+      } else if (segments[i].role == nn::SegmentRole::kBlock) {
+        const int layer = segments[i].block;
         const bool ckpt =
             std::find(e.checkpointed.begin(), e.checkpointed.end(), layer) != e.checkpointed.end();
         int64_t& slot = ckpt ? act.per_checkpointed_block : act.per_block;
         slot = std::max(slot, added);
       }
     }
-    act.head =
-        act.saved -
-        (after.size() > size_t(e.model.num_layers) ? after[size_t(e.model.num_layers)].second : 0);
+    act.head = act.saved - before_head;
   }
   for (StageEstimate& st : e.stages)
     st.paper_bytes = paper_bytes(st.stage, double(e.num_params), double(world), e.compute_bytes);

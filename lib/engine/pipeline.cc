@@ -12,6 +12,7 @@
 #include "lib/dist/local_communicator.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
+#include "lib/pipe/partition.h"
 
 namespace fd::engine {
 
@@ -91,13 +92,14 @@ Variable with_backward_prelude(const Variable& y, std::function<void()> before) 
 }  // namespace
 
 PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
-                             pipe::Schedule schedule, int num_layers, bool tied_head,
+                             pipe::Schedule schedule, std::vector<nn::SegmentInfo> segments,
                              int micro_batches, dist::Communicator& world)
     : blocks_(std::move(blocks)),
       schedule_(schedule),
       micro_batches_(micro_batches),
+      segments_(std::move(segments)),
       world_(world) {
-  place(mesh, num_layers, tied_head);
+  place(mesh);
   data_ = mesh.group(world, {"dp"});
   // One replica: the stage's engine runs alone, as a one-rank run does (no
   // MPI, no fp32 staging of its reductions).
@@ -108,20 +110,37 @@ PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
   if (tied_) tie_ = mesh.group(world, {"pp"});
 }
 
-void PipelineStage::place(const dist::Mesh& mesh, int num_layers, bool tied_head) {
+void PipelineStage::place(const dist::Mesh& mesh) {
   const int P = stages();
   FD_CHECK(P >= 2 && mesh.size("pp") == P && mesh.world() == world_.size(),
            "a pipeline of {} stages over a mesh of {} stages and {} ranks, {} in the world", P,
            mesh.size("pp"), mesh.world(), world_.size());
+  const int num_layers = int(std::count_if(segments_.begin(), segments_.end(), [](const auto& s) {
+    return s.role == nn::SegmentRole::kBlock;
+  }));
   FD_CHECK(std::accumulate(blocks_.begin(), blocks_.end(), 0) == num_layers,
            "stage blocks do not add up to {} layers", num_layers);
   replicas_ = mesh.size("dp");
   stage_ = mesh.coord(world_.rank(), "pp");
   replica_ = mesh.coord(world_.rank(), "dp");
-  const int before = std::accumulate(blocks_.begin(), blocks_.begin() + stage_, 0);
-  first_ = stage_ == 0 ? 0 : 1 + before;
-  last_ = stage_ == P - 1 ? num_layers + 1 : before + blocks_[size_t(stage_)];
-  tied_ = tied_head;
+  const pipe::StageSegments mine = pipe::stage_segments(segments_, blocks_, stage_);
+  first_ = mine.first;
+  last_ = mine.last;
+  segment_stage_ = pipe::segment_stages(segments_, blocks_);
+  // A tied head: its matrix is the segment it is tied to's. The hand-over
+  // below (the head's gradient to the owner before its backward, the updated
+  // matrix back after each step) runs from the last stage to the first.
+  for (size_t g = 0; g < segments_.size(); ++g) {
+    const int owner = segments_[g].tied_to;
+    if (owner < 0) continue;
+    FD_CHECK(!tied_, "more than one tied segment");
+    FD_CHECK(segment_stage_[g] == P - 1 && segment_stage_[size_t(owner)] == 0,
+             "segment {} (stage {}) is tied to segment {} (stage {}): a pipeline hands tied "
+             "weights from the first stage to the last only",
+             g, segment_stage_[g], owner, segment_stage_[size_t(owner)]);
+    tied_ = true;
+    tied_segment_ = owner;
+  }
 }
 
 PipelineStage::~PipelineStage() = default;
@@ -140,14 +159,16 @@ void PipelineStage::use_device_comms(const MakeComm& make, dist::Communicator& d
 }
 
 int PipelineStage::owner_stage(int segment) const {
-  int stage = 0, end = blocks_[0] + 1;  // segments [0, end) are stage 0's
-  while (segment >= end && stage + 1 < stages()) end += blocks_[size_t(++stage)];
-  return stage;
+  FD_CHECK(0 <= segment && segment < int(segment_stage_.size()), "segment {} of {}", segment,
+           segment_stage_.size());
+  return segment_stage_[size_t(segment)];
 }
 
 bool PipelineStage::holds(int segment) const {
-  return (segment >= first_ && segment <= last_) ||
-         (tied_ && last_stage() && segment == nn::Decoder::kEmbedSegment);
+  if (segment >= first_ && segment <= last_) return true;
+  for (int g = first_; g <= last_; ++g)  // the weights a segment of ours reads (a tied head)
+    if (segments_[size_t(g)].tied_to == segment) return true;
+  return false;
 }
 
 std::unique_ptr<nn::Module> PipelineStage::stage_module(const nn::Decoder& model) const {
@@ -183,7 +204,7 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
     all[size_t(g)]->pad_for(replicas_);
     if (!base.empty()) base[size_t(g)]->pad_for(replicas_);
   }
-  const nn::FlatParamGroup* emb = model.groups()[0];
+  const nn::FlatParamGroup* emb = tied_ ? model.groups()[size_t(tied_segment_)] : nullptr;
   if (tied_ && emb->numel() > 0) {
     // Only the embedding matrix crosses (not GPT-2's position table: the head
     // never touches it), as a range of the segment's flat space.
@@ -196,8 +217,8 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   }
   if (tied_ && last_stage()) {
     // The head's copy of the embedding starts as the first stage's.
-    std::vector<const nn::FlatParamGroup*> gs{model.groups()[0]};
-    if (!model.frozen_groups().empty()) gs.push_back(model.frozen_groups()[0]);
+    std::vector<const nn::FlatParamGroup*> gs{emb};
+    if (!model.frozen_groups().empty()) gs.push_back(model.frozen_groups()[size_t(tied_segment_)]);
     for (const nn::FlatParamGroup* g : gs) {
       if (g->numel() == 0) continue;
       g->flat_params().storage()->acquire();  // released when built deferred (Init::kDeferred)
@@ -208,7 +229,7 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   }
   // The norm over every stage, in the unpipelined order: for each replica
   // (data-parallel rank), its partials of every segment in segment order.
-  const int segments = model.final_segment() + 1;
+  const int segments = int(segments_.size());
   norm_row_.assign(size_t(segments), 0.0);  // kept: no allocation per step
   norm_all_.assign(size_t(world_.size()) * size_t(segments), 0.0);
   engine.set_norm_combine([this, segments](const std::vector<double>& mine) {
@@ -235,9 +256,9 @@ Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,
   std::vector<int> mapped;
   for (int a : also_needs)
     if (a >= first_ && a <= last_) mapped.push_back(a - first_);  // the tied copy is always here
-  if (g == nn::Decoder::kEmbedSegment && tied_ && stages() > 1) {
+  if (tied_ && g == tied_segment_ && stages() > 1) {
     // The head's gradient for the embedding, before the embedding's own.
-    const nn::FlatParamGroup* emb = model_->groups()[0];
+    const nn::FlatParamGroup* emb = model_->groups()[size_t(tied_segment_)];
     nn::SegmentFn wrapped = [this, fn, emb](const Variable& in) {
       return with_backward_prelude(fn(in), [this, emb] {
         if (tied_count_ == 0) return;
@@ -245,7 +266,7 @@ Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,
         ops::add_(tied(emb->flat_grads()), tied_grad_);
       });
     };
-    return engine_->run(0, wrapped, x, mapped);
+    return engine_->run(g - first_, wrapped, x, mapped);
   }
   return engine_->run(g - first_, fn, x, mapped);
 }
@@ -297,7 +318,7 @@ void PipelineStage::backward(int micro) {
     if (last_stage()) {
       if (tied_count_ > 0) {
         wait_tied_send();  // the head's gradient buffer is sent from: free it first
-        tied(model_->groups()[0]->flat_grads()).zero_();
+        tied(model_->groups()[size_t(tied_segment_)]->flat_grads()).zero_();
       }
       f.tape->backward(f.out, fns_->grad_seed(micro, f.targets));
     } else {
@@ -309,7 +330,7 @@ void PipelineStage::backward(int micro) {
   }
   engine_->end_micro_batch(micro);
   if (last_stage() && tied_ && tied_count_ > 0) {
-    const Tensor g = tied(model_->groups()[0]->flat_grads());
+    const Tensor g = tied(model_->groups()[size_t(tied_segment_)]->flat_grads());
     tied_send_ = tie_->send_recv_async(g.comm_data(), g.numel(), 0, nullptr, 0, -1, g.dtype());
   }
   f.tape.reset();
@@ -469,7 +490,7 @@ void PipelineStage::wait_tied_send() {
 void PipelineStage::sync_tied() {
   if (!tied_) return;
   if (tied_count_ == 0) return;  // LoRA: the embedding is frozen
-  const Tensor p = tied(model_->groups()[0]->flat_params());
+  const Tensor p = tied(model_->groups()[size_t(tied_segment_)]->flat_params());
   const int64_t before = tie_->bytes_sent();
   if (first_stage()) {
     tie_->send(p.comm_data(), p.numel(), stages() - 1, p.dtype());
@@ -483,7 +504,7 @@ void PipelineStage::sync_tied() {
 void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
   std::vector<const nn::FlatParamGroup*> all = model_->groups();
   for (const nn::FlatParamGroup* f : model_->frozen_groups()) all.push_back(f);
-  const int segments = model_->final_segment() + 1;
+  const int segments = int(segments_.size());
   std::vector<const nn::FlatParamGroup*> acquired;
   for (size_t i = 0; i < all.size(); ++i) {
     const int g = int(i) % segments;

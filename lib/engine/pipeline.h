@@ -44,13 +44,16 @@ namespace fd::engine {
 // mesh's pp axis has more than one stage.
 class PipelineStage final : public nn::SegmentRunner, public Strategy {
  public:
-  // blocks[s]: transformer blocks of stage s (sum = the model's layers;
-  // mesh.size("pp") stages, at least 2); micro_batches per optimizer step.
-  // Splits `world` into the mesh's "dp" and "pp" groups (collective): every
-  // rank constructs one. Any backend, the counting one of `fdtrain estimate`
+  // blocks[s]: transformer blocks of stage s (sum = the model's blocks;
+  // mesh.size("pp") stages, at least 2); `segments`: the model's, as it
+  // publishes them (nn::decoder_segments), which place the stages and the
+  // tied head's weights; micro_batches per optimizer step. Splits `world`
+  // into the mesh's "dp" and "pp" groups (collective): every rank
+  // constructs one. Any backend, the counting one of `fdtrain estimate`
   // included.
   PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks, pipe::Schedule schedule,
-                int num_layers, bool tied_head, int micro_batches, dist::Communicator& world);
+                std::vector<nn::SegmentInfo> segments, int micro_batches,
+                dist::Communicator& world);
   ~PipelineStage() override;
 
   int stages() const { return int(blocks_.size()); }
@@ -62,8 +65,8 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // Decoder segments this stage runs: first_segment()..last_segment().
   int first_segment() const { return first_; }
   int last_segment() const { return last_; }
-  // Whether this rank holds segment g's buffers (its own, and on the last
-  // stage of a tied model the embedding for the head).
+  // Whether this rank holds segment g's buffers (its own, and those its own
+  // are tied to: on the last stage of a tied model the embedding for the head).
   bool holds(int segment) const override;
   // The stage whose own segments include `segment`.
   int owner_stage(int segment) const;
@@ -149,8 +152,8 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   void forward(int micro);
   void backward(int micro);
   InFlight& slot(int micro);
-  // Checks the partition, places this rank (stage, replica, segments).
-  void place(const dist::Mesh& mesh, int num_layers, bool tied_head);
+  // Checks the partition, places this rank (stage, replica, segments) and the tied weights.
+  void place(const dist::Mesh& mesh);
   void wait_tied_send();
   // One point-to-point op on the pipeline group, posted: send and/or receive
   // (null: none); null when there is neither.
@@ -166,7 +169,10 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   int program_micro_batches_ = -1;
   int grad_out_micro_ = -1;  // the micro-batch whose output gradient grad_out_ holds
   int replicas_ = 1, stage_ = 0, replica_ = 0, first_ = 0, last_ = 0;
+  std::vector<nn::SegmentInfo> segments_;  // the model's
+  std::vector<int> segment_stage_;         // per segment, its owner stage
   bool tied_ = false;
+  int tied_segment_ = -1;  // tied_: the segment whose matrix the head reads (the first stage's)
   dist::Communicator& world_;
   dist::Communicator* device_world_ = nullptr;  // GPU runs: the world's NCCL communicator
   // The groups (over device buffers on a GPU), and on a GPU the host groups they ride on.

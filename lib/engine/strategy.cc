@@ -2,6 +2,7 @@
 
 #include "lib/engine/data_parallel.h"
 #include "lib/engine/pipeline.h"
+#include "lib/nn/config/segments.h"
 
 namespace fd::engine {
 
@@ -10,8 +11,8 @@ std::unique_ptr<Strategy> make_strategy(const Assembly& a, dist::Communicator& w
   // pipeline; otherwise the world is data-parallel.
   if (a.mesh.size("pp") > 1)
     return std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
-                                           a.model.num_layers, a.model.tie_word_embeddings,
-                                           a.zero.accumulation, world);
+                                           nn::decoder_segments(a.model), a.zero.accumulation,
+                                           world);
   return std::make_unique<DataParallel>(world);
 }
 

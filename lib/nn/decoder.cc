@@ -155,24 +155,9 @@ std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
 
 std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const LoraConfig& lora) {
   const int64_t H = c.hidden_size;
-  std::vector<SegmentSpec> out;
-  if (lora.enabled()) {
-    out.push_back({"embed", {}});
-    for (int l = 0; l < c.num_layers; ++l) {
-      SegmentSpec seg{fmt::format("h.{}", l), {}};
-      for (const LinearShape& m : block_linears(c)) {
-        if (!lora.applies(l, m.module)) continue;
-        const std::string base = block_prefix(c, l) + m.module;
-        seg.params.push_back({base + ".lora_A.weight", Shape{lora.r, m.in}, true});
-        seg.params.push_back({base + ".lora_B.weight", Shape{m.out, lora.r}, true});
-      }
-      out.push_back(std::move(seg));
-    }
-    out.push_back({"final", {}});
-    return out;
-  }
   const bool layer_norm = c.norm == NormKind::kLayerNorm;
   const FamilyNames names = family_names(c);
+  const std::vector<LinearShape> linears = block_linears(c);
   auto add_norm = [&](std::vector<ParamSpec>& ps, const std::string& name, int64_t n) {
     ps.push_back({name + ".weight", Shape{n}, false});
     if (layer_norm) ps.push_back({name + ".bias", Shape{n}, false});
@@ -182,13 +167,18 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
     ps.push_back({prefix + l.module + ".weight", stored_shape(c, l), true});
     if (l.bias) ps.push_back({prefix + l.module + ".bias", Shape{l.out}, false});
   };
-
-  SegmentSpec embed{"embed", {{names.embed, Shape{c.vocab_size, H}, true}}};
-  if (c.positions == PositionKind::kLearned)
-    embed.params.push_back({names.positions, Shape{c.max_position_embeddings, H}, true});
-  out.push_back(std::move(embed));
-  const std::vector<LinearShape> linears = block_linears(c);
-  for (int l = 0; l < c.num_layers; ++l) {
+  // With LoRA: a block's adapters (the other segments have none).
+  auto adapters = [&](int l) {
+    std::vector<ParamSpec> ps;
+    for (const LinearShape& m : linears) {
+      if (!lora.applies(l, m.module)) continue;
+      const std::string base = block_prefix(c, l) + m.module;
+      ps.push_back({base + ".lora_A.weight", Shape{lora.r, m.in}, true});
+      ps.push_back({base + ".lora_B.weight", Shape{m.out, lora.r}, true});
+    }
+    return ps;
+  };
+  auto block = [&](int l) {
     const std::string p = block_prefix(c, l);
     std::vector<ParamSpec> ps;
     if (is_gpt2(c)) {  // GPT-2's state_dict order: ln_1, attn, ln_2, mlp
@@ -208,12 +198,30 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
       add_norm(ps, p + names.norm1, H);
       add_norm(ps, p + names.norm2, H);
     }
-    out.push_back({fmt::format("h.{}", l), std::move(ps)});
+    return ps;
+  };
+
+  std::vector<SegmentSpec> out;
+  for (const SegmentInfo& seg : decoder_segments(c)) {
+    std::vector<ParamSpec> ps;
+    switch (seg.role) {
+      case SegmentRole::kEmbedding:
+        if (lora.enabled()) break;
+        ps.push_back({names.embed, Shape{c.vocab_size, H}, true});
+        if (c.positions == PositionKind::kLearned)
+          ps.push_back({names.positions, Shape{c.max_position_embeddings, H}, true});
+        break;
+      case SegmentRole::kBlock:
+        ps = lora.enabled() ? adapters(seg.block) : block(seg.block);
+        break;
+      case SegmentRole::kHead:  // the final norm, and the head's matrix unless tied
+        if (lora.enabled()) break;
+        add_norm(ps, names.final_norm, H);
+        if (seg.tied_to < 0) ps.push_back({names.lm_head, Shape{c.vocab_size, H}, true});
+        break;
+    }
+    out.push_back({seg.name, std::move(ps)});
   }
-  SegmentSpec fin{"final", {}};
-  add_norm(fin.params, names.final_norm, H);
-  if (!c.tie_word_embeddings) fin.params.push_back({names.lm_head, Shape{c.vocab_size, H}, true});
-  out.push_back(std::move(fin));
   return out;
 }
 
@@ -232,7 +240,10 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
     l.params_category = l.grads_category = MemCategory::kComm;
     return l;
   };
-  for (int g = 0; g <= config.num_layers + 1; ++g) present_.push_back(!present || present(g));
+  info_ = decoder_segments(config);
+  embedding_ = find_segment(info_, SegmentRole::kEmbedding);
+  head_ = find_segment(info_, SegmentRole::kHead);
+  for (int g = 0; g < int(info_.size()); ++g) present_.push_back(!present || present(g));
   int g = 0;
   for (SegmentSpec& s : segment_specs(config, lora)) {
     segments_.push_back(std::make_unique<FlatParamGroup>(
@@ -256,15 +267,16 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
     return nullptr;
   };
   const FamilyNames names = family_names(config);
-  const FlatParamGroup& emb = base_group(kEmbedSegment);
+  const FlatParamGroup& emb = base_group(embedding_);
   embed_w_ = find(emb, names.embed);
   positions_w_ = find(emb, names.positions);
-  const FlatParamGroup& fin = base_group(final_segment());
+  const FlatParamGroup& fin = base_group(head_);
   final_w_ = find(fin, names.final_norm + ".weight");
   final_b_ = find(fin, names.final_norm + ".bias");
   lm_head_ = find(fin, names.lm_head);
   for (int l = 0; l < config.num_layers; ++l) {
-    const FlatParamGroup& g = base_group(1 + l);
+    const int seg = find_segment(info_, SegmentRole::kBlock, l);
+    const FlatParamGroup& g = base_group(seg);
     const std::string p = block_prefix(config, l);
     BlockParams b;
     b.norm1_w = find(g, p + names.norm1 + ".weight");
@@ -276,7 +288,7 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
     for (const LinearShape& m : block_linears(config)) {
       BlockParams::Linear lin{find(g, p + m.module + ".weight"), find(g, p + m.module + ".bias")};
       if (lora.applies(l, m.module)) {
-        const FlatParamGroup& a = *segments_[size_t(1 + l)];
+        const FlatParamGroup& a = *segments_[size_t(seg)];
         lin.lora_a = find(a, p + m.module + ".lora_A.weight");
         lin.lora_b = find(a, p + m.module + ".lora_B.weight");
       }
@@ -480,28 +492,39 @@ int64_t Decoder::head_chunk_rows() const {
   return std::max<int64_t>(16, rows / 16 * 16);
 }
 
-// The segments in order; the last one's function is `head`. A runner may keep
-// a segment's function to run it again in backward (activation
-// checkpointing), so each one owns what it captures.
+// The segments in order, each run by its role (segment_info()); the head's
+// function is `head`. A runner may keep a segment's function to run it again
+// in backward (activation checkpointing), so each one owns what it captures.
 namespace {
 // Segments first..last (all of them for a whole model) from `x` (ignored
 // when first is the embedding).
 Variable run_segments(const Decoder& m, SegmentRunner* runner, const SegmentFn& embed_fn,
                       std::function<Variable(int, const Variable&)> block_fn, const SegmentFn& head,
-                      bool tied, int first, int last, Variable x) {
-  FD_CHECK(0 <= first && first <= last && last <= m.final_segment(),
-           "segments {}..{} of a model of {}", first, last, m.final_segment() + 1);
+                      int first, int last, Variable x) {
+  const std::vector<SegmentInfo>& segments = m.segment_info();
+  FD_CHECK(0 <= first && first <= last && last < int(segments.size()),
+           "segments {}..{} of a model of {}", first, last, segments.size());
   for (int g = first; g <= last; ++g)
     FD_CHECK(m.present(g), "segment {} is not held here (another pipeline stage's)", g);
   DirectRunner direct;
   SegmentRunner& run = runner ? *runner : direct;
-  if (first == Decoder::kEmbedSegment) x = run.run(Decoder::kEmbedSegment, embed_fn, Variable(), {});
-  for (int l = std::max(first, 1) - 1; l < std::min(last, m.config().num_layers); ++l)
-    x = run.run(1 + l, [block_fn, l](const Variable& in) { return block_fn(l, in); }, x, {});
-  if (last < m.final_segment()) return x;
-  // A tied head reads the embedding's matrix: keep it resident through the final segment.
-  return run.run(m.final_segment(), head, x,
-                 tied ? std::vector<int>{Decoder::kEmbedSegment} : std::vector<int>{});
+  for (int g = first; g <= last; ++g) {
+    const SegmentInfo& s = segments[size_t(g)];
+    switch (s.role) {
+      case SegmentRole::kEmbedding:
+        x = run.run(g, embed_fn, Variable(), {});
+        break;
+      case SegmentRole::kBlock:
+        x = run.run(g, [block_fn, l = s.block](const Variable& in) { return block_fn(l, in); }, x,
+                    {});
+        break;
+      case SegmentRole::kHead:
+        // A tied head reads another segment's matrix: keep it resident through this one.
+        x = run.run(g, head, x, s.tied_to >= 0 ? std::vector<int>{s.tied_to} : std::vector<int>{});
+        break;
+    }
+  }
+  return x;
 }
 }  // namespace
 
@@ -520,13 +543,12 @@ Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner,
         return ops::matmul(final_norm(in), head_weight(), {},
                            ops::MatmulOptions{.trans_a = false, .trans_b = true});
       },
-      lm_head_ == nullptr, kEmbedSegment, final_segment(), Variable());
+      embedding_, head_, Variable());
 }
 
 Variable Decoder::loss(const Tensor& tokens, const Tensor& targets, SegmentRunner* runner,
                        const Tensor& doc_starts) const {
-  return stage_loss(kEmbedSegment, final_segment(), tokens, targets, Variable(), runner,
-                    doc_starts);
+  return stage_loss(embedding_, head_, tokens, targets, Variable(), runner, doc_starts);
 }
 
 Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Tensor& targets,
@@ -535,7 +557,7 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
   FD_CHECK(tokens.shape().ndim() == 2 && targets.shape() == tokens.shape(),
            "tokens {} and targets {} must both be (B, T)", tokens.shape().str(),
            targets.shape().str());
-  FD_CHECK(first == kEmbedSegment || input.defined(),
+  FD_CHECK(first == embedding_ || input.defined(),
            "a stage starting at segment {} needs the previous stage's hidden state", first);
   const int64_t T = tokens.shape()[1];
   FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
@@ -549,7 +571,7 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
                                          head_chunk_rows());
       },
-      lm_head_ == nullptr, first, last, input);
+      first, last, input);
 }
 
 }  // namespace fd::nn

@@ -11,12 +11,16 @@
 // stored (in, out), q|k|v fused), the Llama family
 // "model.layers.0.self_attn.q_proj.weight" (Linear, stored [out, in]).
 //
-// The model is a list of segments, each owning one FlatParamGroup:
-//   segment 0      "embed"  the token embedding (+ GPT-2's position table)
-//   segment 1..L   "h.i"    block i's norms, attention and MLP
-//   segment L+1    "final"  the final norm (+ the untied lm head)
+// The model is a list of segments, each owning one FlatParamGroup, in the
+// order and with the roles it publishes (decoder_segments,
+// lib/nn/config/segments.h):
+//   "embed"  the token embedding (+ GPT-2's position table)
+//   "h.i"    block i's norms, attention and MLP
+//   "final"  the final norm (+ the untied lm head); a tied head reads the
+//            embedding's matrix
 // Segments are the unit of everything distributed (ZeRO partitions,
-// gradient buckets, activation checkpointing; see docs/ARCHITECTURE.md).
+// gradient buckets, activation checkpointing, pipeline stages; see
+// docs/ARCHITECTURE.md).
 // Forward records on the current autograd tape; parameter gradients
 // accumulate into the groups' flat gradient buffers.
 #pragma once
@@ -29,6 +33,7 @@
 
 #include "lib/autograd/variable.h"
 #include "lib/nn/config/decoder_config.h"
+#include "lib/nn/config/segments.h"
 #include "lib/nn/module.h"
 #include "lib/nn/parameter.h"
 #include "lib/nn/segment_runner.h"
@@ -126,12 +131,15 @@ class Decoder : public Module {
                    const GroupLayout& frozen_layout = {})
       : Decoder(gpt2_config(config), dtype, layout, lora, frozen_layout) {}
 
-  // Segment indices: kEmbedSegment, then 1 + layer for each block, then final_segment().
-  static constexpr int kEmbedSegment = 0;
-  int final_segment() const { return config_.num_layers + 1; }
+  // The segments as published (decoder_segments(config())): segments()[g] and
+  // groups()[g] are segment_info()[g]'s.
+  const std::vector<SegmentInfo>& segment_info() const { return info_; }
+  // Indices of the embedding and head segments (from segment_info()).
+  int embedding_segment() const { return embedding_; }
+  int head_segment() const { return head_; }
 
   const DecoderConfig& config() const { return config_; }
-  // Segments in forward order: embed, h.0 .. h.{L-1}, final.
+  // Segments in forward order (segment_info()): embed, h.0 .. h.{L-1}, final.
   const std::vector<std::unique_ptr<FlatParamGroup>>& segments() const { return segments_; }
   // Every parameter in canonical order (the order of Hugging Face's state_dict).
   std::vector<const Parameter*> parameters() const override;
@@ -172,9 +180,9 @@ class Decoder : public Module {
   autograd::Variable loss(const Tensor& tokens, const Tensor& targets,
                           SegmentRunner* runner = nullptr, const Tensor& doc_starts = {}) const;
   // A pipeline stage's part of loss(): segments first..last (first <= last).
-  // first = kEmbedSegment starts from `tokens`; otherwise from `input`, the
+  // first = embedding_segment() starts from `tokens`; otherwise from `input`, the
   // previous stage's hidden state (B, T, C) (a leaf whose gradient the caller
-  // sends back). last = final_segment() ends with the loss (`targets` read);
+  // sends back). last = head_segment() ends with the loss (`targets` read);
   // otherwise the result is the hidden state for the next stage. Every stage
   // gets the batch's tokens and doc_starts (positions and document masks).
   // Chained over stages, the values and gradients are loss()'s, bit for bit
@@ -231,6 +239,8 @@ class Decoder : public Module {
   void ensure_rope_tables(int64_t positions) const;
 
   DecoderConfig config_;
+  std::vector<SegmentInfo> info_;  // decoder_segments(config_)
+  int embedding_ = -1, head_ = -1;
   std::vector<std::unique_ptr<FlatParamGroup>> segments_;  // trainable
   std::vector<std::unique_ptr<FlatParamGroup>> frozen_;    // LoRA base (empty without LoRA)
   std::vector<bool> present_;                               // per segment

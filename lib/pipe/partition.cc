@@ -13,31 +13,14 @@
 namespace fd::pipe {
 
 ModelParts model_parts(const nn::DecoderConfig& c) {
-  // As DecoderConfig::num_params() counts them, part by part.
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
-  const int64_t q_out = int64_t{c.num_heads} * D, kv_out = int64_t{c.num_kv_heads} * D;
-  const int64_t norm = c.norm == nn::NormKind::kLayerNorm ? 2 * H : H;  // weight (+ bias)
-
-  int64_t attn = H * q_out + 2 * H * kv_out + q_out * H;  // q, k, v, o
-  if (c.attention_bias) attn += q_out + 2 * kv_out;
-  if (c.o_proj_bias) attn += H;
-  if (c.qk_norm) attn += 2 * D;
-  int64_t mlp = 0;
-  if (c.mlp == nn::MlpKind::kSwiGlu) {
-    mlp = 3 * H * I;  // gate, up, down
-    if (c.mlp_bias) mlp += 2 * I + H;
-  } else {
-    mlp = 2 * H * I;  // c_fc, c_proj
-    if (c.mlp_bias) mlp += I + H;
-  }
-
+  const std::vector<nn::SegmentInfo> segments = nn::decoder_segments(c);
+  const int first = nn::find_segment(segments, nn::SegmentRole::kBlock, 0);
+  const int last = nn::find_segment(segments, nn::SegmentRole::kBlock, c.num_layers - 1);
   ModelParts p;
-  p.embedding = V * H;
-  if (c.positions == nn::PositionKind::kLearned) p.embedding += c.max_position_embeddings * H;
-  p.block = 2 * norm + attn + mlp;
+  for (int g = 0; g < first; ++g) p.embedding += segments[size_t(g)].params;
+  p.block = segments[size_t(first)].params;
   p.num_blocks = c.num_layers;
-  p.final_norm = norm;
-  p.head = c.tie_word_embeddings ? 0 : V * H;
+  for (size_t g = size_t(last) + 1; g < segments.size(); ++g) p.head += segments[g].params;
   return p;
 }
 
@@ -70,7 +53,7 @@ std::vector<int> by_parameters(const nn::DecoderConfig& model, int stages) {
   const ModelParts p = model_parts(model);
   std::vector<int64_t> extra(static_cast<size_t>(stages), 0);
   extra.front() += p.embedding;
-  extra.back() += p.final_norm + p.head;
+  extra.back() += p.head;
   std::vector<int> blocks(static_cast<size_t>(stages), 1);
   const std::vector<int> order = middle_first(stages);
   for (int added = stages; added < p.num_blocks; ++added) {
@@ -132,7 +115,7 @@ std::vector<int64_t> stage_params(const nn::DecoderConfig& model, const std::vec
   std::vector<int64_t> out;
   for (int n : blocks) out.push_back(n * p.block);
   out.front() += p.embedding;
-  out.back() += p.final_norm + p.head;
+  out.back() += p.head;
   return out;
 }
 
@@ -141,13 +124,27 @@ int first_block(const std::vector<int>& blocks, int stage) {
   return std::accumulate(blocks.begin(), blocks.begin() + stage, 0);
 }
 
-StageSegments stage_segments(const std::vector<int>& blocks, int stage) {
+StageSegments stage_segments(const std::vector<nn::SegmentInfo>& segments,
+                             const std::vector<int>& blocks, int stage) {
   const int first = first_block(blocks, stage);
-  const int last_stage = int(blocks.size()) - 1;
   StageSegments s;
-  s.first = stage == 0 ? 0 : 1 + first;
-  s.last = stage == last_stage ? 1 + first + blocks[size_t(stage)] : first + blocks[size_t(stage)];
+  s.first = stage == 0 ? 0 : nn::find_segment(segments, nn::SegmentRole::kBlock, first);
+  s.last = stage == int(blocks.size()) - 1 ? int(segments.size()) - 1
+                                           : nn::find_segment(segments, nn::SegmentRole::kBlock,
+                                                              first + blocks[size_t(stage)] - 1);
   return s;
+}
+
+std::vector<int> segment_stages(const std::vector<nn::SegmentInfo>& segments,
+                                const std::vector<int>& blocks) {
+  std::vector<int> out;
+  for (int stage = 0; stage < int(blocks.size()); ++stage) {
+    const StageSegments s = stage_segments(segments, blocks, stage);
+    FD_CHECK(s.first == int(out.size()) && s.first <= s.last, "stage {}: segments {}..{}", stage,
+             s.first, s.last);
+    out.resize(size_t(s.last) + 1, stage);
+  }
+  return out;
 }
 
 }  // namespace fd::pipe

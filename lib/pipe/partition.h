@@ -1,10 +1,14 @@
 // Which transformer blocks each pipeline stage owns.
 //
-// A stage owns a contiguous run of blocks; stage 0 also owns the embedding
-// (segment "embed": the token embedding, and GPT-2's learned positions) and
-// the last stage the final norm, the head and the loss (segment "final"). With
-// a tied head the head's weights are the embedding's, held by stage 0, while
-// the last stage still computes the head (nn::Decoder::stage_loss).
+// A stage owns a contiguous run of blocks. The model's other segments, as it
+// publishes them (nn::decoder_segments, lib/nn/config/segments.h), go with the
+// nearest block: those before the first block (the embedding, "embed") with
+// stage 0, those after the last block (the final norm, the head and the loss,
+// "final") with the last stage. Nothing here assumes which index is which:
+// stages are found by the segments' roles and blocks. With a tied head the
+// head's weights are those of the segment it is tied to (the embedding's),
+// owned and counted there, while the last stage still computes the head
+// (nn::Decoder::stage_loss).
 //
 // Three ways to split (parallel.partition in a recipe):
 //   kUniform     as equal block counts as possible. The L mod P extra blocks
@@ -14,8 +18,9 @@
 //                their blocks, and of the two the head is the heavier compute,
 //                so the last stage is the last to get an extra block.
 //   kParameters  balance parameter counts: stage s holds its blocks' parameters
-//                plus, on stage 0, the embedding's and, on stage P-1, the
-//                final norm's and an untied head's. Only parameters count (not
+//                plus, on stage 0, those of the segments before the first block
+//                and, on stage P-1, those after the last (the final norm and
+//                an untied head). Only parameters count (not
 //                compute: a tied head's GEMM runs on the last stage but its
 //                parameters are stage 0's). The largest stage is made as small
 //                as possible (exact: every block of a decoder has the same
@@ -33,18 +38,20 @@
 #include <vector>
 
 #include "lib/nn/config/decoder_config.h"
+#include "lib/nn/config/segments.h"
 
 namespace fd::pipe {
 
-// The parameters of a decoder's parts, from its configuration; their sum
+// The parameters of a decoder's parts, from its published segments; their sum
 // (total()) is DecoderConfig::num_params().
 struct ModelParts {
-  int64_t embedding = 0;   // token embedding, + learned positions (GPT-2): stage 0
-  int64_t block = 0;       // each transformer block (norms, attention, MLP)
-  int num_blocks = 0;      // L
-  int64_t final_norm = 0;  // the last stage
-  int64_t head = 0;        // an untied lm head (the last stage); 0 when tied
-  int64_t total() const { return embedding + block * num_blocks + final_norm + head; }
+  int64_t embedding = 0;  // the segments before the first block (token embedding, + learned
+                          // positions): stage 0
+  int64_t block = 0;      // each transformer block (norms, attention, MLP)
+  int num_blocks = 0;     // L
+  int64_t head = 0;       // the segments after the last block (the final norm, + an untied
+                          // head's matrix): the last stage
+  int64_t total() const { return embedding + block * num_blocks + head; }
 };
 ModelParts model_parts(const nn::DecoderConfig& model);
 
@@ -65,15 +72,21 @@ std::vector<int> partition_blocks(const nn::DecoderConfig& model, int stages,
 // The parameters each stage holds under `blocks` (as partition_blocks returns).
 std::vector<int64_t> stage_params(const nn::DecoderConfig& model, const std::vector<int>& blocks);
 
-// The segments of nn::Decoder a stage runs, first..last inclusive: segment 0 is
-// the embedding, 1 + i block i, L + 1 the final norm, head and loss. Stage 0
-// starts at segment 0 and the last stage ends at L + 1.
+// The segments (indices into `segments`, nn::decoder_segments) a stage runs,
+// first..last inclusive: its blocks' segments, and on stage 0 every segment
+// before the first block, on the last stage every segment after the last
+// block. Stage 0 starts at segment 0 and the last stage ends at the last one.
 struct StageSegments {
   int first = 0;
   int last = 0;
   bool operator==(const StageSegments&) const = default;
 };
-StageSegments stage_segments(const std::vector<int>& blocks, int stage);
+StageSegments stage_segments(const std::vector<nn::SegmentInfo>& segments,
+                             const std::vector<int>& blocks, int stage);
+
+// For each segment, the stage whose own segments (stage_segments) include it.
+std::vector<int> segment_stages(const std::vector<nn::SegmentInfo>& segments,
+                                const std::vector<int>& blocks);
 
 // The index of the first block of `stage`.
 int first_block(const std::vector<int>& blocks, int stage);

@@ -225,7 +225,9 @@ Measured measure_step(const nn::DecoderConfig& c, int stage, int micro, int seq_
   zc.stage = stage;
   zc.accumulation = accumulation;
   zc.overlap_comm = overlap;
-  for (int l : checkpointed) zc.checkpoint_segments.push_back(1 + l);  // as the trainer does
+  for (int l : checkpointed)  // as the trainer does: the block's segment in the model's list
+    zc.checkpoint_segments.push_back(
+        nn::find_segment(model.segment_info(), nn::SegmentRole::kBlock, l));
   zero::ZeroEngine engine(model, comm, zc);
   Tensor tokens = Tensor::empty(Shape{micro, seq_len}, DType::kI32, MemCategory::kOther);
   Tensor targets = Tensor::empty(Shape{micro, seq_len}, DType::kI32, MemCategory::kOther);
@@ -503,7 +505,9 @@ TEST(Estimate, LoraStepEqualsTheEstimate) {
             EXPECT_EQ(Pb, e.frozen_padded_params);
             zero::ZeroConfig zc;
             zc.stage = stage;
-            for (int l : ckpt) zc.checkpoint_segments.push_back(1 + l);
+            for (int l : ckpt)
+              zc.checkpoint_segments.push_back(
+                  nn::find_segment(model.segment_info(), nn::SegmentRole::kBlock, l));
             zero::ZeroEngine engine(model, comm, zc);
             Tensor tokens = Tensor::empty(Shape{2, 8}, DType::kI32, MemCategory::kOther);
             Tensor targets_t = Tensor::empty(Shape{2, 8}, DType::kI32, MemCategory::kOther);

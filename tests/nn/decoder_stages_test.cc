@@ -67,8 +67,11 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 bool check_stages(const DecoderConfig& c, const std::vector<int>& blocks, DType dtype,
                   const std::string& what, bool hand_over = true) {
   SCOPED_TRACE(what);
-  const int final_seg = c.num_layers + 1;
-  const bool tied = c.tie_word_embeddings;
+  // The segments as the model publishes them: embed, h.0 .. h.{L-1}, final.
+  const std::vector<SegmentInfo> segs = decoder_segments(c);
+  const int final_seg = find_segment(segs, SegmentRole::kHead);
+  const int tied_to = segs[size_t(final_seg)].tied_to;  // the embedding, or -1
+  EXPECT_EQ(tied_to >= 0, c.tie_word_embeddings);
   Decoder full(c, dtype);
   full.init_weights(7);
   const Tensor tokens = ids(2, 12, c.vocab_size, 1, false);
@@ -85,17 +88,18 @@ bool check_stages(const DecoderConfig& c, const std::vector<int>& blocks, DType 
   // model, the embedding's matrix for its head).
   const int P = int(blocks.size());
   std::vector<int> first, last;
-  int next = 0;
   for (int s = 0; s < P; ++s) {
-    first.push_back(next);
-    next = 1 + std::accumulate(blocks.begin(), blocks.begin() + s + 1, 0);
-    last.push_back(s == P - 1 ? final_seg : next - 1);
+    const int b0 = std::accumulate(blocks.begin(), blocks.begin() + s, 0);
+    first.push_back(s == 0 ? 0 : find_segment(segs, SegmentRole::kBlock, b0));
+    last.push_back(s == P - 1
+                       ? final_seg
+                       : find_segment(segs, SegmentRole::kBlock, b0 + blocks[size_t(s)] - 1));
   }
-  EXPECT_EQ(next, 1 + c.num_layers);
+  EXPECT_EQ(std::accumulate(blocks.begin(), blocks.end(), 0), c.num_layers);
   std::vector<std::unique_ptr<Decoder>> stages;
   for (int s = 0; s < P; ++s) {
     auto present = [&, s](int g) {
-      return (g >= first[size_t(s)] && g <= last[size_t(s)]) || (tied && s == P - 1 && g == 0);
+      return (g >= first[size_t(s)] && g <= last[size_t(s)]) || (s == P - 1 && g == tied_to);
     };
     stages.push_back(std::make_unique<Decoder>(c, dtype, GroupLayout{}, LoraConfig{},
                                                GroupLayout{}, present));
@@ -139,9 +143,10 @@ bool check_stages(const DecoderConfig& c, const std::vector<int>& blocks, DType 
                                MemCategory::kActivations);
       g.copy_from(in_grads[size_t(s + 1)]);
       outs[size_t(s)].slot()->grad = g;
-      if (s == 0 && tied && hand_over)  // the head's part of the embedding gradient, before the embedding's
-        ops::add_(stages[0]->segments()[0]->flat_grads(),
-                  stages[size_t(P - 1)]->segments()[0]->flat_grads());
+      // The head's part of the embedding gradient, before the embedding's.
+      if (s == 0 && tied_to >= 0 && hand_over)
+        ops::add_(stages[0]->segments()[size_t(tied_to)]->flat_grads(),
+                  stages[size_t(P - 1)]->segments()[size_t(tied_to)]->flat_grads());
       tapes[size_t(s)]->run_backward();
     }
   }

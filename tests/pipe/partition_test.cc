@@ -74,7 +74,10 @@ TEST(PipePartition, PartsAddUpToTheModel) {
     const ModelParts p = model_parts(c);
     EXPECT_EQ(p.total(), c.num_params()) << c.summary();
     EXPECT_EQ(p.num_blocks, c.num_layers);
-    EXPECT_EQ(p.head == 0, c.tie_word_embeddings) << c.summary();
+    const int64_t final_norm =
+        c.norm == nn::NormKind::kLayerNorm ? 2 * c.hidden_size : c.hidden_size;
+    EXPECT_EQ(p.head, final_norm + (c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size))
+        << c.summary();
     for (int stages = 1; stages <= c.num_layers; ++stages) {
       const std::vector<int> blocks = partition_blocks(c, stages, {});
       const std::vector<int64_t> params = stage_params(c, blocks);
@@ -85,12 +88,11 @@ TEST(PipePartition, PartsAddUpToTheModel) {
   const ModelParts g = model_parts(gpt2_124m());
   EXPECT_EQ(g.embedding, 50257 * 768 + 1024 * 768);
   EXPECT_EQ(g.block, 7087872);
-  EXPECT_EQ(g.final_norm, 2 * 768);
-  EXPECT_EQ(g.head, 0);  // tied: its weights are the embedding's, on stage 0
+  EXPECT_EQ(g.head, 2 * 768);  // the final norm; tied: the head's weights are the embedding's
   EXPECT_EQ(g.total(), 124439808);
   // The untied head is the last stage's.
   const ModelParts l = model_parts(llama_gqa_untied());
-  EXPECT_EQ(l.head, 32000 * 512);
+  EXPECT_EQ(l.head, 512 + 32000 * 512);  // the final norm (RMSNorm) and the untied head
   EXPECT_EQ(l.embedding, 32000 * 512);
   EXPECT_EQ(l.block, 2 * 512 + 512 * 512 * 2 + 2 * 512 * 128 + 3 * 512 * 1376);
 }
@@ -210,26 +212,35 @@ TEST(PipePartition, ExplicitListsAreChecked) {
             "a pipeline needs at least one stage, got 0");
 }
 
-// Stage s runs segments first..last of nn::Decoder: together they are
-// 0 .. L + 1 in order, each once; stage 0 starts with the embedding and the
-// last stage ends with the final segment.
+// Stage s runs segments first..last of nn::Decoder, found in its published
+// list: together they are 0 .. L + 1 in order, each once; stage 0 starts with
+// the embedding and the last stage ends with the final segment, as the
+// numbering the list gives (embed, h.0 .. h.{L-1}, final) says.
 TEST(PipePartition, StagesCoverTheSegments) {
-  EXPECT_EQ(stage_segments({2, 2}, 0), (StageSegments{0, 2}));
-  EXPECT_EQ(stage_segments({2, 2}, 1), (StageSegments{3, 5}));
-  EXPECT_EQ(stage_segments({1, 2, 1}, 1), (StageSegments{2, 3}));
-  EXPECT_EQ(stage_segments({4}, 0), (StageSegments{0, 5}));
+  auto segments = [](int layers) { return nn::decoder_segments(llama_gqa_untied(layers)); };
+  EXPECT_EQ(stage_segments(segments(4), {2, 2}, 0), (StageSegments{0, 2}));
+  EXPECT_EQ(stage_segments(segments(4), {2, 2}, 1), (StageSegments{3, 5}));
+  EXPECT_EQ(stage_segments(segments(4), {1, 2, 1}, 1), (StageSegments{2, 3}));
+  EXPECT_EQ(stage_segments(segments(4), {4}, 0), (StageSegments{0, 5}));
+  EXPECT_EQ(segment_stages(segments(4), {1, 2, 1}), (std::vector<int>{0, 0, 1, 1, 2, 2}));
   EXPECT_EQ(first_block({3, 1, 4}, 2), 4);
   for (const std::vector<int>& blocks :
        {std::vector<int>{1}, {3, 9}, {1, 4, 4, 3}, {1, 1, 1, 1, 1}, {2, 5, 1}}) {
     const int layers = std::accumulate(blocks.begin(), blocks.end(), 0);
+    const std::vector<nn::SegmentInfo> segs = segments(layers);
+    const std::vector<int> owner = segment_stages(segs, blocks);
+    ASSERT_EQ(owner.size(), segs.size());
     int next = 0;
     for (int s = 0; s < int(blocks.size()); ++s) {
-      const StageSegments seg = stage_segments(blocks, s);
+      const StageSegments seg = stage_segments(segs, blocks, s);
       EXPECT_EQ(seg.first, next) << show(blocks) << " stage " << s;
       EXPECT_LE(seg.first, seg.last);
-      // The blocks are segments 1 + first_block .. first_block + blocks[s].
-      EXPECT_LE(seg.first, 1 + first_block(blocks, s));
-      EXPECT_GE(seg.last, first_block(blocks, s) + blocks[size_t(s)]);
+      // The blocks are segments 1 + first_block .. first_block + blocks[s]
+      // (the numbering before the model published its segments).
+      const int before = first_block(blocks, s);
+      EXPECT_EQ(seg.first, s == 0 ? 0 : 1 + before);
+      EXPECT_EQ(seg.last, s + 1 == int(blocks.size()) ? layers + 1 : before + blocks[size_t(s)]);
+      for (int g = seg.first; g <= seg.last; ++g) EXPECT_EQ(owner[size_t(g)], s);
       next = seg.last + 1;
     }
     EXPECT_EQ(next, layers + 2) << show(blocks);
