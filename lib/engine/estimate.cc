@@ -622,7 +622,7 @@ std::string format_estimate(const Estimate& e) {
   line(fmt::format("{:<{}}stages 0-2: {}; stage 3: {}", "", w0, comm_formula(0, e.accumulation, c),
                    comm_formula(3, e.accumulation, c)));
   line(fmt::format("(* the recipe's stage, zero.stage = {}{})", e.recipe_stage,
-                   e.pipeline.stages > 1 ? "; stage 3 is refused with a pipeline" : ""));
+                   e.stages[3].refused ? "; stage 3 is refused with a pipeline" : ""));
   line("");
   if (e.pipeline.stages > 1) {
     const Estimate::Pipeline& p = e.pipeline;
