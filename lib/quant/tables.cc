@@ -107,12 +107,6 @@ const std::array<float, 256>& dynamic_map() {
   return map;
 }
 
-float flush_subnormal(float x) {
-  return (x != 0.0f && std::fabs(x) < FLT_MIN) ? std::copysign(0.0f, x) : x;
-}
-
-float mul_ftz(float a, float b) { return flush_subnormal(flush_subnormal(a) * flush_subnormal(b)); }
-
 uint8_t quantize_nf4(float x) {
   // dQuantizeNF4's tree: each test `x > t`, false for NaN.
   if (x > 0.03979014977812767f) {

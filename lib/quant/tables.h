@@ -8,6 +8,8 @@
 #pragma once
 
 #include <array>
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -46,9 +48,13 @@ const std::array<float, 256>& dynamic_map();
 uint8_t quantize_dynamic(const std::array<float, 256>& map, float x);
 
 // nvcc -ftz=true: a subnormal float becomes a zero of the same sign.
-float flush_subnormal(float x);
+inline float flush_subnormal(float x) {
+  return (x != 0.0f && std::fabs(x) < FLT_MIN) ? std::copysign(0.0f, x) : x;
+}
 
 // a * b as the fast-math GPU multiplies (mul.ftz.f32): operands and result flushed.
-float mul_ftz(float a, float b);
+inline float mul_ftz(float a, float b) {
+  return flush_subnormal(flush_subnormal(a) * flush_subnormal(b));
+}
 
 }  // namespace fd::quant
