@@ -66,6 +66,7 @@ float mean_f32(std::span<const float> values) {
 NestedAbsmax double_quantize(std::span<const float> absmax) {
   NestedAbsmax nq;
   nq.map = dynamic_map();
+  if (absmax.empty()) return nq;  // an empty weight: no blocks, offset 0
   nq.offset = mean_f32(absmax);
   const int64_t n = int64_t(absmax.size());
   const int64_t bs = NestedAbsmax::kBlockSize;

@@ -80,6 +80,15 @@ TEST(Quantize, LayoutSizesAndNibbleOrder) {
   EXPECT_EQ(d.storage_bytes(), 65 + 3 + 4 + 4);
 }
 
+TEST(Quantize, EmptyWeight) {
+  const Quantized4bit q = quantize(std::vector<float>{}, {0, 64}, {}, "empty");
+  EXPECT_TRUE(q.packed.empty());
+  EXPECT_EQ(q.num_blocks(), 0);
+  ASSERT_TRUE(q.nested.has_value());
+  EXPECT_TRUE(q.nested->codes.empty());
+  EXPECT_TRUE(dequantize(q).empty());
+}
+
 TEST(Quantize, FromBf16TensorEqualsFromItsFloatValues) {
   std::vector<float> v(200);
   for (int i = 0; i < 200; ++i) v[i] = bf16_to_f32(f32_to_bf16(std::sin(0.37f * i) * 0.05f));
