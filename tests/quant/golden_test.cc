@@ -7,10 +7,13 @@
 // quantize against the golden codes, and our dequantize of the golden codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -106,6 +109,9 @@ TEST(QuantTables, MatchGolden) {
   expect_same_bits(as_vec(quant_map(QuantType::kFP4)), unhex_as<float>(t["fp4_quant_map"]),
                    "fp4 quant_map");
   expect_same_bits(as_vec(dynamic_map()), unhex_as<float>(t["dynamic_map"]), "dynamic map");
+  // The saved quant_map and the kernels' lookup agree, -0.0 included.
+  expect_same_bits(as_vec(quant_map(QuantType::kFP4)), as_vec(code_values(QuantType::kFP4)),
+                   "fp4 quant_map vs lookup");
 }
 
 // Each threshold decides between its two codes exactly at the float32 literal: x == t takes
@@ -128,6 +134,39 @@ TEST(QuantTables, ThresholdsSplitAtTheirLiterals) {
   EXPECT_EQ(quantize_fp4(std::nanf("")), 0);
   EXPECT_EQ(quantize_fp4(-0.0f), 0);  // the sign comes from x < 0
   EXPECT_EQ(quantize_nf4(0.0f), 7);
+}
+
+// The trees read as counts: the NF4 code is the number of thresholds below x; the FP4 code is
+// the sign bit and the bit pattern of the magnitude with as many thresholds below |x|. Checked on
+// every threshold and its neighbours and on random values, so a transcription slip in a tree
+// (here or in the golden script, both written from dQuantizeNF4 / dQuantizeFP4) shows.
+TEST(QuantTables, TreesAreThresholdCounts) {
+  const json t = load(kGolden / "tables.json");
+  std::vector<float> nf4 = unhex_as<float>(t["nf4_thresholds"]);
+  std::vector<float> fp4 = unhex_as<float>(t["fp4_thresholds"]);
+  std::sort(nf4.begin(), nf4.end());
+  std::sort(fp4.begin(), fp4.end());
+  // FP4 magnitudes in ascending order: 0, 0.0625, 2, 3, 4, 6, 8, 12 (/12) by their low bits.
+  const uint8_t fp4_bits[8] = {0b000, 0b001, 0b110, 0b111, 0b100, 0b101, 0b010, 0b011};
+  std::vector<float> xs;
+  for (float th : nf4)
+    xs.insert(xs.end(), {th, std::nextafter(th, 2.0f), std::nextafter(th, -2.0f)});
+  for (float th : fp4) {
+    for (float v : {th, std::nextafter(th, 2.0f), std::nextafter(th, -2.0f)}) {
+      xs.push_back(v);
+      xs.push_back(-v);
+    }
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.1f, 1.1f);
+  for (int i = 0; i < 100000; ++i) xs.push_back(u(rng));
+  for (float x : xs) {
+    const auto below = [&](const std::vector<float>& ts, float v) {
+      return int(std::count_if(ts.begin(), ts.end(), [&](float th) { return v > th; }));
+    };
+    ASSERT_EQ(quantize_nf4(x), below(nf4, x)) << x;
+    ASSERT_EQ(quantize_fp4(x), (x < 0 ? 8 : 0) + fp4_bits[below(fp4, std::fabs(x))]) << x;
+  }
 }
 
 struct Case {
