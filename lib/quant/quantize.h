@@ -1,5 +1,8 @@
 // quantize: a weight stored in 4 bits, bitsandbytes' blockwise NF4/FP4 with optional double
-// quantization, bit for bit as its CUDA kernels compute it (docs/QUANTIZATION.md).
+// quantization, bit for bit as its CUDA kernels compute it, flush-to-zero included, except two
+// inputs we model (docs/QUANTIZATION.md): the GPU's approximate reciprocal of the absmax is taken
+// correctly rounded, and torch's float32 mean (the double-quantization offset) as the exact mean
+// rounded once. Dequantization of stored codes and statistics is exact.
 //
 // Layout (what transformers saves per quantized linear): the weight's elements in row-major
 // order, cut into blocks of `block_size`; per block an fp32 absmax (max |w|); per element a
