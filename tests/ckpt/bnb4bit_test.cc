@@ -268,6 +268,23 @@ TEST_P(Bnb4bitDirs, ShardedReadsTheSame) {
   EXPECT_EQ(d.plain().size(), f.plain.size());
 }
 
+// Directories from an independent writer (tests/ckpt/make_bnb4bit_python.py: Python's json for
+// config.json and the quant_state blobs, the safetensors library's layout): read and written
+// again by fdtrain, the same bytes.
+TEST(Bnb4bit, RewritesAPythonWrittenDirectoryByteForByte) {
+  for (const char* name : {"nf4_dq", "fp4"}) {
+    SCOPED_TRACE(name);
+    TempDir tmp;
+    const std::string src = std::string(FD_SOURCE_DIR) + "/tests/ckpt/bnb4bit_python/" + name;
+    fs::copy(src, tmp.path("src"));
+    const Bnb4bitDir d = Bnb4bitDir::open(tmp.path("src"));
+    EXPECT_EQ(d.quantized().size(), 2u);
+    EXPECT_EQ(d.plain(), (std::vector<std::string>{"lm_head.weight", "model.norm.weight"}));
+    rewrite(d, tmp.path("again"), int64_t(1) << 30);
+    expect_same_files(src, tmp.path("again"));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, Bnb4bitDirs,
                          ::testing::Values(Case{quant::QuantType::kNF4, 64, true},
                                            Case{quant::QuantType::kNF4, 64, false},
