@@ -555,11 +555,14 @@ void write_bnb4bit_weights(const std::string& dir, const std::vector<Bnb4bitEntr
   auto bytes = [](const char* dtype, std::vector<int64_t> shape, const void* data, size_t n) {
     return TensorBytes{dtype, std::move(shape), data, uint64_t(n)};
   };
-  for (const auto& [name, value] : entries) {
+  auto plain = [&](const std::string& name, const Tensor& t) {
+    FD_CHECK(t.defined() && t.device().is_cpu(), "tensor {} must be a defined CPU tensor", name);
+    out.emplace_back(name, tensor_bytes(t));
+  };
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& [name, value] = entries[i];
     if (const Tensor* t = std::get_if<Tensor>(&value)) {
-      FD_CHECK(t->defined() && t->device().is_cpu(), "tensor {} must be a defined CPU tensor",
-               name);
-      out.emplace_back(name, tensor_bytes(*t));
+      plain(name, *t);
       continue;
     }
     const Bnb4bitWeight* q = std::get<const Bnb4bitWeight*>(value);
@@ -568,6 +571,12 @@ void write_bnb4bit_weights(const std::string& dir, const std::vector<Bnb4bitEntr
     const int64_t n = q->numel(), blocks = q->num_blocks();
     // QuantState.as_dict(packed=True) after the weight: the module's state-dict order.
     out.emplace_back(name, bytes("U8", {(n + 1) / 2, 1}, q->packed.data(), q->packed.size()));
+    // nn.Module saves the weight and the bias, then Linear4bit its quant_state.
+    const std::string bias =
+        name.ends_with(".weight") ? name.substr(0, name.size() - 7) + ".bias" : std::string();
+    if (i + 1 < entries.size() && !bias.empty() && entries[i + 1].first == bias &&
+        std::holds_alternative<Tensor>(entries[i + 1].second))
+      plain(bias, std::get<Tensor>(entries[++i].second));
     if (q->nested)
       out.emplace_back(name + ".absmax",
                        bytes("U8", {blocks}, q->absmax_codes.data(), q->absmax_codes.size()));

@@ -158,8 +158,9 @@ using Bnb4bitEntry = std::pair<std::string, std::variant<Tensor, const Bnb4bitWe
 // P.weight becomes P.weight, P.weight.absmax, P.weight.quant_map,
 // [P.weight.nested_absmax, P.weight.nested_quant_map,]
 // P.weight.quant_state.bitsandbytes__TYPE, in that (state-dict) order for the
-// split into shards. Each quantized weight is checked first
-// (check_bnb4bit_weight). config.json is the caller's (bnb4bit_config_json).
+// split into shards; a plain P.bias given right after P.weight goes between
+// P.weight and its companions, where Linear4bit's state dict has it. Each quantized weight is
+// checked first (check_bnb4bit_weight). config.json is the caller's (bnb4bit_config_json).
 void write_bnb4bit_weights(const std::string& dir, const std::vector<Bnb4bitEntry>& entries,
                            const std::map<std::string, std::string>& metadata,
                            int64_t max_shard_bytes);

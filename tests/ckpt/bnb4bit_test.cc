@@ -318,6 +318,37 @@ TEST(Bnb4bit, AnOddWeightRoundTrips) {
   }
 }
 
+// With one tensor a shard, the shards' numbers show the order the writer split in: the
+// module's state dict (weight, bias, then the quant_state's tensors in as_dict's order).
+TEST(Bnb4bit, SplitsInTheStateDictOrder) {
+  TempDir tmp;
+  const std::vector<float> v(64, 0.5f);
+  const Bnb4bitWeight w = testing::to_bnb(
+      quant::quantize(v, {8, 8}, {quant::QuantType::kNF4, 64, true}, "w"), "bfloat16");
+  Tensor bias = Tensor::empty(Shape{8}, DType::kBF16, MemCategory::kOther, Device::cpu());
+  std::memset(bias.raw(), 0, bias.nbytes());
+  Tensor norm = Tensor::empty(Shape{8}, DType::kF32, MemCategory::kOther, Device::cpu());
+  std::memset(norm.raw(), 0, norm.nbytes());
+  write_bnb4bit_weights(tmp.path("s"),
+                        {{"a.q_proj.weight", &w}, {"a.q_proj.bias", bias}, {"b.norm.weight", norm}},
+                        {{"format", "pt"}}, 1);
+  const nlohmann::json index =
+      nlohmann::json::parse(slurp(tmp.path("s/model.safetensors.index.json")));
+  const std::vector<std::string> want = {"a.q_proj.weight",
+                                         "a.q_proj.bias",
+                                         "a.q_proj.weight.absmax",
+                                         "a.q_proj.weight.quant_map",
+                                         "a.q_proj.weight.nested_absmax",
+                                         "a.q_proj.weight.nested_quant_map",
+                                         "a.q_proj.weight.quant_state.bitsandbytes__nf4",
+                                         "b.norm.weight"};
+  ASSERT_EQ(index["weight_map"].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(index["weight_map"][want[i]].get<std::string>(),
+              fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, want.size()))
+        << want[i];
+}
+
 // ---- hostile directories ----
 
 // A tensor as stored, for building broken directories.
