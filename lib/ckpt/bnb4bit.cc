@@ -444,8 +444,11 @@ Bnb4bitDir Bnb4bitDir::open(const std::string& dir) {
     }
 
   const HfWeights& w = d.weights_;
-  for (const auto& [weight, tensor_type] : blob) {
-    const auto& [tensor, type] = tensor_type;
+  for (const auto& entry : blob) {
+    // (named, not structured, bindings: the lambdas below capture them)
+    const std::string& weight = entry.first;
+    const std::string& tensor = entry.second.first;
+    const std::string& type = entry.second.second;
     const std::string where = fmt::format("{}: tensor \"{}\"", dir, tensor);
     const RawTensorInfo bi = w.raw_info(tensor);
     if (bi.dtype != "U8" || bi.shape.size() != 1)
