@@ -552,7 +552,8 @@ Bnb4bitWeight Bnb4bitDir::read(const std::string& weight) const {
 
 void write_bnb4bit_weights(const std::string& dir, const std::vector<Bnb4bitEntry>& entries,
                            const std::map<std::string, std::string>& metadata,
-                           int64_t max_shard_bytes) {
+                           int64_t max_shard_bytes,
+                           const std::map<std::string, size_t>* placement) {
   std::vector<std::pair<std::string, TensorBytes>> out;
   std::deque<std::string> blobs;  // the quant_state texts, alive until written
   auto bytes = [](const char* dtype, std::vector<int64_t> shape, const void* data, size_t n) {
@@ -597,7 +598,7 @@ void write_bnb4bit_weights(const std::string& dir, const std::vector<Bnb4bitEntr
     out.emplace_back(name + "." + kBnbQuantStateKey + q->quant_type,
                      bytes("U8", {int64_t(text.size())}, text.data(), text.size()));
   }
-  write_hf_tensors(dir, out, metadata, max_shard_bytes, /*safetensors_order=*/true);
+  write_hf_tensors(dir, out, metadata, max_shard_bytes, /*safetensors_order=*/true, placement);
 }
 
 }  // namespace fd::ckpt

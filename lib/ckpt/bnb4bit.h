@@ -161,8 +161,12 @@ using Bnb4bitEntry = std::pair<std::string, std::variant<Tensor, const Bnb4bitWe
 // split into shards; a plain P.bias given right after P.weight goes between
 // P.weight and its companions, where Linear4bit's state dict has it. Each quantized weight is
 // checked first (check_bnb4bit_weight). config.json is the caller's (bnb4bit_config_json).
+// With `placement` (every tensor written, companions included, to its shard:
+// Bnb4bitDir::weights().placement() of the directory read), the shards are
+// those instead of a split by size (write_hf_tensors).
 void write_bnb4bit_weights(const std::string& dir, const std::vector<Bnb4bitEntry>& entries,
                            const std::map<std::string, std::string>& metadata,
-                           int64_t max_shard_bytes);
+                           int64_t max_shard_bytes,
+                           const std::map<std::string, size_t>* placement = nullptr);
 
 }  // namespace fd::ckpt

@@ -224,6 +224,8 @@ std::vector<uint8_t> HfWeights::read_raw(const std::string& name, uint64_t max_b
   return out;
 }
 
+std::map<std::string, size_t> HfWeights::placement() const { return where_; }
+
 std::vector<std::string> HfWeights::file_order() const {
   std::vector<std::string> out;
   out.reserve(where_.size());
@@ -306,7 +308,7 @@ void write_hf_weights(const std::string& dir,
 void write_hf_tensors(const std::string& dir,
                       const std::vector<std::pair<std::string, TensorBytes>>& tensors,
                       const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes,
-                      bool safetensors_order) {
+                      bool safetensors_order, const std::map<std::string, size_t>* placement) {
   if (max_shard_bytes <= 0)
     usage_error("{}: max_shard_bytes is {}; it must be positive", dir, max_shard_bytes);
   std::set<std::string> seen;
@@ -316,18 +318,34 @@ void write_hf_tensors(const std::string& dir,
     total += t.nbytes;
   }
 
-  // Split as transformers' split_torch_state_dict_into_shards does: in order,
-  // a new shard when the next tensor would overflow the current one.
   using Group = std::vector<std::pair<std::string, TensorBytes>>;
   std::vector<Group> groups(1);
-  uint64_t in_group = 0;
-  for (const auto& nt : tensors) {
-    if (!groups.back().empty() && in_group + nt.second.nbytes > uint64_t(max_shard_bytes)) {
-      groups.emplace_back();
-      in_group = 0;
+  if (placement != nullptr) {  // the shards the caller names (a directory's own, to rewrite it)
+    size_t n = 0;
+    for (const auto& nt : tensors) {
+      auto it = placement->find(nt.first);
+      if (it == placement->end())
+        usage_error("{}: tensor \"{}\" has no shard in the placement given", dir, nt.first);
+      n = std::max(n, it->second + 1);
     }
-    groups.back().push_back(nt);
-    in_group += nt.second.nbytes;
+    groups.assign(n == 0 ? 1 : n, Group());
+    for (const auto& nt : tensors) groups[placement->at(nt.first)].push_back(nt);
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (groups[g].empty() && groups.size() > 1)
+        usage_error("{}: the placement given leaves shard {} of {} empty", dir, g + 1,
+                    groups.size());
+  } else {
+    // Split as transformers' split_torch_state_dict_into_shards does: in order,
+    // a new shard when the next tensor would overflow the current one.
+    uint64_t in_group = 0;
+    for (const auto& nt : tensors) {
+      if (!groups.back().empty() && in_group + nt.second.nbytes > uint64_t(max_shard_bytes)) {
+        groups.emplace_back();
+        in_group = 0;
+      }
+      groups.back().push_back(nt);
+      in_group += nt.second.nbytes;
+    }
   }
   if (safetensors_order)
     for (Group& g : groups)

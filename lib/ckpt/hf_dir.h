@@ -81,6 +81,9 @@ class HfWeights {
   // Tensor names in the order their bytes lie in the files: file by file (in
   // file-name order), each by data offset.
   std::vector<std::string> file_order() const;
+  // Which file holds each tensor: the index of the file in file-name order
+  // (0 for model.safetensors), for write_hf_tensors to write the same split.
+  std::map<std::string, size_t> placement() const;
   // The "__metadata__" of model.safetensors, or of the first shard.
   std::map<std::string, std::string> metadata() const;
 
@@ -133,10 +136,14 @@ void write_hf_weights(const std::string& dir,
 // safetensors library's writer (which transformers' save_pretrained calls)
 // lays them out: by dtype, descending in its Dtype enum's order (F32 before
 // BF16 before F16 before U8), then by name; the split into shards follows
-// `tensors`' order either way.
+// `tensors`' order either way. With `placement` (tensor name -> shard index
+// from 0, every shard non-empty, e.g. HfWeights::placement() of the directory
+// the tensors were read from), each tensor goes to the shard it names instead,
+// and max_shard_bytes only has to be positive.
 void write_hf_tensors(const std::string& dir,
                       const std::vector<std::pair<std::string, TensorBytes>>& tensors,
                       const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes,
-                      bool safetensors_order);
+                      bool safetensors_order,
+                      const std::map<std::string, size_t>* placement = nullptr);
 
 }  // namespace fd::ckpt

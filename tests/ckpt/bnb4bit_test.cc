@@ -207,7 +207,8 @@ TEST_P(Bnb4bitDirs, ReadsWhatOurQuantizerProduced) {
 }
 
 // Everything read, written to another directory: the same bytes, file by file.
-void rewrite(const Bnb4bitDir& d, const std::string& out, int64_t max_shard_bytes) {
+void rewrite(const Bnb4bitDir& d, const std::string& out, int64_t max_shard_bytes,
+             bool same_shards = false) {
   std::vector<std::pair<std::string, Tensor>> plain;
   std::map<std::string, Bnb4bitWeight> quantized;
   std::vector<Bnb4bitEntry> entries;
@@ -228,7 +229,9 @@ void rewrite(const Bnb4bitDir& d, const std::string& out, int64_t max_shard_byte
       if (it != plain.end()) entries.emplace_back(name, it->second);
     }
   }
-  write_bnb4bit_weights(out, entries, d.weights().metadata(), max_shard_bytes);
+  const std::map<std::string, size_t> placement = d.weights().placement();
+  write_bnb4bit_weights(out, entries, d.weights().metadata(), max_shard_bytes,
+                        same_shards ? &placement : nullptr);
   std::ofstream(out + "/config.json", std::ios::binary)
       << bnb4bit_config_json(d.model_config_json(), d.config());
 }
@@ -257,8 +260,9 @@ TEST_P(Bnb4bitDirs, ReadThenWrittenIsByteIdentical) {
   expect_same_files(tmp.path("m"), tmp.path("third"));
 }
 
-// Shards (a weight's companions may lie in another shard than its packed bytes) read the same.
-TEST_P(Bnb4bitDirs, ShardedReadsTheSame) {
+// Shards (a weight's companions may lie in another shard than its packed bytes) read the same,
+// and written again into the same shards give the same bytes.
+TEST_P(Bnb4bitDirs, ShardedReadsTheSameAndRewritesByteForByte) {
   TempDir tmp;
   const int64_t shard = 20000;
   const Bnb4bitFixture f = make_bnb4bit_llama(tmp.path("m"), options(), shard);
@@ -266,6 +270,14 @@ TEST_P(Bnb4bitDirs, ShardedReadsTheSame) {
   const Bnb4bitDir d = Bnb4bitDir::open(tmp.path("m"));
   for (const auto& [name, w] : f.stored) expect_equal(d.read(name), w, name);
   EXPECT_EQ(d.plain().size(), f.plain.size());
+  // Some weight's companions in another shard than its packed bytes (the case placement is for).
+  const std::map<std::string, size_t> where = d.weights().placement();
+  bool split = false;
+  for (const auto& [name, w] : f.stored)
+    split = split || where.at(name) != where.at(name + ".quant_map");
+  EXPECT_TRUE(split);
+  rewrite(d, tmp.path("again"), shard, /*same_shards=*/true);
+  expect_same_files(tmp.path("m"), tmp.path("again"));
 }
 
 // Directories from an independent writer (tests/ckpt/make_bnb4bit_python.py: Python's json for
