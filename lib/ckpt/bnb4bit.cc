@@ -20,7 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* kFix =
+constexpr const char* kFix =
     "the directory is corrupt or was not saved by transformers: re-save or re-download it";
 
 // The dtypes a quantized weight may have had (QuantState's "dtype"), and compute dtypes.

@@ -74,19 +74,23 @@ std::string make_model(const std::string& dir) {
   return read_all(dir + "/model.safetensors");
 }
 
+// memcmp, but defined for empty vectors (whose data() may be null).
+bool same_bytes(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
+
 void same(const Bnb4bitWeight& a, const Bnb4bitWeight& b, const std::string& name) {
-  const bool eq =
-      a.quant_type == b.quant_type && a.block_size == b.block_size && a.shape == b.shape &&
-      a.dtype == b.dtype && a.packed == b.packed && a.absmax_codes == b.absmax_codes &&
-      a.absmax.size() == b.absmax.size() &&
-      std::memcmp(a.absmax.data(), b.absmax.data(), 4 * a.absmax.size()) == 0 &&
-      std::memcmp(a.quant_map.data(), b.quant_map.data(), 4 * 16) == 0 &&
-      a.nested.has_value() == b.nested.has_value() &&
-      (!a.nested || (a.nested->absmax.size() == b.nested->absmax.size() &&
-                     std::memcmp(a.nested->absmax.data(), b.nested->absmax.data(),
-                                 4 * a.nested->absmax.size()) == 0 &&
-                     std::memcmp(&a.nested->offset, &b.nested->offset, 4) == 0 &&
-                     std::memcmp(a.nested->map.data(), b.nested->map.data(), 4 * 256) == 0));
+  const bool eq = a.quant_type == b.quant_type && a.block_size == b.block_size &&
+                  a.shape == b.shape && a.dtype == b.dtype && a.packed == b.packed &&
+                  a.absmax_codes == b.absmax_codes && a.absmax.size() == b.absmax.size() &&
+                  same_bytes(a.absmax.data(), b.absmax.data(), 4 * a.absmax.size()) &&
+                  same_bytes(a.quant_map.data(), b.quant_map.data(), 4 * 16) &&
+                  a.nested.has_value() == b.nested.has_value() &&
+                  (!a.nested || (a.nested->absmax.size() == b.nested->absmax.size() &&
+                                 same_bytes(a.nested->absmax.data(), b.nested->absmax.data(),
+                                            4 * a.nested->absmax.size()) &&
+                                 same_bytes(&a.nested->offset, &b.nested->offset, 4) &&
+                                 same_bytes(a.nested->map.data(), b.nested->map.data(), 4 * 256)));
   if (!eq) broken("4-bit weight \"" + name + "\" reads back differently after a rewrite");
 }
 
