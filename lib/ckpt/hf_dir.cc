@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -101,6 +102,18 @@ void pread_all(int fd, void* dst, uint64_t bytes, uint64_t offset, const std::st
   }
 }
 
+// The position of a dtype in the safetensors library's Dtype enum, whose
+// derived order its writer sorts by (descending): BOOL, U8, I8, F8_E5M2,
+// F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64.
+int safetensors_dtype_rank(const std::string& dtype) {
+  static const std::map<std::string, int> kRank = {
+      {"BOOL", 0}, {"U8", 1},   {"I8", 2},   {"F8_E5M2", 3}, {"F8_E4M3", 4},
+      {"I16", 5},  {"U16", 6},  {"F16", 7},  {"BF16", 8},    {"I32", 9},
+      {"U32", 10}, {"F32", 11}, {"F64", 12}, {"I64", 13},    {"U64", 14}};
+  auto it = kRank.find(dtype);
+  return it == kRank.end() ? -1 : it->second;
+}
+
 }  // namespace
 
 HfWeights HfWeights::open(const std::string& dir) {
@@ -188,6 +201,44 @@ TensorInfo HfWeights::info(const std::string& name) const {
   return info;
 }
 
+RawTensorInfo HfWeights::raw_info(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) usage_error("{}: the model has no tensor \"{}\"", dir_, name);
+  const SafetensorsFile::Entry& e = shards_[it->second]->file.entry(name);
+  return RawTensorInfo{e.dtype, e.shape, e.end - e.begin};
+}
+
+std::vector<uint8_t> HfWeights::read_raw(const std::string& name, uint64_t max_bytes) const {
+  const RawTensorInfo i = raw_info(name);
+  const Shard& s = *shards_[where_.at(name)];
+  if (i.nbytes > max_bytes)
+    usage_error(
+        "{}: tensor \"{}\" holds {} bytes, more than the {} such a tensor can hold; the "
+        "file is corrupt",
+        s.path, name, i.nbytes, max_bytes);
+  // The entry's range was checked against the data section at open().
+  std::vector<uint8_t> out(i.nbytes);
+  if (i.nbytes > 0)
+    pread_all(s.fd, out.data(), i.nbytes, s.file.data_start() + s.file.entry(name).begin, s.path,
+              name);
+  return out;
+}
+
+std::map<std::string, size_t> HfWeights::placement() const { return where_; }
+
+std::vector<std::string> HfWeights::file_order() const {
+  std::vector<std::string> out;
+  out.reserve(where_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    std::vector<std::pair<uint64_t, std::string>> in_file;
+    for (const auto& [name, shard] : where_)
+      if (shard == i) in_file.emplace_back(shards_[i]->file.entry(name).begin, name);
+    std::sort(in_file.begin(), in_file.end());  // (empty tensors by name among equal offsets)
+    for (auto& [begin, name] : in_file) out.push_back(std::move(name));
+  }
+  return out;
+}
+
 std::map<std::string, std::string> HfWeights::metadata() const {
   return shards_.empty() ? std::map<std::string, std::string>{} : shards_[0]->file.metadata();
 }
@@ -245,28 +296,64 @@ void HfWeights::read_bytes(const std::string& name, uint64_t offset, const Shape
 void write_hf_weights(const std::string& dir,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes) {
+  std::vector<std::pair<std::string, TensorBytes>> bytes;
+  bytes.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    FD_CHECK(t.defined() && t.device().is_cpu(), "tensor {} must be a defined CPU tensor", name);
+    bytes.emplace_back(name, tensor_bytes(t));
+  }
+  write_hf_tensors(dir, bytes, metadata, max_shard_bytes, /*safetensors_order=*/false);
+}
+
+void write_hf_tensors(const std::string& dir,
+                      const std::vector<std::pair<std::string, TensorBytes>>& tensors,
+                      const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes,
+                      bool safetensors_order, const std::map<std::string, size_t>* placement) {
   if (max_shard_bytes <= 0)
     usage_error("{}: max_shard_bytes is {}; it must be positive", dir, max_shard_bytes);
   std::set<std::string> seen;
   uint64_t total = 0;
   for (const auto& [name, t] : tensors) {
     if (!seen.insert(name).second) usage_error("{}: tensor name \"{}\" given twice", dir, name);
-    FD_CHECK(t.defined() && t.device().is_cpu(), "tensor {} must be a defined CPU tensor", name);
-    total += t.nbytes();
+    total += t.nbytes;
   }
 
-  // Split as transformers' split_torch_state_dict_into_shards does: in order,
-  // a new shard when the next tensor would overflow the current one.
-  std::vector<std::vector<std::pair<std::string, Tensor>>> groups(1);
-  uint64_t in_group = 0;
-  for (const auto& nt : tensors) {
-    if (!groups.back().empty() && in_group + nt.second.nbytes() > uint64_t(max_shard_bytes)) {
-      groups.emplace_back();
-      in_group = 0;
+  using Group = std::vector<std::pair<std::string, TensorBytes>>;
+  std::vector<Group> groups(1);
+  if (placement != nullptr) {  // the shards the caller names (a directory's own, to rewrite it)
+    size_t n = 0;
+    for (const auto& nt : tensors) {
+      auto it = placement->find(nt.first);
+      if (it == placement->end())
+        usage_error("{}: tensor \"{}\" has no shard in the placement given", dir, nt.first);
+      n = std::max(n, it->second + 1);
     }
-    groups.back().push_back(nt);
-    in_group += nt.second.nbytes();
+    groups.assign(n == 0 ? 1 : n, Group());
+    for (const auto& nt : tensors) groups[placement->at(nt.first)].push_back(nt);
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (groups[g].empty() && groups.size() > 1)
+        usage_error("{}: the placement given leaves shard {} of {} empty", dir, g + 1,
+                    groups.size());
+  } else {
+    // Split as transformers' split_torch_state_dict_into_shards does: in order,
+    // a new shard when the next tensor would overflow the current one.
+    uint64_t in_group = 0;
+    for (const auto& nt : tensors) {
+      if (!groups.back().empty() && in_group + nt.second.nbytes > uint64_t(max_shard_bytes)) {
+        groups.emplace_back();
+        in_group = 0;
+      }
+      groups.back().push_back(nt);
+      in_group += nt.second.nbytes;
+    }
   }
+  if (safetensors_order)
+    for (Group& g : groups)
+      std::stable_sort(g.begin(), g.end(), [](const auto& a, const auto& b) {
+        const int ra = safetensors_dtype_rank(a.second.dtype);
+        const int rb = safetensors_dtype_rank(b.second.dtype);
+        return ra != rb ? ra > rb : a.first < b.first;
+      });
 
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -280,14 +367,15 @@ void write_hf_weights(const std::string& dir,
     for (size_t g = 0; g < groups.size(); ++g) {
       std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, groups.size());
       write_safetensors((fs::path(dir) / file).string(), groups[g], metadata);
-      for (const auto& [name, t] : groups[g]) map[name] = file;
+      for (const auto& nt : groups[g]) map[nt.first] = file;
       written.insert(file);
     }
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
     std::string path = (fs::path(dir) / kHfIndexFile).string();
     const std::string failed =
         write_file_atomically(path, index.dump(2) + "\n", path + ".tmp");  // fsync'ed
-    if (!failed.empty()) runtime_error("{}; free space or fix permissions, then export again", failed);
+    if (!failed.empty())
+      runtime_error("{}; free space or fix permissions, then export again", failed);
     written.insert(kHfIndexFile);
   }
 

@@ -14,12 +14,12 @@
 // against the shards; tensor bytes are read (pread) only when asked for, and
 // read_rows() and read_range() read only the rows or elements asked for, so a
 // ZeRO-3 rank never holds a whole tensor. Only F32, BF16 and F16 tensors can
-// be read. Not thread-safe. What is read is checked to be finite
-// (lib/ckpt/finite.h): a NaN or an infinity is refused naming the shard, the
-// tensor and the element. The index is read as a configuration file (a
-// regular file of at most 64 MiB, nested at most 8 deep) and each weight_map
-// value must be a plain file name of the directory (no "../", no absolute
-// path, no subdirectory).
+// be read as tensors; any tensor's stored bytes can be read with read_raw()
+// (bitsandbytes' U8 tensors, lib/ckpt/bnb4bit.h). Not thread-safe. What is read is checked to be
+// finite (lib/ckpt/finite.h): a NaN or an infinity is refused naming the shard, the tensor and the
+// element. The index is read as a configuration file (a regular file of at most 64 MiB, nested at
+// most 8 deep) and each weight_map value must be a plain file name of the directory (no "../", no
+// absolute path, no subdirectory).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/tensor/safetensors.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::ckpt {
@@ -40,6 +41,13 @@ inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 struct TensorInfo {
   DType dtype = DType::kF32;  // the file's: kF32, kBF16 or kF16
   Shape shape;
+};
+
+// A tensor's entry as the file states it, whatever its dtype.
+struct RawTensorInfo {
+  std::string dtype;  // the file's dtype name: "F32", "BF16", "U8", ...
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;  // checked at open() to equal numel(shape) x the dtype's size
 };
 
 class HfWeights {
@@ -63,6 +71,19 @@ class HfWeights {
   // dtype and shape of `name`. Throws fd::Error kUsage when it is absent or
   // of a dtype other than F32, BF16, F16.
   TensorInfo info(const std::string& name) const;
+  // The entry of `name` as stored, any dtype. Throws fd::Error kUsage when it is absent.
+  RawTensorInfo raw_info(const std::string& name) const;
+  // The stored bytes of `name`, any dtype, as they are in the file (no
+  // conversion, no finiteness check: the caller knows what they hold). Throws
+  // fd::Error kUsage when it is absent or larger than `max_bytes`, kRuntime
+  // when the file can no longer be read.
+  std::vector<uint8_t> read_raw(const std::string& name, uint64_t max_bytes = UINT64_MAX) const;
+  // Tensor names in the order their bytes lie in the files: file by file (in
+  // file-name order), each by data offset.
+  std::vector<std::string> file_order() const;
+  // Which file holds each tensor: the index of the file in file-name order
+  // (0 for model.safetensors), for write_hf_tensors to write the same split.
+  std::map<std::string, size_t> placement() const;
   // The "__metadata__" of model.safetensors, or of the first shard.
   std::map<std::string, std::string> metadata() const;
 
@@ -109,5 +130,20 @@ class HfWeights {
 void write_hf_weights(const std::string& dir,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes);
+
+// As write_hf_weights, from tensors given as bytes of any safetensors dtype (U8
+// included). With `safetensors_order`, each file's tensors are laid out as the
+// safetensors library's writer (which transformers' save_pretrained calls)
+// lays them out: by dtype, descending in its Dtype enum's order (F32 before
+// BF16 before F16 before U8), then by name; the split into shards follows
+// `tensors`' order either way. With `placement` (tensor name -> shard index
+// from 0, every shard non-empty, e.g. HfWeights::placement() of the directory
+// the tensors were read from), each tensor goes to the shard it names instead,
+// and max_shard_bytes only has to be positive.
+void write_hf_tensors(const std::string& dir,
+                      const std::vector<std::pair<std::string, TensorBytes>>& tensors,
+                      const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes,
+                      bool safetensors_order,
+                      const std::map<std::string, size_t>* placement = nullptr);
 
 }  // namespace fd::ckpt

@@ -66,8 +66,10 @@ nlohmann::json parse_header(const std::string& path, const std::string& text) {
   return header;
 }
 
+}  // namespace
+
 // Element size of every dtype the format defines (0: unknown).
-size_t element_size(const std::string& dtype) {
+size_t safetensors_element_size(const std::string& dtype) {
   static const std::map<std::string, size_t> kSizes = {
       {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
       {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
@@ -75,6 +77,10 @@ size_t element_size(const std::string& dtype) {
   auto it = kSizes.find(dtype);
   return it == kSizes.end() ? 0 : it->second;
 }
+
+namespace {
+
+size_t element_size(const std::string& dtype) { return safetensors_element_size(dtype); }
 
 bool to_dtype(const std::string& name, DType* out) {
   if (name == "F32")
@@ -255,7 +261,8 @@ DType SafetensorsFile::dtype(const std::string& name) const {
 
 Tensor SafetensorsFile::load(const std::string& name, MemCategory category) const {
   const Entry& e = entry(name);
-  Tensor t = Tensor::empty(Shape(e.shape), dtype(name), category, Device::cpu());  // read on the host
+  Tensor t =
+      Tensor::empty(Shape(e.shape), dtype(name), category, Device::cpu());  // read on the host
   if (t.nbytes() == 0) return t;
   std::ifstream in(path_, std::ios::binary);
   in.seekg(std::streamoff(data_start_ + e.begin));
@@ -267,8 +274,30 @@ Tensor SafetensorsFile::load(const std::string& name, MemCategory category) cons
   return t;
 }
 
+TensorBytes tensor_bytes(const Tensor& t) {
+  FD_CHECK(t.defined() && t.device().is_cpu(), "tensor_bytes: a defined CPU tensor is needed");
+  TensorBytes b;
+  b.dtype = file_dtype_name(t.dtype());
+  for (int i = 0; i < t.shape().ndim(); ++i) b.shape.push_back(t.shape()[i]);
+  b.data = t.raw();
+  b.nbytes = t.nbytes();
+  return b;
+}
+
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, TensorBytes>> bytes;
+  bytes.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    FD_CHECK(t.defined() && t.device().is_cpu(), "tensor {} must be a defined CPU tensor", name);
+    bytes.emplace_back(name, tensor_bytes(t));
+  }
+  write_safetensors(path, bytes, metadata);
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, TensorBytes>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -276,13 +305,22 @@ void write_safetensors(const std::string& path,
   for (const auto& [name, t] : tensors) {
     if (name == "__metadata__") usage_error("{}: \"__metadata__\" is not a tensor name", path);
     if (header.contains(name)) usage_error("{}: tensor name \"{}\" given twice", path, name);
-    FD_CHECK(t.defined() && t.device().is_cpu(), "tensor {} must be a defined CPU tensor", name);
-    std::vector<int64_t> dims;
-    for (int i = 0; i < t.shape().ndim(); ++i) dims.push_back(t.shape()[i]);
-    header[name] = {{"dtype", file_dtype_name(t.dtype())},
-                    {"shape", dims},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
+    // What a reader checks (parse_entry), checked before anything is written.
+    const size_t elem = element_size(t.dtype);
+    if (elem == 0) usage_error("{}: tensor \"{}\": unknown dtype \"{}\"", path, name, t.dtype);
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) usage_error("{}: tensor \"{}\": negative dimension {}", path, name, d);
+      if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / uint64_t(d) / elem)
+        usage_error("{}: tensor \"{}\": shape {} overflows", path, name, shape_str(t.shape));
+      numel *= uint64_t(d);
+    }
+    if (numel * elem != t.nbytes || (t.nbytes > 0 && t.data == nullptr))
+      usage_error("{}: tensor \"{}\": shape {} x {} is {} bytes, but {} bytes were given", path,
+                  name, shape_str(t.shape), t.dtype, numel * elem, t.nbytes);
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
+    offset += t.nbytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // 8-byte aligned data, as the reference does
@@ -300,7 +338,7 @@ void write_safetensors(const std::string& path,
   const uint64_t n = text.size();
   bool ok = std::fwrite(&n, 8, 1, out) == 1 && std::fwrite(text.data(), 1, n, out) == n;
   for (const auto& [name, t] : tensors)
-    ok = ok && std::fwrite(t.raw(), 1, t.nbytes(), out) == t.nbytes();
+    ok = ok && (t.nbytes == 0 || std::fwrite(t.data, 1, t.nbytes, out) == t.nbytes);
   const int err = errno;
   ok = std::fclose(out) == 0 && ok;
   if (!ok) {

