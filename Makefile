@@ -114,7 +114,7 @@ test-asan: deps
 # regression inputs) and the unit tests of the modules those readers are made of.
 ASAN_CI_TARGETS = recipe_fuzz_replay token_file_fuzz_replay tokenizer_fuzz_replay jinja_fuzz_replay safetensors_fuzz_replay \
   peft_fuzz_replay shard_fuzz_replay hf_config_fuzz_replay hf_index_fuzz_replay sft_records_fuzz_replay \
-  tokenizer_config_fuzz_replay chat_messages_fuzz_replay base_tests tensor_tests text_tests jinja_tests \
+  tokenizer_config_fuzz_replay chat_messages_fuzz_replay bnb4bit_fuzz_replay base_tests tensor_tests text_tests jinja_tests \
   data_tests config_tests ckpt_tests
 # CI's budget: ASan without UBSan (half the compile time), and without the chat-template and
 # long-document suites, which re-run tokenizer logic over the real vocabularies for a minute
