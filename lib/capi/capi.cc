@@ -175,6 +175,8 @@ tm_dtype from_dtype(DType d) {
       return TM_F16;
     case DType::kI32:
       return TM_I32;
+    case DType::kU8:
+      fail(TM_ERR_ARG, "a u8 tensor (4-bit storage) has no C API dtype");
   }
   return TM_F32;
 }

@@ -87,6 +87,8 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_FLOAT;
     case DType::kI32:
       return MPI_INT32_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
     case DType::kBF16:
     case DType::kF16:
       return MPI_UINT16_T;  // moved as raw bits; sums are staged (fp32 copies, or added here)

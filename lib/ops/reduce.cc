@@ -7,7 +7,8 @@ namespace fd::ops {
 namespace {
 
 void check_float(const Tensor& t, const char* op) {
-  FD_CHECK(t.dtype() != DType::kI32, "{}: expected a float tensor, got i32", op);
+  FD_CHECK(t.dtype() != DType::kI32 && t.dtype() != DType::kU8,
+           "{}: expected a float tensor, got {}", op, dtype_name(t.dtype()));
 }
 
 }  // namespace

@@ -12,12 +12,15 @@ namespace fd::quant {
 Linear4bit::Linear4bit(const Quantized4bit& weight, Matmul4bitOptions options)
     : weight_(weight), absmax_(block_absmax(weight)) {
   FD_CHECK(weight.shape.size() == 2, "a 4-bit linear weight is 2-D, not {}-D", weight.shape.size());
-  FD_CHECK(options.panel_elements > 0, "panel_elements must be positive");
+  panel_rows_ = panel_rows_for(out_features(), in_features(), options.panel_elements);
+}
+
+int64_t panel_rows_for(int64_t out_features, int64_t in_features, int64_t panel_elements) {
+  FD_CHECK(panel_elements > 0, "panel_elements must be positive");
   // At most half the rows (at least 2 panels when there are 2 rows), so the whole weight is
   // never expanded at once.
-  const int64_t max_rows = std::max<int64_t>(1, (out_features() + 1) / 2);
-  panel_rows_ = std::clamp<int64_t>(options.panel_elements / std::max<int64_t>(1, in_features()), 1,
-                                    max_rows);
+  const int64_t max_rows = std::max<int64_t>(1, (out_features + 1) / 2);
+  return std::clamp<int64_t>(panel_elements / std::max<int64_t>(1, in_features), 1, max_rows);
 }
 
 void Linear4bit::forward(const float* x, int64_t m, float* y) const {

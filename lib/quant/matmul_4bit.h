@@ -21,6 +21,10 @@ struct Matmul4bitOptions {
   int64_t panel_elements = int64_t(1) << 20;  // scratch size in weights (4 MiB of fp32)
 };
 
+// Rows of an [out, in] weight per dequantized panel: panel_elements / in, clamped to [1, at most
+// half the rows] (Linear4bit and linear_4bit).
+int64_t panel_rows_for(int64_t out_features, int64_t in_features, int64_t panel_elements);
+
 // A 2-D Quantized4bit ready for matmuls: its block absmax dequantized once (the nested form
 // is decoded here, not per panel). It refers to `weight`, which must outlive it.
 class Linear4bit {

@@ -171,23 +171,36 @@ std::vector<float> block_absmax(const Quantized4bit& q) {
   FD_CHECK(int64_t(nq.codes.size()) == q.num_blocks(), "nested absmax: {} codes for {} blocks",
            nq.codes.size(), q.num_blocks());
   std::vector<float> out(nq.codes.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    // dequantize_blockwise (code[q] * absmax, flushed), then torch's `absmax += offset`.
-    out[i] = mul_ftz(nq.map[nq.codes[i]], nq.absmax[i / NestedAbsmax::kBlockSize]) + nq.offset;
-  }
+  decode_nested_absmax(nq.codes, nq.absmax, nq.offset, nq.map, out.data());
   return out;
+}
+
+void decode_nested_absmax(std::span<const uint8_t> codes, std::span<const float> nested_absmax,
+                          float offset, const std::array<float, 256>& map, float* out) {
+  const size_t n = codes.size();
+  FD_CHECK(nested_absmax.size() == (n + NestedAbsmax::kBlockSize - 1) / NestedAbsmax::kBlockSize,
+           "nested absmax: {} values for {} codes", nested_absmax.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    // dequantize_blockwise (code[q] * absmax, flushed), then torch's `absmax += offset`.
+    out[i] = mul_ftz(map[codes[i]], nested_absmax[i / NestedAbsmax::kBlockSize]) + offset;
+  }
 }
 
 void dequantize_range(const Quantized4bit& q, std::span<const float> absmax, int64_t begin,
                       int64_t count, float* out) {
+  FD_CHECK(int64_t(q.packed.size()) == (q.numel() + 1) / 2, "{} packed bytes for {} elements",
+           q.packed.size(), q.numel());
+  dequantize_range(q.type, q.block_size, q.packed.data(), q.numel(), absmax, begin, count, out);
+}
+
+void dequantize_range(QuantType type, int64_t block_size, const uint8_t* packed, int64_t numel,
+                      std::span<const float> absmax, int64_t begin, int64_t count, float* out) {
   const int64_t end = begin + count;
-  FD_CHECK(begin >= 0 && end <= q.numel(), "dequantize_range [{}, {}) of {}", begin, end,
-           q.numel());
-  FD_CHECK(int64_t(absmax.size()) == q.num_blocks(), "{} absmax for {} blocks", absmax.size(),
-           q.num_blocks());
-  const std::array<float, 16>& values = code_values(q.type);
-  const uint8_t* packed = q.packed.data();
-  const int64_t bs = q.block_size;
+  FD_CHECK(begin >= 0 && end <= numel, "dequantize_range [{}, {}) of {}", begin, end, numel);
+  FD_CHECK(int64_t(absmax.size()) == (numel + block_size - 1) / block_size,
+           "{} absmax for {} blocks", absmax.size(), (numel + block_size - 1) / block_size);
+  const std::array<float, 16>& values = code_values(type);
+  const int64_t bs = block_size;
   int64_t i = begin;
   while (i < end) {
     const int64_t b = i / bs;

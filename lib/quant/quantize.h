@@ -90,6 +90,14 @@ std::vector<float> block_absmax(const Quantized4bit& q);
 void dequantize_range(const Quantized4bit& q, std::span<const float> absmax, int64_t begin,
                       int64_t count, float* out);
 
+// The same over raw storage: `packed` holds (numel + 1) / 2 bytes (QuantizedWeight's tensors).
+void dequantize_range(QuantType type, int64_t block_size, const uint8_t* packed, int64_t numel,
+                      std::span<const float> absmax, int64_t begin, int64_t count, float* out);
+// block_absmax's nested branch over raw storage: out[i] = map[codes[i]] * nested_absmax[i / 256]
+// + offset, for every code.
+void decode_nested_absmax(std::span<const uint8_t> codes, std::span<const float> nested_absmax,
+                          float offset, const std::array<float, 256>& map, float* out);
+
 // The whole weight, fp32 (bitsandbytes' dequantize_4bit with dtype float32).
 std::vector<float> dequantize(const Quantized4bit& q);
 // As a CPU tensor of `dtype` (bf16/f16: the fp32 values rounded to nearest even, as the

@@ -17,6 +17,8 @@ std::string_view dtype_name(DType t) {
       return "f16";
     case DType::kI32:
       return "i32";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
@@ -84,6 +86,7 @@ void convert_f32_to(DType to, const float* src, void* dst, size_t n) {
       return;
     }
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   FD_CHECK(false, "convert_f32_to: unsupported dtype {}", dtype_name(to));
@@ -109,6 +112,7 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
       return;
     }
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   FD_CHECK(false, "convert_to_f32: unsupported dtype {}", dtype_name(from));

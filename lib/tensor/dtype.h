@@ -11,10 +11,14 @@
 
 namespace fd {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32 };
+// kU8: raw bytes (4-bit codes, 8-bit absmax codes of lib/quant); no arithmetic, no conversion
+// to or from float (convert_* refuse it). Appended, so the existing values keep their numbers.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kU8 };
 
-constexpr size_t dtype_size(DType t) { return t == DType::kBF16 || t == DType::kF16 ? 2 : 4; }
-std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32"
+constexpr size_t dtype_size(DType t) {
+  return t == DType::kU8 ? 1 : t == DType::kBF16 || t == DType::kF16 ? 2 : 4;
+}
+std::string_view dtype_name(DType t);  // "f32", "bf16", "f16", "i32", "u8"
 
 inline uint32_t f32_bits(float f) {
   uint32_t u;

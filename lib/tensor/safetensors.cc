@@ -106,6 +106,8 @@ const char* file_dtype_name(DType t) {
       return "F16";
     case DType::kI32:
       return "I32";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }

@@ -99,6 +99,11 @@ void Tensor::fill_(float value) const {
       for (size_t i = 0; i < n; ++i) p[i] = int32_t(value);
       return;
     }
+    case DType::kU8: {
+      auto* p = data<uint8_t>();
+      for (size_t i = 0; i < n; ++i) p[i] = uint8_t(value);
+      return;
+    }
   }
 }
 

@@ -53,6 +53,9 @@ struct Buf {
         std::memcpy(at(i), &x, 4);
         return;
       }
+      case DType::kU8:
+        *at(i) = uint8_t(v);
+        return;
       case DType::kBF16:
       case DType::kF16: {
         uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(float(v)) : f32_to_f16(float(v));
@@ -73,6 +76,8 @@ struct Buf {
         std::memcpy(&x, at(i), 4);
         return x;
       }
+      case DType::kU8:
+        return *at(i);
       case DType::kBF16:
       case DType::kF16: {
         uint16_t h;

@@ -34,6 +34,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclFloat16;
     case DType::kI32:
       return ncclInt32;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclFloat32;
 }

@@ -76,6 +76,7 @@ bool all_finite(const Tensor& t) {
     case DType::kF16:
       return bits_finite(t.data<uint16_t>(), t.numel(), uint16_t(0x7c00u));
     case DType::kI32:
+    case DType::kU8:
       break;
   }
   return true;
