@@ -72,20 +72,7 @@ Tensor from_f32(const std::vector<float>& v, const Shape& like, int64_t last, DT
   std::vector<int64_t> dims;
   for (int i = 0; i + 1 < like.ndim(); ++i) dims.push_back(like[i]);
   dims.push_back(last);
-  Tensor t = Tensor::empty(Shape(std::span<const int64_t>(dims)), dtype);
-  const int64_t n = t.numel();
-  switch (dtype) {
-    case DType::kF32:
-      std::copy(v.begin(), v.end(), t.data<float>());
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = f32_to_bf16(v[i]);
-      break;
-    default:
-      for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = f32_to_f16(v[i]);
-      break;
-  }
-  return t;
+  return Tensor::from_vector(v, Shape(std::span<const int64_t>(dims)), dtype);
 }
 
 }  // namespace

@@ -232,23 +232,9 @@ std::vector<float> dequantize(const Quantized4bit& q) {
 }
 
 Tensor dequantize(const Quantized4bit& q, DType dtype) {
-  std::vector<float> v = dequantize(q);
-  Tensor t = Tensor::empty(Shape(std::span<const int64_t>(q.shape)), dtype);
-  const int64_t n = q.numel();
-  switch (dtype) {
-    case DType::kF32:
-      std::copy(v.begin(), v.end(), t.data<float>());
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = f32_to_bf16(v[i]);
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = f32_to_f16(v[i]);
-      break;
-    default:
-      FD_CHECK(false, "dequantize to {}: a float dtype is needed", dtype_name(dtype));
-  }
-  return t;
+  FD_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+           "dequantize to {}: a float dtype is needed", dtype_name(dtype));
+  return Tensor::from_vector(dequantize(q), Shape(std::span<const int64_t>(q.shape)), dtype);
 }
 
 }  // namespace fd::quant
