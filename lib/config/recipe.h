@@ -58,6 +58,16 @@ std::string_view to_string(PartitionName v);     // "parameters", "uniform", "li
 // for gpt2. After loading, the family's defaults are filled in (n_kv_head,
 // head_dim, norm_eps, rope_theta, attention_bias), so a loaded recipe states
 // every value it runs with.
+// model.quantize: the frozen base of a LoRA run stored in 4 bits (QLoRA, issue 37), with
+// bitsandbytes' semantics (lib/quant, docs/QUANTIZATION.md). Defaults are bitsandbytes'.
+enum class QuantTypeName { kNf4, kFp4 };
+struct QuantizeOptions {
+  QuantTypeName type = QuantTypeName::kNf4;  // nf4 | fp4
+  int block_size = 64;                       // 32, 64, ..., 4096 (bitsandbytes' sizes)
+  bool double_quant = true;                  // the absmax values double-quantized to 8 bits
+  bool operator==(const QuantizeOptions&) const = default;
+};
+
 struct ModelOptions {
   Arch arch = Arch::kGpt2;  // model family: gpt2, llama, mistral, qwen2, qwen3
   int n_layer = 4;          // transformer blocks, >= 1
@@ -82,6 +92,8 @@ struct ModelOptions {
   bool qk_norm = false;         // per-head q/k RMSNorm (qwen3: always)
   std::string
       init_from;  // weights to start from (fdtrain export, HF GPT-2 safetensors); "" = random init
+  // The frozen base in 4 bits (needs lora); absent: the base in the compute dtype.
+  std::optional<QuantizeOptions> quantize;
   bool operator==(const ModelOptions&) const = default;
 };
 

@@ -29,6 +29,7 @@
 #include "lib/optim/schedule.h"
 #include "lib/pipe/schedule.h"
 #include "lib/precision/loss_scaler.h"
+#include "lib/quant/quantize.h"
 #include "lib/zero/zero_engine.h"
 
 namespace fd::engine {
@@ -50,6 +51,8 @@ struct Assembly {
   std::vector<int> stage_blocks;  // transformer blocks per stage (pipe::partition_blocks)
   nn::DecoderConfig model;        // the network: family, dimensions, switches
   nn::LoraConfig lora;            // adapters; disabled (r = 0) without a lora section
+  // model.quantize: the frozen base's block linears in 4 bits (QLoRA); absent: the compute dtype.
+  std::optional<quant::QuantOptions> quantize;
   DType dtype = DType::kF32;      // the compute dtype (fp32 master weights when 16-bit)
   nn::GroupLayout layout;         // trainable flat groups' accounting for zero.stage (no world)
   nn::GroupLayout frozen_layout;  // the frozen base of a LoRA run
