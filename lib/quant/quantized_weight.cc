@@ -1,6 +1,7 @@
 // QuantizedWeight: Quantized4bit's storage in accounted tensors.
 #include "lib/quant/quantized_weight.h"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 
@@ -12,13 +13,6 @@ namespace {
 
 Tensor make(int64_t n, DType dtype, MemCategory category, Device device) {
   return Tensor::empty(Shape{n}, dtype, category, device);
-}
-
-// Copies `bytes` bytes into a CPU tensor (nothing on meta).
-void fill(const Tensor& t, const void* src, size_t bytes) {
-  FD_CHECK(t.nbytes() == bytes, "QuantizedWeight: {} bytes into a tensor of {}", bytes, t.nbytes());
-  if (t.is_meta() || bytes == 0) return;
-  std::memcpy(t.raw(), src, bytes);
 }
 
 template <typename T>
@@ -41,41 +35,105 @@ int64_t product(const std::vector<int64_t>& shape) {
 
 int64_t QuantizedWeight::numel() const { return product(shape_); }
 
+EncodedLayout encoded_layout(int64_t numel, const QuantOptions& options) {
+  check_block_size(options.block_size);
+  FD_CHECK(numel >= 0, "encoded_layout of {} values", numel);
+  auto align4 = [](int64_t n) { return (n + 3) / 4 * 4; };
+  const int64_t blocks = (numel + options.block_size - 1) / options.block_size;
+  EncodedLayout l;
+  int64_t at = align4((numel + 1) / 2);
+  if (!options.double_quant) {
+    l.absmax = at;
+    l.bytes = at + 4 * blocks;
+    return l;
+  }
+  const int64_t groups = (blocks + NestedAbsmax::kBlockSize - 1) / NestedAbsmax::kBlockSize;
+  l.nested_codes = at;
+  at = align4(at + blocks);
+  l.nested_absmax = at;
+  l.nested_offset = at + 4 * groups;
+  l.bytes = l.nested_offset + 4;
+  return l;
+}
+
+void encode(const Quantized4bit& q, std::span<uint8_t> out) {
+  const EncodedLayout l = encoded_layout(
+      q.numel(), {.type = q.type, .block_size = q.block_size, .double_quant = q.nested.has_value()});
+  FD_CHECK(int64_t(out.size()) == l.bytes, "encode: {} bytes for a layout of {}", out.size(),
+           l.bytes);
+  const int64_t n = q.numel(), blocks = q.num_blocks();
+  FD_CHECK(int64_t(q.packed.size()) == (n + 1) / 2, "encode: {} packed bytes for {} values",
+           q.packed.size(), n);
+  std::fill(out.begin(), out.end(), uint8_t{0});
+  auto put = [&](int64_t at, const void* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(out.data() + at, src, bytes);
+  };
+  put(l.packed, q.packed.data(), q.packed.size());
+  if (!q.nested) {
+    FD_CHECK(int64_t(q.absmax.size()) == blocks, "encode: {} absmax for {} blocks",
+             q.absmax.size(), blocks);
+    put(l.absmax, q.absmax.data(), q.absmax.size() * sizeof(float));
+    return;
+  }
+  const NestedAbsmax& nq = *q.nested;
+  FD_CHECK(q.absmax.empty(), "encode: both plain and nested absmax");
+  FD_CHECK(nq.map == dynamic_map(), "encode: a nested map other than bitsandbytes' dynamic map");
+  FD_CHECK(int64_t(nq.codes.size()) == blocks, "encode: {} nested codes for {} blocks",
+           nq.codes.size(), blocks);
+  FD_CHECK(int64_t(nq.absmax.size()) ==
+               (blocks + NestedAbsmax::kBlockSize - 1) / NestedAbsmax::kBlockSize,
+           "encode: {} nested absmax for {} codes", nq.absmax.size(), blocks);
+  put(l.nested_codes, nq.codes.data(), nq.codes.size());
+  put(l.nested_absmax, nq.absmax.data(), nq.absmax.size() * sizeof(float));
+  put(l.nested_offset, &nq.offset, sizeof(float));
+}
+
+QuantizedWeight QuantizedWeight::view(const std::shared_ptr<Storage>& storage, size_t byte_offset,
+                                      std::vector<int64_t> shape, const QuantOptions& options) {
+  FD_CHECK(byte_offset % 4 == 0, "QuantizedWeight::view at byte {} (not a multiple of 4)",
+           byte_offset);
+  QuantizedWeight w;
+  w.type_ = options.type;
+  w.block_size_ = options.block_size;
+  w.shape_ = std::move(shape);
+  const int64_t n = w.numel(), blocks = w.num_blocks();
+  const EncodedLayout l = encoded_layout(n, options);
+  FD_CHECK(byte_offset + size_t(l.bytes) <= storage->bytes(),
+           "QuantizedWeight::view: bytes [{}, {}) of a storage of {}", byte_offset,
+           byte_offset + size_t(l.bytes), storage->bytes());
+  auto at = [&](int64_t off, int64_t count, DType dtype) {
+    return Tensor::view_of(storage, (byte_offset + size_t(off)) / dtype_size(dtype), Shape{count},
+                           dtype);
+  };
+  w.packed_ = at(l.packed, (n + 1) / 2, DType::kU8);
+  if (!options.double_quant) {
+    w.absmax_ = at(l.absmax, blocks, DType::kF32);
+    return w;
+  }
+  w.nested_codes_ = at(l.nested_codes, blocks, DType::kU8);
+  w.nested_absmax_ = at(l.nested_absmax,
+                        (blocks + NestedAbsmax::kBlockSize - 1) / NestedAbsmax::kBlockSize,
+                        DType::kF32);
+  w.nested_offset_ = at(l.nested_offset, 1, DType::kF32);
+  w.nested_map_ = dynamic_map();
+  return w;
+}
+
 QuantizedWeight QuantizedWeight::from(const Quantized4bit& q, Device device, MemCategory category) {
   FD_CHECK(!device.is_cuda(), "QuantizedWeight on {}: GPU storage comes with the CUDA kernels",
            device.str());
-  check_block_size(q.block_size);
-  QuantizedWeight w;
-  w.type_ = q.type;
-  w.block_size_ = q.block_size;
-  w.shape_ = q.shape;
-  const int64_t n = w.numel(), blocks = w.num_blocks();
-  FD_CHECK(int64_t(q.packed.size()) == (n + 1) / 2,
-           "QuantizedWeight: {} packed bytes for {} values", q.packed.size(), n);
-  w.packed_ = make((n + 1) / 2, DType::kU8, category, device);
-  fill(w.packed_, q.packed.data(), q.packed.size());
-  if (!q.nested) {
-    FD_CHECK(int64_t(q.absmax.size()) == blocks, "QuantizedWeight: {} absmax for {} blocks",
-             q.absmax.size(), blocks);
-    w.absmax_ = make(blocks, DType::kF32, category, device);
-    fill(w.absmax_, q.absmax.data(), q.absmax.size() * sizeof(float));
-    return w;
+  const QuantOptions options{
+      .type = q.type, .block_size = q.block_size, .double_quant = q.nested.has_value()};
+  const EncodedLayout l = encoded_layout(q.numel(), options);
+  // One buffer holds the encoded form; the tensors are views of it.
+  Tensor bytes = make(l.bytes, DType::kU8, category, device);
+  if (!bytes.is_meta()) {
+    encode(q, std::span<uint8_t>(bytes.data<uint8_t>(), size_t(l.bytes)));
+  } else if (q.nested) {
+    FD_CHECK(q.nested->map == dynamic_map(), "QuantizedWeight: a nested map other than "
+                                             "bitsandbytes' dynamic map");
   }
-  const NestedAbsmax& nq = *q.nested;
-  FD_CHECK(q.absmax.empty(), "QuantizedWeight: both plain and nested absmax");
-  FD_CHECK(int64_t(nq.codes.size()) == blocks, "QuantizedWeight: {} nested codes for {} blocks",
-           nq.codes.size(), blocks);
-  const int64_t groups = (blocks + NestedAbsmax::kBlockSize - 1) / NestedAbsmax::kBlockSize;
-  FD_CHECK(int64_t(nq.absmax.size()) == groups, "QuantizedWeight: {} nested absmax for {} codes",
-           nq.absmax.size(), blocks);
-  w.nested_codes_ = make(blocks, DType::kU8, category, device);
-  fill(w.nested_codes_, nq.codes.data(), nq.codes.size());
-  w.nested_absmax_ = make(groups, DType::kF32, category, device);
-  fill(w.nested_absmax_, nq.absmax.data(), nq.absmax.size() * sizeof(float));
-  w.nested_offset_ = make(1, DType::kF32, category, device);
-  fill(w.nested_offset_, &nq.offset, sizeof(float));
-  w.nested_map_ = nq.map;
-  return w;
+  return view(bytes.storage(), bytes.offset(), q.shape, options);
 }
 
 QuantizedWeight QuantizedWeight::empty(std::vector<int64_t> shape, const QuantOptions& options,

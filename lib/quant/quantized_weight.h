@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "lib/quant/quantize.h"
@@ -19,9 +21,30 @@
 
 namespace fd::quant {
 
+// The 4-bit form of one weight in a single byte range (a quantized frozen segment's flat buffer,
+// lib/nn/decoder.h), byte offsets from its start, each field aligned to 4 bytes:
+//   packed codes ((numel + 1) / 2) | absmax (f32 per block)                       without double quant
+//   packed codes | nested codes (u8 per block) | nested absmax (f32 per 256) | offset (f32)   with it
+// The nested 8-bit map is not stored: it is bitsandbytes' dynamic_map() (a 4-bit directory whose map
+// differs is refused when read).
+struct EncodedLayout {
+  int64_t packed = 0, absmax = -1, nested_codes = -1, nested_absmax = -1, nested_offset = -1;
+  int64_t bytes = 0;  // the whole range
+};
+EncodedLayout encoded_layout(int64_t numel, const QuantOptions& options);
+// Writes `q` (its nested map must be dynamic_map()) into `out`, encoded_layout(...).bytes bytes;
+// alignment gaps are zero.
+void encode(const Quantized4bit& q, std::span<uint8_t> out);
+
 class QuantizedWeight {
  public:
   QuantizedWeight() = default;  // undefined
+
+  // A weight of `shape` whose encoded form (encoded_layout) starts `byte_offset` bytes (a multiple
+  // of 4) into `storage`: views, no copy. The storage may be released (a ZeRO-3 segment between
+  // its gathers): the views are valid whenever it is acquired.
+  static QuantizedWeight view(const std::shared_ptr<Storage>& storage, size_t byte_offset,
+                              std::vector<int64_t> shape, const QuantOptions& options);
 
   // Copies `q` into tensors on `device` (CPU, or meta: sizes only), category `category`.
   static QuantizedWeight from(const Quantized4bit& q, Device device = Device::cpu(),

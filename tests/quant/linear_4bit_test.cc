@@ -91,7 +91,10 @@ TEST(QuantizedWeight, RoundTripExactAndAccounted) {
       const int64_t before = acct.current(MemCategory::kFrozen);
       QuantizedWeight w = QuantizedWeight::from(q, Device::cpu());
       EXPECT_EQ(w.storage_bytes(), q.storage_bytes());
-      EXPECT_EQ(acct.current(MemCategory::kFrozen) - before, q.storage_bytes());
+      // One buffer in the encoded layout: the storage plus at most 3 + 3 alignment bytes.
+      const int64_t encoded = encoded_layout(q.numel(), {QuantType::kNF4, bs, dq}).bytes;
+      EXPECT_EQ(acct.current(MemCategory::kFrozen) - before, encoded);
+      EXPECT_LE(encoded - q.storage_bytes(), 6);
       EXPECT_EQ(w.packed().dtype(), DType::kU8);
       EXPECT_EQ(w.double_quant(), dq);
       expect_same(w.to_quantized4bit(), q);
@@ -111,11 +114,47 @@ TEST(QuantizedWeight, MetaHasTheSizesNotTheValues) {
     QuantizedWeight m = QuantizedWeight::empty({300, 65}, opts);
     EXPECT_TRUE(m.is_meta());
     EXPECT_EQ(m.storage_bytes(), q.storage_bytes());
-    EXPECT_EQ(acct.current(MemCategory::kFrozen) - before, q.storage_bytes());
+    EXPECT_EQ(acct.current(MemCategory::kFrozen) - before, encoded_layout(300 * 65, opts).bytes);
     EXPECT_DEATH(m.to_quantized4bit(), "not on the CPU");
     // The same on meta from values.
     EXPECT_EQ(QuantizedWeight::from(q, Device::meta()).storage_bytes(), q.storage_bytes());
   }
+}
+
+// A weight encoded into part of a larger buffer and viewed there is the weight: the layout's
+// fields in order, 4-byte aligned, the gaps zero; the views read back exactly what was encoded.
+TEST(QuantizedWeight, EncodedIntoABufferAndViewed) {
+  for (bool dq : {false, true}) {
+    for (int64_t n : {1, 5, 301}) {
+      const QuantOptions opts{QuantType::kNF4, 64, dq};
+      const Quantized4bit q = make_weight(n, 17, opts, 11);
+      const EncodedLayout l = encoded_layout(q.numel(), opts);
+      EXPECT_EQ(l.packed, 0);
+      EXPECT_EQ(l.bytes % 4, 0);
+      if (dq) {
+        EXPECT_EQ(l.absmax, -1);
+        EXPECT_EQ(l.nested_codes % 4, 0);
+        EXPECT_GE(l.nested_codes, (q.numel() + 1) / 2);
+        EXPECT_GE(l.nested_absmax, l.nested_codes + q.num_blocks());
+        EXPECT_EQ(l.nested_offset, l.nested_absmax + 4 * int64_t(q.nested->absmax.size()));
+      } else {
+        EXPECT_EQ(l.absmax % 4, 0);
+        EXPECT_EQ(l.bytes, l.absmax + 4 * q.num_blocks());
+      }
+      // At byte 32 of a buffer with room either side.
+      Tensor buf = Tensor::zeros(Shape{l.bytes + 64}, DType::kU8, MemCategory::kOther);
+      buf.fill_(255.0f);
+      encode(q, std::span<uint8_t>(buf.data<uint8_t>() + 32, size_t(l.bytes)));
+      EXPECT_EQ(buf.data<uint8_t>()[31], 255);
+      EXPECT_EQ(buf.data<uint8_t>()[32 + l.bytes], 255);
+      const QuantizedWeight w = QuantizedWeight::view(buf.storage(), 32, q.shape, opts);
+      expect_same(w.to_quantized4bit(), q);
+      EXPECT_EQ(w.storage_bytes(), q.storage_bytes());
+    }
+  }
+  // A view must start on a 4-byte boundary.
+  Tensor buf = Tensor::zeros(Shape{256}, DType::kU8, MemCategory::kOther);
+  EXPECT_DEATH(QuantizedWeight::view(buf.storage(), 2, {4, 4}, {}), "multiple of 4");
 }
 
 // float64 reference y = x W^T + b over the dequantized weight, and dx = dy W.
