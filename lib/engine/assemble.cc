@@ -148,8 +148,8 @@ std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init,
   nn::GroupLayout layout = a.layout, frozen_layout = a.frozen_layout;
   if (init == Init::kDeferred)
     layout.params_resident = layout.grads_resident = frozen_layout.params_resident = false;
-  auto model =
-      std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout, present);
+  auto model = std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout,
+                                             present, a.quantize);
   if (init == Init::kRandom) model->init_weights(a.seed);
   return model;
 }

@@ -98,7 +98,7 @@ std::string comm_formula(int stage, int accumulation, int c) {
 // (peaks counted from the end of setup; see Trainer::setup and ::run).
 struct RankRun {
   zero::ModelStateBytes states;
-  int64_t frozen = 0;
+  int64_t frozen = 0, quantized = 0;
   int64_t activations = 0;       // peak over the training step and the evaluation batch
   int64_t eval_peak = 0;         // peak of the evaluation batch alone
   int64_t comm_step = 0;         // kComm peak over the step and evaluation
@@ -108,7 +108,7 @@ struct RankRun {
   int64_t offload_nvme = 0;      // the optimizer state file (offload), bytes
   int64_t offload_host = 0;      // the optimizer state in host memory (host offload), bytes
   int64_t offload_pinned = 0;    // a GPU run's pinned transfer buffers (offload), bytes
-  int64_t padded_params = 0, frozen_padded_params = 0, num_params = 0;
+  int64_t padded_params = 0, frozen_padded_params = 0, quantized_bytes = 0, num_params = 0;
   int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
@@ -232,7 +232,8 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   RankRun out;
   out.num_params = model->parameter_count();
   for (const nn::FlatParamGroup* g : model->groups()) out.padded_params += g->numel();
-  for (const nn::FlatParamGroup* g : model->frozen_groups()) out.frozen_padded_params += g->numel();
+  for (const nn::FlatParamGroup* g : model->frozen_groups())  // a 4-bit segment holds bytes
+    (g->dtype() == DType::kU8 ? out.quantized_bytes : out.frozen_padded_params) += g->numel();
 
   // As Trainer::setup: peaks count from here, then the batch buffers.
   acct.reset_peaks();
@@ -295,6 +296,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   out.states = {most[size_t(MemCategory::kParams)], most[size_t(MemCategory::kGrads)],
                 most[size_t(MemCategory::kMaster)], most[size_t(MemCategory::kOptimizer)]};
   out.frozen = most[size_t(MemCategory::kFrozen)];
+  out.quantized = most[size_t(MemCategory::kQuantized)];
   out.activations = most[size_t(MemCategory::kActivations)];
   out.other = most[size_t(MemCategory::kOther)];
   return out;
@@ -309,6 +311,7 @@ Estimate estimate(const config::Recipe& r, int world) {
   Estimate e;
   e.model = recipe_assembly.model;
   e.lora = recipe_assembly.lora;
+  e.quantize = recipe_assembly.quantize;
   e.micro = recipe_assembly.micro;
   e.seq_len = recipe_assembly.seq_len;
   e.accumulation = recipe_assembly.zero.accumulation;
@@ -356,6 +359,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.states.master = std::max(most.states.master, run.states.master);
       most.states.optimizer = std::max(most.states.optimizer, run.states.optimizer);
       most.frozen = std::max(most.frozen, run.frozen);
+      most.quantized = std::max(most.quantized, run.quantized);
       most.activations = std::max(most.activations, run.activations);
       most.eval_peak = std::max(most.eval_peak, run.eval_peak);
       most.comm_step = std::max(most.comm_step, run.comm_step);
@@ -369,6 +373,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.stage = s;
     st.model_states = most.states;
     st.frozen = most.frozen;
+    st.quantized = most.quantized;
     st.activations = most.activations;
     st.comm_step = most.comm_step;
     st.comm_staging = staging ? most.comm_step - run_rank(a, 0, false).comm_step : 0;
@@ -383,6 +388,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     e.num_params = most.num_params;
     e.padded_params = most.padded_params;
     e.frozen_padded_params = most.frozen_padded_params;
+    e.quantized_bytes = most.quantized_bytes;
     e.frozen_params = e.lora.enabled() ? e.model.num_params() : 0;
     ActivationEstimate& act = e.activations;
     act.checkpointed = int(e.checkpointed.size());
@@ -435,6 +441,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       st.stage = ps;
       st.model_states = run.states;
       st.frozen = run.frozen;
+      st.quantized = run.quantized;
       st.activations = run.activations;
       st.comm_step = run.comm_step;
       st.comm_full_gather = run.comm_full_gather;
@@ -576,8 +583,15 @@ std::string format_estimate(const Estimate& e) {
                     "optimizer state; replicated at stages 0-2, sharded at stage 3)",
                     e.lora.r, e.lora.alpha, e.lora.dropout, fmt::join(e.lora.modules, ", "),
                     grouped(e.frozen_params), grouped(e.frozen_padded_params)));
+    if (e.quantize)
+      line(fmt::format(
+          "model.quantize {} block {}{}: the blocks' base is {} in 4 bits (P_base above is the "
+          "embedding and final segments, kept in {})",
+          quant::quant_type_name(e.quantize->type), e.quantize->block_size,
+          e.quantize->double_quant ? ", double quant" : "", human(e.quantized_bytes),
+          config::to_string(e.precision)));
     line(fmt::format("at stage {}: frozen base: {}; trainable (adapters) states: {}",
-                     e.recipe_stage, human(rs.frozen), human(rs.model_states.total())));
+                     e.recipe_stage, human(rs.frozen + rs.quantized), human(rs.model_states.total())));
   }
   line("");
   const int w0 = 26, w = 14;
@@ -607,6 +621,8 @@ std::string format_estimate(const Estimate& e) {
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
   if (e.lora.enabled()) row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
+  if (e.quantize)
+    row("4-bit base + scratch", [](const StageEstimate& s) { return human(s.quantized); });
   row("activations", [](const StageEstimate& s) { return human(s.activations); });
   row("comm buffers", [](const StageEstimate& s) { return human(s.comm_buffers); });
   row("other (token batch)", [](const StageEstimate& s) { return human(s.other); });
@@ -646,6 +662,8 @@ std::string format_estimate(const Estimate& e) {
     prow("model states", [](const StageEstimate& st) { return human(st.model_states.total()); });
     if (e.lora.enabled())
       prow("frozen base", [](const StageEstimate& st) { return human(st.frozen); });
+    if (e.quantize)
+      prow("4-bit base + scratch", [](const StageEstimate& st) { return human(st.quantized); });
     prow("activations", [](const StageEstimate& st) { return human(st.activations); });
     prow("comm buffers", [](const StageEstimate& st) { return human(st.comm_buffers); });
     prow("total", [](const StageEstimate& st) { return human(st.total()); });
@@ -750,6 +768,12 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                  {"frozen_params", e.frozen_params},
                  {"frozen_padded_params", e.frozen_padded_params}};
   }
+  if (e.quantize) {
+    j["quantize"] = {{"type", quant::quant_type_name(e.quantize->type)},
+                     {"block_size", e.quantize->block_size},
+                     {"double_quant", e.quantize->double_quant},
+                     {"quantized_bytes", e.quantized_bytes}};
+  }
   j["activations"] = {{"per_block", e.activations.per_block},
                       {"per_checkpointed_block", e.activations.per_checkpointed_block},
                       {"checkpointed", e.activations.checkpointed},
@@ -767,6 +791,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
     o["optimizer"] = s.model_states.optimizer;
     o["model_states"] = s.model_states.total();
     o["frozen"] = s.frozen;
+    o["quantized"] = s.quantized;
     o["activations"] = s.activations;
     o["comm_buffers"] = s.comm_buffers;
   };

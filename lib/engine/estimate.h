@@ -76,6 +76,11 @@ struct StageEstimate {
   // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or
   // cP_base/N (stage 3, the rank's shard); 0 without LoRA.
   int64_t frozen = 0;
+  // QLoRA (model.quantize): the 4-bit base (MemCategory::kQuantized): the block segments' encoded
+  // bytes (codes, block statistics, the blocks' norms and biases), whole at stages 0-2 or the
+  // rank's shard at stage 3, and the 4-bit matmul's dequantization scratch (the decoded absmax
+  // and one fp32 panel of the weight). 0 without quantization.
+  int64_t quantized = 0;
   // ZeRO-Infinity (zero.offload_optimizer nvme): the bytes of this rank's state
   // file; its resident part is model_states.optimizer (the chunk buffers). 0
   // without offload.
@@ -97,7 +102,7 @@ struct StageEstimate {
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
-    return model_states.total() + frozen + activations + comm_buffers + other;
+    return model_states.total() + frozen + quantized + activations + comm_buffers + other;
   }
 };
 
@@ -117,6 +122,10 @@ struct Estimate {
   nn::LoraConfig lora;
   int64_t frozen_params = 0;         // Ψ_base
   int64_t frozen_padded_params = 0;  // P_base at this world (as the engine pads it)
+  // QLoRA: the base's block segments in their 4-bit form, bytes at this world (as the engine pads
+  // them); those segments' parameters are not in frozen_padded_params. 0 without quantization.
+  std::optional<quant::QuantOptions> quantize;
+  int64_t quantized_bytes = 0;
   ActivationEstimate activations;
   // Per ZeRO stage, the largest figure of any rank (with a pipeline: of any
   // pipeline stage's).

@@ -103,7 +103,8 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
   std::vector<std::pair<std::string, Tensor>> out;
   for (const nn::Parameter* p : lora.enabled() ? model.frozen_parameters() : model.parameters()) {
     FD_CHECK(!p->value.is_cuda(), "hf_tensors: {} is not on the CPU", p->name);
-    std::vector<float> v = p->value.to_vector();
+    // A 4-bit base weight (QLoRA): the values the run computed with, dequantized.
+    std::vector<float> v = model.quantized(*p) ? model.dequantized(*p) : p->value.to_vector();
     if (auto it = adapted.find(p->name); it != adapted.end()) {
       const Adapted& ad = it->second;
       merge_lora_into(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,

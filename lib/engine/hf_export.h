@@ -52,7 +52,8 @@ const std::vector<std::string>& hf_tokenizer_files();
 // base weights by merge_lora_into (lib/tensor/lora_merge.h: float64, rounded once to fp32):
 //   Linear [out, in]:  W + (alpha / r) B A
 //   Conv1D (in, out):  W + (alpha / r) (B A)^T
-// and the adapters themselves are not returned. `model` must be on the CPU.
+// and the adapters themselves are not returned. A 4-bit base weight (QLoRA) is dequantized first
+// (Decoder::dequantized: the values the run computed with). `model` must be on the CPU.
 std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype);
 
 struct HfExportOptions {

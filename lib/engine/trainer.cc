@@ -364,13 +364,13 @@ Trainer::~Trainer() {
 void Trainer::request_stop(int signo) { g_stop_requested.store(signo); }
 int Trainer::stop_signal() { return g_stop_requested.load(); }
 
-int64_t Trainer::frozen_bytes_estimate() const {
+int64_t Trainer::frozen_bytes_estimate(bool quantized) const {
   // Offloaded with the parameters (stage 3): its buffers alone are resident.
-  if (zero_->frozen_file_bytes() > 0) return zero_->frozen_resident_bytes();
-  int64_t P = 0;
-  for (const nn::FlatParamGroup* g : model_->frozen_groups()) P += g->numel();
-  const int64_t c = int64_t(dtype_size(assembly_.dtype));
-  return assembly_.zero.stage >= 3 ? c * P / zero_->world() : c * P;
+  if (zero_->frozen_file_bytes() > 0) return quantized ? 0 : zero_->frozen_resident_bytes();
+  int64_t bytes = 0;
+  for (const nn::FlatParamGroup* g : model_->frozen_groups())  // a 4-bit segment is bytes (kU8)
+    if ((g->dtype() == DType::kU8) == quantized) bytes += g->numel() * int64_t(dtype_size(g->dtype()));
+  return assembly_.zero.stage >= 3 ? bytes / zero_->world() : bytes;
 }
 
 std::string Trainer::save(int64_t steps_done) {
@@ -668,7 +668,8 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
       {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json(nullptr)},
       {"num_params", model_->parameter_count()},
       {"frozen_params", recipe_.lora ? model_->config().num_params() : 0},
-      {"frozen_bytes_estimate", frozen_bytes_estimate()},
+      {"frozen_bytes_estimate", frozen_bytes_estimate(false)},
+      {"quantized_base_bytes", frozen_bytes_estimate(true)},
       {"padded_params", P},
       {"data", data_.stats_json()},
       {"weights_sha256", digest},

@@ -162,7 +162,8 @@ class Trainer {
   double evaluate();             // mean validation loss over ranks (NaN when there is no split)
   nlohmann::json memory_json();  // collective
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
-  int64_t frozen_bytes_estimate() const;
+  // quantized: the base's 4-bit segments (QLoRA, MemCategory::kQuantized) instead of the rest.
+  int64_t frozen_bytes_estimate(bool quantized) const;
   std::string save(int64_t steps_done);  // collective; returns the step directory
 
   // device: cuda: picks this rank's GPU, opens the device scope for every

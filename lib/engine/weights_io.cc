@@ -265,6 +265,17 @@ void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
 
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
   WeightsSource source(file, model, where);
+  if (const auto* d = dynamic_cast<const nn::Decoder*>(&model); d && d->quantization()) {
+    // A 4-bit base: its segments are written in their stored form, through the decoder.
+    const nn::ParamFill fill = d->storage_fill(
+        [&source](const nn::Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
+          source.read(p, begin, count, out);
+        });
+    for (const nn::FlatParamGroup* g : d->frozen_groups())
+      for (const nn::Parameter& p : g->params())
+        fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
+    return;
+  }
   for (const nn::Parameter* p : file_targets(model))
     source.read(*p, 0, p->value.numel(), p->value);
 }
@@ -317,8 +328,9 @@ nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w)
       w.adapter.empty() ? std::map<std::string, Tensor>{}
                         : peft_adapter(w.adapter, model, w.adapter_targets, w.adapter_where));
   const uint64_t seed = w.seed;
-  return [&model, base, adapters, seed](const nn::Parameter& p, int64_t begin, int64_t count,
-                                        const Tensor& out) {
+  // By parameter as the model names them; a 4-bit base's segments are encoded from these.
+  return model.storage_fill([&model, base, adapters, seed](const nn::Parameter& p, int64_t begin,
+                                                           int64_t count, const Tensor& out) {
     if (base && base->fills(p)) {
       base->read(p, begin, count, out);
     } else if (auto it = adapters->find(p.name); it != adapters->end()) {
@@ -326,7 +338,7 @@ nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w)
     } else {
       model.init_values(seed, p, begin, count, out);
     }
-  };
+  });
 }
 
 }  // namespace fd::engine

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "lib/base/error.h"
 #include "lib/base/rng.h"
@@ -18,6 +19,7 @@
 #include "lib/ops/rms_norm.h"
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
+#include "lib/quant/linear_4bit.h"
 
 namespace fd::nn {
 
@@ -227,9 +229,11 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
 
 Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& layout,
                  const LoraConfig& lora, const GroupLayout& frozen_layout,
-                 const std::function<bool(int segment)>& present)
-    : config_(config), lora_(lora) {
+                 const std::function<bool(int segment)>& present,
+                 const std::optional<quant::QuantOptions>& quantize)
+    : config_(config), quantize_(quantize), lora_(lora) {
   config.validate();
+  FD_CHECK(!quantize || lora.enabled(), "a 4-bit base is frozen: it needs LoRA adapters");
   // An absent segment (another pipeline stage's) keeps its layout with
   // released buffers: sizes and names stay, nothing is allocated. Acquired,
   // they are communication buffers (the end-of-run gather of every stage's
@@ -253,30 +257,36 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
   if (lora.enabled()) {
     GroupLayout fl = frozen_layout;
     fl.with_grads = false;
+    logical_.resize(info_.size());
     g = 0;
     for (SegmentSpec& s : segment_specs(config)) {
-      frozen_.push_back(std::make_unique<FlatParamGroup>(
-          std::move(s.name), std::move(s.params), dtype, present_[size_t(g)] ? fl : absent(fl)));
+      const GroupLayout& l = present_[size_t(g)] ? fl : absent(fl);
+      if (quantize && info_[size_t(g)].role == SegmentRole::kBlock) {
+        add_quantized_segment(g, std::move(s), dtype, l);
+      } else {
+        frozen_.push_back(
+            std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype, l));
+      }
       ++g;
     }
   }
   // Resolve every parameter the forward reads once, by name.
-  auto find = [](const FlatParamGroup& g, const std::string& name) -> const Parameter* {
-    for (const Parameter& p : g.params())
+  auto find = [](const std::vector<Parameter>& g, const std::string& name) -> const Parameter* {
+    for (const Parameter& p : g)
       if (p.name == name) return &p;
     return nullptr;
   };
   const FamilyNames names = family_names(config);
-  const FlatParamGroup& emb = base_group(embedding_);
+  const std::vector<Parameter>& emb = base_params(embedding_);
   embed_w_ = find(emb, names.embed);
   positions_w_ = find(emb, names.positions);
-  const FlatParamGroup& fin = base_group(head_);
+  const std::vector<Parameter>& fin = base_params(head_);
   final_w_ = find(fin, names.final_norm + ".weight");
   final_b_ = find(fin, names.final_norm + ".bias");
   lm_head_ = find(fin, names.lm_head);
   for (int l = 0; l < config.num_layers; ++l) {
     const int seg = find_segment(info_, SegmentRole::kBlock, l);
-    const FlatParamGroup& g = base_group(seg);
+    const std::vector<Parameter>& g = base_params(seg);
     const std::string p = block_prefix(config, l);
     BlockParams b;
     b.norm1_w = find(g, p + names.norm1 + ".weight");
@@ -287,8 +297,9 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
     b.k_norm = find(g, p + "self_attn.k_norm.weight");
     for (const LinearShape& m : block_linears(config)) {
       BlockParams::Linear lin{find(g, p + m.module + ".weight"), find(g, p + m.module + ".bias")};
+      lin.q = lin.w ? quantized(*lin.w) : nullptr;
       if (lora.applies(l, m.module)) {
-        const FlatParamGroup& a = *segments_[size_t(seg)];
+        const std::vector<Parameter>& a = segments_[size_t(seg)]->params();
         lin.lora_a = find(a, p + m.module + ".lora_A.weight");
         lin.lora_b = find(a, p + m.module + ".lora_B.weight");
       }
@@ -307,8 +318,8 @@ std::vector<const Parameter*> Decoder::parameters() const {
 
 std::vector<const Parameter*> Decoder::frozen_parameters() const {
   std::vector<const Parameter*> out;
-  for (const auto& s : frozen_)
-    for (const auto& p : s->params()) out.push_back(&p);
+  for (size_t g = 0; g < frozen_.size(); ++g)
+    for (const Parameter& p : base_params(int(g))) out.push_back(&p);
   return out;
 }
 
@@ -326,6 +337,169 @@ std::vector<const FlatParamGroup*> Decoder::frozen_groups() const {
 
 const FlatParamGroup& Decoder::base_group(int segment) const {
   return lora_.enabled() ? *frozen_[size_t(segment)] : *segments_[size_t(segment)];
+}
+
+const std::vector<Parameter>& Decoder::base_params(int segment) const {
+  if (!logical_.empty() && !logical_[size_t(segment)].empty()) return logical_[size_t(segment)];
+  return base_group(segment).params();
+}
+
+namespace {
+// Whether `name` is the weight of one of a block's linear layers (what QLoRA stores in 4 bits).
+bool is_linear_weight(const DecoderConfig& c, const std::string& name) {
+  for (const LinearShape& m : block_linears(c))
+    if (ends_with(name, "." + m.module + ".weight")) return true;
+  return false;
+}
+}  // namespace
+
+void Decoder::add_quantized_segment(int segment, SegmentSpec spec, DType dtype,
+                                    GroupLayout layout) {
+  const quant::QuantOptions& q = *quantize_;
+  const int64_t elem = int64_t(dtype_size(dtype));
+  // Held (not a stage-3 gather buffer nor another stage's): the 4-bit base's own category.
+  if (layout.params_category != MemCategory::kComm) layout.params_category = MemCategory::kQuantized;
+  std::vector<ParamSpec> bytes;
+  std::vector<bool> is_q;
+  for (const ParamSpec& p : spec.params) {
+    is_q.push_back(is_linear_weight(config_, p.name));
+    bytes.push_back({p.name,
+                     Shape{is_q.back() ? quant::encoded_layout(p.shape.numel(), q).bytes
+                                       : p.shape.numel() * elem},
+                     false});
+  }
+  frozen_.push_back(
+      std::make_unique<FlatParamGroup>(spec.name, std::move(bytes), DType::kU8, layout));
+  const FlatParamGroup& grp = *frozen_.back();
+  const std::shared_ptr<Storage>& storage = grp.flat_params().storage();
+  std::vector<Parameter>& logical = logical_[size_t(segment)];
+  logical.reserve(spec.params.size());  // pointers to its elements are kept below
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ParamSpec& p = spec.params[i];
+    const Parameter& stored = grp.params()[i];
+    Parameter l;
+    l.name = p.name;
+    l.decay = p.decay;
+    // Byte offsets are multiples of FlatParamGroup::kAlignElems (16): aligned for any dtype.
+    FD_CHECK(stored.offset % 16 == 0, "{} at byte {} of its segment", p.name, stored.offset);
+    if (is_q[i]) {
+      l.value = Tensor::released(p.shape, dtype, layout.params_category);  // no storage of its own
+      l.offset = stored.offset;
+    } else {
+      l.value = Tensor::view_of(storage, size_t(stored.offset / elem), p.shape, dtype);
+      l.offset = stored.offset / elem;
+    }
+    logical.push_back(std::move(l));
+  }
+  for (size_t i = 0; i < logical.size(); ++i) {
+    const Parameter& stored = grp.params()[i];
+    logical_of_[&stored] = &logical[i];
+    if (!is_q[i]) continue;
+    const Shape& shape = logical[i].value.shape();
+    // [out, in]: a GPT-2 Conv1D (in, out) is stored transposed.
+    std::vector<int64_t> qshape = is_gpt2(config_) ? std::vector<int64_t>{shape[1], shape[0]}
+                                                   : std::vector<int64_t>{shape[0], shape[1]};
+    quantized_.emplace(&logical[i],
+                       quant::QuantizedWeight::view(storage, size_t(stored.offset), qshape, q));
+  }
+}
+
+const quant::QuantizedWeight* Decoder::quantized(const Parameter& p) const {
+  auto it = quantized_.find(&p);
+  return it == quantized_.end() ? nullptr : &it->second;
+}
+
+namespace {
+// (rows, cols) row-major -> (cols, rows).
+std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  std::vector<float> t(v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = v[size_t(r * cols + c)];
+  return t;
+}
+}  // namespace
+
+std::vector<float> Decoder::dequantized(const Parameter& p) const {
+  const quant::QuantizedWeight* w = quantized(p);
+  FD_CHECK(w != nullptr, "{} is not stored in 4 bits", p.name);
+  std::vector<float> v = quant::dequantize(w->to_quantized4bit());
+  if (is_gpt2(config_)) v = transposed(v, w->shape()[0], w->shape()[1]);
+  return v;
+}
+
+ParamFill Decoder::storage_fill(ParamFill logical, QuantizedSource stored) const {
+  if (!quantize_) return logical;
+  // The encoded bytes of the last stored member asked for: a rank's shard asks for a range of
+  // each member it overlaps, once.
+  struct Last {
+    const Parameter* p = nullptr;
+    std::vector<uint8_t> bytes;
+  };
+  auto last = std::make_shared<Last>();
+  return [this, logical = std::move(logical), stored = std::move(stored), last](
+             const Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
+    auto it = logical_of_.find(&p);
+    if (it == logical_of_.end()) {  // not in a 4-bit segment
+      logical(p, begin, count, out);
+      return;
+    }
+    FD_CHECK(out.dtype() == DType::kU8 && out.numel() == count && begin >= 0 &&
+                 begin + count <= p.value.numel(),
+             "storage_fill of {}: bytes [{}, {}) of {} into {} of {}", p.name, begin,
+             begin + count, p.value.numel(), out.numel(), dtype_name(out.dtype()));
+    if (out.is_meta() || count == 0) return;
+    if (last->p != &p) {
+      last->p = nullptr;
+      last->bytes = encoded(*it->second, logical, stored);
+      last->p = &p;
+    }
+    FD_CHECK(int64_t(last->bytes.size()) == p.value.numel(), "{}: {} encoded bytes for {}",
+             p.name, last->bytes.size(), p.value.numel());
+    const uint8_t* src = last->bytes.data() + begin;
+    if (!out.is_cuda()) {
+      std::memcpy(out.raw(), src, size_t(count));
+      return;
+    }
+    Tensor host = Tensor::empty(Shape{count}, DType::kU8, MemCategory::kOther, Device::cpu());
+    std::memcpy(host.raw(), src, size_t(count));
+    out.copy_from(host);
+  };
+}
+
+std::vector<uint8_t> Decoder::encoded(const Parameter& l, const ParamFill& logical,
+                                      const QuantizedSource& stored) const {
+  const int64_t n = l.value.numel();
+  // The value in the compute dtype, as the logical fill gives it (a CPU staging tensor).
+  auto value = [&] {
+    Tensor t = Tensor::empty(Shape{n}, l.value.dtype(), MemCategory::kOther, Device::cpu());
+    logical(l, 0, n, t);
+    return t;
+  };
+  const quant::QuantizedWeight* w = quantized(l);
+  if (w == nullptr) {  // a norm or a bias: its bytes
+    const Tensor t = value();
+    std::vector<uint8_t> bytes(t.nbytes());
+    if (!bytes.empty()) std::memcpy(bytes.data(), t.raw(), bytes.size());
+    return bytes;
+  }
+  const quant::QuantOptions& o = *quantize_;
+  std::optional<quant::Quantized4bit> q = stored ? stored(l) : std::nullopt;
+  if (q) {
+    FD_CHECK(q->type == o.type && q->block_size == o.block_size &&
+                 q->nested.has_value() == o.double_quant && q->shape == w->shape(),
+             "{}: the stored 4-bit weight ({}, block {}, double quant {}, shape [{}]) is not "
+             "the model's ({}, block {}, double quant {}, shape [{}])",
+             l.name, quant::quant_type_name(q->type), q->block_size, q->nested.has_value(),
+             fmt::join(q->shape, ", "), quant::quant_type_name(o.type), o.block_size,
+             o.double_quant, fmt::join(w->shape(), ", "));
+  } else {
+    std::vector<float> v = value().to_vector();
+    if (is_gpt2(config_)) v = transposed(v, w->shape()[1], w->shape()[0]);
+    q = quant::quantize(v, w->shape(), o, l.name);
+  }
+  std::vector<uint8_t> bytes(size_t(quant::encoded_layout(n, o).bytes));
+  quant::encode(*q, bytes);
+  return bytes;
 }
 
 Variable Decoder::base_var(const Parameter& p) const {
@@ -368,12 +542,17 @@ void Decoder::init_values(uint64_t seed, const Parameter& p, int64_t begin, int6
 void Decoder::init_weights(uint64_t seed) {
   // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
   if (segments_.front()->flat_params().is_meta()) return;
+  // A 4-bit segment's members are encoded from their initial values (storage_fill).
+  const ParamFill fill = storage_fill(
+      [this, seed](const Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
+        init_values(seed, p, begin, count, out);
+      });
   for (size_t g = 0; g < segments_.size(); ++g) {
     if (!present_[g]) continue;  // another pipeline stage's
     std::vector<const FlatParamGroup*> groups{segments_[g].get()};
     if (!frozen_.empty()) groups.insert(groups.begin(), frozen_[g].get());
     for (const FlatParamGroup* grp : groups)
-      for (const Parameter& p : grp->params()) init_values(seed, p, 0, p.value.numel(), p.value);
+      for (const Parameter& p : grp->params()) fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
   }
 }
 
@@ -386,7 +565,8 @@ bool Decoder::present(int segment) const {
 Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {
   const BlockParams::Linear& p = blocks_[size_t(layer)].linears.at(module);
   const ops::MatmulOptions stored{.trans_a = false, .trans_b = !is_gpt2(config_)};
-  Variable y = ops::matmul(x, base_var(*p.w), p.b ? base_var(*p.b) : Variable(), stored);
+  const Variable bias = p.b ? base_var(*p.b) : Variable();
+  Variable y = p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, base_var(*p.w), bias, stored);
   if (p.lora_a == nullptr) return y;
   Variable in = x;
   if (lora_.dropout > 0.0f)

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "lib/nn/parameter.h"
 #include "lib/nn/segment_runner.h"
 #include "lib/ops/rope.h"
+#include "lib/quant/quantized_weight.h"
 
 namespace fd::nn {
 
@@ -121,10 +123,18 @@ class Decoder : public Module {
   // `present` (pipeline stages): the segments this process holds; the others
   // are built with released buffers (nothing allocated or accounted) and
   // must not be run. Empty: every segment.
+  // `quantize` (QLoRA; needs LoRA): each block's frozen segment is stored in its 4-bit form,
+  // one byte buffer (DType::kU8, MemCategory::kQuantized unless frozen_layout says kComm)
+  // holding, in the segment's parameter order, each block linear's weight encoded as
+  // quant::encoded_layout says and the other parameters (norms, biases) as bytes of `dtype`.
+  // ZeRO partitions and gathers that buffer like any other, so a rank never holds a block's
+  // base in 16 bits. The embedding and final segments stay in `dtype` (as transformers keeps
+  // embeddings, norms and the head unquantized).
   explicit Decoder(const DecoderConfig& config, DType dtype = DType::kF32,
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
                    const GroupLayout& frozen_layout = {},
-                   const std::function<bool(int segment)>& present = {});
+                   const std::function<bool(int segment)>& present = {},
+                   const std::optional<quant::QuantOptions>& quantize = {});
   // GPT-2 by its shorthand (gpt2_config).
   explicit Decoder(const GptConfig& config, DType dtype = DType::kF32,
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
@@ -147,6 +157,28 @@ class Decoder : public Module {
   std::vector<const Parameter*> frozen_parameters() const override;
   std::vector<const FlatParamGroup*> frozen_groups() const override;
   const LoraConfig& lora() const { return lora_; }
+
+  // QLoRA (the constructor's `quantize`): how the block linears of the base are stored.
+  const std::optional<quant::QuantOptions>& quantization() const { return quantize_; }
+  // The 4-bit weight behind `p` (one of frozen_parameters()), or nullptr if p is stored in the
+  // compute dtype. Its tensors are views of the segment's buffer: readable while it is resident.
+  // A GPT-2 Conv1D weight (p's shape (in, out)) is stored transposed, [out, in], as
+  // transformers stores a quantized Conv1D.
+  const quant::QuantizedWeight* quantized(const Parameter& p) const;
+  // The values of a quantized parameter (quantized(p) != nullptr), dequantized to fp32 in p's
+  // own layout (GPT-2's Conv1D (in, out) transposed back): what the forward computes with.
+  std::vector<float> dequantized(const Parameter& p) const;
+  // A base weight as stored in 4 bits, if a source has it that way (a 4-bit model directory):
+  // nullopt to have storage_fill quantize the value the logical fill gives.
+  using QuantizedSource = std::function<std::optional<quant::Quantized4bit>(const Parameter& p)>;
+  // The fill for this model's groups (what a ZeroEngine or a loader writes into the flat
+  // buffers) from `logical`, a fill by the parameters as parameters() and frozen_parameters()
+  // name them (a weights file, init_values, adapters). A 4-bit segment's members are encoded
+  // here: a block linear's weight is `stored`'s, or else quantized (quant::quantize with
+  // quantization()) from its value in the compute dtype; the other members are their values'
+  // bytes. Without quantization it is `logical` itself. The returned fill keeps the last
+  // encoded parameter to serve the next range of it; `logical` must outlive it.
+  ParamFill storage_fill(ParamFill logical, QuantizedSource stored = {}) const;
 
   // Random initialisation as the family's Hugging Face model initialises:
   // matrices N(0, 0.02), biases 0, norm weights 1; GPT-2 also scales its
@@ -206,6 +238,7 @@ class Decoder : public Module {
     // Linear layers by module name: weight, bias (nullptr if none), adapters A, B.
     struct Linear {
       const Parameter *w = nullptr, *b = nullptr, *lora_a = nullptr, *lora_b = nullptr;
+      const quant::QuantizedWeight* q = nullptr;  // QLoRA: w's 4-bit storage
     };
     std::map<std::string, Linear> linears;
   };
@@ -235,6 +268,15 @@ class Decoder : public Module {
   autograd::Variable linear(int layer, const std::string& module,
                             const autograd::Variable& x) const;
   const FlatParamGroup& base_group(int segment) const;
+  // The base parameters of `segment` as the forward reads them: base_group's, or a 4-bit
+  // segment's logical ones.
+  const std::vector<Parameter>& base_params(int segment) const;
+  // QLoRA: builds frozen_'s group for block segment `segment` in its 4-bit form, its logical
+  // parameters and its quantized weights' views.
+  void add_quantized_segment(int segment, SegmentSpec spec, DType dtype, GroupLayout layout);
+  // The encoded bytes of logical parameter `l` of a 4-bit segment (storage_fill).
+  std::vector<uint8_t> encoded(const Parameter& l, const ParamFill& logical,
+                               const QuantizedSource& stored) const;
   // The rotary tables, built on first use for at least `positions` rows.
   void ensure_rope_tables(int64_t positions) const;
 
@@ -243,6 +285,14 @@ class Decoder : public Module {
   int embedding_ = -1, head_ = -1;
   std::vector<std::unique_ptr<FlatParamGroup>> segments_;  // trainable
   std::vector<std::unique_ptr<FlatParamGroup>> frozen_;    // LoRA base (empty without LoRA)
+  // QLoRA. Per segment, its frozen parameters as the model sees them when the segment is
+  // stored in 4 bits (else empty): the norms and biases as views of their bytes in the
+  // segment's buffer, a quantized weight with its shape and `dtype` but no storage (a released
+  // tensor: its values are quantized_[...]'s).
+  std::optional<quant::QuantOptions> quantize_;
+  std::vector<std::vector<Parameter>> logical_;
+  std::map<const Parameter*, quant::QuantizedWeight> quantized_;  // by logical parameter
+  std::map<const Parameter*, const Parameter*> logical_of_;       // stored member -> logical
   std::vector<bool> present_;                               // per segment
   LoraConfig lora_;
   std::vector<BlockParams> blocks_;

@@ -56,7 +56,9 @@ KvDecoder::KvDecoder(const Decoder& model, int capacity)
     const Parameter* p = find(name);
     FD_CHECK(p != nullptr || !required, "KvDecoder: the model has no parameter {}", name);
     if (p == nullptr) return w;
-    if (p->value.dtype() == DType::kF32 && !p->value.is_cuda())
+    if (model.quantized(*p) != nullptr)  // a 4-bit base weight: what the forward computes with
+      w.owned = model.dequantized(*p);
+    else if (p->value.dtype() == DType::kF32 && !p->value.is_cuda())
       w.borrowed = p->value.f32();
     else
       w.owned = p->value.to_vector();

@@ -17,12 +17,13 @@ using autograd::Variable;
 
 namespace {
 
-// The decoded absmax and one panel of W, fp32 activation scratch (on meta as on the CPU).
+// The decoded absmax and one panel of W, fp32 scratch of the 4-bit base's category (on meta as
+// on the CPU).
 struct Panels {
   Panels(const QuantizedWeight& w, int64_t panel_rows)
-      : absmax(Tensor::empty(Shape{w.num_blocks()}, DType::kF32, MemCategory::kActivations,
+      : absmax(Tensor::empty(Shape{w.num_blocks()}, DType::kF32, MemCategory::kQuantized,
                              w.packed().device())),
-        panel(Tensor::empty(Shape{panel_rows, w.shape()[1]}, DType::kF32, MemCategory::kActivations,
+        panel(Tensor::empty(Shape{panel_rows, w.shape()[1]}, DType::kF32, MemCategory::kQuantized,
                             w.packed().device())),
         rows(panel_rows) {
     if (!w.is_meta()) w.block_absmax(absmax.data<float>());

@@ -5,9 +5,10 @@
 // bias gradient when the bias requires one; W gets no gradient. Both directions dequantize W a
 // panel of rows at a time (panel_rows_for), never the whole weight.
 //
-// Scratch, allocated the same way on the CPU and on the meta device (where nothing is computed),
-// all MemCategory::kActivations as ops::matmul's: the fp32 copies of non-f32 operands
-// (F32In / F32Out), the decoded absmax (num_blocks fp32) and one fp32 panel (panel_rows x K).
+// Scratch, allocated the same way on the CPU and on the meta device (where nothing is computed):
+// the fp32 copies of non-f32 operands (F32In / F32Out, MemCategory::kActivations as ops::matmul's),
+// and the decoded absmax (num_blocks fp32) and one fp32 panel (panel_rows x K), both
+// MemCategory::kQuantized (the 4-bit base's own category in the memory estimate).
 // GPU tensors are refused (FD_CHECK) until the CUDA kernels exist.
 #pragma once
 

@@ -8,6 +8,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "params";
     case MemCategory::kFrozen:
       return "frozen";
+    case MemCategory::kQuantized:
+      return "quantized";
     case MemCategory::kGrads:
       return "grads";
     case MemCategory::kMaster:

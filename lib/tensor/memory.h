@@ -16,6 +16,8 @@ namespace fd {
 enum class MemCategory : uint8_t {
   kParams,       // trainable parameters in the compute dtype
   kFrozen,       // frozen parameters (a LoRA base): no gradients, no optimizer state
+  kQuantized,    // a 4-bit base (QLoRA): its segments' codes, statistics and norms, and the
+                 // dequantization scratch of the matmul over it
   kGrads,        // parameter gradients
   kMaster,       // fp32 master weights (mixed precision)
   kOptimizer,    // optimizer state (Adam m and v)

@@ -125,8 +125,10 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
       s.frozen->pad_for(world);
       if (c.stage >= 3) {
         const int64_t fs = s.frozen->numel() / world;
-        s.frozen_shard =
-            take_shard(*s.frozen, int64_t(comm.rank()) * fs, fs, MemCategory::kFrozen, fill);
+        // A 4-bit segment (QLoRA: bytes) is partitioned in that form, in its own category.
+        const MemCategory shard_category =
+            s.frozen->dtype() == DType::kU8 ? MemCategory::kQuantized : MemCategory::kFrozen;
+        s.frozen_shard = take_shard(*s.frozen, int64_t(comm.rank()) * fs, fs, shard_category, fill);
       } else {
         fill_all(*s.frozen, fill);
       }
@@ -188,6 +190,11 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
       for (Segment& s : segments_) s.param_shard = Tensor();
     if (params_offloaded_ && !frozen.empty()) {
       // The frozen base too, in a file of its own: one field, written once.
+      for (const nn::FlatParamGroup* f : frozen)
+        FD_CHECK(f->dtype() == frozen[0]->dtype(),
+                 "parameter offload of a base with segments of {} and {} (a 4-bit base is not "
+                 "offloaded: the recipe refuses it)",
+                 dtype_name(frozen[0]->dtype()), dtype_name(f->dtype()));
       std::vector<int64_t> lengths;
       for (const Segment& s : segments_) lengths.push_back(s.frozen_shard.numel());
       optim::StateStreamOptions fo;

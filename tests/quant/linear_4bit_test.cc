@@ -304,7 +304,7 @@ TEST(Linear4bit, RefusesBadShapesAndGpu) {
 
 // Accountant usage of forward + backward relative to before, by category: peak and after.
 struct Usage {
-  int64_t peak_act = 0, after_act = 0, peak_frozen = 0;
+  int64_t peak_act = 0, after_act = 0, peak_frozen = 0, peak_quant = 0, after_quant = 0;
 };
 
 Usage run(Device device, DType dt, bool bias_grad, int64_t m, int64_t n, int64_t k,
@@ -318,6 +318,7 @@ Usage run(Device device, DType dt, bool bias_grad, int64_t m, int64_t n, int64_t
   Variable b(Tensor::zeros(Shape{n}, dt), bias_grad);
   const int64_t act0 = acct.current(MemCategory::kActivations);
   const int64_t frozen0 = acct.current(MemCategory::kFrozen);
+  const int64_t quant0 = acct.current(MemCategory::kQuantized);
   acct.reset_peaks();
   Usage u;
   {
@@ -327,8 +328,10 @@ Usage run(Device device, DType dt, bool bias_grad, int64_t m, int64_t n, int64_t
     y.slot()->ensure_grad().zero_();
     tape.run_backward();
     u.after_act = acct.current(MemCategory::kActivations) - act0;
+    u.after_quant = acct.current(MemCategory::kQuantized) - quant0;
   }
   u.peak_act = acct.peak(MemCategory::kActivations) - act0;
+  u.peak_quant = acct.peak(MemCategory::kQuantized) - quant0;
   u.peak_frozen = acct.peak(MemCategory::kFrozen) - frozen0;
   return u;
 }
@@ -343,13 +346,17 @@ TEST(Linear4bit, MetaAllocatesExactlyWhatTheCpuDoes) {
       const Usage meta = run(Device::meta(), dt, bias_grad, m, n, k, pe);
       EXPECT_EQ(meta.peak_act, cpu.peak_act);
       EXPECT_EQ(meta.after_act, cpu.after_act);
+      EXPECT_EQ(meta.peak_quant, cpu.peak_quant);
+      // The scratch of the 4-bit base's category: the decoded absmax and one panel of 4 rows,
+      // fp32, freed after each direction.
+      EXPECT_EQ(cpu.peak_quant, 4 * (blocks + 4 * k));
+      EXPECT_EQ(cpu.after_quant, 0);
       EXPECT_EQ(meta.peak_frozen, 0);
       EXPECT_EQ(cpu.peak_frozen, 0);
       if (dt == DType::kF32) {
-        // Forward: y (m n) + absmax (blocks) + panel (4 k), fp32, all live at once. Backward
-        // with y alive: dy (m n), dx (m k), absmax + panel again; db (n) after they are freed.
-        const int64_t fwd = 4 * (m * n + blocks + 4 * k);
-        const int64_t bwd = 4 * (2 * m * n + m * k + blocks + 4 * k);
+        // Forward: y (m n), fp32. Backward with y alive: dy (m n), dx (m k), db (n).
+        const int64_t fwd = 4 * (m * n);
+        const int64_t bwd = 4 * (2 * m * n + m * k + (bias_grad ? n : 0));
         EXPECT_EQ(meta.peak_act, std::max(fwd, bwd));
         // y, x.grad and b.grad remain.
         EXPECT_EQ(meta.after_act, 4 * (m * n + m * k + (bias_grad ? n : 0)));
