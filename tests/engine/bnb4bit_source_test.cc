@@ -338,6 +338,15 @@ TEST_F(HostileBnb4bit, TruncatedPackedWeight) {
   EXPECT_NE(e.find("re-save or re-download"), std::string::npos) << e;
 }
 
+TEST_F(HostileBnb4bit, TruncatedFile) {
+  // The file cut inside the last tensor's bytes: the safetensors layer refuses it at open.
+  const std::string file = tmp.path("m/model.safetensors");
+  fs::resize_file(file, fs::file_size(file) - 100);
+  auto model = lora_model(f.config);
+  const std::string e = error_of([&] { WeightsSource(tmp.path("m"), *model, kWhere); });
+  EXPECT_EQ(e.rfind(std::string(kWhere) + ": " + file, 0), 0u) << e;
+}
+
 TEST_F(HostileBnb4bit, QuantStateShapeIsNotTheModels) {
   // The same element count transposed: every size in the files agrees, the model does not.
   std::string text = blob_text();
