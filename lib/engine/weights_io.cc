@@ -380,9 +380,16 @@ void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
         impl_->decoded_absmax = quant::block_absmax(impl_->decoded);
         impl_->decoded_name = p.name;
       }
-      Tensor values = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kOther, Device::cpu());
-      quant::dequantize_range(impl_->decoded, impl_->decoded_absmax, begin, count, values.f32());
-      flat(out).copy_from(values);
+      // Dequantized in pieces of 16384 values (64 KiB of fp32: no copy of the whole range),
+      // each converted into its part of `out`.
+      const int64_t piece = std::min<int64_t>(count, int64_t(1) << 14);
+      Tensor values = Tensor::empty(Shape{piece}, DType::kF32, MemCategory::kOther, Device::cpu());
+      for (int64_t done = 0; done < count; done += piece) {
+        const int64_t n = std::min(piece, count - done);
+        quant::dequantize_range(impl_->decoded, impl_->decoded_absmax, begin + done, n,
+                                values.f32());
+        flat(out).flat_slice(done, n).copy_from(values.flat_slice(0, n));
+      }
       return;
     }
     if (impl_->hf) {

@@ -198,7 +198,8 @@ TEST_P(Bnb4bitSource, ReadsTheDequantizedTwin) {
     const bool q = f.quantized.count(p->name) != 0;
     EXPECT_EQ(src.stores_quantized(*p), q) << p->name;
     const int64_t n = p->value.numel();
-    // The whole tensor, fp32: the twin's values, bit for bit.
+    // The whole tensor, fp32: the twin's values, bit for bit (gate/up/down, 18432 values, span
+    // two of the 16384-value pieces read dequantizes in).
     Tensor got = Tensor::empty(p->value.shape(), DType::kF32, MemCategory::kOther, Device::cpu());
     Tensor want = Tensor::empty(p->value.shape(), DType::kF32, MemCategory::kOther, Device::cpu());
     src.read(*p, 0, n, got);
