@@ -521,6 +521,13 @@ std::vector<std::string> Bnb4bitDir::plain() const {
   return out;
 }
 
+const Bnb4bitWeight& Bnb4bitDir::header(const std::string& weight) const {
+  auto it = headers_.find(weight);
+  if (it == headers_.end())
+    usage_error("{}: \"{}\" is not a 4-bit weight of this directory", dir(), weight);
+  return it->second;
+}
+
 Bnb4bitWeight Bnb4bitDir::read(const std::string& weight) const {
   auto it = headers_.find(weight);
   if (it == headers_.end())

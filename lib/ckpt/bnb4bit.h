@@ -134,6 +134,11 @@ class Bnb4bitDir {
   // The quantized weights' names ("model.layers.0.self_attn.q_proj.weight"), sorted.
   std::vector<std::string> quantized() const;
   bool is_quantized(const std::string& weight) const { return headers_.count(weight) != 0; }
+  // The blob's fields of quantized weight `weight` (type, block size, shape,
+  // dtype, nested block size, dtype and offset), as open() parsed them: no
+  // tensor data (packed, absmax, maps empty). Throws fd::Error kUsage when
+  // `weight` is not one of quantized().
+  const Bnb4bitWeight& header(const std::string& weight) const;
   // The tensors that are stored as usual (not a quantized weight nor a companion), sorted.
   std::vector<std::string> plain() const;
   // Every tensor name in file order, companions included (HfWeights::file_order).

@@ -12,10 +12,13 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
 #include "lib/base/log.h"
+#include "lib/ckpt/bnb4bit.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/peft.h"
 #include "lib/ckpt/weights_file.h"
+#include "lib/engine/quant_io.h"
 
 namespace fd::engine {
 namespace {
@@ -37,15 +40,23 @@ Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
 // The reader behind a WeightsSource: a Hugging Face directory or a weights file.
 struct WeightsSource::Impl {
   std::string where;  // the message prefix ("" or "recipe.yaml:3:14: model.init_from: ")
-  std::vector<const nn::Parameter*> order;  // the parameters read, in canonical order
+  std::vector<const nn::Parameter*> order;              // the parameters read, in canonical order
   std::map<std::string, const nn::Parameter*> targets;  // the same, by name
   // What the files must hold: the parameters' names and shapes (of `order`,
   // or of a model not built yet: check_weights_fit).
   std::vector<std::pair<std::string, Shape>> specs;  // in canonical order
   std::set<std::string> spec_names;                  // the same names, for lookup
   bool headers_only = false;                         // check names and shapes only; read no tensor
-  std::optional<ckpt::HfWeights> dir;
-  std::map<std::string, std::string> stored;  // dir: our name -> the file's
+  std::optional<ckpt::HfWeights> dir;                // a Hugging Face directory
+  std::optional<ckpt::Bnb4bitDir> bnb4bit;           // or a transformers 4-bit directory
+  const ckpt::HfWeights* hf = nullptr;               // the weights of either
+  std::map<std::string, std::string> stored;         // hf: our name -> the file's
+  std::optional<quant::QuantOptions> stored_quantization;  // bnb4bit: what its weights share
+  // bnb4bit: the quantized weight last decoded and its block absmax (a
+  // parameter's shard is read in one piece or a few).
+  mutable std::string decoded_name;
+  mutable quant::Quantized4bit decoded;
+  mutable std::vector<float> decoded_absmax;
   std::optional<ckpt::WeightsFile> file;
   bool untied = false;  // file: lm_head.weight is a parameter of the model
   // file: the tensor last read (a parameter's shard is read in one piece or a
@@ -55,6 +66,80 @@ struct WeightsSource::Impl {
 };
 
 namespace {
+
+// Whether `path` is a transformers 4-bit directory: its config.json has a
+// quantization_config, or a tensor is a bitsandbytes quant_state (then
+// Bnb4bitDir::open says what is wrong with the config). A config.json that
+// cannot be read is not looked into here: a plain directory does not need one.
+bool is_bnb4bit_dir(const std::string& path, const ckpt::HfWeights& w) {
+  for (const std::string& name : w.names())
+    if (name.find(".quant_state.") != std::string::npos) return true;
+  const std::string cfg = (std::filesystem::path(path) / "config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(cfg, ec)) return false;
+  std::string text;
+  try {
+    text = read_input_file(cfg, "the model's config.json");
+  } catch (const Error&) {
+    return false;
+  }
+  nlohmann::json j;
+  return try_parse_json(text, j, 16).empty() && j.is_object() && j.contains("quantization_config");
+}
+
+// A 4-bit directory's quantized weights: one type, block size and double
+// quantization (fdtrain's 4-bit base is one QuantOptions), and, unless only
+// headers are checked, bitsandbytes' tables (to_quantized4bit refuses others).
+// Errors without s.where (the caller adds it).
+void check_bnb4bit_weights(WeightsSource::Impl& s, const std::string& path) {
+  const ckpt::Bnb4bitDir& d = *s.bnb4bit;
+  std::string first;
+  for (const std::string& weight : d.quantized()) {
+    const ckpt::Bnb4bitWeight& h = d.header(weight);
+    quant::QuantOptions o;
+    o.type = h.quant_type == "nf4" ? quant::QuantType::kNF4 : quant::QuantType::kFP4;
+    o.block_size = h.block_size;
+    o.double_quant = h.nested.has_value();
+    if (!s.stored_quantization) {
+      s.stored_quantization = o;
+      first = weight;
+      continue;
+    }
+    const quant::QuantOptions& f = *s.stored_quantization;
+    if (o.type != f.type || o.block_size != f.block_size || o.double_quant != f.double_quant)
+      usage_error(
+          "{}: 4-bit weights '{}' ({}, blocks of {}, {} double quantization) and '{}' ({}, "
+          "blocks of {}, {} double quantization) are stored differently; fdtrain's 4-bit base "
+          "has one quant type, block size and double quantization: re-quantize the model with "
+          "one BitsAndBytesConfig",
+          path, first, quant::quant_type_name(f.type), f.block_size,
+          f.double_quant ? "with" : "without", weight, quant::quant_type_name(o.type), o.block_size,
+          o.double_quant ? "with" : "without");
+  }
+  if (s.headers_only) return;
+  // The tables (16 and 256 floats per weight): a weight whose tables are not
+  // bitsandbytes' is refused now, not when a rank reaches it.
+  for (const std::string& weight : d.quantized()) {
+    ckpt::Bnb4bitWeight h = d.header(weight);
+    auto f32 = [&](const std::string& name, float* out, int64_t count) {
+      Tensor t = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kOther, Device::cpu());
+      d.weights().read(name, t);
+      std::copy_n(t.f32(), count, out);
+    };
+    f32(weight + ".quant_map", h.quant_map.data(), 16);
+    if (h.nested) f32(weight + ".nested_quant_map", h.nested->map.data(), 256);
+    // The sizes are the blob's: the maps are what is looked at here.
+    const int64_t blocks = h.num_blocks();
+    h.packed.resize(size_t((h.numel() + 1) / 2));
+    if (h.nested) {
+      h.absmax_codes.resize(size_t(blocks));
+      h.nested->absmax.resize(size_t((blocks + 255) / 256));
+    } else {
+      h.absmax.resize(size_t(blocks));
+    }
+    to_quantized4bit(h, fmt::format("{}: 4-bit weight '{}'", path, weight));
+  }
+}
 
 // A Hugging Face model directory's weights (lib/ckpt/hf_dir.h) against
 // `model`'s parameters, by name: the family's Hugging Face names are the
@@ -66,11 +151,35 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
   const std::string& prefix = s.where;
   try {
     s.dir.emplace(ckpt::HfWeights::open(path));
+    s.hf = &*s.dir;
+    if (is_bnb4bit_dir(path, *s.dir)) {
+      s.hf = nullptr;
+      s.dir.reset();
+      s.bnb4bit.emplace(ckpt::Bnb4bitDir::open(path));
+      s.hf = &s.bnb4bit->weights();
+      check_bnb4bit_weights(s, path);
+    }
   } catch (const Error& e) {
     throw Error(e.kind(), prefix + e.what());
   }
-  const ckpt::HfWeights& w = *s.dir;
-  for (const std::string& name : w.names())
+  const ckpt::HfWeights& w = *s.hf;
+  // A 4-bit directory's tensors: its plain ones and its quantized weights
+  // (P.weight), not their companions.
+  std::vector<std::string> names = w.names();
+  if (s.bnb4bit) {
+    names = s.bnb4bit->plain();
+    for (const std::string& q : s.bnb4bit->quantized()) names.push_back(q);
+  }
+  auto quantized = [&](const std::string& file_name) {
+    return s.bnb4bit && s.bnb4bit->is_quantized(file_name);
+  };
+  // The shape a tensor has in the files: a quantized weight's is its blob's.
+  auto stored_shape = [&](const std::string& file_name) {
+    if (quantized(file_name))
+      return Shape(std::span<const int64_t>(s.bnb4bit->header(file_name).shape));
+    return w.info(file_name).shape;
+  };
+  for (const std::string& name : names)
     s.stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
   for (const auto& [name, shape] : s.specs) {
     auto it = s.stored.find(name);
@@ -79,17 +188,25 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
           "{}{} has no tensor '{}' of shape {}, which the model of its config.json needs; is the "
           "directory complete (every shard of model.safetensors.index.json)?",
           prefix, path, name, shape.str());
-    ckpt::TensorInfo info;
+    Shape have;
     try {
-      info = w.info(it->second);
+      have = stored_shape(it->second);
     } catch (const Error& e) {
       throw Error(e.kind(), prefix + e.what());
     }
-    if (info.shape != shape)
+    if (have != shape) {
+      if (quantized(it->second))
+        usage_error(
+            "{}{}: 4-bit weight '{}' has shape {} in its quant_state ({}.{}{}) but {} in the "
+            "model of its config.json; the quant_state is not this weight's or the config.json "
+            "is not this model's: re-save or re-download the directory",
+            prefix, path, it->second, have.str(), it->second, ckpt::kBnbQuantStateKey,
+            s.bnb4bit->header(it->second).quant_type, shape.str());
       usage_error(
           "{}{}: tensor '{}' has shape {} in the files but {} in the model of its "
           "config.json",
-          prefix, path, it->second, info.shape.str(), shape.str());
+          prefix, path, it->second, have.str(), shape.str());
+    }
   }
   bool extra_head = false;
   for (const auto& [name, file_name] : s.stored) {
@@ -99,8 +216,9 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
       extra_head = true;
       continue;
     }
-    usage_error("{}{} holds tensor '{}' {}, which the model of its config.json does not have",
-                prefix, path, file_name, w.info(file_name).shape.str());
+    usage_error("{}{} holds {} '{}' {}, which the model of its config.json does not have", prefix,
+                path, quantized(file_name) ? "4-bit weight" : "tensor", file_name,
+                stored_shape(file_name).str());
   }
   if (!extra_head || s.headers_only) return;
   // lm_head.weight beside a tied head: the embedding is what the head uses.
@@ -109,8 +227,8 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
   for (const char* n : {"wte.weight", "model.embed_tokens.weight"})
     if (s.stored.count(n)) embed = s.stored.at(n);
   const std::string& head = s.stored.at("lm_head.weight");
-  bool same = !embed.empty() && w.info(head).shape == w.info(embed).shape &&
-              w.info(head).shape.ndim() == 2;
+  bool same = !embed.empty() && !quantized(head) && !quantized(embed) &&
+              w.info(head).shape == w.info(embed).shape && w.info(head).shape.ndim() == 2;
   if (same) {
     const int64_t rows = w.info(head).shape[0], cols = w.info(head).shape[1];
     const int64_t block = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(cols, 1));
@@ -124,9 +242,10 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
     }
   }
   if (!same)
-    log::warn("{}{}: lm_head.weight differs from the embedding; the model ties its head to the "
-              "embedding (config.json tie_word_embeddings), so lm_head.weight is not used",
-              prefix, path);
+    log::warn(
+        "{}{}: lm_head.weight differs from the embedding; the model ties its head to the "
+        "embedding (config.json tie_word_embeddings), so lm_head.weight is not used",
+        prefix, path);
 }
 
 // An fdtrain export or a Hugging Face GPT-2 model.safetensors (WeightsFile)
@@ -189,6 +308,13 @@ void check_file(WeightsSource::Impl& s, const std::string& path) {
   }
 }
 
+// The quantized weight of parameter `name` as stored (errors without s.where).
+quant::Quantized4bit read_stored_4bit(const WeightsSource::Impl& s, const std::string& name) {
+  const std::string& file_name = s.stored.at(name);
+  return to_quantized4bit(s.bnb4bit->read(file_name),
+                          fmt::format("{}: 4-bit weight '{}'", s.bnb4bit->dir(), file_name));
+}
+
 // Opens `path` (a directory or a file) into `s` and checks it against s.specs.
 void check_source(WeightsSource::Impl& s, const std::string& path) {
   std::error_code ec;
@@ -247,14 +373,34 @@ void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
   FD_CHECK(begin >= 0 && count >= 0 && begin + count <= p.value.numel() && out.numel() == count,
            "read of {}: elements [{}, {}) into {}", p.name, begin, begin + count, out.numel());
   try {
-    if (impl_->dir) {
-      impl_->dir->read_range(impl_->stored.at(p.name), begin, count, flat(out));
+    if (impl_->bnb4bit && impl_->bnb4bit->is_quantized(impl_->stored.at(p.name))) {
+      if (impl_->decoded_name != p.name) {
+        impl_->decoded_name.clear();
+        impl_->decoded = read_stored_4bit(*impl_, p.name);
+        impl_->decoded_absmax = quant::block_absmax(impl_->decoded);
+        impl_->decoded_name = p.name;
+      }
+      // Dequantized in pieces of 16384 values (64 KiB of fp32: no copy of the whole range),
+      // each converted into its part of `out`.
+      const int64_t piece = std::min<int64_t>(count, int64_t(1) << 14);
+      Tensor values = Tensor::empty(Shape{piece}, DType::kF32, MemCategory::kOther, Device::cpu());
+      for (int64_t done = 0; done < count; done += piece) {
+        const int64_t n = std::min(piece, count - done);
+        quant::dequantize_range(impl_->decoded, impl_->decoded_absmax, begin + done, n,
+                                values.f32());
+        flat(out).flat_slice(done, n).copy_from(values.flat_slice(0, n));
+      }
+      return;
+    }
+    if (impl_->hf) {
+      impl_->hf->read_range(impl_->stored.at(p.name), begin, count, flat(out));
       return;
     }
     if (impl_->cached_name != p.name) {
       impl_->cached = Tensor();  // drop the previous tensor before reading the next
       const ckpt::WeightsFile& w = *impl_->file;
-      impl_->cached = impl_->untied && p.name == "lm_head.weight" ? w.load_lm_head() : w.load(p.name);
+      impl_->cached =
+          impl_->untied && p.name == "lm_head.weight" ? w.load_lm_head() : w.load(p.name);
       impl_->cached_name = p.name;
     }
     flat(out).copy_from(flat(impl_->cached).flat_slice(begin, count));
@@ -263,21 +409,70 @@ void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
   }
 }
 
+std::optional<quant::QuantOptions> WeightsSource::stored_quantization() const {
+  return impl_->stored_quantization;
+}
+
+bool WeightsSource::stores_quantized(const nn::Parameter& p) const {
+  return fills(p) && impl_->bnb4bit && impl_->bnb4bit->is_quantized(impl_->stored.at(p.name));
+}
+
+quant::Quantized4bit WeightsSource::read_quantized(const nn::Parameter& p) const {
+  FD_CHECK(stores_quantized(p), "{} is not a 4-bit weight of the weights source", p.name);
+  if (impl_->decoded_name == p.name) return impl_->decoded;
+  try {
+    return read_stored_4bit(*impl_, p.name);
+  } catch (const Error& e) {
+    throw Error(e.kind(), impl_->where + e.what());
+  }
+}
+
+namespace {
+
+// The weights `source` stores in 4 bits (a transformers 4-bit directory), as stored: for
+// Decoder::storage_fill, which quantizes only what this does not give. `source` must outlive it.
+// Throws fd::Error kUsage, prefixed with `where`, when a 4-bit base of `model` would be taken
+// from a directory stored with other settings (its weights are used as stored, never
+// re-quantized).
+nn::Decoder::QuantizedSource stored_4bit(std::shared_ptr<const WeightsSource> source,
+                                         const nn::Decoder& model, const std::string& where) {
+  const std::optional<quant::QuantOptions> dir = source->stored_quantization();
+  if (!dir || !model.quantization()) return {};
+  const quant::QuantOptions& want = *model.quantization();
+  if (dir->type != want.type || dir->block_size != want.block_size ||
+      dir->double_quant != want.double_quant)
+    usage_error(
+        "{}the 4-bit directory stores its weights as {{type: {}, block_size: {}, double_quant: "
+        "{}}} but model.quantize is {{type: {}, block_size: {}, double_quant: {}}}; a 4-bit "
+        "directory is used as stored, never re-quantized: set model.quantize to the "
+        "directory's settings",
+        where.empty() ? "" : where + ": ", quant::quant_type_name(dir->type), dir->block_size,
+        dir->double_quant, quant::quant_type_name(want.type), want.block_size, want.double_quant);
+  return [source](const nn::Parameter& p) -> std::optional<quant::Quantized4bit> {
+    if (!source->stores_quantized(p)) return std::nullopt;
+    return source->read_quantized(p);
+  };
+}
+
+}  // namespace
+
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
-  WeightsSource source(file, model, where);
+  auto shared = std::make_shared<const WeightsSource>(file, model, where);
+  const WeightsSource& source = *shared;
   if (const auto* d = dynamic_cast<const nn::Decoder*>(&model); d && d->quantization()) {
-    // A 4-bit base: its segments are written in their stored form, through the decoder.
+    // A 4-bit base: its segments are written in their stored form, through the decoder; a 4-bit
+    // directory's weights as stored, anything else quantized.
     const nn::ParamFill fill = d->storage_fill(
         [&source](const nn::Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
           source.read(p, begin, count, out);
-        });
+        },
+        stored_4bit(shared, *d, where));
     for (const nn::FlatParamGroup* g : d->frozen_groups())
       for (const nn::Parameter& p : g->params())
         fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
     return;
   }
-  for (const nn::Parameter* p : file_targets(model))
-    source.read(*p, 0, p->value.numel(), p->value);
+  for (const nn::Parameter* p : file_targets(model)) source.read(*p, 0, p->value.numel(), p->value);
 }
 
 namespace {
@@ -329,16 +524,18 @@ nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w)
                         : peft_adapter(w.adapter, model, w.adapter_targets, w.adapter_where));
   const uint64_t seed = w.seed;
   // By parameter as the model names them; a 4-bit base's segments are encoded from these.
-  return model.storage_fill([&model, base, adapters, seed](const nn::Parameter& p, int64_t begin,
-                                                           int64_t count, const Tensor& out) {
-    if (base && base->fills(p)) {
-      base->read(p, begin, count, out);
-    } else if (auto it = adapters->find(p.name); it != adapters->end()) {
-      out.copy_from(flat(it->second).flat_slice(begin, count));
-    } else {
-      model.init_values(seed, p, begin, count, out);
-    }
-  });
+  return model.storage_fill(
+      [&model, base, adapters, seed](const nn::Parameter& p, int64_t begin, int64_t count,
+                                     const Tensor& out) {
+        if (base && base->fills(p)) {
+          base->read(p, begin, count, out);
+        } else if (auto it = adapters->find(p.name); it != adapters->end()) {
+          out.copy_from(flat(it->second).flat_slice(begin, count));
+        } else {
+          model.init_values(seed, p, begin, count, out);
+        }
+      },
+      base ? stored_4bit(base, model, w.init_from_where) : nn::Decoder::QuantizedSource());
 }
 
 }  // namespace fd::engine

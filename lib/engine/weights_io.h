@@ -5,11 +5,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "lib/nn/decoder.h"
 #include "lib/nn/module.h"
+#include "lib/quant/quantize.h"
 
 namespace fd::engine {
 
@@ -21,17 +23,25 @@ namespace fd::engine {
 // optional "transformer." prefix is stripped, the causal-mask buffers
 // h.N.attn.bias / masked_bias are skipped, and lm_head.weight beside a tied
 // head is not used (a note is logged if it differs from the embedding); an
-// untied head (lm_head.weight a parameter) is loaded like any other. A LoRA model gets its frozen base
-// (the adapters keep their own values). Every such parameter must be present
-// with its shape and nothing else may be: otherwise fd::Error kUsage,
-// prefixed with `where` (e.g. "recipes/x.yaml:3:14: model.init_from"),
-// naming the file, the tensor, both shapes and the recipe change that would
-// fit the file.
+// untied head (lm_head.weight a parameter) is loaded like any other. A LoRA model gets its frozen
+// base (the adapters keep their own values). Every such parameter must be present with its shape
+// and nothing else may be: otherwise fd::Error kUsage, prefixed with `where` (e.g.
+// "recipes/x.yaml:3:14: model.init_from"), naming the file, the tensor, both shapes and the recipe
+// change that would fit the file.
 void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
 
 // The tensors of a weights file or model directory (as load_weights reads
 // them), checked against `model` at construction and read by element range:
 // a ZeRO-3 rank reads only its shard of a model directory's tensors.
+//
+// A transformers 4-bit directory (config.json with a quantization_config,
+// lib/ckpt/bnb4bit.h) is a source too: each quantized weight must be a
+// parameter of the model with the blob's shape, all of them of one quant
+// type, block size and double quantization, their tables bitsandbytes'
+// (engine/quant_io.h); the other tensors are checked as in any directory.
+// Nothing is re-quantized: read_quantized() gives a weight as stored, and
+// read() its dequantized values, so a model with a bf16 or fp32 base loads
+// the directory as its dequantized twin (docs/QUANTIZATION.md).
 class WeightsSource {
  public:
   // Opens `file` and checks it against the parameters of `model` that load
@@ -45,8 +55,22 @@ class WeightsSource {
   // Whether `p` (one of model's parameters) is filled from the file.
   bool fills(const nn::Parameter& p) const;
   // Elements [begin, begin + count) of p's tensor (row-major) into `out`
-  // (count elements, any dtype: converted, round to nearest even).
+  // (count elements, any dtype: converted, round to nearest even). A
+  // quantized weight gives its dequantized fp32 values (quant::block_absmax,
+  // quant::dequantize_range), converted the same way; the last weight
+  // decoded is kept for the next range of it.
   void read(const nn::Parameter& p, int64_t begin, int64_t count, const Tensor& out) const;
+
+  // A 4-bit directory's {type, block size, double quantization}, which every
+  // quantized weight of it shares; nullopt for any other source.
+  std::optional<quant::QuantOptions> stored_quantization() const;
+  // Whether `p` is filled from a quantized weight of a 4-bit directory.
+  bool stores_quantized(const nn::Parameter& p) const;
+  // p's weight exactly as stored (stores_quantized(p) must hold). Throws
+  // fd::Error kUsage, prefixed with `where`, when the file no longer reads
+  // as it did when opened (an absmax that is not finite, a table that is not
+  // bitsandbytes').
+  quant::Quantized4bit read_quantized(const nn::Parameter& p) const;
 
   struct Impl;
 
@@ -58,8 +82,9 @@ class WeightsSource {
 // reads it) holds every parameter of its base with its shape and nothing
 // else, reading headers only: a config.json whose sizes disagree with its
 // weights (a vocab_size of 5,000,000 beside a 256-row embedding) is refused
-// naming the tensor before any memory is allocated for the model. fd::Error
-// kUsage as load_weights.
+// naming the tensor before any memory is allocated for the model. A 4-bit
+// directory's quantized weight has its blob's shape; its tables are not read
+// here (WeightsSource reads them). fd::Error kUsage as load_weights.
 void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
                        const std::string& where);
 
@@ -69,10 +94,10 @@ void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
 // initialisation (Decoder::init_values) with `seed`.
 struct InitialWeights {
   uint64_t seed = 0;
-  std::string init_from;        // weights file or model directory; "" = random base
-  std::string init_from_where;  // message prefix, e.g. "r.yaml:3:14: model.init_from"
-  std::string adapter;          // PEFT directory; "" = adapters from their init
-  std::string adapter_where;    // message prefix, e.g. "r.yaml:12:12: lora.adapter"
+  std::string init_from;                     // weights file or model directory; "" = random base
+  std::string init_from_where;               // message prefix, e.g. "r.yaml:3:14: model.init_from"
+  std::string adapter;                       // PEFT directory; "" = adapters from their init
+  std::string adapter_where;                 // message prefix, e.g. "r.yaml:12:12: lora.adapter"
   std::vector<std::string> adapter_targets;  // lora.targets as the recipe says them (messages)
 };
 
