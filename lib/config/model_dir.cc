@@ -1,8 +1,69 @@
 #include "lib/config/model_dir.h"
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
 #include "lib/base/error.h"
+#include "lib/base/input_file.h"
+#include "lib/nn/config/hf_config.h"
 
 namespace fd::config {
+namespace {
+
+using nlohmann::json;
+
+// quantization_config's keys that decide what the recipe must say. lib/config does not link
+// fd_ckpt: ckpt::parse_bnb_quantization_config (lib/ckpt/bnb4bit.cc) reads and checks every key
+// when the weights are loaded; this reads the same keys the same way, and no more.
+HfQuantization hf_quantization(const json& q, const std::string& where) {
+  if (!q.is_object())
+    usage_error(
+        "{}: quantization_config = {}: expected an object (transformers' "
+        "BitsAndBytesConfig)",
+        where, q.dump());
+  auto expected = [&](const char* key, const char* want) {
+    usage_error("{}: quantization_config.{} = {}: expected {}", where, key, q[key].dump(), want);
+  };
+  auto boolean = [&](const char* key, bool dflt) {
+    if (!q.contains(key)) return dflt;
+    if (!q[key].is_boolean()) expected(key, "true or false");
+    return q[key].get<bool>();
+  };
+  if (q.contains("quant_method") && q["quant_method"] != "bitsandbytes")
+    usage_error(
+        "{}: quantization_config.quant_method is {}: a model quantized that way cannot be "
+        "read; fdtrain reads bitsandbytes 4-bit directories (load_in_4bit) as a QLoRA base; "
+        "give the model in bf16/fp32 (model.quantize quantizes it) or saved with load_in_4bit",
+        where, q["quant_method"].dump());
+  // transformers writes both the property (load_in_8bit) and its field (_load_in_8bit).
+  if (boolean("load_in_8bit", false) || boolean("_load_in_8bit", false))
+    usage_error(
+        "{}: quantization_config says load_in_8bit (bitsandbytes LLM.int8()): 8-bit weights "
+        "cannot be read; fdtrain reads bitsandbytes 4-bit directories (load_in_4bit) as a QLoRA "
+        "base; give the model in bf16/fp32 (model.quantize quantizes it) or saved with "
+        "load_in_4bit",
+        where);
+  if (!boolean("load_in_4bit", false) && !boolean("_load_in_4bit", false))
+    usage_error(
+        "{}: quantization_config does not say load_in_4bit: true; fdtrain reads bitsandbytes "
+        "4-bit directories only; give the model in bf16/fp32 (model.quantize quantizes it) or "
+        "saved with load_in_4bit",
+        where);
+  HfQuantization h;
+  if (q.contains("bnb_4bit_quant_type")) {
+    const json& t = q["bnb_4bit_quant_type"];
+    if (t == "nf4")
+      h.type = QuantTypeName::kNf4;
+    else if (t == "fp4")
+      h.type = QuantTypeName::kFp4;
+    else
+      expected("bnb_4bit_quant_type", "\"nf4\" or \"fp4\" (bitsandbytes' 4-bit types)");
+  }
+  h.double_quant = boolean("bnb_4bit_use_double_quant", h.double_quant);
+  return h;
+}
+
+}  // namespace
 
 nn::DecoderConfig decoder_config(const ModelOptions& m) {
   if (m.arch == Arch::kGpt2)
@@ -105,6 +166,27 @@ ModelOptions model_options(const nn::DecoderConfig& c, const std::string& where)
   if (c.o_proj_bias != (c.attention_bias && m.arch != Arch::kQwen2))
     refuse("an o_proj bias that does not follow attention_bias");
   return m;
+}
+
+ModelDirectory read_model_directory(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::error_code ec;
+  ModelDirectory d;
+  // Without the file, nn::read_hf_config words the refusal.
+  if (!std::filesystem::exists(path, ec)) {
+    d.model = model_options(nn::read_hf_config(dir), path);
+    return d;
+  }
+  std::string text = read_input_file(path, "the model's config.json");
+  json j;
+  // Text that is not a JSON object: nn::parse_hf_config names the line and column.
+  if (try_parse_json(text, j).empty() && j.is_object() && j.contains("quantization_config")) {
+    d.quantization = hf_quantization(j["quantization_config"], path);
+    j.erase("quantization_config");
+    text = j.dump(2);
+  }
+  d.model = model_options(nn::parse_hf_config(text, path), path);
+  return d;
 }
 
 }  // namespace fd::config

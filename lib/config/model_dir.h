@@ -12,6 +12,7 @@
 // computes with (tests/config/model_dir_test.cc).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "lib/config/recipe.h"
@@ -28,5 +29,29 @@ nn::DecoderConfig decoder_config(const ModelOptions& m);
 // (a GPT-2 whose MLP is not 4 x its width, learned positions outside GPT-2,
 // mlp_bias outside llama, ...).
 ModelOptions model_options(const nn::DecoderConfig& c, const std::string& where);
+
+// A directory transformers saved with bitsandbytes 4-bit quantization (load_in_4bit): what its
+// config.json's quantization_config says of the weights. The defaults are BitsAndBytesConfig's,
+// for keys a file leaves out (fp4 without double quantization, unlike model.quantize's).
+struct HfQuantization {
+  QuantTypeName type = QuantTypeName::kFp4;  // bnb_4bit_quant_type
+  bool double_quant = false;                 // bnb_4bit_use_double_quant
+};
+
+// A Hugging Face model directory as the recipe reads it (model.init_from).
+struct ModelDirectory {
+  ModelOptions model;                          // model_options() of its config.json
+  std::optional<HfQuantization> quantization;  // present when config.json has a
+                                               // quantization_config
+};
+
+// Reads `dir`/config.json: the model through nn::parse_hf_config (without its
+// quantization_config, which that parser refuses) and the quantization from the few keys the
+// recipe must agree with. Throws fd::Error kUsage naming config.json for anything
+// nn::read_hf_config refuses, and for a quantization_config that is not bitsandbytes 4-bit
+// (another quant_method, load_in_8bit) or whose keys have the wrong type. The rest of a 4-bit
+// directory (every key of quantization_config, the weights' block size and blobs) is checked
+// when the weights are loaded (ckpt::Bnb4bitDir, lib/ckpt/bnb4bit.h).
+ModelDirectory read_model_directory(const std::string& dir);
 
 }  // namespace fd::config

@@ -111,6 +111,13 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
     add("model.qk_norm", m.qk_norm ? "true" : "false");
   }
   add("model.init_from", str(m.init_from));
+  if (!m.quantize) {
+    add("model.quantize", "null");
+  } else {
+    add("model.quantize.type", std::string(to_string(m.quantize->type)));
+    add("model.quantize.block_size", std::to_string(m.quantize->block_size));
+    add("model.quantize.double_quant", boolean(m.quantize->double_quant));
+  }
   const auto& d = r.data;
   add("data.format", std::string(to_string(d.format)));
   add_list("data.train", d.train);

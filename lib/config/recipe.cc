@@ -20,6 +20,16 @@ std::string_view to_string(Arch v) {
   return "?";
 }
 
+std::string_view to_string(QuantTypeName v) {
+  switch (v) {
+    case QuantTypeName::kNf4:
+      return "nf4";
+    case QuantTypeName::kFp4:
+      return "fp4";
+  }
+  return "?";
+}
+
 std::string_view to_string(RopeScalingName v) {
   switch (v) {
     case RopeScalingName::kNone:

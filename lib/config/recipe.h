@@ -61,6 +61,10 @@ std::string_view to_string(PartitionName v);     // "parameters", "uniform", "li
 // model.quantize: the frozen base of a LoRA run stored in 4 bits (QLoRA, issue 37), with
 // bitsandbytes' semantics (lib/quant, docs/QUANTIZATION.md). Defaults are bitsandbytes'.
 enum class QuantTypeName { kNf4, kFp4 };
+std::string_view to_string(QuantTypeName v);  // "nf4", "fp4"
+// The block sizes bitsandbytes' 4-bit kernels support: quant::kBlockSizes, which lib/config
+// cannot include (it does not link fd_quant); lib/engine/assemble.cc checks that they agree.
+inline constexpr std::array<int, 8> kQuantBlockSizes = {32, 64, 128, 256, 512, 1024, 2048, 4096};
 struct QuantizeOptions {
   QuantTypeName type = QuantTypeName::kNf4;  // nf4 | fp4
   int block_size = 64;                       // 32, 64, ..., 4096 (bitsandbytes' sizes)

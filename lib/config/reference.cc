@@ -86,6 +86,18 @@ const std::vector<KeyDoc>& key_reference() {
        "section), an `fdtrain ckpt export` (.safetensors or .h5) or a Hugging Face GPT-2 "
        "model.safetensors; every parameter must be present with the model's shape. \"\" = "
        "random init"},
+      {"model.quantize.type", "string", "nf4", "nf4, fp4",
+       "QLoRA: the frozen base's transformer-block linears stored in 4 bits with bitsandbytes' "
+       "blockwise quantization (bnb_4bit_quant_type; docs/QUANTIZATION.md), the adapters "
+       "training over them. model.quantize absent or null: the base in the compute dtype. "
+       "Needs a lora section; not with zero.offload_params, nor (yet) device cuda. A "
+       "bitsandbytes 4-bit model.init_from directory needs it, with its type and double_quant"},
+      {"model.quantize.block_size", "int", "64", "32, 64, 128, 256, 512, 1024, 2048, 4096",
+       "weights per absmax scale (bitsandbytes' blocksize); a 4-bit model.init_from "
+       "directory's weights must have been saved with it"},
+      {"model.quantize.double_quant", "bool", "true", "true, false",
+       "the per-block absmax scales themselves quantized to 8 bits in blocks of 256 "
+       "(bnb_4bit_use_double_quant)"},
       // data
       {"data.format", "string", "text", "text, tokens, chat, instruct",
        "text: raw bytes, byte tokenizer (token = byte, vocab 256), or documents with "

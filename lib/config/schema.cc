@@ -514,6 +514,7 @@ class Builder {
 
   // --- sections ------------------------------------------------------------------
   void model(const Node& root);
+  void quantize(const Node* model_section);
   void llama_family(const Node* model_section);
   void model_directory();
   void data(const Node& root);
@@ -535,6 +536,7 @@ class Builder {
   void offload_checks();
   void reduce_checks();
   void pipeline_checks();
+  void quantize_checks();
 
   // model.n_layer is the model's: valid, and (from a Hugging Face directory) read from it.
   bool n_layer_known() const {
@@ -548,6 +550,8 @@ class Builder {
   std::set<std::string> bad_;    // key paths reported bad
   bool check_files_;             // the files the recipe names must exist
   bool model_from_dir_ = false;  // model.init_from is a Hugging Face model directory
+  // That directory's quantization_config (transformers' bitsandbytes 4-bit), when it has one.
+  std::optional<HfQuantization> dir_quantization_;
 };
 
 void Builder::build(const Node& root) {
@@ -586,6 +590,7 @@ void Builder::model(const Node& root) {
   get_int(s, "model", "vocab_size", &m.vocab_size, at_least(1));
   get_int(s, "model", "max_seq_len", &m.max_seq_len, at_least(1));
   get_string(s, "model", "init_from", &m.init_from);
+  quantize(s);
   std::error_code ec;
   model_from_dir_ = check_files_ && !m.init_from.empty() && !bad("model.init_from") &&
                     std::filesystem::is_directory(m.init_from, ec);
@@ -609,8 +614,9 @@ void Builder::model_directory() {
   const std::string dir = m.init_from;
   ModelOptions d;
   try {
-    d = model_options(nn::read_hf_config(dir),
-                      (std::filesystem::path(dir) / "config.json").string());
+    ModelDirectory read = read_model_directory(dir);
+    d = read.model;
+    dir_quantization_ = read.quantization;
   } catch (const Error& e) {
     error(loc_of("model.init_from"), "model.init_from", e.what());
     return;
@@ -653,7 +659,44 @@ void Builder::model_directory() {
   }
   if (!agree) return;
   d.init_from = m.init_from;
+  d.quantize = m.quantize;  // the recipe's, checked against the directory's by quantize_checks()
   m = d;
+}
+
+// model.quantize: absent or null (the base in the compute dtype), or a map whose keys default
+// to bitsandbytes'. A map with a bad value still turns quantization on, so that the checks
+// that depend on it (quantize_checks) do not report a second, misleading problem.
+void Builder::quantize(const Node* s) {
+  std::string path;
+  const Node* n = field(s, "model", "quantize", &path);
+  if (n == nullptr || n->is_null()) return;
+  if (!n->is_map()) {
+    error(n->loc, path,
+          fmt::format("expected a map ({{type: nf4 | fp4, block_size: N, double_quant: true | "
+                      "false}}) or null, got {}",
+                      n->describe()));
+    return;
+  }
+  std::vector<std::string> keys;
+  for (const KeyDoc& k : key_reference())
+    if (k.path.rfind(path + ".", 0) == 0) keys.push_back(k.path.substr(path.size() + 1));
+  check_keys(*n, path, keys);
+  QuantizeOptions q;
+  get_enum(n, path, "type", std::vector<QuantTypeName>{QuantTypeName::kNf4, QuantTypeName::kFp4},
+           &q.type);
+  int block_size = q.block_size;
+  if (get_int(n, path, "block_size", &block_size, Range{})) {
+    if (std::find(kQuantBlockSizes.begin(), kQuantBlockSizes.end(), block_size) ==
+        kQuantBlockSizes.end())
+      error(loc_of(path + ".block_size"), path + ".block_size",
+            fmt::format("{} is not a block size of bitsandbytes' 4-bit kernels; use one of {} "
+                        "(64 is bitsandbytes' and QLoRA's default)",
+                        block_size, fmt::join(kQuantBlockSizes, ", ")));
+    else
+      q.block_size = block_size;
+  }
+  get_bool(n, path, "double_quant", &q.double_quant);
+  r_->model.quantize = q;
 }
 
 // The Llama family's keys: refused for gpt2 (whose shape the five keys
@@ -1181,6 +1224,7 @@ void Builder::cross_checks() {
   offload_checks();
   reduce_checks();
   pipeline_checks();
+  quantize_checks();
   // Warnings: valid, but probably not what was meant.
   if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
     warning(loc_of("schedule.warmup_steps"), "schedule.warmup_steps",
@@ -1320,6 +1364,69 @@ void Builder::pipeline_checks() {
                         "the idle time under 20%)",
                         m, p.pipeline, 100.0 * (p.pipeline - 1) / double(m + p.pipeline - 1)));
   }
+}
+
+// model.quantize (QLoRA) against lora, parameter offload and the device, and a 4-bit
+// model.init_from directory against model.quantize.
+void Builder::quantize_checks() {
+  const std::optional<QuantizeOptions>& q = r_->model.quantize;
+  const bool no_lora = !r_->lora && !bad("lora");
+  const bool dir_4bit = dir_quantization_ && !bad("model.init_from");
+  const std::string dir = r_->model.init_from;
+  if (dir_4bit && no_lora) {
+    error(loc_of("model.init_from"), "model.init_from",
+          fmt::format("{} is a 4-bit (bitsandbytes) model directory: its base can only be "
+                      "trained with LoRA adapters over it (QLoRA); add a lora section "
+                      "(lora: {{r: 16}}, say)",
+                      dir));
+  } else if (q && no_lora && !bad("model.quantize")) {
+    error(loc_of("model.quantize"), "model.quantize",
+          "the 4-bit base is frozen: QLoRA trains adapters over it; add a lora section "
+          "(lora: {r: 16}, say) or remove model.quantize");
+  }
+  if (dir_4bit && !q && !bad("model.quantize")) {
+    const HfQuantization& h = *dir_quantization_;
+    error(loc_of("model.init_from"), "model.init_from",
+          fmt::format("{} is a 4-bit (bitsandbytes) model directory: its weights are used as "
+                      "stored, in 4 bits, so the recipe must say so: add to the model section "
+                      "`quantize: {{type: {}, double_quant: {}}}` (as its config.json's "
+                      "quantization_config says; block_size is the weights' own, checked when "
+                      "they are loaded)",
+                      dir, to_string(h.type), h.double_quant ? "true" : "false"));
+  }
+  if (dir_4bit && q) {
+    const HfQuantization& h = *dir_quantization_;
+    auto disagree = [&](const char* key, const std::string& ours, const char* theirs_key,
+                        const std::string& theirs) {
+      const std::string path = std::string("model.quantize.") + key;
+      if (ours == theirs || bad(path)) return;
+      error(loc_of(is_set(path) ? path : "model.quantize"), path,
+            fmt::format("is {} but {}/config.json's quantization_config says {} {}: a 4-bit "
+                        "directory's weights are used as stored, never re-quantized; set "
+                        "{}: {}",
+                        ours, dir, theirs_key, theirs, key, theirs));
+    };
+    disagree("type", std::string(to_string(q->type)), "bnb_4bit_quant_type",
+             std::string(to_string(h.type)));
+    disagree("double_quant", q->double_quant ? "true" : "false", "bnb_4bit_use_double_quant",
+             h.double_quant ? "true" : "false");
+  }
+  if (!q || bad("model.quantize")) return;
+  const auto& op = r_->zero.offload_params;
+  if (!bad("zero.offload_params") && op.device != OffloadDevice::kNone)
+    error(loc_of("zero.offload_params.device"), "zero.offload_params.device",
+          fmt::format("{} with model.quantize: parameter offload of a 4-bit base is not "
+                      "supported; the base in 4 bits is small enough to keep resident (about "
+                      "a quarter of its bf16 size; fdtrain estimate says how large), and only "
+                      "the adapters train: remove zero.offload_params and, to save memory, "
+                      "offload the adapters' optimizer state (zero.offload_optimizer), which "
+                      "is supported",
+                      to_string(op.device)));
+  if (!bad("device") && r_->device == DeviceName::kCuda)
+    error(loc_of("device"), "device",
+          "cuda with model.quantize: the CUDA kernel that dequantizes the 4-bit base is not in "
+          "this build yet; train QLoRA on the CPU (device: cpu), or remove model.quantize to "
+          "train LoRA over a base in the compute dtype on the GPU");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,23 @@ nn::LoraConfig lora_config(const config::Recipe& r, const nn::DecoderConfig& mod
   return lora;
 }
 
+// The recipe states bitsandbytes' block sizes without lib/quant (config::kQuantBlockSizes).
+static_assert(std::equal(config::kQuantBlockSizes.begin(), config::kQuantBlockSizes.end(),
+                         quant::kBlockSizes.begin(), quant::kBlockSizes.end()),
+              "config::kQuantBlockSizes and quant::kBlockSizes disagree");
+
+// model.quantize as lib/quant's options; none without it.
+std::optional<quant::QuantOptions> quant_options(const config::ModelOptions& m) {
+  if (!m.quantize) return std::nullopt;
+  quant::QuantOptions q;
+  q.type = m.quantize->type == config::QuantTypeName::kFp4 ? quant::QuantType::kFP4
+                                                           : quant::QuantType::kNF4;
+  q.block_size = m.quantize->block_size;
+  q.double_quant = m.quantize->double_quant;
+  quant::check_block_size(q.block_size);  // valid in a loaded recipe; a Recipe built in code
+  return q;
+}
+
 pipe::PartitionSpec partition_spec(const config::ParallelOptions& p) {
   switch (p.partition) {
     case config::PartitionName::kUniform:
@@ -66,6 +84,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.world = world;
   a.model = model_config(r.model);
   a.lora = lora_config(r, a.model);
+  a.quantize = quant_options(r.model);
   a.dtype = compute_dtype(r.precision);
   if (r.parallel.pipeline > 1) config::check_world_size(r, world);
   a.stages = r.parallel.pipeline;
@@ -135,6 +154,7 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   a.stage_blocks = {a.model.num_layers};  // one process runs the whole model
   a.lora = lora_config(r, a.model);
   a.lora.dropout = 0.0f;
+  a.quantize = quant_options(r.model);
   a.seed = uint64_t(r.seed);
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;

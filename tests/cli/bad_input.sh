@@ -90,6 +90,62 @@ fi
 expect_fail 2 "lora.targets.*c_atn.*did you mean 'c_attn'" train "$R" "lora={r: 4, targets: [c_atn]}" --run-dir "$TMP/run"
 expect_fail 2 "lora.r: must be >= 1" train "$R" "lora={r: 0}" --run-dir "$TMP/run"
 
+# QLoRA's model.quantize: a bitsandbytes block size, a lora section, no parameter offload, the
+# CPU for now; each refusal says what to do.
+write_recipe "$R"; sed -i 's/^  max_seq_len: 32/&\n  quantize: {type: nf4}/' "$R"
+expect_fail 2 "$R:7:13: model.quantize: the 4-bit base is frozen: QLoRA trains adapters over it; add a lora section" \
+  validate "$R"
+expect_fail 2 "$R:7:13: model.quantize: the 4-bit base is frozen" train "$R" --run-dir "$TMP/run"
+expect_fail 2 "override 'model.quantize.block_size=100': model.quantize.block_size: 100 is not a block size of bitsandbytes' 4-bit kernels; use one of 32, 64, 128, 256, 512, 1024, 2048, 4096" \
+  validate "$R" "lora={r: 4}" model.quantize.block_size=100
+expect_fail 2 "zero.offload_params.device: nvme with model.quantize: parameter offload of a 4-bit base is not supported; .*offload the adapters' optimizer state \(zero.offload_optimizer\), which is supported" \
+  validate "$R" "lora={r: 4}" \
+  "zero={stage: 3, offload_optimizer: {device: nvme, path: $TMP}, offload_params: {device: nvme}}"
+expect_fail 2 "override 'device=cuda': device: cuda with model.quantize: the CUDA kernel that dequantizes the 4-bit base is not in this build yet; train QLoRA on the CPU" \
+  validate "$R" "lora={r: 4}" device=cuda
+
+# A Hugging Face 4-bit directory (transformers' bitsandbytes load_in_4bit) as model.init_from:
+# the golden llama3 config.json with the quantization_config of tests/ckpt/bnb4bit_python/nf4_dq
+# (nf4, double quantization). The recipe must train LoRA over it and state its quantization.
+mkdir -p "$TMP/bnb4"
+python3 - tests/golden/llama/llama3/config.json tests/ckpt/bnb4bit_python/nf4_dq/config.json \
+  "$TMP/bnb4/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"] = json.load(open(sys.argv[2]))["quantization_config"]
+json.dump(c, open(sys.argv[3], "w"), indent=2)
+PY
+R4=$TMP/qlora.yaml
+cat > "$R4" <<YAML
+model:
+  init_from: $TMP/bnb4
+data:
+  format: tokens
+  train: [/usr/share/games/fortunes/fortunes]
+  seq_len: 16
+steps: 1
+YAML
+expect_fail 2 "$R4:2:14: model.init_from: $TMP/bnb4 is a 4-bit \(bitsandbytes\) model directory: its base can only be trained with LoRA adapters over it \(QLoRA\); add a lora section" \
+  validate "$R4"
+expect_fail 2 "$R4:2:14: model.init_from: .* add to the model section .quantize: \{type: nf4, double_quant: true\}. \(as its config.json.s quantization_config says; block_size is the weights. own, checked when they are loaded\)" \
+  validate "$R4" "lora={r: 4}"
+expect_fail 2 "model.quantize.type: is fp4 but $TMP/bnb4/config.json's quantization_config says bnb_4bit_quant_type nf4" \
+  validate "$R4" "lora={r: 4}" "model.quantize={type: fp4}"
+out=$("$FDTRAIN" print-config "$R4" "lora={r: 4}" "model.quantize={type: nf4, double_quant: true}" 2>&1)
+if grep -q "^  quantize:$" <<<"$out" && grep -q "^    type: nf4$" <<<"$out" && grep -q "^  n_layer: 2$" <<<"$out"; then
+  echo "ok: a 4-bit directory with lora and the same model.quantize loads"
+else
+  echo "FAIL: a 4-bit directory with lora and model.quantize"; echo "$out" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+fi
+sed -i 's/"load_in_4bit": true/"load_in_4bit": false/; s/"_load_in_4bit": true/"_load_in_4bit": false/; s/"load_in_8bit": false/"load_in_8bit": true/; s/"_load_in_8bit": false/"_load_in_8bit": true/' \
+  "$TMP/bnb4/config.json"
+expect_fail 2 "model.init_from: $TMP/bnb4/config.json: quantization_config says load_in_8bit \(bitsandbytes LLM.int8\(\)\): 8-bit weights cannot be read" \
+  validate "$R4" "lora={r: 4}" "model.quantize={}"
+# Elsewhere (eval) a quantized directory is refused by name too.
+expect_fail 2 "config.json: has a quantization_config: the weights are quantized, not plain tensors" \
+  eval "$TMP/bnb4" --data tests/golden/llama/llama3/eval.bin --seq-len 16
+
 # validate reports every error at once.
 write_recipe "$R"; sed -i 's/^  lr: 1.0e-3/  lrr: 1.0e-3/; s/^  micro: 2/  micro: 0/' "$R"
 expect_fail 2 "2 errors in" validate "$R"

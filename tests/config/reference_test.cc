@@ -50,10 +50,12 @@ std::map<std::string, std::string> printed_values(const Recipe& r) {
 
 // Each documented default is what a recipe that leaves the key out gets: the
 // value to_yaml() prints for a default Recipe (with a default lora section,
-// for the lora keys). Numbers compare as numbers ("3e-4" == "0.0003").
+// for the lora keys, and a default model.quantize map, for its keys). Numbers
+// compare as numbers ("3e-4" == "0.0003").
 TEST(Reference, DefaultsAreTheRecipeDefaults) {
   Recipe r;
   r.lora = LoraOptions{};
+  r.model.quantize = QuantizeOptions{};
   const std::map<std::string, std::string> printed = printed_values(r);
   // Defaults that are not a fixed value: lora.alpha defaults to lora.r, and the
   // Llama family's keys (printed only for those archs) have per-arch defaults.

@@ -28,6 +28,8 @@ printf '%s\0precision=fp16\0loss_scale.initial_scale_power=8\0activation_checkpo
   "$(cat recipes/quickstart.yaml)" > "$C/recipe/overrides_3"
 printf 'steps: 1\ndata: {train: [recipes/quickstart.yaml], seq_len: 8}\n\0batch.global=16\0~data.val_fraction\0logging={every: 1}' \
   > "$C/recipe/overrides_4"
+printf '%s\0model.quantize={type: fp4, block_size: 128, double_quant: false}\0lora={r: 2}' \
+  "$(cat recipes/quickstart.yaml)" > "$C/recipe/overrides_5"
 
 # tokenizer: small tokenizer.json files covering every component, each with a text.
 python3 tests/fuzz/make_tokenizer_seeds.py "$C/tokenizer"

@@ -25,6 +25,7 @@
 #include "lib/config/load.h"
 #include "lib/dist/local_communicator.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/estimate.h"
 #include "lib/engine/trainer.h"
 #include "lib/engine/weights_io.h"
 #include "lib/nn/config/hf_config.h"
@@ -110,6 +111,9 @@ struct EquivalenceCase {
   // rank order, so the stages still agree bitwise); the checkpointed pass
   // then also keeps 4 reductions in flight, which must not change a bit.
   bool native_reduce = false;
+  // model.quantize (QLoRA, with lora): the base's block linears in 4 bits, NF4 with double
+  // quantization; stage 3 partitions and gathers them in that form.
+  bool quantize = false;
 };
 
 // Llama-family models of the same size as the GPT-2 above: GQA, RoPE, SwiGLU;
@@ -145,6 +149,7 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
         o.push_back(family == "gpt2"
                         ? "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}"
                         : "lora={r: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, down_proj]}");
+      if (c.quantize) o.push_back("model.quantize={type: nf4, block_size: 64, double_quant: true}");
       config::Recipe r = recipe(o);
       Result res = train(r, *g_comm, "stages");
       std::string digest = res.summary["weights_sha256"];
@@ -156,7 +161,7 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
             (std::string(c.family) + " " + c.precision +
              (c.native_reduce ? " (native reductions)" : ""))
                 .c_str(),
-            c.lora ? " LoRA" : "", c.accumulation, ckpt, stage, digest.substr(0, 16).c_str(),
+            c.quantize ? " QLoRA" : c.lora ? " LoRA" : "", c.accumulation, ckpt, stage, digest.substr(0, 16).c_str(),
             res.summary["final_loss"].get<double>());
       EXPECT_EQ(res.summary["steps"], 20);
       expect_same_on_all_ranks(digest);
@@ -179,7 +184,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, Zero,
                                            EquivalenceCase{2, "fp32", false, "llama"},
                                            EquivalenceCase{1, "fp16", true, "llama"},
                                            EquivalenceCase{2, "bf16", false, "gpt2", true},
-                                           EquivalenceCase{1, "fp16", false, "gpt2", true}));
+                                           EquivalenceCase{1, "fp16", false, "gpt2", true},
+                                           EquivalenceCase{2, "bf16", true, "llama", false, true},
+                                           EquivalenceCase{1, "fp32", true, "gpt2", false, true}));
 
 // zero.reduce_dtype bf16 against fp32 staging, the same run otherwise: at
 // world 2 each element's sum is one addition and one rounding either way, so
@@ -534,6 +541,42 @@ TEST(ZeroMemoryLora, OnlyAdaptersHaveTrainingState) {
       EXPECT_EQ(mem["frozen"], res.summary["frozen_bytes_estimate"]) << precision << " " << stage;
       EXPECT_LT(P, res.summary["frozen_params"].get<int64_t>() / 4);
     }
+  }
+}
+
+// QLoRA: the base's blocks are held in their 4-bit form at every stage (a 1/N shard at stage 3,
+// gathered per segment into comm buffers), in their own category: memory.quantized is those
+// bytes plus the 4-bit matmul's scratch, memory.frozen the embedding and final segments in the
+// compute dtype; both equal `fdtrain estimate`'s figures for the stage.
+TEST(ZeroMemoryQlora, TheBaseIsHeldInFourBitsAndAsEstimated) {
+  const int64_t n = g_comm->size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    const config::Recipe r =
+        recipe({"zero.stage=" + std::to_string(stage), "steps=2", "precision=bf16",
+                llama_model("llama"), "lora={r: 4, alpha: 8, targets: [all-linear]}",
+                "model.quantize={type: nf4, block_size: 64, double_quant: true}"});
+    Result res = train(r, *g_comm, "memory_qlora");
+    const auto& mem = res.summary["memory"];
+    const int64_t base = res.summary["quantized_base_bytes"];
+    const engine::Estimate e = engine::estimate(r, int(n));
+    const engine::StageEstimate& st = e.stages[size_t(stage)];
+    if (g_comm->rank() == 0)
+      std::printf("world %lld QLoRA bf16 stage %d: 4-bit base %lld bytes/rank (of %lld), memory "
+                  "quantized %lld (estimate %lld), frozen %lld (estimate %lld)\n",
+                  (long long)n, stage, (long long)base, (long long)e.quantized_bytes,
+                  (long long)mem["quantized"].get<int64_t>(), (long long)st.quantized,
+                  (long long)mem["frozen"].get<int64_t>(), (long long)st.frozen);
+    EXPECT_EQ(base, stage == 3 ? e.quantized_bytes / n : e.quantized_bytes) << stage;
+    EXPECT_GT(mem["quantized"].get<int64_t>(), base) << stage;  // + the dequantization scratch
+    EXPECT_EQ(mem["quantized"].get<int64_t>(), st.quantized) << stage;
+    EXPECT_EQ(mem["frozen"].get<int64_t>(), st.frozen) << stage;
+    EXPECT_EQ(mem["frozen"], res.summary["frozen_bytes_estimate"]) << stage;
+    // About a quarter of the blocks' bf16 bytes.
+    int64_t bf16 = 0;
+    for (const nn::SegmentSpec& s : nn::Decoder::segment_specs(e.model))
+      if (s.name.rfind("h.", 0) == 0)
+        for (const nn::ParamSpec& p : s.params) bf16 += 2 * p.shape.numel();
+    EXPECT_LT(double(e.quantized_bytes), 0.3 * double(bf16));
   }
 }
 

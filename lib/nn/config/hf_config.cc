@@ -381,6 +381,16 @@ DecoderConfig parse_hf_config(const std::string& json_text, const std::string& w
     usage_error("{}: {}; it should be a Hugging Face config.json", where, err);
   if (!j.is_object())
     usage_error("{} is not a JSON object; it should be a Hugging Face config.json", where);
+  // A quantized model's config.json: its weights are not plain tensors of the model's shapes.
+  // The recipe reads a bitsandbytes 4-bit directory's config.json without this key
+  // (config::read_model_directory), the weights through ckpt::Bnb4bitDir.
+  if (j.contains("quantization_config"))
+    usage_error(
+        "{}: has a quantization_config: the weights are quantized, not plain tensors; fdtrain "
+        "reads a bitsandbytes 4-bit directory only as the frozen base of a QLoRA run "
+        "(model.init_from with model.quantize and a lora section); give a bf16/fp32 model "
+        "directory here",
+        where);
   Reader r(j, where);
   const std::string type = r.string("model_type");
   DecoderConfig c;

@@ -26,7 +26,9 @@ namespace fd::nn {
 // before use, e.g. num_hidden_layers in [1, 4096], vocab_size and positions
 // 32-bit, bos/eos ids below vocab_size, also in lists; every number finite,
 // positive and bounded), a model of more than 2^40 parameters, an unknown key,
-// and an inconsistent model (DecoderConfig::validate).
+// a quantization_config (a quantized model: config::read_model_directory reads a
+// bitsandbytes 4-bit directory's without it), and an inconsistent model
+// (DecoderConfig::validate).
 DecoderConfig read_hf_config(const std::string& dir_or_file);
 
 // As read_hf_config, from JSON text; `where` names the source in messages.
