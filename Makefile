@@ -85,6 +85,7 @@ bench:
 	./bench/tokenizer_bench.sh $(BUILD_DIR)
 	./bench/offload_memory.sh $(BUILD_DIR)
 	./bench/pipeline_bench.sh $(BUILD_DIR)
+	./bench/qlora_bench.sh $(BUILD_DIR)
 
 # docs/RECIPES.md, the reference of every recipe key, from `fdtrain schema --markdown`.
 docs: build

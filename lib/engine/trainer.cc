@@ -294,6 +294,13 @@ void Trainer::setup(const TrainOptions& options) {
         recipe_.model.init_from.empty() ? "; WARNING: no model.init_from, the base is a "
                                           "random init"
                                         : "");
+    if (a.quantize)
+      log::info(
+          "QLoRA: the blocks' base linears in 4 bits ({}, block {}, {}): {} bytes per rank in "
+          "their 4-bit form (docs/QUANTIZATION.md)",
+          quant::quant_type_name(a.quantize->type), a.quantize->block_size,
+          a.quantize->double_quant ? "double quant" : "fp32 absmax",
+          frozen_bytes_estimate(/*quantized=*/true));
   }
   if (a.loss_scaler) scaler_ = std::make_unique<precision::DynamicLossScaler>(*a.loss_scaler);
   schedule_ = a.schedule;
