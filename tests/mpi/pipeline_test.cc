@@ -102,6 +102,11 @@ std::vector<Case> cases() {
                                      "activation_checkpointing.layers=all"}},
       {"llama fp32 gpipe zero1 uniform", {kLlama, "parallel.schedule=gpipe", "zero.stage=1",
                                           "parallel.partition=uniform"}},
+      // QLoRA: each stage holds its blocks' base in their 4-bit form.
+      {"llama bf16 qlora 1f1b zero2 ckpt",
+       {kLlama, "precision=bf16", "zero.stage=2", "lora={r: 4, alpha: 8, targets: [all-linear]}",
+        "model.quantize={type: nf4, block_size: 64, double_quant: true}",
+        "activation_checkpointing.layers=all"}},
   };
 }
 
@@ -143,10 +148,17 @@ TEST(Pipeline, TwoStagesOfTwoReplicasAreTheTwoRankRunBitwise) {
 // buffers (see below), and the bytes each stage sends its neighbours per step.
 TEST(Pipeline, TheEstimateIsWhatEachStageMeasures) {
   const int P = 2;
-  for (const char* schedule : {"1f1b", "gpipe"}) {
-    const config::Recipe r = recipe({"precision=bf16", "zero.stage=1",
-                                     "parallel.pipeline=" + std::to_string(P),
-                                     std::string("parallel.schedule=") + schedule});
+  for (const char* schedule : {"1f1b", "gpipe", "1f1b qlora"}) {
+    std::vector<std::string> o = {"precision=bf16", "zero.stage=1",
+                                  "parallel.pipeline=" + std::to_string(P),
+                                  std::string("parallel.schedule=") +
+                                      std::string(schedule).substr(0, std::string(schedule).find(' '))};
+    if (std::string(schedule).ends_with("qlora")) {  // the 4-bit base split with its stages
+      o.push_back(kLlama);
+      o.push_back("lora={r: 4, alpha: 8, targets: [all-linear]}");
+      o.push_back("model.quantize={type: fp4, block_size: 128, double_quant: false}");
+    }
+    const config::Recipe r = recipe(o);
     const fd::Run run = train(r, *g_comm, "estimate");
     const engine::Estimate e = engine::estimate(r, g_comm->size());
     ASSERT_EQ(int(e.pipeline.per_stage.size()), P);
@@ -164,6 +176,8 @@ TEST(Pipeline, TheEstimateIsWhatEachStageMeasures) {
       // Communication buffers, with two replicas per stage MPI's fp32 staging
       // of the bf16 reductions included (kept from setup on: keep_staging).
       EXPECT_EQ(m["comm"].get<int64_t>(), st.comm_buffers);
+      EXPECT_EQ(m["quantized"].get<int64_t>(), st.quantized);
+      EXPECT_EQ(m["frozen"].get<int64_t>(), st.frozen);
     }
     const nlohmann::json& pl = run.summary["pipeline"];
     for (int s = 0; s < P; ++s)

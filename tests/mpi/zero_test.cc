@@ -232,11 +232,14 @@ TEST(ZeroOffload, NvmeOptimizerStateGivesBitwiseIdenticalWeights) {
     const char* precision;
     int accumulation;
     bool lora;
+    bool quantize = false;  // QLoRA: the adapters' optimizer state offloaded over a 4-bit base
   };
-  for (const Case& c : {Case{"fp32", 1, false}, Case{"bf16", 2, false}, Case{"bf16", 1, true}}) {
+  for (const Case& c : {Case{"fp32", 1, false}, Case{"bf16", 2, false}, Case{"bf16", 1, true},
+                        Case{"bf16", 1, true, true}}) {
     std::string reference;
     for (const char* ckpt : {"none", "all"}) {
       for (int stage = 0; stage <= 4; ++stage) {  // 4: stage 3 with the parameters offloaded too
+        if (stage == 4 && c.quantize) continue;  // a 4-bit base is not offloaded (refused)
         for (bool offload : {false, true}) {
           if (!offload && !reference.empty()) continue;  // one in-memory run per case
           // d_model 96: a block's ~110K elements take 3-4 chunks of the 1 MiB buffers.
@@ -246,6 +249,7 @@ TEST(ZeroOffload, NvmeOptimizerStateGivesBitwiseIdenticalWeights) {
                                         std::string("activation_checkpointing.layers=") + ckpt,
                                         "model.d_model=96"};
           if (c.lora) o.push_back("lora={r: 4, alpha: 8, targets: [c_attn, c_fc]}");
+          if (c.quantize) o.push_back("model.quantize={type: nf4}");
           if (offload) {
             o.push_back("zero.offload_optimizer={device: nvme, path: " + dir +
                         ", buffer_mib: 1}");
@@ -255,7 +259,8 @@ TEST(ZeroOffload, NvmeOptimizerStateGivesBitwiseIdenticalWeights) {
           const std::string digest = res.summary["weights_sha256"];
           if (g_comm->rank() == 0)
             std::printf("world %d %s%s stage %d checkpointing %s offload %s: %s\n",
-                        g_comm->size(), c.precision, c.lora ? " LoRA" : "", std::min(stage, 3),
+                        g_comm->size(), c.precision,
+                        c.quantize ? " QLoRA" : c.lora ? " LoRA" : "", std::min(stage, 3),
                         ckpt, !offload ? "none" : stage == 4 ? "nvme, params too" : "nvme",
                         digest.substr(0, 16).c_str());
           expect_same_on_all_ranks(digest);
