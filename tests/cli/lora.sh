@@ -68,6 +68,36 @@ expect_fail 2 "lora.adapter.*r = 8" train "$R" model.init_from="$TMP/base.safete
   --no-progress > /dev/null 2>&1 && echo "ok: the merged export trains as a plain model" \
   || { echo "FAIL: training from the merged export"; FAILURES=$((FAILURES+1)); }
 
+# QLoRA over the same base (model.quantize: its block linears, GPT-2's Conv1D among them, in 4
+# bits): save and resume are bitwise; eval and generate run on the run (the dequantized base and
+# the adapters); the merged export (dequantized, fp32) evaluates to the run's own loss.
+Q=(model.init_from="$TMP/base.safetensors" "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_proj]}"
+   "model.quantize={type: nf4, block_size: 64}" steps=30 checkpoint.every=15 --no-progress)
+"$FDTRAIN" train "$R" "${Q[@]}" --run-dir "$TMP/qlora" > "$TMP/qlora.log" 2>&1 \
+  || { echo "FAIL: QLoRA run"; tail -5 "$TMP/qlora.log"; FAILURES=$((FAILURES+1)); }
+grep -q "QLoRA: the blocks' base linears in 4 bits (nf4, block 64, double quant)" "$TMP/qlora.log" \
+  && echo "ok: the QLoRA run says its base is in 4 bits" \
+  || { echo "FAIL: QLoRA line"; grep -i qlora "$TMP/qlora.log"; FAILURES=$((FAILURES+1)); }
+"$FDTRAIN" train "$R" "${Q[@]}" --resume "$TMP/qlora/checkpoints/step_00000015" --run-dir "$TMP/qlora_resumed" \
+  > "$TMP/qresumed.log" 2>&1 || { echo "FAIL: QLoRA resume"; tail -5 "$TMP/qresumed.log"; FAILURES=$((FAILURES+1)); }
+[ -n "$(sha "$TMP/qlora")" ] && [ "$(sha "$TMP/qlora")" = "$(sha "$TMP/qlora_resumed")" ] \
+  && [ "$(sha "$TMP/qlora")" != "$(sha "$TMP/lora")" ] \
+  && echo "ok: QLoRA resume is bitwise ($(sha "$TMP/qlora" | cut -c1-16), not the bf16-base run's)" \
+  || { echo "FAIL: QLoRA resume weights $(sha "$TMP/qlora") vs $(sha "$TMP/qlora_resumed")"; FAILURES=$((FAILURES+1)); }
+expect_fail 2 "model.quantize.type: nf4 -> fp4" train "$R" model.init_from="$TMP/base.safetensors" \
+  "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_proj]}" "model.quantize={type: fp4}" steps=30 \
+  --resume "$TMP/qlora/checkpoints/step_00000015" --run-dir "$TMP/qlora_other"
+TEXT=/usr/share/games/fortunes/zippy
+qe=$("$FDTRAIN" eval "$TMP/qlora" --data "$TEXT" --windows 4 --seq-len 16 --json 2>"$TMP/qe.err" | python3 -c 'import json,sys; print(json.load(sys.stdin)["mean_loss"])')
+"$FDTRAIN" generate "$TMP/qlora" --prompt "The " --max-tokens 8 > "$TMP/qgen.txt" 2>&1 \
+  && echo "ok: generate runs on the QLoRA run" || { echo "FAIL: generate on QLoRA"; tail -3 "$TMP/qgen.txt"; FAILURES=$((FAILURES+1)); }
+"$FDTRAIN" ckpt export "$TMP/qlora" --merge-lora --dtype fp32 --hf-dir "$TMP/qmerged" > "$TMP/qm.log" 2>&1 \
+  || { echo "FAIL: QLoRA merged export"; tail -3 "$TMP/qm.log"; FAILURES=$((FAILURES+1)); }
+me=$("$FDTRAIN" eval "$TMP/qmerged" --data "$TEXT" --windows 4 --seq-len 16 --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mean_loss"])')
+awk -v a="$qe" -v b="$me" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-5 * b) }' \
+  && echo "ok: the QLoRA run and its merged (dequantized) export evaluate alike ($qe vs $me)" \
+  || { echo "FAIL: QLoRA eval $qe vs merged $me"; cat "$TMP/qe.err" | tail -3; FAILURES=$((FAILURES+1)); }
+
 # Bad input.
 expect_fail 2 "lora.targets: a gpt2 model has no layer 'qkv'; expected one of c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj, all-linear" \
   train "$R" "lora={r: 4, targets: [qkv]}" --run-dir "$TMP/bad"
