@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo lora-llama-demo sft-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
+.PHONY: all deps configure build test demo lora-demo lora-llama-demo qlora-demo sft-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
 
 all: build
 
@@ -62,6 +62,23 @@ lora-llama-demo: deps
 	$(BUILD_DIR)/bin/fdtrain ckpt export runs/lora_llama_zero2 --merge-lora --hf-dir runs/lora_llama_zero2/merged --dtype fp32 --overwrite
 	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2 --data /usr/share/games/fortunes/zippy --windows 16
 	$(BUILD_DIR)/bin/fdtrain eval runs/lora_llama_zero2/merged --data /usr/share/games/fortunes/zippy --seq-len 128 --windows 16
+
+# QLoRA: the same Llama-shaped base, its block linears in 4 bits (NF4, double quantization),
+# LoRA on every linear layer (ZeRO-2, bf16, 8 ranks); exports the PEFT adapter, the base as a
+# transformers 4-bit directory and the merged model (the base dequantized, bf16), and evaluates
+# the run and the merged directory.
+qlora-demo: deps
+	$(MAKE) build
+	$(MPIRUN) --bind-to none -n 2 $(BUILD_DIR)/bin/fdtrain train recipes/pretrain_llama.yaml \
+	  --run-dir runs/pretrain_llama --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/pretrain_llama --hf-dir runs/pretrain_llama/hf --overwrite
+	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/qlora_llama_zero2.yaml \
+	  --run-dir runs/qlora_llama_zero2 --overwrite $(PROGRESS)
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/qlora_llama_zero2 --lora-adapter runs/qlora_llama_zero2/adapter --overwrite
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/qlora_llama_zero2 --quantized --hf-dir runs/qlora_llama_zero2/base-4bit --overwrite
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/qlora_llama_zero2 --merge-lora --hf-dir runs/qlora_llama_zero2/merged --overwrite
+	$(BUILD_DIR)/bin/fdtrain eval runs/qlora_llama_zero2 --data /usr/share/games/fortunes/zippy --windows 16
+	$(BUILD_DIR)/bin/fdtrain eval runs/qlora_llama_zero2/merged --data /usr/share/games/fortunes/zippy --seq-len 128 --windows 16
 
 # Chat fine-tuning: a Llama-shaped base pre-trained with the chatml-bytes tokenizer
 # (recipes/tokenizers/chatml-bytes), exported as a Hugging Face directory, then LoRA SFT on
