@@ -180,6 +180,35 @@ else
     [ "$comm" = "$(stage_field 3 comm_bytes_per_step)" ]
 fi
 
+# QLoRA (model.quantize): the same LoRA at stage 3, N = 2, with the base's blocks in 4 bits: the
+# table has the 4-bit base's row, --json its settings and bytes, and every measured category
+# (the 4-bit segments' shard and scratch in `quantized`) equals the estimate.
+QL=("${LORA[@]}" "model.quantize={type: nf4, block_size: 64, double_quant: true}")
+json=$("$FDTRAIN" estimate "$Q" "$TINY" "${QL[@]}" --world-size 2 --json 2>&1); rc=$?
+flat=$(tr -d ' \n' <<<"$json")
+check "QLoRA --json exits 0" [ "$rc" -eq 0 ]
+check "QLoRA --json gives the settings" grep -q '"quantize":{"type":"nf4","block_size":64,"double_quant":true,"quantized_bytes":[1-9]' <<<"$flat"
+out=$("$FDTRAIN" estimate "$Q" "$TINY" "${QL[@]}" --world-size 2 2>&1)
+check "QLoRA table has the 4-bit base's row" grep -Eq '^4-bit base \+ scratch( +[0-9.]+( [KMG]iB)?){4}$' <<<"$out"
+run="$TMP/run_qlora"
+log=$(timeout 300 mpirun --oversubscribe --bind-to none -n 2 "$FDTRAIN" train "$Q" "$TINY" \
+      steps=1 "${QL[@]}" logging.sample_tokens=0 logging.eval_batches=1 \
+      --run-dir "$run" --no-progress 2>&1); rc=$?
+if [ $rc -ne 0 ] || [ ! -f "$run/summary.json" ]; then
+  echo "FAIL: QLoRA 2-rank run at stage 3 exited $rc"; echo "$log" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+else
+  s=$(tr -d ' \n' < "$run/summary.json")
+  mem=$(sed -E 's/.*"memory":\{([^}]*)\}.*/\1/' <<<"$s")
+  field() { sed -E "s/.*\"$1\":([0-9]+).*/\\1/" <<<"$mem"; }
+  for k in params grads master optimizer frozen quantized activations; do
+    check "QLoRA stage 3: measured $k $(field $k) == estimate $(stage_field 3 $k)" \
+      [ "$(field $k)" = "$(stage_field 3 $k)" ]
+  done
+  check "QLoRA stage 3: measured comm $(field comm) == estimate $(stage_field 3 comm_buffers)" \
+    [ "$(field comm)" = "$(stage_field 3 comm_buffers)" ]
+fi
+
 # A model the estimator was never told about: 5 blocks, LoRA on c_fc of
 # blocks 1 and 3 only, fp16, stage 2, at N = 2: every measured figure equals
 # the estimate (the estimate runs the model; nothing describes it twice).
