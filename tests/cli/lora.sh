@@ -98,6 +98,20 @@ awk -v a="$qe" -v b="$me" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" 
   && echo "ok: the QLoRA run and its merged (dequantized) export evaluate alike ($qe vs $me)" \
   || { echo "FAIL: QLoRA eval $qe vs merged $me"; cat "$TMP/qe.err" | tail -3; FAILURES=$((FAILURES+1)); }
 
+# A NaN in a block weight of the base: quantizing it is refused naming the tensor (exit 2).
+python3 - "$TMP/base.safetensors" "$TMP/nan.safetensors" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+data = bytearray(open(src, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+start = header["h.1.mlp.c_fc.weight"]["data_offsets"][0] + 8 + n + 4 * 5  # element 5, F32
+data[start:start + 4] = struct.pack("<f", float("nan"))
+open(dst, "wb").write(data)
+PY
+expect_fail 2 "h.1.mlp.c_fc.weight.*NaN" train "$R" model.init_from="$TMP/nan.safetensors" \
+  "lora={r: 4, targets: [c_attn]}" "model.quantize={type: nf4}" --run-dir "$TMP/nan_run"
+
 # Bad input.
 expect_fail 2 "lora.targets: a gpt2 model has no layer 'qkv'; expected one of c_attn, c_proj, attn.c_proj, c_fc, mlp.c_proj, all-linear" \
   train "$R" "lora={r: 4, targets: [qkv]}" --run-dir "$TMP/bad"
