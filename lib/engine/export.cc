@@ -9,6 +9,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/ckpt/bnb4bit.h"
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/config/load.h"
@@ -16,6 +17,7 @@
 #include "lib/engine/output_path.h"
 #include "lib/engine/weights_io.h"
 #include "lib/nn/decoder.h"
+#include "lib/quant/tables.h"
 
 namespace fd::engine {
 namespace {
@@ -50,6 +52,58 @@ LoraRun lora_run(const ckpt::Checkpoint& c) {
           {m.num_layers, m.num_heads, m.hidden_size, m.vocab_size, m.max_position_embeddings},
           m.family,
           std::move(order)};
+}
+
+// "nf4, blocks of 64, double quantization"
+std::string quant_summary(const quant::QuantOptions& q) {
+  return fmt::format("{}, blocks of {}, {}double quantization", quant::quant_type_name(q.type),
+                     q.block_size, q.double_quant ? "" : "no ");
+}
+
+std::string copied_files(const HfExportOptions& out, const std::vector<std::string>& copied) {
+  return copied.empty() ? ""
+                        : fmt::format("; tokenizer files from {}: {}", out.tokenizer_from,
+                                      fmt::join(copied, ", "));
+}
+
+// `--hf-dir --quantized`: the QLoRA run's base, exactly as the run held it in 4 bits, as a
+// transformers 4-bit directory. The model is built in the run's compute dtype, as the run built
+// it, so that a base quantized at load (an ordinary model.init_from) is quantized from the same
+// values; a 4-bit model.init_from is used as stored (nothing is re-quantized either way).
+std::string export_quantized_base(const ckpt::Checkpoint& c, const config::Recipe& recipe,
+                                  Assembly a, const std::string& dir, const HfDirExport& options,
+                                  const HfExportOptions& out) {
+  const DType compute = compute_dtype(recipe.precision);
+  a.dtype = compute;
+  std::unique_ptr<nn::Decoder> model = build_model(a, Init::kNone);
+  const std::string base =
+      ckpt::find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
+  load_weights(base, *model, fmt::format("{}: base model (model.init_from)", c.dir));
+
+  Bnb4bitExportOptions q;
+  q.config.compute_dtype = torch_dtype_name(compute);
+  q.default_blob_dtype = torch_dtype_name(compute);
+  std::map<std::string, size_t> placement;
+  if (is_bnb4bit_directory(base)) {
+    // A 4-bit base directory: each blob's dtype and the config's other keys kept as they are
+    // there, and its split into shards unless --max-shard-size asks for another.
+    const ckpt::Bnb4bitDir stored = ckpt::Bnb4bitDir::open(base);
+    q.config = stored.config();
+    q.config.compute_dtype = torch_dtype_name(compute);
+    for (const std::string& w : stored.quantized()) q.blob_dtype[w] = stored.header(w).dtype;
+    placement = stored.weights().placement();
+    size_t shards = 0;
+    for (const auto& [name, shard] : placement) shards = std::max(shards, shard + 1);
+    if (shards > 1 && !options.max_shard_given) q.placement = &placement;
+  }
+  const std::vector<std::string> copied = write_bnb4bit_model(*model, dir, out, q);
+  return fmt::format(
+      "exported the 4-bit base of {} ({}, step {}: {}, the rest {}; compute dtype {}) to {} "
+      "(transformers 4-bit directory{}); the LoRA adapters are not merged into it: export them "
+      "with --lora-adapter DIR (the PEFT adapter to load over this base), or a merged model with "
+      "--merge-lora --hf-dir DIR",
+      a.model.summary(), c.dir, c.meta().step, quant_summary(*a.quantize), dtype_name(out.dtype),
+      q.config.compute_dtype, dir, copied_files(out, copied));
 }
 
 }  // namespace
@@ -105,9 +159,19 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
   out.overwrite = options.overwrite;
   check_hf_export_dir(dir, out);
   check_output_path(dir, OutputKind::kDirectory, "--hf-dir");
+  if (options.quantized && options.merge_lora)
+    usage_error(
+        "--quantized --merge-lora: --quantized writes the QLoRA run's 4-bit base as it was "
+        "trained over, without the adapters, and --merge-lora merges the adapters into the base "
+        "dequantized; give one of them");
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   const bool lora = ckpt::is_lora_checkpoint(c);
-  if (lora && !options.merge_lora)
+  if (options.quantized && !lora)
+    usage_error(
+        "{}: --quantized writes the 4-bit base of a QLoRA run (model.quantize), and this "
+        "checkpoint is not from a LoRA run; drop --quantized",
+        c.dir);
+  if (lora && !options.merge_lora && !options.quantized)
     usage_error(
         "{}: the checkpoint is from a LoRA run and holds only the adapters; --hf-dir writes a "
         "full model: add --merge-lora to merge them into the base (model.init_from), or export "
@@ -125,6 +189,12 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
         "written (was it written by another fdtrain version?):\n{}",
         c.dir, fmt::join(r.errors, "\n"));
   const config::Recipe& recipe = r.recipe;
+  if (options.quantized && !recipe.model.quantize)
+    usage_error(
+        "{}: --quantized writes the 4-bit base of a QLoRA run, and this LoRA run has no "
+        "model.quantize (its base was not held in 4 bits); export the merged model with "
+        "--merge-lora --hf-dir DIR, or the adapter with --lora-adapter DIR",
+        c.dir);
   if (!options.dtype) out.dtype = compute_dtype(recipe.precision);  // the run's
   // Never replace what the export reads: the checkpoint (or a directory above it) or the base.
   {
@@ -146,7 +216,25 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
           dir, recipe.model.init_from);
   }
 
-  const Assembly a = assemble_for_inference(recipe);  // fp32, CPU, adapter dropout off
+  Assembly a = assemble_for_inference(recipe);  // fp32, CPU, adapter dropout off
+
+  // The tokenizer the run's data was encoded with (data.tokenizer), else the base directory's.
+  std::error_code ec;
+  const std::string& tokenizer = recipe.data.tokenizer;
+  if (!tokenizer.empty() && std::filesystem::is_directory(tokenizer, ec))
+    out.tokenizer_from = tokenizer;
+  else if (!tokenizer.empty())
+    log::warn(
+        "the run's data.tokenizer {} is no longer a directory; the export has no tokenizer "
+        "files (copy them into {} by hand)",
+        tokenizer, dir);
+  else if (!recipe.model.init_from.empty() &&
+           std::filesystem::is_directory(recipe.model.init_from, ec))
+    out.tokenizer_from = recipe.model.init_from;
+  out.token_ids = export_token_ids(a.model, recipe.model.init_from, out.tokenizer_from);
+
+  if (options.quantized) return export_quantized_base(c, recipe, a, dir, options, out);
+
   std::unique_ptr<nn::Decoder> model = build_model(a, Init::kNone);
   if (a.lora.enabled()) {
     const std::string base =
@@ -168,27 +256,17 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
   out.metadata = {{"step", std::to_string(c.meta().step)},
                   {"source", c.dir},
                   {"fdtrain_version", c.meta().fdtrain_version}};
-  // The tokenizer the run's data was encoded with (data.tokenizer), else the base directory's.
-  std::error_code ec;
-  const std::string& tokenizer = recipe.data.tokenizer;
-  if (!tokenizer.empty() && std::filesystem::is_directory(tokenizer, ec))
-    out.tokenizer_from = tokenizer;
-  else if (!tokenizer.empty())
-    log::warn(
-        "the run's data.tokenizer {} is no longer a directory; the export has no tokenizer "
-        "files (copy them into {} by hand)",
-        tokenizer, dir);
-  else if (!recipe.model.init_from.empty() &&
-           std::filesystem::is_directory(recipe.model.init_from, ec))
-    out.tokenizer_from = recipe.model.init_from;
-  out.token_ids = export_token_ids(a.model, recipe.model.init_from, out.tokenizer_from);
   const std::vector<std::string> copied = write_hf_model(*model, dir, out);
-  return fmt::format("exported {} ({}{}, step {}, {}) to {} (Hugging Face directory{})",
-                     a.model.summary(), c.dir, lora ? ", LoRA merged" : "", c.meta().step,
-                     dtype_name(out.dtype), dir,
-                     copied.empty() ? ""
-                                    : fmt::format("; tokenizer files from {}: {}",
-                                                  out.tokenizer_from, fmt::join(copied, ", ")));
+  // A QLoRA run's base was held in 4 bits: the merge is over its dequantized values.
+  const std::string merged =
+      !lora        ? ""
+      : a.quantize ? fmt::format(", LoRA merged into the base dequantized from 4 bits ({})",
+                                 quant_summary(*a.quantize))
+                   : ", LoRA merged";
+  return fmt::format("exported {} ({}{}, step {}, {}{}) to {} (Hugging Face directory{})",
+                     a.model.summary(), c.dir, merged, c.meta().step,
+                     a.quantize ? "written in " : "", dtype_name(out.dtype), dir,
+                     copied_files(out, copied));
 }
 
 std::string inspect_checkpoint(const std::string& path) { return ckpt::inspect_checkpoint(path); }

@@ -71,9 +71,16 @@ namespace {
 // quantization_config, or a tensor is a bitsandbytes quant_state (then
 // Bnb4bitDir::open says what is wrong with the config). A config.json that
 // cannot be read is not looked into here: a plain directory does not need one.
+bool has_quantization_config(const std::string& path);
+
 bool is_bnb4bit_dir(const std::string& path, const ckpt::HfWeights& w) {
   for (const std::string& name : w.names())
     if (name.find(".quant_state.") != std::string::npos) return true;
+  return has_quantization_config(path);
+}
+
+// Whether `path`/config.json reads as a JSON object with a quantization_config.
+bool has_quantization_config(const std::string& path) {
   const std::string cfg = (std::filesystem::path(path) / "config.json").string();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(cfg, ec)) return false;
@@ -346,6 +353,17 @@ WeightsSource::WeightsSource(const std::string& path, const nn::Module& model,
   check_source(*impl_, path);
 }
 
+bool is_bnb4bit_directory(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  if (has_quantization_config(path)) return true;
+  try {
+    return is_bnb4bit_dir(path, ckpt::HfWeights::open(path));
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
                        const std::string& where) {
   WeightsSource::Impl s;
@@ -462,11 +480,10 @@ void load_weights(const std::string& file, const nn::Module& model, const std::s
   if (const auto* d = dynamic_cast<const nn::Decoder*>(&model); d && d->quantization()) {
     // A 4-bit base: its segments are written in their stored form, through the decoder; a 4-bit
     // directory's weights as stored, anything else quantized.
-    const nn::ParamFill fill = d->storage_fill(
-        [&source](const nn::Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
-          source.read(p, begin, count, out);
-        },
-        stored_4bit(shared, *d, where));
+    const nn::ParamFill fill =
+        d->storage_fill([&source](const nn::Parameter& p, int64_t begin, int64_t count,
+                                  const Tensor& out) { source.read(p, begin, count, out); },
+                        stored_4bit(shared, *d, where));
     for (const nn::FlatParamGroup* g : d->frozen_groups())
       for (const nn::Parameter& p : g->params())
         fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));

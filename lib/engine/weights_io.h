@@ -88,6 +88,13 @@ class WeightsSource {
 void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
                        const std::string& where);
 
+// Whether `path` is a transformers 4-bit directory as WeightsSource reads one: a directory
+// whose config.json has a quantization_config, or one of whose tensors is a bitsandbytes
+// quant_state (ckpt::Bnb4bitDir::open then says what is wrong with it). Reads config.json and
+// the safetensors headers only; false for a file, and for a directory without a
+// quantization_config whose weights cannot be read (opening it as a weights source says why).
+bool is_bnb4bit_directory(const std::string& path);
+
 // Where a training run's parameters start from: the base (every parameter
 // without LoRA) from model.init_from, a LoRA run's adapters from lora.adapter
 // (a PEFT directory), whatever no file gives from the family's random

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# QLoRA end to end on the tiny Llama 4-bit directory of make_bnb4bit_model
+# (tests/engine/bnb4bit_model_fixture.h: NF4, blocks of 64, double
+# quantization) and its dequantized fp32 twin:
+#   - LoRA over the 4-bit directory (model.quantize) and plain LoRA over the
+#     twin start from the same loss (1e-5 relative), `fdtrain eval` of the
+#     4-bit directory (dequantized) equals the twin's, and greedy `generate`
+#     decodes the same tokens;
+#   - `ckpt export --hf-dir --quantized` writes the base back byte for byte
+#     (model.safetensors and config.json; a sharded FP4 directory's shards
+#     and index too); `--merge-lora --hf-dir` says the base
+#     was dequantized and the merged directory evaluates to the run's eval loss;
+#   - hostile input, each one exit 2 with one clear line: no lora section, a
+#     truncated model.safetensors, a blob whose shape disagrees with config.json,
+#     an unknown quant type in a blob, a model.quantize.block_size the weights do
+#     not have, a resume with another model.quantize.type, --quantized on a
+#     plain LoRA run or with --merge-lora.
+source "$(dirname "$0")/common.bash"
+MAKE=$(dirname "$FDTRAIN")/make_bnb4bit_model
+[ -x "$MAKE" ] || { echo "FAIL: $MAKE not built (cmake --build build --target make_bnb4bit_model)"; exit 1; }
+"$MAKE" "$TMP/q4" --twin "$TMP/twin" || { echo "FAIL: make_bnb4bit_model"; exit 1; }
+
+# Token ids below the fixture's vocabulary (96), as llm.c .bin files; the validation file holds
+# exactly one window (seq_len 16 + 1), so the trainer's eval loss is that window's.
+python3 - "$TMP/train.bin" "$TMP/val.bin" <<'PY'
+import random, struct, sys
+def write(path, toks):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+        f.write(struct.pack(f"<{len(toks)}H", *toks))
+random.seed(5)
+write(sys.argv[1], [random.randrange(96) for _ in range(4000)])
+write(sys.argv[2], [random.randrange(96) for _ in range(17)])
+PY
+R=$TMP/qlora.yaml
+cat > "$R" <<YAML
+model:
+  init_from: $TMP/q4
+  quantize: {type: nf4, block_size: 64, double_quant: true}
+data: {format: tokens, train: [$TMP/train.bin], val: [$TMP/val.bin], seq_len: 16}
+batch: {micro: 2}
+optimizer: {lr: 1.0e-2}
+lora: {r: 4, alpha: 8, dropout: 0.0, targets: [all-linear]}
+steps: 3
+checkpoint: {every: 1}
+logging: {every: 1, eval_batches: 1, sample_tokens: 0}
+YAML
+E=(--data "$TMP/val.bin" --seq-len 16 --windows 1 --json)
+
+# rel_close A B TOL LABEL: |A - B| <= TOL |B|.
+rel_close() {
+  if python3 -c "import sys; a, b, t = map(float, sys.argv[1:4]); d = abs(a - b) / abs(b)
+print(f'    {sys.argv[4]}: {a:.9f} vs {b:.9f}, relative {d:.1e}'); sys.exit(0 if d <= t else 1)" "$@"; then
+    echo "ok: $4 within $3"
+  else
+    echo "FAIL: $4 differs by more than $3"; FAILURES=$((FAILURES + 1))
+  fi
+}
+first_loss() { python3 -c "import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if 'loss' in j: print(j['loss']); break" "$1/metrics.jsonl"; }
+mean_loss() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['mean_loss'])" "$1"; }
+
+# QLoRA over the 4-bit directory vs plain LoRA over its dequantized twin (fp32 both).
+"$FDTRAIN" train "$R" --run-dir "$TMP/qrun" --no-progress > "$TMP/qrun.log" 2>&1 \
+  || { echo "FAIL: QLoRA run"; tail -5 "$TMP/qrun.log"; exit 1; }
+"$FDTRAIN" train "$R" model.init_from="$TMP/twin" model.quantize=null --run-dir "$TMP/trun" \
+  --no-progress > "$TMP/trun.log" 2>&1 || { echo "FAIL: LoRA run on the twin"; tail -5 "$TMP/trun.log"; exit 1; }
+rel_close "$(first_loss "$TMP/qrun")" "$(first_loss "$TMP/trun")" 1e-5 \
+  "first loss, QLoRA over the 4-bit directory vs LoRA over the twin"
+
+# eval of the 4-bit directory (dequantized) vs the twin.
+q=$("$FDTRAIN" eval "$TMP/q4" "${E[@]}" 2>"$TMP/q4.err") || { echo "FAIL: eval of the 4-bit dir"; cat "$TMP/q4.err"; exit 1; }
+t=$("$FDTRAIN" eval "$TMP/twin" "${E[@]}" 2>/dev/null) || { echo "FAIL: eval of the twin"; exit 1; }
+rel_close "$(mean_loss "$q")" "$(mean_loss "$t")" 1e-5 "fdtrain eval, 4-bit directory vs twin"
+grep -q "4-bit directory.*dequantized" "$TMP/q4.err" && echo "ok: eval says the 4-bit weights are dequantized" \
+  || { echo "FAIL: no dequantized note"; sed 's/^/    /' "$TMP/q4.err"; FAILURES=$((FAILURES + 1)); }
+
+# generate (greedy) on the 4-bit directory decodes the twin's tokens.
+gen() { "$FDTRAIN" generate "$1" --tokens 5,6,7 --max-tokens 8 --temperature 0 --json 2>/dev/null \
+  | python3 -c "import json,sys; print(json.load(sys.stdin)['tokens'])"; }
+a=$(gen "$TMP/q4"); b=$(gen "$TMP/twin")
+[ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: generate on the 4-bit directory decodes the twin's tokens $a" \
+  || { echo "FAIL: generate: '$a' vs the twin's '$b'"; FAILURES=$((FAILURES + 1)); }
+
+# --quantized: the base back as a 4-bit directory, byte for byte. A bf16 run: config.json's
+# torch_dtype and bnb_4bit_compute_dtype are the run's compute dtype, as the fixture's.
+"$FDTRAIN" train "$R" precision=bf16 steps=1 --run-dir "$TMP/brun" --no-progress > "$TMP/brun.log" 2>&1 \
+  || { echo "FAIL: bf16 QLoRA run"; tail -5 "$TMP/brun.log"; exit 1; }
+out=$("$FDTRAIN" ckpt export "$TMP/brun" --hf-dir "$TMP/back" --quantized 2>&1) \
+  || { echo "FAIL: export --quantized"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
+grep -q "not merged.*--lora-adapter" <<<"$out" && echo "ok: --quantized says the adapters are not merged" \
+  || { echo "FAIL: --quantized message"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
+for f in model.safetensors config.json; do
+  cmp -s "$TMP/q4/$f" "$TMP/back/$f" && echo "ok: --quantized writes $f back byte for byte" \
+    || { echo "FAIL: $f differs"; FAILURES=$((FAILURES + 1)); }
+done
+
+# The same from a sharded FP4 directory (blocks of 128, no double quantization): the shards keep
+# the directory's own split, each file and the index byte for byte.
+"$MAKE" "$TMP/fp4" --type fp4 --block-size 128 --double-quant 0 --max-shard-bytes 40000 \
+  || { echo "FAIL: make_bnb4bit_model fp4"; exit 1; }
+"$FDTRAIN" train "$R" model.init_from="$TMP/fp4" "model.quantize={type: fp4, block_size: 128, double_quant: false}" \
+  precision=bf16 steps=1 --run-dir "$TMP/frun" --no-progress > "$TMP/frun.log" 2>&1 \
+  || { echo "FAIL: FP4 QLoRA run"; tail -5 "$TMP/frun.log"; exit 1; }
+"$FDTRAIN" ckpt export "$TMP/frun" --hf-dir "$TMP/fback" --quantized > /dev/null \
+  || { echo "FAIL: export --quantized of the FP4 run"; FAILURES=$((FAILURES + 1)); }
+n=$(ls "$TMP/fp4" | grep -c '^model-.*-of-.*\.safetensors$')
+if [ "$n" -gt 1 ] && diff -r "$TMP/fp4" "$TMP/fback" > /dev/null; then
+  echo "ok: --quantized writes a sharded FP4 directory ($n shards + index) back byte for byte"
+else
+  echo "FAIL: sharded FP4 round trip ($n shards)"; diff -rq "$TMP/fp4" "$TMP/fback" | sed 's/^/    /'
+  FAILURES=$((FAILURES + 1))
+fi
+
+# --merge-lora of the fp32 QLoRA run: dequantized base + adapters, evaluating to the run's loss.
+out=$("$FDTRAIN" ckpt export "$TMP/qrun" --merge-lora --hf-dir "$TMP/merged" 2>&1) \
+  || { echo "FAIL: export --merge-lora"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
+grep -q "dequantized from 4 bits" <<<"$out" && echo "ok: --merge-lora says the base was dequantized" \
+  || { echo "FAIL: --merge-lora message"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
+m=$("$FDTRAIN" eval "$TMP/merged" "${E[@]}" 2>/dev/null) || { echo "FAIL: eval of the merged dir"; FAILURES=$((FAILURES + 1)); }
+rel_close "$(mean_loss "$m")" "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['eval_loss'])" \
+  "$TMP/qrun/summary.json")" 1e-4 "merged directory's eval loss vs the QLoRA run's final eval loss"
+
+# Hostile input.
+expect_fail 2 "is a 4-bit \(bitsandbytes\) model directory.*add a lora section" train "$R" lora=null \
+  --run-dir "$TMP/x"
+expect_fail 2 "stores its weights as" train "$R" model.quantize.block_size=128 --run-dir "$TMP/x"
+expect_fail 2 "--quantized --merge-lora" ckpt export "$TMP/qrun" --hf-dir "$TMP/x" --quantized --merge-lora
+expect_fail 2 "has no model.quantize" ckpt export "$TMP/trun" --hf-dir "$TMP/x" --quantized
+# A resume with another quant type: a QLoRA run over the twin (quantized at load).
+"$FDTRAIN" train "$R" model.init_from="$TMP/twin" steps=1 --run-dir "$TMP/twinq" --no-progress \
+  > "$TMP/twinq.log" 2>&1 || { echo "FAIL: QLoRA run over the twin"; tail -5 "$TMP/twinq.log"; exit 1; }
+expect_fail 2 "model.quantize.type: nf4 -> fp4" train "$R" model.init_from="$TMP/twin" \
+  model.quantize.type=fp4 steps=2 --resume "$TMP/twinq/checkpoints/step_00000001" --run-dir "$TMP/x"
+
+# Edited copies of the 4-bit directory, read by eval and by train.
+bad() { rm -rf "$TMP/bad"; cp -r "$TMP/q4" "$TMP/bad"; }
+# replace OLD NEW: the first OLD in bad/model.safetensors, same length, so nothing else moves.
+replace() {
+  python3 - "$TMP/bad/model.safetensors" "$1" "$2" <<'PY'
+import sys
+p, old, new = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode()
+assert len(old) == len(new)
+b = open(p, "rb").read()
+i = b.index(old, 8 + int.from_bytes(b[:8], "little"))
+open(p, "wb").write(b[:i] + new + b[i + len(old):])
+PY
+}
+bad; truncate -s -100 "$TMP/bad/model.safetensors"
+expect_fail 2 "model.safetensors: .*run past the data section.*the file is corrupt" eval "$TMP/bad" "${E[@]}"
+expect_fail 2 "model.safetensors: .*run past the data section.*the file is corrupt" train "$R" \
+  model.init_from="$TMP/bad" --run-dir "$TMP/x"
+bad; replace '"shape": [288, 64]' '"shape": [64, 288]'
+expect_fail 2 "mlp\.(gate|up)_proj\.weight.*64, 288" eval "$TMP/bad" "${E[@]}"
+expect_fail 2 "mlp\.(gate|up)_proj\.weight.*64, 288" train "$R" model.init_from="$TMP/bad" --run-dir "$TMP/x"
+bad; replace '"quant_type": "nf4"' '"quant_type": "nf5"'
+expect_fail 2 "nf5" eval "$TMP/bad" "${E[@]}"
+finish
