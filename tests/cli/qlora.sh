@@ -8,7 +8,8 @@
 #     decodes the same tokens;
 #   - `ckpt export --hf-dir --quantized` writes the base back byte for byte
 #     (model.safetensors and config.json; a sharded FP4 directory's shards
-#     and index too); `--merge-lora --hf-dir` says the base
+#     and index too; a base quantized at load exports as the 4-bit base the
+#     run held: training over the export starts from the same loss); `--merge-lora --hf-dir` says the base
 #     was dequantized and the merged directory evaluates to the run's eval loss;
 #   - hostile input, each one exit 2 with one clear line: no lora section, a
 #     truncated model.safetensors, a blob whose shape disagrees with config.json,
@@ -132,6 +133,20 @@ expect_fail 2 "has no model.quantize" ckpt export "$TMP/trun" --hf-dir "$TMP/x" 
 # A resume with another quant type: a QLoRA run over the twin (quantized at load).
 "$FDTRAIN" train "$R" model.init_from="$TMP/twin" steps=1 --run-dir "$TMP/twinq" --no-progress \
   > "$TMP/twinq.log" 2>&1 || { echo "FAIL: QLoRA run over the twin"; tail -5 "$TMP/twinq.log"; exit 1; }
+# A base quantized at load (fp32 run; bf16 run, which quantizes the bf16-rounded values), exported
+# with --quantized and trained over again: the same 4-bit base, so the same first loss, bit for bit.
+"$FDTRAIN" train "$R" model.init_from="$TMP/twin" precision=bf16 steps=1 --run-dir "$TMP/twinb" \
+  --no-progress > "$TMP/twinb.log" 2>&1 || { echo "FAIL: bf16 QLoRA run over the twin"; tail -5 "$TMP/twinb.log"; exit 1; }
+for p in "twinq fp32" "twinb bf16"; do
+  set -- $p
+  "$FDTRAIN" ckpt export "$TMP/$1" --hf-dir "$TMP/$1.4bit" --quantized > /dev/null \
+    || { echo "FAIL: export --quantized of $1"; FAILURES=$((FAILURES + 1)); }
+  "$FDTRAIN" train "$R" model.init_from="$TMP/$1.4bit" precision=$2 steps=1 --run-dir "$TMP/$1.again" \
+    --no-progress > "$TMP/again.log" 2>&1 || { echo "FAIL: QLoRA over $1's export"; tail -5 "$TMP/again.log"; }
+  a=$(first_loss "$TMP/$1"); b=$(first_loss "$TMP/$1.again")
+  [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: $2: a base quantized at load, exported and trained over again: same first loss ($a)" \
+    || { echo "FAIL: $2: first loss $a over the twin vs $b over its --quantized export"; FAILURES=$((FAILURES + 1)); }
+done
 expect_fail 2 "model.quantize.type: nf4 -> fp4" train "$R" model.init_from="$TMP/twin" \
   model.quantize.type=fp4 steps=2 --resume "$TMP/twinq/checkpoints/step_00000001" --run-dir "$TMP/x"
 
