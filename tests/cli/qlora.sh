@@ -6,11 +6,16 @@
 #     twin start from the same loss (1e-5 relative), `fdtrain eval` of the
 #     4-bit directory (dequantized) equals the twin's, and greedy `generate`
 #     decodes the same tokens;
+#   - `fdtrain eval` of the QLoRA checkpoint reproduces the trainer's eval loss;
 #   - `ckpt export --hf-dir --quantized` writes the base back byte for byte
-#     (model.safetensors and config.json; a sharded FP4 directory's shards
-#     and index too; a base quantized at load exports as the 4-bit base the
-#     run held: training over the export starts from the same loss); `--merge-lora --hf-dir` says the base
-#     was dequantized and the merged directory evaluates to the run's eval loss;
+#     (model.safetensors and config.json; a sharded FP4 directory's shards and
+#     index too); a base quantized at load (fp32 and bf16 runs) exports as the
+#     4-bit base the run held: training over the export starts from the same
+#     loss, bit for bit;
+#   - `--merge-lora --hf-dir` says the base was dequantized, and the merged
+#     directory evaluates to the run's eval loss; a bf16 run over a base
+#     quantized at load merges into the base it held (bf16-rounded values
+#     quantized), not one quantized again from fp32;
 #   - hostile input, each one exit 2 with one clear line: no lora section, a
 #     truncated model.safetensors, a blob whose shape disagrees with config.json,
 #     an unknown quant type in a blob, a model.quantize.block_size the weights do
@@ -115,6 +120,12 @@ else
   FAILURES=$((FAILURES + 1))
 fi
 
+# eval of the QLoRA run's checkpoint (adapters over the 4-bit base read again) reproduces the
+# trainer's final eval loss.
+e=$("$FDTRAIN" eval "$TMP/qrun" "${E[@]}" 2>/dev/null) || { echo "FAIL: eval of the QLoRA run"; FAILURES=$((FAILURES + 1)); }
+rel_close "$(mean_loss "$e")" "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['eval_loss'])" \
+  "$TMP/qrun/summary.json")" 1e-6 "eval of the QLoRA checkpoint vs the trainer's final eval loss"
+
 # --merge-lora of the fp32 QLoRA run: dequantized base + adapters, evaluating to the run's loss.
 out=$("$FDTRAIN" ckpt export "$TMP/qrun" --merge-lora --hf-dir "$TMP/merged" 2>&1) \
   || { echo "FAIL: export --merge-lora"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
@@ -147,6 +158,17 @@ for p in "twinq fp32" "twinb bf16"; do
   [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: $2: a base quantized at load, exported and trained over again: same first loss ($a)" \
     || { echo "FAIL: $2: first loss $a over the twin vs $b over its --quantized export"; FAILURES=$((FAILURES + 1)); }
 done
+# --merge-lora of the bf16 run over the twin uses the base the run quantized (from bf16 values):
+# the run over its --quantized export has the same base and so the same adapters, and both
+# merges evaluate to the same loss, bit for bit.
+for r in twinb twinb.again; do
+  "$FDTRAIN" ckpt export "$TMP/$r" --merge-lora --hf-dir "$TMP/$r.merged" --dtype fp32 > /dev/null \
+    || { echo "FAIL: --merge-lora of $r"; FAILURES=$((FAILURES + 1)); }
+done
+a=$("$FDTRAIN" eval "$TMP/twinb.merged" "${E[@]}" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_loss'])")
+b=$("$FDTRAIN" eval "$TMP/twinb.again.merged" "${E[@]}" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_loss'])")
+[ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: bf16 --merge-lora over a base quantized at load merges into the base the run held ($a)" \
+  || { echo "FAIL: bf16 merges: $a (base quantized at load) vs $b (its 4-bit export)"; FAILURES=$((FAILURES + 1)); }
 expect_fail 2 "model.quantize.type: nf4 -> fp4" train "$R" model.init_from="$TMP/twin" \
   model.quantize.type=fp4 steps=2 --resume "$TMP/twinq/checkpoints/step_00000001" --run-dir "$TMP/x"
 
