@@ -236,23 +236,12 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
   if (options.quantized) return export_quantized_base(c, recipe, a, dir, options, out);
 
   std::unique_ptr<nn::Decoder> model = build_model(a, Init::kNone);
-  std::unique_ptr<nn::Decoder> held;  // a QLoRA base as a 16-bit run quantized it
   if (a.lora.enabled()) {
     const std::string base =
         ckpt::find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
-    const std::string where = fmt::format("{}: base model (model.init_from)", c.dir);
-    load_weights(base, *model, where);
-    // A bf16/fp16 run quantized an ordinary base from its values in that dtype; this fp32 model
-    // quantized it from fp32 ones. The base the run held is built in its compute dtype (a 4-bit
-    // directory's weights are the stored ones either way).
-    const DType compute = compute_dtype(recipe.precision);
-    if (a.quantize && compute != DType::kF32 && !is_bnb4bit_directory(base)) {
-      Assembly h = a;
-      h.dtype = compute;
-      held = build_model(h, Init::kNone);
-      load_weights(base, *held, where);
-      out.held_base = held.get();
-    }
+    // A QLoRA base as the run held it: in its compute dtype, quantized from those values.
+    load_weights(base, *model, fmt::format("{}: base model (model.init_from)", c.dir),
+                 a.quantize ? compute_dtype(recipe.precision) : DType::kF32);
   }
   std::map<std::string, Tensor> tensors;
   for (auto& [name, t] : ckpt::consolidate_ordered(c, DType::kF32)) tensors[name] = t;

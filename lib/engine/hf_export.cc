@@ -84,8 +84,7 @@ const std::vector<std::string>& hf_tokenizer_files() {
   return files;
 }
 
-std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype,
-                                                       const nn::Decoder* held) {
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype) {
   const nn::DecoderConfig& c = model.config();
   const nn::LoraConfig& lora = model.lora();
   const nn::FamilyNames names = nn::family_names(c);
@@ -107,22 +106,12 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model,
         adapted[base + ".weight"] = {a->second, b->second, s};
       }
   }
-  std::map<std::string, const nn::Parameter*> held_params;  // held's base, by name
-  if (held != nullptr)
-    for (const nn::Parameter* p : held->frozen_parameters()) held_params[p->name] = p;
   const double scaling = lora.enabled() ? double(lora.scaling()) : 0.0;
   std::vector<std::pair<std::string, Tensor>> out;
   for (const nn::Parameter* p : lora.enabled() ? model.frozen_parameters() : model.parameters()) {
     FD_CHECK(!p->value.is_cuda(), "hf_tensors: {} is not on the CPU", p->name);
     // A 4-bit base weight (QLoRA): the values the run computed with, dequantized.
-    std::vector<float> v;
-    if (held != nullptr) {
-      auto it = held_params.find(p->name);
-      FD_CHECK(it != held_params.end(), "hf_tensors: {} is not in the held base", p->name);
-      v = held->quantized(*it->second) ? held->dequantized(*it->second) : p->value.to_vector();
-    } else {
-      v = model.quantized(*p) ? model.dequantized(*p) : p->value.to_vector();
-    }
+    std::vector<float> v = model.quantized(*p) ? model.dequantized(*p) : p->value.to_vector();
     if (auto it = adapted.find(p->name); it != adapted.end()) {
       const Adapted& ad = it->second;
       merge_lora_into(v, ad.a->value.to_vector(), ad.b->value.to_vector(), lora.r, ad.shape.in,
@@ -244,9 +233,9 @@ std::vector<std::string> write_staged(
 }
 
 std::string model_config_json(const nn::Decoder& model, const HfExportOptions& options) {
-  return options.token_ids ? nn::hf_config_json(model.config(), torch_dtype_name(options.dtype),
-                                                *options.token_ids)
-                           : nn::hf_config_json(model.config(), torch_dtype_name(options.dtype));
+  return options.token_ids
+             ? nn::hf_config_json(model.config(), torch_dtype_name(options.dtype), *options.token_ids)
+             : nn::hf_config_json(model.config(), torch_dtype_name(options.dtype));
 }
 
 }  // namespace
@@ -259,8 +248,7 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
   return write_staged(dir, options, config, [&](const std::string& tmp) {
     std::map<std::string, std::string> meta = options.metadata;
     meta["format"] = "pt";  // what transformers writes and expects
-    ckpt::write_hf_weights(tmp, hf_tensors(model, options.dtype, options.held_base), meta,
-                           options.max_shard_bytes);
+    ckpt::write_hf_weights(tmp, hf_tensors(model, options.dtype), meta, options.max_shard_bytes);
   });
 }
 

@@ -54,12 +54,8 @@ const std::vector<std::string>& hf_tokenizer_files();
 //   Linear [out, in]:  W + (alpha / r) B A
 //   Conv1D (in, out):  W + (alpha / r) (B A)^T
 // and the adapters themselves are not returned. A 4-bit base weight (QLoRA) is dequantized first
-// (Decoder::dequantized: the values the run computed with), from `held` when given: the same
-// model built in the run's compute dtype with its base loaded, whose 4-bit weights are those the
-// run quantized (from its values in that dtype), while `model` (fp32) holds the adapters' fp32
-// master values. `model` (and `held`) must be on the CPU.
-std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype,
-                                                       const nn::Decoder* held = nullptr);
+// (Decoder::dequantized: the values the run computed with). `model` must be on the CPU.
+std::vector<std::pair<std::string, Tensor>> hf_tensors(const nn::Decoder& model, DType dtype);
 
 struct HfExportOptions {
   DType dtype = DType::kF32;  // of the weights (torch_dtype); f32, bf16 or f16
@@ -70,9 +66,6 @@ struct HfExportOptions {
   // config.json's bos_token_id / eos_token_id (export_token_ids); unset: the model config's ids,
   // null where it has none.
   std::optional<nn::HfTokenIds> token_ids;
-  // write_hf_model of a QLoRA model: hf_tensors' `held` (the base's 4-bit weights as the run
-  // quantized them); null: the model's own. Not owned.
-  const nn::Decoder* held_base = nullptr;
 };
 
 // The bos_token_id / eos_token_id keys `ckpt export --hf-dir` writes for a run of `model` whose

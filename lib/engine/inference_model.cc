@@ -224,7 +224,9 @@ InferenceModel from_checkpoint(const std::string& path) {
     // trained on.
     const std::string base =
         ckpt::find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
-    load_weights(base, *m.model, fmt::format("{}: base model (model.init_from)", c.dir));
+    // A QLoRA base as the run held it: in its compute dtype, quantized from those values.
+    load_weights(base, *m.model, fmt::format("{}: base model (model.init_from)", c.dir),
+                 a.quantize ? compute_dtype(recipe.precision) : DType::kF32);
   }
   fill(m.model->parameters(), tensors, c.dir);
   m.source = c.dir;

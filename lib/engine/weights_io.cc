@@ -474,22 +474,35 @@ nn::Decoder::QuantizedSource stored_4bit(std::shared_ptr<const WeightsSource> so
 
 }  // namespace
 
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where,
+                  DType held) {
   auto shared = std::make_shared<const WeightsSource>(file, model, where);
   const WeightsSource& source = *shared;
+  // Reads a range of p into `out`, through `held` when out is wider.
+  auto read = [&source, held](const nn::Parameter& p, int64_t begin, int64_t count,
+                              const Tensor& out) {
+    if (held == DType::kF32 || out.dtype() == held) return source.read(p, begin, count, out);
+    Tensor narrow = Tensor::empty(Shape{count}, held, MemCategory::kOther, Device::cpu());
+    source.read(p, begin, count, narrow);
+    out.copy_from(narrow);
+  };
   if (const auto* d = dynamic_cast<const nn::Decoder*>(&model); d && d->quantization()) {
     // A 4-bit base: its segments are written in their stored form, through the decoder; a 4-bit
     // directory's weights as stored, anything else quantized.
-    const nn::ParamFill fill =
-        d->storage_fill([&source](const nn::Parameter& p, int64_t begin, int64_t count,
-                                  const Tensor& out) { source.read(p, begin, count, out); },
-                        stored_4bit(shared, *d, where));
+    const nn::ParamFill fill = d->storage_fill(read, stored_4bit(shared, *d, where));
     for (const nn::FlatParamGroup* g : d->frozen_groups())
       for (const nn::Parameter& p : g->params())
         fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
     return;
   }
-  for (const nn::Parameter* p : file_targets(model)) source.read(*p, 0, p->value.numel(), p->value);
+  for (const nn::Parameter* p : file_targets(model)) {
+    if (held == DType::kF32 || p->value.dtype() == held) {
+      source.read(*p, 0, p->value.numel(), p->value);
+    } else {
+      const int64_t n = p->value.numel();
+      read(*p, 0, n, p->value.flat_slice(0, n));
+    }
+  }
 }
 
 namespace {

@@ -28,7 +28,14 @@ namespace fd::engine {
 // and nothing else may be: otherwise fd::Error kUsage, prefixed with `where` (e.g.
 // "recipes/x.yaml:3:14: model.init_from"), naming the file, the tensor, both shapes and the recipe
 // change that would fit the file.
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
+//
+// `held`: the dtype a run held this base in (a QLoRA run's compute dtype), for a model built in
+// fp32 to evaluate or export that run: every value is rounded to `held` (nearest even) before
+// it is stored or, for a 4-bit base, quantized, as the run's own model did, so that the model
+// holds the base the run trained over. A 4-bit directory's weights are the stored ones either
+// way. kF32: the values as read.
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where,
+                  DType held = DType::kF32);
 
 // The tensors of a weights file or model directory (as load_weights reads
 // them), checked against `model` at construction and read by element range:

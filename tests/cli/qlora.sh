@@ -14,8 +14,8 @@
 #     loss, bit for bit;
 #   - `--merge-lora --hf-dir` says the base was dequantized, and the merged
 #     directory evaluates to the run's eval loss; a bf16 run over a base
-#     quantized at load merges into the base it held (bf16-rounded values
-#     quantized), not one quantized again from fp32;
+#     quantized at load merges into (and `fdtrain eval` of it uses) the base
+#     it held (bf16-rounded values quantized), not one quantized from fp32;
 #   - hostile input, each one exit 2 with one clear line: no lora section, a
 #     truncated model.safetensors, a blob whose shape disagrees with config.json,
 #     an unknown quant type in a blob, a model.quantize.block_size the weights do
@@ -169,6 +169,11 @@ a=$("$FDTRAIN" eval "$TMP/twinb.merged" "${E[@]}" 2>/dev/null | python3 -c "impo
 b=$("$FDTRAIN" eval "$TMP/twinb.again.merged" "${E[@]}" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_loss'])")
 [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: bf16 --merge-lora over a base quantized at load merges into the base the run held ($a)" \
   || { echo "FAIL: bf16 merges: $a (base quantized at load) vs $b (its 4-bit export)"; FAILURES=$((FAILURES + 1)); }
+# So does eval of its checkpoint (the base rounded to bf16, then quantized, as the run did).
+a=$("$FDTRAIN" eval "$TMP/twinb" "${E[@]}" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_loss'])")
+b=$("$FDTRAIN" eval "$TMP/twinb.again" "${E[@]}" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_loss'])")
+[ -n "$a" ] && [ "$a" = "$b" ] && echo "ok: eval of a bf16 QLoRA run over a base quantized at load uses the base the run held ($a)" \
+  || { echo "FAIL: bf16 evals: $a (base quantized at load) vs $b (its 4-bit export)"; FAILURES=$((FAILURES + 1)); }
 expect_fail 2 "model.quantize.type: nf4 -> fp4" train "$R" model.init_from="$TMP/twin" \
   model.quantize.type=fp4 steps=2 --resume "$TMP/twinq/checkpoints/step_00000001" --run-dir "$TMP/x"
 
