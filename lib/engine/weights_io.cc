@@ -32,6 +32,15 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Whether `name` (without "transformer.") is a GPT-2 Conv1D weight of a block, (in, out).
+bool is_gpt2_conv1d(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return false;
+  for (const char* suffix :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (ends_with(name, suffix)) return true;
+  return false;
+}
+
 // A view of `t`'s elements as one row of `count` (t contiguous).
 Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
 
@@ -57,6 +66,11 @@ struct WeightsSource::Impl {
   mutable std::string decoded_name;
   mutable quant::Quantized4bit decoded;
   mutable std::vector<float> decoded_absmax;
+  // bnb4bit: the GPT-2 Conv1D weights (our names), stored [out, in] (transformers transposes a
+  // Conv1D before quantizing it) for parameters of shape (in, out); read() transposes them back,
+  // from the last one dequantized whole.
+  std::set<std::string> transposed;
+  mutable std::vector<float> decoded_full;
   std::optional<ckpt::WeightsFile> file;
   bool untied = false;  // file: lm_head.weight is a parameter of the model
   // file: the tensor last read (a parameter's shard is read in one piece or a
@@ -188,7 +202,8 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
   };
   for (const std::string& name : names)
     s.stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
-  for (const auto& [name, shape] : s.specs) {
+  for (const auto& [name, spec_shape] : s.specs) {
+    Shape shape = spec_shape;
     auto it = s.stored.find(name);
     if (it == s.stored.end())
       usage_error(
@@ -200,6 +215,11 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
       have = stored_shape(it->second);
     } catch (const Error& e) {
       throw Error(e.kind(), prefix + e.what());
+    }
+    if (quantized(it->second) && is_gpt2_conv1d(name) && shape.ndim() == 2) {
+      // A quantized Conv1D is [out, in] as transformers stores it (square ones too).
+      shape = Shape{shape[1], shape[0]};
+      s.transposed.insert(name);
     }
     if (have != shape) {
       if (quantized(it->second))
@@ -392,11 +412,24 @@ void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
            "read of {}: elements [{}, {}) into {}", p.name, begin, begin + count, out.numel());
   try {
     if (impl_->bnb4bit && impl_->bnb4bit->is_quantized(impl_->stored.at(p.name))) {
+      const bool transposed = impl_->transposed.count(p.name) != 0;
       if (impl_->decoded_name != p.name) {
         impl_->decoded_name.clear();
         impl_->decoded = read_stored_4bit(*impl_, p.name);
         impl_->decoded_absmax = quant::block_absmax(impl_->decoded);
+        impl_->decoded_full.clear();
+        if (transposed) impl_->decoded_full = quant::dequantize(impl_->decoded);
         impl_->decoded_name = p.name;
+      }
+      if (transposed) {  // p is (in, out); the stored weight [out, in]
+        const int64_t in = p.value.shape()[0], out_features = p.value.shape()[1];
+        std::vector<float> v(static_cast<size_t>(count));
+        for (int64_t k = 0; k < count; ++k) {
+          const int64_t e = begin + k, i = e / out_features, o = e % out_features;
+          v[size_t(k)] = impl_->decoded_full[size_t(o * in + i)];
+        }
+        flat(out).copy_from(Tensor::from_vector(v, Shape{count}, DType::kF32, MemCategory::kOther));
+        return;
       }
       // Dequantized in pieces of 16384 values (64 KiB of fp32: no copy of the whole range),
       // each converted into its part of `out`.

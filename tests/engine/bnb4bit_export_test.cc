@@ -114,6 +114,51 @@ TEST(Bnb4bitExportModel, ABaseQuantizedAtLoadIsWrittenAsHeld) {
   EXPECT_EQ(d.plain().size(), 7u);  // embedding, 2 x 2 norms, final norm, lm_head
 }
 
+// GPT-2's Conv1D weights are (in, out); transformers quantizes their transpose, [out, in]. The
+// export writes them so, and a model with a plain base reads the directory back as the values the
+// 4-bit model computes with (Decoder::dequantized), and a QLoRA model as the same 4-bit weights.
+TEST(Bnb4bitExportModel, Gpt2Conv1DIsStoredTransposedAndReadBack) {
+  const nn::DecoderConfig c = nn::gpt2_config({/*n_layer=*/2, /*n_head=*/2, /*d_model=*/64,
+                                               /*vocab_size=*/80, /*max_seq_len=*/32});
+  const quant::QuantOptions o;
+  auto lora = [&] {
+    nn::LoraConfig l;
+    l.r = 2;
+    l.modules = nn::lora_modules_for_targets(c, {"c_attn"});
+    return l;
+  };
+  auto quantized = std::make_unique<nn::Decoder>(c, DType::kF32, nn::GroupLayout{}, lora(),
+                                                 nn::GroupLayout{}, std::function<bool(int)>{}, o);
+  quantized->init_weights(3);
+  const fs::path dir = test_dir("gpt2");
+  write_bnb4bit_model(*quantized, dir.string(), HfExportOptions{}, Bnb4bitExportOptions{});
+  const ckpt::Bnb4bitDir d = ckpt::Bnb4bitDir::open(dir.string());
+  EXPECT_EQ(d.header("h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(d.header("h.1.mlp.c_fc.weight").shape, (std::vector<int64_t>{256, 64}));
+
+  auto plain = std::make_unique<nn::Decoder>(c, DType::kF32, nn::GroupLayout{}, lora());
+  load_weights(dir.string(), *plain, "");
+  auto again = std::make_unique<nn::Decoder>(c, DType::kF32, nn::GroupLayout{}, lora(),
+                                             nn::GroupLayout{}, std::function<bool(int)>{}, o);
+  load_weights(dir.string(), *again, "");
+  const std::vector<const nn::Parameter*> q = quantized->frozen_parameters(),
+                                          p = plain->frozen_parameters(),
+                                          a = again->frozen_parameters();
+  ASSERT_EQ(q.size(), p.size());
+  ASSERT_EQ(q.size(), a.size());
+  int transposed = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    ASSERT_EQ(q[i]->name, p[i]->name);
+    if (quantized->quantized(*q[i]) == nullptr) continue;
+    ++transposed;
+    EXPECT_EQ(p[i]->value.to_vector(), quantized->dequantized(*q[i])) << q[i]->name;
+    EXPECT_EQ(again->quantized(*a[i])->to_quantized4bit().packed,
+              quantized->quantized(*q[i])->to_quantized4bit().packed)
+        << q[i]->name;
+  }
+  EXPECT_EQ(transposed, 8);  // c_attn, attn.c_proj, c_fc, mlp.c_proj x 2 blocks
+}
+
 TEST(Bnb4bitExportModel, AModelWithoutA4bitBaseIsRefused) {
   std::unique_ptr<nn::Decoder> model =
       qlora_model(testing::bnb4bit_tiny_llama(), DType::kF32, std::nullopt);
