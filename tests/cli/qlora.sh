@@ -16,6 +16,8 @@
 #     directory evaluates to the run's eval loss; a bf16 run over a base
 #     quantized at load merges into (and `fdtrain eval` of it uses) the base
 #     it held (bf16-rounded values quantized), not one quantized from fp32;
+#   - GPT-2 (Conv1D weights stored [out, in] as transformers quantizes them):
+#     the --quantized export evaluates as the run and trains the same weights;
 #   - hostile input, each one exit 2 with one clear line: no lora section, a
 #     truncated model.safetensors, a blob whose shape disagrees with config.json,
 #     an unknown quant type in a blob, a model.quantize.block_size the weights do
@@ -134,6 +136,32 @@ grep -q "dequantized from 4 bits" <<<"$out" && echo "ok: --merge-lora says the b
 m=$("$FDTRAIN" eval "$TMP/merged" "${E[@]}" 2>/dev/null) || { echo "FAIL: eval of the merged dir"; FAILURES=$((FAILURES + 1)); }
 rel_close "$(mean_loss "$m")" "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['eval_loss'])" \
   "$TMP/qrun/summary.json")" 1e-4 "merged directory's eval loss vs the QLoRA run's final eval loss"
+
+# GPT-2: its Conv1D weights are (in, out); a 4-bit directory stores them [out, in], as transformers
+# quantizes them. A QLoRA run over a GPT-2 base (adapters kept ~0 by lr 1e-30), exported with
+# --quantized: eval of the export equals eval of the run, and a run over the export trains the
+# same weights.
+G=$TMP/gpt2.yaml
+write_recipe "$G"
+sed -i 's/^  d_model: 16/  d_model: 32/' "$G"
+"$FDTRAIN" train "$G" --run-dir "$TMP/g_base" --no-progress > /dev/null 2>&1 \
+  && "$FDTRAIN" ckpt export "$TMP/g_base" --hf-dir "$TMP/g_base.hf" > /dev/null \
+  || { echo "FAIL: GPT-2 base"; exit 1; }
+GQ=(model.init_from="$TMP/g_base.hf" "model.quantize={type: nf4}" "lora={r: 2, targets: [c_attn, c_fc]}"
+    optimizer.lr=1e-30 optimizer.weight_decay=0 steps=2 checkpoint.every=2 --no-progress)
+"$FDTRAIN" train "$G" "${GQ[@]}" --run-dir "$TMP/g_q" > "$TMP/g_q.log" 2>&1 \
+  || { echo "FAIL: GPT-2 QLoRA run"; tail -5 "$TMP/g_q.log"; exit 1; }
+"$FDTRAIN" ckpt export "$TMP/g_q" --hf-dir "$TMP/g_q.4bit" --quantized > /dev/null \
+  || { echo "FAIL: GPT-2 export --quantized"; FAILURES=$((FAILURES + 1)); }
+GE=(--data /usr/share/games/fortunes/fortunes --seq-len 16 --windows 4 --json)
+a=$("$FDTRAIN" eval "$TMP/g_q" "${GE[@]}" 2>/dev/null); b=$("$FDTRAIN" eval "$TMP/g_q.4bit" "${GE[@]}" 2>/dev/null)
+rel_close "$(mean_loss "$b")" "$(mean_loss "$a")" 1e-6 "GPT-2: eval of the --quantized export vs eval of the QLoRA run"
+"$FDTRAIN" train "$G" "${GQ[@]}" model.init_from="$TMP/g_q.4bit" --run-dir "$TMP/g_again" > /dev/null 2>&1 \
+  || { echo "FAIL: GPT-2 QLoRA over the export"; FAILURES=$((FAILURES + 1)); }
+sha() { sed -n 's/^  "weights_sha256": "\([0-9a-f]*\)",*$/\1/p' "$1/summary.json"; }
+[ -n "$(sha "$TMP/g_q")" ] && [ "$(sha "$TMP/g_q")" = "$(sha "$TMP/g_again")" ] \
+  && echo "ok: GPT-2: a run over the --quantized export trains the same weights ($(sha "$TMP/g_q" | cut -c1-16))" \
+  || { echo "FAIL: GPT-2 weights $(sha "$TMP/g_q") vs $(sha "$TMP/g_again")"; FAILURES=$((FAILURES + 1)); }
 
 # Hostile input.
 expect_fail 2 "is a 4-bit \(bitsandbytes\) model directory.*add a lora section" train "$R" lora=null \
