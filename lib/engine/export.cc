@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
@@ -91,10 +92,16 @@ std::string export_quantized_base(const ckpt::Checkpoint& c, const config::Recip
     q.config = stored.config();
     q.config.compute_dtype = torch_dtype_name(compute);
     for (const std::string& w : stored.quantized()) q.blob_dtype[w] = stored.header(w).dtype;
+    // Its split, when it holds exactly the tensors written (not so with GPT-2's "transformer."
+    // prefix or an lm_head.weight beside a tied head: then a split by size).
+    std::set<std::string> theirs, ours;
+    for (const std::string& t : stored.plain()) theirs.insert(t);
+    for (const std::string& t : stored.quantized()) theirs.insert(t);
+    for (const nn::Parameter* p : model->frozen_parameters()) ours.insert(p->name);
     placement = stored.weights().placement();
     size_t shards = 0;
     for (const auto& [name, shard] : placement) shards = std::max(shards, shard + 1);
-    if (shards > 1 && !options.max_shard_given) q.placement = &placement;
+    if (shards > 1 && !options.max_shard_given && theirs == ours) q.placement = &placement;
   }
   const std::vector<std::string> copied = write_bnb4bit_model(*model, dir, out, q);
   return fmt::format(
@@ -216,7 +223,7 @@ std::string export_hf_dir(const std::string& path, const std::string& dir,
           dir, recipe.model.init_from);
   }
 
-  Assembly a = assemble_for_inference(recipe);  // fp32, CPU, adapter dropout off
+  const Assembly a = assemble_for_inference(recipe);  // fp32, CPU, adapter dropout off
 
   // The tokenizer the run's data was encoded with (data.tokenizer), else the base directory's.
   std::error_code ec;

@@ -128,6 +128,15 @@ e=$("$FDTRAIN" eval "$TMP/qrun" "${E[@]}" 2>/dev/null) || { echo "FAIL: eval of 
 rel_close "$(mean_loss "$e")" "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['eval_loss'])" \
   "$TMP/qrun/summary.json")" 1e-6 "eval of the QLoRA checkpoint vs the trainer's final eval loss"
 
+# --max-shard-size splits by size instead (the same tensors, read back as the same model).
+"$FDTRAIN" ckpt export "$TMP/frun" --hf-dir "$TMP/fsplit" --quantized --max-shard-size 60000 > /dev/null \
+  || { echo "FAIL: export --quantized --max-shard-size"; FAILURES=$((FAILURES + 1)); }
+a=$("$FDTRAIN" eval "$TMP/fp4" "${E[@]}" 2>/dev/null); b=$("$FDTRAIN" eval "$TMP/fsplit" "${E[@]}" 2>/dev/null)
+n=$(ls "$TMP/fsplit" | grep -c '^model-.*-of-.*\.safetensors$')
+[ "$n" -gt 1 ] && [ "$n" -ne 3 ] && [ -n "$a" ] && [ "$(mean_loss "$a")" = "$(mean_loss "$b")" ] \
+  && echo "ok: --quantized --max-shard-size 60000 writes $n shards of the same model" \
+  || { echo "FAIL: --max-shard-size: $n shards, eval '$a' vs '$b'"; FAILURES=$((FAILURES + 1)); }
+
 # --merge-lora of the fp32 QLoRA run: dequantized base + adapters, evaluating to the run's loss.
 out=$("$FDTRAIN" ckpt export "$TMP/qrun" --merge-lora --hf-dir "$TMP/merged" 2>&1) \
   || { echo "FAIL: export --merge-lora"; echo "$out" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); }
