@@ -29,6 +29,7 @@ struct LoraRun {
   ckpt::ModelDims model;  // the model the adapters belong to
   nn::ModelFamily family;
   std::vector<std::string> tensor_order;  // the base model's parameter names, in layout order
+  bool quantized = false;                 // model.quantize: the base was held in 4 bits (QLoRA)
 };
 
 // Reads the LoRA run's settings from the checkpoint's stored recipe. Throws
@@ -52,7 +53,8 @@ LoraRun lora_run(const ckpt::Checkpoint& c) {
   return {lora_spec(r.recipe),
           {m.num_layers, m.num_heads, m.hidden_size, m.vocab_size, m.max_position_embeddings},
           m.family,
-          std::move(order)};
+          std::move(order),
+          r.recipe.model.quantize.has_value()};
 }
 
 // "nf4, blocks of 64, double quantization"
@@ -149,6 +151,13 @@ std::string export_merged_lora(const std::string& path, const std::string& out, 
   ckpt::check_export_file(out, dtype, overwrite);
   ckpt::Checkpoint c = ckpt::open_checkpoint(path);
   const LoraRun run = lora_run(c);
+  // lib/ckpt's merge reads the base file as it is; a QLoRA run trained over its 4-bit form.
+  if (run.quantized)
+    usage_error(
+        "{}: --merge-lora --out FILE merges into the base file as it is, and this QLoRA run "
+        "(model.quantize) trained over the base in 4 bits; write the merged model with "
+        "--merge-lora --hf-dir DIR, which merges into the base dequantized from its 4 bits",
+        c.dir);
   // --out FILE is fdtrain's GPT-2 weights file; the Llama family's merged model is a directory.
   if (run.family != nn::ModelFamily::kGpt2)
     usage_error(

@@ -22,7 +22,8 @@
 #     truncated model.safetensors, a blob whose shape disagrees with config.json,
 #     an unknown quant type in a blob, a model.quantize.block_size the weights do
 #     not have, a resume with another model.quantize.type, --quantized on a
-#     plain LoRA run or with --merge-lora.
+#     plain LoRA run or with --merge-lora, --merge-lora --out FILE of a QLoRA
+#     run (it would merge into the base file, not the 4-bit base trained over).
 source "$(dirname "$0")/common.bash"
 MAKE=$(dirname "$FDTRAIN")/make_bnb4bit_model
 [ -x "$MAKE" ] || { echo "FAIL: $MAKE not built (cmake --build build --target make_bnb4bit_model)"; exit 1; }
@@ -171,6 +172,9 @@ sha() { sed -n 's/^  "weights_sha256": "\([0-9a-f]*\)",*$/\1/p' "$1/summary.json
 [ -n "$(sha "$TMP/g_q")" ] && [ "$(sha "$TMP/g_q")" = "$(sha "$TMP/g_again")" ] \
   && echo "ok: GPT-2: a run over the --quantized export trains the same weights ($(sha "$TMP/g_q" | cut -c1-16))" \
   || { echo "FAIL: GPT-2 weights $(sha "$TMP/g_q") vs $(sha "$TMP/g_again")"; FAILURES=$((FAILURES + 1)); }
+
+expect_fail 2 "--merge-lora --out FILE merges into the base file as it is, and this QLoRA run" \
+  ckpt export "$TMP/g_q" --merge-lora --out "$TMP/g_merged.safetensors"
 
 # Hostile input.
 expect_fail 2 "is a 4-bit \(bitsandbytes\) model directory.*add a lora section" train "$R" lora=null \
