@@ -7,10 +7,12 @@
 //   fdtrain ckpt export PATH --merge-lora --out FILE [--dtype fp32|bf16] [--overwrite]
 //                                            a LoRA run: the adapter in PEFT format, and/or
 //                                            the base with the adapters merged in
-//   fdtrain ckpt export PATH --hf-dir DIR [--dtype fp32|bf16] [--merge-lora] [--overwrite]
-//                                         [--max-shard-size BYTES|5GB]
+//   fdtrain ckpt export PATH --hf-dir DIR [--dtype fp32|bf16] [--merge-lora | --quantized]
+//                                         [--overwrite] [--max-shard-size BYTES|5GB]
 //                                            a Hugging Face model directory (config.json,
-//                                            safetensors, tokenizer files of model.init_from)
+//                                            safetensors, tokenizer files of model.init_from);
+//                                            --quantized: a QLoRA run's 4-bit base as a
+//                                            transformers 4-bit directory
 //   fdtrain ckpt diff A B                    weights of two checkpoints compared
 //
 // PATH is a step directory, a checkpoints directory or a run directory (then
@@ -33,6 +35,7 @@ struct ExportArgs {
   bool overwrite = false;
   std::string lora_adapter_dir;
   bool merge_lora = false;
+  bool quantized = false;
   std::string hf_dir;
   std::string max_shard_size = "5GB";
   CLI::App* cmd = nullptr;  // to ask whether --dtype and --max-shard-size were given
@@ -52,8 +55,10 @@ int run_hf_dir_export(const ExportArgs& a, DType dtype) {
   engine::HfDirExport options;
   if (given(a, "--dtype")) options.dtype = dtype;
   options.merge_lora = a.merge_lora;
+  options.quantized = a.quantized;
   options.overwrite = a.overwrite;
   options.max_shard_bytes = engine::parse_shard_size(a.max_shard_size);
+  options.max_shard_given = given(a, "--max-shard-size");
   std::printf("%s\n", engine::export_hf_dir(a.path, a.hf_dir, options).c_str());
   return 0;
 }
@@ -62,6 +67,9 @@ int run_hf_dir_export(const ExportArgs& a, DType dtype) {
 // that asks for nothing or for something ckpt export cannot write; "" if none.
 std::string file_export_misuse(const ExportArgs& a) {
   if (given(a, "--max-shard-size")) return "--max-shard-size applies to --hf-dir only";
+  if (a.quantized)
+    return "--quantized applies to --hf-dir only (a QLoRA run's 4-bit base as a transformers "
+           "4-bit directory): give --hf-dir DIR";
   if (a.merge_lora && a.out.empty())
     return "--merge-lora needs --out FILE (.safetensors or .h5) for the merged model";
   if (!a.lora_adapter_dir.empty() && !a.out.empty() && !a.merge_lora)
@@ -115,7 +123,11 @@ CLI::App* add_export(CLI::App* ckpt, ExportArgs* a) {
                   "format (adapter_config.json, adapter_model.safetensors)");
   cmd->add_flag("--merge-lora", a->merge_lora,
                 "LoRA runs: write the base model (model.init_from) with the adapters "
-                "merged in to --out");
+                "merged in to --out (or --hf-dir); a QLoRA run's base is dequantized first");
+  cmd->add_flag("--quantized", a->quantized,
+                "QLoRA runs (model.quantize), with --hf-dir: write the base as the run held it "
+                "in 4 bits, as a transformers 4-bit directory (bitsandbytes), without the "
+                "adapters (export those with --lora-adapter)");
   return cmd;
 }
 

@@ -44,6 +44,10 @@ struct HfDirExport {
   bool merge_lora = false;     // required for a LoRA run's checkpoint, refused for another
   bool overwrite = false;      // replace an existing non-empty directory
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
+  bool max_shard_given = false;  // --max-shard-size given: --quantized then splits by it
+  // QLoRA runs (model.quantize): write the base as the run held it in 4 bits, as a transformers
+  // 4-bit directory, without the adapters. Refused with merge_lora and for other runs.
+  bool quantized = false;
 };
 
 // The checkpoint at `path` as a Hugging Face model directory `dir`
@@ -55,6 +59,16 @@ struct HfDirExport {
 // --lora-adapter DIR. When model.init_from is a directory, its tokenizer files
 // are copied. Refused before the checkpoint is read: an existing non-empty
 // `dir` without `overwrite`. Returns a one-line summary.
+//
+// A QLoRA run (model.quantize): `merge_lora` merges the adapters into the base dequantized from
+// 4 bits (Decoder::dequantized, the values the run computed with), and says so. `quantized`
+// instead writes the base alone exactly as the run held it (write_bnb4bit_model): each block
+// linear's 4-bit weight as stored, the blob dtype the run's compute dtype's (or, for a 4-bit
+// model.init_from, that directory's own, with its other quantization_config keys and, unless
+// --max-shard-size is given, its split into shards), quantization_config's compute dtype the
+// run's, everything else in `dtype` (default the run's compute dtype). The base read back from
+// a 4-bit directory is so written back byte for byte (model.safetensors; config.json when it
+// is as transformers writes it).
 std::string export_hf_dir(const std::string& path, const std::string& dir,
                           const HfDirExport& options);
 

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -13,7 +14,9 @@
 #include "lib/base/log.h"
 #include "lib/ckpt/hf_dir.h"
 #include "lib/ckpt/manifest.h"
+#include "lib/engine/quant_io.h"
 #include "lib/nn/config/hf_config.h"
+#include "lib/quant/tables.h"
 #include "lib/tensor/lora_merge.h"
 #include "lib/text/tokenizer.h"
 
@@ -22,7 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* torch_dtype(DType dtype) {
+}  // namespace
+
+const char* torch_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32:
       return "float32";
@@ -34,6 +39,8 @@ const char* torch_dtype(DType dtype) {
       usage_error("--dtype must be fp32 or bf16, got {}", dtype_name(dtype));
   }
 }
+
+namespace {
 
 // `dir` without a trailing separator ("out/" -> "out").
 fs::path normal_dir(const std::string& dir) {
@@ -156,7 +163,7 @@ nn::HfTokenIds export_token_ids(const nn::DecoderConfig& model, const std::strin
 }
 
 void check_hf_export_dir(const std::string& dir, const HfExportOptions& options) {
-  torch_dtype(options.dtype);
+  torch_dtype_name(options.dtype);
   if (options.max_shard_bytes <= 0)
     usage_error("--max-shard-size must be a positive number of bytes (or e.g. 5GB, 500MB), got {}",
                 options.max_shard_bytes);
@@ -186,15 +193,14 @@ void check_hf_export_dir(const std::string& dir, const HfExportOptions& options)
         dir);
 }
 
-std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::string& dir,
-                                        const HfExportOptions& options) {
-  check_hf_export_dir(dir, options);
-  // Before anything is written: a model config.json cannot describe is refused here.
-  const std::string config =
-      options.token_ids
-          ? nn::hf_config_json(model.config(), torch_dtype(options.dtype), *options.token_ids)
-          : nn::hf_config_json(model.config(), torch_dtype(options.dtype));
+namespace {
 
+// Stages `dir` (OUT.tmp-XXXXXX beside it), has `write_weights` write the weights into the
+// staging directory, copies the tokenizer files, writes `config` as config.json last and renames
+// the whole into place. Returns the tokenizer files copied.
+std::vector<std::string> write_staged(
+    const std::string& dir, const HfExportOptions& options, const std::string& config,
+    const std::function<void(const std::string&)>& write_weights) {
   const fs::path final_dir = normal_dir(dir);
   std::error_code ec;
   if (!final_dir.parent_path().empty()) fs::create_directories(final_dir.parent_path(), ec);
@@ -202,11 +208,7 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
   // if the export fails; only a crash leaves it behind (lib/base/atomic_file.h).
   StagingDir staging(final_dir);
   const fs::path& tmp = staging.path();
-
-  std::map<std::string, std::string> meta = options.metadata;
-  meta["format"] = "pt";  // what transformers writes and expects
-  ckpt::write_hf_weights(tmp.string(), hf_tensors(model, options.dtype), meta,
-                         options.max_shard_bytes);
+  write_weights(tmp.string());
 
   std::vector<std::string> copied;
   if (!options.tokenizer_from.empty() && fs::is_directory(options.tokenizer_from, ec)) {
@@ -228,6 +230,64 @@ std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::str
   ckpt::replace_directory(tmp.string(), final_dir.string());
   staging.committed();
   return copied;
+}
+
+std::string model_config_json(const nn::Decoder& model, const HfExportOptions& options) {
+  return options.token_ids
+             ? nn::hf_config_json(model.config(), torch_dtype_name(options.dtype), *options.token_ids)
+             : nn::hf_config_json(model.config(), torch_dtype_name(options.dtype));
+}
+
+}  // namespace
+
+std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::string& dir,
+                                        const HfExportOptions& options) {
+  check_hf_export_dir(dir, options);
+  // Before anything is written: a model config.json cannot describe is refused here.
+  const std::string config = model_config_json(model, options);
+  return write_staged(dir, options, config, [&](const std::string& tmp) {
+    std::map<std::string, std::string> meta = options.metadata;
+    meta["format"] = "pt";  // what transformers writes and expects
+    ckpt::write_hf_weights(tmp, hf_tensors(model, options.dtype), meta, options.max_shard_bytes);
+  });
+}
+
+std::vector<std::string> write_bnb4bit_model(const nn::Decoder& model, const std::string& dir,
+                                             const HfExportOptions& options,
+                                             const Bnb4bitExportOptions& q) {
+  check_hf_export_dir(dir, options);
+  if (!model.quantization())
+    usage_error("--hf-dir {}: the model has no 4-bit base (model.quantize) to write", dir);
+  const quant::QuantOptions& o = *model.quantization();
+  ckpt::BnbQuantizationConfig bnb = q.config;
+  bnb.quant_type = std::string(quant::quant_type_name(o.type));
+  bnb.double_quant = o.double_quant;
+  const std::string config = ckpt::bnb4bit_config_json(model_config_json(model, options), bnb);
+
+  // The base in the model's state-dict order: each quantized weight as stored, the rest in
+  // options.dtype. The weights are converted here, before the staging directory exists.
+  std::map<std::string, ckpt::Bnb4bitWeight> stored;
+  std::vector<ckpt::Bnb4bitEntry> entries;
+  const std::vector<const nn::Parameter*> base =
+      model.lora().enabled() ? model.frozen_parameters() : model.parameters();
+  for (const nn::Parameter* p : base) {
+    FD_CHECK(!p->value.is_cuda(), "write_bnb4bit_model: {} is not on the CPU", p->name);
+    if (const quant::QuantizedWeight* w = model.quantized(*p)) {
+      auto it = q.blob_dtype.find(p->name);
+      stored[p->name] = to_bnb4bit(w->to_quantized4bit(),
+                                   it != q.blob_dtype.end() ? it->second : q.default_blob_dtype);
+      entries.emplace_back(p->name, &stored.at(p->name));
+    } else {
+      Tensor t = Tensor::from_vector(p->value.to_vector(), p->value.shape(), DType::kF32,
+                                     MemCategory::kOther);
+      entries.emplace_back(
+          p->name, options.dtype == DType::kF32 ? t : t.to(options.dtype, MemCategory::kOther));
+    }
+  }
+  return write_staged(dir, options, config, [&](const std::string& tmp) {
+    ckpt::write_bnb4bit_weights(tmp, entries, {{"format", "pt"}}, options.max_shard_bytes,
+                                q.placement);
+  });
 }
 
 }  // namespace fd::engine

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/ckpt/bnb4bit.h"
 #include "lib/nn/config/hf_config.h"
 #include "lib/nn/decoder.h"
 #include "lib/tensor/dtype.h"
@@ -93,5 +94,38 @@ void check_hf_export_dir(const std::string& dir, const HfExportOptions& options)
 // failure (the staging directory is then removed; `dir` is as it was).
 std::vector<std::string> write_hf_model(const nn::Decoder& model, const std::string& dir,
                                         const HfExportOptions& options);
+
+// How write_bnb4bit_model writes a QLoRA model's 4-bit base.
+struct Bnb4bitExportOptions {
+  // config.json's quantization_config. Its quant type and double quantization are the model's
+  // (Decoder::quantization()) whatever this says; the rest is written as given.
+  ckpt::BnbQuantizationConfig config;
+  // Each quantized weight's blob "dtype" (the weight's dtype before quantization), by parameter
+  // name; a weight not named here gets `default_blob_dtype`.
+  std::map<std::string, std::string> blob_dtype;
+  std::string default_blob_dtype = "bfloat16";  // as transformers spells it
+  // Every tensor written (companions included) -> its shard, as write_bnb4bit_weights takes it:
+  // a 4-bit base directory's own split, to write it back byte for byte; null: split by
+  // HfExportOptions::max_shard_bytes.
+  const std::map<std::string, size_t>* placement = nullptr;
+};
+
+// Writes the frozen base of `model`, a QLoRA model (Decoder::quantization() set), to `dir` as a
+// transformers 4-bit directory (docs/QUANTIZATION.md, "Hugging Face 4-bit directories"): each
+// quantized block linear exactly as the model holds it (Decoder::quantized, to_bnb4bit: nothing
+// is re-quantized), every other base tensor in options.dtype, config.json = hf_config_json's
+// with `q.config` as its quantization_config, tokenizer files as write_hf_model. The LoRA
+// adapters are not written. The safetensors metadata is {"format": "pt"} alone, what
+// save_pretrained writes (the base does not change with the step, so a step would misdescribe
+// it). Staged and renamed into place as write_hf_model. Returns the tokenizer files copied.
+// Throws fd::Error kUsage for a model without quantization or a refused `dir`, kRuntime on
+// I/O failure.
+std::vector<std::string> write_bnb4bit_model(const nn::Decoder& model, const std::string& dir,
+                                             const HfExportOptions& options,
+                                             const Bnb4bitExportOptions& q);
+
+// transformers' spelling of `dtype` ("float32", "bfloat16", "float16"), as config.json's
+// torch_dtype and a blob's "dtype" write it. Throws fd::Error kUsage for another dtype.
+const char* torch_dtype_name(DType dtype);
 
 }  // namespace fd::engine

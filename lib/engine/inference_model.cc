@@ -9,12 +9,14 @@
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/ckpt/bnb4bit.h"
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/finite.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/manifest.h"
 #include "lib/ckpt/weights_file.h"
 #include "lib/config/load.h"
+#include "lib/config/model_dir.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/resume.h"
 #include "lib/engine/weights_io.h"
@@ -222,7 +224,9 @@ InferenceModel from_checkpoint(const std::string& path) {
     // trained on.
     const std::string base =
         ckpt::find_lora_base(c.dir, recipe.model.init_from, c.meta().base_sha256);
-    load_weights(base, *m.model, fmt::format("{}: base model (model.init_from)", c.dir));
+    // A QLoRA base as the run held it: in its compute dtype, quantized from those values.
+    load_weights(base, *m.model, fmt::format("{}: base model (model.init_from)", c.dir),
+                 a.quantize ? compute_dtype(recipe.precision) : DType::kF32);
   }
   fill(m.model->parameters(), tensors, c.dir);
   m.source = c.dir;
@@ -286,19 +290,42 @@ InferenceModel from_file(const std::string& path) {
   return m;
 }
 
-// A Hugging Face model directory: config.json (nn::read_hf_config) and its weights.
+// A Hugging Face model directory: config.json (nn::read_hf_config) and its weights. A
+// transformers 4-bit directory (bitsandbytes) is read as its dequantized twin: its config.json
+// without the quantization_config, each 4-bit weight dequantized to fp32 by the weights source
+// (WeightsSource::read), exactly the values a QLoRA run over it computes with.
 InferenceModel from_hf_dir(const std::string& dir) {
-  Assembly a;  // fp32, one rank, unpadded, no adapters
-  a.model = nn::read_hf_config(dir);
+  Assembly a;             // fp32, one rank, unpadded, no adapters
+  std::string quantized;  // "" or what the 4-bit directory stores, for the log and description
+  if (is_bnb4bit_directory(dir)) {
+    config::read_model_directory(dir);  // refuses another quantization than bitsandbytes 4-bit
+    const ckpt::Bnb4bitDir d = ckpt::Bnb4bitDir::open(dir);  // every header and blob checked
+    a.model = nn::parse_hf_config(d.model_config_json(), (fs::path(dir) / "config.json").string());
+    const std::vector<std::string> weights = d.quantized();
+    if (!weights.empty()) {
+      const ckpt::Bnb4bitWeight& h = d.header(weights.front());
+      quantized =
+          fmt::format("{} linear weights in 4 bits: {}, blocks of {}, {}double quantization",
+                      weights.size(), h.quant_type, h.block_size, h.nested ? "" : "no ");
+    } else {
+      quantized = "no 4-bit weights";
+    }
+  } else {
+    a.model = nn::read_hf_config(dir);
+  }
   check_weights_fit(dir, a.model, "");  // before anything is allocated for the model
   InferenceModel m;
   m.model = build_model(a, Init::kNone);
   load_weights(dir, *m.model, "");
+  if (!quantized.empty())
+    log::info("{} is a transformers 4-bit directory ({}); its weights are dequantized to fp32", dir,
+              quantized);
   m.source = dir;
   m.byte_level = a.model.vocab_size == 256;
   if (a.model.bos_token_id) m.bos_token = int32_t(*a.model.bos_token_id);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) m.tokenizer_dir = dir;
-  m.description = fmt::format("Hugging Face model directory {} ({})", dir, dims(a.model));
+  m.description = fmt::format("Hugging Face model directory {} ({}{})", dir, dims(a.model),
+                              quantized.empty() ? "" : "; " + quantized + ", dequantized");
   return m;
 }
 

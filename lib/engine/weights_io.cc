@@ -32,6 +32,15 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Whether `name` (without "transformer.") is a GPT-2 Conv1D weight of a block, (in, out).
+bool is_gpt2_conv1d(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return false;
+  for (const char* suffix :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (ends_with(name, suffix)) return true;
+  return false;
+}
+
 // A view of `t`'s elements as one row of `count` (t contiguous).
 Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
 
@@ -57,6 +66,11 @@ struct WeightsSource::Impl {
   mutable std::string decoded_name;
   mutable quant::Quantized4bit decoded;
   mutable std::vector<float> decoded_absmax;
+  // bnb4bit: the GPT-2 Conv1D weights (our names), stored [out, in] (transformers transposes a
+  // Conv1D before quantizing it) for parameters of shape (in, out); read() transposes them back,
+  // from the last one dequantized whole.
+  std::set<std::string> transposed;
+  mutable std::vector<float> decoded_full;
   std::optional<ckpt::WeightsFile> file;
   bool untied = false;  // file: lm_head.weight is a parameter of the model
   // file: the tensor last read (a parameter's shard is read in one piece or a
@@ -71,9 +85,16 @@ namespace {
 // quantization_config, or a tensor is a bitsandbytes quant_state (then
 // Bnb4bitDir::open says what is wrong with the config). A config.json that
 // cannot be read is not looked into here: a plain directory does not need one.
+bool has_quantization_config(const std::string& path);
+
 bool is_bnb4bit_dir(const std::string& path, const ckpt::HfWeights& w) {
   for (const std::string& name : w.names())
     if (name.find(".quant_state.") != std::string::npos) return true;
+  return has_quantization_config(path);
+}
+
+// Whether `path`/config.json reads as a JSON object with a quantization_config.
+bool has_quantization_config(const std::string& path) {
   const std::string cfg = (std::filesystem::path(path) / "config.json").string();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(cfg, ec)) return false;
@@ -181,7 +202,8 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
   };
   for (const std::string& name : names)
     s.stored[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = name;
-  for (const auto& [name, shape] : s.specs) {
+  for (const auto& [name, spec_shape] : s.specs) {
+    Shape shape = spec_shape;
     auto it = s.stored.find(name);
     if (it == s.stored.end())
       usage_error(
@@ -193,6 +215,11 @@ void check_hf_dir(WeightsSource::Impl& s, const std::string& path) {
       have = stored_shape(it->second);
     } catch (const Error& e) {
       throw Error(e.kind(), prefix + e.what());
+    }
+    if (quantized(it->second) && is_gpt2_conv1d(name) && shape.ndim() == 2) {
+      // A quantized Conv1D is [out, in] as transformers stores it (square ones too).
+      shape = Shape{shape[1], shape[0]};
+      s.transposed.insert(name);
     }
     if (have != shape) {
       if (quantized(it->second))
@@ -346,6 +373,17 @@ WeightsSource::WeightsSource(const std::string& path, const nn::Module& model,
   check_source(*impl_, path);
 }
 
+bool is_bnb4bit_directory(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  if (has_quantization_config(path)) return true;
+  try {
+    return is_bnb4bit_dir(path, ckpt::HfWeights::open(path));
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
                        const std::string& where) {
   WeightsSource::Impl s;
@@ -374,11 +412,24 @@ void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
            "read of {}: elements [{}, {}) into {}", p.name, begin, begin + count, out.numel());
   try {
     if (impl_->bnb4bit && impl_->bnb4bit->is_quantized(impl_->stored.at(p.name))) {
+      const bool transposed = impl_->transposed.count(p.name) != 0;
       if (impl_->decoded_name != p.name) {
         impl_->decoded_name.clear();
         impl_->decoded = read_stored_4bit(*impl_, p.name);
         impl_->decoded_absmax = quant::block_absmax(impl_->decoded);
+        impl_->decoded_full.clear();
+        if (transposed) impl_->decoded_full = quant::dequantize(impl_->decoded);
         impl_->decoded_name = p.name;
+      }
+      if (transposed) {  // p is (in, out); the stored weight [out, in]
+        const int64_t in = p.value.shape()[0], out_features = p.value.shape()[1];
+        std::vector<float> v(static_cast<size_t>(count));
+        for (int64_t k = 0; k < count; ++k) {
+          const int64_t e = begin + k, i = e / out_features, o = e % out_features;
+          v[size_t(k)] = impl_->decoded_full[size_t(o * in + i)];
+        }
+        flat(out).copy_from(Tensor::from_vector(v, Shape{count}, DType::kF32, MemCategory::kOther));
+        return;
       }
       // Dequantized in pieces of 16384 values (64 KiB of fp32: no copy of the whole range),
       // each converted into its part of `out`.
@@ -456,23 +507,35 @@ nn::Decoder::QuantizedSource stored_4bit(std::shared_ptr<const WeightsSource> so
 
 }  // namespace
 
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where) {
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where,
+                  DType held) {
   auto shared = std::make_shared<const WeightsSource>(file, model, where);
   const WeightsSource& source = *shared;
+  // Reads a range of p into `out`, through `held` when out is wider.
+  auto read = [&source, held](const nn::Parameter& p, int64_t begin, int64_t count,
+                              const Tensor& out) {
+    if (held == DType::kF32 || out.dtype() == held) return source.read(p, begin, count, out);
+    Tensor narrow = Tensor::empty(Shape{count}, held, MemCategory::kOther, Device::cpu());
+    source.read(p, begin, count, narrow);
+    out.copy_from(narrow);
+  };
   if (const auto* d = dynamic_cast<const nn::Decoder*>(&model); d && d->quantization()) {
     // A 4-bit base: its segments are written in their stored form, through the decoder; a 4-bit
     // directory's weights as stored, anything else quantized.
-    const nn::ParamFill fill = d->storage_fill(
-        [&source](const nn::Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
-          source.read(p, begin, count, out);
-        },
-        stored_4bit(shared, *d, where));
+    const nn::ParamFill fill = d->storage_fill(read, stored_4bit(shared, *d, where));
     for (const nn::FlatParamGroup* g : d->frozen_groups())
       for (const nn::Parameter& p : g->params())
         fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
     return;
   }
-  for (const nn::Parameter* p : file_targets(model)) source.read(*p, 0, p->value.numel(), p->value);
+  for (const nn::Parameter* p : file_targets(model)) {
+    if (held == DType::kF32 || p->value.dtype() == held) {
+      source.read(*p, 0, p->value.numel(), p->value);
+    } else {
+      const int64_t n = p->value.numel();
+      read(*p, 0, n, p->value.flat_slice(0, n));
+    }
+  }
 }
 
 namespace {

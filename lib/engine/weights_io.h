@@ -28,7 +28,14 @@ namespace fd::engine {
 // and nothing else may be: otherwise fd::Error kUsage, prefixed with `where` (e.g.
 // "recipes/x.yaml:3:14: model.init_from"), naming the file, the tensor, both shapes and the recipe
 // change that would fit the file.
-void load_weights(const std::string& file, const nn::Module& model, const std::string& where);
+//
+// `held`: the dtype a run held this base in (a QLoRA run's compute dtype), for a model built in
+// fp32 to evaluate or export that run: every value is rounded to `held` (nearest even) before
+// it is stored or, for a 4-bit base, quantized, as the run's own model did, so that the model
+// holds the base the run trained over. A 4-bit directory's weights are the stored ones either
+// way. kF32: the values as read.
+void load_weights(const std::string& file, const nn::Module& model, const std::string& where,
+                  DType held = DType::kF32);
 
 // The tensors of a weights file or model directory (as load_weights reads
 // them), checked against `model` at construction and read by element range:
@@ -87,6 +94,13 @@ class WeightsSource {
 // here (WeightsSource reads them). fd::Error kUsage as load_weights.
 void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
                        const std::string& where);
+
+// Whether `path` is a transformers 4-bit directory as WeightsSource reads one: a directory
+// whose config.json has a quantization_config, or one of whose tensors is a bitsandbytes
+// quant_state (ckpt::Bnb4bitDir::open then says what is wrong with it). Reads config.json and
+// the safetensors headers only; false for a file, and for a directory without a
+// quantization_config whose weights cannot be read (opening it as a weights source says why).
+bool is_bnb4bit_directory(const std::string& path);
 
 // Where a training run's parameters start from: the base (every parameter
 // without LoRA) from model.init_from, a LoRA run's adapters from lora.adapter

@@ -142,8 +142,8 @@ sed -i 's/"load_in_4bit": true/"load_in_4bit": false/; s/"_load_in_4bit": true/"
   "$TMP/bnb4/config.json"
 expect_fail 2 "model.init_from: $TMP/bnb4/config.json: quantization_config says load_in_8bit \(bitsandbytes LLM.int8\(\)\): 8-bit weights cannot be read" \
   validate "$R4" "lora={r: 4}" "model.quantize={}"
-# Elsewhere (eval) a quantized directory is refused by name too.
-expect_fail 2 "config.json: has a quantization_config: the weights are quantized, not plain tensors" \
+# eval reads a bitsandbytes 4-bit directory (dequantized: tests/cli/qlora.sh) and refuses 8-bit by name.
+expect_fail 2 "$TMP/bnb4/config.json: quantization_config says load_in_8bit \(bitsandbytes LLM.int8\(\)\): 8-bit weights cannot be read" \
   eval "$TMP/bnb4" --data tests/golden/llama/llama3/eval.bin --seq-len 16
 
 # validate reports every error at once.

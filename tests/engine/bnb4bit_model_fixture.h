@@ -77,10 +77,12 @@ inline std::vector<float> normal_values(const std::string& name, int64_t n, uint
 
 }  // namespace detail
 
-// Writes the 4-bit directory `dir` (one model.safetensors) and, unless
+// Writes the 4-bit directory `dir` (one model.safetensors, or shards of at most
+// max_shard_bytes split in state-dict order as transformers splits them) and, unless
 // twin_dir is empty, the dequantized fp32 twin `twin_dir`; returns what they hold.
 inline Bnb4bitModel make_bnb4bit_model(const std::string& dir, const std::string& twin_dir,
-                                       const quant::QuantOptions& options, uint32_t seed = 0) {
+                                       const quant::QuantOptions& options, uint32_t seed = 0,
+                                       int64_t max_shard_bytes = int64_t(1) << 30) {
   Bnb4bitModel m;
   m.config = bnb4bit_tiny_llama();
   m.options = options;
@@ -129,7 +131,7 @@ inline Bnb4bitModel make_bnb4bit_model(const std::string& dir, const std::string
       entries.emplace_back(name, &stored.at(name));
     }
   }
-  ckpt::write_bnb4bit_weights(dir, entries, {{"format", "pt"}}, int64_t(1) << 30);
+  ckpt::write_bnb4bit_weights(dir, entries, {{"format", "pt"}}, max_shard_bytes);
   ckpt::BnbQuantizationConfig q;
   q.quant_type = std::string(quant::quant_type_name(options.type));
   q.double_quant = options.double_quant;
