@@ -56,11 +56,19 @@ __global__ void decode_nested_absmax_kernel(const uint8_t* codes, int64_t n,
 template <DT kOut>
 __global__ void dequantize_4bit_kernel(const uint8_t* packed, const float* absmax, int block_shift,
                                        CodeTable table, int64_t begin, int64_t count, void* out) {
+  // The table in shared memory, written with constant indices: indexing the parameter by code
+  // would make each thread copy it to local memory first.
+  __shared__ float values[16];
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int c = 0; c < 16; ++c) values[c] = table.v[c];
+  }
+  __syncthreads();
   for (int64_t j = grid_start(); j < count; j += grid_step()) {
     const int64_t e = begin + j;
     const uint8_t byte = packed[e >> 1];
     const int code = (e & 1) ? (byte & 0xF) : (byte >> 4);
-    store_elem<kOut>(out, j, mul_ftz(table.v[code], absmax[e >> block_shift]));
+    store_elem<kOut>(out, j, mul_ftz(values[code], absmax[e >> block_shift]));
   }
 }
 
