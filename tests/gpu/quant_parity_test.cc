@@ -6,8 +6,9 @@
 // ranges that start and end mid-byte and mid-block, a block with subnormal products, an all-zero
 // block; fp32 and bf16 outputs. linear_4bit's forward, input gradient and bias gradient on the GPU
 // are compared with the CPU's as the op parity tests compare (||gpu - cpu|| / ||cpu||, fp32 1e-5,
-// bf16 1e-2; one PARITY line each, which device_check.sh collects), and its scratch with the
-// CPU's and meta's (the memory estimate runs on meta). Without a usable GPU every test skips.
+// bf16 1e-2; one PARITY line each, which device_check.sh collects, as for the whole dequantized
+// weight and its absmax, where 0 means the same bits), and its scratch with the CPU's and meta's
+// (the memory estimate runs on meta). Without a usable GPU every test skips.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,6 +80,18 @@ std::string first_difference(const std::vector<uint32_t>& gpu, const std::vector
   return "";
 }
 
+double rel_diff(const Tensor& gpu, const Tensor& cpu) {
+  std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
+  EXPECT_EQ(g.size(), c.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    num += (double(g[i]) - c[i]) * (double(g[i]) - c[i]);
+    den += double(c[i]) * c[i];
+  }
+  EXPECT_GT(den, 0.0) << "reference is all zero: the comparison would prove nothing";
+  return std::sqrt(num / den);
+}
+
 struct Case {
   QuantType type;
   int64_t block_size;
@@ -144,6 +157,15 @@ TEST_P(GpuQuant, AbsmaxAndRangesAreTheCpusBits) {
       dequantize_range(cpu, a_cpu, begin, count, o_cpu);
       dequantize_range(gpu, a_gpu, begin, count, o_gpu);
       EXPECT_EQ(first_difference(bits(o_gpu), bits(o_cpu)), "");
+      if (begin == 0 && count == n) {  // the device check's report: 0 when bit for bit
+        const std::string name = std::string(quant_type_name(c.type)) + "_b" +
+                                 std::to_string(c.block_size) + (c.double_quant ? "_dq" : "_plain");
+        std::printf(
+            "PARITY op=dequantize_4bit_%s dtype=%s out=%.2e grad0=%.2e (grad0: the "
+            "absmax; bound 0)\n",
+            name.c_str(), std::string(dtype_name(dt)).c_str(), rel_diff(o_gpu, o_cpu),
+            rel_diff(a_gpu, a_cpu));
+      }
       if (dt == DType::kF32) {  // ... which is quant::dequantize_range of the Quantized4bit
         std::vector<float> r(static_cast<size_t>(count));
         dequantize_range(q, ref, begin, count, r.data());
@@ -163,18 +185,6 @@ INSTANTIATE_TEST_SUITE_P(Types, GpuQuant,
                                   std::to_string(i.param.block_size) +
                                   (i.param.double_quant ? "_dq" : "_plain");
                          });
-
-double rel_diff(const Tensor& gpu, const Tensor& cpu) {
-  std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
-  EXPECT_EQ(g.size(), c.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    num += (double(g[i]) - c[i]) * (double(g[i]) - c[i]);
-    den += double(c[i]) * c[i];
-  }
-  EXPECT_GT(den, 0.0) << "reference is all zero: the comparison would prove nothing";
-  return std::sqrt(num / den);
-}
 
 // y, x.grad and bias.grad of linear_4bit on `dev` (host copies); x is (2, 19, K).
 std::vector<Tensor> run_linear(Device dev, DType dt, const Quantized4bit& q,
