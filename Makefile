@@ -165,5 +165,5 @@ clean:
 GPU_BUNDLE_BUILD ?= build-gpu-bundle
 gpu-bundle: deps
 	cmake -S . -B $(GPU_BUNDLE_BUILD) -DCMAKE_BUILD_TYPE=Release -DFDTRAIN_CUDA=ON -DFDTRAIN_MARCH=x86-64-v3
-	cmake --build $(GPU_BUNDLE_BUILD) -j $(JOBS) --target fdtrain gpu_tests
+	cmake --build $(GPU_BUNDLE_BUILD) -j $(JOBS) --target fdtrain gpu_tests probe_fastmath_reciprocal
 	./scripts/gpu_bundle.sh $(GPU_BUNDLE_BUILD) $(GPU_BUNDLE_BUILD)/gpu-bundle

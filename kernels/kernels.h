@@ -280,6 +280,28 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
 // Column sums for the bias gradient: dbias[j] += sum over i < M of dy[i, j].
 void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT db_dt);
 
+// ------------------------------------------------------------- 4-bit base --
+// QLoRA's frozen base in 4 bits (lib/quant, docs/QUANTIZATION.md): the same float32
+// operations, flush of subnormals included, as lib/quant on the CPU, so the results are the
+// CPU's bits. Tables come from the host (lib/quant's) and are passed by value.
+
+// Codes per nested absmax value with double quantization (bitsandbytes' nested blocksize).
+constexpr int64_t kNestedBlock = 256;
+
+// out[i] = mul_ftz(map[codes[i]], nested_absmax[i / kNestedBlock]) + *offset for i < n, the
+// sum IEEE (lib/quant's decode_nested_absmax). codes, nested_absmax, offset (one float) and out
+// on the device; map_host: 256 floats in host memory.
+void decode_nested_absmax(const uint8_t* codes, int64_t n, const float* nested_absmax,
+                          const float* offset, const float* map_host, float* out);
+// out[j] = mul_ftz(code_values[code(e)], absmax[e / block_size]) for e = begin + j, j < count,
+// rounded to out_dt (f32 as is; bf16/f16 to nearest even): lib/quant's dequantize_range.
+// packed: two codes per byte, the earlier element in the high nibble; absmax: one fp32 per
+// block (decoded); block_size a power of two; code_values_host: 16 floats in host memory
+// (quant::code_values).
+void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t block_size,
+                     const float* code_values_host, int64_t begin, int64_t count, void* out,
+                     DT out_dt);
+
 // ------------------------------------------------------------------ GEMM --
 
 // Whether fp32 GEMMs (gemm(), and the classifier's inside

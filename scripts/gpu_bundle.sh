@@ -3,7 +3,8 @@
 # check on a machine with only the NVIDIA driver and CUDA runtime libraries
 # (no Debian packages, no network): `make gpu-bundle` calls it.
 #
-#   OUT/bin/     fdtrain, gpu_tests (rpath $ORIGIN/../lib; as .xz, see below)
+#   OUT/bin/     fdtrain, gpu_tests, probe_fastmath_reciprocal (rpath $ORIGIN/../lib; as .xz,
+#                see below)
 #   OUT/lib/     every shared library they need except the CUDA ones
 #                (yaml-cpp, HDF5, fmt, OpenBLAS, Open MPI, libstdc++, ...), each
 #                with rpath $ORIGIN; plus libcudart (small, and the version we
@@ -35,6 +36,8 @@ LIMIT_MIB=60
 die() { echo "gpu_bundle: $*" >&2; exit 1; }
 [[ -x "$BUILD/bin/fdtrain" ]] || die "$BUILD/bin/fdtrain not found: build first (make build)"
 [[ -x "$BUILD/tests/gpu_tests" ]] || die "$BUILD/tests/gpu_tests not found: build with the tests"
+[[ -x "$BUILD/bin/probe_fastmath_reciprocal" ]] ||
+  die "$BUILD/bin/probe_fastmath_reciprocal not found: build it (cmake --build $BUILD --target probe_fastmath_reciprocal)"
 # Not `ldd | grep -q`: under pipefail, grep -q exiting at the first match can
 # kill ldd with SIGPIPE and fail the pipeline (seen in CI).
 [[ $(ldd "$BUILD/bin/fdtrain") == *libcudart* ]] ||
@@ -51,7 +54,7 @@ fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/glibc" "$OUT/data"
-cp "$BUILD/bin/fdtrain" "$BUILD/tests/gpu_tests" "$OUT/bin/"
+cp "$BUILD/bin/fdtrain" "$BUILD/tests/gpu_tests" "$BUILD/bin/probe_fastmath_reciprocal" "$OUT/bin/"
 {
   echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (modified)')"
   echo "cpu_baseline -march=$march"
@@ -85,7 +88,7 @@ for lib in "$OUT"/lib/*.so*; do
 done
 strip --strip-unneeded "$OUT"/bin/* "$OUT"/lib/*.so* 2>/dev/null || true
 
-# OpenBLAS (Debian's, every CPU kernel family: ~37 MiB) and our two binaries (their
+# OpenBLAS (Debian's, every CPU kernel family: ~37 MiB) and our binaries (fdtrain, gpu_tests:
 # sm_80 + sm_90 kernel images: ~40 MiB together) travel xz-compressed;
 # device_check.sh unpacks them before the first start.
 xz -9 -T0 "$OUT/lib/libopenblas.so.0" "$OUT"/bin/*

@@ -90,7 +90,7 @@ const std::vector<KeyDoc>& key_reference() {
        "QLoRA: the frozen base's transformer-block linears stored in 4 bits with bitsandbytes' "
        "blockwise quantization (bnb_4bit_quant_type; docs/QUANTIZATION.md), the adapters "
        "training over them. model.quantize absent or null: the base in the compute dtype. "
-       "Needs a lora section; not with zero.offload_params, nor (yet) device cuda. A "
+       "Needs a lora section; not with zero.offload_params. A "
        "bitsandbytes 4-bit model.init_from directory needs it, with its type and double_quant"},
       {"model.quantize.block_size", "int", "64", "32, 64, 128, 256, 512, 1024, 2048, 4096",
        "weights per absmax scale (bitsandbytes' blocksize); a 4-bit model.init_from "

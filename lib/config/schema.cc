@@ -1422,11 +1422,6 @@ void Builder::quantize_checks() {
                       "offload the adapters' optimizer state (zero.offload_optimizer), which "
                       "is supported",
                       to_string(op.device)));
-  if (!bad("device") && r_->device == DeviceName::kCuda)
-    error(loc_of("device"), "device",
-          "cuda with model.quantize: the CUDA kernel that dequantizes the 4-bit base is not in "
-          "this build yet; train QLoRA on the CPU (device: cpu), or remove model.quantize to "
-          "train LoRA over a base in the compute dtype on the GPU");
 }
 
 }  // namespace

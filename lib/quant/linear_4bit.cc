@@ -10,6 +10,7 @@
 #include "lib/ops/f32_buffer.h"
 #include "lib/ops/gemm.h"
 #include "lib/ops/shape_util.h"
+#include "lib/quant/backend.h"
 
 namespace fd::quant {
 
@@ -111,19 +112,24 @@ Variable linear_4bit(const Variable& x, const QuantizedWeight& w, const Variable
            "linear_4bit: x {} against a weight of {} inputs", x.defined() ? xs.str() : "", k);
   FD_CHECK(!bias.defined() || (bias.shape().ndim() == 1 && bias.shape()[0] == n),
            "linear_4bit: bias {} for {} outputs", bias.defined() ? bias.shape().str() : "", n);
-  FD_CHECK(!x.value().is_cuda() && !w.is_cuda() && !(bias.defined() && bias.value().is_cuda()),
-           "linear_4bit: GPU tensors are not supported yet (the CUDA 4-bit kernels are still to "
-           "come, issue 37)");
-  FD_CHECK(x.value().is_meta() == w.is_meta() &&
-               (!bias.defined() || bias.value().is_meta() == w.is_meta()),
-           "linear_4bit: x on {}, the weight on {}: both on the CPU or both on meta",
-           x.value().device().str(), w.packed().device().str());
+  const Device wd = w.packed().device();
+  auto same_place = [&](const Tensor& t) {
+    return t.is_meta() == wd.is_meta() && t.is_cuda() == wd.is_cuda();
+  };
+  FD_CHECK(same_place(x.value()) && (!bias.defined() || same_place(bias.value())),
+           "linear_4bit: x on {}, the bias on {}, the weight on {}: all on the CPU, all on the "
+           "GPU or all on meta",
+           x.value().device().str(), bias.defined() ? bias.value().device().str() : "-", wd.str());
   const int64_t m = xs.rows();
   const int64_t panel_rows = panel_rows_for(n, k, options.panel_elements);
 
   Tensor out = Tensor::empty(ops::with_last_dim(xs, n), x.dtype());
   const Tensor bias_t = bias.defined() ? bias.value() : Tensor();
-  forward(x.value(), w, bias_t, m, panel_rows, out);
+  if (w.is_cuda()) {
+    cuda::linear_4bit_forward(x.value(), w, bias_t, m, panel_rows, out);
+  } else {
+    forward(x.value(), w, bias_t, m, panel_rows, out);
+  }
 
   const bool rec = autograd::should_record({&x, &bias});
   Variable y = Variable::op_output(out, rec);
@@ -135,8 +141,12 @@ Variable linear_4bit(const Variable& x, const QuantizedWeight& w, const Variable
     QuantizedWeight w_saved = x.requires_grad() ? w : QuantizedWeight();
     autograd::current_tape().record(
         {"linear_4bit", {ys}, [ys, xslot, biasslot, w_saved, m, n, k, panel_rows] {
-           FD_CHECK(!ys->grad.is_cuda(), "linear_4bit: a GPU gradient (no CUDA kernels yet)");
-           backward(w_saved, ys->grad, m, n, k, panel_rows, xslot.get(), biasslot.get());
+           if (ys->grad.is_cuda()) {
+             cuda::linear_4bit_backward(w_saved, ys->grad, m, n, k, panel_rows, xslot.get(),
+                                        biasslot.get());
+           } else {
+             backward(w_saved, ys->grad, m, n, k, panel_rows, xslot.get(), biasslot.get());
+           }
          }});
   }
   return y;

@@ -9,7 +9,8 @@
 // the fp32 copies of non-f32 operands (F32In / F32Out, MemCategory::kActivations as ops::matmul's),
 // and the decoded absmax (num_blocks fp32) and one fp32 panel (panel_rows x K), both
 // MemCategory::kQuantized (the 4-bit base's own category in the memory estimate).
-// GPU tensors are refused (FD_CHECK) until the CUDA kernels exist.
+// GPU tensors (a weight, x and bias all on the GPU) go through lib/quant/cuda/: the same panels,
+// scratch and order, each panel one cuBLASLt GEMM (backend.h).
 #pragma once
 
 #include "lib/autograd/variable.h"

@@ -6,6 +6,8 @@
 #include <span>
 
 #include "lib/base/check.h"
+#include "lib/quant/backend.h"
+#include "lib/tensor/dtype.h"
 
 namespace fd::quant {
 
@@ -15,10 +17,12 @@ Tensor make(int64_t n, DType dtype, MemCategory category, Device device) {
   return Tensor::empty(Shape{n}, dtype, category, device);
 }
 
+// t's elements (a CPU or GPU tensor) on the host.
 template <typename T>
 std::vector<T> read(const Tensor& t) {
-  std::vector<T> v(size_t(t.numel()));
-  if (!v.empty()) std::memcpy(v.data(), t.raw(), t.nbytes());
+  const Tensor host = t.is_cuda() ? t.to_device(Device::cpu(), MemCategory::kOther) : t;
+  std::vector<T> v(size_t(host.numel()));
+  if (!v.empty()) std::memcpy(v.data(), host.raw(), host.nbytes());
   return v;
 }
 
@@ -120,14 +124,17 @@ QuantizedWeight QuantizedWeight::view(const std::shared_ptr<Storage>& storage, s
 }
 
 QuantizedWeight QuantizedWeight::from(const Quantized4bit& q, Device device, MemCategory category) {
-  FD_CHECK(!device.is_cuda(), "QuantizedWeight on {}: GPU storage comes with the CUDA kernels",
-           device.str());
   const QuantOptions options{
       .type = q.type, .block_size = q.block_size, .double_quant = q.nested.has_value()};
   const EncodedLayout l = encoded_layout(q.numel(), options);
   // One buffer holds the encoded form; the tensors are views of it.
   Tensor bytes = make(l.bytes, DType::kU8, category, device);
-  if (!bytes.is_meta()) {
+  if (bytes.is_cuda()) {
+    // Encoded on the host (a staging copy, not the weight's category), then copied over.
+    Tensor host = make(l.bytes, DType::kU8, MemCategory::kOther, Device::cpu());
+    encode(q, std::span<uint8_t>(host.data<uint8_t>(), size_t(l.bytes)));
+    bytes.copy_from(host);
+  } else if (!bytes.is_meta()) {
     encode(q, std::span<uint8_t>(bytes.data<uint8_t>(), size_t(l.bytes)));
   } else if (q.nested) {
     FD_CHECK(q.nested->map == dynamic_map(), "QuantizedWeight: a nested map other than "
@@ -161,7 +168,7 @@ QuantizedWeight QuantizedWeight::empty(std::vector<int64_t> shape, const QuantOp
 
 Quantized4bit QuantizedWeight::to_quantized4bit() const {
   FD_CHECK(defined(), "QuantizedWeight: undefined");
-  FD_CHECK(!is_meta() && !is_cuda(), "QuantizedWeight on {}: its values are not on the CPU",
+  FD_CHECK(!is_meta(), "QuantizedWeight on {}: its values are not on the CPU nor a GPU",
            packed_.device().str());
   Quantized4bit q;
   q.type = type_;
@@ -175,7 +182,7 @@ Quantized4bit QuantizedWeight::to_quantized4bit() const {
   NestedAbsmax nq;
   nq.codes = read<uint8_t>(nested_codes_);
   nq.absmax = read<float>(nested_absmax_);
-  std::memcpy(&nq.offset, nested_offset_.raw(), sizeof(float));
+  nq.offset = read<float>(nested_offset_).at(0);
   nq.map = nested_map_;
   q.nested = std::move(nq);
   return q;
@@ -201,6 +208,41 @@ void QuantizedWeight::block_absmax(float* out) const {
       std::span<const uint8_t>(nested_codes_.data<uint8_t>(), size_t(nested_codes_.numel())),
       std::span<const float>(nested_absmax_.data<float>(), size_t(nested_absmax_.numel())), offset,
       nested_map_, out);
+}
+
+void QuantizedWeight::block_absmax(const Tensor& out) const {
+  FD_CHECK(defined() && !is_meta(), "QuantizedWeight::block_absmax on {}",
+           defined() ? packed_.device().str() : "an undefined weight");
+  FD_CHECK(out.dtype() == DType::kF32 && out.numel() == num_blocks() &&
+               out.is_cuda() == is_cuda() && !out.is_meta(),
+           "QuantizedWeight::block_absmax into {} {} on {}: {} f32 on {} needed", out.shape().str(),
+           dtype_name(out.dtype()), out.device().str(), num_blocks(), packed_.device().str());
+  if (is_cuda()) return cuda::block_absmax(*this, out);
+  block_absmax(out.data<float>());
+}
+
+void dequantize_range(const QuantizedWeight& w, const Tensor& absmax, int64_t begin, int64_t count,
+                      const Tensor& out) {
+  FD_CHECK(w.defined() && !w.is_meta(), "dequantize_range of a weight without values");
+  FD_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16 || out.dtype() == DType::kF16,
+           "dequantize_range into {}: a float dtype is needed", dtype_name(out.dtype()));
+  FD_CHECK(out.numel() >= count, "dequantize_range: {} values into {}", count, out.numel());
+  if (w.is_cuda()) return cuda::dequantize_range(w, absmax, begin, count, out);
+  FD_CHECK(!absmax.is_cuda() && !out.is_cuda() && !absmax.is_meta() && !out.is_meta(),
+           "dequantize_range of a CPU weight: absmax on {}, out on {}", absmax.device().str(),
+           out.device().str());
+  FD_CHECK(absmax.dtype() == DType::kF32, "dequantize_range: absmax in {}",
+           dtype_name(absmax.dtype()));
+  const std::span<const float> a(absmax.data<float>(), size_t(absmax.numel()));
+  if (out.dtype() == DType::kF32) {
+    dequantize_range(w.type(), w.block_size(), w.packed().data<uint8_t>(), w.numel(), a, begin,
+                     count, out.data<float>());
+    return;
+  }
+  std::vector<float> v(static_cast<size_t>(count));
+  dequantize_range(w.type(), w.block_size(), w.packed().data<uint8_t>(), w.numel(), a, begin, count,
+                   v.data());
+  convert_f32_to(out.dtype(), v.data(), out.raw(), v.size());
 }
 
 }  // namespace fd::quant

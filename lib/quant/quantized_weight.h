@@ -46,7 +46,8 @@ class QuantizedWeight {
   static QuantizedWeight view(const std::shared_ptr<Storage>& storage, size_t byte_offset,
                               std::vector<int64_t> shape, const QuantOptions& options);
 
-  // Copies `q` into tensors on `device` (CPU, or meta: sizes only), category `category`.
+  // Copies `q` into tensors on `device` (CPU, a GPU: encoded on the host and copied over, or
+  // meta: sizes only), category `category`.
   static QuantizedWeight from(const Quantized4bit& q, Device device = Device::cpu(),
                               MemCategory category = MemCategory::kFrozen);
   // A weight of `shape` laid out as `options` would quantize it, without values: on the meta
@@ -54,7 +55,7 @@ class QuantizedWeight {
   static QuantizedWeight empty(std::vector<int64_t> shape, const QuantOptions& options,
                                Device device = Device::meta(),
                                MemCategory category = MemCategory::kFrozen);
-  // The values back (a CPU weight; FD_CHECK for meta).
+  // The values back (from the CPU or a GPU; FD_CHECK for meta).
   Quantized4bit to_quantized4bit() const;
 
   bool defined() const { return packed_.defined(); }
@@ -79,6 +80,9 @@ class QuantizedWeight {
   // The fp32 absmax of every block into `out` (num_blocks() floats): the absmax tensor, or the
   // nested ones decoded (block_absmax). CPU only.
   void block_absmax(float* out) const;
+  // The same into `out` (F32, num_blocks() elements) on the weight's device, CPU or GPU (where
+  // kernels/quant_4bit.cu decodes it with the CPU's float operations: the same bits).
+  void block_absmax(const Tensor& out) const;
 
  private:
   QuantType type_ = QuantType::kNF4;
@@ -91,5 +95,11 @@ class QuantizedWeight {
   Tensor nested_offset_;
   std::array<float, 256> nested_map_{};
 };
+
+// Elements [begin, begin + count) of `w` into `out` (f32, bf16 or f16, at least count elements,
+// on w's device, CPU or GPU), given w.block_absmax(absmax) on that device: the fp32 values of
+// quant::dequantize_range, bf16/f16 rounded to nearest even. The GPU gives the CPU's bits.
+void dequantize_range(const QuantizedWeight& w, const Tensor& absmax, int64_t begin, int64_t count,
+                      const Tensor& out);
 
 }  // namespace fd::quant

@@ -28,7 +28,7 @@ fi
 echo "$out"
 
 # The binaries travel compressed: nothing runs before device_check.sh unpacks them.
-for f in bin/fdtrain.xz bin/gpu_tests.xz lib/libopenblas.so.0.xz; do
+for f in bin/fdtrain.xz bin/gpu_tests.xz bin/probe_fastmath_reciprocal.xz lib/libopenblas.so.0.xz; do
   [[ -f "$TMP/bundle/$f" ]] || { echo "FAIL: the bundle lacks $f"; FAILURES=$((FAILURES + 1)); }
 done
 

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/autograd/tape.h"
@@ -102,6 +104,39 @@ TEST(QuantizedWeight, RoundTripExactAndAccounted) {
       w.block_absmax(am.data());
       EXPECT_EQ(am, block_absmax(q));
     }
+  }
+}
+
+// The tensor forms the GPU path shares with the CPU (block_absmax into a tensor, dequantize_range
+// over a QuantizedWeight) give the Quantized4bit's values: fp32 exactly, bf16 rounded to nearest
+// even; ranges starting on a low nibble and crossing blocks. tests/gpu/quant_parity_test.cc holds
+// the GPU to these bits.
+TEST(QuantizedWeight, TensorFormsAreTheQuantized4bitValues) {
+  for (auto [type, dq] : {std::pair{QuantType::kNF4, true}, std::pair{QuantType::kFP4, false}}) {
+    const Quantized4bit q = make_weight(301, 17, {type, 64, dq}, 5);
+    const QuantizedWeight w = QuantizedWeight::from(q, Device::cpu());
+    const std::vector<float> ref_absmax = block_absmax(q);
+    Tensor absmax =
+        Tensor::empty(Shape{w.num_blocks()}, DType::kF32, MemCategory::kOther, Device::cpu());
+    w.block_absmax(absmax);
+    EXPECT_EQ(absmax.to_vector(), ref_absmax);
+    const std::vector<float> all = dequantize(q);
+    const std::vector<std::pair<int64_t, int64_t>> ranges = {
+        {0, 301 * 17}, {1, 130}, {63, 2}, {301 * 17 - 1, 1}, {5, 0}};
+    for (auto [begin, count] : ranges) {
+      SCOPED_TRACE(std::to_string(begin) + " +" + std::to_string(count));
+      Tensor f = Tensor::empty(Shape{count}, DType::kF32, MemCategory::kOther, Device::cpu());
+      Tensor h = Tensor::empty(Shape{count}, DType::kBF16, MemCategory::kOther, Device::cpu());
+      dequantize_range(w, absmax, begin, count, f);
+      dequantize_range(w, absmax, begin, count, h);
+      const std::vector<float> want(all.begin() + begin, all.begin() + begin + count);
+      EXPECT_EQ(f.to_vector(), want);
+      Tensor want_h = Tensor::from_vector(want, Shape{count}).to(DType::kBF16);
+      EXPECT_EQ(h.to_vector(), want_h.to_vector());
+    }
+    // A meta weight has no values to decode.
+    const QuantizedWeight m = QuantizedWeight::empty({301, 17}, {type, 64, dq});
+    EXPECT_DEATH(m.block_absmax(absmax), "block_absmax on meta");
   }
 }
 
@@ -299,7 +334,7 @@ TEST(Linear4bit, RefusesBadShapesAndGpu) {
   // CPU x with a meta weight is refused.
   EXPECT_DEATH(
       linear_4bit(Variable(Tensor::zeros(Shape{2, 32})), QuantizedWeight::empty({4, 32}, {})),
-      "both on the CPU or both on meta");
+      "all on the CPU, all on the GPU or all on meta");
 }
 
 // Accountant usage of forward + backward relative to before, by category: peak and after.

@@ -46,7 +46,9 @@ void free_pinned(void* p) { kernels::host_free(p); }
 void zero(const Tensor& t) { kernels::memset_zero(t.raw(), t.nbytes()); }
 
 void fill(const Tensor& t, float value) {
-  if (t.dtype() != DType::kI32) return kernels::fill(t.raw(), kdt(t.dtype()), t.numel(), value);
+  // The kernel fills float dtypes; integers and raw bytes (a 4-bit segment) are filled on the host.
+  if (t.dtype() != DType::kI32 && t.dtype() != DType::kU8)
+    return kernels::fill(t.raw(), kdt(t.dtype()), t.numel(), value);
   Tensor host = Tensor::empty(t.shape(), t.dtype(), MemCategory::kOther, Device::cpu());
   host.fill_(value);
   t.copy_from(host);
