@@ -48,6 +48,12 @@ if [[ -n ${FAKE_PARITY_FAIL:-} ]]; then
 fi
 echo "[  PASSED  ] 21 tests."
 EOF
+# The fast-math reciprocal probe (stage 1b): its count per binade.
+cat > "$B/bin/probe_fastmath_reciprocal" <<'EOF'
+#!/usr/bin/env bash
+[[ -n ${FAKE_PROBE_FAIL:-} ]] && { echo "cudaGetDeviceCount: no CUDA-capable device"; exit 2; }
+for e in 0 -1 10; do echo "binade 2^$e: 0 of 8388608 reciprocals differ from round-to-nearest"; done
+EOF
 # The fake fdtrain: `train RECIPE k=v... --run-dir DIR [--resume X]` writes metrics.jsonl and
 # summary.json as a real run would (the loss 5.5 - step/40; the weights digest of its steps).
 cat > "$B/bin/fdtrain" <<'EOF'
@@ -100,11 +106,12 @@ check() {
 check all_good 0 "^\| 1. op parity \| passed \| 21 tests" "^\| 2. config M \| passed" \
   "^\| 3. GPT-2 124M \| passed \| 400,000 tokens/s.*% of 989 TFLOP/s .*% of 790 TFLOP/s.*attention B16" \
   "^\| 4. resume \| passed \| GPU resume bitwise: True; step 21 loss" "^\| 5. offload \| passed" \
-  "device_check: PASSED"
+  "^\| 1b. fast-math reciprocal \| passed \| mismatches per binade: 2\^0 0" "device_check: PASSED"
 FAKE_CUDA=12.4 check old_driver 1 "driver supports CUDA 12.4, this build needs CUDA 13" "device_check: FAILED"
 FAKE_NO_GPU=1 check no_gpu 1 "nvidia-smi finds no usable GPU" "device_check: FAILED"
 FAKE_SKIP=1 check skipped 1 "^\| 1. op parity \| FAILED .*1 skipped" "device_check: FAILED"
 FAKE_PARITY_FAIL=1 check parity_failed 1 "^\| 1. op parity \| FAILED .*1 failed" "device_check: FAILED"
+FAKE_PROBE_FAIL=1 check probe_failed 1 "^\| 1b. fast-math reciprocal \| FAILED \| exit 2" "device_check: FAILED"
 FAKE_FLAT=1 check loss_flat 1 "^\| 2. config M \| FAILED .*falls by > 1.0: False" "device_check: FAILED"
 FAKE_NO_TIMINGS=1 check no_timings 1 "^\| 3. GPT-2 124M \| FAILED" "device_check: FAILED"
 FAKE_RESUME_DIFF=1 check resume_differs 1 "^\| 4. resume \| FAILED .*bitwise: False" "device_check: FAILED"
