@@ -28,26 +28,13 @@
 #include "lib/nn/config/hf_config.h"
 #include "lib/quant/quantize.h"
 #include "lib/tensor/tensor.h"
+#include "tests/ckpt/bnb4bit_fixture.h"
 
 namespace fd::engine::testing {
 
-// A tiny Llama: gate/up/down of 288 x 64 have 288 blocks of 64 (two nested
-// blocks of 256); blocks of 128 end the 18432 elements evenly, 4096 not.
-inline nn::DecoderConfig bnb4bit_tiny_llama() {
-  nn::DecoderConfig c;
-  c.family = nn::ModelFamily::kLlama;
-  c.hidden_size = 64;
-  c.intermediate_size = 288;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = 96;
-  c.max_position_embeddings = 128;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
-  return c;
-}
+// A tiny Llama (ckpt's 4-bit fixture's): gate/up/down of 288 x 64 have 288 blocks of 64 (two
+// nested blocks of 256); blocks of 128 end the 18432 elements evenly, 4096 not.
+inline nn::DecoderConfig bnb4bit_tiny_llama() { return ckpt::testing::tiny_llama(); }
 
 struct Bnb4bitModel {
   nn::DecoderConfig config;
