@@ -528,6 +528,7 @@ class Builder {
   void dist(const Node& root);
   void parallel(const Node& root);
   void lora(const Node& root);
+  void objective(const Node& root);
   void activation_checkpointing(const Node& root);
   void checkpoint(const Node& root);
   void logging(const Node& root);
@@ -537,6 +538,8 @@ class Builder {
   void reduce_checks();
   void pipeline_checks();
   void quantize_checks();
+  void objective_checks();
+  void reference_matches(const ModelOptions& reference);
 
   // model.n_layer is the model's: valid, and (from a Hugging Face directory) read from it.
   bool n_layer_known() const {
@@ -571,6 +574,7 @@ void Builder::build(const Node& root) {
   dist(root);
   parallel(root);
   lora(root);
+  objective(root);
   activation_checkpointing(root);
   checkpoint(root);
   logging(root);
@@ -1225,6 +1229,7 @@ void Builder::cross_checks() {
   reduce_checks();
   pipeline_checks();
   quantize_checks();
+  objective_checks();
   // Warnings: valid, but probably not what was meant.
   if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
     warning(loc_of("schedule.warmup_steps"), "schedule.warmup_steps",
@@ -1364,6 +1369,116 @@ void Builder::pipeline_checks() {
                         "the idle time under 20%)",
                         m, p.pipeline, 100.0 * (p.pipeline - 1) / double(m + p.pipeline - 1)));
   }
+}
+
+// objective: absent or null (next-token loss), or a map; the keys an objective ignores are
+// refused when set, as current TRL ignores them (docs/OBJECTIVES.md).
+void Builder::objective(const Node& root) {
+  const Node* s = section(root, "objective");
+  if (s == nullptr) {
+    r_->objective.reset();
+    return;
+  }
+  ObjectiveOptions o;
+  if (s->find("name") == nullptr) {
+    if (!bad("objective")) error(loc_of("objective"), "objective.name", "required key is missing (dpo, simpo or orpo)");
+  } else {
+    get_enum(s, "objective", "name",
+             std::vector<ObjectiveName>{ObjectiveName::kDpo, ObjectiveName::kSimpo,
+                                        ObjectiveName::kOrpo},
+             &o.name);
+  }
+  get_enum(s, "objective", "loss_type",
+           std::vector<DpoLossName>{DpoLossName::kSigmoid, DpoLossName::kIpo, DpoLossName::kHinge,
+                                    DpoLossName::kRobust},
+           &o.loss_type);
+  get_double(s, "objective", "beta", &o.beta, above(0));
+  get_double(s, "objective", "label_smoothing", &o.label_smoothing, half_open(0, 0.5));
+  get_double(s, "objective", "gamma", &o.gamma, Range{});
+  get_double(s, "objective", "cpo_alpha", &o.cpo_alpha, at_least(0));
+  get_string(s, "objective", "reference", &o.reference);
+  r_->objective = o;
+  if (bad("objective.name")) return;
+  // Keys that the chosen objective would ignore.
+  const std::string name(to_string(o.name));
+  auto only = [&](const char* key, bool used, const std::string& why) {
+    const std::string path = std::string("objective.") + key;
+    if (is_set(path) && !bad(path) && !used)
+      error(loc_of(path), path, fmt::format("is not used by objective.name {}: {}", name, why));
+  };
+  const bool dpo = o.name == ObjectiveName::kDpo, simpo = o.name == ObjectiveName::kSimpo;
+  only("loss_type", dpo, "it picks DPO's loss; remove it");
+  only("label_smoothing", (dpo && o.loss_type == DpoLossName::kRobust) || simpo,
+       "current TRL uses it only in DPO's robust loss and in SimPO (cDPO's smoothed sigmoid is "
+       "gone); remove it, or use loss_type: robust");
+  only("gamma", simpo, "it is SimPO's target margin; remove it");
+  only("cpo_alpha", simpo, "it weighs SimPO's NLL term; remove it");
+  only("reference", dpo,
+       "only DPO compares with a reference model (SimPO and ORPO are reference-free); remove it");
+  if (dpo && !o.reference.empty() && check_files_ && !bad("objective.reference")) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.reference, ec)) {
+      error(loc_of("objective.reference"), "objective.reference",
+            fmt::format("'{}' is not a directory; give a Hugging Face model directory "
+                        "(config.json + model.safetensors) of the policy's architecture",
+                        o.reference));
+      return;
+    }
+    try {
+      const ModelDirectory ref = read_model_directory(o.reference);
+      if (!bad("model")) reference_matches(ref.model);
+    } catch (const Error& e) {
+      error(loc_of("objective.reference"), "objective.reference", e.what());
+    }
+  }
+}
+
+// A reference directory is the policy's twin: its architecture, shape and vocabulary.
+void Builder::reference_matches(const ModelOptions& ref) {
+  const ModelOptions& m = r_->model;
+  auto yes = [](bool v) { return std::string(v ? "true" : "false"); };
+  const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
+      {"arch", {std::string(to_string(m.arch)), std::string(to_string(ref.arch))}},
+      {"vocab_size", {std::to_string(m.vocab_size), std::to_string(ref.vocab_size)}},
+      {"n_layer", {std::to_string(m.n_layer), std::to_string(ref.n_layer)}},
+      {"d_model", {std::to_string(m.d_model), std::to_string(ref.d_model)}},
+      {"n_head", {std::to_string(m.n_head), std::to_string(ref.n_head)}},
+      {"n_kv_head", {std::to_string(m.n_kv_head), std::to_string(ref.n_kv_head)}},
+      {"head_dim", {std::to_string(m.head_dim), std::to_string(ref.head_dim)}},
+      {"d_ff", {std::to_string(m.d_ff), std::to_string(ref.d_ff)}},
+      {"tie_embeddings", {yes(m.tie_embeddings), yes(ref.tie_embeddings)}},
+      {"attention_bias", {yes(m.attention_bias), yes(ref.attention_bias)}},
+      {"mlp_bias", {yes(m.mlp_bias), yes(ref.mlp_bias)}},
+      {"qk_norm", {yes(m.qk_norm), yes(ref.qk_norm)}},
+  };
+  for (const auto& [key, values] : keys) {
+    if (values.first == values.second) continue;
+    error(loc_of("objective.reference"), "objective.reference",
+          fmt::format("{} is a model with {} {}, the policy has {}: a reference must be the "
+                      "policy's architecture with the same vocabulary and shape (it is computed "
+                      "by the policy's own model with the reference's weights)",
+                      r_->objective->reference, key, values.second, values.first));
+    return;
+  }
+}
+
+// The objective against the data and the device.
+void Builder::objective_checks() {
+  const bool preference = r_->data.format == DataFormat::kPreference;
+  if (r_->objective && !preference && !bad("data.format") && !bad("objective"))
+    error(loc_of("objective"), "objective",
+          fmt::format("needs pairs to compare: set data.format: preference (prompt, chosen, "
+                      "rejected records), or remove the objective section to train on "
+                      "next-token loss (data.format is {})",
+                      to_string(r_->data.format)));
+  if (!r_->objective && preference && !bad("data.format"))
+    error(loc_of("data.format"), "data.format",
+          "preference data trains a preference objective: add an objective section "
+          "(objective: {name: dpo}, say; docs/OBJECTIVES.md)");
+  if (r_->objective && r_->device == DeviceName::kCuda && !bad("device"))
+    error(loc_of("device"), "device",
+          "cuda with an objective section: preference training runs on the CPU backend only "
+          "so far (the per-token log-probability head has no CUDA kernel yet); use device: cpu");
 }
 
 // model.quantize (QLoRA) against lora, parameter offload and the device, and a 4-bit

@@ -25,6 +25,12 @@ struct BatchBuffers {
   int32_t* targets;     // next token, or -1 where there is no loss
   int32_t* doc_starts;  // packed sources only (may be null otherwise): where each token's
                         // example starts in its row (ops::causal_attention)
+  // Preference pairs only (null otherwise, and a preference source accepts them null):
+  int32_t* roles = nullptr;          // (batch, seq_len): -1 where targets == -1, else 4 * p +
+                                     // kind, p the pair's index in this micro-batch, kind 0
+                                     // chosen completion, 1 rejected completion, 2 chosen prompt
+  int64_t* pair_examples = nullptr;  // batch * seq_len / 2: pair p's index in its split
+  int32_t* pair_count = nullptr;     // pairs in this micro-batch
 };
 
 // Which training micro-batch: rows g = (micro * world + rank) * batch + b, b < batch, of
