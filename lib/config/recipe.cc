@@ -52,6 +52,8 @@ std::string_view to_string(DataFormat v) {
       return "chat";
     case DataFormat::kInstruct:
       return "instruct";
+    case DataFormat::kPreference:
+      return "preference";
   }
   return "?";
 }
