@@ -14,7 +14,10 @@
 // `data preview` reads a recipe's first N training records as the run would
 // (data.format chat, instruct or text), renders and encodes them, and prints
 // each example with its token counts and the tokens the loss is computed on
-// marked: green on a terminal (--color), [[ ]] brackets otherwise.
+// marked: green on a terminal (--color), [[ ]] brackets otherwise. With
+// data.format preference it prints each pair: the prompt, then the chosen and
+// the rejected completion marked the same way (what DPO scores), with the
+// token counts, the data.max_length cut and whether the pair is dropped.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -30,6 +33,7 @@
 #include "lib/config/load.h"
 #include "lib/data/chat_template.h"
 #include "lib/data/example_dataset.h"
+#include "lib/data/preference_dataset.h"
 #include "lib/data/sft_records.h"
 #include "lib/engine/assemble.h"
 #include "lib/text/tokenizer.h"
@@ -91,6 +95,82 @@ struct PreviewOptions {
   std::string color = "auto";
 };
 
+// How targets and headings are marked: colour on a terminal, brackets otherwise.
+struct Marks {
+  const char* on;     // before a run of targets
+  const char* off;    // after it
+  const char* bold;   // before a heading
+  const char* plain;  // after it
+};
+
+Marks marks(bool color) {
+  return color ? Marks{"\x1b[32m", "\x1b[0m", "\x1b[1m", "\x1b[0m"} : Marks{"[[", "]]", "", ""};
+}
+
+// The text of `tokens`, runs of tokens with the same flag decoded together and target runs
+// marked. The first token is never predicted, so it is never marked.
+std::string marked_text(const text::Tokenizer& tok, const std::vector<int32_t>& tokens,
+                        const std::vector<uint8_t>& target, const Marks& m) {
+  std::string out;
+  size_t i = 0;
+  while (i < tokens.size()) {
+    size_t j = i;
+    while (j < tokens.size() && target[j] == target[i]) ++j;
+    const std::string text = tok.decode(std::span<const int32_t>(tokens.data() + i, j - i));
+    out += target[i] && i > 0 ? m.on + text + m.off : text;
+    i = j;
+  }
+  return out;
+}
+
+// data.format preference: each pair's prompt, then its completions marked.
+int preview_pairs(const PreviewOptions& o, const config::Recipe& r, const Marks& m) {
+  const data::PreferenceDatasetOptions po = engine::preference_options(r);
+  const int max_length = po.max_length > 0 ? po.max_length : po.seq_len / 2 + 1;
+  data::RecordStats stats;
+  const std::vector<data::Record> records = data::read_records(r.data.train, po.records, &stats);
+  int shown = 0;
+  for (const data::Record& rec : records) {
+    if (shown == o.n) break;
+    data::EncodedPair p;
+    if (const std::string err = data::encode_pair(rec, po, &p); !err.empty()) {
+      data::reject_record(rec.where, err, po.records, &stats);  // throws unless skipping
+      continue;
+    }
+    const bool dropped = int64_t(p.prompt.size()) >= max_length;
+    std::string notes;
+    if (dropped) {
+      notes = fmt::format(" (dropped: the prompt alone has data.max_length = {} tokens or more)",
+                          max_length);
+    } else if (std::max(p.chosen_full.size(), p.rejected_full.size()) > size_t(max_length)) {
+      notes = fmt::format(" (cut to data.max_length = {} tokens)", max_length);
+    }
+    if (p.chosen == p.rejected) notes += " (identical completions)";
+    std::printf("%s=== pair %d: %s: prompt %zu tokens, completions: chosen %zu, rejected %zu%s%s\n",
+                m.bold, shown + 1, rec.where.c_str(), p.prompt.size(), p.chosen.size(),
+                p.rejected.size(), notes.c_str(), m.plain);
+    std::printf("%s--- prompt%s\n%s\n", m.bold, m.plain, po.tokenizer->decode(p.prompt).c_str());
+    for (bool chosen : {true, false}) {
+      std::vector<int32_t> full = chosen ? p.chosen_full : p.rejected_full;
+      full.resize(std::min(full.size(), size_t(max_length)));
+      if (full.size() <= p.prompt.size()) continue;
+      const std::vector<int32_t> completion(full.begin() + std::ptrdiff_t(p.prompt.size()),
+                                            full.end());
+      // Every completion token is scored: the whole completion is one marked run.
+      std::printf("%s--- %s%s\n%s%s%s\n", m.bold, chosen ? "chosen" : "rejected", m.plain, m.on,
+                  po.tokenizer->decode(completion).c_str(), m.off);
+    }
+    ++shown;
+  }
+  if (shown == 0) {
+    usage_error("{}: data.train: no pair in {} ({} records read, {} bad records skipped)",
+                o.recipe, fmt::join(r.data.train, ", "), stats.records, stats.skipped);
+  }
+  if (stats.skipped > 0)
+    std::printf("(%lld bad records skipped, data.on_bad_record: skip)\n", (long long)stats.skipped);
+  return 0;
+}
+
 int run_preview(const PreviewOptions& o) {
   if (o.n < 1) usage_error("--n must be >= 1, got {}", o.n);
   const config::Recipe r = config::load_recipe(o.recipe, o.overrides);
@@ -100,10 +180,10 @@ int run_preview(const PreviewOptions& o) {
                 o.recipe);
   if (d.tokenizer.empty())
     usage_error("{}: data preview shows fine-tuning examples; set data.tokenizer", o.recipe);
-  const data::ExampleOptions eo = engine::example_options(r);
   const bool color = o.color == "always" || (o.color == "auto" && isatty(fileno(stdout)) != 0);
-  const char* on = color ? "\x1b[32m" : "[[";
-  const char* off = color ? "\x1b[0m" : "]]";
+  if (d.format == config::DataFormat::kPreference) return preview_pairs(o, r, marks(color));
+  const data::ExampleOptions eo = engine::example_options(r);
+  const Marks m = marks(color);
   data::RecordStats stats;
   const std::vector<data::Record> records = data::read_records(d.train, eo.records, &stats);
   if (records.empty()) {  // as train refuses it, not an empty preview
@@ -116,25 +196,15 @@ int run_preview(const PreviewOptions& o) {
     const data::EncodedExample e = data::encode_example(rec, eo);
     int64_t targets = 0;
     for (size_t i = 1; i < e.target.size(); ++i) targets += e.target[i];
-    std::printf("%s=== example %d: %s: %zu tokens, %lld targets%s%s\n", color ? "\x1b[1m" : "",
+    std::printf("%s=== example %d: %s: %zu tokens, %lld targets%s%s\n", m.bold,
                 shown + 1, rec.where.c_str(), e.tokens.size(), (long long)targets,
                 int64_t(e.tokens.size()) > d.seq_len + 1
                     ? fmt::format(" (longer than data.seq_len + 1 = {}: data.truncation {})",
                                   d.seq_len + 1, config::to_string(d.truncation))
                           .c_str()
                     : "",
-                color ? "\x1b[0m" : "");
-    // Runs of tokens with the same flag, decoded together.
-    std::string out;
-    size_t i = 0;
-    while (i < e.tokens.size()) {
-      size_t j = i;
-      while (j < e.tokens.size() && e.target[j] == e.target[i]) ++j;
-      const std::string text =
-          eo.tokenizer->decode(std::span<const int32_t>(e.tokens.data() + i, j - i));
-      out += e.target[i] && i > 0 ? on + text + off : text;
-      i = j;
-    }
+                m.plain);
+    const std::string out = marked_text(*eo.tokenizer, e.tokens, e.target, m);
     std::printf("%s\n", out.c_str());
     ++shown;
   }

@@ -130,6 +130,7 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("data.packing", d.packing ? "true" : "false");
   add("data.truncation", std::string(to_string(d.truncation)));
   add("data.on_bad_record", std::string(to_string(d.on_bad_record)));
+  add("data.max_length", std::to_string(d.max_length));
   add("data.messages_field", str(d.messages_field));
   add("data.instruction_field", str(d.instruction_field));
   add("data.input_field", str(d.input_field));

@@ -28,7 +28,7 @@ enum class DataFormat {
   kTokens,    // llm.c / nanoGPT .bin token files
   kChat,      // fine-tuning conversations (.jsonl/.json): messages or ShareGPT conversations
   kInstruct,  // fine-tuning instructions (.jsonl/.json): Alpaca's instruction, input, output
-  kPreference,  // preference pairs (.jsonl/.json): prompt, chosen, rejected (TRL's formats)
+  kPreference,  // preference pairs (.jsonl/.json): TRL's prompt, chosen, rejected
 };
 enum class TruncationName { kError, kRight, kLeft };
 enum class BadRecordName { kError, kSkip };
@@ -128,6 +128,9 @@ struct DataOptions {
   bool packing = false;          // several examples per row, attention kept inside each
   TruncationName truncation = TruncationName::kError;   // an example longer than seq_len + 1
   BadRecordName on_bad_record = BadRecordName::kError;  // a record that breaks the rules
+  // format preference: tokens per sequence (prompt + answer), the rest cut; a pair whose
+  // prompt alone is this long is dropped. 0 = seq_len / 2 + 1 (a pair always fits a row).
+  int max_length = 0;
   // Record field names.
   std::string messages_field = "messages";
   std::string instruction_field = "instruction";
@@ -138,7 +141,7 @@ struct DataOptions {
   // windows of a token stream.
   bool examples() const {
     return format == DataFormat::kChat || format == DataFormat::kInstruct ||
-           (format == DataFormat::kText && packing);
+           format == DataFormat::kPreference || (format == DataFormat::kText && packing);
   }
   bool operator==(const DataOptions&) const = default;
 };

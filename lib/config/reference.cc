@@ -102,12 +102,15 @@ const std::vector<KeyDoc>& key_reference() {
        "the per-block absmax scales themselves quantized to 8 bits in blocks of 256 "
        "(bnb_4bit_use_double_quant)"},
       // data
-      {"data.format", "string", "text", "text, tokens, chat, instruct",
+      {"data.format", "string", "text", "text, tokens, chat, instruct, preference",
        "text: raw bytes, byte tokenizer (token = byte, vocab 256), or documents with "
        "data.tokenizer; tokens: llm.c / nanoGPT .bin token files; chat: conversations "
        "(.jsonl/.json records with messages [{role, content}] or ShareGPT conversations [{from, "
        "value}]) rendered with the chat template, loss on the assistant's answers; instruct: "
-       "Alpaca records (instruction, optional input, output) as a user/assistant exchange"},
+       "Alpaca records (instruction, optional input, output) as a user/assistant exchange; "
+       "preference: TRL's preference pairs (prompt, chosen, rejected: strings, or message "
+       "lists rendered with the chat template), split into prompt and completions as TRL's "
+       "DPOTrainer does"},
       {"data.train", "path or list", "", "existing files",
        "training files: paths or globs, concatenated in order"},
       {"data.val", "path or list", "[]", "existing files",
@@ -121,7 +124,7 @@ const std::vector<KeyDoc>& key_reference() {
        ".jsonl file) is one document, encoded with the tokenizer's BOS and EOS, as fdtrain "
        "tokenize writes it; \"\" = the byte tokenizer"},
       {"data.chat_template", "string", "\"\"", "\"\", chatml, llama3, alpaca, or a file",
-       "chat and instruct: the Jinja chat template; \"\" = data.tokenizer's own "
+       "chat, instruct and preference: the Jinja chat template; \"\" = data.tokenizer's own "
        "(tokenizer_config.json chat_template), rendered as Hugging Face's apply_chat_template"},
       {"data.train_on_prompt", "bool", "false", "true, false",
        "chat and instruct: loss on every token, not only on the assistant's answers and their "
@@ -129,13 +132,16 @@ const std::vector<KeyDoc>& key_reference() {
       {"data.packing", "bool", "false", "true, false",
        "chat, instruct, and text with data.tokenizer: several examples (documents) per row of "
        "seq_len tokens, attention and positions restarting at each; false: one example per row, "
-       "padded"},
+       "padded; preference: several pairs per row (a pair never split)"},
       {"data.truncation", "string", "error", "error, right, left",
        "an example longer than seq_len + 1 tokens: an error naming it, or keep its first "
        "(right) / last (left) seq_len + 1 tokens"},
       {"data.on_bad_record", "string", "error", "error, skip",
        "a record that breaks the format's rules: stop with FILE:LINE and the reason, or leave "
        "it out (counted in summary.json)"},
+      {"data.max_length", "int", "0", ">= 2, <= data.seq_len / 2 + 1",
+       "preference: tokens per sequence (prompt + answer), the end cut; a pair whose prompt "
+       "alone is this long is dropped (and counted); 0 = data.seq_len / 2 + 1"},
       {"data.messages_field", "string", "messages", "a JSON key",
        "chat: the record's message list (records with \"conversations\" are read as ShareGPT)"},
       {"data.instruction_field", "string", "instruction", "a JSON key",

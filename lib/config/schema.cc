@@ -786,7 +786,7 @@ void Builder::data(const Node& root) {
   auto& d = r_->data;
   get_enum(s, "data", "format",
            std::vector<DataFormat>{DataFormat::kText, DataFormat::kTokens, DataFormat::kChat,
-                                   DataFormat::kInstruct},
+                                   DataFormat::kInstruct, DataFormat::kPreference},
            &d.format);
   if (bad("data")) {
     // Reported already: a failed include or a misspelt key in the section.
@@ -814,6 +814,7 @@ void Builder::data(const Node& root) {
   get_enum(s, "data", "on_bad_record",
            std::vector<BadRecordName>{BadRecordName::kError, BadRecordName::kSkip},
            &d.on_bad_record);
+  get_int(s, "data", "max_length", &d.max_length, at_least(2));
   for (auto [key, out] :
        {std::pair{"messages_field", &d.messages_field},
         std::pair{"instruction_field", &d.instruction_field},
@@ -827,6 +828,7 @@ void Builder::data(const Node& root) {
   // Keys that mean something only for some formats: a value other than the default is
   // refused elsewhere (a resolved recipe, as checkpoints store it, names every key).
   const bool chat_like = d.format == DataFormat::kChat || d.format == DataFormat::kInstruct;
+  const bool preference = d.format == DataFormat::kPreference;
   const DataOptions defaults;
   auto only_for = [&](const char* key, bool non_default, bool ok, const char* which) {
     const std::string path = std::string("data.") + key;
@@ -836,10 +838,35 @@ void Builder::data(const Node& root) {
     }
   };
   const char* examples =
-      "fine-tuning examples (data.format chat or instruct, or text with "
+      "fine-tuning examples (data.format chat, instruct or preference, or text with "
       "data.packing)";
-  only_for("chat_template", !d.chat_template.empty(), chat_like, "data.format chat and instruct");
-  only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
+  // Keys of example data that preference pairs have no use for, each with the reason.
+  auto not_for_preference = [&](const char* key, bool non_default, const char* why) {
+    const std::string path = std::string("data.") + key;
+    if (preference && is_set(path) && non_default && !bad(path))
+      error(loc_of(path), path, fmt::format("does not apply to data.format preference: {}", why));
+  };
+  not_for_preference("train_on_prompt", d.train_on_prompt,
+                     "a pair's loss is on its answers (the objective decides whether the chosen "
+                     "prompt is scored too, as ORPO does)");
+  not_for_preference("truncation", d.truncation != defaults.truncation,
+                     "each sequence keeps its first data.max_length tokens and a pair whose "
+                     "prompt alone is that long is dropped, as TRL does; set data.max_length");
+  only_for("chat_template", !d.chat_template.empty(), chat_like || preference,
+           "data.format chat, instruct and preference");
+  if (!preference) {
+    only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
+  }
+  only_for("max_length", d.max_length != defaults.max_length, preference,
+           "data.format preference");
+  if (preference && is_set("data.max_length") && !bad("data.max_length") && !bad("data.seq_len") &&
+      2 * int64_t(d.max_length - 1) > d.seq_len) {
+    error(loc_of("data.max_length"), "data.max_length",
+          fmt::format("{} is too long for data.seq_len {}: a pair's chosen and rejected sequences "
+                      "share one row of data.seq_len positions ({} each at most); raise "
+                      "data.seq_len or lower data.max_length (at most data.seq_len / 2 + 1 = {})",
+                      d.max_length, d.seq_len, d.max_length - 1, d.seq_len / 2 + 1));
+  }
   only_for("messages_field", d.messages_field != defaults.messages_field,
            d.format == DataFormat::kChat, "data.format chat");
   only_for("instruction_field", d.instruction_field != defaults.instruction_field,
@@ -852,14 +879,16 @@ void Builder::data(const Node& root) {
            "data.format text");
   only_for("packing", d.packing, d.format != DataFormat::kTokens,
            "data.format chat, instruct and text (token files are one stream)");
-  only_for("truncation", d.truncation != defaults.truncation, d.examples(), examples);
+  if (!preference)
+    only_for("truncation", d.truncation != defaults.truncation, d.examples(), examples);
   only_for("on_bad_record", d.on_bad_record != defaults.on_bad_record, d.examples(), examples);
-  if ((chat_like || d.packing) && d.tokenizer.empty() && !bad("data.tokenizer") &&
+  if ((chat_like || preference || d.packing) && d.tokenizer.empty() && !bad("data.tokenizer") &&
       !bad("data.packing")) {
     error(s == nullptr ? file_ : loc_of("data"), "data.tokenizer",
           fmt::format("data.format {}{} needs the model's tokenizer: set data.tokenizer to a "
                       "directory with tokenizer.json (a Hugging Face model directory)",
-                      to_string(d.format), d.packing && !chat_like ? " with data.packing" : ""));
+                      to_string(d.format),
+                      d.packing && !chat_like && !preference ? " with data.packing" : ""));
   }
 }
 

@@ -3,42 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <exception>
-#include <thread>
+#include <cmath>
+#include <numeric>
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
-#include "lib/base/rng.h"
 #include "lib/data/document_encoder.h"
+#include "lib/data/row_order.h"
 
 namespace fd::data {
 namespace {
-
-constexpr uint64_t kPackStream = 0x7061'636b'0000'0003ULL;   // "pack"
-constexpr uint64_t kEpochStream = 0x6570'6f63'6800'0004ULL;  // "epoch"
-
-// A permutation of [0, n) keyed by `key`: a four-round Feistel network on the smallest
-// even-bit domain holding n, walked until the value falls inside [0, n) (on average
-// fewer than four times: the domain is under 4n).
-uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
-  if (n <= 1) return 0;
-  int bits = 0;
-  while ((uint64_t{1} << bits) < n) ++bits;
-  const int half = (bits + 1) / 2;
-  const uint64_t mask = (uint64_t{1} << half) - 1;
-  uint64_t x = i;
-  do {
-    uint64_t l = x >> half, r = x & mask;
-    for (uint64_t round = 0; round < 4; ++round) {
-      const uint64_t f = hash_words(key, round, r) & mask;
-      const uint64_t next = l ^ f;
-      l = r;
-      r = next;
-    }
-    x = (l << half) | r;
-  } while (x >= n);
-  return x;
-}
 
 const char* truncation_name(Truncation t) {
   switch (t) {
@@ -60,6 +34,8 @@ std::string format_name(RecordFormat f) {
       return "instruct";
     case RecordFormat::kText:
       return "text";
+    case RecordFormat::kPreference:
+      return "preference";
   }
   return "?";
 }
@@ -117,20 +93,14 @@ EncodedExample encode_example(const Record& record, const ExampleOptions& o) {
 }
 
 ExampleDataset::ExampleDataset(const ExampleOptions& options) : options_(options) {
-  FD_CHECK(options_.tokenizer != nullptr && options_.seq_len > 0, "ExampleDataset options");
+  FD_CHECK(options_.tokenizer != nullptr && options_.seq_len > 0 &&
+               options_.records.format != RecordFormat::kPreference,
+           "ExampleDataset options");
   if (options_.tokenizer->eos_id()) pad_id_ = *options_.tokenizer->eos_id();
-  std::vector<Record> train = read_records(options_.train_files, options_.records, &stats_.records);
-  std::vector<Record> val;
-  if (!options_.val_files.empty()) {
-    val = read_records(options_.val_files, options_.records, &stats_.records);
-  } else if (options_.val_fraction > 0.0 && train.size() >= 2) {
-    // The last val_fraction of the records (at least one, never all).
-    size_t n = size_t(std::ceil(options_.val_fraction * double(train.size())));
-    n = std::clamp<size_t>(n, 1, train.size() - 1);
-    val.assign(std::make_move_iterator(train.end() - std::ptrdiff_t(n)),
-               std::make_move_iterator(train.end()));
-    train.resize(train.size() - n);
-  }
+  RecordSplits splits = read_splits(options_.train_files, options_.val_files,
+                                    options_.val_fraction, options_.records, &stats_.records);
+  const std::vector<Record>& train = splits.train;
+  const std::vector<Record>& val = splits.val;
   build(train_, train, true);
   build(val_, val, false);
   if (train_.num_rows() == 0) {
@@ -159,29 +129,10 @@ ExampleDataset::ExampleDataset(const ExampleOptions& options) : options_(options
 
 void ExampleDataset::build(Split& split, const std::vector<Record>& records, bool is_train) {
   const ExampleOptions& o = options_;
-  // Encode on threads, contiguous chunks, kept in record order.
-  const size_t n = records.size();
-  const size_t threads =
-      std::clamp<size_t>(size_t(std::max(1, o.threads)), 1, std::max<size_t>(n, 1));
-  std::vector<std::vector<EncodedExample>> parts(threads);
-  std::vector<std::exception_ptr> errors(threads);
-  auto work = [&](size_t t) {
-    try {
-      text::EncodeCache cache;
-      const size_t begin = n * t / threads, end = n * (t + 1) / threads;
-      for (size_t i = begin; i < end; ++i) parts[t].push_back(encode_with(records[i], o, cache));
-    } catch (...) {
-      errors[t] = std::current_exception();
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
-    work(0);
-  }
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-
+  // Encode on threads, kept in record order.
+  std::vector<std::vector<EncodedExample>> parts = map_on_threads<EncodedExample>(
+      records.size(), o.threads,
+      [&](size_t i, text::EncodeCache& cache) { return encode_with(records[i], o, cache); });
   const int64_t T = o.seq_len;
   split.offsets.push_back(0);
   int64_t examples = 0;
@@ -229,26 +180,16 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
   }
   // Row order: shuffled for packing (so a row mixes examples from the whole dataset),
   // file order otherwise.
-  split.order.resize(size_t(examples));
-  for (int64_t e = 0; e < examples; ++e) split.order[size_t(e)] = int32_t(e);
-  if (o.packing) {
-    const uint64_t key = hash_words(o.seed, kPackStream, is_train ? 0 : 1);
-    for (int64_t e = 0; e < examples; ++e)
-      split.order[size_t(e)] = int32_t(permute(uint64_t(e), uint64_t(examples), key));
-  }
-  split.rows.push_back(0);
-  int64_t used = 0, positions = 0, target_positions = 0;
+  split.order = fill_order(examples, o.packing, o.seed, is_train);
+  std::vector<int64_t> positions(static_cast<size_t>(examples));
   for (int64_t k = 0; k < examples; ++k) {
     const int32_t e = split.order[size_t(k)];
-    const int64_t len = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 1;  // positions
-    if (k > 0 && (!o.packing || used + len > T)) {
-      split.rows.push_back(k);
-      used = 0;
-    }
-    used += len;
-    positions += len;
+    positions[size_t(k)] = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 1;
   }
-  if (examples > 0) split.rows.push_back(examples);
+  split.rows = fill_rows(positions, T, o.packing);
+  if (split.rows.empty()) split.rows.push_back(0);
+  int64_t target_positions = 0;
+  const int64_t positions_total = std::accumulate(positions.begin(), positions.end(), int64_t{0});
   split.row_targets.resize(size_t(split.num_rows()));
   for (int64_t r = 0; r < split.num_rows(); ++r) {
     int32_t count = 0;
@@ -263,10 +204,10 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
   if (is_train) {
     stats_.train_examples = examples;
     stats_.train_rows = split.num_rows();
-    stats_.train_tokens = positions;
+    stats_.train_tokens = positions_total;
     stats_.train_target_tokens = target_positions;
     stats_.efficiency =
-        split.num_rows() > 0 ? double(positions) / (double(split.num_rows()) * double(T)) : 0.0;
+        split.num_rows() > 0 ? double(positions_total) / (double(split.num_rows()) * double(T)) : 0.0;
   } else {
     stats_.val_examples = examples;
     stats_.val_rows = split.num_rows();
@@ -295,10 +236,7 @@ void ExampleDataset::fill_row(const Split& split, int64_t row, int seq_len, int3
 }
 
 int64_t ExampleDataset::train_row(int64_t step, int64_t global_index, int64_t global_batch) const {
-  const uint64_t R = uint64_t(train_.num_rows());
-  const uint64_t i = uint64_t(step) * uint64_t(global_batch) + uint64_t(global_index);
-  const uint64_t epoch = i / R;
-  return int64_t(permute(i % R, R, hash_words(options_.seed, kEpochStream, epoch)));
+  return epoch_row(options_.seed, step, global_index, global_batch, train_.num_rows());
 }
 
 void ExampleDataset::train_batch(const MicroBatch& m, int seq_len, const BatchBuffers& out) const {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -51,24 +53,14 @@ std::string string_member(const json& obj, const std::string& key, const std::st
   return "";
 }
 
-std::string parse_chat(const json& j, const RecordOptions& o, Record* out) {
-  const RecordFields& f = o.fields;
-  const bool sharegpt = !j.contains(f.messages) && j.contains("conversations");
-  const std::string list_key = sharegpt ? "conversations" : f.messages;
-  auto it = j.find(list_key);
-  if (it == j.end()) {
-    return fmt::format(
-        "missing \"{}\" (a chat record is {{\"{}\": [{{\"role\": ..., \"content\": ...}}, ...]}} "
-        "or ShareGPT's {{\"conversations\": [{{\"from\": ..., \"value\": ...}}, ...]}})",
-        f.messages, f.messages);
-  }
-  if (!it->is_array()) return fmt::format("\"{}\" is {}, not an array", list_key, type_of(*it));
-  if (it->empty()) return fmt::format("\"{}\" is empty", list_key);
+// A list of messages (a record's "messages", ShareGPT's "conversations", a preference
+// record's prompt or answer): appended to `out`, or what is wrong.
+std::string parse_messages(const json& list, const std::string& list_key, bool sharegpt,
+                           std::vector<Message>* out) {
   const char* role_key = sharegpt ? "from" : "role";
   const char* content_key = sharegpt ? "value" : "content";
-  bool any_assistant = false;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& m = list[i];
     const std::string at = fmt::format("{}[{}]", list_key, i);
     if (!m.is_object()) return fmt::format("{} is {}, not an object", at, type_of(m));
     Message msg;
@@ -96,9 +88,34 @@ std::string parse_chat(const json& j, const RecordOptions& o, Record* out) {
     }
     if (msg.role == "system" && i != 0)
       return fmt::format("{}: a system message may only come first", at);
-    any_assistant = any_assistant || msg.role == "assistant";
-    out->messages.push_back(std::move(msg));
+    out->push_back(std::move(msg));
   }
+  return "";
+}
+
+std::string parse_chat(const json& j, const RecordOptions& o, Record* out, bool* wrong_format) {
+  const RecordFields& f = o.fields;
+  const bool sharegpt = !j.contains(f.messages) && j.contains("conversations");
+  const std::string list_key = sharegpt ? "conversations" : f.messages;
+  auto it = j.find(list_key);
+  if (it == j.end() && j.contains("chosen") && j.contains("rejected")) {
+    *wrong_format = true;
+    return "the record looks like preference data (\"prompt\", \"chosen\", \"rejected\"), "
+           "not a chat record: set data.format: preference";
+  }
+  if (it == j.end()) {
+    return fmt::format(
+        "missing \"{}\" (a chat record is {{\"{}\": [{{\"role\": ..., \"content\": ...}}, ...]}} "
+        "or ShareGPT's {{\"conversations\": [{{\"from\": ..., \"value\": ...}}, ...]}})",
+        f.messages, f.messages);
+  }
+  if (!it->is_array()) return fmt::format("\"{}\" is {}, not an array", list_key, type_of(*it));
+  if (it->empty()) return fmt::format("\"{}\" is empty", list_key);
+  if (std::string err = parse_messages(*it, list_key, sharegpt, &out->messages); !err.empty())
+    return err;
+  const bool any_assistant =
+      std::any_of(out->messages.begin(), out->messages.end(),
+                  [](const Message& m) { return m.role == "assistant"; });
   if (!any_assistant && o.require_assistant) {
     return fmt::format("\"{}\" has no assistant message: nothing to train on", list_key);
   }
@@ -120,17 +137,91 @@ std::string parse_instruct(const json& j, const RecordFields& f, Record* out) {
   return "";
 }
 
-std::string parse_value(const json& j, const RecordOptions& o, Record* out) {
+constexpr const char* kPreferenceShape =
+    "a preference record is {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}, all "
+    "strings (standard) or all lists of {\"role\", \"content\"} messages (conversational)";
+
+std::string parse_preference(const json& j, Record* out, bool* wrong_format) {
+  const bool has_answers = j.contains("chosen") || j.contains("rejected");
+  if (!has_answers && (j.contains("messages") || j.contains("conversations"))) {
+    *wrong_format = true;
+    return "the record looks like chat data (\"messages\" or \"conversations\"), not a "
+           "preference pair: set data.format: chat";
+  }
+  const char* keys[] = {"prompt", "chosen", "rejected"};
+  for (const char* key : keys) {
+    if (!j.contains(key)) {
+      return fmt::format("missing \"{}\" ({}; a prompt taken from the answers, TRL's implicit "
+                         "prompt, is not read)",
+                         key, kPreferenceShape);
+    }
+    const json& v = j[key];
+    if (!v.is_string() && !v.is_array())
+      return fmt::format("\"{}\" is {}, not a string or a list of messages", key, type_of(v));
+  }
+  const bool conversational = j["prompt"].is_array();
+  for (const char* key : {"chosen", "rejected"}) {
+    if (j[key].is_array() != conversational) {
+      return fmt::format("\"prompt\" is {} but \"{}\" is {}: {}", type_of(j["prompt"]), key,
+                         type_of(j[key]), kPreferenceShape);
+    }
+  }
+  out->conversational = conversational;
+  if (!conversational) {
+    out->text = j["prompt"].get<std::string>();
+    out->chosen_text = j["chosen"].get<std::string>();
+    out->rejected_text = j["rejected"].get<std::string>();
+    return "";
+  }
+  if (j["prompt"].empty()) return "\"prompt\" is empty (it needs a user message)";
+  if (std::string err = parse_messages(j["prompt"], "prompt", false, &out->messages); !err.empty())
+    return err;
+  if (out->messages.back().role != "user") {
+    return fmt::format(
+        "\"prompt\" must end with the user's turn the answers reply to (its last message's "
+        "role is \"{}\")",
+        out->messages.back().role);
+  }
+  for (auto [key, answer] : {std::pair{"chosen", &out->chosen}, std::pair{"rejected", &out->rejected}}) {
+    if (j[key].empty()) return fmt::format("\"{}\" is empty (it needs the assistant's answer)", key);
+    if (std::string err = parse_messages(j[key], key, false, answer); !err.empty()) return err;
+    for (size_t i = 0; i < answer->size(); ++i) {
+      if ((*answer)[i].role != "assistant") {
+        return fmt::format("{}[{}]: role \"{}\": \"{}\" holds the assistant's answer only", key,
+                           i, (*answer)[i].role, key);
+      }
+    }
+  }
+  return "";
+}
+
+std::string parse_value(const json& j, const RecordOptions& o, Record* out,
+                        bool* wrong_format) {
   if (!j.is_object()) return fmt::format("the record is {}, not a JSON object", type_of(j));
   switch (o.format) {
     case RecordFormat::kChat:
-      return parse_chat(j, o, out);
+      return parse_chat(j, o, out, wrong_format);
     case RecordFormat::kInstruct:
       return parse_instruct(j, o.fields, out);
     case RecordFormat::kText:
       return string_member(j, o.fields.text, "a text record is {\"text\": ...}", false, &out->text);
+    case RecordFormat::kPreference:
+      return parse_preference(j, out, wrong_format);
   }
   return "unknown record format";
+}
+
+// Throws the reason, or counts the record as skipped, as the options say.
+void reject(const std::string& where, const std::string& err, const RecordOptions& o,
+            RecordStats* stats) {
+  const std::string reason = fmt::format("{}: {}", where, err);
+  if (o.bad == BadRecords::kError) {
+    usage_error("{} (data.on_bad_record: skip leaves bad records out and counts them)", reason);
+  }
+  if (stats) {
+    ++stats->skipped;
+    if (stats->skip_reasons.size() < RecordStats::kMaxReasons) stats->skip_reasons.push_back(reason);
+  }
 }
 
 // Keeps a record, or counts it as skipped, or throws, as the options say.
@@ -138,17 +229,11 @@ class Collector {
  public:
   Collector(const RecordOptions& o, RecordStats* stats) : o_(o), stats_(stats) {}
 
-  void add(const std::string& where, const std::string& err, Record&& r) {
+  void add(const std::string& where, const std::string& err, Record&& r,
+           bool wrong_format = false) {
     if (!err.empty()) {
-      const std::string reason = fmt::format("{}: {}", where, err);
-      if (o_.bad == BadRecords::kError) {
-        usage_error("{} (data.on_bad_record: skip leaves bad records out and counts them)", reason);
-      }
-      if (stats_) {
-        ++stats_->skipped;
-        if (stats_->skip_reasons.size() < RecordStats::kMaxReasons)
-          stats_->skip_reasons.push_back(reason);
-      }
+      if (wrong_format) usage_error("{}: {}", where, err);
+      reject(where, err, o_, stats_);
       return;
     }
     r.where = where;
@@ -200,9 +285,10 @@ void read_jsonl(const std::string& path, const RecordOptions& o, Collector& c) {
     }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
+    bool wrong_format = false;
     std::string err = try_parse_json(line, j);
-    err = err.empty() ? parse_value(j, o, &rec) : jsonl_error(err);
-    c.add(where, err, std::move(rec));
+    err = err.empty() ? parse_value(j, o, &rec, &wrong_format) : jsonl_error(err);
+    c.add(where, err, std::move(rec), wrong_format);
   }
 }
 
@@ -219,8 +305,9 @@ void read_json(const std::string& path, const RecordOptions& o, Collector& c) {
   }
   for (size_t i = 0; i < j.size(); ++i) {
     Record r;
-    std::string err = parse_value(j[i], o, &r);
-    c.add(fmt::format("{}: element {}", path, i), err, std::move(r));
+    bool wrong_format = false;
+    std::string err = parse_value(j[i], o, &r, &wrong_format);
+    c.add(fmt::format("{}: element {}", path, i), err, std::move(r), wrong_format);
   }
 }
 
@@ -238,7 +325,8 @@ std::string sharegpt_role(const std::string& from) {
 std::string parse_record(const std::string& json_text, const RecordOptions& o, Record* out) {
   json j;
   if (std::string err = try_parse_json(json_text, j); !err.empty()) return err;
-  return parse_value(j, o, out);
+  bool wrong_format = false;
+  return parse_value(j, o, out, &wrong_format);
 }
 
 std::vector<Record> read_records(const std::vector<std::string>& files, const RecordOptions& o,
@@ -259,6 +347,29 @@ std::vector<Record> read_records(const std::vector<std::string>& files, const Re
     }
   }
   return c.take();
+}
+
+RecordSplits read_splits(const std::vector<std::string>& train,
+                         const std::vector<std::string>& val, double val_fraction,
+                         const RecordOptions& o, RecordStats* stats) {
+  RecordSplits s;
+  s.train = read_records(train, o, stats);
+  if (!val.empty()) {
+    s.val = read_records(val, o, stats);
+  } else if (val_fraction > 0.0 && s.train.size() >= 2) {
+    size_t n = size_t(std::ceil(val_fraction * double(s.train.size())));
+    n = std::clamp<size_t>(n, 1, s.train.size() - 1);
+    s.val.assign(std::make_move_iterator(s.train.end() - std::ptrdiff_t(n)),
+                 std::make_move_iterator(s.train.end()));
+    s.train.resize(s.train.size() - n);
+  }
+  return s;
+}
+
+void reject_record(const std::string& where, const std::string& reason, const RecordOptions& o,
+                   RecordStats* stats) {
+  if (stats) --stats->records;
+  reject(where, reason, o, stats);
 }
 
 }  // namespace fd::data

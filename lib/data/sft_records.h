@@ -11,6 +11,12 @@
 //             field names configurable; becomes [user: I (+ "\n\n" + X), assistant: O]
 //             and keeps I and X apart for templates that want them (alpaca).
 //   text      {"text": T}: a document, trained on whole.
+//   preference  TRL's preference pairs, field names fixed: standard
+//             {"prompt": P, "chosen": C, "rejected": R}, all strings; or conversational,
+//             all message lists: the prompt's turns (system first if any, ending with a
+//             user turn), then "chosen" and "rejected" each the assistant's message(s).
+// A record of another format's shape (a preference record read as chat, a chat record
+// read as preference) is an error whatever on_bad_record says, naming data.format to use.
 // A record that breaks a rule is reported as "FILE:LINE: what is wrong" (JSON
 // files: "FILE: element N"); with BadRecords::kSkip it is counted and left out
 // instead, and the first few reasons are kept for the run's summary. A line
@@ -25,7 +31,7 @@
 
 namespace fd::data {
 
-enum class RecordFormat { kChat, kInstruct, kText };
+enum class RecordFormat { kChat, kInstruct, kText, kPreference };
 
 // The largest .json dataset read whole (a larger one belongs in .jsonl, read a
 // line at a time; each line at most kMaxJsonLineBytes, line_reader.h).
@@ -47,10 +53,14 @@ struct Message {
 };
 
 struct Record {
-  std::vector<Message> messages;  // chat and instruct
-  std::string text;               // text
+  std::vector<Message> messages;  // chat and instruct; conversational preference: the prompt
+  std::string text;               // text; standard preference: the prompt
   // instruct only: the instruction and input as given (the alpaca template's fields).
   std::string instruction, input;
+  // preference only: the shape, and the two answers (messages when conversational, else text).
+  bool conversational = false;
+  std::vector<Message> chosen, rejected;
+  std::string chosen_text, rejected_text;
   std::string where;  // "FILE:LINE" (or "FILE: element N"), for messages
 };
 
@@ -81,6 +91,20 @@ std::string sharegpt_role(const std::string& from);
 // the first bad record. `stats` (may be null) receives the counts.
 std::vector<Record> read_records(const std::vector<std::string>& files, const RecordOptions& o,
                                  RecordStats* stats);
+
+// The records of a run: `train` files, and `val` files or else the last val_fraction of the
+// training records (at least one, never all; none with fewer than two records).
+struct RecordSplits {
+  std::vector<Record> train, val;
+};
+RecordSplits read_splits(const std::vector<std::string>& train,
+                         const std::vector<std::string>& val, double val_fraction,
+                         const RecordOptions& o, RecordStats* stats);
+
+// A record found bad after reading (its encoding, say): "WHERE: reason" thrown as fd::Error
+// (kUsage) with BadRecords::kError, else moved from `stats`' records to its skipped.
+void reject_record(const std::string& where, const std::string& reason, const RecordOptions& o,
+                   RecordStats* stats);
 
 // A JSON Lines line's try_parse_json() error (lib/base/input_file.h) as a
 // reason after "FILE:LINE: ": "not valid JSON at column C: ... (a .jsonl file

@@ -139,7 +139,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.seq_len = r.data.seq_len;
   a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
   a.objective = preference_options(r);
-  a.packed = r.data.packing || a.objective.has_value();
+  a.packed = r.data.packing || r.data.format == config::DataFormat::kPreference;
 
   zero::ZeroConfig& z = a.zero;
   z.stage = r.zero.stage;
@@ -197,7 +197,7 @@ Assembly assemble_for_inference(const config::Recipe& r) {
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
   a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
-  a.packed = r.data.packing;
+  a.packed = r.data.packing || r.data.format == config::DataFormat::kPreference;
   return a;
 }
 
@@ -244,7 +244,47 @@ data::RecordFormat record_format(config::DataFormat f) {
   }
 }
 
+// data.chat_template (or data.tokenizer's own), loaded. optional: nullptr when the tokenizer
+// has none and data.chat_template is unset, instead of the error.
+std::shared_ptr<const data::ChatTemplate> recipe_chat_template(const config::Recipe& r,
+                                                               bool optional = false) {
+  const config::DataOptions& d = r.data;
+  try {
+    return std::make_shared<const data::ChatTemplate>(
+        data::ChatTemplate::load(d.chat_template, d.tokenizer));
+  } catch (const Error& e) {
+    if (optional && d.chat_template.empty() && e.kind() == ErrorKind::kUsage) return nullptr;
+    throw Error(e.kind(), fmt::format("{}: data.chat_template: {}",
+                                      r.where(d.chat_template.empty() ? "data.tokenizer"
+                                                                      : "data.chat_template"),
+                                      e.what()));
+  }
+}
+
+data::BadRecords bad_records(const config::DataOptions& d) {
+  return d.on_bad_record == config::BadRecordName::kSkip ? data::BadRecords::kSkip
+                                                         : data::BadRecords::kError;
+}
+
 }  // namespace
+
+data::PreferenceDatasetOptions preference_options(const config::Recipe& r) {
+  const config::DataOptions& d = r.data;
+  data::PreferenceDatasetOptions o;
+  o.train_files = d.train;
+  o.val_files = d.val;
+  o.val_fraction = d.val_fraction;
+  o.records.bad = bad_records(d);
+  o.seq_len = d.seq_len;
+  o.max_length = d.max_length;
+  o.vocab_size = r.model.vocab_size;
+  o.tokenizer = recipe_tokenizer(r);
+  o.chat_template = recipe_chat_template(r, /*optional=*/true);
+  o.packing = d.packing;
+  o.seed = uint64_t(r.seed);
+  o.threads = r.threads;
+  return o;
+}
 
 data::ExampleOptions example_options(const config::Recipe& r) {
   const config::DataOptions& d = r.data;
@@ -258,22 +298,11 @@ data::ExampleOptions example_options(const config::Recipe& r) {
                       .input = d.input_field,
                       .output = d.output_field,
                       .text = d.text_field};
-  o.records.bad = d.on_bad_record == config::BadRecordName::kSkip ? data::BadRecords::kSkip
-                                                                  : data::BadRecords::kError;
+  o.records.bad = bad_records(d);
   o.seq_len = d.seq_len;
   o.vocab_size = r.model.vocab_size;
   o.tokenizer = recipe_tokenizer(r);
-  if (o.records.format != data::RecordFormat::kText) {
-    try {
-      o.chat_template = std::make_shared<const data::ChatTemplate>(
-          data::ChatTemplate::load(d.chat_template, d.tokenizer));
-    } catch (const Error& e) {
-      throw Error(e.kind(), fmt::format("{}: data.chat_template: {}",
-                                        r.where(d.chat_template.empty() ? "data.tokenizer"
-                                                                        : "data.chat_template"),
-                                        e.what()));
-    }
-  }
+  if (o.records.format != data::RecordFormat::kText) o.chat_template = recipe_chat_template(r);
   o.train_on_prompt = d.train_on_prompt;
   o.truncation = d.truncation == config::TruncationName::kRight  ? data::Truncation::kRight
                  : d.truncation == config::TruncationName::kLeft ? data::Truncation::kLeft
@@ -286,10 +315,11 @@ data::ExampleOptions example_options(const config::Recipe& r) {
 
 namespace {
 
-std::unique_ptr<data::ExampleDataset> open_examples(const config::Recipe& r) {
-  const data::ExampleOptions o = example_options(r);
+// The dataset `Options` builds, its usage errors located at the recipe's data section.
+template <class Dataset, class Options>
+std::unique_ptr<Dataset> open_located(const config::Recipe& r, const Options& o) {
   try {
-    return std::make_unique<data::ExampleDataset>(o);
+    return std::make_unique<Dataset>(o);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kUsage) throw;
     throw Error(ErrorKind::kUsage, fmt::format("{}: {}", r.where("data"), e.what()));
@@ -304,15 +334,33 @@ TrainingData& TrainingData::operator=(TrainingData&&) noexcept = default;
 TrainingData::~TrainingData() = default;
 
 const data::BatchSource& TrainingData::source() const {
+  if (preference) return *preference;
   if (examples) return *examples;
   return *sampler;
 }
 
 std::string TrainingData::summary() const {
+  if (preference) return preference->summary();
   return examples ? examples->summary() : stream->summary();
 }
 
 nlohmann::json TrainingData::stats_json() const {
+  if (preference) {
+    const data::PreferenceStats& s = preference->stats();
+    return {{"pairs", {{"train", s.train_pairs}, {"val", s.val_pairs}}},
+            {"rows", {{"train", s.train_rows}, {"val", s.val_rows}}},
+            {"tokens", s.train_tokens},
+            {"efficiency", s.efficiency},
+            {"packing", preference->packing()},
+            {"max_length", preference->max_length()},
+            {"dropped", s.dropped},
+            {"truncated", s.truncated},
+            {"identical", s.identical},
+            {"identical_where", s.identical_where},
+            {"records", s.records.records},
+            {"skipped_records", s.records.skipped},
+            {"skip_reasons", s.records.skip_reasons}};
+  }
   if (!examples) return nullptr;
   const data::ExampleStats& s = examples->stats();
   return {{"examples", {{"train", s.train_examples}, {"val", s.val_examples}}},
@@ -330,8 +378,12 @@ nlohmann::json TrainingData::stats_json() const {
 
 TrainingData open_dataset(const config::Recipe& r) {
   TrainingData out;
+  if (r.data.format == config::DataFormat::kPreference) {
+    out.preference = open_located<data::PreferenceDataset>(r, preference_options(r));
+    return out;
+  }
   if (r.data.examples()) {
-    out.examples = open_examples(r);
+    out.examples = open_located<data::ExampleDataset>(r, example_options(r));
     return out;
   }
   out.stream = open_stream(r);

@@ -21,6 +21,7 @@
 #include "lib/ckpt/peft.h"
 #include "lib/config/recipe.h"
 #include "lib/data/example_dataset.h"
+#include "lib/data/preference_dataset.h"
 #include "lib/data/sampler.h"
 #include "lib/data/token_dataset.h"
 #include "lib/dist/mesh.h"
@@ -115,11 +116,13 @@ std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kR
 //
 // Fine-tuning examples (data.format chat or instruct, or text with data.packing) are read,
 // rendered with the chat template and encoded as an ExampleDataset instead
-// (example_dataset.h), with the same errors for bad records, templates and lengths.
+// (example_dataset.h), with the same errors for bad records, templates and lengths;
+// preference pairs (data.format preference) as a PreferenceDataset (preference_dataset.h).
 struct TrainingData {
   std::unique_ptr<data::TokenDataset> stream;      // windows of a token stream, or
   std::unique_ptr<data::Sampler> sampler;          // (over `stream`)
-  std::unique_ptr<data::ExampleDataset> examples;  // fine-tuning examples
+  std::unique_ptr<data::ExampleDataset> examples;  // fine-tuning examples, or
+  std::unique_ptr<data::PreferenceDataset> preference;  // preference pairs
 
   TrainingData();
   TrainingData(TrainingData&&) noexcept;
@@ -136,6 +139,10 @@ TrainingData open_dataset(const config::Recipe& r);
 // data.packing), its tokenizer and chat template loaded: what open_dataset() and
 // `fdtrain data preview` read examples with. Throws fd::Error (kUsage) located in the recipe.
 data::ExampleOptions example_options(const config::Recipe& r);
+// The same for data.format preference. The chat template is loaded when the tokenizer has
+// one or data.chat_template names one; without it conversational pairs are refused (standard
+// pairs need none). prompt_targets stays false: the objective sets it.
+data::PreferenceDatasetOptions preference_options(const config::Recipe& r);
 
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts
 // from '\n', token files from GPT-2's <|endoftext|> when the vocabulary has it.

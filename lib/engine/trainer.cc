@@ -247,6 +247,13 @@ void Trainer::setup(const TrainOptions& options) {
   comm_.set_timeout(recipe_.dist.timeout_s);
 
   data_ = open_dataset(recipe_);
+  // Until a preference objective consumes them, pairs must not be trained on as if they were
+  // examples (the step's loss would be divided by pairs, the rejected answers learnt).
+  if (data_.source().pairs()) {
+    usage_error("{}: data.format preference: the trainer has no preference objective yet "
+                "(fdtrain validate and data preview read the pairs)",
+                recipe_.where("data.format"));
+  }
   assembly_ = assemble(recipe_, world);
   const Assembly& a = assembly_;
   const nn::DecoderConfig& mc = a.model;

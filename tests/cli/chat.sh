@@ -162,7 +162,7 @@ printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}\n  {%% include "o
 expect_fail 2 "t.jinja:2:[0-9]+: .*include" validate "$TMP/sft.yaml" "data.chat_template=$TMP/t.jinja"
 expect_fail 2 "chat.jsonl:1: the example is [0-9]+ tokens, longer than data.seq_len \+ 1 = 9" \
   validate "$TMP/sft.yaml" data.seq_len=8
-expect_fail 2 "data.chat_template: .*applies to data.format chat and instruct" \
+expect_fail 2 "data.chat_template: .*applies to data.format chat, instruct and preference" \
   validate "$TMP/sft.yaml" data.format=text data.chat_template=chatml
 { cat "$TMP/chat.jsonl"; echo '{"messages": "not a list"}'; echo 'nonsense'; } > "$TMP/mixed.jsonl"
 timeout 300 "$FDTRAIN" train "$TMP/sft.yaml" "data.train=[$TMP/mixed.jsonl]" data.on_bad_record=skip steps=2 \
