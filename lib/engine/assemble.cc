@@ -78,7 +78,7 @@ pipe::PartitionSpec partition_spec(const config::ParallelOptions& p) {
 }
 
 // The recipe's objective section as lib/objective's options; none without it.
-std::optional<objective::PreferenceOptions> preference_options(const config::Recipe& r) {
+std::optional<objective::PreferenceOptions> objective_options(const config::Recipe& r) {
   if (!r.objective) return std::nullopt;
   const config::ObjectiveOptions& o = *r.objective;
   objective::PreferenceOptions p;
@@ -138,7 +138,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
   a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
-  a.objective = preference_options(r);
+  a.objective = objective_options(r);
   a.packed = r.data.packing || r.data.format == config::DataFormat::kPreference;
 
   zero::ZeroConfig& z = a.zero;
@@ -283,6 +283,8 @@ data::PreferenceDatasetOptions preference_options(const config::Recipe& r) {
   o.packing = d.packing;
   o.seed = uint64_t(r.seed);
   o.threads = r.threads;
+  // ORPO's NLL term scores the chosen sequence's prompt too (docs/OBJECTIVES.md).
+  o.prompt_targets = r.objective && r.objective->name == config::ObjectiveName::kOrpo;
   return o;
 }
 

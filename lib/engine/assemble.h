@@ -141,7 +141,7 @@ TrainingData open_dataset(const config::Recipe& r);
 data::ExampleOptions example_options(const config::Recipe& r);
 // The same for data.format preference. The chat template is loaded when the tokenizer has
 // one or data.chat_template names one; without it conversational pairs are refused (standard
-// pairs need none). prompt_targets stays false: the objective sets it.
+// pairs need none). prompt_targets is set for ORPO (its NLL scores the chosen prompt too).
 data::PreferenceDatasetOptions preference_options(const config::Recipe& r);
 
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts

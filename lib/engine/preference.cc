@@ -57,24 +57,23 @@ nlohmann::json PreferenceTally::to_json(const objective::PreferenceOptions& o) c
   return j;
 }
 
-PreferenceHead::PreferenceHead(const objective::PreferenceOptions& options, int64_t chunk_rows)
-    : options_(options), chunk_rows_(chunk_rows) {}
+PreferenceHead::PreferenceHead(const objective::PreferenceOptions& options)
+    : options_(options) {}
 
 bool PreferenceHead::uses_nll() const {
   return options_.objective == objective::Objective::kOrpo ||
          (options_.objective == objective::Objective::kSimpo && options_.cpo_alpha != 0.0);
 }
 
-void PreferenceHead::install(const nn::Decoder& model) {
-  const_cast<nn::Decoder&>(model).set_head_loss(
+void PreferenceHead::install(nn::Decoder& model) {
+  chunk_rows_ = model.head_chunk_rows();
+  model.set_head_loss(
       [this](const Variable& h, const Variable& w, const Tensor& targets) {
         return head(h, w, targets);
       });
 }
 
-void PreferenceHead::uninstall(const nn::Decoder& model) {
-  const_cast<nn::Decoder&>(model).set_head_loss({});
-}
+void PreferenceHead::uninstall(nn::Decoder& model) { model.set_head_loss({}); }
 
 void PreferenceHead::register_batch(const Batch& batch) {
   FD_CHECK(batch.roles.defined(), "a preference batch carries roles");

@@ -49,11 +49,12 @@ class PreferenceHead {
 
   // `nll`: the objective scores the chosen NLL (ORPO; SimPO with cpo_alpha); its positions are
   // the rows' role-2 (chosen prompt) and role-0 (chosen completion) targets.
-  PreferenceHead(const objective::PreferenceOptions& options, int64_t chunk_rows);
+  explicit PreferenceHead(const objective::PreferenceOptions& options);
 
-  // Installs the head on `model` (the model must outlive this, or the head be uninstalled).
-  void install(const nn::Decoder& model);
-  static void uninstall(const nn::Decoder& model);
+  // Installs the head on `model` (the model must outlive this, or the head be uninstalled),
+  // chunked as the model's own head (Decoder::head_chunk_rows).
+  void install(nn::Decoder& model);
+  static void uninstall(nn::Decoder& model);
 
   // The batch whose targets buffer the head will be given (before its forward).
   void register_batch(const Batch& batch);
@@ -78,7 +79,7 @@ class PreferenceHead {
                           const Tensor& targets);
 
   objective::PreferenceOptions options_;
-  int64_t chunk_rows_;
+  int64_t chunk_rows_ = 1024;
   Mode mode_ = Mode::kTrain;
   objective::StepTotals totals_;
   std::vector<double>* reference_ = nullptr;

@@ -61,6 +61,17 @@ void check_record(const Record& r, const RecordOptions& o, bool need_where) {
       if (o.require_assistant && !assistant) broken("a chat record without an assistant message");
       return;
     }
+    case RecordFormat::kPreference:
+      if (r.conversational) {
+        if (r.messages.empty() || r.chosen.empty() || r.rejected.empty())
+          broken("a conversational pair without its prompt or answers");
+        for (const auto* answers : {&r.chosen, &r.rejected})
+          for (const auto& m : *answers)
+            if (m.role != "assistant") broken("a preference answer that is not the assistant's");
+      } else if (!r.messages.empty() || !r.chosen.empty() || !r.rejected.empty()) {
+        broken("a standard pair with messages");
+      }
+      return;
   }
 }
 
@@ -86,7 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fd::fuzz::write_file(json, in);
   const std::string text(in);
   for (const RecordFormat format :
-       {RecordFormat::kChat, RecordFormat::kInstruct, RecordFormat::kText}) {
+       {RecordFormat::kChat, RecordFormat::kInstruct, RecordFormat::kText,
+        RecordFormat::kPreference}) {
     RecordOptions o;
     o.format = format;
     // Bad records skipped in each format; an error at the first one (chat only: the
