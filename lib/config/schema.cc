@@ -814,7 +814,10 @@ void Builder::data(const Node& root) {
   get_enum(s, "data", "on_bad_record",
            std::vector<BadRecordName>{BadRecordName::kError, BadRecordName::kSkip},
            &d.on_bad_record);
-  get_int(s, "data", "max_length", &d.max_length, at_least(2));
+  get_int(s, "data", "max_length", &d.max_length, at_least(0));
+  if (d.max_length == 1 && !bad("data.max_length"))
+    error(loc_of("data.max_length"), "data.max_length",
+          "must be >= 2 (a prompt token and an answer token), or 0 for data.seq_len / 2 + 1");
   for (auto [key, out] :
        {std::pair{"messages_field", &d.messages_field},
         std::pair{"instruction_field", &d.instruction_field},
@@ -867,6 +870,8 @@ void Builder::data(const Node& root) {
                       "data.seq_len or lower data.max_length (at most data.seq_len / 2 + 1 = {})",
                       d.max_length, d.seq_len, d.max_length - 1, d.seq_len / 2 + 1));
   }
+  // Resolved here, so that config.yaml and a checkpoint's recipe say the length the run used.
+  if (preference && d.max_length == 0 && !bad("data.seq_len")) d.max_length = d.seq_len / 2 + 1;
   only_for("messages_field", d.messages_field != defaults.messages_field,
            d.format == DataFormat::kChat, "data.format chat");
   only_for("instruction_field", d.instruction_field != defaults.instruction_field,
@@ -1428,21 +1433,25 @@ void Builder::objective(const Node& root) {
   get_string(s, "objective", "reference", &o.reference);
   r_->objective = o;
   if (bad("objective.name")) return;
-  // Keys that the chosen objective would ignore.
+  // Keys that the chosen objective would ignore, set to something else than their default (a
+  // resolved recipe, as config.yaml and checkpoints store it, names every key).
   const std::string name(to_string(o.name));
-  auto only = [&](const char* key, bool used, const std::string& why) {
+  const ObjectiveOptions defaults;
+  auto only = [&](const char* key, bool non_default, bool used, const std::string& why) {
     const std::string path = std::string("objective.") + key;
-    if (is_set(path) && !bad(path) && !used)
+    if (is_set(path) && !bad(path) && non_default && !used)
       error(loc_of(path), path, fmt::format("is not used by objective.name {}: {}", name, why));
   };
   const bool dpo = o.name == ObjectiveName::kDpo, simpo = o.name == ObjectiveName::kSimpo;
-  only("loss_type", dpo, "it picks DPO's loss; remove it");
-  only("label_smoothing", (dpo && o.loss_type == DpoLossName::kRobust) || simpo,
+  only("loss_type", o.loss_type != defaults.loss_type, dpo, "it picks DPO's loss; remove it");
+  only("label_smoothing", o.label_smoothing != defaults.label_smoothing,
+       (dpo && o.loss_type == DpoLossName::kRobust) || simpo,
        "current TRL uses it only in DPO's robust loss and in SimPO (cDPO's smoothed sigmoid is "
        "gone); remove it, or use loss_type: robust");
-  only("gamma", simpo, "it is SimPO's target margin; remove it");
-  only("cpo_alpha", simpo, "it weighs SimPO's NLL term; remove it");
-  only("reference", dpo,
+  only("gamma", o.gamma != defaults.gamma, simpo, "it is SimPO's target margin; remove it");
+  only("cpo_alpha", o.cpo_alpha != defaults.cpo_alpha, simpo,
+       "it weighs SimPO's NLL term; remove it");
+  only("reference", !o.reference.empty(), dpo,
        "only DPO compares with a reference model (SimPO and ORPO are reference-free); remove it");
   if (dpo && !o.reference.empty() && check_files_ && !bad("objective.reference")) {
     std::error_code ec;

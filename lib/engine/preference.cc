@@ -57,8 +57,8 @@ nlohmann::json PreferenceTally::to_json(const objective::PreferenceOptions& o) c
   return j;
 }
 
-PreferenceHead::PreferenceHead(const objective::PreferenceOptions& options)
-    : options_(options) {}
+PreferenceHead::PreferenceHead(const objective::PreferenceOptions& options, int64_t chunk_rows)
+    : options_(options), chunk_rows_(chunk_rows) {}
 
 bool PreferenceHead::uses_nll() const {
   return options_.objective == objective::Objective::kOrpo ||
@@ -66,7 +66,7 @@ bool PreferenceHead::uses_nll() const {
 }
 
 void PreferenceHead::install(nn::Decoder& model) {
-  chunk_rows_ = model.head_chunk_rows();
+  if (chunk_rows_ <= 0) chunk_rows_ = model.head_chunk_rows();
   model.set_head_loss(
       [this](const Variable& h, const Variable& w, const Tensor& targets) {
         return head(h, w, targets);

@@ -49,10 +49,11 @@ class PreferenceHead {
 
   // `nll`: the objective scores the chosen NLL (ORPO; SimPO with cpo_alpha); its positions are
   // the rows' role-2 (chosen prompt) and role-0 (chosen completion) targets.
-  explicit PreferenceHead(const objective::PreferenceOptions& options);
+  // chunk_rows: rows per chunk of the head; 0 = as the model's own head
+  // (Decoder::head_chunk_rows).
+  explicit PreferenceHead(const objective::PreferenceOptions& options, int64_t chunk_rows = 0);
 
-  // Installs the head on `model` (the model must outlive this, or the head be uninstalled),
-  // chunked as the model's own head (Decoder::head_chunk_rows).
+  // Installs the head on `model` (the model must outlive this, or the head be uninstalled).
   void install(nn::Decoder& model);
   static void uninstall(nn::Decoder& model);
 
@@ -79,7 +80,7 @@ class PreferenceHead {
                           const Tensor& targets);
 
   objective::PreferenceOptions options_;
-  int64_t chunk_rows_ = 1024;
+  int64_t chunk_rows_;
   Mode mode_ = Mode::kTrain;
   objective::StepTotals totals_;
   std::vector<double>* reference_ = nullptr;

@@ -117,7 +117,10 @@ same_step1() {  # same_step1 A B LABEL: every number of step 1 of A and B within
   python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" <<'PY' && echo "ok: $3" || FAILURES=$((FAILURES + 1))
 import json, sys
 a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
-keys = [k for k in a if k == "loss" or "/" in k or k in ("nll_loss", "log_odds_ratio", "log_odds_chosen")]
+# Training metrics only: an evaluation reads logging.eval_batches micro-batches, so its pairs
+# depend on batch.micro.
+keys = [k for k in a if not k.startswith("eval_") and
+        (k == "loss" or "/" in k or k in ("nll_loss", "log_odds_ratio", "log_odds_chosen"))]
 worst = 0.0
 for k in keys:
     d = abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) if a[k] != b[k] else 0.0
@@ -138,7 +141,7 @@ steps: 3
 logging: {every: 1, sample_tokens: 0}
 YAML
 "$FDTRAIN" train "$TMP/pre.yaml" --run-dir "$TMP/pre" --no-progress > "$TMP/pre.log" 2>&1 &&
-  "$FDTRAIN" ckpt export "$TMP/pre" --hf-dir "$TMP/ref" > /dev/null 2>&1 ||
+  "$FDTRAIN" ckpt export "$TMP/pre" --hf-dir "$TMP/ref" >> "$TMP/pre.log" 2>&1 ||
   { echo "FAIL: making the reference directory"; tail -5 "$TMP/pre.log"; exit 1; }
 
 # Full fine-tuning from a random init against that reference (DPO), and ORPO (no reference).
@@ -198,10 +201,19 @@ with open(f"{tmp}/odd.jsonl", "w") as f:
     for w in ["gold", "gray", "pink", "teal"]:
         f.write(json.dumps(conv(f"Say {w}.", f"{w} is fine.", f"no {w}!")) + "\n")
 PY
+expect_fail 2 "odd.jsonl:3: the prompt encodes to no tokens" train "$R" data.train="[$TMP/odd.jsonl]" \
+  data.val=[] data.val_fraction=0 --run-dir "$TMP/odd"
 "$FDTRAIN" train "$R" data.train="[$TMP/odd.jsonl]" data.val=[] data.val_fraction=0 steps=2 \
-  logging.eval_every=0 checkpoint.every=0 --run-dir "$TMP/odd" --no-progress > "$TMP/odd.log" 2>&1 ||
+  data.on_bad_record=skip logging.eval_every=0 checkpoint.every=0 --run-dir "$TMP/odd" \
+  --no-progress > "$TMP/odd.log" 2>&1 ||
   { echo "FAIL: odd pairs run"; tail -5 "$TMP/odd.log"; FAILURES=$((FAILURES + 1)); }
 check "odd pairs: finite loss" "math.isfinite($(metric "$TMP/odd" 2 loss))"
+python3 - "$TMP/odd/summary.json" <<'PY' && echo "ok: odd pairs counted in summary.json" || FAILURES=$((FAILURES + 1))
+import json, sys
+d = json.load(open(sys.argv[1]))["data"]
+print("    data:", {k: d[k] for k in d if k not in ("skip_reasons",)})
+assert d["skipped_records"] == 1, d
+PY
 grep -Eiq "identical|equal" "$TMP/odd.log" && echo "ok: identical pair reported" ||
   { echo "FAIL: the identical pair is not reported"; FAILURES=$((FAILURES + 1)); }
 grep -Eiq "dropped|max_length" "$TMP/odd.log" && echo "ok: long prompt reported" ||

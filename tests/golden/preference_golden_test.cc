@@ -82,11 +82,11 @@ std::unique_ptr<nn::Decoder> load_model(const std::string& dir) {
   return model;
 }
 
-const nn::Decoder& policy() {
+nn::Decoder& policy() {
   static const auto m = load_model(golden_dir() + "/" + golden()["policy"].get<std::string>());
   return *m;
 }
-const nn::Decoder& reference() {
+nn::Decoder& reference() {
   static const auto m = load_model(golden_dir() + "/" + golden()["reference"].get<std::string>());
   return *m;
 }
@@ -199,7 +199,7 @@ std::vector<std::vector<int>> packed_two_rows() {
 }
 
 // `model`'s summed completion log-probs per pair (chosen, rejected), through kReference.
-std::vector<double> completion_logps(const nn::Decoder& model, PreferenceHead& head,
+std::vector<double> completion_logps(nn::Decoder& model, PreferenceHead& head,
                                      const std::vector<Batch>& batches) {
   std::vector<double> out(2 * pairs().size(), std::nan(""));
   head.set_reference(&out);
@@ -224,7 +224,7 @@ struct TrainResult {
 // Training micro-batches on the policy: each batch's backward seeded with its share of the
 // step's pairs (count / totals.pairs), as the trainer's grad_seed does (count_targets of a
 // preference batch is its pair count); the gradients accumulate.
-TrainResult train(const nn::Decoder& model, PreferenceHead& head, std::vector<double>& ref,
+TrainResult train(nn::Decoder& model, PreferenceHead& head, std::vector<double>& ref,
                   const std::vector<Batch>& batches, const objective::StepTotals& totals) {
   model.zero_grads();
   head.set_reference(&ref);
