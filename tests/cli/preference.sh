@@ -171,6 +171,24 @@ for o in "objective.loss_type=ipo" "objective.loss_type=hinge" \
 done
 check "simpo with cpo_alpha reports nll_loss" "$(metric "$TMP/obj-5" 1 nll_loss) > 0"
 
+# --- fdtrain runs shows the reward accuracy --------------------------------------------------
+runs=$("$FDTRAIN" runs "$TMP/lora" "$TMP/learn" 2>&1)
+grep -q "reward acc" <<<"$runs" && echo "ok: runs has a reward accuracy column" ||
+  { echo "FAIL: fdtrain runs"; echo "$runs"; FAILURES=$((FAILURES + 1)); }
+"$FDTRAIN" runs "$TMP/learn" --json | python3 -c "import json,sys; r=json.load(sys.stdin)[0]
+sys.exit(0 if r['rewards_accuracies'] > 0.9 else 1)" && echo "ok: runs --json rewards_accuracies" ||
+  { echo "FAIL: runs --json rewards_accuracies"; FAILURES=$((FAILURES + 1)); }
+
+# --- the rest of a recipe works unchanged: QLoRA, ZeRO-3, checkpointing, bf16, offload -------
+mkdir -p "$TMP/nvme"
+split "qlora" 2 model.quantize.type=nf4 zero.stage=3 precision=bf16 \
+  activation_checkpointing.layers=all zero.offload_optimizer.device=nvme \
+  zero.offload_optimizer.path=$TMP/nvme batch.micro=2 batch.accumulation=2
+check "QLoRA + ZeRO-3 + checkpointing + bf16 + NVMe offload: ln 2 at step 1" \
+  "abs($(metric "$TMP/qlora" 1 loss) - math.log(2)) < 1e-6"
+split "dpo-z3" 2 "objective.reference=$TMP/ref" lora=null zero.stage=3 batch.micro=4
+same_step1 "dpo-z3" "dpo-a" "dpo: ZeRO-3 over 2 ranks (the reference built partitioned) = micro 8"
+
 # --- the estimate: under LoRA the reference costs nothing ------------------------------------
 est=$("$FDTRAIN" estimate "$R" --json 2>&1) || { echo "FAIL: estimate"; echo "$est"; FAILURES=$((FAILURES + 1)); }
 python3 - "$TMP/lora/summary.json" <<PY && echo "ok: estimate = measured, reference 0 bytes" || FAILURES=$((FAILURES + 1))
