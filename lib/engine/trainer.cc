@@ -314,6 +314,14 @@ void Trainer::setup(const TrainOptions& options) {
   if (a.objective) {
     preference_ = std::make_unique<PreferenceHead>(*a.objective);
     preference_->install(*model_);
+    if (preference_->uses_reference() && !env.init.adapter.empty() &&
+        recipe_.objective->reference.empty() && comm_.rank() == 0)
+      log::warn(
+          "{}: lora.adapter with DPO: the reference is the base with the adapters off, so "
+          "without these adapters too (as TRL's PEFT reference); to compare against the "
+          "adapted model, merge them into a base directory first (fdtrain ckpt export RUN "
+          "--merge-lora --hf-dir DIR) and train new adapters on it",
+          recipe_.where("lora.adapter"));
   }
   if (lora.enabled() && comm_.rank() == 0) {
     const int64_t trainable = lora.num_params(mc);

@@ -4,15 +4,16 @@ preference format) for recipes/dpo_lora.yaml, built from recipes/data/debian_cha
 chat fine-tuning set made from this machine's manual pages by make_debian_chat.py).
 
 Each record asks one question of the chat set about a command and pairs the answer the chat set
-gives (chosen) with a wrong one (rejected): the description of another command, said of this
-one. Some records carry a system message in the prompt; a share are written in TRL's standard
+gives (chosen) with an irrelevant one (rejected): the chat set's answer about another command.
+What the model can learn from them, and carry to questions it was not trained on, is to answer
+about the command it was asked about. Some records carry a system message in the prompt; a share are written in TRL's standard
 (plain text) shape instead, so both shapes are exercised. Pairs whose prompt and longer answer
 take more than --max-tokens chatml-bytes tokens are left out (dpo_lora's rows of 256 positions
 hold a pair's two sequences of at most 129 tokens each):
 
   {"prompt": [{"role": "user", "content": "What does the ls command do?"}],
    "chosen": [{"role": "assistant", "content": "ls is a command to list directory contents."}],
-   "rejected": [{"role": "assistant", "content": "ls is a command to copy files."}]}
+   "rejected": [{"role": "assistant", "content": "cp is a command to copy files."}]}
 
 Deterministic (fixed seed); the output is committed.
 
@@ -66,13 +67,11 @@ def main():
     for system, earlier, question, answer, name in ex:
         if len(out) >= args.max:
             break
-        # A wrong answer: another command's answer, said of this one.
+        # An irrelevant answer: the answer about another command.
         other = rng.choice(ex)
-        if other[4] == name:
+        if other[4] == name or other[3] == answer:
             continue
-        wrong = other[3].replace(other[4], name, 1)
-        if wrong == answer:
-            continue
+        wrong = other[3]
         prompt = [{"role": "system", "content": system}] if system else []
         prompt.append({"role": "user", "content": question})
         # ChatML in chatml-bytes tokens: <|im_start|>role\ncontent<|im_end|>\n per message, the
