@@ -136,7 +136,7 @@ const std::vector<KeyDoc>& key_reference() {
       {"data.on_bad_record", "string", "error", "error, skip",
        "a record that breaks the format's rules: stop with FILE:LINE and the reason, or leave "
        "it out (counted in summary.json)"},
-      {"data.max_length", "int", "0", ">= 2, <= data.seq_len / 2 + 1",
+      {"data.max_length", "int", "0", "0, or 2 .. data.seq_len / 2 + 1",
        "preference: tokens per sequence (prompt + answer), the end cut; a pair whose prompt "
        "alone is this long is dropped (and counted); 0 = data.seq_len / 2 + 1"},
       {"data.messages_field", "string", "messages", "a JSON key",

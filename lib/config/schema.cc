@@ -810,7 +810,10 @@ void Builder::data(const Node& root) {
   get_enum(s, "data", "on_bad_record",
            std::vector<BadRecordName>{BadRecordName::kError, BadRecordName::kSkip},
            &d.on_bad_record);
-  get_int(s, "data", "max_length", &d.max_length, at_least(2));
+  if (get_int(s, "data", "max_length", &d.max_length, at_least(0)) && d.max_length == 1) {
+    error(loc_of("data.max_length"), "data.max_length",
+          "must be 0 (data.seq_len / 2 + 1) or >= 2 (a prompt token and an answer token), got 1");
+  }
   for (auto [key, out] :
        {std::pair{"messages_field", &d.messages_field},
         std::pair{"instruction_field", &d.instruction_field},
@@ -853,8 +856,7 @@ void Builder::data(const Node& root) {
   if (!preference) {
     only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
   }
-  only_for("max_length", d.max_length != defaults.max_length, preference,
-           "data.format preference");
+  only_for("max_length", d.max_length != defaults.max_length, preference, "data.format preference");
   if (preference && is_set("data.max_length") && !bad("data.max_length") && !bad("data.seq_len") &&
       2 * int64_t(d.max_length - 1) > d.seq_len) {
     error(loc_of("data.max_length"), "data.max_length",

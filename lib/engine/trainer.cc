@@ -250,9 +250,10 @@ void Trainer::setup(const TrainOptions& options) {
   // Until a preference objective consumes them, pairs must not be trained on as if they were
   // examples (the step's loss would be divided by pairs, the rejected answers learnt).
   if (data_.source().pairs()) {
-    usage_error("{}: data.format preference: the trainer has no preference objective yet "
-                "(fdtrain validate and data preview read the pairs)",
-                recipe_.where("data.format"));
+    usage_error(
+        "{}: data.format preference: the trainer has no preference objective yet "
+        "(fdtrain validate and data preview read the pairs)",
+        recipe_.where("data.format"));
   }
   assembly_ = assemble(recipe_, world);
   const Assembly& a = assembly_;
