@@ -142,6 +142,18 @@ TEST(PreferenceRecords, BadRecordsSayWhatIsWrongWithFileAndLine) {
   }
 }
 
+TEST(PreferenceRecords, JsonFilesNameTheElement) {
+  const std::string f = write_bytes("p.json", "[" + standard("a", " b", " c") + "," +
+                                                  R"({"prompt": "a", "rejected": "c"})" + "]");
+  expect_usage_error([&] { PreferenceDataset d(options(f, 64)); },
+                     {"p.json: element 1: missing \"chosen\""});
+  PreferenceDatasetOptions o = options(f, 64);
+  o.records.bad = BadRecords::kSkip;
+  PreferenceDataset d(o);
+  EXPECT_EQ(d.stats().train_pairs, 1);
+  EXPECT_EQ(d.stats().records.skipped, 1);
+}
+
 TEST(PreferenceRecords, OtherFormatsAreNamed) {
   // Chat data read as preference, and preference data read as chat: an error even when bad
   // records are skipped, since every record would be.
