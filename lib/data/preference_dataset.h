@@ -133,8 +133,8 @@ class PreferenceDataset : public BatchSource {
     int64_t num_rows() const { return rows.empty() ? 0 : int64_t(rows.size()) - 1; }
   };
   void build(Split& split, const std::vector<Record>& records, bool is_train);
-  // Writes `row` (or padding for row -1) at row `b` of `out`, its pairs numbered from
-  // *pairs on; returns nothing, advances *pairs.
+  // Writes `row` (padding for row -1) at row `b` of `out`, numbering its pairs from *pairs
+  // on (advanced past them).
   void fill_row(const Split& split, int64_t row, int seq_len, bool prompt_targets,
                 const BatchBuffers& out, int b, int32_t* pairs) const;
 
