@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo lora-llama-demo qlora-demo sft-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
+.PHONY: all deps configure build test demo lora-demo lora-llama-demo qlora-demo sft-demo dpo-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
 
 all: build
 
@@ -94,6 +94,16 @@ sft-demo: deps
 	  --run-dir runs/sft_chat_lora --overwrite $(PROGRESS)
 	$(BUILD_DIR)/bin/fdtrain generate runs/sft_chat_lora --chat --temperature 0 --max-tokens 80 \
 	  --prompt "What does the ls command do?"
+
+# Preference training after the chat SFT run (make sft-demo first): its adapters merged into a
+# base directory, then DPO with new LoRA adapters, the reference being that base (adapters off).
+dpo-demo: deps
+	$(MAKE) build
+	@test -f runs/sft_chat_lora/summary.json || $(MAKE) sft-demo
+	$(BUILD_DIR)/bin/fdtrain ckpt export runs/sft_chat_lora --merge-lora --hf-dir runs/sft_chat_lora/merged --overwrite
+	$(BUILD_DIR)/bin/fdtrain data preview recipes/dpo_lora.yaml --n 1
+	$(MPIRUN) --bind-to none -n 8 $(BUILD_DIR)/bin/fdtrain train recipes/dpo_lora.yaml \
+	  --run-dir runs/dpo_lora --overwrite $(PROGRESS)
 
 bench:
 	@./scripts/install_deps.sh --bench

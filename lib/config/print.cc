@@ -189,6 +189,18 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
     add("lora.layers", a.layers.empty() ? std::string("all") : int_list(a.layers));
     add("lora.adapter", str(a.adapter));
   }
+  if (!r.objective) {
+    add("objective", "null");
+  } else {
+    const auto& o = *r.objective;
+    add("objective.name", std::string(to_string(o.name)));
+    add("objective.loss_type", std::string(to_string(o.loss_type)));
+    add("objective.beta", number(o.beta));
+    add("objective.label_smoothing", number(o.label_smoothing));
+    add("objective.gamma", number(o.gamma));
+    add("objective.cpo_alpha", number(o.cpo_alpha));
+    add("objective.reference", str(o.reference));
+  }
   const auto& ac = r.activation_checkpointing;
   add("activation_checkpointing.layers",
       ac.layers.empty() ? std::string("none") : int_list(ac.layers));

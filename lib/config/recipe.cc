@@ -30,6 +30,32 @@ std::string_view to_string(QuantTypeName v) {
   return "?";
 }
 
+std::string_view to_string(ObjectiveName v) {
+  switch (v) {
+    case ObjectiveName::kDpo:
+      return "dpo";
+    case ObjectiveName::kSimpo:
+      return "simpo";
+    case ObjectiveName::kOrpo:
+      return "orpo";
+  }
+  return "?";
+}
+
+std::string_view to_string(DpoLossName v) {
+  switch (v) {
+    case DpoLossName::kSigmoid:
+      return "sigmoid";
+    case DpoLossName::kIpo:
+      return "ipo";
+    case DpoLossName::kHinge:
+      return "hinge";
+    case DpoLossName::kRobust:
+      return "robust";
+  }
+  return "?";
+}
+
 std::string_view to_string(RopeScalingName v) {
   switch (v) {
     case RopeScalingName::kNone:

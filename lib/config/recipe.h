@@ -62,6 +62,10 @@ std::string_view to_string(PartitionName v);     // "parameters", "uniform", "li
 // model.quantize: the frozen base of a LoRA run stored in 4 bits (QLoRA, issue 37), with
 // bitsandbytes' semantics (lib/quant, docs/QUANTIZATION.md). Defaults are bitsandbytes'.
 enum class QuantTypeName { kNf4, kFp4 };
+enum class ObjectiveName { kDpo, kSimpo, kOrpo };
+std::string_view to_string(ObjectiveName v);  // "dpo", "simpo", "orpo"
+enum class DpoLossName { kSigmoid, kIpo, kHinge, kRobust };
+std::string_view to_string(DpoLossName v);  // "sigmoid", "ipo", "hinge", "robust"
 std::string_view to_string(QuantTypeName v);  // "nf4", "fp4"
 // The block sizes bitsandbytes' 4-bit kernels support: quant::kBlockSizes, which lib/config
 // cannot include (it does not link fd_quant); lib/engine/assemble.cc checks that they agree.
@@ -243,6 +247,21 @@ struct LoraOptions {
   bool operator==(const LoraOptions&) const = default;
 };
 
+// Preference training (data.format preference); present only when the recipe has an objective
+// section. Current TRL's definitions and defaults (docs/OBJECTIVES.md).
+struct ObjectiveOptions {
+  ObjectiveName name = ObjectiveName::kDpo;             // required in the recipe
+  DpoLossName loss_type = DpoLossName::kSigmoid;        // dpo only
+  double beta = 0.1;             // > 0: DPO's and SimPO's beta, ORPO's lambda
+  double label_smoothing = 0.0;  // [0, 0.5): dpo with loss_type robust, and simpo, only
+  double gamma = 0.5;            // simpo only: the target reward margin
+  double cpo_alpha = 0.0;        // simpo only: weight of the chosen answers' NLL, >= 0
+  // dpo only: a Hugging Face model directory of the policy's architecture holding the
+  // reference; "" = the initial weights (under LoRA: the base, adapters off).
+  std::string reference;
+  bool operator==(const ObjectiveOptions&) const = default;
+};
+
 struct ActivationCheckpointingOptions {
   // Block indices whose activations are recomputed in backward, sorted and
   // unique; empty = none. The recipe's "all" and {every: k} are expanded here
@@ -288,6 +307,7 @@ struct Recipe {
   DistOptions dist;
   ParallelOptions parallel;
   std::optional<LoraOptions> lora;  // nullopt = full fine-tuning
+  std::optional<ObjectiveOptions> objective;  // nullopt = next-token loss
   ActivationCheckpointingOptions activation_checkpointing;
   CheckpointOptions checkpoint;
   LoggingOptions logging;

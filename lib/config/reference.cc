@@ -32,6 +32,9 @@ const std::vector<SectionDoc>& section_reference() {
       {"lora",
        "LoRA adapters. Absent or null: full fine-tuning; a map turns adapters on and trains only "
        "them."},
+      {"objective",
+       "Preference training on data.format preference pairs: DPO, SimPO or ORPO with current "
+       "TRL's definitions and defaults (docs/OBJECTIVES.md). Absent or null: next-token loss."},
       {"activation_checkpointing",
        "Blocks whose activations are recomputed in backward instead of stored."},
       {"checkpoint", "Sharded checkpoints in RUN/checkpoints/step_XXXXXXXX/ (docs/FORMAT.md)."},
@@ -260,6 +263,25 @@ const std::vector<KeyDoc>& key_reference() {
       {"lora.adapter", "string", "\"\"", "a PEFT adapter directory",
        "start the adapters from this directory (`fdtrain ckpt export --lora-adapter` or PEFT); "
        "\"\" = PEFT init (A Kaiming-uniform, B zero)"},
+      // objective
+      {"objective.name", "string", "", "dpo, simpo, orpo",
+       "dpo: rewards relative to a reference model (DPOTrainer); simpo: reference-free, "
+       "length-normalised, with a target margin (CPOTrainer, loss_type simpo); orpo: the chosen "
+       "answer's NLL plus an odds-ratio term (ORPOTrainer). Needs data.format preference"},
+      {"objective.loss_type", "string", "sigmoid", "sigmoid, ipo, hinge, robust",
+       "dpo only: -log sigmoid(beta delta); IPO's squared per-token margin; hinge; robust "
+       "(label-noise-corrected sigmoid, with label_smoothing)"},
+      {"objective.beta", "number", "0.1", "> 0", "DPO's and SimPO's beta, ORPO's lambda"},
+      {"objective.label_smoothing", "number", "0.0", "[0, 0.5)",
+       "the assumed label-noise rate of dpo with loss_type robust and of simpo; current TRL "
+       "ignores it elsewhere, so setting it elsewhere is refused"},
+      {"objective.gamma", "number", "0.5", "any", "simpo only: the target reward margin"},
+      {"objective.cpo_alpha", "number", "0.0", ">= 0",
+       "simpo only: weight of an NLL term on the chosen answers (0 = pure SimPO)"},
+      {"objective.reference", "string", "\"\"", "a Hugging Face model directory",
+       "dpo only: the reference model, of the policy's architecture and vocabulary; \"\" = the "
+       "initial weights (under LoRA: the base with the adapters off). Its log-probabilities are "
+       "computed once per pair and kept in RUN/cache/"},
       // activation_checkpointing
       {"activation_checkpointing.layers", "none, all, list or map", "none",
        "none, all, block indices ([0, 2, 5]) or {every: k} (blocks 0, k, 2k, ...)",

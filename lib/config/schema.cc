@@ -528,6 +528,7 @@ class Builder {
   void dist(const Node& root);
   void parallel(const Node& root);
   void lora(const Node& root);
+  void objective(const Node& root);
   void activation_checkpointing(const Node& root);
   void checkpoint(const Node& root);
   void logging(const Node& root);
@@ -537,6 +538,8 @@ class Builder {
   void reduce_checks();
   void pipeline_checks();
   void quantize_checks();
+  void objective_checks();
+  void reference_matches(const ModelOptions& reference);
 
   // model.n_layer is the model's: valid, and (from a Hugging Face directory) read from it.
   bool n_layer_known() const {
@@ -571,6 +574,7 @@ void Builder::build(const Node& root) {
   dist(root);
   parallel(root);
   lora(root);
+  objective(root);
   activation_checkpointing(root);
   checkpoint(root);
   logging(root);
@@ -810,10 +814,10 @@ void Builder::data(const Node& root) {
   get_enum(s, "data", "on_bad_record",
            std::vector<BadRecordName>{BadRecordName::kError, BadRecordName::kSkip},
            &d.on_bad_record);
-  if (get_int(s, "data", "max_length", &d.max_length, at_least(0)) && d.max_length == 1) {
+  get_int(s, "data", "max_length", &d.max_length, at_least(0));
+  if (d.max_length == 1 && !bad("data.max_length"))
     error(loc_of("data.max_length"), "data.max_length",
-          "must be 0 (data.seq_len / 2 + 1) or >= 2 (a prompt token and an answer token), got 1");
-  }
+          "must be >= 2 (a prompt token and an answer token), or 0 for data.seq_len / 2 + 1");
   for (auto [key, out] :
        {std::pair{"messages_field", &d.messages_field},
         std::pair{"instruction_field", &d.instruction_field},
@@ -856,7 +860,8 @@ void Builder::data(const Node& root) {
   if (!preference) {
     only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
   }
-  only_for("max_length", d.max_length != defaults.max_length, preference, "data.format preference");
+  only_for("max_length", d.max_length != defaults.max_length, preference,
+           "data.format preference");
   if (preference && is_set("data.max_length") && !bad("data.max_length") && !bad("data.seq_len") &&
       2 * int64_t(d.max_length - 1) > d.seq_len) {
     error(loc_of("data.max_length"), "data.max_length",
@@ -865,6 +870,8 @@ void Builder::data(const Node& root) {
                       "data.seq_len or lower data.max_length (at most data.seq_len / 2 + 1 = {})",
                       d.max_length, d.seq_len, d.max_length - 1, d.seq_len / 2 + 1));
   }
+  // Resolved here, so that config.yaml and a checkpoint's recipe say the length the run used.
+  if (preference && d.max_length == 0 && !bad("data.seq_len")) d.max_length = d.seq_len / 2 + 1;
   only_for("messages_field", d.messages_field != defaults.messages_field,
            d.format == DataFormat::kChat, "data.format chat");
   only_for("instruction_field", d.instruction_field != defaults.instruction_field,
@@ -1256,6 +1263,7 @@ void Builder::cross_checks() {
   reduce_checks();
   pipeline_checks();
   quantize_checks();
+  objective_checks();
   // Warnings: valid, but probably not what was meant.
   if (!bad("schedule.warmup_steps") && !bad("steps") && s.warmup_steps > r_->steps) {
     warning(loc_of("schedule.warmup_steps"), "schedule.warmup_steps",
@@ -1395,6 +1403,120 @@ void Builder::pipeline_checks() {
                         "the idle time under 20%)",
                         m, p.pipeline, 100.0 * (p.pipeline - 1) / double(m + p.pipeline - 1)));
   }
+}
+
+// objective: absent or null (next-token loss), or a map; the keys an objective ignores are
+// refused when set, as current TRL ignores them (docs/OBJECTIVES.md).
+void Builder::objective(const Node& root) {
+  const Node* s = section(root, "objective");
+  if (s == nullptr) {
+    r_->objective.reset();
+    return;
+  }
+  ObjectiveOptions o;
+  if (s->find("name") == nullptr) {
+    if (!bad("objective")) error(loc_of("objective"), "objective.name", "required key is missing (dpo, simpo or orpo)");
+  } else {
+    get_enum(s, "objective", "name",
+             std::vector<ObjectiveName>{ObjectiveName::kDpo, ObjectiveName::kSimpo,
+                                        ObjectiveName::kOrpo},
+             &o.name);
+  }
+  get_enum(s, "objective", "loss_type",
+           std::vector<DpoLossName>{DpoLossName::kSigmoid, DpoLossName::kIpo, DpoLossName::kHinge,
+                                    DpoLossName::kRobust},
+           &o.loss_type);
+  get_double(s, "objective", "beta", &o.beta, above(0));
+  get_double(s, "objective", "label_smoothing", &o.label_smoothing, half_open(0, 0.5));
+  get_double(s, "objective", "gamma", &o.gamma, Range{});
+  get_double(s, "objective", "cpo_alpha", &o.cpo_alpha, at_least(0));
+  get_string(s, "objective", "reference", &o.reference);
+  r_->objective = o;
+  if (bad("objective.name")) return;
+  // Keys that the chosen objective would ignore, set to something else than their default (a
+  // resolved recipe, as config.yaml and checkpoints store it, names every key).
+  const std::string name(to_string(o.name));
+  const ObjectiveOptions defaults;
+  auto only = [&](const char* key, bool non_default, bool used, const std::string& why) {
+    const std::string path = std::string("objective.") + key;
+    if (is_set(path) && !bad(path) && non_default && !used)
+      error(loc_of(path), path, fmt::format("is not used by objective.name {}: {}", name, why));
+  };
+  const bool dpo = o.name == ObjectiveName::kDpo, simpo = o.name == ObjectiveName::kSimpo;
+  only("loss_type", o.loss_type != defaults.loss_type, dpo, "it picks DPO's loss; remove it");
+  only("label_smoothing", o.label_smoothing != defaults.label_smoothing,
+       (dpo && o.loss_type == DpoLossName::kRobust) || simpo,
+       "current TRL uses it only in DPO's robust loss and in SimPO (cDPO's smoothed sigmoid is "
+       "gone); remove it, or use loss_type: robust");
+  only("gamma", o.gamma != defaults.gamma, simpo, "it is SimPO's target margin; remove it");
+  only("cpo_alpha", o.cpo_alpha != defaults.cpo_alpha, simpo,
+       "it weighs SimPO's NLL term; remove it");
+  only("reference", !o.reference.empty(), dpo,
+       "only DPO compares with a reference model (SimPO and ORPO are reference-free); remove it");
+  if (dpo && !o.reference.empty() && check_files_ && !bad("objective.reference")) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.reference, ec)) {
+      error(loc_of("objective.reference"), "objective.reference",
+            fmt::format("'{}' is not a directory; give a Hugging Face model directory "
+                        "(config.json + model.safetensors) of the policy's architecture",
+                        o.reference));
+      return;
+    }
+    try {
+      const ModelDirectory ref = read_model_directory(o.reference);
+      if (!bad("model")) reference_matches(ref.model);
+    } catch (const Error& e) {
+      error(loc_of("objective.reference"), "objective.reference", e.what());
+    }
+  }
+}
+
+// A reference directory is the policy's twin: its architecture, shape and vocabulary.
+void Builder::reference_matches(const ModelOptions& ref) {
+  const ModelOptions& m = r_->model;
+  auto yes = [](bool v) { return std::string(v ? "true" : "false"); };
+  const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
+      {"arch", {std::string(to_string(m.arch)), std::string(to_string(ref.arch))}},
+      {"vocab_size", {std::to_string(m.vocab_size), std::to_string(ref.vocab_size)}},
+      {"n_layer", {std::to_string(m.n_layer), std::to_string(ref.n_layer)}},
+      {"d_model", {std::to_string(m.d_model), std::to_string(ref.d_model)}},
+      {"n_head", {std::to_string(m.n_head), std::to_string(ref.n_head)}},
+      {"n_kv_head", {std::to_string(m.n_kv_head), std::to_string(ref.n_kv_head)}},
+      {"head_dim", {std::to_string(m.head_dim), std::to_string(ref.head_dim)}},
+      {"d_ff", {std::to_string(m.d_ff), std::to_string(ref.d_ff)}},
+      {"tie_embeddings", {yes(m.tie_embeddings), yes(ref.tie_embeddings)}},
+      {"attention_bias", {yes(m.attention_bias), yes(ref.attention_bias)}},
+      {"mlp_bias", {yes(m.mlp_bias), yes(ref.mlp_bias)}},
+      {"qk_norm", {yes(m.qk_norm), yes(ref.qk_norm)}},
+  };
+  for (const auto& [key, values] : keys) {
+    if (values.first == values.second) continue;
+    error(loc_of("objective.reference"), "objective.reference",
+          fmt::format("{} is a model with {} {}, the policy has {}: a reference must be the "
+                      "policy's architecture with the same vocabulary and shape (it is computed "
+                      "by the policy's own model with the reference's weights)",
+                      r_->objective->reference, key, values.second, values.first));
+    return;
+  }
+}
+
+// The objective against the data and the device.
+void Builder::objective_checks() {
+  const bool preference = r_->data.format == DataFormat::kPreference;
+  if (r_->objective && !preference && !bad("data.format") && !bad("objective"))
+    error(loc_of("objective"), "objective",
+          fmt::format("needs pairs to compare: set data.format: preference (prompt, chosen, "
+                      "rejected records), or remove the objective section to train on "
+                      "next-token loss (data.format is {})",
+                      to_string(r_->data.format)));
+  if (!r_->objective && preference && !bad("data.format"))
+    error(loc_of("data.format"), "data.format",
+          "preference data trains a preference objective: add an objective section "
+          "(objective: {name: dpo}, say; docs/OBJECTIVES.md)");
+  if (r_->objective && r_->device == DeviceName::kCuda && !bad("device"))
+    error(loc_of("device"), "device",
+          "cuda with an objective section: preference training runs on the CPU backend only "
+          "so far (the per-token log-probability head has no CUDA kernel yet); use device: cpu");
 }
 
 // model.quantize (QLoRA) against lora, parameter offload and the device, and a 4-bit

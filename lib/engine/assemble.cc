@@ -77,6 +77,43 @@ pipe::PartitionSpec partition_spec(const config::ParallelOptions& p) {
   return {pipe::PartitionKind::kParameters, {}};
 }
 
+// The recipe's objective section as lib/objective's options; none without it.
+std::optional<objective::PreferenceOptions> objective_options(const config::Recipe& r) {
+  if (!r.objective) return std::nullopt;
+  const config::ObjectiveOptions& o = *r.objective;
+  objective::PreferenceOptions p;
+  switch (o.name) {
+    case config::ObjectiveName::kDpo:
+      p.objective = objective::Objective::kDpo;
+      break;
+    case config::ObjectiveName::kSimpo:
+      p.objective = objective::Objective::kSimpo;
+      break;
+    case config::ObjectiveName::kOrpo:
+      p.objective = objective::Objective::kOrpo;
+      break;
+  }
+  switch (o.loss_type) {
+    case config::DpoLossName::kSigmoid:
+      p.dpo_loss = objective::DpoLoss::kSigmoid;
+      break;
+    case config::DpoLossName::kIpo:
+      p.dpo_loss = objective::DpoLoss::kIpo;
+      break;
+    case config::DpoLossName::kHinge:
+      p.dpo_loss = objective::DpoLoss::kHinge;
+      break;
+    case config::DpoLossName::kRobust:
+      p.dpo_loss = objective::DpoLoss::kRobust;
+      break;
+  }
+  p.beta = o.beta;
+  p.label_smoothing = o.label_smoothing;
+  p.gamma = o.gamma;
+  p.cpo_alpha = o.cpo_alpha;
+  return p;
+}
+
 }  // namespace
 
 Assembly assemble(const config::Recipe& r, int world) {
@@ -101,6 +138,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.micro = r.batch.micro;
   a.seq_len = r.data.seq_len;
   a.byte_level = r.data.format == config::DataFormat::kText && r.data.tokenizer.empty();
+  a.objective = objective_options(r);
   a.packed = r.data.packing || r.data.format == config::DataFormat::kPreference;
 
   zero::ZeroConfig& z = a.zero;
@@ -245,6 +283,8 @@ data::PreferenceDatasetOptions preference_options(const config::Recipe& r) {
   o.packing = d.packing;
   o.seed = uint64_t(r.seed);
   o.threads = r.threads;
+  // ORPO's NLL term scores the chosen sequence's prompt too (docs/OBJECTIVES.md).
+  o.prompt_targets = r.objective && r.objective->name == config::ObjectiveName::kOrpo;
   return o;
 }
 

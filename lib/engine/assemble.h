@@ -27,6 +27,7 @@
 #include "lib/dist/mesh.h"
 #include "lib/engine/generate.h"
 #include "lib/nn/decoder.h"
+#include "lib/objective/preference.h"
 #include "lib/optim/schedule.h"
 #include "lib/pipe/schedule.h"
 #include "lib/precision/loss_scaler.h"
@@ -64,8 +65,12 @@ struct Assembly {
   int micro = 1;           // sequences per micro-batch
   int seq_len = 1;         // tokens per sequence
   bool byte_level = true;  // tokens are bytes (data.format text without data.tokenizer), else ids
-  // Packed rows (data.packing): batches carry doc_starts (step.h, data/batch_source.h).
+  // Packed rows (data.packing; preference pairs always): batches carry doc_starts (step.h,
+  // data/batch_source.h).
   bool packed = false;
+  // Preference training (the recipe's objective section): batches carry roles and pairs, and
+  // the head computes the objective (preference.h). Absent: next-token loss.
+  std::optional<objective::PreferenceOptions> objective;
 };
 
 // A training run of `r` at `world` ranks (r as validated by lib/config).
@@ -136,7 +141,7 @@ TrainingData open_dataset(const config::Recipe& r);
 data::ExampleOptions example_options(const config::Recipe& r);
 // The same for data.format preference. The chat template is loaded when the tokenizer has
 // one or data.chat_template names one; without it conversational pairs are refused (standard
-// pairs need none). prompt_targets stays false: the objective sets it.
+// pairs need none). prompt_targets is set for ORPO (its NLL scores the chosen prompt too).
 data::PreferenceDatasetOptions preference_options(const config::Recipe& r);
 
 // The end-of-run sample of `r` (logging.sample_*): byte-level text starts

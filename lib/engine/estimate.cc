@@ -14,6 +14,7 @@
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/build_run.h"
+#include "lib/engine/preference.h"
 #include "lib/engine/step.h"
 #include "lib/engine/strategy.h"
 #include "lib/engine/weights_io.h"
@@ -235,9 +236,20 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   for (const nn::FlatParamGroup* g : model->frozen_groups())  // a 4-bit segment holds bytes
     (g->dtype() == DType::kU8 ? out.quantized_bytes : out.frozen_padded_params) += g->numel();
 
+  // Preference training: the objective's head, as the trainer installs it (its per-position
+  // log-probs and seeds are activations). Its reference costs no parameter memory: under LoRA
+  // the base with the adapters off, else computed before the training run is built (or by
+  // the training model before its first step) and kept as 16 bytes per pair.
+  std::unique_ptr<PreferenceHead> head;
+  if (a.objective) {
+    head = std::make_unique<PreferenceHead>(*a.objective);
+    head->install(*model);
+  }
+
   // As Trainer::setup: peaks count from here, then the batch buffers.
   acct.reset_peaks();
   Batch batch = make_batch(a, Device::meta());
+  if (head) head->register_batch(batch);
 
   Watch watch(engine, a, base[size_t(MemCategory::kActivations)]);
   autograd::BackwardObserver* previous = autograd::set_backward_observer(&watch);
@@ -249,7 +261,10 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   // The trainer's step (strategy.h), with the watch where the strategy
   // reports micro-batches.
   MicroFns fns;
-  fns.load = [](int, Batch& b) { return count_targets(b); };
+  fns.load = [&](int, Batch& b) {
+    if (head) head->register_batch(b);
+    return count_targets(b);
+  };
   fns.grad_seed = [](int, int64_t) { return 1.0f; };
   fns.dropout_seed = [](int m) { return uint64_t(m); };
   fns.new_batch = [&] { return make_batch(a, Device::meta()); };
@@ -312,6 +327,20 @@ Estimate estimate(const config::Recipe& r, int world) {
   e.model = recipe_assembly.model;
   e.lora = recipe_assembly.lora;
   e.quantize = recipe_assembly.quantize;
+  if (r.objective) {
+    e.objective = std::string(config::to_string(r.objective->name));
+    if (r.objective->name == config::ObjectiveName::kDpo) {
+      e.objective += fmt::format(" ({})", config::to_string(r.objective->loss_type));
+      e.reference =
+          !r.objective->reference.empty()
+              ? fmt::format("objective.reference {}: a model of its weights is built, used for "
+                            "the reference log-probs and freed before the training model is "
+                            "built",
+                            r.objective->reference)
+          : e.lora.enabled() ? std::string("the base with the adapters off (the same weights)")
+                             : std::string("the initial weights, before the first step");
+    }
+  }
   e.micro = recipe_assembly.micro;
   e.seq_len = recipe_assembly.seq_len;
   e.accumulation = recipe_assembly.zero.accumulation;
@@ -593,6 +622,13 @@ std::string format_estimate(const Estimate& e) {
     line(fmt::format("at stage {}: frozen base: {}; trainable (adapters) states: {}",
                      e.recipe_stage, human(rs.frozen + rs.quantized), human(rs.model_states.total())));
   }
+  if (!e.objective.empty())
+    line(fmt::format("objective {}{}", e.objective,
+                     e.reference.empty()
+                         ? std::string(": no reference model")
+                         : fmt::format("; reference: {}: no parameter memory (its log-probs are "
+                                       "computed once and kept, 16 bytes per pair)",
+                                       e.reference)));
   line("");
   const int w0 = 26, w = 14;
   auto row = [&](const std::string& label, auto cell) {
@@ -768,6 +804,11 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                  {"frozen_params", e.frozen_params},
                  {"frozen_padded_params", e.frozen_padded_params}};
   }
+  if (!e.objective.empty())
+    j["objective"] = {{"name", e.objective},
+                      {"reference", e.reference.empty() ? nlohmann::json(nullptr)
+                                                        : nlohmann::json(e.reference)},
+                      {"reference_param_bytes", 0}};
   if (e.quantize) {
     j["quantize"] = {{"type", quant::quant_type_name(e.quantize->type)},
                      {"block_size", e.quantize->block_size},

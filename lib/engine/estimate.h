@@ -126,6 +126,12 @@ struct Estimate {
   // them); those segments' parameters are not in frozen_padded_params. 0 without quantization.
   std::optional<quant::QuantOptions> quantize;
   int64_t quantized_bytes = 0;
+  // Preference training (an objective section): which objective, and where DPO's reference
+  // comes from (in words). The reference holds no parameter memory in any layout: under LoRA it
+  // is the base with the adapters off; otherwise its log-probs are computed before the training
+  // model is built (or by it before its first step) and kept, 16 bytes per pair.
+  std::string objective;  // "" without; else "dpo (sigmoid)", "simpo", "orpo"
+  std::string reference;  // DPO: the reference, in words; "" otherwise
   ActivationEstimate activations;
   // Per ZeRO stage, the largest figure of any rank (with a pipeline: of any
   // pipeline stage's).

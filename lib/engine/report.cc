@@ -42,6 +42,15 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
   add("train/tokens_per_s", "tokens_per_s");
   add("train/effective_gflops", "tokens_per_s", flops_per_token / 1e9);
   add("eval/loss", "eval_loss");
+  // Preference training's metrics (TRL's names), training and evaluation.
+  for (const char* m : {"rewards/chosen", "rewards/rejected", "rewards/accuracies",
+                        "rewards/margins", "logps/chosen", "logps/rejected", "nll_loss",
+                        "log_odds_ratio", "log_odds_chosen"}) {
+    const std::string train_tag = std::string("train/") + m, eval_tag = std::string("eval/") + m;
+    const std::string eval_key = std::string("eval_") + m;
+    add(train_tag.c_str(), m);
+    add(eval_tag.c_str(), eval_key.c_str());
+  }
   add("memory/peak_tracked_mib", "peak_memory_bytes", 1.0 / (1024.0 * 1024.0));
   add("memory/peak_rss_mib", "peak_rss_bytes", 1.0 / (1024.0 * 1024.0));
   return out;
@@ -149,6 +158,7 @@ void RunReport::step_done(int64_t done, const StepRecord& s,
                         {"skipped", s.skipped},
                         {"skipped_total", s.skipped_total}};
   if (s.loss_scale) rec["loss_scale"] = *s.loss_scale;
+  for (const auto& [k, v] : s.metrics.items()) rec[k] = v;
   rec["peak_memory_bytes"] = MemoryAccountant::global().peak_total();
   rec["peak_rss_bytes"] = peak_rss_bytes();
   if (eval_now) {
@@ -156,6 +166,8 @@ void RunReport::step_done(int64_t done, const StepRecord& s,
     eval_loss_ = evaluate();
     eval_seconds_ += seconds_between(t_eval, Clock::now());
     rec["eval_loss"] = number_or_null(eval_loss_);
+    if (eval_metrics_ != nullptr)
+      for (const auto& [k, v] : eval_metrics_->items()) rec["eval_" + k] = v;
   }
   if (rank0_) {
     run_dir_->append_metrics(rec);
@@ -163,8 +175,13 @@ void RunReport::step_done(int64_t done, const StepRecord& s,
     events_->flush();
     // The progress line stands in for the step lines on the terminal; the log has them.
     const std::string line = fmt::format(
-        "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}", done, steps,
+        "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s{}{}", done, steps,
         s.loss, s.lr, s.grad_norm, tok_s,
+        s.metrics.contains("rewards/accuracies")
+            ? fmt::format(" | reward accuracy {:.3f} margin {:.4f}",
+                          s.metrics["rewards/accuracies"].get<double>(),
+                          s.metrics["rewards/margins"].get<double>())
+            : std::string(),
         eval_now && std::isfinite(eval_loss_) ? fmt::format(" | eval loss {:.4f}", eval_loss_)
                                               : std::string());
     if (progress_.enabled())

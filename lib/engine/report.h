@@ -76,6 +76,9 @@ struct StepRecord {
   bool skipped = false;    // non-finite gradients: no update
   int64_t skipped_total = 0;
   std::optional<double> loss_scale;  // fp16: the scaler's scale after the step
+  // Preference training: the objective's metrics under TRL's names ("rewards/chosen", ...),
+  // written into the record as they are.
+  nlohmann::json metrics = nlohmann::json::object();
 };
 
 class RunReport {
@@ -108,6 +111,9 @@ class RunReport {
   // The run's loop is over: ends the progress line and stops the run's clock.
   void finish_loop();
 
+  // Preference training: where evaluate() leaves the objective's metrics; each is written as
+  // "eval_<name>" beside eval_loss (TRL's naming). Not owned; null: none.
+  void set_eval_metrics(const nlohmann::json* metrics) { eval_metrics_ = metrics; }
   // The validation loss last measured (NaN before the first evaluation).
   double eval_loss() const { return eval_loss_; }
   void set_eval_loss(double v) { eval_loss_ = v; }
@@ -134,6 +140,7 @@ class RunReport {
 
  private:
   using Clock = std::chrono::steady_clock;
+  const nlohmann::json* eval_metrics_ = nullptr;
   const config::Recipe& recipe_;
   bool rank0_;
   int world_;

@@ -144,6 +144,12 @@ RunRecord read_run(const fs::path& dir) {
       r.eval_loss = eval;
     }
     last_tok_s = number_or(m, "tokens_per_s", last_tok_s);
+    if (m.contains("rewards/accuracies")) {
+      r.preference = true;
+      r.reward_accuracy = number_or(m, "rewards/accuracies", r.reward_accuracy);
+      r.reward_margin = number_or(m, "rewards/margins", r.reward_margin);
+    }
+    r.eval_reward_accuracy = number_or(m, "eval_rewards/accuracies", r.eval_reward_accuracy);
   }
   r.tokens_per_s = last_tok_s;
 
@@ -221,9 +227,13 @@ std::string format_run_table(const std::vector<RunRecord>& runs) {
         common.push_back(o);
     }
   }
+  // Preference runs (any): their reward accuracy (train / eval) and margin, before status.
+  const bool preference =
+      std::any_of(runs.begin(), runs.end(), [](const RunRecord& r) { return r.preference; });
   std::vector<std::vector<std::string>> rows;
   rows.push_back(
       {"run", "overrides", "steps", "train loss", "eval loss", "tok/s", "peak mem", "status"});
+  if (preference) rows.back().insert(rows.back().end() - 1, {"reward acc", "margin"});
   for (const RunRecord& r : runs) {
     std::string key;
     for (const std::string& o : r.overrides)
@@ -236,12 +246,20 @@ std::string format_run_table(const std::vector<RunRecord>& runs) {
                     fixed_or_dash(r.tokens_per_s, 0),
                     r.peak_memory_bytes >= 0 ? format_bytes(double(r.peak_memory_bytes)) : "-",
                     r.status});
+    if (preference)
+      rows.back().insert(
+          rows.back().end() - 1,
+          {std::isfinite(r.eval_reward_accuracy)
+               ? fmt::format("{} / {}", fixed_or_dash(r.reward_accuracy, 3),
+                             fixed_or_dash(r.eval_reward_accuracy, 3))
+               : fixed_or_dash(r.reward_accuracy, 3),
+           fixed_or_dash(r.reward_margin, 4)});
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows)
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   // Text columns left-aligned, numbers right-aligned.
-  const std::set<size_t> left = {0, 1, 7};
+  const std::set<size_t> left = {0, 1, rows.front().size() - 1};
   std::string out;
   for (const auto& row : rows) {
     std::string line;
@@ -283,7 +301,10 @@ json run_table_json(const std::vector<RunRecord>& runs) {
                    {"zero_stage", integer_or_null(r.zero_stage)},
                    {"world_size", integer_or_null(r.world_size)},
                    {"precision", r.precision.empty() ? json(nullptr) : json(r.precision)},
-                   {"lr", number_or_null(r.lr)}});
+                   {"lr", number_or_null(r.lr)},
+                   {"rewards_accuracies", number_or_null(r.reward_accuracy)},
+                   {"rewards_margins", number_or_null(r.reward_margin)},
+                   {"eval_rewards_accuracies", number_or_null(r.eval_reward_accuracy)}});
   }
   return out;
 }

@@ -55,6 +55,12 @@ struct RunRecord {
   int world_size = -1;
   double lr = kUnknown;  // optimizer.lr (config.yaml)
   std::string precision;
+  // Preference training (metrics.jsonl's TRL metrics): the last logged step's reward accuracy
+  // and margin, and the last evaluation's accuracy; unknown for other runs.
+  bool preference = false;
+  double reward_accuracy = kUnknown;
+  double reward_margin = kUnknown;
+  double eval_reward_accuracy = kUnknown;
   std::vector<Point> train_loss;  // metrics.jsonl: loss at every logged step
   std::vector<Point> eval_curve;  // metrics.jsonl: eval_loss where it was measured
 };

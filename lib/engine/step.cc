@@ -4,17 +4,31 @@ namespace fd::engine {
 
 Batch make_batch(const Assembly& a, Device device) {
   const Shape shape{a.micro, a.seq_len};
-  Batch b{Tensor::empty(shape, DType::kI32, MemCategory::kOther, device),
-          Tensor::empty(shape, DType::kI32, MemCategory::kOther, device), Tensor()};
+  Batch b;
+  b.tokens = Tensor::empty(shape, DType::kI32, MemCategory::kOther, device);
+  b.targets = Tensor::empty(shape, DType::kI32, MemCategory::kOther, device);
   if (a.packed) b.doc_starts = Tensor::empty(shape, DType::kI32, MemCategory::kOther, device);
+  if (a.objective) {
+    b.roles = Tensor::empty(shape, DType::kI32, MemCategory::kOther, device);
+    b.pairs = std::make_shared<Batch::Pairs>();
+    b.pairs->examples.resize(size_t(a.micro) * size_t(a.seq_len) / 2 + 1);
+  }
   return b;
 }
 
 data::BatchBuffers batch_buffers(const Batch& b) {
-  return {b.tokens.i32(), b.targets.i32(), b.doc_starts.defined() ? b.doc_starts.i32() : nullptr};
+  data::BatchBuffers out{b.tokens.i32(), b.targets.i32(),
+                         b.doc_starts.defined() ? b.doc_starts.i32() : nullptr};
+  if (b.pairs) {
+    out.roles = b.roles.i32();
+    out.pair_examples = b.pairs->examples.data();
+    out.pair_count = &b.pairs->count;
+  }
+  return out;
 }
 
 int64_t count_targets(const Batch& b) {
+  if (b.pairs) return b.targets.is_meta() ? b.targets.shape()[0] : b.pairs->count;
   if (b.targets.is_meta()) return b.targets.numel();
   const int32_t* t = b.targets.data<int32_t>();
   int64_t n = 0;

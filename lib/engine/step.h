@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "lib/autograd/tape.h"
 #include "lib/engine/assemble.h"
@@ -27,6 +29,14 @@ struct Batch {
   Tensor tokens;
   Tensor targets;
   Tensor doc_starts;  // packed rows only (data::BatchSource::packed()), else undefined
+  // Preference pairs only (a.objective), else undefined / null: each position's role and the
+  // micro-batch's pairs (data::BatchBuffers), shared by copies of the batch.
+  Tensor roles;
+  struct Pairs {
+    std::vector<int64_t> examples;  // capacity micro * seq_len / 2
+    int32_t count = 0;
+  };
+  std::shared_ptr<Pairs> pairs;
 };
 
 // The batch buffers of `a` on `device` (real runs assemble batches on the
@@ -35,7 +45,8 @@ struct Batch {
 Batch make_batch(const Assembly& a, Device device);
 // The host buffers of `b` for a data::BatchSource.
 data::BatchBuffers batch_buffers(const Batch& b);
-// Positions of `b` with a target (not -1).
+// What `b`'s loss is a mean over: its positions with a target (not -1), or with preference
+// pairs its pairs.
 int64_t count_targets(const Batch& b);
 
 // One micro-batch of training: the engine's micro-batch hooks around the

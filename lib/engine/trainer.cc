@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -123,15 +124,19 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
                             log::Level::kInfo,
                             fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(),
                                         world, this_host(), int(getpid()), options.command_line));
+                      }) &&
+                      // The layout's first transfer between ranks (a pipeline's embedding,
+                      // initial or loaded, to a tied head's copy) only now that every rank is
+                      // set up: a rank whose setup failed (its offload file in use, say) is in
+                      // the agreements above, not in a send its neighbour would wait on. Then
+                      // preference training's reference log-probs, if still due.
+                      agree([&] {
+                        strategy_->sync();
+                        finish_reference();
                       })));
   if (ok) {
     if (finished()) return;
     dist::set_abort_hook([this](const std::string& why) { record_failure(why); });
-    // The layout's first transfer between ranks (a pipeline's embedding,
-    // initial or loaded, to a tied head's copy) only now that every rank is
-    // set up: a rank whose setup failed (its offload file in use, say) is in
-    // the agreement above, not in a send its neighbour would wait on.
-    strategy_->sync();
     return;
   }
   if (log_file_open_) log::close_file();
@@ -247,14 +252,6 @@ void Trainer::setup(const TrainOptions& options) {
   comm_.set_timeout(recipe_.dist.timeout_s);
 
   data_ = open_dataset(recipe_);
-  // Until a preference objective consumes them, pairs must not be trained on as if they were
-  // examples (the step's loss would be divided by pairs, the rejected answers learnt).
-  if (data_.source().pairs()) {
-    usage_error(
-        "{}: data.format preference: the trainer has no preference objective yet "
-        "(fdtrain validate and data preview read the pairs)",
-        recipe_.where("data.format"));
-  }
   assembly_ = assemble(recipe_, world);
   const Assembly& a = assembly_;
   const nn::DecoderConfig& mc = a.model;
@@ -284,12 +281,40 @@ void Trainer::setup(const TrainOptions& options) {
       return c;
     };
   }
+  if (!env.init.init_from.empty() && lora.enabled())
+    base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
+  if (a.objective && a.objective->objective == objective::Objective::kDpo) {
+    reference_key_ = reference_key(env);
+    reference_ready_ = read_reference_cache();
+    // A reference the training model cannot compute (another directory's weights, or the
+    // initial weights of a full fine-tuning run that resumes) is built now, used and freed
+    // before the training run is built: the two never hold memory at the same time. Otherwise
+    // the training model computes it (finish_reference).
+    const bool other_weights =
+        !recipe_.objective->reference.empty() || (!lora.enabled() && plan.checkpoint);
+    if (!reference_ready_ && other_weights) {
+      RunEnv ref_env = env;
+      ref_env.init.adapter.clear();
+      if (!recipe_.objective->reference.empty()) {
+        ref_env.init.init_from = recipe_.objective->reference;
+        ref_env.init.init_from_where =
+            fmt::format("{}: objective.reference", recipe_.where("objective.reference"));
+      }
+      BuiltRun ref = build_run(a, comm_, ref_env);
+      ref.strategy->sync();
+      ref.model->set_adapters_enabled(false);
+      PreferenceHead head(*a.objective);
+      reference_pass(*ref.strategy, *ref.model, head);
+    }
+  }
   BuiltRun run = build_run(a, comm_, env);
   model_ = std::move(run.model);
   strategy_ = std::move(run.strategy);
   zero_ = std::move(run.engine);
-  if (!env.init.init_from.empty() && lora.enabled())
-    base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
+  if (a.objective) {
+    preference_ = std::make_unique<PreferenceHead>(*a.objective);
+    preference_->install(*model_);
+  }
   if (lora.enabled() && comm_.rank() == 0) {
     const int64_t trainable = lora.num_params(mc);
     log::info(
@@ -388,6 +413,140 @@ int64_t Trainer::frozen_bytes_estimate(bool quantized) const {
   return assembly_.zero.stage >= 3 ? bytes / zero_->world() : bytes;
 }
 
+std::string Trainer::reference_key(const RunEnv& env) {
+  const config::ObjectiveOptions& o = *recipe_.objective;
+  std::string weights;
+  if (!o.reference.empty()) {
+    weights = "directory " + ckpt::file_sha256(o.reference);
+    reference_source_ = fmt::format("objective.reference {}", o.reference);
+  } else if (!env.init.init_from.empty()) {
+    weights = "initial " + (base_sha256_.empty() ? ckpt::file_sha256(env.init.init_from)
+                                                 : base_sha256_);
+    reference_source_ = assembly_.lora.enabled()
+                            ? fmt::format("the base {} with the adapters off", env.init.init_from)
+                            : fmt::format("the initial weights {}", env.init.init_from);
+  } else {
+    weights = fmt::format("random init, seed {}", assembly_.seed);
+    reference_source_ = assembly_.lora.enabled()
+                            ? std::string("the (randomly initialised) base with the adapters off")
+                            : std::string("the (random) initial weights");
+  }
+  const nlohmann::json what = {
+      {"scheme", 1},
+      {"data", data_.preference->digest()},
+      {"weights", weights},
+      {"model", assembly_.model.summary()},
+      {"dtype", std::string(dtype_name(assembly_.dtype))},
+      {"quantize", assembly_.quantize ? fmt::format("{} {} {}",
+                                                    quant::quant_type_name(assembly_.quantize->type),
+                                                    assembly_.quantize->block_size,
+                                                    assembly_.quantize->double_quant)
+                                      : std::string("none")}};
+  return engine::reference_key(what);
+}
+
+bool Trainer::read_reference_cache() {
+  const data::PreferenceDataset& d = *data_.preference;
+  const int64_t nt = d.num_pairs(false), nv = d.num_pairs(true);
+  double found = 0.0;
+  if (comm_.rank() == 0) {
+    std::string why;
+    const std::filesystem::path path = reference_cache_path(run_dir_->path(), reference_key_);
+    if (std::optional<ReferenceLogps> c =
+            engine::read_reference_cache(path, reference_key_, nt, nv, &why)) {
+      reference_ = std::move(*c);
+      found = 1.0;
+      log::info("reference log-probs of {} + {} pairs read from {}", nt, nv, path.string());
+    } else if (std::filesystem::exists(path)) {
+      log::info("reference log-probs in {} not used ({}); computing them", path.string(), why);
+    }
+  }
+  comm_.all_reduce_f64(&found, 1);
+  if (found == 0.0) return false;
+  // Rank 0's values to every rank (the others add zeros).
+  if (comm_.rank() != 0) {
+    reference_.train.assign(size_t(2 * nt), 0.0);
+    reference_.val.assign(size_t(2 * nv), 0.0);
+  }
+  if (nt > 0) comm_.all_reduce_f64(reference_.train.data(), 2 * nt);
+  if (nv > 0) comm_.all_reduce_f64(reference_.val.data(), 2 * nv);
+  return true;
+}
+
+void Trainer::reference_pass(Strategy& strategy, nn::Decoder& model, PreferenceHead& head) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::PreferenceDataset& d = *data_.preference;
+  const int B = assembly_.micro, T = assembly_.seq_len;
+  Batch batch = make_batch(assembly_, Device::cpu());
+  head.install(model);
+  head.set_mode(PreferenceHead::Mode::kReference);
+  for (bool val : {false, true}) {
+    std::vector<double>& v = val ? reference_.val : reference_.train;
+    v.assign(size_t(2 * d.num_pairs(val)), 0.0);
+    head.set_reference(&v);
+    const int64_t n = d.reference_batches(val, data_world(), B);
+    for (int64_t i = 0; i < n; ++i) {
+      d.reference_batch(val, i, data_rank(), data_world(), B, T, batch_buffers(batch));
+      head.register_batch(batch);
+      strategy.eval(batch);
+    }
+    // Each pair was computed by one rank (its data rank's loss rank); the others hold 0.
+    if (!v.empty()) comm_.all_reduce_f64(v.data(), int64_t(v.size()));
+  }
+  head.set_mode(PreferenceHead::Mode::kTrain);
+  head.set_reference(nullptr);
+  reference_ready_ = reference_computed_ = true;
+  reference_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Trainer::finish_reference() {
+  if (!preference_ || !preference_->uses_reference()) return;
+  if (!reference_ready_) {
+    // LoRA: the base is the reference, the adapters switched off; full fine-tuning from the
+    // start: the weights are still the initial ones.
+    model_->set_adapters_enabled(false);
+    reference_pass(*strategy_, *model_, *preference_);
+    model_->set_adapters_enabled(true);
+    // Its buffers are setup's, not the steps' (summary.json's memory counts from here).
+    MemoryAccountant::global().reset_peaks();
+    cpu_allocator::empty_cache();
+  }
+  if (comm_.rank() != 0) return;
+  const std::filesystem::path path = reference_cache_path(run_dir_->path(), reference_key_);
+  if (reference_computed_) {
+    log::info("reference log-probs of {} + {} pairs computed with {} in {:.1f} s, kept in {}",
+              reference_.train.size() / 2, reference_.val.size() / 2, reference_source_,
+              reference_seconds_, path.string());
+    const std::string err = write_reference_cache(path, reference_key_, reference_);
+    if (!err.empty())
+      log::warn("the reference log-probs were not kept ({}): a resume will compute them again",
+                err);
+  }
+}
+
+int64_t Trainer::step_nll_tokens(int64_t step) {
+  const int B = assembly_.micro, T = assembly_.seq_len;
+  const int accum = assembly_.zero.accumulation;
+  double n = 0.0;
+  if (strategy_->computes_loss()) {
+    for (int m = 0; m < accum; ++m) {
+      const data::MicroBatch mb{.step = step,
+                                .micro = m,
+                                .rank = data_rank(),
+                                .world = data_world(),
+                                .batch = B,
+                                .accumulation = accum};
+      data_.source().train_batch(mb, T, batch_buffers(batch_));
+      const int32_t* roles = batch_.roles.data<int32_t>();
+      for (int64_t i = 0; i < batch_.roles.numel(); ++i)
+        n += roles[i] >= 0 && (roles[i] % 4 == 0 || roles[i] % 4 == 2);
+    }
+  }
+  comm_.all_reduce_f64(&n, 1);
+  return int64_t(n);
+}
+
 std::string Trainer::save(int64_t steps_done) {
   SaveRequest req;
   req.run_dir = options_.run_dir;
@@ -431,6 +590,15 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   // so the gradient does not depend on how the rows are split. Every position of a token
   // stream is a target: the weight is then 1 / (accum * world), exactly as a division.
   const int64_t step_targets = source.train_targets(step, int64_t(B) * world * accum, T);
+  if (preference_) {
+    // The objective's loss is a mean over the step's pairs (step_targets counts pairs), and
+    // its NLL term over the step's chosen NLL tokens.
+    objective::StepTotals totals{.pairs = step_targets, .nll_tokens = 0};
+    if (preference_->uses_nll()) totals.nll_tokens = step_nll_tokens(step);
+    preference_->set_mode(PreferenceHead::Mode::kTrain);
+    preference_->set_reference(&reference_.train);
+    preference_->set_totals(totals);
+  }
   const double scale = scaler_ ? scaler_->scale() : 1.0;  // fp16 scales the loss
   const bool overflow = dist::fault_fires(options_.fault, dist::FaultSpec::kInf, comm_.rank(),
                                           step);  // test hook: this rank's gradients overflow
@@ -445,6 +613,7 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
                               .batch = B,
                               .accumulation = accum};
     source.train_batch(mb, T, batch_buffers(b));
+    if (preference_) preference_->register_batch(b);
     return count_targets(b);
   };
   fns.grad_seed = [&](int, int64_t targets) {
@@ -458,11 +627,18 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   };
   fns.new_batch = [&] { return make_batch(assembly_, Device::cpu()); };
   const double loss_sum = strategy_->train(accum, fns, batch_, clock, ph);
-  // One small all-reduce carries the loss and which signals asked some rank to stop.
+  // One small all-reduce carries the loss, which signals asked some rank to stop and, in
+  // preference training, the objective's metrics.
   const int sig = g_stop_requested.load();
-  double agreed[4] = {loss_sum, double(sig == SIGTERM), double(sig == SIGINT),
-                      double(sig == SIGUSR1)};
-  comm_.all_reduce_f64(agreed, 4);
+  PreferenceTally tally = preference_ ? preference_->take_tally() : PreferenceTally();
+  double agreed[4 + PreferenceTally::kFields] = {loss_sum, double(sig == SIGTERM),
+                                                 double(sig == SIGINT), double(sig == SIGUSR1)};
+  std::copy(tally.v, tally.v + PreferenceTally::kFields, agreed + 4);
+  comm_.all_reduce_f64(agreed, preference_ ? 4 + PreferenceTally::kFields : 4);
+  if (preference_) {
+    std::copy(agreed + 4, agreed + 4 + PreferenceTally::kFields, tally.v);
+    train_metrics_ = tally.to_json(preference_->options());
+  }
   clock.lap(other, ph.comm_wait);
   StepStats st;
   st.loss = step_targets > 0 ? agreed[0] / double(step_targets) : 0.0;
@@ -491,6 +667,7 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
 double Trainer::evaluate() {
   const data::BatchSource& source = data_.source();
   if (!source.has_val()) return std::nan("");
+  if (preference_) return evaluate_pairs();
   const int B = assembly_.micro, T = assembly_.seq_len;
   // The mean over every target position of the evaluation batches (as training weighs them).
   double sums[2] = {0.0, 0.0};  // loss * targets, targets
@@ -505,6 +682,39 @@ double Trainer::evaluate() {
   }
   comm_.all_reduce_f64(sums, 2);
   return sums[1] > 0.0 ? sums[0] / sums[1] : std::nan("");
+}
+
+// Preference training's evaluation: the objective over logging.eval_batches batches of
+// validation pairs, normalised over all of them (as a step is over its pairs), with its metrics.
+double Trainer::evaluate_pairs() {
+  const data::BatchSource& source = data_.source();
+  const int B = assembly_.micro, T = assembly_.seq_len;
+  const int batches = recipe_.logging.eval_batches;
+  // The totals first: pairs and chosen NLL tokens over every rank's batches.
+  double totals[2] = {0.0, 0.0};
+  if (strategy_->computes_loss()) {
+    for (int i = 0; i < batches; ++i) {
+      source.val_batch(i, data_rank(), data_world(), B, T, batch_buffers(batch_));
+      totals[0] += double(batch_.pairs->count);
+      const int32_t* roles = batch_.roles.data<int32_t>();
+      for (int64_t k = 0; k < batch_.roles.numel(); ++k)
+        totals[1] += roles[k] >= 0 && (roles[k] % 4 == 0 || roles[k] % 4 == 2);
+    }
+  }
+  comm_.all_reduce_f64(totals, 2);
+  preference_->set_mode(PreferenceHead::Mode::kEval);
+  preference_->set_reference(&reference_.val);
+  preference_->set_totals({.pairs = int64_t(totals[0]), .nll_tokens = int64_t(totals[1])});
+  for (int i = 0; i < batches; ++i) {
+    source.val_batch(i, data_rank(), data_world(), B, T, batch_buffers(batch_));
+    preference_->register_batch(batch_);
+    strategy_->eval(batch_);
+  }
+  PreferenceTally tally = preference_->take_tally();
+  comm_.all_reduce_f64(tally.v, PreferenceTally::kFields);
+  preference_->set_mode(PreferenceHead::Mode::kTrain);
+  eval_metrics_ = tally.to_json(preference_->options());
+  return tally.loss();
 }
 
 // Peak bytes by category: {"max": over ranks, "per_rank": [...]} (collective).
@@ -543,6 +753,7 @@ nlohmann::json Trainer::run() {
                    model_->config().flops_per_token(assembly_.seq_len), zero_->comm(),
                    run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
                    options_.profile);
+  if (preference_) report.set_eval_metrics(&eval_metrics_);
   double loss = std::nan(""), grad_norm = 0.0;
   std::string status = "completed", exit_reason = "completed";
   int stop_signal = 0;  // the signal that stopped the run, agreed by all ranks
@@ -590,6 +801,7 @@ nlohmann::json Trainer::run() {
     rec.skipped = st.skipped;
     rec.skipped_total = skipped_total_;
     if (scaler_) rec.loss_scale = scaler_->scale();
+    if (preference_) rec.metrics = train_metrics_;
     report.step_done(done, rec, [this] { return evaluate(); });
     // Saved: every N steps, and at the end (the last step, or a stop asked
     // for by a signal) unless checkpoint.at_end is off; with every > 0 and
@@ -722,6 +934,26 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   }
   report.add_profile(summary);
   strategy_->add_to_summary(summary);
+  if (preference_) {
+    const config::ObjectiveOptions& o = *recipe_.objective;
+    nlohmann::json reference = nullptr;
+    if (preference_->uses_reference())
+      reference = {{"source", reference_source_},
+                   {"computed", reference_computed_},
+                   {"seconds", reference_seconds_},
+                   {"cache", rank0 ? reference_cache_path(run_dir_->path(), reference_key_).string()
+                                   : std::string()},
+                   {"key", reference_key_}};
+    summary["objective"] = {
+        {"name", std::string(config::to_string(o.name))},
+        {"loss_type", o.name == config::ObjectiveName::kDpo
+                          ? nlohmann::json(std::string(config::to_string(o.loss_type)))
+                          : nlohmann::json(nullptr)},
+        {"beta", o.beta},
+        {"train", train_metrics_.is_null() ? nlohmann::json(nullptr) : train_metrics_},
+        {"eval", eval_metrics_.is_null() ? nlohmann::json(nullptr) : eval_metrics_},
+        {"reference", reference}};
+  }
   if (!end.message.empty()) summary["error"] = end.message;
   if (exit_reason == "diverged" || exit_reason == "loss_above_max") {
     summary["error"] = fmt::format(

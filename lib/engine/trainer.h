@@ -43,6 +43,9 @@
 #include "lib/dist/communicator.h"
 #include "lib/dist/fault.h"
 #include "lib/engine/assemble.h"
+#include "lib/engine/build_run.h"
+#include "lib/engine/preference.h"
+#include "lib/engine/reference_logps.h"
 #include "lib/engine/strategy.h"
 #include "lib/engine/report.h"
 #include "lib/engine/step.h"
@@ -160,6 +163,16 @@ class Trainer {
   // (written by rank 0). Collective.
   nlohmann::json finish(RunReport& report, const Ending& end);
   double evaluate();             // mean validation loss over ranks (NaN when there is no split)
+  double evaluate_pairs();       // evaluate() of preference training (its metrics: eval_metrics_)
+  // Preference training (an objective section). DPO's reference log-probs: found in the run
+  // directory's cache or computed (reference_logps.h), on `model` through `strategy`.
+  // Collective.
+  std::string reference_key(const RunEnv& env);
+  bool read_reference_cache();
+  void reference_pass(Strategy& strategy, nn::Decoder& model, PreferenceHead& head);
+  void finish_reference();  // after start_run_directory: the pass if still due, the cache written
+  // The step's chosen NLL tokens over every rank (ORPO; SimPO with cpo_alpha). Collective.
+  int64_t step_nll_tokens(int64_t step);
   nlohmann::json memory_json();  // collective
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   // quantized: the base's 4-bit segments (QLoRA, MemCategory::kQuantized) instead of the rest.
@@ -186,6 +199,14 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;  // the parallel layout (strategy.h)
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
+  std::unique_ptr<PreferenceHead> preference_;  // preference training: the model's head
+  ReferenceLogps reference_;                    // DPO: the reference's per-pair log-probs
+  std::string reference_key_;                   // DPO: what reference_ was computed for
+  std::string reference_source_;                // DPO: the reference, in words
+  bool reference_ready_ = false;                // reference_ holds the values
+  bool reference_computed_ = false;             // ... computed by this run (not read)
+  double reference_seconds_ = 0.0;
+  nlohmann::json train_metrics_, eval_metrics_;  // the last step's and evaluation's (objective)
   std::unique_ptr<RunDirectory> run_dir_;                 // rank 0 only
   std::unique_ptr<EventFileWriter> events_;               // rank 0 only: TensorBoard scalars
   bool log_file_open_ = false;                            // this rank logs to RUN/logs/rank<r>.log

@@ -567,7 +567,7 @@ Variable Decoder::linear(int layer, const std::string& module, const Variable& x
   const ops::MatmulOptions stored{.trans_a = false, .trans_b = !is_gpt2(config_)};
   const Variable bias = p.b ? base_var(*p.b) : Variable();
   Variable y = p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, base_var(*p.w), bias, stored);
-  if (p.lora_a == nullptr) return y;
+  if (p.lora_a == nullptr || !adapters_enabled_) return y;
   Variable in = x;
   if (lora_.dropout > 0.0f)
     in = ops::dropout(x, lora_.dropout, dropout_seed_, name_hash(p.lora_a->name));
@@ -748,6 +748,7 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
       *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
       [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
       [this, targets](const Variable& in) {
+        if (head_loss_) return head_loss_(final_norm(in), head_weight(), targets);
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
                                          head_chunk_rows());
       },

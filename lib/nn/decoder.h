@@ -224,6 +224,17 @@ class Decoder : public Module {
   autograd::Variable stage_loss(int first, int last, const Tensor& tokens, const Tensor& targets,
                                 const autograd::Variable& input, SegmentRunner* runner = nullptr,
                                 const Tensor& doc_starts = {}) const;
+  // What the head segment of loss()/stage_loss() computes from the final norm's output h
+  // (B, T, C), the head's weight ([V, C]) and the targets: a 0-d loss whose gradient the
+  // backward is seeded through. Empty (the default): the mean cross-entropy over the targets
+  // (ops::linear_cross_entropy). Preference training installs its own (lib/engine/preference.h).
+  using HeadLoss = std::function<autograd::Variable(
+      const autograd::Variable& h, const autograd::Variable& weight, const Tensor& targets)>;
+  void set_head_loss(HeadLoss head_loss) { head_loss_ = std::move(head_loss); }
+  // LoRA: whether the adapters take part in the forward (default true). Switched off, the model
+  // computes its base alone: preference training's reference model, without a second copy.
+  void set_adapters_enabled(bool enabled) const { adapters_enabled_ = enabled; }
+  bool adapters_enabled() const { return adapters_enabled_; }
   // Whether segment g holds its buffers (the constructor's `present`).
   bool present(int segment) const;
   // Rows per chunk of the head + loss: as many as keep the chunk's fp32
@@ -302,6 +313,8 @@ class Decoder : public Module {
   const Parameter* final_b_ = nullptr;
   const Parameter* lm_head_ = nullptr;  // untied head only
   mutable uint64_t dropout_seed_ = 0;
+  mutable bool adapters_enabled_ = true;
+  HeadLoss head_loss_;
   mutable Tensor position_ids_;         // (B, T) i32, learned positions, cached per shape
   mutable Tensor rope_cos_, rope_sin_;  // (P, head_dim) fp32, RoPE only
 };

@@ -143,6 +143,15 @@ struct LinearCrossEntropySaved {
 
 namespace cpu {
 FD_OPS_BACKEND_ENTRY_POINTS
+
+// linear_token_logps (CPU and meta only): each row's log-probability of its target into
+// `logps` (R,) f32, 0 for ignored rows; `saved` as linear_cross_entropy's. The backward adds
+// dh and dW for the per-row gradient `dlogps` (R,) f32.
+void linear_token_logps_forward(const Tensor& h, const Tensor& weight, const Tensor& targets,
+                                int ignore_index, int64_t chunk_rows, const Tensor& lse,
+                                const Tensor& logps, bool record, LinearCrossEntropySaved* saved);
+void linear_token_logps_backward(const LinearCrossEntropySaved& saved, const Tensor& dlogps,
+                                 autograd::GradSlot* dh, autograd::GradSlot* dweight);
 }  // namespace cpu
 
 namespace cuda {

@@ -34,4 +34,13 @@ using autograd::Variable;
 Variable linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets,
                               int ignore_index = -1, int64_t chunk_rows = 1024);
 
+// The same head, per row: logps (R,) f32 with logps[r] = log softmax(h_r @ weight^T)[targets[r]],
+// 0 where targets[r] == ignore_index (what sequence-level objectives sum: preference training's
+// completion log-probabilities, lib/objective). Same inputs, chunking and saved state as
+// linear_cross_entropy; the backward takes d logps (R,) and adds
+// dlogits_r = dlogps_r * (onehot(t_r) - softmax_r) through the same two GEMMs. CPU and meta
+// only (an operand on the GPU is refused, FD_CHECK).
+Variable linear_token_logps(const Variable& h, const Variable& weight, const Tensor& targets,
+                            int ignore_index = -1, int64_t chunk_rows = 1024);
+
 }  // namespace fd::ops

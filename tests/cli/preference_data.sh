@@ -39,6 +39,7 @@ data:
   tokenizer: $TOK
   seq_len: 128
   val_fraction: 0.25
+objective: {name: dpo}
 batch: {micro: 2}
 steps: 2
 logging: {every: 1, eval_every: 0, sample_tokens: 0}
@@ -70,9 +71,9 @@ grep -q "max_length" <<<"$out" && echo "ok: print-config names data.max_length" 
 
 # --- the wrong format, either way round: the message names the format to use.
 expect_fail 2 "conv.jsonl:1: the record looks like preference data .*data.format: preference" \
-  validate "$TMP/pref.yaml" data.format=chat
+  validate "$TMP/pref.yaml" data.format=chat objective=null
 expect_fail 2 "conv.jsonl:1: the record looks like preference data .*data.format: preference" \
-  validate "$TMP/pref.yaml" data.format=chat data.on_bad_record=skip
+  validate "$TMP/pref.yaml" data.format=chat objective=null data.on_bad_record=skip
 expect_fail 2 "chat.jsonl:1: the record looks like chat data .*data.format: chat" \
   validate "$TMP/pref.yaml" "data.train=[$TMP/chat.jsonl]"
 

@@ -15,12 +15,13 @@ const std::string kRecipe =
     "  train: tests/config/data/shards/train_000.txt\n"
     "  tokenizer: recipes/tokenizers/chatml-bytes\n"
     "  seq_len: 64\n"
+    "objective: {name: dpo}\n"
     "steps: 1\n";
 
 // The errors of kRecipe with `extra` lines added to its data section.
 Lines errors_with(const std::string& extra, const std::vector<std::string>& overrides = {}) {
   std::string text = kRecipe;
-  text.insert(text.find("steps:"), extra);
+  text.insert(text.find("objective:"), extra);
   LoadResult r = try_parse_recipe(text, "p.yaml", overrides);
   return r.errors;
 }
@@ -45,7 +46,7 @@ TEST_F(ConfigTest, PreferenceMaxLengthMustLetAPairFitARow) {
                    "each at most); raise data.seq_len or lower data.max_length (at most "
                    "data.seq_len / 2 + 1 = 33)"}));
   EXPECT_EQ(errors_with("  max_length: 1\n").size(), 1u);
-  EXPECT_NE(errors_with("  max_length: 1\n")[0].find("must be 0 (data.seq_len / 2 + 1) or >= 2"),
+  EXPECT_NE(errors_with("  max_length: 1\n")[0].find("data.max_length: must be >= 2"),
             std::string::npos);
   EXPECT_TRUE(errors_with("  max_length: 33\n").empty());
 }
@@ -61,7 +62,7 @@ TEST_F(ConfigTest, PreferenceRefusesKeysItHasNoUseFor) {
             "data.train_on_prompt: does not apply to data.format preference");
   one_error(errors_with("  messages_field: msgs\n"),
             "data.messages_field: applies to data.format chat");
-  one_error(errors_with("", {"data.format=chat", "data.max_length=8"}),
+  one_error(errors_with("", {"data.format=chat", "objective=null", "data.max_length=8"}),
             "data.max_length: applies to data.format preference; data.format is chat");
   one_error(errors_with("", {"data.tokenizer="}),
             "data.format preference needs the model's tokenizer");

@@ -50,12 +50,14 @@ std::map<std::string, std::string> printed_values(const Recipe& r) {
 
 // Each documented default is what a recipe that leaves the key out gets: the
 // value to_yaml() prints for a default Recipe (with a default lora section,
-// for the lora keys, and a default model.quantize map, for its keys). Numbers
+// for the lora keys, a default model.quantize map, for its keys, and a default objective
+// section, for its keys). Numbers
 // compare as numbers ("3e-4" == "0.0003").
 TEST(Reference, DefaultsAreTheRecipeDefaults) {
   Recipe r;
   r.lora = LoraOptions{};
   r.model.quantize = QuantizeOptions{};
+  r.objective = ObjectiveOptions{};
   const std::map<std::string, std::string> printed = printed_values(r);
   // Defaults that are not a fixed value: lora.alpha defaults to lora.r, and the
   // Llama family's keys (printed only for those archs) have per-arch defaults.
@@ -104,8 +106,10 @@ TEST(Reference, RequiredKeysAreTheRequiredOnes) {
   std::set<std::string> required;
   for (const KeyDoc& k : key_reference())
     if (k.required()) required.insert(k.path);
-  // model.d_ff: required for the Llama family only (gpt2's MLP is 4 x d_model).
-  EXPECT_EQ(required, (std::set<std::string>{"data.train", "steps", "lora.r", "model.d_ff"}));
+  // model.d_ff: required for the Llama family only (gpt2's MLP is 4 x d_model); lora.r and
+  // objective.name when their section is there.
+  EXPECT_EQ(required, (std::set<std::string>{"data.train", "steps", "lora.r", "model.d_ff",
+                                             "objective.name"}));
 }
 
 // The loader accepts exactly the documented keys.

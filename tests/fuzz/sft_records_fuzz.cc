@@ -1,6 +1,6 @@
 // Fuzz target: fine-tuning records (lib/data/sft_records.h: read_records,
 // parse_record) in every shape: chat ({"messages": ...} and ShareGPT's
-// {"conversations": ...}), instruct (Alpaca), text and preference pairs.
+// {"conversations": ...}), instruct (Alpaca) and text.
 //
 // Input: a dataset file (any bytes). It is read as a .jsonl file (one record
 // a line) and as a .json file (one array of records), in each format, with
@@ -11,8 +11,7 @@
 // messages with roles system, user or assistant, a system message only
 // first, and an assistant message when one is required; an instruct record is
 // [user, assistant] with the user's text built from instruction and input;
-// a preference record is all text, or a prompt of messages ending with a user turn and
-// answers of assistant messages only; every record names where it came from.
+// every record names where it came from.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -62,23 +61,17 @@ void check_record(const Record& r, const RecordOptions& o, bool need_where) {
       if (o.require_assistant && !assistant) broken("a chat record without an assistant message");
       return;
     }
-    case RecordFormat::kPreference: {
-      if (!r.conversational) {
-        if (!r.messages.empty() || !r.chosen.empty() || !r.rejected.empty())
-          broken("a standard preference record with messages");
-        return;
-      }
-      if (r.messages.empty() || r.messages.back().role != "user")
-        broken("a conversational prompt that does not end with a user turn");
-      for (size_t i = 0; i < r.messages.size(); ++i)
-        if (r.messages[i].role == "system" && i != 0) broken("a system message after the first");
-      for (const auto* answer : {&r.chosen, &r.rejected}) {
-        if (answer->empty()) broken("a preference answer without messages");
-        for (const fd::data::Message& m : *answer)
-          if (m.role != "assistant") broken("a preference answer with a " + m.role + " message");
+    case RecordFormat::kPreference:
+      if (r.conversational) {
+        if (r.messages.empty() || r.chosen.empty() || r.rejected.empty())
+          broken("a conversational pair without its prompt or answers");
+        for (const auto* answers : {&r.chosen, &r.rejected})
+          for (const auto& m : *answers)
+            if (m.role != "assistant") broken("a preference answer that is not the assistant's");
+      } else if (!r.messages.empty() || !r.chosen.empty() || !r.rejected.empty()) {
+        broken("a standard pair with messages");
       }
       return;
-    }
   }
 }
 
@@ -103,8 +96,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fd::fuzz::write_file(jsonl, in);
   fd::fuzz::write_file(json, in);
   const std::string text(in);
-  for (const RecordFormat format : {RecordFormat::kChat, RecordFormat::kInstruct,
-                                    RecordFormat::kText, RecordFormat::kPreference}) {
+  for (const RecordFormat format :
+       {RecordFormat::kChat, RecordFormat::kInstruct, RecordFormat::kText,
+        RecordFormat::kPreference}) {
     RecordOptions o;
     o.format = format;
     // Bad records skipped in each format; an error at the first one (chat only: the

@@ -22,16 +22,22 @@ Run with Debian's interpreter (it has python3-torch):
 See tests/golden/README.md for what the files hold.
 """
 
-import copy
-import json
-import math
 import os
-import struct
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# OpenBLAS picks its GEMM kernels by CPU, and their summation order shows in
+# the last bits of the logits and gradients: the committed files were made with
+# the Haswell (AVX2) kernels, which any x86-64 with AVX2 runs.
+os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+
+import copy  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import struct  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 BATCH = 3
 SEQ = 11

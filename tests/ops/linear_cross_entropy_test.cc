@@ -1,5 +1,7 @@
 #include "lib/ops/linear_cross_entropy.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "lib/ops/cross_entropy.h"
@@ -182,6 +184,90 @@ TEST(LinearCrossEntropy, ActivationPeakIsAChunkNotTheLogits) {
   EXPECT_GE(unchunked, logits);
   // One chunk of logits plus dh, lse and targets (R * (C + 2) * 4).
   EXPECT_LE(chunked, scratch + R * (C + 2) * 4 + 4096);
+}
+
+// linear_token_logps against float64: the per-row log-probabilities of log_softmax(h @ w^T),
+// and the gradients of sum_r g_r * logp_r for arbitrary per-row seeds g, for chunks that divide
+// the rows, do not, and cover every row, with ignored rows and a frozen weight.
+TEST(LinearTokenLogps, MatchesFloat64ValuesAndGradients) {
+  constexpr int64_t B = 2, T = 5, C = 6, V = 11, R = B * T;
+  std::mt19937 rng(11);
+  const Vec h = randn(R * C, rng), w = randn(V * C, rng, 0.7), g = randn(R, rng);
+  const std::vector<float> targets = make_targets(R, V, -1, 3);
+  // float64 reference.
+  Vec logp(R, 0.0), dh(R * C, 0.0), dw(V * C, 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    if (targets[size_t(r)] < 0) continue;
+    Vec z(V);
+    double m = -1e300;
+    for (int64_t v = 0; v < V; ++v) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < C; ++c) acc += h[size_t(r * C + c)] * w[size_t(v * C + c)];
+      z[size_t(v)] = acc;
+      m = std::max(m, acc);
+    }
+    double sum = 0.0;
+    for (double x : z) sum += std::exp(x - m);
+    const double lse = m + std::log(sum);
+    const int t = int(targets[size_t(r)]);
+    logp[size_t(r)] = z[size_t(t)] - lse;
+    for (int64_t v = 0; v < V; ++v) {
+      const double dz = g[size_t(r)] * ((v == t ? 1.0 : 0.0) - std::exp(z[size_t(v)] - lse));
+      for (int64_t c = 0; c < C; ++c) {
+        dh[size_t(r * C + c)] += dz * w[size_t(v * C + c)];
+        dw[size_t(v * C + c)] += dz * h[size_t(r * C + c)];
+      }
+    }
+  }
+  for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{4}, R}) {
+    for (bool train_w : {true, false}) {
+      Variable hv(make_tensor(h, Shape{B, T, C}, DType::kF32), true);
+      Variable wv(make_tensor(w, Shape{V, C}, DType::kF32), train_w);
+      Tensor tg = Tensor::from_vector(targets, Shape{B, T}, DType::kI32);
+      autograd::Tape tape;
+      autograd::TapeScope scope(tape);
+      Variable lp = linear_token_logps(hv, wv, tg, -1, chunk);
+      ASSERT_EQ(lp.shape(), Shape{R});
+      const Vec got = values(lp.value());
+      backward_with(tape, lp, g);
+      expect_close(fmt::format("logps chunk {}", chunk), got, logp, 1e-5);
+      expect_close(fmt::format("dh chunk {}", chunk), values(hv.grad()), dh, 1e-4);
+      if (train_w)
+        expect_close(fmt::format("dw chunk {}", chunk), values(wv.grad()), dw, 1e-4);
+      else
+        EXPECT_FALSE(wv.slot()->grad.defined()) << "a frozen weight must get no gradient";
+      for (int64_t r = 0; r < R; ++r) {
+        if (targets[size_t(r)] < 0) {
+          EXPECT_EQ(got[size_t(r)], 0.0) << "ignored row " << r;
+        }
+      }
+    }
+  }
+}
+
+// The per-row seeds -1/count reproduce linear_cross_entropy's gradient exactly: one backward.
+TEST(LinearTokenLogps, MeanOfNegativesIsTheCrossEntropy) {
+  constexpr int64_t B = 3, T = 4, C = 8, V = 13, R = B * T;
+  std::mt19937 rng(3);
+  const Vec h = randn(R * C, rng), w = randn(V * C, rng, 0.5);
+  const std::vector<float> targets = make_targets(R, V, -1, 4);
+  int64_t live = 0;
+  for (float t : targets) live += t >= 0;
+  const Result ce = run(h, w, B, T, C, V, DType::kF32, targets, -1, 5, true, 1.0);
+  Variable hv(make_tensor(h, Shape{B, T, C}, DType::kF32), true);
+  Variable wv(make_tensor(w, Shape{V, C}, DType::kF32), true);
+  Tensor tg = Tensor::from_vector(targets, Shape{B, T}, DType::kI32);
+  autograd::Tape tape;
+  autograd::TapeScope scope(tape);
+  Variable lp = linear_token_logps(hv, wv, tg, -1, 5);
+  const Vec got = values(lp.value());
+  double mean = 0.0;
+  for (double x : got) mean -= x;
+  mean /= double(live);
+  backward_with(tape, lp, Vec(R, -1.0 / double(live)));
+  EXPECT_NEAR(mean, ce.loss[0], 1e-6 * std::abs(ce.loss[0]));
+  expect_close("dh", values(hv.grad()), ce.dh, 1e-6);
+  expect_close("dw", values(wv.grad()), ce.dw, 1e-6);
 }
 
 TEST(LinearCrossEntropyDeathTest, OutOfRangeTargetFailsCheck) {

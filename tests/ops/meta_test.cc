@@ -308,6 +308,27 @@ TEST_P(MetaOps, LinearCrossEntropy) {
   }
 }
 
+TEST_P(MetaOps, LinearTokenLogps) {
+  const DType dt = GetParam();
+  for (int ignore_every : {0, 3}) {
+    for (bool train_w : {true, false}) {
+      expect_same_on_meta(
+          fmt::format("linear_token_logps ignore_every={} train_w={}", ignore_every, train_w),
+          [=](const auto& done) {
+            Variable h(randn(Shape{2, 5, 8}, dt), true);
+            Variable w(randn(Shape{13, 8}, dt, 2), train_w);
+            Tensor tg = ids(Shape{2, 5}, 13, ignore_every);
+            autograd::Tape tape;
+            autograd::TapeScope scope(tape);
+            Variable logps = linear_token_logps(h, w, tg, -1, 3);
+            EXPECT_EQ(logps.dtype(), DType::kF32);
+            backward(tape, logps);
+            done();
+          });
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, MetaOps, ::testing::ValuesIn(kDtypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
