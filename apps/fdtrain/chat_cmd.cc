@@ -163,8 +163,8 @@ int preview_pairs(const PreviewOptions& o, const config::Recipe& r, const Marks&
     ++shown;
   }
   if (shown == 0) {
-    usage_error("{}: data.train: no pair in {} ({} records read, {} bad records skipped)",
-                o.recipe, fmt::join(r.data.train, ", "), stats.records, stats.skipped);
+    usage_error("{}: data.train: no pair in {} ({} records read, {} bad records skipped)", o.recipe,
+                fmt::join(r.data.train, ", "), stats.records, stats.skipped);
   }
   if (stats.skipped > 0)
     std::printf("(%lld bad records skipped, data.on_bad_record: skip)\n", (long long)stats.skipped);
@@ -196,8 +196,8 @@ int run_preview(const PreviewOptions& o) {
     const data::EncodedExample e = data::encode_example(rec, eo);
     int64_t targets = 0;
     for (size_t i = 1; i < e.target.size(); ++i) targets += e.target[i];
-    std::printf("%s=== example %d: %s: %zu tokens, %lld targets%s%s\n", m.bold,
-                shown + 1, rec.where.c_str(), e.tokens.size(), (long long)targets,
+    std::printf("%s=== example %d: %s: %zu tokens, %lld targets%s%s\n", m.bold, shown + 1,
+                rec.where.c_str(), e.tokens.size(), (long long)targets,
                 int64_t(e.tokens.size()) > d.seq_len + 1
                     ? fmt::format(" (longer than data.seq_len + 1 = {}: data.truncation {})",
                                   d.seq_len + 1, config::to_string(d.truncation))

@@ -97,8 +97,8 @@ ExampleDataset::ExampleDataset(const ExampleOptions& options) : options_(options
                options_.records.format != RecordFormat::kPreference,
            "ExampleDataset options");
   if (options_.tokenizer->eos_id()) pad_id_ = *options_.tokenizer->eos_id();
-  RecordSplits splits = read_splits(options_.train_files, options_.val_files,
-                                    options_.val_fraction, options_.records, &stats_.records);
+  RecordSplits splits = read_splits(options_.train_files, options_.val_files, options_.val_fraction,
+                                    options_.records, &stats_.records);
   const std::vector<Record>& train = splits.train;
   const std::vector<Record>& val = splits.val;
   build(train_, train, true);
@@ -206,8 +206,9 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
     stats_.train_rows = split.num_rows();
     stats_.train_tokens = positions_total;
     stats_.train_target_tokens = target_positions;
-    stats_.efficiency =
-        split.num_rows() > 0 ? double(positions_total) / (double(split.num_rows()) * double(T)) : 0.0;
+    stats_.efficiency = split.num_rows() > 0
+                            ? double(positions_total) / (double(split.num_rows()) * double(T))
+                            : 0.0;
   } else {
     stats_.val_examples = examples;
     stats_.val_rows = split.num_rows();

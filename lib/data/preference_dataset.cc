@@ -90,15 +90,13 @@ void hash_ints(Sha256& h, const auto* data, size_t n) { h.update(data, n * sizeo
 
 }  // namespace
 
-std::string encode_pair(const Record& record, const PreferenceDatasetOptions& o,
-                        EncodedPair* out) {
+std::string encode_pair(const Record& record, const PreferenceDatasetOptions& o, EncodedPair* out) {
   FD_CHECK(o.tokenizer != nullptr, "encode_pair needs a tokenizer");
   text::EncodeCache cache;
   return encode_with(record, o, cache, out);
 }
 
-PreferenceDataset::PreferenceDataset(const PreferenceDatasetOptions& options)
-    : options_(options) {
+PreferenceDataset::PreferenceDataset(const PreferenceDatasetOptions& options) : options_(options) {
   FD_CHECK(options_.tokenizer != nullptr && options_.seq_len > 0 &&
                options_.records.format == RecordFormat::kPreference,
            "PreferenceDataset options");
@@ -113,8 +111,7 @@ PreferenceDataset::PreferenceDataset(const PreferenceDatasetOptions& options)
   }
   if (options_.tokenizer->eos_id()) pad_id_ = *options_.tokenizer->eos_id();
   const RecordSplits splits = read_splits(options_.train_files, options_.val_files,
-                                          options_.val_fraction, options_.records,
-                                          &stats_.records);
+                                          options_.val_fraction, options_.records, &stats_.records);
   build(train_, splits.train, true);
   build(val_, splits.val, false);
   if (train_.num_rows() == 0) {
@@ -138,8 +135,8 @@ PreferenceDataset::PreferenceDataset(const PreferenceDatasetOptions& options)
 
 void PreferenceDataset::build(Split& split, const std::vector<Record>& records, bool is_train) {
   const PreferenceDatasetOptions& o = options_;
-  std::vector<std::vector<Encoded>> parts = map_on_threads<Encoded>(
-      records.size(), o.threads, [&](size_t i, text::EncodeCache& cache) {
+  std::vector<std::vector<Encoded>> parts =
+      map_on_threads<Encoded>(records.size(), o.threads, [&](size_t i, text::EncodeCache& cache) {
         Encoded e;
         e.error = encode_with(records[i], o, cache, &e.pair);
         return e;
@@ -205,9 +202,9 @@ void PreferenceDataset::build(Split& split, const std::vector<Record>& records, 
     stats_.train_pairs = pairs;
     stats_.train_rows = split.num_rows();
     stats_.train_tokens = std::accumulate(positions.begin(), positions.end(), int64_t{0});
-    stats_.efficiency = split.num_rows() > 0 ? double(stats_.train_tokens) /
-                                                   (double(split.num_rows()) * o.seq_len)
-                                             : 0.0;
+    stats_.efficiency = split.num_rows() > 0
+                            ? double(stats_.train_tokens) / (double(split.num_rows()) * o.seq_len)
+                            : 0.0;
   } else {
     stats_.val_pairs = pairs;
     stats_.val_rows = split.num_rows();
@@ -285,8 +282,8 @@ int64_t PreferenceDataset::train_targets(int64_t step, int64_t global_batch, int
   return n;
 }
 
-void PreferenceDataset::val_batch(int64_t batch_index, int rank, int world, int batch,
-                                  int seq_len, const BatchBuffers& out) const {
+void PreferenceDataset::val_batch(int64_t batch_index, int rank, int world, int batch, int seq_len,
+                                  const BatchBuffers& out) const {
   FD_CHECK(has_val(), "val_batch without a validation split");
   FD_CHECK(out.doc_starts != nullptr && seq_len == options_.seq_len,
            "preference rows need doc_starts and seq_len {}", options_.seq_len);
@@ -307,8 +304,8 @@ int64_t PreferenceDataset::reference_batches(bool val, int world, int batch) con
 
 void PreferenceDataset::reference_batch(bool val, int64_t batch_index, int rank, int world,
                                         int batch, int seq_len, const BatchBuffers& out) const {
-  FD_CHECK(out.doc_starts != nullptr && seq_len == options_.seq_len && 0 <= rank &&
-               rank < world && batch > 0,
+  FD_CHECK(out.doc_starts != nullptr && seq_len == options_.seq_len && 0 <= rank && rank < world &&
+               batch > 0,
            "reference_batch: rank {} of {}, batch {}, seq_len {}", rank, world, batch, seq_len);
   const Split& split = val ? val_ : train_;
   int32_t pairs = 0;

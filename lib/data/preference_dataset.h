@@ -49,9 +49,9 @@ struct PreferenceDatasetOptions {
                            .fields = {},
                            .bad = BadRecords::kError,
                            .require_assistant = true};
-  int seq_len = 0;                       // positions per row
-  int max_length = 0;                    // tokens per sequence; 0: seq_len / 2 + 1
-  int64_t vocab_size = 0;                // every id must be below it
+  int seq_len = 0;                                    // positions per row
+  int max_length = 0;                                 // tokens per sequence; 0: seq_len / 2 + 1
+  int64_t vocab_size = 0;                             // every id must be below it
   std::shared_ptr<const text::Tokenizer> tokenizer;   // required
   std::shared_ptr<const ChatTemplate> chat_template;  // required by conversational records
   bool prompt_targets = false;  // also targets on the chosen prompt (set by the objective)
@@ -69,22 +69,21 @@ struct PreferenceStats {
   int64_t truncated = 0, val_truncated = 0;  // a sequence cut to max_length
   int64_t identical = 0;                     // chosen completion == rejected completion
   std::vector<std::string> identical_where;  // the first kMaxReasons of them, FILE:LINE
-  int64_t train_tokens = 0;  // positions holding a token (training rows)
-  double efficiency = 0.0;   // train_tokens / (train_rows * seq_len)
+  int64_t train_tokens = 0;                  // positions holding a token (training rows)
+  double efficiency = 0.0;                   // train_tokens / (train_rows * seq_len)
 };
 
 // One pair as the dataset encodes it, before the max_length cut.
 struct EncodedPair {
   std::string where;
-  std::vector<int32_t> prompt;              // P
-  std::vector<int32_t> chosen, rejected;    // the completions
+  std::vector<int32_t> prompt;                      // P
+  std::vector<int32_t> chosen, rejected;            // the completions
   std::vector<int32_t> chosen_full, rejected_full;  // PC of each
 };
 
 // Encodes one record as the dataset does (preview, tests): "" and `out`, or why the record
 // is bad. Throws fd::Error (kUsage) for template errors, as ChatTemplate::render does.
-std::string encode_pair(const Record& record, const PreferenceDatasetOptions& o,
-                        EncodedPair* out);
+std::string encode_pair(const Record& record, const PreferenceDatasetOptions& o, EncodedPair* out);
 
 class PreferenceDataset : public BatchSource {
  public:
@@ -113,8 +112,8 @@ class PreferenceDataset : public BatchSource {
   // k * world * batch + r * batch + b; rows past the end are padding (targets -1, no pair).
   int64_t num_pairs(bool val) const { return val ? stats_.val_pairs : stats_.train_pairs; }
   int64_t reference_batches(bool val, int world, int batch) const;
-  void reference_batch(bool val, int64_t batch_index, int rank, int world, int batch,
-                       int seq_len, const BatchBuffers& out) const;
+  void reference_batch(bool val, int64_t batch_index, int rank, int world, int batch, int seq_len,
+                       const BatchBuffers& out) const;
 
   // SHA-256 (hex) of what decides each pair's log-probabilities: every row of both splits
   // (tokens, completion targets, doc_starts, pair indices) and seq_len. Not prompt_targets.
@@ -125,17 +124,17 @@ class PreferenceDataset : public BatchSource {
 
  private:
   struct Split {
-    std::vector<int32_t> tokens;   // each pair's chosen sequence, then its rejected one
-    std::vector<int64_t> offsets;  // pair e's tokens start at offsets[e] (size pairs + 1)
+    std::vector<int32_t> tokens;          // each pair's chosen sequence, then its rejected one
+    std::vector<int64_t> offsets;         // pair e's tokens start at offsets[e] (size pairs + 1)
     std::vector<int32_t> prompt, chosen;  // per pair: len(P), chosen sequence length
-    std::vector<int32_t> order;    // pairs in row order
-    std::vector<int64_t> rows;     // row r holds order[rows[r] .. rows[r + 1])
+    std::vector<int32_t> order;           // pairs in row order
+    std::vector<int64_t> rows;            // row r holds order[rows[r] .. rows[r + 1])
     int64_t num_pairs() const { return int64_t(prompt.size()); }
     int64_t num_rows() const { return rows.empty() ? 0 : int64_t(rows.size()) - 1; }
   };
   void build(Split& split, const std::vector<Record>& records, bool is_train);
-  // Writes `row` (or padding for row -1) at row `b` of `out`, its pairs numbered from
-  // *pairs on; returns nothing, advances *pairs.
+  // Writes `row` (padding for row -1) at row `b` of `out`, numbering its pairs from *pairs
+  // on (advanced past them).
   void fill_row(const Split& split, int64_t row, int seq_len, bool prompt_targets,
                 const BatchBuffers& out, int b, int32_t* pairs) const;
 

@@ -40,8 +40,7 @@ std::vector<int32_t> fill_order(int64_t n, bool shuffle, uint64_t seed, bool is_
   return order;
 }
 
-std::vector<int64_t> fill_rows(std::span<const int64_t> positions, int64_t capacity,
-                               bool packing) {
+std::vector<int64_t> fill_rows(std::span<const int64_t> positions, int64_t capacity, bool packing) {
   std::vector<int64_t> rows;
   if (positions.empty()) return rows;
   rows.push_back(0);

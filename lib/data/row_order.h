@@ -34,7 +34,8 @@ int64_t epoch_row(uint64_t seed, int64_t step, int64_t g, int64_t global_batch, 
 // the results chunk by chunk in order. Rethrows the first chunk's exception.
 template <class T, class Fn>
 std::vector<std::vector<T>> map_on_threads(size_t n, int threads, const Fn& fn) {
-  const size_t t_count = std::clamp<size_t>(size_t(std::max(1, threads)), 1, std::max<size_t>(n, 1));
+  const size_t t_count =
+      std::clamp<size_t>(size_t(std::max(1, threads)), 1, std::max<size_t>(n, 1));
   std::vector<std::vector<T>> parts(t_count);
   std::vector<std::exception_ptr> errors(t_count);
   auto work = [&](size_t t) {

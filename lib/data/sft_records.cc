@@ -113,9 +113,8 @@ std::string parse_chat(const json& j, const RecordOptions& o, Record* out, bool*
   if (it->empty()) return fmt::format("\"{}\" is empty", list_key);
   if (std::string err = parse_messages(*it, list_key, sharegpt, &out->messages); !err.empty())
     return err;
-  const bool any_assistant =
-      std::any_of(out->messages.begin(), out->messages.end(),
-                  [](const Message& m) { return m.role == "assistant"; });
+  const bool any_assistant = std::any_of(out->messages.begin(), out->messages.end(),
+                                         [](const Message& m) { return m.role == "assistant"; });
   if (!any_assistant && o.require_assistant) {
     return fmt::format("\"{}\" has no assistant message: nothing to train on", list_key);
   }
@@ -151,9 +150,10 @@ std::string parse_preference(const json& j, Record* out, bool* wrong_format) {
   const char* keys[] = {"prompt", "chosen", "rejected"};
   for (const char* key : keys) {
     if (!j.contains(key)) {
-      return fmt::format("missing \"{}\" ({}; a prompt taken from the answers, TRL's implicit "
-                         "prompt, is not read)",
-                         key, kPreferenceShape);
+      return fmt::format(
+          "missing \"{}\" ({}; a prompt taken from the answers, TRL's implicit "
+          "prompt, is not read)",
+          key, kPreferenceShape);
     }
     const json& v = j[key];
     if (!v.is_string() && !v.is_array())
@@ -182,21 +182,22 @@ std::string parse_preference(const json& j, Record* out, bool* wrong_format) {
         "role is \"{}\")",
         out->messages.back().role);
   }
-  for (auto [key, answer] : {std::pair{"chosen", &out->chosen}, std::pair{"rejected", &out->rejected}}) {
-    if (j[key].empty()) return fmt::format("\"{}\" is empty (it needs the assistant's answer)", key);
+  for (auto [key, answer] :
+       {std::pair{"chosen", &out->chosen}, std::pair{"rejected", &out->rejected}}) {
+    if (j[key].empty())
+      return fmt::format("\"{}\" is empty (it needs the assistant's answer)", key);
     if (std::string err = parse_messages(j[key], key, false, answer); !err.empty()) return err;
     for (size_t i = 0; i < answer->size(); ++i) {
       if ((*answer)[i].role != "assistant") {
-        return fmt::format("{}[{}]: role \"{}\": \"{}\" holds the assistant's answer only", key,
-                           i, (*answer)[i].role, key);
+        return fmt::format("{}[{}]: role \"{}\": \"{}\" holds the assistant's answer only", key, i,
+                           (*answer)[i].role, key);
       }
     }
   }
   return "";
 }
 
-std::string parse_value(const json& j, const RecordOptions& o, Record* out,
-                        bool* wrong_format) {
+std::string parse_value(const json& j, const RecordOptions& o, Record* out, bool* wrong_format) {
   if (!j.is_object()) return fmt::format("the record is {}, not a JSON object", type_of(j));
   switch (o.format) {
     case RecordFormat::kChat:
@@ -220,7 +221,8 @@ void reject(const std::string& where, const std::string& err, const RecordOption
   }
   if (stats) {
     ++stats->skipped;
-    if (stats->skip_reasons.size() < RecordStats::kMaxReasons) stats->skip_reasons.push_back(reason);
+    if (stats->skip_reasons.size() < RecordStats::kMaxReasons)
+      stats->skip_reasons.push_back(reason);
   }
 }
 
@@ -349,9 +351,8 @@ std::vector<Record> read_records(const std::vector<std::string>& files, const Re
   return c.take();
 }
 
-RecordSplits read_splits(const std::vector<std::string>& train,
-                         const std::vector<std::string>& val, double val_fraction,
-                         const RecordOptions& o, RecordStats* stats) {
+RecordSplits read_splits(const std::vector<std::string>& train, const std::vector<std::string>& val,
+                         double val_fraction, const RecordOptions& o, RecordStats* stats) {
   RecordSplits s;
   s.train = read_records(train, o, stats);
   if (!val.empty()) {

@@ -97,9 +97,8 @@ std::vector<Record> read_records(const std::vector<std::string>& files, const Re
 struct RecordSplits {
   std::vector<Record> train, val;
 };
-RecordSplits read_splits(const std::vector<std::string>& train,
-                         const std::vector<std::string>& val, double val_fraction,
-                         const RecordOptions& o, RecordStats* stats);
+RecordSplits read_splits(const std::vector<std::string>& train, const std::vector<std::string>& val,
+                         double val_fraction, const RecordOptions& o, RecordStats* stats);
 
 // A record found bad after reading (its encoding, say): "WHERE: reason" thrown as fd::Error
 // (kUsage) with BadRecords::kError, else moved from `stats`' records to its skipped.

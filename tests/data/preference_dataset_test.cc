@@ -81,7 +81,8 @@ std::string pairs(int n) {
   for (int k = 0; k < n; ++k) {
     std::string answer;
     for (int w = 0; w < 1 + (k * 5) % 7; ++w) answer += " yes";
-    s += standard("Question " + std::to_string(k) + ":", answer, " no" + answer.substr(0, 4 * (k % 3)));
+    s += standard("Question " + std::to_string(k) + ":", answer,
+                  " no" + answer.substr(0, 4 * (k % 3)));
   }
   return s;
 }
@@ -141,11 +142,24 @@ TEST(PreferenceRecords, BadRecordsSayWhatIsWrongWithFileAndLine) {
   }
 }
 
+TEST(PreferenceRecords, JsonFilesNameTheElement) {
+  const std::string f = write_bytes("p.json", "[" + standard("a", " b", " c") + "," +
+                                                  R"({"prompt": "a", "rejected": "c"})" + "]");
+  expect_usage_error([&] { PreferenceDataset d(options(f, 64)); },
+                     {"p.json: element 1: missing \"chosen\""});
+  PreferenceDatasetOptions o = options(f, 64);
+  o.records.bad = BadRecords::kSkip;
+  PreferenceDataset d(o);
+  EXPECT_EQ(d.stats().train_pairs, 1);
+  EXPECT_EQ(d.stats().records.skipped, 1);
+}
+
 TEST(PreferenceRecords, OtherFormatsAreNamed) {
   // Chat data read as preference, and preference data read as chat: an error even when bad
   // records are skipped, since every record would be.
   const std::string chat =
-      write_bytes("chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})" "\n");
+      write_bytes("chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})"
+                                "\n");
   PreferenceDatasetOptions o = options(chat, 64);
   o.records.bad = BadRecords::kSkip;
   expect_usage_error([&] { PreferenceDataset d(o); },
@@ -229,10 +243,10 @@ TEST(PreferenceEncoding, MisalignedOrEmptyCompletionsAreBadRecords) {
   r.where = "f.jsonl:3";
   EncodedPair p;
   // The generation prompt differs from how an answered turn starts.
-  o.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::from_source(
-      "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-      "{% if add_generation_prompt %}ASSISTANT >{% endif %}",
-      "odd", "", ""));
+  o.chat_template = std::make_shared<const ChatTemplate>(
+      ChatTemplate::from_source("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                                "{% if add_generation_prompt %}ASSISTANT >{% endif %}",
+                                "odd", "", ""));
   EXPECT_NE(encode_pair(r, o, &p).find("does not render to the prompt's tokens"),
             std::string::npos);
   // A template that drops assistant turns: nothing to score.
@@ -420,10 +434,10 @@ TEST(PreferenceDataset, RowsArePureFunctionsOfStepAndIndex) {
 TEST(PreferenceDataset, TruncationKeepsTheStartAndLongPromptsAreDropped) {
   auto tok = tokenizer("gpt2");
   // Prompt lengths in gpt2 tokens: "a b c d e f g h" is 8.
-  const std::string f = write_bytes(
-      "len.jsonl", standard("a b", " yes yes yes yes yes yes yes yes yes yes", " no") +
-                       standard("a b c d e f g h", " yes", " no") +
-                       standard("a b c", " yes", " no"));
+  const std::string f =
+      write_bytes("len.jsonl", standard("a b", " yes yes yes yes yes yes yes yes yes yes", " no") +
+                                   standard("a b c d e f g h", " yes", " no") +
+                                   standard("a b c", " yes", " no"));
   PreferenceDatasetOptions o = options(f, 64);
   o.max_length = 8;
   PreferenceDataset d(o);
@@ -453,9 +467,9 @@ TEST(PreferenceDataset, TruncationKeepsTheStartAndLongPromptsAreDropped) {
 }
 
 TEST(PreferenceDataset, IdenticalAnswersAreKeptAndListed) {
-  const std::string f = write_bytes(
-      "same.jsonl", standard("Q:", " same", " same") + standard("Q2:", " a", " b") +
-                        standard("Q3:", " same<|endoftext|>", " same"));
+  const std::string f =
+      write_bytes("same.jsonl", standard("Q:", " same", " same") + standard("Q2:", " a", " b") +
+                                    standard("Q3:", " same<|endoftext|>", " same"));
   PreferenceDataset d(options(f, 64));
   EXPECT_EQ(d.stats().train_pairs, 3);
   EXPECT_EQ(d.stats().identical, 2);
@@ -513,8 +527,8 @@ TEST(PreferenceDataset, DigestFollowsWhatDecidesTheLogProbs) {
 }
 
 TEST(PreferenceDataset, ValidationIsTheTailAndCountsItsDrops) {
-  const std::string f = write_bytes(
-      "v.jsonl", pairs(6) + standard("a b c d e f g h i j k l m n o p", " yes", " no"));
+  const std::string f =
+      write_bytes("v.jsonl", pairs(6) + standard("a b c d e f g h i j k l m n o p", " yes", " no"));
   PreferenceDatasetOptions o = options(f, 64);
   o.val_fraction = 0.2;  // the last 2 records
   o.max_length = 12;

@@ -39,8 +39,8 @@ std::vector<std::pair<std::string, json>> records() {
                 {"rejected", {msg("assistant", "Green, I think. 🌿")}}}});
   r.push_back({"conv_multi_system",
                {{"prompt",
-                 {msg("system", "You are terse."), msg("user", "Hi"),
-                  msg("assistant", "Hello."), msg("user", "2+2? Answer in Japanese.")}},
+                 {msg("system", "You are terse."), msg("user", "Hi"), msg("assistant", "Hello."),
+                  msg("user", "2+2? Answer in Japanese.")}},
                 {"chosen", {msg("assistant", "四")}},
                 {"rejected", {msg("assistant", "  five \n")}}}});
   r.push_back({"std_plain",
@@ -65,25 +65,24 @@ TEST(PreferenceHf, PairsMatchTrlOnHuggingFaceTokenizersAndTemplates) {
     GTEST_SKIP() << "tests/fixtures/npm is not installed (scripts/install_deps.sh)";
   }
   // Llama 3.2 and Mistral Nemo for their BOS on standard rows (3.2's template dates itself).
-  const ModelCase models[] = {{"qwen2_5", true}, {"llama3", true},        {"qwen3", true},
+  const ModelCase models[] = {{"qwen2_5", true}, {"llama3", true},       {"qwen3", true},
                               {"gemma3", true},  {"mistral_nemo", true}, {"llama3_2", false},
                               {"gpt2", false}};
   json cases = json::array();
   for (const ModelCase& m : models) {
     for (const auto& [name, rec] : records()) {
       if (!m.conversational && rec["prompt"].is_array()) continue;
-      cases.push_back({{"name", fmt::format("{}/{}", m.model, name)},
-                       {"model", m.model},
-                       {"record", rec}});
+      cases.push_back(
+          {{"name", fmt::format("{}/{}", m.model, name)}, {"model", m.model}, {"record", rec}});
     }
   }
   const fs::path dir = fs::temp_directory_path() / fmt::format("fd_pref_hf_{}", ::getpid());
   fs::create_directories(dir);
   std::ofstream(dir / "cases.json") << cases.dump();
-  const std::string cmd = fmt::format(
-      "node {} --models {} --cases {} --out {}",
-      (kSource / "tests/data/preference_hf_reference.mjs").string(), kModels.string(),
-      (dir / "cases.json").string(), (dir / "ids.jsonl").string());
+  const std::string cmd =
+      fmt::format("node {} --models {} --cases {} --out {}",
+                  (kSource / "tests/data/preference_hf_reference.mjs").string(), kModels.string(),
+                  (dir / "cases.json").string(), (dir / "ids.jsonl").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::map<std::string, json> ref;
   std::ifstream in(dir / "ids.jsonl");
@@ -98,7 +97,8 @@ TEST(PreferenceHf, PairsMatchTrlOnHuggingFaceTokenizersAndTemplates) {
   int compared = 0;
   std::vector<std::string> refused;
   for (const ModelCase& m : models) {
-    const std::string model_dir = (kModels / fmt::format("tokenizer-{}", m.model) / "models").string();
+    const std::string model_dir =
+        (kModels / fmt::format("tokenizer-{}", m.model) / "models").string();
     PreferenceDatasetOptions o;
     o.tokenizer = text::load_tokenizer(model_dir);
     if (m.conversational)
@@ -145,9 +145,10 @@ TEST(PreferenceHf, PairsMatchTrlOnHuggingFaceTokenizersAndTemplates) {
         << label << " refused";
   }
   EXPECT_GE(compared, 5 * 2 + 2 * 7 - 1);
-  std::printf("  %d pairs identical to TRL's tokens; refused as misaligned (as TRL's PC does not "
-              "start with P): %s\n",
-              compared, fmt::format("{}", fmt::join(refused, ", ")).c_str());
+  std::printf(
+      "  %d pairs identical to TRL's tokens; refused as misaligned (as TRL's PC does not "
+      "start with P): %s\n",
+      compared, fmt::format("{}", fmt::join(refused, ", ")).c_str());
 }
 
 }  // namespace

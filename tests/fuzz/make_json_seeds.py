@@ -184,6 +184,13 @@ bad = ['{"messages": [{"role": "user", "content": "x"}', "[1, 2]", '{"msgs": []}
        '{"role": "assistant", "content": "z"}]}',
        '{"conversations": [{"from": "alien", "value": "x"}]}']
 seed("sft_records", "bad_records.jsonl", "\n".join(bad) + "\n")
+seed("sft_records", "preference.jsonl",
+     '{"prompt": "The sky is", "chosen": " blue.", "rejected": " green."}\n'
+     '{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], '
+     '"chosen": [{"role": "assistant", "content": "Hello"}], '
+     '"rejected": [{"role": "assistant", "content": "Go away"}]}\n'
+     '{"prompt": "p", "chosen": [{"role": "assistant", "content": "x"}], "rejected": "y"}\n'
+     '{"prompt": [{"role": "assistant", "content": "p"}], "chosen": [], "rejected": 3}\n')
 seed("sft_records", "chat_array.json", json.dumps([json.loads(l) for l in lines[:3]]))
 
 # --- chat_messages: --messages files (tests/cli/chat.sh's, and the object form).
