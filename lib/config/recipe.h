@@ -65,7 +65,7 @@ enum class QuantTypeName { kNf4, kFp4 };
 enum class ObjectiveName { kDpo, kSimpo, kOrpo };
 std::string_view to_string(ObjectiveName v);  // "dpo", "simpo", "orpo"
 enum class DpoLossName { kSigmoid, kIpo, kHinge, kRobust };
-std::string_view to_string(DpoLossName v);  // "sigmoid", "ipo", "hinge", "robust"
+std::string_view to_string(DpoLossName v);    // "sigmoid", "ipo", "hinge", "robust"
 std::string_view to_string(QuantTypeName v);  // "nf4", "fp4"
 // The block sizes bitsandbytes' 4-bit kernels support: quant::kBlockSizes, which lib/config
 // cannot include (it does not link fd_quant); lib/engine/assemble.cc checks that they agree.
@@ -250,9 +250,9 @@ struct LoraOptions {
 // Preference training (data.format preference); present only when the recipe has an objective
 // section. Current TRL's definitions and defaults (docs/OBJECTIVES.md).
 struct ObjectiveOptions {
-  ObjectiveName name = ObjectiveName::kDpo;             // required in the recipe
-  DpoLossName loss_type = DpoLossName::kSigmoid;        // dpo only
-  double beta = 0.1;             // > 0: DPO's and SimPO's beta, ORPO's lambda
+  ObjectiveName name = ObjectiveName::kDpo;       // required in the recipe
+  DpoLossName loss_type = DpoLossName::kSigmoid;  // dpo only
+  double beta = 0.1;                              // > 0: DPO's and SimPO's beta, ORPO's lambda
   double label_smoothing = 0.0;  // [0, 0.5): dpo with loss_type robust, and simpo, only
   double gamma = 0.5;            // simpo only: the target reward margin
   double cpo_alpha = 0.0;        // simpo only: weight of the chosen answers' NLL, >= 0
@@ -306,7 +306,7 @@ struct Recipe {
   ZeroOptions zero;
   DistOptions dist;
   ParallelOptions parallel;
-  std::optional<LoraOptions> lora;  // nullopt = full fine-tuning
+  std::optional<LoraOptions> lora;            // nullopt = full fine-tuning
   std::optional<ObjectiveOptions> objective;  // nullopt = next-token loss
   ActivationCheckpointingOptions activation_checkpointing;
   CheckpointOptions checkpoint;
@@ -316,9 +316,9 @@ struct Recipe {
   // mantissas, fp32 accumulation), as PyTorch's allow_tf32 and Hugging Face's
   // `tf32`; false: exact fp32. No effect on the CPU or with 16-bit precision.
   bool tf32 = true;
-  int threads = 1;                       // BLAS threads per rank, 1 .. 1024
-  int64_t seed = 1337;                   // seeds init, data order, dropout, sampling; >= 0
-  int64_t steps = 0;                     // optimizer steps, >= 1 (required in the recipe)
+  int threads = 1;      // BLAS threads per rank, 1 .. 1024
+  int64_t seed = 1337;  // seeds init, data order, dropout, sampling; >= 0
+  int64_t steps = 0;    // optimizer steps, >= 1 (required in the recipe)
   // A loss above this ends the run as diverged (exit 1), like a non-finite
   // one; >= 0, 0 = only non-finite losses.
   double max_loss = 100.0;

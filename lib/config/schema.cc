@@ -860,8 +860,7 @@ void Builder::data(const Node& root) {
   if (!preference) {
     only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
   }
-  only_for("max_length", d.max_length != defaults.max_length, preference,
-           "data.format preference");
+  only_for("max_length", d.max_length != defaults.max_length, preference, "data.format preference");
   if (preference && is_set("data.max_length") && !bad("data.max_length") && !bad("data.seq_len") &&
       2 * int64_t(d.max_length - 1) > d.seq_len) {
     error(loc_of("data.max_length"), "data.max_length",
@@ -1415,7 +1414,8 @@ void Builder::objective(const Node& root) {
   }
   ObjectiveOptions o;
   if (s->find("name") == nullptr) {
-    if (!bad("objective")) error(loc_of("objective"), "objective.name", "required key is missing (dpo, simpo or orpo)");
+    if (!bad("objective"))
+      error(loc_of("objective"), "objective.name", "required key is missing (dpo, simpo or orpo)");
   } else {
     get_enum(s, "objective", "name",
              std::vector<ObjectiveName>{ObjectiveName::kDpo, ObjectiveName::kSimpo,

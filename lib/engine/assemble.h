@@ -119,9 +119,9 @@ std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kR
 // (example_dataset.h), with the same errors for bad records, templates and lengths;
 // preference pairs (data.format preference) as a PreferenceDataset (preference_dataset.h).
 struct TrainingData {
-  std::unique_ptr<data::TokenDataset> stream;      // windows of a token stream, or
-  std::unique_ptr<data::Sampler> sampler;          // (over `stream`)
-  std::unique_ptr<data::ExampleDataset> examples;  // fine-tuning examples, or
+  std::unique_ptr<data::TokenDataset> stream;           // windows of a token stream, or
+  std::unique_ptr<data::Sampler> sampler;               // (over `stream`)
+  std::unique_ptr<data::ExampleDataset> examples;       // fine-tuning examples, or
   std::unique_ptr<data::PreferenceDataset> preference;  // preference pairs
 
   TrainingData();

@@ -331,14 +331,15 @@ Estimate estimate(const config::Recipe& r, int world) {
     e.objective = std::string(config::to_string(r.objective->name));
     if (r.objective->name == config::ObjectiveName::kDpo) {
       e.objective += fmt::format(" ({})", config::to_string(r.objective->loss_type));
-      e.reference =
-          !r.objective->reference.empty()
-              ? fmt::format("objective.reference {}: a model of its weights is built, used for "
-                            "the reference log-probs and freed before the training model is "
-                            "built",
-                            r.objective->reference)
-          : e.lora.enabled() ? std::string("the base with the adapters off (the same weights)")
-                             : std::string("the initial weights, before the first step");
+      e.reference = !r.objective->reference.empty()
+                        ? fmt::format(
+                              "objective.reference {}: a model of its weights is built, used for "
+                              "the reference log-probs and freed before the training model is "
+                              "built",
+                              r.objective->reference)
+                    : e.lora.enabled()
+                        ? std::string("the base with the adapters off (the same weights)")
+                        : std::string("the initial weights, before the first step");
     }
   }
   e.micro = recipe_assembly.micro;
@@ -620,7 +621,8 @@ std::string format_estimate(const Estimate& e) {
           e.quantize->double_quant ? ", double quant" : "", human(e.quantized_bytes),
           config::to_string(e.precision)));
     line(fmt::format("at stage {}: frozen base: {}; trainable (adapters) states: {}",
-                     e.recipe_stage, human(rs.frozen + rs.quantized), human(rs.model_states.total())));
+                     e.recipe_stage, human(rs.frozen + rs.quantized),
+                     human(rs.model_states.total())));
   }
   if (!e.objective.empty())
     line(fmt::format("objective {}{}", e.objective,
@@ -805,10 +807,10 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                  {"frozen_padded_params", e.frozen_padded_params}};
   }
   if (!e.objective.empty())
-    j["objective"] = {{"name", e.objective},
-                      {"reference", e.reference.empty() ? nlohmann::json(nullptr)
-                                                        : nlohmann::json(e.reference)},
-                      {"reference_param_bytes", 0}};
+    j["objective"] = {
+        {"name", e.objective},
+        {"reference", e.reference.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.reference)},
+        {"reference_param_bytes", 0}};
   if (e.quantize) {
     j["quantize"] = {{"type", quant::quant_type_name(e.quantize->type)},
                      {"block_size", e.quantize->block_size},

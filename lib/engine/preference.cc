@@ -32,9 +32,15 @@ objective::PreferenceMetrics PreferenceTally::metrics() const {
 }
 
 void PreferenceTally::add(double loss, const objective::PreferenceMetrics& m) {
-  const double add[kFields] = {loss,           m.rewards_chosen,  m.rewards_rejected,
-                               m.rewards_accuracies, m.rewards_margins, m.logps_chosen,
-                               m.logps_rejected, m.nll_loss,        m.log_odds_ratio,
+  const double add[kFields] = {loss,
+                               m.rewards_chosen,
+                               m.rewards_rejected,
+                               m.rewards_accuracies,
+                               m.rewards_margins,
+                               m.logps_chosen,
+                               m.logps_rejected,
+                               m.nll_loss,
+                               m.log_odds_ratio,
                                m.log_odds_chosen};
   for (int i = 0; i < kFields; ++i) v[i] += add[i];
 }
@@ -67,10 +73,9 @@ bool PreferenceHead::uses_nll() const {
 
 void PreferenceHead::install(nn::Decoder& model) {
   if (chunk_rows_ <= 0) chunk_rows_ = model.head_chunk_rows();
-  model.set_head_loss(
-      [this](const Variable& h, const Variable& w, const Tensor& targets) {
-        return head(h, w, targets);
-      });
+  model.set_head_loss([this](const Variable& h, const Variable& w, const Tensor& targets) {
+    return head(h, w, targets);
+  });
 }
 
 void PreferenceHead::uninstall(nn::Decoder& model) { model.set_head_loss({}); }

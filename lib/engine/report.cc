@@ -43,9 +43,9 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
   add("train/effective_gflops", "tokens_per_s", flops_per_token / 1e9);
   add("eval/loss", "eval_loss");
   // Preference training's metrics (TRL's names), training and evaluation.
-  for (const char* m : {"rewards/chosen", "rewards/rejected", "rewards/accuracies",
-                        "rewards/margins", "logps/chosen", "logps/rejected", "nll_loss",
-                        "log_odds_ratio", "log_odds_chosen"}) {
+  for (const char* m :
+       {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+        "logps/chosen", "logps/rejected", "nll_loss", "log_odds_ratio", "log_odds_chosen"}) {
     const std::string train_tag = std::string("train/") + m, eval_tag = std::string("eval/") + m;
     const std::string eval_key = std::string("eval_") + m;
     add(train_tag.c_str(), m);

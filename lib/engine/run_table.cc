@@ -125,7 +125,8 @@ RunRecord read_run(const fs::path& dir) {
   // The loss curves, and the progress of a run that has not finished.
   // Only a regular file is opened (a FIFO would block).
   std::ifstream metrics;
-  if (non_regular_kind((dir / "metrics.jsonl").string()).empty()) metrics.open(dir / "metrics.jsonl");
+  if (non_regular_kind((dir / "metrics.jsonl").string()).empty())
+    metrics.open(dir / "metrics.jsonl");
   double last_tok_s = RunRecord::kUnknown;
   for (std::string line; std::getline(metrics, line);) {
     json m;
@@ -192,11 +193,11 @@ RunRecord read_run(const fs::path& dir) {
   r.finished = true;
   r.exit_reason = string_or(s, "exit_reason", "unknown");
   // Summaries older than the status field: from exit_reason.
-  const std::string derived = r.exit_reason == "completed"              ? "completed"
-                              : r.exit_reason == "signal"               ? "interrupted"
-                              : r.exit_reason == "diverged" ||
-                                      r.exit_reason == "loss_scale_at_minimum" ? "diverged"
-                                                                        : "unknown";
+  const std::string derived =
+      r.exit_reason == "completed"                                              ? "completed"
+      : r.exit_reason == "signal"                                               ? "interrupted"
+      : r.exit_reason == "diverged" || r.exit_reason == "loss_scale_at_minimum" ? "diverged"
+                                                                                : "unknown";
   r.status = s.contains("status") ? string_or(s, "status", "unknown") : derived;
   r.steps = integer_or(s, "steps", r.steps);
   r.steps_planned = integer_or(s, "steps_planned", r.steps_planned);
@@ -247,13 +248,12 @@ std::string format_run_table(const std::vector<RunRecord>& runs) {
                     r.peak_memory_bytes >= 0 ? format_bytes(double(r.peak_memory_bytes)) : "-",
                     r.status});
     if (preference)
-      rows.back().insert(
-          rows.back().end() - 1,
-          {std::isfinite(r.eval_reward_accuracy)
-               ? fmt::format("{} / {}", fixed_or_dash(r.reward_accuracy, 3),
-                             fixed_or_dash(r.eval_reward_accuracy, 3))
-               : fixed_or_dash(r.reward_accuracy, 3),
-           fixed_or_dash(r.reward_margin, 4)});
+      rows.back().insert(rows.back().end() - 1,
+                         {std::isfinite(r.eval_reward_accuracy)
+                              ? fmt::format("{} / {}", fixed_or_dash(r.reward_accuracy, 3),
+                                            fixed_or_dash(r.eval_reward_accuracy, 3))
+                              : fixed_or_dash(r.reward_accuracy, 3),
+                          fixed_or_dash(r.reward_margin, 4)});
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows)

@@ -44,13 +44,13 @@ struct RunRecord {
   // summary and nobody holds the lock: the process died without one), or
   // "unreadable".
   std::string status;
-  int64_t steps = 0;                   // finished steps (an unfinished run: last logged step)
-  int64_t steps_planned = -1;          // -1: unknown
-  double final_loss = kUnknown;        // training loss of the last (logged) step
-  double eval_loss = kUnknown;         // the last validation loss
-  double tokens_per_s = kUnknown;      // summary's steady-state throughput, else the last line's
-  int64_t peak_memory_bytes = -1;      // summary memory.total: peak tracked bytes, max over ranks
-  int64_t peak_rss_bytes = -1;         // summary peak_rss_bytes (rank 0's process)
+  int64_t steps = 0;               // finished steps (an unfinished run: last logged step)
+  int64_t steps_planned = -1;      // -1: unknown
+  double final_loss = kUnknown;    // training loss of the last (logged) step
+  double eval_loss = kUnknown;     // the last validation loss
+  double tokens_per_s = kUnknown;  // summary's steady-state throughput, else the last line's
+  int64_t peak_memory_bytes = -1;  // summary memory.total: peak tracked bytes, max over ranks
+  int64_t peak_rss_bytes = -1;     // summary peak_rss_bytes (rank 0's process)
   int zero_stage = -1;
   int world_size = -1;
   double lr = kUnknown;  // optimizer.lr (config.yaml)

@@ -417,7 +417,8 @@ int64_t Trainer::frozen_bytes_estimate(bool quantized) const {
   if (zero_->frozen_file_bytes() > 0) return quantized ? 0 : zero_->frozen_resident_bytes();
   int64_t bytes = 0;
   for (const nn::FlatParamGroup* g : model_->frozen_groups())  // a 4-bit segment is bytes (kU8)
-    if ((g->dtype() == DType::kU8) == quantized) bytes += g->numel() * int64_t(dtype_size(g->dtype()));
+    if ((g->dtype() == DType::kU8) == quantized)
+      bytes += g->numel() * int64_t(dtype_size(g->dtype()));
   return assembly_.zero.stage >= 3 ? bytes / zero_->world() : bytes;
 }
 
@@ -428,8 +429,8 @@ std::string Trainer::reference_key(const RunEnv& env) {
     weights = "directory " + ckpt::file_sha256(o.reference);
     reference_source_ = fmt::format("objective.reference {}", o.reference);
   } else if (!env.init.init_from.empty()) {
-    weights = "initial " + (base_sha256_.empty() ? ckpt::file_sha256(env.init.init_from)
-                                                 : base_sha256_);
+    weights =
+        "initial " + (base_sha256_.empty() ? ckpt::file_sha256(env.init.init_from) : base_sha256_);
     reference_source_ = assembly_.lora.enabled()
                             ? fmt::format("the base {} with the adapters off", env.init.init_from)
                             : fmt::format("the initial weights {}", env.init.init_from);
@@ -445,11 +446,11 @@ std::string Trainer::reference_key(const RunEnv& env) {
       {"weights", weights},
       {"model", assembly_.model.summary()},
       {"dtype", std::string(dtype_name(assembly_.dtype))},
-      {"quantize", assembly_.quantize ? fmt::format("{} {} {}",
-                                                    quant::quant_type_name(assembly_.quantize->type),
-                                                    assembly_.quantize->block_size,
-                                                    assembly_.quantize->double_quant)
-                                      : std::string("none")}};
+      {"quantize",
+       assembly_.quantize
+           ? fmt::format("{} {} {}", quant::quant_type_name(assembly_.quantize->type),
+                         assembly_.quantize->block_size, assembly_.quantize->double_quant)
+           : std::string("none")}};
   return engine::reference_key(what);
 }
 
@@ -504,8 +505,7 @@ void Trainer::reference_pass(Strategy& strategy, nn::Decoder& model, PreferenceH
   head.set_mode(PreferenceHead::Mode::kTrain);
   head.set_reference(nullptr);
   reference_ready_ = reference_computed_ = true;
-  reference_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  reference_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Trainer::finish_reference() {

@@ -46,9 +46,9 @@
 #include "lib/engine/build_run.h"
 #include "lib/engine/preference.h"
 #include "lib/engine/reference_logps.h"
-#include "lib/engine/strategy.h"
 #include "lib/engine/report.h"
 #include "lib/engine/step.h"
+#include "lib/engine/strategy.h"
 #include "lib/optim/schedule.h"
 #include "lib/tensor/host_link.h"
 #include "lib/tensor/tensor.h"
@@ -162,8 +162,8 @@ class Trainer {
   // After the loop: the weights digest, memory, the sample and the summary
   // (written by rank 0). Collective.
   nlohmann::json finish(RunReport& report, const Ending& end);
-  double evaluate();             // mean validation loss over ranks (NaN when there is no split)
-  double evaluate_pairs();       // evaluate() of preference training (its metrics: eval_metrics_)
+  double evaluate();        // mean validation loss over ranks (NaN when there is no split)
+  double evaluate_pairs();  // evaluate() of preference training (its metrics: eval_metrics_)
   // Preference training (an objective section). DPO's reference log-probs: found in the run
   // directory's cache or computed (reference_logps.h), on `model` through `strategy`.
   // Collective.
@@ -199,19 +199,19 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;  // the parallel layout (strategy.h)
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
-  std::unique_ptr<PreferenceHead> preference_;  // preference training: the model's head
-  ReferenceLogps reference_;                    // DPO: the reference's per-pair log-probs
-  std::string reference_key_;                   // DPO: what reference_ was computed for
-  std::string reference_source_;                // DPO: the reference, in words
-  bool reference_ready_ = false;                // reference_ holds the values
-  bool reference_computed_ = false;             // ... computed by this run (not read)
+  std::unique_ptr<PreferenceHead> preference_;            // preference training: the model's head
+  ReferenceLogps reference_;                              // DPO: the reference's per-pair log-probs
+  std::string reference_key_;                             // DPO: what reference_ was computed for
+  std::string reference_source_;                          // DPO: the reference, in words
+  bool reference_ready_ = false;                          // reference_ holds the values
+  bool reference_computed_ = false;                       // ... computed by this run (not read)
   double reference_seconds_ = 0.0;
   nlohmann::json train_metrics_, eval_metrics_;  // the last step's and evaluation's (objective)
-  std::unique_ptr<RunDirectory> run_dir_;                 // rank 0 only
-  std::unique_ptr<EventFileWriter> events_;               // rank 0 only: TensorBoard scalars
-  bool log_file_open_ = false;                            // this rank logs to RUN/logs/rank<r>.log
-  Assembly assembly_;                                     // what the recipe builds (assemble.h)
-  Batch batch_;                                           // the micro-batch buffers, on the host
+  std::unique_ptr<RunDirectory> run_dir_;        // rank 0 only
+  std::unique_ptr<EventFileWriter> events_;      // rank 0 only: TensorBoard scalars
+  bool log_file_open_ = false;                   // this rank logs to RUN/logs/rank<r>.log
+  Assembly assembly_;                            // what the recipe builds (assemble.h)
+  Batch batch_;                                  // the micro-batch buffers, on the host
   optim::ScheduleOptions schedule_;
   int64_t current_step_ = -1;
   int64_t steps_done_ = 0;  // steps finished (for a failure's summary)

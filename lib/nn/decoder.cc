@@ -250,8 +250,9 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
   for (int g = 0; g < int(info_.size()); ++g) present_.push_back(!present || present(g));
   int g = 0;
   for (SegmentSpec& s : segment_specs(config, lora)) {
-    segments_.push_back(std::make_unique<FlatParamGroup>(
-        std::move(s.name), std::move(s.params), dtype, present_[size_t(g)] ? layout : absent(layout)));
+    segments_.push_back(
+        std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype,
+                                         present_[size_t(g)] ? layout : absent(layout)));
     ++g;
   }
   if (lora.enabled()) {
@@ -358,7 +359,8 @@ void Decoder::add_quantized_segment(int segment, SegmentSpec spec, DType dtype,
   const quant::QuantOptions& q = *quantize_;
   const int64_t elem = int64_t(dtype_size(dtype));
   // Held (not a stage-3 gather buffer nor another stage's): the 4-bit base's own category.
-  if (layout.params_category != MemCategory::kComm) layout.params_category = MemCategory::kQuantized;
+  if (layout.params_category != MemCategory::kComm)
+    layout.params_category = MemCategory::kQuantized;
   std::vector<ParamSpec> bytes;
   std::vector<bool> is_q;
   for (const ParamSpec& p : spec.params) {
@@ -445,16 +447,16 @@ ParamFill Decoder::storage_fill(ParamFill logical, QuantizedSource stored) const
     }
     FD_CHECK(out.dtype() == DType::kU8 && out.numel() == count && begin >= 0 &&
                  begin + count <= p.value.numel(),
-             "storage_fill of {}: bytes [{}, {}) of {} into {} of {}", p.name, begin,
-             begin + count, p.value.numel(), out.numel(), dtype_name(out.dtype()));
+             "storage_fill of {}: bytes [{}, {}) of {} into {} of {}", p.name, begin, begin + count,
+             p.value.numel(), out.numel(), dtype_name(out.dtype()));
     if (out.is_meta() || count == 0) return;
     if (last->p != &p) {
       last->p = nullptr;
       last->bytes = encoded(*it->second, logical, stored);
       last->p = &p;
     }
-    FD_CHECK(int64_t(last->bytes.size()) == p.value.numel(), "{}: {} encoded bytes for {}",
-             p.name, last->bytes.size(), p.value.numel());
+    FD_CHECK(int64_t(last->bytes.size()) == p.value.numel(), "{}: {} encoded bytes for {}", p.name,
+             last->bytes.size(), p.value.numel());
     const uint8_t* src = last->bytes.data() + begin;
     if (!out.is_cuda()) {
       std::memcpy(out.raw(), src, size_t(count));
@@ -543,16 +545,16 @@ void Decoder::init_weights(uint64_t seed) {
   // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
   if (segments_.front()->flat_params().is_meta()) return;
   // A 4-bit segment's members are encoded from their initial values (storage_fill).
-  const ParamFill fill = storage_fill(
-      [this, seed](const Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
-        init_values(seed, p, begin, count, out);
-      });
+  const ParamFill fill =
+      storage_fill([this, seed](const Parameter& p, int64_t begin, int64_t count,
+                                const Tensor& out) { init_values(seed, p, begin, count, out); });
   for (size_t g = 0; g < segments_.size(); ++g) {
     if (!present_[g]) continue;  // another pipeline stage's
     std::vector<const FlatParamGroup*> groups{segments_[g].get()};
     if (!frozen_.empty()) groups.insert(groups.begin(), frozen_[g].get());
     for (const FlatParamGroup* grp : groups)
-      for (const Parameter& p : grp->params()) fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
+      for (const Parameter& p : grp->params())
+        fill(p, 0, p.value.numel(), p.value.flat_slice(0, p.value.numel()));
   }
 }
 
@@ -566,7 +568,8 @@ Variable Decoder::linear(int layer, const std::string& module, const Variable& x
   const BlockParams::Linear& p = blocks_[size_t(layer)].linears.at(module);
   const ops::MatmulOptions stored{.trans_a = false, .trans_b = !is_gpt2(config_)};
   const Variable bias = p.b ? base_var(*p.b) : Variable();
-  Variable y = p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, base_var(*p.w), bias, stored);
+  Variable y =
+      p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, base_var(*p.w), bias, stored);
   if (p.lora_a == nullptr || !adapters_enabled_) return y;
   Variable in = x;
   if (lora_.dropout > 0.0f)

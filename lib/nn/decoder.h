@@ -304,7 +304,7 @@ class Decoder : public Module {
   std::vector<std::vector<Parameter>> logical_;
   std::map<const Parameter*, quant::QuantizedWeight> quantized_;  // by logical parameter
   std::map<const Parameter*, const Parameter*> logical_of_;       // stored member -> logical
-  std::vector<bool> present_;                               // per segment
+  std::vector<bool> present_;                                     // per segment
   LoraConfig lora_;
   std::vector<BlockParams> blocks_;
   const Parameter* embed_w_ = nullptr;

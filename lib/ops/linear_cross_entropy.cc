@@ -53,8 +53,8 @@ Variable linear_token_logps(const Variable& h, const Variable& weight, const Ten
   Tensor logps = Tensor::empty(Shape{rows});
   const bool rec = autograd::should_record({&h, &weight});
   LinearCrossEntropySaved saved;
-  cpu::linear_token_logps_forward(h.value(), weight.value(), targets, ignore_index, chunk_rows,
-                                  lse, logps, rec, &saved);
+  cpu::linear_token_logps_forward(h.value(), weight.value(), targets, ignore_index, chunk_rows, lse,
+                                  logps, rec, &saved);
   Variable y = Variable::op_output(logps, rec);
   if (rec) {
     auto ys = y.slot();

@@ -62,9 +62,10 @@ TEST(Reference, DefaultsAreTheRecipeDefaults) {
   // Defaults that are not a fixed value: lora.alpha defaults to lora.r, and the
   // Llama family's keys (printed only for those archs) have per-arch defaults.
   std::set<std::string> derived = {"lora.alpha"};
-  for (const char* k : {"n_kv_head", "head_dim", "d_ff", "norm_eps", "rope_theta", "rope_scaling",
-                        "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                        "rope_original_max_seq_len", "tie_embeddings", "attention_bias", "mlp_bias", "qk_norm"})
+  for (const char* k :
+       {"n_kv_head", "head_dim", "d_ff", "norm_eps", "rope_theta", "rope_scaling", "rope_factor",
+        "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len",
+        "tie_embeddings", "attention_bias", "mlp_bias", "qk_norm"})
     derived.insert(std::string("model.") + k);
   Recipe llama = r;
   llama.model.arch = Arch::kLlama;

@@ -4,11 +4,10 @@
 #include "lib/engine/reference_logps.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <unistd.h>
 
 namespace fd::engine {
 namespace {

@@ -96,9 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fd::fuzz::write_file(jsonl, in);
   fd::fuzz::write_file(json, in);
   const std::string text(in);
-  for (const RecordFormat format :
-       {RecordFormat::kChat, RecordFormat::kInstruct, RecordFormat::kText,
-        RecordFormat::kPreference}) {
+  for (const RecordFormat format : {RecordFormat::kChat, RecordFormat::kInstruct,
+                                    RecordFormat::kText, RecordFormat::kPreference}) {
     RecordOptions o;
     o.format = format;
     // Bad records skipped in each format; an error at the first one (chat only: the

@@ -31,9 +31,8 @@ Tensor logits_scratch(const Tensor& h, int64_t chunk_rows, int64_t V) {
 // into lse_t (0 for ignored rows), and `row(r, logit_of_target, lse)` for each live row.
 // Returns the live rows (every row on meta, where nothing is read).
 template <typename RowFn>
-int64_t forward_rows(const Tensor& h, const Tensor& weight, const Tensor& targets,
-                     int ignore_index, int64_t chunk_rows, const Tensor& lse_t, const char* op,
-                     RowFn row) {
+int64_t forward_rows(const Tensor& h, const Tensor& weight, const Tensor& targets, int ignore_index,
+                     int64_t chunk_rows, const Tensor& lse_t, const char* op, RowFn row) {
   const bool meta = h.is_meta();
   const int64_t rows = h.shape().rows();
   const int64_t C = h.shape().cols();
@@ -77,8 +76,8 @@ LinearCrossEntropySaved saved_for_backward(const Tensor& h, const Tensor& weight
                                            const Tensor& targets, int ignore_index,
                                            int64_t chunk_rows, const Tensor& lse, int64_t count,
                                            bool record) {
-  LinearCrossEntropySaved saved{h, weight, Tensor(), lse, Tensor(), count, ignore_index,
-                                chunk_rows};
+  LinearCrossEntropySaved saved{h,        weight, Tensor(),     lse,
+                                Tensor(), count,  ignore_index, chunk_rows};
   if (record) {
     saved.targets = Tensor::empty(targets.shape(), DType::kI32);
     saved.targets.copy_from(targets);
@@ -144,9 +143,9 @@ Tensor linear_cross_entropy_forward(const Tensor& h, const Tensor& weight, const
                                     int ignore_index, int64_t chunk_rows, const Tensor& lse_t,
                                     bool record, LinearCrossEntropySaved* saved) {
   double total = 0.0;
-  const int64_t count = forward_rows(
-      h, weight, targets, ignore_index, chunk_rows, lse_t, "linear_cross_entropy",
-      [&](int64_t, float x_t, float lse) { total += double(lse) - double(x_t); });
+  const int64_t count =
+      forward_rows(h, weight, targets, ignore_index, chunk_rows, lse_t, "linear_cross_entropy",
+                   [&](int64_t, float x_t, float lse) { total += double(lse) - double(x_t); });
   Tensor loss = Tensor::empty(Shape{}, DType::kF32);
   if (!h.is_meta()) loss.data<float>()[0] = count > 0 ? float(total / double(count)) : 0.0f;
   *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record);
@@ -167,10 +166,9 @@ void linear_token_logps_forward(const Tensor& h, const Tensor& weight, const Ten
                                 const Tensor& logps, bool record, LinearCrossEntropySaved* saved) {
   float* out = h.is_meta() ? nullptr : logps.data<float>();
   if (out != nullptr) std::fill(out, out + logps.numel(), 0.0f);
-  const int64_t count = forward_rows(h, weight, targets, ignore_index, chunk_rows, lse_t,
-                                     "linear_token_logps", [out](int64_t r, float x_t, float lse) {
-                                       out[r] = float(double(x_t) - double(lse));
-                                     });
+  const int64_t count = forward_rows(
+      h, weight, targets, ignore_index, chunk_rows, lse_t, "linear_token_logps",
+      [out](int64_t r, float x_t, float lse) { out[r] = float(double(x_t) - double(lse)); });
   *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record);
 }
 
