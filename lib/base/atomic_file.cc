@@ -96,8 +96,9 @@ std::string write_file_atomically(const fs::path& path, std::string_view content
   }
   fs::rename(tmp, path, ec);
   if (ec) {
+    const std::string why = ec.message();
     fs::remove(tmp, ec);
-    return fmt::format("cannot rename {} into place: {}", tmp.string(), ec.message());
+    return fmt::format("cannot rename {} into place: {}", tmp.string(), why);
   }
   sync_directory(path.parent_path());
   return "";

@@ -18,6 +18,7 @@ void make_paths_absolute(Recipe& recipe, const std::filesystem::path& base) {
   for (std::string& f : recipe.data.val) absolute(f, base);
   absolute(recipe.model.init_from, base);
   if (recipe.lora) absolute(recipe.lora->adapter, base);
+  if (recipe.objective) absolute(recipe.objective->reference, base);
   absolute(recipe.zero.offload_optimizer.path, base);
   absolute(recipe.zero.offload_params.path, base);
 }

@@ -320,7 +320,8 @@ const std::vector<KeyDoc>& key_reference() {
       {"steps", "int", "", ">= 1", "optimizer steps to train"},
       {"max_loss", "float", "100", ">= 0",
        "a training loss above this ends the run as diverged (exit 1), as a non-finite one "
-       "does; 0 = only non-finite"},
+       "does; 0 = only non-finite. With an objective section it defaults to 0: a preference "
+       "loss has its own scale (IPO's starts at (1 / (2 beta))^2)"},
   };
   return k;
 }

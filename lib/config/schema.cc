@@ -1184,6 +1184,10 @@ void Builder::top_level(const Node& root) {
     get_int64(&root, "", "steps", &r_->steps, at_least(1));
   }
   get_double(&root, "", "max_loss", &r_->max_loss, at_least(0.0));
+  // A preference objective's loss has its own scale (IPO starts at (1 / (2 beta))^2, the robust
+  // loss grows as label_smoothing nears 0.5): only a non-finite loss ends such a run unless the
+  // recipe sets a threshold (resolved here, so config.yaml says 0).
+  if (r_->objective && !is_set("max_loss")) r_->max_loss = 0.0;
 }
 
 void Builder::cross_checks() {
@@ -1475,6 +1479,7 @@ void Builder::objective(const Node& root) {
 void Builder::reference_matches(const ModelOptions& ref) {
   const ModelOptions& m = r_->model;
   auto yes = [](bool v) { return std::string(v ? "true" : "false"); };
+  auto num = [](double v) { return fmt::format("{}", v); };
   const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
       {"arch", {std::string(to_string(m.arch)), std::string(to_string(ref.arch))}},
       {"vocab_size", {std::to_string(m.vocab_size), std::to_string(ref.vocab_size)}},
@@ -1488,6 +1493,15 @@ void Builder::reference_matches(const ModelOptions& ref) {
       {"attention_bias", {yes(m.attention_bias), yes(ref.attention_bias)}},
       {"mlp_bias", {yes(m.mlp_bias), yes(ref.mlp_bias)}},
       {"qk_norm", {yes(m.qk_norm), yes(ref.qk_norm)}},
+      {"norm_eps", {num(m.norm_eps), num(ref.norm_eps)}},
+      {"rope_theta", {num(m.rope_theta), num(ref.rope_theta)}},
+      {"rope_scaling",
+       {std::string(to_string(m.rope_scaling)), std::string(to_string(ref.rope_scaling))}},
+      {"rope_factor", {num(m.rope_factor), num(ref.rope_factor)}},
+      {"rope_low_freq_factor", {num(m.rope_low_freq_factor), num(ref.rope_low_freq_factor)}},
+      {"rope_high_freq_factor", {num(m.rope_high_freq_factor), num(ref.rope_high_freq_factor)}},
+      {"rope_original_max_seq_len",
+       {num(m.rope_original_max_seq_len), num(ref.rope_original_max_seq_len)}},
   };
   for (const auto& [key, values] : keys) {
     if (values.first == values.second) continue;

@@ -38,6 +38,7 @@
 #include "lib/engine/tfevents.h"
 #include "lib/engine/weights_digest.h"
 #include "lib/engine/weights_io.h"
+#include "lib/nn/config/hf_config.h"
 #include "lib/nn/decoder.h"
 #include "lib/ops/adamw.h"
 #include "lib/ops/blas_setup.h"
@@ -284,7 +285,8 @@ void Trainer::setup(const TrainOptions& options) {
   if (!env.init.init_from.empty() && lora.enabled())
     base_sha256_ = ckpt::file_sha256(recipe_.model.init_from);
   if (a.objective && a.objective->objective == objective::Objective::kDpo) {
-    reference_key_ = reference_key(env);
+    // What the values depend on, hashed by rank 0 alone (which reads and writes the cache).
+    if (comm_.rank() == 0) reference_key_ = reference_key(env);
     reference_ready_ = read_reference_cache();
     // A reference the training model cannot compute (another directory's weights, or the
     // initial weights of a full fine-tuning run that resumes) is built now, used and freed
@@ -292,6 +294,25 @@ void Trainer::setup(const TrainOptions& options) {
     // the training model computes it (finish_reference).
     const bool other_weights =
         !recipe_.objective->reference.empty() || (!lora.enabled() && plan.checkpoint);
+    // Full fine-tuning against its initial weights: a resume must name the same ones.
+    if (plan.checkpoint && !lora.enabled() && recipe_.objective->reference.empty()) {
+      const config::LoadResult saved = config::try_parse_recipe(
+          plan.checkpoint->meta().recipe_yaml, plan.checkpoint->dir().string() + " (saved recipe)");
+      if (saved.ok() &&
+          (saved.recipe.model.init_from != recipe_.model.init_from ||
+           (saved.recipe.model.init_from.empty() && saved.recipe.seed != recipe_.seed)))
+        usage_error(
+            "{}: objective dpo without objective.reference compares with the initial weights "
+            "the run started from ({}), but the recipe now says {}: resume with the saved "
+            "model.init_from and seed, or set objective.reference to a directory",
+            recipe_.where("objective"),
+            saved.recipe.model.init_from.empty()
+                ? fmt::format("a random init with seed {}", saved.recipe.seed)
+                : saved.recipe.model.init_from,
+            recipe_.model.init_from.empty()
+                ? fmt::format("a random init with seed {}", recipe_.seed)
+                : recipe_.model.init_from);
+    }
     if (!reference_ready_ && other_weights) {
       RunEnv ref_env = env;
       ref_env.init.adapter.clear();
@@ -444,7 +465,7 @@ std::string Trainer::reference_key(const RunEnv& env) {
       {"scheme", 1},
       {"data", data_.preference->digest()},
       {"weights", weights},
-      {"model", assembly_.model.summary()},
+      {"model", nn::hf_config_json(assembly_.model)},  // every field the forward reads
       {"dtype", std::string(dtype_name(assembly_.dtype))},
       {"quantize",
        assembly_.quantize
@@ -495,6 +516,14 @@ void Trainer::reference_pass(Strategy& strategy, nn::Decoder& model, PreferenceH
     head.set_reference(&v);
     const int64_t n = d.reference_batches(val, data_world(), B);
     for (int64_t i = 0; i < n; ++i) {
+      // A stop asked for now ends the run here: the pass can be long, and nothing is lost.
+      double stop = double(g_stop_requested.load());
+      comm_.all_reduce_f64(&stop, 1, dist::ReduceOp::kMax);
+      if (stop > 0.0)
+        runtime_error(
+            "stopped by {} while computing the reference log-probs ({} of {} batches), before "
+            "the first step: nothing was trained or saved; run the command again to start",
+            signal_name(int(stop)), i, n);
       d.reference_batch(val, i, data_rank(), data_world(), B, T, batch_buffers(batch));
       head.register_batch(batch);
       strategy.eval(batch);
@@ -523,13 +552,16 @@ void Trainer::finish_reference() {
   if (comm_.rank() != 0) return;
   const std::filesystem::path path = reference_cache_path(run_dir_->path(), reference_key_);
   if (reference_computed_) {
-    log::info("reference log-probs of {} + {} pairs computed with {} in {:.1f} s, kept in {}",
-              reference_.train.size() / 2, reference_.val.size() / 2, reference_source_,
-              reference_seconds_, path.string());
     const std::string err = write_reference_cache(path, reference_key_, reference_);
-    if (!err.empty())
+    reference_kept_ = err.empty();
+    log::info("reference log-probs of {} + {} pairs computed with {} in {:.1f} s{}",
+              reference_.train.size() / 2, reference_.val.size() / 2, reference_source_,
+              reference_seconds_, reference_kept_ ? ", kept in " + path.string() : "");
+    if (!reference_kept_)
       log::warn("the reference log-probs were not kept ({}): a resume will compute them again",
                 err);
+  } else {
+    reference_kept_ = true;  // read from there
   }
 }
 
@@ -949,8 +981,9 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
       reference = {{"source", reference_source_},
                    {"computed", reference_computed_},
                    {"seconds", reference_seconds_},
-                   {"cache", rank0 ? reference_cache_path(run_dir_->path(), reference_key_).string()
-                                   : std::string()},
+                   {"cache", rank0 && reference_kept_ ? nlohmann::json(reference_cache_path(
+                                                            run_dir_->path(), reference_key_))
+                                                      : nlohmann::json(nullptr)},
                    {"key", reference_key_}};
     summary["objective"] = {
         {"name", std::string(config::to_string(o.name))},

@@ -205,6 +205,7 @@ class Trainer {
   std::string reference_source_;                          // DPO: the reference, in words
   bool reference_ready_ = false;                          // reference_ holds the values
   bool reference_computed_ = false;                       // ... computed by this run (not read)
+  bool reference_kept_ = false;  // rank 0: ... in the run directory's cache (written or read)
   double reference_seconds_ = 0.0;
   nlohmann::json train_metrics_, eval_metrics_;  // the last step's and evaluation's (objective)
   std::unique_ptr<RunDirectory> run_dir_;        // rank 0 only

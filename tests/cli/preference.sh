@@ -189,6 +189,38 @@ check "QLoRA + ZeRO-3 + checkpointing + bf16 + NVMe offload: ln 2 at step 1" \
 split "dpo-z3" 2 "objective.reference=$TMP/ref" lora=null zero.stage=3 batch.micro=4
 same_step1 "dpo-z3" "dpo-a" "dpo: ZeRO-3 over 2 ranks (the reference built partitioned) = micro 8"
 
+# --- the reference cache and resume keep the reference right ---------------------------------
+# A changed model setting (not in the shape) is another key: under LoRA step 1 is still ln 2.
+"$FDTRAIN" train "$R" steps=1 model.norm_eps=0.5 --run-dir "$TMP/lora" --overwrite --no-progress \
+  > "$TMP/eps.log" 2>&1 || { echo "FAIL: norm_eps run"; tail -3 "$TMP/eps.log"; FAILURES=$((FAILURES + 1)); }
+check "a changed norm_eps recomputes the reference (step 1 ln 2)" \
+  "abs($(metric "$TMP/lora" 1 loss) - math.log(2)) < 1e-6"
+# Full fine-tuning against its initial weights: a resume with another seed is refused.
+"$FDTRAIN" train "$R" lora=null steps=1 checkpoint.every=1 --run-dir "$TMP/ft" --no-progress > "$TMP/ft.log" 2>&1 ||
+  { echo "FAIL: full fine-tuning run"; tail -3 "$TMP/ft.log"; FAILURES=$((FAILURES + 1)); }
+expect_fail 2 "initial weights the run started from \(a random init with seed 3\), but the recipe now says a random init with seed 4" \
+  train "$R" lora=null steps=2 seed=4 --run-dir "$TMP/ft" --resume auto
+# A relative objective.reference is recorded absolute.
+(cd "$TMP" && "$FDTRAIN" train "$R" lora=null steps=1 objective.reference=ref --run-dir "$TMP/rel" \
+  --no-progress > "$TMP/rel.log" 2>&1) || { echo "FAIL: relative reference"; tail -3 "$TMP/rel.log"; FAILURES=$((FAILURES + 1)); }
+grep -q "reference: \"\?$TMP/ref" "$TMP/rel/config.yaml" && echo "ok: objective.reference recorded absolute" ||
+  { echo "FAIL: config.yaml's objective.reference"; grep reference: "$TMP/rel/config.yaml"; FAILURES=$((FAILURES + 1)); }
+# A reference whose norm or RoPE settings differ from the policy's is refused by name.
+cp -r "$TMP/ref" "$TMP/ref_eps"
+python3 -c "import json,sys; p=sys.argv[1]; d=json.load(open(p)); d['rms_norm_eps']=0.5; json.dump(d, open(p,'w'))" "$TMP/ref_eps/config.json"
+expect_fail 2 "objective.reference.*norm_eps 0.5" train "$R" lora=null objective.reference=$TMP/ref_eps --run-dir "$TMP/h13"
+# IPO's loss starts at (1 / (2 beta))^2: no max_loss default stops it.
+split "ipo-small-beta" 1 objective.loss_type=ipo objective.beta=0.01 batch.micro=4
+check "IPO with beta 0.01 trains (loss 2500 at step 1)" "abs($(metric "$TMP/ipo-small-beta" 1 loss) - 2500) < 1"
+# RUN/cache that is a file: the run goes on, says the values were not kept, summary null.
+mkdir -p "$TMP/nocache" && echo x > "$TMP/nocache/cache"
+"$FDTRAIN" train "$R" steps=1 --run-dir "$TMP/nocache" --no-progress > "$TMP/nocache.log" 2>&1 ||
+  { echo "FAIL: run with RUN/cache a file"; tail -3 "$TMP/nocache.log"; FAILURES=$((FAILURES + 1)); }
+grep -q "were not kept (cannot create" "$TMP/nocache.log" && echo "ok: cache not kept, said so" ||
+  { echo "FAIL: no warning"; FAILURES=$((FAILURES + 1)); }
+python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['objective']['reference']['cache'] is None else 1)" \
+  "$TMP/nocache/summary.json" && echo "ok: summary cache null" || { echo "FAIL: summary cache"; FAILURES=$((FAILURES + 1)); }
+
 # --- the estimate: under LoRA the reference costs nothing ------------------------------------
 est=$("$FDTRAIN" estimate "$R" --json 2>&1) || { echo "FAIL: estimate"; echo "$est"; FAILURES=$((FAILURES + 1)); }
 python3 - "$TMP/lora/summary.json" <<PY && echo "ok: estimate = measured, reference 0 bytes" || FAILURES=$((FAILURES + 1))
