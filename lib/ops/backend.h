@@ -32,6 +32,10 @@
 #include "lib/ops/matmul.h"
 #include "lib/tensor/tensor.h"
 
+namespace fd::dist {
+class Communicator;
+}  // namespace fd::dist
+
 namespace fd::ops {
 
 struct MatmulDims {
@@ -69,6 +73,17 @@ struct LinearCrossEntropySaved {
   int64_t host_count;  // CPU: the same count; meta: every row (targets are not read)
   int ignore_index;
   int64_t chunk_rows;
+};
+
+// Where a head's weight rows sit in the full vocabulary: the vocabulary-parallel
+// cross-entropy's shard (lib/ops/vocab_parallel_cross_entropy.h). The default is the
+// whole head, one process (linear_cross_entropy).
+struct VocabShard {
+  int64_t begin = 0;  // the full vocabulary's id of the weight's first row
+  int64_t vocab = 0;  // the full vocabulary V (when `group` is set)
+  // The ranks holding the other rows, which reduce each row's statistics and dh with
+  // this one; null: the weight is the whole head and nothing is communicated.
+  dist::Communicator* group = nullptr;
 };
 
 // The entry points every backend defines, with the same contracts as the
@@ -152,6 +167,19 @@ void linear_token_logps_forward(const Tensor& h, const Tensor& weight, const Ten
                                 const Tensor& logps, bool record, LinearCrossEntropySaved* saved);
 void linear_token_logps_backward(const LinearCrossEntropySaved& saved, const Tensor& dlogps,
                                  autograd::GradSlot* dh, autograd::GradSlot* dweight);
+
+// vocab_parallel_cross_entropy (CPU and meta only): linear_cross_entropy's entry points for a
+// weight holding rows [shard.begin, shard.begin + V_local) of the head, the row statistics and
+// dh all-reduced over shard.group (on meta the same collectives, with null buffers). `lse` and
+// `saved` as linear_cross_entropy's (lse: the full vocabulary's logsumexp).
+Tensor vocab_parallel_cross_entropy_forward(const Tensor& h, const Tensor& weight,
+                                            const Tensor& targets, int ignore_index,
+                                            int64_t chunk_rows, const VocabShard& shard,
+                                            const Tensor& lse, bool record,
+                                            LinearCrossEntropySaved* saved);
+void vocab_parallel_cross_entropy_backward(const LinearCrossEntropySaved& saved,
+                                           const VocabShard& shard, const Tensor& dloss,
+                                           autograd::GradSlot* dh, autograd::GradSlot* dweight);
 }  // namespace cpu
 
 namespace cuda {

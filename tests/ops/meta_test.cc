@@ -9,6 +9,7 @@
 #include <random>
 
 #include "lib/autograd/tape.h"
+#include "lib/dist/local_communicator.h"
 #include "lib/ops/adamw.h"
 #include "lib/ops/attention.h"
 #include "lib/ops/cross_entropy.h"
@@ -23,6 +24,7 @@
 #include "lib/ops/rms_norm.h"
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
+#include "lib/ops/vocab_parallel_cross_entropy.h"
 
 namespace fd::ops {
 namespace {
@@ -325,6 +327,31 @@ TEST_P(MetaOps, LinearTokenLogps) {
             backward(tape, logps);
             done();
           });
+    }
+  }
+}
+
+// A world of one: the shard is the whole head (the collectives, on meta with null buffers,
+// are the local communicator's no-ops; their bytes: vocab_parallel_cross_entropy_test.cc).
+TEST_P(MetaOps, VocabParallelCrossEntropy) {
+  const DType dt = GetParam();
+  for (int ignore_every : {0, 3}) {
+    for (bool train_w : {true, false}) {
+      expect_same_on_meta(fmt::format("vocab_parallel_cross_entropy ignore_every={} train_w={}",
+                                      ignore_every, train_w),
+                          [=](const auto& done) {
+                            dist::LocalCommunicator one;
+                            Variable h(randn(Shape{2, 5, 8}, dt), true);
+                            Variable w(randn(Shape{13, 8}, dt, 2), train_w);
+                            Tensor tg = ids(Shape{2, 5}, 13, ignore_every);
+                            autograd::Tape tape;
+                            autograd::TapeScope scope(tape);
+                            Variable loss =
+                                vocab_parallel_cross_entropy(h, w, tg, 0, 13, one, -1, 3);
+                            EXPECT_EQ(loss.dtype(), DType::kF32);
+                            backward(tape, loss);
+                            done();
+                          });
     }
   }
 }
