@@ -10,7 +10,8 @@
 //     a frozen shard, and bf16 operands (gradients then within one bf16 rounding);
 //   - dh and each dW shard against float64 finite differences of the full loss;
 //   - the activation peak of one rank's op, on the CPU: its (rows, V/T) logits plus O(rows),
-//     against the unsharded op's (rows, V).
+//     against the unsharded op's (rows, V); the same rank on meta with a CountingCommunicator
+//     (as the estimate runs it) allocates the same and counts the bytes MPI sent.
 // Differences are printed as the largest over the ranks.
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/dist/counting_communicator.h"
 #include "lib/dist/mesh.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/vocab_parallel_cross_entropy.h"
@@ -262,8 +264,15 @@ TEST(VocabParallel, FiniteDifferences) {
   }
 }
 
-// kActivations peak of forward + backward on this rank's CPU, relative to just before the op.
-int64_t activation_peak(dist::Communicator* group, int64_t R, int64_t C, int64_t V, int64_t chunk) {
+// One rank's forward + backward on `device` (the CPU, or meta with a counting communicator):
+// the kActivations peak relative to just before the op and the bytes `group` sent.
+struct Usage {
+  int64_t peak = 0;
+  int64_t bytes = 0;
+};
+Usage usage(Device device, dist::Communicator* group, int64_t R, int64_t C, int64_t V,
+            int64_t chunk) {
+  DeviceScope scope(device);
   VocabRange range{0, V};
   if (group != nullptr) range = vocab_shard_range(V, group->rank(), group->size());
   std::mt19937 rng(3);
@@ -281,6 +290,7 @@ int64_t activation_peak(dist::Communicator* group, int64_t R, int64_t C, int64_t
   MemoryAccountant& acct = MemoryAccountant::global();
   const int64_t base = acct.current(MemCategory::kActivations);
   acct.reset_peaks();
+  if (group != nullptr) group->reset_counters();
   {
     autograd::Tape tape;
     autograd::TapeScope tscope(tape);
@@ -289,32 +299,42 @@ int64_t activation_peak(dist::Communicator* group, int64_t R, int64_t C, int64_t
                         : linear_cross_entropy(h, w, tg, -1, chunk);
     tape.backward(loss);
   }
-  return acct.peak(MemCategory::kActivations) - base;
+  return {acct.peak(MemCategory::kActivations) - base, group != nullptr ? group->bytes_sent() : 0};
 }
 
 // One chunk of every row: the largest temporary either op makes is its (R, V_local) fp32
-// logits, and the sharded op's peak is 1/T of the unsharded logits plus O(rows).
+// logits, and the sharded op's peak is 1/T of the unsharded logits plus O(rows). The same
+// rank on meta with a counting communicator (what the estimate will run) makes the same
+// allocations and counts the bytes MPI sent.
 TEST(VocabParallel, ActivationPeakIsOneTthOfTheLogits) {
   constexpr int64_t R = 256, C = 16, V = 4099;  // 4099 = 2 * 2049 + 1 = 4 * 1024 + 3
   const int T = g_comm->size();
   const int64_t logits = R * V * 4;
   const int64_t v_local = vocab_shard_range(V, g_comm->rank(), T).count;
-  const int64_t unsharded = activation_peak(nullptr, R, C, V, R);
+  const int64_t unsharded = usage(Device::cpu(), nullptr, R, C, V, R).peak;
   for (int64_t chunk : {R, int64_t{32}}) {
-    const int64_t sharded = activation_peak(g_comm, R, C, V, chunk);
-    const std::vector<double> worst = worst_over_ranks({double(sharded)});
+    const Usage sharded = usage(Device::cpu(), g_comm, R, C, V, chunk);
+    dist::CountingCommunicator counting(g_comm->rank(), T);
+    const Usage meta = usage(Device::meta(), &counting, R, C, V, chunk);
+    const std::vector<double> worst = worst_over_ranks({double(sharded.peak)});
     if (g_comm->rank() == 0)
       std::printf(
           "T=%d chunk_rows=%lld: activation peak %.0f bytes (worst rank) = %.4f x the "
-          "fp32 logits (%lld); unsharded, one chunk: %lld (%.4f x)\n",
+          "fp32 logits (%lld); unsharded, one chunk: %lld (%.4f x); rank 0 sent %lld "
+          "bytes (meta, counted: %lld)\n",
           T, (long long)chunk, worst[0], worst[0] / double(logits), (long long)logits,
-          (long long)unsharded, double(unsharded) / double(logits));
+          (long long)unsharded, double(unsharded) / double(logits), (long long)sharded.bytes,
+          (long long)meta.bytes);
     // The scratch (chunk, V_local), dh, lse and targets (R * (C + 2) * 4), the row statistics
     // and the chunk's dh partial (chunk * (C + 4) * 4).
-    EXPECT_LE(sharded, chunk * v_local * 4 + R * (C + 2) * 4 + chunk * (C + 4) * 4 + 4096);
+    EXPECT_LE(sharded.peak, chunk * v_local * 4 + R * (C + 2) * 4 + chunk * (C + 4) * 4 + 4096);
     if (chunk == R) {
-      EXPECT_LE(double(sharded), double(logits) / T + double(R * (2 * C + 8) * 4 + 4096));
+      EXPECT_LE(double(sharded.peak), double(logits) / T + double(R * (2 * C + 8) * 4 + 4096));
     }
+    EXPECT_EQ(meta.peak, sharded.peak) << "meta allocations differ from the CPU's";
+    EXPECT_EQ(meta.bytes, sharded.bytes) << "the counting communicator's bytes differ from MPI's";
+    // Forward 3R floats, backward R*C floats, all-reduced: 2(T-1)/T of the bytes (ring model).
+    EXPECT_EQ(sharded.bytes, 2 * (T - 1) * (3 * R + R * C) * 4 / T);
   }
 }
 
