@@ -1,0 +1,147 @@
+// The tensor-parallel region operators (lib/ops/tp_regions.h) in one process: on a world of one
+// (LocalCommunicator) each is the identity in both directions, bit for bit, in every float
+// dtype, and adds into a gradient that already holds a value; on meta with a
+// CountingCommunicator (a simulated rank of T) each issues its collectives with the bytes the
+// header states. Several ranks: tests/mpi/tp_regions_test.cc.
+#include "lib/ops/tp_regions.h"
+
+#include <cstring>
+#include <functional>
+
+#include "lib/autograd/tape.h"
+#include "lib/dist/counting_communicator.h"
+#include "lib/dist/local_communicator.h"
+#include "tests/ops/op_test_util.h"
+
+namespace fd::ops {
+namespace {
+
+using namespace fd::ops::testing;
+using RegionOp = std::function<Variable(const Variable&, dist::Communicator&)>;
+
+struct NamedOp {
+  const char* name;
+  RegionOp op;
+};
+const std::vector<NamedOp>& all_ops() {
+  static const std::vector<NamedOp> ops = {
+      {"copy_to_tp_region", copy_to_tp_region},
+      {"reduce_from_tp_region", reduce_from_tp_region},
+      {"gather_from_sequence_region", gather_from_sequence_region},
+      {"reduce_scatter_to_sequence_region", reduce_scatter_to_sequence_region},
+  };
+  return ops;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+TEST(TpRegions, WorldOfOneIsTheIdentityBitForBit) {
+  constexpr int64_t B = 2, T = 5, C = 3;
+  std::mt19937 rng(7);
+  dist::LocalCommunicator one;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const Tensor xv = make_tensor(randn(B * T * C, rng), Shape{B, T, C}, dt);
+    const Tensor dyv = make_tensor(randn(B * T * C, rng), Shape{B, T, C}, dt);
+    for (const NamedOp& op : all_ops()) {
+      std::printf("%s %s\n", op.name, name_of(dt));
+      Variable x(xv.to(dt), true);
+      autograd::Tape tape;
+      autograd::TapeScope scope(tape);
+      Variable y = op.op(x, one);
+      EXPECT_TRUE(same_bits(y.value(), xv)) << op.name << " forward";
+      y.slot()->ensure_grad().copy_from(dyv);
+      tape.run_backward();
+      ASSERT_TRUE(x.grad().defined()) << op.name;
+      EXPECT_TRUE(same_bits(x.grad(), dyv)) << op.name << " backward";
+    }
+  }
+}
+
+// Backward adds into a gradient that is already there (x used twice).
+TEST(TpRegions, BackwardAccumulates) {
+  constexpr int64_t B = 1, T = 4, C = 2;
+  dist::LocalCommunicator one;
+  for (const NamedOp& op : all_ops()) {
+    Variable x(Tensor::from_vector(std::vector<float>(B * T * C, 1.0f), Shape{B, T, C}), true);
+    autograd::Tape tape;
+    autograd::TapeScope scope(tape);
+    Variable y1 = op.op(x, one);
+    Variable y2 = op.op(x, one);
+    y1.slot()->ensure_grad().fill_(0.25f);
+    y2.slot()->ensure_grad().fill_(0.5f);
+    tape.run_backward();
+    for (float g : x.grad().to_vector()) EXPECT_EQ(g, 0.75f) << op.name;
+  }
+}
+
+TEST(TpRegions, NoGradientNoNode) {
+  dist::LocalCommunicator one;
+  for (const NamedOp& op : all_ops()) {
+    Variable x(Tensor::zeros(Shape{1, 2, 2}), false);
+    autograd::Tape tape;
+    autograd::TapeScope scope(tape);
+    Variable y = op.op(x, one);
+    EXPECT_EQ(tape.size(), 0u) << op.name;
+    EXPECT_FALSE(y.requires_grad()) << op.name;
+  }
+}
+
+TEST(TpRegions, RejectsBadShapes) {
+  dist::CountingCommunicator four(0, 4);
+  Variable flat(Tensor::zeros(Shape{6}), true);
+  EXPECT_DEATH(gather_from_sequence_region(flat, four), "must be \\(B, T, C\\)");
+  Variable odd(Tensor::zeros(Shape{1, 6, 2}), true);
+  EXPECT_DEATH(reduce_scatter_to_sequence_region(odd, four), "does not split over 4 ranks");
+  Variable ids(Tensor::zeros(Shape{1, 4, 2}, DType::kI32), true);
+  EXPECT_DEATH(copy_to_tp_region(ids, four), "float tensor");
+}
+
+// On meta, rank 1 of T: forward and backward of each op on x of the shape it takes, the bytes
+// its collectives send by the ring model (communicator.h) in the tensor's dtype.
+TEST(TpRegions, MetaCountsItsCollectives) {
+  constexpr int64_t B = 2, Ts = 3, C = 4;
+  for (int S : {2, 4}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const int64_t E = int64_t(dtype_size(dt));
+      const int64_t full = B * Ts * S * C * E;  // the (B, T, C) buffer's bytes
+      struct Expect {
+        const char* name;
+        Shape x;
+        int64_t forward, backward;
+      };
+      const std::vector<Expect> expect = {
+          {"copy_to_tp_region", Shape{B, Ts * S, C}, 0, 2 * (S - 1) * full / S},
+          {"reduce_from_tp_region", Shape{B, Ts * S, C}, 2 * (S - 1) * full / S, 0},
+          {"gather_from_sequence_region", Shape{B, Ts, C}, (S - 1) * full / S, (S - 1) * full / S},
+          {"reduce_scatter_to_sequence_region", Shape{B, Ts * S, C}, (S - 1) * full / S,
+           (S - 1) * full / S},
+      };
+      for (size_t k = 0; k < expect.size(); ++k) {
+        DeviceScope scope(Device::meta());
+        dist::CountingCommunicator counting(1, S, /*staging=*/false);
+        Variable x(Tensor::empty(expect[k].x, dt), true);
+        autograd::Tape tape;
+        autograd::TapeScope tscope(tape);
+        Variable y = all_ops()[k].op(x, counting);
+        const int64_t forward = counting.bytes_sent();
+        counting.reset_counters();
+        y.slot()->ensure_grad();
+        tape.run_backward();
+        const int64_t backward = counting.bytes_sent();
+        std::printf("%s S=%d %s: forward %lld bytes (expected %lld), backward %lld (%lld)\n",
+                    expect[k].name, S, name_of(dt), (long long)forward,
+                    (long long)expect[k].forward, (long long)backward,
+                    (long long)expect[k].backward);
+        EXPECT_EQ(forward, expect[k].forward) << expect[k].name;
+        EXPECT_EQ(backward, expect[k].backward) << expect[k].name;
+        EXPECT_TRUE(x.grad().defined() && x.grad().is_meta()) << expect[k].name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fd::ops
