@@ -143,5 +143,37 @@ TEST(TpRegions, MetaCountsItsCollectives) {
   }
 }
 
+// The kActivations peak of forward + backward: on the CPU over a world of one, and on meta over
+// a counting communicator of one (which stages nothing, as LocalCommunicator): the same
+// allocations, as the estimate relies on.
+int64_t activation_peak(const NamedOp& op, Device device, dist::Communicator& group) {
+  DeviceScope scope(device);
+  Variable x(Tensor::zeros(Shape{2, 4, 3}, DType::kBF16), true);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const int64_t base = acct.current(MemCategory::kActivations);
+  acct.reset_peaks();
+  {
+    autograd::Tape tape;
+    autograd::TapeScope tscope(tape);
+    Variable y = op.op(x, group);
+    y.slot()->ensure_grad().zero_();
+    tape.run_backward();
+  }
+  return acct.peak(MemCategory::kActivations) - base;
+}
+
+TEST(TpRegions, MetaAllocatesAsTheCpu) {
+  for (const NamedOp& op : all_ops()) {
+    dist::LocalCommunicator one;
+    dist::CountingCommunicator counting(0, 1);
+    const int64_t cpu = activation_peak(op, Device::cpu(), one);
+    const int64_t meta = activation_peak(op, Device::meta(), counting);
+    std::printf("%s: activation peak %lld bytes on the CPU, %lld on meta\n", op.name,
+                (long long)cpu, (long long)meta);
+    EXPECT_EQ(meta, cpu) << op.name;
+    EXPECT_GT(cpu, 0) << op.name;
+  }
+}
+
 }  // namespace
 }  // namespace fd::ops
