@@ -41,8 +41,10 @@ Variable reduce_from_tp_region(const Variable& x, dist::Communicator& group);
 // all_gather of B*T/S*C elements per rank ((S-1)/S * B*T*C*E bytes), received rank-major
 // (S, B, T/S, C) and unpacked into (B, T, C) by a copy. Backward: the output's gradient
 // packed rank-major (a copy), one reduce_scatter kSum ((S-1)/S * B*T*C*E bytes), rank r's
-// block summed over the ranks and added into x's gradient. Scratch: one (B, T, C) buffer
-// each way (kActivations).
+// block summed over the ranks and added into x's gradient (received straight into it when it
+// has no gradient yet). Scratch (kActivations): forward the packed (B, T, C) buffer, freed on
+// return; backward the packed gradient, and a (B, T/S, C) buffer when x's gradient already
+// holds a value.
 Variable gather_from_sequence_region(const Variable& x, dist::Communicator& group);
 
 // Sequence parallelism's reduce-scatter, after a tensor-parallel region (in place of g's
@@ -50,10 +52,13 @@ Variable gather_from_sequence_region(const Variable& x, dist::Communicator& grou
 // group's size S (FD_CHECK); the output (B, T/S, C) rank r's slice of positions
 // [r*T/S, (r+1)*T/S) summed over the ranks. Forward: x packed rank-major (S, B, T/S, C) (a
 // copy), one reduce_scatter kSum ((S-1)/S * B*T*C*E bytes). Backward: one all_gather of the
-// output's gradient (the same bytes), unpacked and added into x's gradient. Scratch: one
-// (B, T, C) buffer each way. Followed by gather_from_sequence_region it equals
-// reduce_from_tp_region (the same bytes on the wire: an all-reduce is a reduce-scatter and an
-// all-gather).
+// output's gradient (the same bytes), unpacked and added into x's gradient. Scratch
+// (kActivations): forward the packed (B, T, C) buffer; backward the gathered and the unpacked
+// (B, T, C) buffers, both live while the one is unpacked into the other. (With B = 1 the
+// packing is the identity; the copy is still made.) Followed by gather_from_sequence_region it
+// equals reduce_from_tp_region forward (the same bytes on the wire: an all-reduce is a
+// reduce-scatter and an all-gather); backward the pair all-reduces, where g passes the
+// gradient through.
 Variable reduce_scatter_to_sequence_region(const Variable& x, dist::Communicator& group);
 
 }  // namespace fd::ops
