@@ -53,6 +53,8 @@ std::string_view collective_name(Collective c) {
       return "barrier";
     case Collective::kSendRecv:
       return "send_recv";
+    case Collective::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -95,6 +97,7 @@ int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n) {
     case Collective::kReduceScatter:
     case Collective::kAllGather:
     case Collective::kBroadcast:
+    case Collective::kAllToAll:
       return int64_t(n - 1) * full_bytes;
     case Collective::kBarrier:
       return 0;
@@ -185,6 +188,15 @@ void Communicator::check_send_recv(const void* send, int64_t send_count, int dst
            "send_recv: the send and recv buffers overlap");
 }
 
+void Communicator::check_all_to_all(const void* send, const void* recv, int64_t count_per_rank,
+                                    DType dtype) const {
+  FD_CHECK(count_per_rank >= 0, "all_to_all: negative count {}", count_per_rank);
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const uintptr_t bytes = uintptr_t(size()) * uintptr_t(count_per_rank) * dtype_size(dtype);
+  FD_CHECK(send == nullptr || recv == nullptr || bytes == 0 || s + bytes <= r || r + bytes <= s,
+           "all_to_all: the send and recv buffers overlap ({} bytes each)", bytes);
+}
+
 void Communicator::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
   all_reduce_async(buf, count, dtype, op)->wait();
 }
@@ -193,6 +205,9 @@ void Communicator::reduce_scatter(const void* send, void* recv, int64_t recv_cou
 }
 void Communicator::all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
   all_gather_async(send, recv, send_count, dtype)->wait();
+}
+void Communicator::all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
+  all_to_all_async(send, recv, count_per_rank, dtype)->wait();
 }
 void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root) {
   broadcast_async(buf, count, dtype, root)->wait();

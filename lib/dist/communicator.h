@@ -1,6 +1,7 @@
 // Communicator: the collectives data-parallel training needs (c10d's Backend,
-// trimmed): all-reduce, reduce-scatter, all-gather, broadcast, barrier, each
-// with an async form that returns a Work; point-to-point send_recv for
+// trimmed): all-reduce, reduce-scatter, all-gather, broadcast, barrier, and
+// the all-to-all of sequence parallelism (DeepSpeed-Ulysses), each with an
+// async form that returns a Work; point-to-point send_recv for
 // pipeline parallelism; split() into sub-communicators (MPI_Comm_split, the
 // whole grouping given as a SplitPlan).
 //
@@ -59,7 +60,9 @@
 // with S the full buffer's bytes and n = size(), a rank sends
 //   all-reduce 2(n-1)/n*S, reduce-scatter and all-gather (n-1)/n*S (S = the
 //   gathered / scattered total, size()*count*elem), broadcast (n-1)/n*S (the
-//   pipelined-ring broadcast, nccl-tests' busbw factor 1 on algbw), barrier 0.
+//   pipelined-ring broadcast, nccl-tests' busbw factor 1 on algbw), barrier 0,
+//   all-to-all (n-1)/n*S (S = the whole send buffer, size()*count*elem: every
+//   block but this rank's own leaves it; exact, not only a model).
 // send_recv is exact, no model: the bytes this rank sends (send_count*elem;
 // the receive half counts on the sender).
 // To stay exact the counters accumulate n times these values (always an
@@ -86,14 +89,22 @@ enum class ReduceOp { kSum, kMax };
 std::string_view reduce_op_name(ReduceOp op);  // "sum", "max"
 
 // The ops a communicator counts bytes for (kSendRecv is point-to-point).
-enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier, kSendRecv };
-std::string_view collective_name(Collective c);  // "all_reduce", ..., "send_recv"
+enum class Collective {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kBarrier,
+  kSendRecv,
+  kAllToAll
+};
+std::string_view collective_name(Collective c);  // "all_reduce", ..., "send_recv", "all_to_all"
 
 // Ring-model bytes one rank sends for collective `c` over a full buffer of
 // `full_bytes` in a world of `n` ranks, multiplied by n (so it is an exact
-// integer): all-reduce 2(n-1)*S, reduce-scatter / all-gather / broadcast
-// (n-1)*S, barrier 0. For kSendRecv, `full_bytes` is what this rank sends,
-// counted as it is: n*S.
+// integer): all-reduce 2(n-1)*S, reduce-scatter / all-gather / broadcast /
+// all-to-all (n-1)*S, barrier 0. For kSendRecv, `full_bytes` is what this
+// rank sends, counted as it is: n*S.
 int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n);
 
 // How bf16/f16 values are summed (see Numerics above).
@@ -175,6 +186,13 @@ class Communicator {
   // r*send_count. send may equal recv + rank()*send_count (in place).
   virtual WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count,
                                    DType dtype) = 0;
+  // send holds size()*count_per_rank elements, block j (elements
+  // [j*count_per_rank, (j+1)*count_per_rank)) for rank j; recv gets
+  // size()*count_per_rank elements, block i from rank i (this rank's own
+  // block copied). No sum: 16-bit dtypes move as raw bits. send and recv must
+  // not overlap (FD_CHECK). DeepSpeed-Ulysses' exchange (lib/ops/ulysses.h).
+  virtual WorkPtr all_to_all_async(const void* send, void* recv, int64_t count_per_rank,
+                                   DType dtype) = 0;
   // Every rank's buf gets root's buf.
   virtual WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
   virtual WorkPtr barrier_async() = 0;
@@ -226,6 +244,7 @@ class Communicator {
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype);
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype);
+  void all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype);
   void broadcast(void* buf, int64_t count, DType dtype, int root);
   void barrier();
   // send / recv: send_recv with one half; the peer comes after the count, as there.
@@ -268,6 +287,10 @@ class Communicator {
   // The send_recv_async checks every backend makes (FD_CHECK; see there).
   void check_send_recv(const void* send, int64_t send_count, int dst, const void* recv,
                        int64_t recv_count, int src, DType dtype) const;
+  // The all_to_all_async checks every backend makes (FD_CHECK): a count >= 0,
+  // and send and recv (size()*count_per_rank elements each) not overlapping.
+  void check_all_to_all(const void* send, const void* recv, int64_t count_per_rank,
+                        DType dtype) const;
   // The same, into control_bytes() (f64 helper traffic a backend forwards).
   void count_control_bytes(Collective c, int64_t full_bytes);
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
@@ -280,8 +303,8 @@ class Communicator {
 
 // The overrides every backend (local, mpi, nccl, counting) declares, stated
 // once: a backend's class body says FD_COMMUNICATOR_OVERRIDES and defines
-// them in its .cc. Their contracts are Communicator's, above; a new op (an
-// all-to-all for sequence parallelism) is one line here, and the compiler
+// them in its .cc. Their contracts are Communicator's, above; a new op is one
+// line here (as the all-to-all of sequence parallelism was), and the compiler
 // then asks every backend for its definition. A macro rather than a shared
 // base: the pure virtuals already are that base, and what repeated was only
 // the list of their signatures. rank(), size() and backend() stay each
@@ -292,6 +315,8 @@ class Communicator {
   WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype) \
       override;                                                                               \
   WorkPtr all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype)     \
+      override;                                                                               \
+  WorkPtr all_to_all_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) \
       override;                                                                               \
   WorkPtr broadcast_async(void* buf, int64_t count, DType dtype, int root) override;          \
   WorkPtr barrier_async() override;                                                           \

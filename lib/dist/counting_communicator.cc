@@ -85,6 +85,14 @@ WorkPtr CountingCommunicator::all_gather_async(const void* send, void* recv, int
   return done();
 }
 
+WorkPtr CountingCommunicator::all_to_all_async(const void* send, void* recv, int64_t count_per_rank,
+                                               DType dtype) {
+  // Nothing staged: MPI moves 16-bit blocks as raw bits.
+  check_all_to_all(send, recv, count_per_rank, dtype);
+  count_bytes(Collective::kAllToAll, int64_t(size_) * count_per_rank * int64_t(dtype_size(dtype)));
+  return done();
+}
+
 WorkPtr CountingCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   (void)buf;
   check_count(count);

@@ -22,7 +22,9 @@
 //     compute thread goes on; that overlap is not modelled, which is why
 //     ZeroEngine keeps its staging.) At size 1 the trainer uses
 //     LocalCommunicator, which stages nothing, and so does this.
-//   - send_recv: the bytes this rank sends, exactly (no staging on MPI).
+//   - send_recv: the bytes this rank sends, exactly (no staging on MPI);
+//   - all_to_all: (n-1)/n of the send buffer, no staging (MPI moves 16-bit
+//     blocks as raw bits).
 // Not counted: MpiCommunicator's copy-out buffer for a reduce-scatter whose
 // send and recv overlap (ZeroEngine never issues one).
 //

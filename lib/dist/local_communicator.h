@@ -5,10 +5,11 @@
 // There is no peer for send_recv: only empty ones are allowed (they complete);
 // split() gives another world of one.
 //
-// The copies (a reduce-scatter's or all-gather's out of place) are memmove on
-// host memory; a GPU run at world 1 passes the device's copy instead
-// (make_gpu_communicator: kernels::copy_device, ordered on the compute
-// stream), so it needs no NCCL. Buffers then must not partly overlap.
+// The copies (a reduce-scatter's or all-gather's out of place, an all-to-all's
+// one block) are memmove on host memory; a GPU run at world 1 passes the
+// device's copy instead (make_gpu_communicator: kernels::copy_device, ordered
+// on the compute stream), so it needs no NCCL. Buffers then must not partly
+// overlap.
 #pragma once
 
 #include <cstddef>

@@ -423,6 +423,13 @@ void MpiCommunicator::State::start(Op& op) {
       }
       return;
     }
+    case Collective::kAllToAll: {
+      // Raw elements (16-bit as MPI_UINT16_T): nothing is summed.
+      const int n = as_int_count(op.count, "all_to_all");
+      const MPI_Datatype type = mpi_type(op.dtype);
+      FD_MPI_CHECK(MPI_Ialltoall(op.send, n, type, op.recv, n, type, comm, &op.req[0]));
+      return;
+    }
     case Collective::kBroadcast: {
       const int n = as_int_count(op.count, "broadcast");
       FD_MPI_CHECK(MPI_Ibcast(op.buf, n, mpi_type(op.dtype), op.root, comm, &op.req[0]));
@@ -686,6 +693,23 @@ WorkPtr MpiCommunicator::all_gather_async(const void* send, void* recv, int64_t 
   o->in_place = send == static_cast<const char*>(recv) + size_t(rank_) * size_t(send_count) * esize;
   FD_CHECK(o->in_place || !overlaps(send, size_t(send_count) * esize, recv, size_t(o->full_bytes)),
            "all_gather: send overlaps recv but is not recv + rank()*send_count");
+  count_bytes(o->kind, o->full_bytes);
+  return enqueue(std::move(o));
+}
+
+WorkPtr MpiCommunicator::all_to_all_async(const void* send, void* recv, int64_t count_per_rank,
+                                          DType dtype) {
+  check_all_to_all(send, recv, count_per_rank, dtype);
+  as_int_count(count_per_rank, "all_to_all");
+  auto o = std::make_shared<Op>();
+  o->kind = Collective::kAllToAll;
+  o->send = send;
+  o->recv = recv;
+  o->count = count_per_rank;
+  o->dtype = dtype;
+  o->full_bytes = int64_t(size_) * count_per_rank * int64_t(dtype_size(dtype));
+  FD_CHECK(o->full_bytes == 0 || (send != nullptr && recv != nullptr),
+           "all_to_all: a null buffer with {} elements per rank", count_per_rank);
   count_bytes(o->kind, o->full_bytes);
   return enqueue(std::move(o));
 }

@@ -18,6 +18,9 @@
 // for an all-reduce) and added on this thread in rank order, each partial sum
 // rounded to 16 bits (communicator.h, Numerics).
 //
+// all_to_all is an MPI_Ialltoall of raw elements (16-bit ones as
+// MPI_UINT16_T: nothing is summed, nothing staged).
+//
 // send_recv is an MPI_Irecv and an MPI_Isend (one fixed tag, so MPI's
 // non-overtaking rule keeps a pair's messages in issue order) completed
 // together with MPI_Testall; a received count other than recv_count aborts

@@ -31,7 +31,9 @@
 // follow the same ring model.
 //
 // send_recv is ncclSend and ncclRecv in one ncclGroupStart/End on the
-// communication stream, ordered after the compute stream like a collective.
+// communication stream, ordered after the compute stream like a collective;
+// all_to_all likewise, one ncclSend and one ncclRecv per rank (this one's own
+// block included) in one group.
 // split() splits the host communicator and builds a new NcclCommunicator on
 // that sub-communicator, which it owns (and its Works keep alive).
 #pragma once

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -132,6 +133,32 @@ TEST(CountingCommunicator, SendRecvCountsTheBytesSentExactly) {
   EXPECT_EQ(out, (std::vector<float>{5, 5}));
 }
 
+// All-to-all: (n-1)/n of the send buffer (size() * count_per_rank elements), in any dtype,
+// nothing staged (16-bit blocks move as raw bits on MPI), nothing moved; a split counts its
+// own group's size.
+TEST(CountingCommunicator, AllToAllCountsItsShareAndStagesNothing) {
+  const int64_t base = comm_current();
+  CountingCommunicator c(1, 4);
+  c.all_to_all_async(nullptr, nullptr, 1000, DType::kBF16)->wait();  // S = 8000: 6000
+  EXPECT_EQ(c.bytes_sent(), 6000);
+  c.all_to_all(nullptr, nullptr, 5, DType::kF32);  // S = 80: 60
+  EXPECT_EQ(c.bytes_sent(), 6060);
+  c.all_to_all(nullptr, nullptr, 0, DType::kF16);
+  EXPECT_EQ(c.bytes_sent(), 6060);
+  EXPECT_EQ(comm_current(), base);
+  EXPECT_EQ(c.control_bytes(), 0);
+  std::vector<float> send = {1, 2, 3, 4}, recv = {7, 7, 7, 7};
+  c.all_to_all(send.data(), recv.data(), 1, DType::kF32);
+  EXPECT_EQ(recv, std::vector<float>(4, 7.0f));
+  // Rank 1 of {dp: 2, sp: 2}'s sp group: 2 ranks, 1/2 of S = 2 * 100 * 2.
+  std::unique_ptr<Communicator> sp = c.split(SplitPlan::by(4, [](int r) {
+    return SplitKey{r / 2, r % 2};
+  }));
+  ASSERT_EQ(sp->size(), 2);
+  sp->all_to_all(nullptr, nullptr, 100, DType::kBF16);
+  EXPECT_EQ(sp->bytes_sent(), 200);
+}
+
 TEST(CountingCommunicator, SplitGivesThisRanksGroup) {
   CountingCommunicator c(3, 4);
   // Rank 3 of a 2 x 2 grid: replica 1 of stage 1.
@@ -195,6 +222,8 @@ TEST(CountingCommunicatorDeathTest, SendRecvAndSplitChecks) {
   EXPECT_DEATH(c.send(nullptr, -1, 0, DType::kF32), "negative count");
   std::vector<float> buf(8);
   EXPECT_DEATH(c.send_recv(buf.data(), 4, 0, buf.data() + 2, 4, 2, DType::kF32), "overlap");
+  EXPECT_DEATH(c.all_to_all(buf.data(), buf.data() + 1, 1, DType::kF32), "all_to_all: the send");
+  EXPECT_DEATH(c.all_to_all(nullptr, nullptr, -3, DType::kF32), "all_to_all: negative count");
   EXPECT_DEATH(c.split(SplitPlan::whole(2)), "a plan of 2 ranks for a communicator of 4");
   EXPECT_DEATH(SplitPlan({{0, 0}, {-1, 1}}), "color -1 of rank 1");
 }

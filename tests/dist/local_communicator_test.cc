@@ -30,6 +30,10 @@ TEST(RingBytes, FormulaTimesN) {
   EXPECT_EQ(ring_bytes_times_n(Collective::kSendRecv, 1001, 4), 4 * 1001);
   EXPECT_EQ(ring_bytes_times_n(Collective::kSendRecv, 1001, 1), 1001);
   EXPECT_EQ(collective_name(Collective::kSendRecv), "send_recv");
+  // All-to-all: every block but this rank's own leaves it, 3/4 of the send buffer.
+  EXPECT_EQ(ring_bytes_times_n(Collective::kAllToAll, 1000, 4), 4 * 750);
+  EXPECT_EQ(ring_bytes_times_n(Collective::kAllToAll, 12345, 1), 0);
+  EXPECT_EQ(collective_name(Collective::kAllToAll), "all_to_all");
   // Large buffers stay exact in int64: 2*(8-1)*10 GiB.
   EXPECT_EQ(ring_bytes_times_n(Collective::kAllReduce, int64_t(10) << 30, 8),
             int64_t(14) * (int64_t(10) << 30));
@@ -102,6 +106,40 @@ TEST(LocalCommunicator, CopiesThroughTheGivenCopy) {
   EXPECT_EQ(std::get<2>(CopyLog::calls[1]), size_t(6));
   EXPECT_EQ(std::get<0>(CopyLog::calls[2]), static_cast<void*>(a.data()));
   EXPECT_EQ(b, std::vector<uint16_t>(8, 7));
+}
+
+// A world of one: the all-to-all's one block is copied, send to recv, through the given copy
+// when there is one; null buffers (meta) and empty blocks copy nothing; 0 bytes counted.
+TEST(LocalCommunicator, AllToAllCopiesTheOneBlock) {
+  LocalCommunicator c;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    const size_t n = 37 * dtype_size(t);
+    std::vector<uint8_t> send(n), recv(n, 0);
+    for (size_t i = 0; i < n; ++i) send[i] = uint8_t(i * 29 + 3);
+    WorkPtr w = c.all_to_all_async(send.data(), recv.data(), 37, t);
+    EXPECT_TRUE(w->is_completed());
+    w->wait();
+    EXPECT_EQ(recv, send) << dtype_name(t);
+  }
+  c.all_to_all(nullptr, nullptr, 10, DType::kF32);
+  c.all_to_all(nullptr, nullptr, 0, DType::kBF16);
+  EXPECT_EQ(c.bytes_sent(), 0);
+  CopyLog::calls.clear();
+  LocalCommunicator device(&CopyLog::copy);
+  std::vector<uint16_t> a(6, 9), b(6, 0);
+  device.all_to_all(a.data(), b.data(), 6, DType::kBF16);
+  ASSERT_EQ(CopyLog::calls.size(), 1u);
+  EXPECT_EQ(CopyLog::calls[0], std::make_tuple(static_cast<void*>(b.data()),
+                                               static_cast<const void*>(a.data()), size_t(12)));
+  EXPECT_EQ(b, a);
+}
+
+TEST(LocalCommunicatorDeathTest, AllToAllRefusesOverlapAndNegativeCounts) {
+  LocalCommunicator c;
+  std::vector<float> buf(8);
+  EXPECT_DEATH(c.all_to_all(buf.data(), buf.data() + 2, 4, DType::kF32), "overlap");
+  EXPECT_DEATH(c.all_to_all(buf.data(), buf.data(), 4, DType::kF32), "overlap");
+  EXPECT_DEATH(c.all_to_all(nullptr, nullptr, -1, DType::kF32), "negative count");
 }
 
 TEST(LocalCommunicatorDeathTest, DeviceCopyOfOverlappingBuffersIsRefused) {

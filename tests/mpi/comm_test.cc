@@ -204,6 +204,35 @@ TEST(Comm, AllGatherOutOfPlaceAndInPlace) {
   }
 }
 
+// All-to-all element i of the block that rank `src` sends to rank `dst` (world or group
+// ranks < 4): distinct for every (src, dst) pair and i % 13, at most 208, so exact in bf16
+// and f16: a block sent to the wrong rank, received into the wrong slot or shifted shows.
+double a2a_value(int src, int dst, int64_t i) { return double((src * 4 + dst) * 13 + i % 13 + 1); }
+
+// Fills send's blocks as rank `src` of a group of `n`, all-to-alls over `c`, and checks that
+// recv's block q holds what group rank q (world rank world_of(q)) sent to this rank.
+void check_all_to_all(Communicator& c, DType t, int64_t count, int src,
+                      const std::function<int(int)>& world_of, const std::string& what) {
+  const int n = c.size(), me = c.rank();
+  Buf send(t, count * n), recv(t, count * n);
+  for (int j = 0; j < n; ++j)
+    for (int64_t i = 0; i < count; ++i) send.set(j * count + i, a2a_value(src, j, i));
+  for (int64_t k = 0; k < count * n; ++k) recv.set(k, -1);
+  c.all_to_all(send.data(), recv.data(), count, t);
+  expect_all(
+      recv, 0, count * n,
+      [&](int64_t k) { return a2a_value(world_of(int(k / count)), me, k % count); },
+      what + " count=" + std::to_string(count));
+}
+
+TEST(Comm, AllToAllBlockPlacement) {
+  const int r = g_comm->rank();
+  for (DType t : kAllTypes)
+    for (int64_t count : {int64_t(1), int64_t(7), int64_t(1000), (int64_t(1) << 18) + 3})
+      check_all_to_all(
+          *g_comm, t, count, r, [](int q) { return q; }, "all_to_all");
+}
+
 TEST(Comm, BroadcastFromEveryRoot) {
   const int r = g_comm->rank(), w = g_comm->size();
   for (DType t : kAllTypes) {
@@ -224,14 +253,18 @@ TEST(Comm, AsyncBackToBackWaitedInReverse) {
   const int r = g_comm->rank(), w = g_comm->size();
   const int64_t n = 1000;
   Buf ar(DType::kBF16, n), rs_send(DType::kF32, n * w), rs_recv(DType::kF32, n),
-      ag_send(DType::kF16, n), ag_recv(DType::kF16, n * w), bc(DType::kI32, n), ar2(DType::kF32, n);
+      ag_send(DType::kF16, n), ag_recv(DType::kF16, n * w), bc(DType::kI32, n), ar2(DType::kF32, n),
+      a2a_send(DType::kBF16, n * w), a2a_recv(DType::kBF16, n * w);
   for (int64_t i = 0; i < n; ++i) {
     ar.set(i, value(r, i));
     ag_send.set(i, value(r, i));
     bc.set(i, r == w - 1 ? value(w - 1, i) : 0);
     ar2.set(i, value(r, i + 5));
   }
-  for (int64_t j = 0; j < n * w; ++j) rs_send.set(j, value(r, j));
+  for (int64_t j = 0; j < n * w; ++j) {
+    rs_send.set(j, value(r, j));
+    a2a_send.set(j, a2a_value(r, int(j / n), j % n));
+  }
   std::vector<WorkPtr> works;
   works.push_back(g_comm->all_reduce_async(ar.data(), n, DType::kBF16, ReduceOp::kSum));
   works.push_back(g_comm->reduce_scatter_async(rs_send.data(), rs_recv.data(), n, DType::kF32));
@@ -239,6 +272,7 @@ TEST(Comm, AsyncBackToBackWaitedInReverse) {
   works.push_back(g_comm->broadcast_async(bc.data(), n, DType::kI32, w - 1));
   works.push_back(g_comm->barrier_async());
   works.push_back(g_comm->all_reduce_async(ar2.data(), n, DType::kF32, ReduceOp::kMax));
+  works.push_back(g_comm->all_to_all_async(a2a_send.data(), a2a_recv.data(), n, DType::kBF16));
   for (auto it = works.rbegin(); it != works.rend(); ++it) {
     (*it)->wait();
     EXPECT_TRUE((*it)->is_completed());
@@ -254,6 +288,9 @@ TEST(Comm, AsyncBackToBackWaitedInReverse) {
       bc, 0, n, [&](int64_t i) { return value(w - 1, i); }, "async broadcast");
   expect_all(
       ar2, 0, n, [&](int64_t i) { return value(w - 1, i + 5); }, "async all_reduce max");
+  expect_all(
+      a2a_recv, 0, n * w, [&](int64_t j) { return a2a_value(int(j / n), r, j % n); },
+      "async all_to_all");
   for (auto& wk : works) wk->wait();  // waiting again is a no-op
 }
 
@@ -264,14 +301,16 @@ TEST(Comm, BytesSentFollowsTheRingModel) {
   std::vector<float> f(3000);
   std::vector<uint16_t> h(7 * w);
   std::vector<int32_t> iv(5);
-  g_comm->all_reduce(f.data(), 1000, DType::kF32);             // S = 4000
-  g_comm->all_reduce(h.data(), 7, DType::kBF16);               // S = 14
-  g_comm->reduce_scatter(h.data(), f.data(), 7, DType::kF16);  // S = 14 w
-  g_comm->all_gather(f.data(), f.data() + 3, 3, DType::kF32);  // S = 12 w
-  g_comm->broadcast(iv.data(), 5, DType::kI32, 0);             // S = 20
-  g_comm->barrier();                                           // 0
-  const int64_t times_n =
-      2 * (w - 1) * 4000 + 2 * (w - 1) * 14 + (w - 1) * 14 * w + (w - 1) * 12 * w + (w - 1) * 20;
+  g_comm->all_reduce(f.data(), 1000, DType::kF32);                // S = 4000
+  g_comm->all_reduce(h.data(), 7, DType::kBF16);                  // S = 14
+  g_comm->reduce_scatter(h.data(), f.data(), 7, DType::kF16);     // S = 14 w
+  g_comm->all_gather(f.data(), f.data() + 3, 3, DType::kF32);     // S = 12 w
+  g_comm->broadcast(iv.data(), 5, DType::kI32, 0);                // S = 20
+  g_comm->barrier();                                              // 0
+  g_comm->all_to_all(h.data(), f.data() + 100, 7, DType::kBF16);  // S = 14 w
+  g_comm->all_to_all(f.data(), f.data() + 100, 5, DType::kF32);   // S = 20 w
+  const int64_t times_n = 2 * (w - 1) * 4000 + 2 * (w - 1) * 14 + (w - 1) * 14 * w +
+                          (w - 1) * 12 * w + (w - 1) * 20 + (w - 1) * 14 * w + (w - 1) * 20 * w;
   EXPECT_EQ(g_comm->bytes_sent(), times_n / w);
   EXPECT_EQ(g_comm->control_bytes(), 0);
   std::vector<double> d(3, 1.0);
@@ -355,6 +394,7 @@ TEST(Comm, ZeroCounts) {
   g_comm->reduce_scatter(f.data(), f.data(), 0, DType::kF32);
   g_comm->all_gather(f.data(), f.data(), 0, DType::kF16);
   g_comm->broadcast(f.data(), 0, DType::kI32, w - 1);
+  g_comm->all_to_all(f.data(), f.data() + 2 * w, 0, DType::kBF16);
   std::vector<WorkPtr> ws = {g_comm->barrier_async(), g_comm->barrier_async()};
   for (auto& wk : ws) wk->wait();
 }
@@ -619,6 +659,41 @@ TEST(Split, StageMajorAndReplicaMajorGroups) {
   EXPECT_EQ(x, 2.0f);
 }
 
+// All-to-all within sub-communicators: consecutive pairs ({dp, sp: 2}, sp fastest), strided
+// groups (at -n 2 groups of one: the copy of the own block), and the whole world with
+// reversed keys. Each block's values name its sender's world rank, so a block from another
+// group, or from the wrong member of this one, shows. Each counts its own bytes.
+TEST(Split, AllToAllInSubCommunicators) {
+  const int r = g_comm->rank(), w = g_comm->size();
+  if (w % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const Mesh mesh({{"dp", w / 2}, {"sp", 2}});
+  auto sp = mesh.group(*g_comm, {"sp"});
+  auto strided = g_comm->split(SplitPlan::by(w, [](int q) { return SplitKey{q % 2, q / 2}; }));
+  auto rev = g_comm->split(SplitPlan::by(w, [&](int q) { return SplitKey{0, w - q}; }));
+  ASSERT_EQ(sp->size(), 2);
+  ASSERT_EQ(strided->size(), w / 2);
+  ASSERT_EQ(rev->size(), w);
+  for (DType t : kAllTypes) {
+    for (int64_t count : {int64_t(3), int64_t(5000)}) {
+      check_all_to_all(
+          *sp, t, count, r, [&](int q) { return (r / 2) * 2 + q; }, "sp pairs");
+      check_all_to_all(
+          *strided, t, count, r, [&](int q) { return q * 2 + r % 2; }, "strided");
+      check_all_to_all(
+          *rev, t, count, r, [&](int q) { return w - 1 - q; }, "reversed world");
+    }
+  }
+  sp->reset_counters();
+  strided->reset_counters();
+  g_comm->reset_counters();
+  std::vector<uint16_t> send(size_t(100 * w)), recv(size_t(100 * w));
+  sp->all_to_all(send.data(), recv.data(), 100, DType::kBF16);     // S = 400: 1/2
+  strided->all_to_all(send.data(), recv.data(), 10, DType::kF16);  // S = 20 w/2
+  EXPECT_EQ(sp->bytes_sent(), 200);
+  EXPECT_EQ(strided->bytes_sent(), (w / 2 - 1) * 20);
+  EXPECT_EQ(g_comm->bytes_sent(), 0);
+}
+
 // Two sub-communicators progress independently. The ranks issue a stage
 // all-reduce and a pipeline exchange in an order that forms a cycle (rank 0
 // all-reduce -> 1 exchange -> 3 all-reduce -> 2 exchange -> 0) were they
@@ -693,6 +768,12 @@ TEST(Comm, CountingCommunicatorCountsAsMpi) {
       },
       [&](Communicator& c, bool) { c.barrier(); },
       [&](Communicator& c, bool) { c.all_reduce_f64(d.data(), 2); },
+      [&](Communicator& c, bool real) {
+        c.all_to_all(real ? h.data() : nullptr, real ? f.data() : nullptr, 16, DType::kBF16);
+      },
+      [&](Communicator& c, bool real) {
+        c.all_to_all(real ? f.data() : nullptr, real ? h.data() : nullptr, 8, DType::kF32);
+      },
       // Point-to-point: a ring of 64 bf16, then rank-dependent one-sided sends.
       [&](Communicator& c, bool real) {
         if (w < 2) return;

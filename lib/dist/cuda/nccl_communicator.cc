@@ -1,6 +1,7 @@
 // The NCCL backend (CUDA builds; lib/dist/nccl_communicator.h).
 #include "lib/dist/nccl_communicator.h"
 
+#include <fmt/format.h>
 #include <nccl.h>
 
 #include <array>
@@ -11,8 +12,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "kernels/kernels.h"
 #include "lib/base/check.h"
@@ -127,9 +126,10 @@ class NcclWork final : public Work {
                               what_, seq_));
       const double ran = std::chrono::duration<double>(Clock::now() - started_).count();
       if (ran > st_->timeout_s)
-        st_->fail(fmt::format("{} (op #{}) did not complete within dist.timeout_s = {:.0f} s "
-                              "(waited {:.1f} s): a peer rank is dead or stalled",
-                              what_, seq_, st_->timeout_s, ran));
+        st_->fail(
+            fmt::format("{} (op #{}) did not complete within dist.timeout_s = {:.0f} s "
+                        "(waited {:.1f} s): a peer rank is dead or stalled",
+                        what_, seq_, st_->timeout_s, ran));
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, std::chrono::microseconds(200));
     }
@@ -209,8 +209,7 @@ void NcclCommunicator::begin() {
   static_assert(sizeof(ncclUniqueId) % 4 == 0);
   host.broadcast(&id, int64_t(sizeof(id) / 4), DType::kI32, 0);
   state_->stream = kernels::stream_create();
-  state_->check(ncclCommInitRank(&state_->comm, host.size(), id, host.rank()),
-                "ncclCommInitRank");
+  state_->check(ncclCommInitRank(&state_->comm, host.size(), id, host.rank()), "ncclCommInitRank");
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -294,8 +293,8 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int
           Tensor in = staging(*st, need, 0, total);
           Tensor out = staging(*st, need, total, recv_count);
           kernels::cast_on(st->stream, send, kdt(dtype), in.raw(), kernels::DT::kF32, total);
-          st->check(ncclReduceScatter(in.raw(), out.raw(), size_t(recv_count), ncclFloat32,
-                                      ncclSum, st->comm, st->cuda_stream()),
+          st->check(ncclReduceScatter(in.raw(), out.raw(), size_t(recv_count), ncclFloat32, ncclSum,
+                                      st->comm, st->cuda_stream()),
                     "ncclReduceScatter");
           kernels::cast_on(st->stream, out.raw(), kernels::DT::kF32, recv, kdt(dtype), recv_count);
           w->keep(std::move(in));
@@ -329,6 +328,34 @@ WorkPtr NcclCommunicator::all_gather_async(const void* send, void* recv, int64_t
                 });
 }
 
+WorkPtr NcclCommunicator::all_to_all_async(const void* send, void* recv, int64_t count_per_rank,
+                                           DType dtype) {
+  check_all_to_all(send, recv, count_per_rank, dtype);
+  const int n = size();
+  count_bytes(Collective::kAllToAll, count_per_rank * n * int64_t(dtype_size(dtype)));
+  if (count_per_rank == 0) return std::make_shared<CompletedWork>();
+  const size_t block = size_t(count_per_rank) * dtype_size(dtype);
+  auto st = state_;
+  return launch(st, fmt::format("all_to_all of {} {}", count_per_rank * n, dtype_name(dtype)),
+                [&](NcclWork*) {
+                  // NCCL has no all-to-all: a send and a receive per peer (this rank
+                  // included) in one group, as nccl-tests' alltoall. No sum: 16-bit
+                  // blocks move in their own dtype.
+                  const auto* s = static_cast<const char*>(send);
+                  auto* r = static_cast<char*>(recv);
+                  st->check(ncclGroupStart(), "ncclGroupStart");
+                  for (int peer = 0; peer < n; ++peer) {
+                    st->check(ncclSend(s + size_t(peer) * block, size_t(count_per_rank),
+                                       nccl_type(dtype), peer, st->comm, st->cuda_stream()),
+                              "ncclSend");
+                    st->check(ncclRecv(r + size_t(peer) * block, size_t(count_per_rank),
+                                       nccl_type(dtype), peer, st->comm, st->cuda_stream()),
+                              "ncclRecv");
+                  }
+                  st->check(ncclGroupEnd(), "ncclGroupEnd");
+                });
+}
+
 WorkPtr NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   FD_CHECK(root >= 0 && root < size(), "broadcast root {} outside [0, {})", root, size());
   count_bytes(Collective::kBroadcast, count * int64_t(dtype_size(dtype)));
@@ -336,8 +363,8 @@ WorkPtr NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype,
   auto st = state_;
   return launch(st, fmt::format("broadcast of {} {} from rank {}", count, dtype_name(dtype), root),
                 [&](NcclWork*) {
-                  st->check(ncclBroadcast(buf, buf, size_t(count), nccl_type(dtype), root,
-                                          st->comm, st->cuda_stream()),
+                  st->check(ncclBroadcast(buf, buf, size_t(count), nccl_type(dtype), root, st->comm,
+                                          st->cuda_stream()),
                             "ncclBroadcast");
                 });
 }
@@ -347,8 +374,9 @@ WorkPtr NcclCommunicator::barrier_async() {
   Tensor one = Tensor::zeros(Shape{1}, DType::kF32, MemCategory::kComm, gpu());
   auto st = state_;
   return launch(st, "barrier", [&](NcclWork* w) {
-    st->check(ncclAllReduce(one.raw(), one.raw(), 1, ncclFloat32, ncclSum, st->comm, st->cuda_stream()),
-              "ncclAllReduce (barrier)");
+    st->check(
+        ncclAllReduce(one.raw(), one.raw(), 1, ncclFloat32, ncclSum, st->comm, st->cuda_stream()),
+        "ncclAllReduce (barrier)");
     w->keep(one);
   });
 }
