@@ -26,85 +26,23 @@
 #include <vector>
 
 #include "lib/autograd/tape.h"
-#include "lib/dist/mesh.h"
 #include "lib/ops/matmul.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/mpi/tp_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 namespace fd {
 namespace {
 
+using namespace fd::mpi_testing;
 using namespace fd::ops;
 using namespace fd::ops::testing;
-
-dist::Communicator* g_comm = nullptr;
-
-// The groups each case runs in: the world, and at -n 4 the tp groups of {dp: 2, tp: 2}.
-struct Groups {
-  std::unique_ptr<dist::Communicator> tp;
-  std::vector<dist::Communicator*> all;
-};
-Groups make_groups() {
-  Groups g;
-  g.all.push_back(g_comm);
-  if (g_comm->size() == 4) {
-    dist::Mesh mesh({{"dp", 2}, {"tp", 2}});
-    g.tp = mesh.group(*g_comm, {"tp"});
-    g.all.push_back(g.tp.get());
-  }
-  return g;
-}
-
-std::vector<double> worst_over_ranks(std::vector<double> values) {
-  g_comm->all_reduce_f64(values.data(), int64_t(values.size()), dist::ReduceOp::kMax);
-  return values;
-}
-
-// ||got - ref|| / ||ref|| and the largest elementwise difference, the worst over the ranks
-// (a collective over the world), printed on rank 0 and expected <= tol.
-void expect_close_all(const std::string& name, const Vec& got, const Vec& ref, double tol) {
-  EXPECT_EQ(got.size(), ref.size()) << name;
-  double diff2 = 0, ref2 = 0, max_diff = 0;
-  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
-    const double d = got[i] - ref[i];
-    diff2 += d * d;
-    ref2 += ref[i] * ref[i];
-    max_diff = std::max(max_diff, std::isnan(d) ? INFINITY : std::abs(d));
-  }
-  const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-  const std::vector<double> worst = worst_over_ranks({rel, max_diff});
-  if (g_comm->rank() == 0)
-    std::printf("  %-40s rel err %.3e  max diff %.3e  (tol %.0e; worst rank)\n", name.c_str(),
-                worst[0], worst[1], tol);
-  EXPECT_LE(rel, tol) << name << " on rank " << g_comm->rank() << ", max diff " << max_diff;
-}
-
-// Exact: every element equal (the values are small integers in every dtype).
-void expect_exact(const std::string& name, const Vec& got, const Vec& ref) {
-  ASSERT_EQ(got.size(), ref.size()) << name;
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != ref[i]) {
-      if (first < 0) first = int64_t(i);
-      ++bad;
-    }
-  EXPECT_EQ(bad, 0) << name << " on rank " << g_comm->rank() << ": " << bad
-                    << " elements differ, the first at " << first << " (got "
-                    << (first >= 0 ? got[size_t(first)] : 0) << ", expected "
-                    << (first >= 0 ? ref[size_t(first)] : 0) << ")";
-}
 
 // Rank r's contribution at element i and the sum over S ranks.
 double part(int r, int64_t i) { return double(r + 1) * double(1 + i % 5); }
 double part_sum(int S, int64_t i) { return double(S * (S + 1) / 2) * double(1 + i % 5); }
 // A global index's value in a gathered tensor.
 double tag(int64_t i) { return double(i % 61 - 30); }
-
-Vec fill(int64_t n, const std::function<double(int64_t)>& f) {
-  Vec v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f(i);
-  return v;
-}
 
 // One op on `group`: x given, output gradient dy placed, backward run; y and dx returned.
 struct OpRun {
@@ -175,14 +113,6 @@ Vec columns(const Vec& m, int64_t rows, int64_t cols, int64_t c0, int64_t n) {
 Vec rows_of(const Vec& m, int64_t cols, int64_t r0, int64_t n) {
   return Vec(m.begin() + r0 * cols, m.begin() + (r0 + n) * cols);
 }
-// Positions [t0, t0 + n) of every sequence of a (B, T, C) tensor.
-Vec seq_slice(const Vec& m, int64_t B, int64_t T, int64_t C, int64_t t0, int64_t n) {
-  Vec out;
-  for (int64_t b = 0; b < B; ++b)
-    out.insert(out.end(), m.begin() + (b * T + t0) * C, m.begin() + (b * T + t0 + n) * C);
-  return out;
-}
-
 struct MlpGrads {
   Vec y, dx, da, db;
 };
@@ -278,5 +208,5 @@ TEST(TpRegions, ReduceScatterThenGatherIsTheAllReduce) {
 }  // namespace fd
 
 int main(int argc, char** argv) {
-  return fd::dist::testing::run_mpi_tests(argc, argv, &fd::g_comm);
+  return fd::dist::testing::run_mpi_tests(argc, argv, &fd::mpi_testing::g_comm);
 }

@@ -22,60 +22,18 @@
 #include <vector>
 
 #include "lib/dist/counting_communicator.h"
-#include "lib/dist/mesh.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/vocab_parallel_cross_entropy.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/mpi/tp_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 namespace fd {
 namespace {
 
+using namespace fd::mpi_testing;
 using namespace fd::ops;
 using namespace fd::ops::testing;
-
-dist::Communicator* g_comm = nullptr;
-
-// The groups each case runs in: the world, and at -n 4 the tp groups of {dp: 2, tp: 2}.
-struct Groups {
-  std::unique_ptr<dist::Communicator> tp;
-  std::vector<dist::Communicator*> all;
-};
-Groups make_groups() {
-  Groups g;
-  g.all.push_back(g_comm);
-  if (g_comm->size() == 4) {
-    dist::Mesh mesh({{"dp", 2}, {"tp", 2}});
-    g.tp = mesh.group(*g_comm, {"tp"});
-    g.all.push_back(g.tp.get());
-  }
-  return g;
-}
-
-// Every rank's largest `values` (a collective over the world), printed by rank 0.
-std::vector<double> worst_over_ranks(std::vector<double> values) {
-  g_comm->all_reduce_f64(values.data(), int64_t(values.size()), dist::ReduceOp::kMax);
-  return values;
-}
-
-// ||got - ref|| / ||ref|| (the plain norm when ref is 0) and the largest elementwise
-// difference, each the worst over the ranks; printed on rank 0 and expected <= tol.
-void expect_close_all(const std::string& name, const Vec& got, const Vec& ref, double tol) {
-  EXPECT_EQ(got.size(), ref.size()) << name;
-  double diff2 = 0, ref2 = 0, max_diff = 0;
-  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
-    const double d = got[i] - ref[i];
-    diff2 += d * d;
-    ref2 += ref[i] * ref[i];
-    max_diff = std::max(max_diff, std::isnan(d) ? INFINITY : std::abs(d));
-  }
-  const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-  const std::vector<double> worst = worst_over_ranks({rel, max_diff});
-  if (g_comm->rank() == 0)
-    std::printf("  %-34s rel err %.3e  max diff %.3e  (tol %.0e; worst rank)\n", name.c_str(),
-                worst[0], worst[1], tol);
-  EXPECT_LE(rel, tol) << name << " on rank " << g_comm->rank() << ", max diff " << max_diff;
-}
 
 // bf16 gradients: each element within one bf16 rounding of the reference's (both round an
 // fp32 value; the sharded one's sums run in another order).
@@ -342,5 +300,5 @@ TEST(VocabParallel, ActivationPeakIsOneTthOfTheLogits) {
 }  // namespace fd
 
 int main(int argc, char** argv) {
-  return fd::dist::testing::run_mpi_tests(argc, argv, &fd::g_comm);
+  return fd::dist::testing::run_mpi_tests(argc, argv, &fd::mpi_testing::g_comm);
 }
