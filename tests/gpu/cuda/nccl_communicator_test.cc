@@ -63,5 +63,25 @@ TEST(NcclOneRank, SixteenBitSumsInFlightAreOrderedOnTheDevice) {
   }
 }
 
+// All-to-all on one rank: one ncclSend and one ncclRecv to itself in a group, the block moved
+// as it is (bf16 and f32), completed by wait(); 0 bytes counted.
+TEST(NcclOneRank, AllToAllMovesTheOneBlock) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  init_cuda_device(0);
+  DeviceScope on_gpu(Device::cuda(0));
+  LocalCommunicator host;
+  NcclCommunicator nccl(host);
+  const int64_t n = (int64_t(1) << 16) + 5;
+  std::vector<float> want;
+  for (int64_t i = 0; i < n; ++i) want.push_back(float(i % 251) - 125.0f);  // exact in bf16
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    Tensor send = Tensor::from_vector(want, Shape{n}, dt);
+    Tensor recv = Tensor::zeros(Shape{n}, dt);
+    nccl.all_to_all_async(send.raw(), recv.raw(), n, dt)->wait();
+    EXPECT_EQ(recv.to_vector(), want) << dtype_name(dt);
+  }
+  EXPECT_EQ(nccl.bytes_sent(), 0);
+}
+
 }  // namespace
 }  // namespace fd::dist
