@@ -23,12 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <functional>
 
 #include "lib/ckpt/manifest.h"  // kFormatVersion, Manifest, step_dir_name, shard_file_name
 #include "lib/tensor/tensor.h"
@@ -91,7 +90,8 @@ struct ShardMeta {
   int64_t skipped_steps = 0;                   // steps skipped for fp16 overflow
   std::vector<ParamLayout> layout;             // every parameter in canonical order
   std::string fdtrain_version;
-  std::string base_sha256;  // LoRA: SHA-256 of the frozen base's file (model.init_from); "" otherwise
+  std::string
+      base_sha256;  // LoRA: SHA-256 of the frozen base's file (model.init_from); "" otherwise
   // Pipeline-parallel runs (parallel.pipeline > 1): the layout that wrote the
   // checkpoint. Informational (a resume at another layout reshards through the
   // segments' global ranges); absent from the file when stages == 1.
@@ -103,6 +103,14 @@ struct ShardMeta {
     bool operator==(const Pipeline&) const = default;
   };
   Pipeline pipeline;
+  // Tensor-parallel runs (parallel.tensor > 1): the writer's layout. Each parameter's row of
+  // /layout then has its slice of the whole tensor; absent from the file when size == 1.
+  struct TensorLayout {
+    int size = 1, rank = 0;  // tp ranks, this shard's rank's coordinate
+    int replicas = 1;        // data-parallel replicas (world_size = replicas x size)
+    bool operator==(const TensorLayout&) const = default;
+  };
+  TensorLayout tensor;
 };
 
 // Writes one rank's shard to `path` (the caller picks the directory and

@@ -191,7 +191,7 @@ std::string Recipe::where(std::string_view key_path) const {
 }
 
 int data_parallel_size(const Recipe& recipe, int world_size) {
-  return world_size / recipe.parallel.pipeline;
+  return world_size / (recipe.parallel.pipeline * recipe.parallel.tensor);
 }
 
 int64_t global_batch(const Recipe& recipe, int world_size) {
@@ -211,7 +211,17 @@ std::string zero_stage_refusal(const ParallelOptions& p, int stage, bool offload
 }
 
 void check_world_size(const Recipe& recipe, int world_size) {
-  const int stages = recipe.parallel.pipeline;
+  const int stages = recipe.parallel.pipeline, tensor = recipe.parallel.tensor;
+  if (tensor > 1 && world_size % (int64_t{stages} * tensor) != 0) {
+    const int64_t unit = int64_t{stages} * tensor;
+    usage_error(
+        "{}: parallel.tensor: {} tensor-parallel ranks x {} pipeline stage(s) = {} do not divide "
+        "the {} rank(s) of this job (the ranks are stages x data-parallel replicas x "
+        "tensor-parallel ranks): start a multiple of {} ranks (mpirun -n {}), or set "
+        "parallel.tensor to a divisor of {}",
+        recipe.where("parallel.tensor"), tensor, stages, unit, world_size, unit,
+        world_size < unit ? unit : (world_size / unit + 1) * unit, world_size / stages);
+  }
   if (world_size % stages != 0) {
     usage_error(
         "{}: parallel.pipeline: {} pipeline stages do not divide the {} rank(s) of this job (the "
@@ -230,6 +240,15 @@ void check_world_size(const Recipe& recipe, int world_size) {
     hint = fmt::format("; set batch.accumulation to {}", b.global / per_micro);
   } else {
     hint = "; change batch.global or batch.micro, or set batch.global to 0";
+  }
+  if (tensor > 1) {
+    usage_error(
+        "{}: batch.global: {} sequences per step do not fit {} rank(s) of {} tensor-parallel "
+        "rank(s) x {} stage(s): only the data-parallel replicas read distinct data (a "
+        "tensor-parallel group shares its micro-batches), so batch.micro * batch.accumulation * "
+        "replicas (ranks / (stages x tensor)) = {} * {} * {} = {}{}",
+        recipe.where("batch.global"), b.global, world_size, tensor, stages, b.micro, b.accumulation,
+        replicas, per_step, hint);
   }
   if (stages == 1) {
     usage_error(

@@ -224,6 +224,10 @@ struct DistOptions {
 // no separate key.
 struct ParallelOptions {
   int pipeline = 1;  // stages P, >= 1, <= model.n_layer; 1 = no pipeline
+  // Tensor parallelism (Megatron-LM's layout, nn::Decoder): T ranks split each layer's heads,
+  // the MLP's inner width and the vocabulary; T >= 1 dividing the query heads and the MLP's
+  // width, and dividing or divided by the key/value heads. world = P x D x T.
+  int tensor = 1;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  // 1f1b or gpipe
   // How blocks are split over the stages: parameters (balance parameter
   // counts), uniform (equal block counts), or list (partition_blocks).
@@ -335,10 +339,10 @@ struct Recipe {
   bool operator==(const Recipe&) const = default;
 };
 
-// Data-parallel replicas D = world_size / parallel.pipeline: the ranks that
-// consume distinct data (a pipeline's stages all work on their replica's
-// micro-batches). world_size when there is no pipeline. world_size must be a
-// multiple of parallel.pipeline (check_world_size()).
+// Data-parallel replicas D = world_size / (parallel.pipeline * parallel.tensor): the ranks
+// that consume distinct data (a pipeline's stages and a tensor-parallel group all work on
+// their replica's micro-batches). world_size when there is neither. world_size must be a
+// multiple of pipeline * tensor (check_world_size()).
 int data_parallel_size(const Recipe& recipe, int world_size);
 
 // Sequences per optimizer step over all ranks: batch.global, or
@@ -354,8 +358,8 @@ std::string zero_stage_refusal(const ParallelOptions& parallel, int stage,
                                bool offload_params = false);
 
 // The checks that need the world size. Throws a usage fd::Error:
-// - naming parallel.pipeline's location, when world_size is not a multiple of
-//   parallel.pipeline (world = stages x data-parallel replicas);
+// - naming parallel.pipeline's (or parallel.tensor's) location, when world_size is not a
+//   multiple of pipeline * tensor (world = stages x data-parallel replicas x tensor ranks);
 // - naming batch.global's location and the accumulation that would fit, when
 //   a set batch.global is not micro * accumulation * D.
 void check_world_size(const Recipe& recipe, int world_size);

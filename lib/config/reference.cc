@@ -24,11 +24,13 @@ const std::vector<SectionDoc>& section_reference() {
       {"zero", "ZeRO partitioning of model state over the ranks (docs/ZERO.md)."},
       {"dist", "Multi-rank behaviour."},
       {"parallel",
-       "Pipeline parallelism composed with ZeRO data parallelism: the ranks form "
-       "parallel.pipeline stages x D data-parallel replicas (D = ranks / pipeline; stage-major: "
-       "rank = stage * D + replica); each stage owns a contiguous run of transformer blocks, "
-       "the embedding with the first, the final norm, head and loss with the last. The "
-       "pipeline's micro-batches are batch.accumulation's."},
+       "Pipeline and tensor parallelism composed with ZeRO data parallelism: the ranks form "
+       "parallel.pipeline stages x D data-parallel replicas x parallel.tensor tensor-parallel "
+       "ranks (D = ranks / (pipeline x tensor); rank = (stage * D + replica) * tensor + tp "
+       "rank); each stage owns a contiguous run of transformer blocks, the embedding with the "
+       "first, the final norm, head and loss with the last; each tensor-parallel group splits "
+       "every layer's heads, MLP width and vocabulary (Megatron-LM). The pipeline's "
+       "micro-batches are batch.accumulation's."},
       {"lora",
        "LoRA adapters. Absent or null: full fine-tuning; a map turns adapters on and trains only "
        "them."},
@@ -236,6 +238,16 @@ const std::vector<KeyDoc>& key_reference() {
        "pipeline stages P; 1 = no pipeline. The ranks must be a multiple of P; ZeRO (stages "
        "0-2; stage 3 is refused) works across the D = ranks / P replicas of each stage, and "
        "only those D consume distinct data: the global batch is micro * accumulation * D"},
+      {"parallel.tensor", "int", "1",
+       ">= 1, divides model.n_head and the MLP width, divides or is divided by model.n_kv_head; "
+       "pipeline x tensor divides the ranks",
+       "tensor-parallel ranks T (Megatron-LM's layout): q/k/v, gate/up split by output "
+       "features, o/down by input features, the embedding and the head by vocabulary rows "
+       "(the loss never gathers the logits), norms whole; with fewer key/value heads than T "
+       "every rank holds all of them. The T ranks of a group (consecutive ranks) read the same "
+       "micro-batches: the global batch is micro * accumulation * ranks / (pipeline x T). "
+       "ZeRO stages 0-3 work across the replicas holding the same slices. CPU only so far; "
+       "not yet with a pipeline, model.quantize or an objective"},
       {"parallel.schedule", "string", "1f1b", "1f1b, gpipe",
        "the pipeline schedule over the step's M = batch.accumulation micro-batches: 1f1b "
        "alternates one forward and one backward after a warm-up, so stage s holds at most "

@@ -537,6 +537,7 @@ class Builder {
   void offload_checks();
   void reduce_checks();
   void pipeline_checks();
+  void tensor_checks();
   void quantize_checks();
   void objective_checks();
   void reference_matches(const ModelOptions& reference);
@@ -995,6 +996,7 @@ void Builder::parallel(const Node& root) {
   const Node* s = section(root, "parallel");
   auto& p = r_->parallel;
   get_int(s, "parallel", "pipeline", &p.pipeline, at_least(1));
+  get_int(s, "parallel", "tensor", &p.tensor, at_least(1));
   get_enum(s, "parallel", "schedule",
            std::vector<PipelineSchedule>{PipelineSchedule::k1F1B, PipelineSchedule::kGPipe},
            &p.schedule);
@@ -1265,6 +1267,7 @@ void Builder::cross_checks() {
   offload_checks();
   reduce_checks();
   pipeline_checks();
+  tensor_checks();
   quantize_checks();
   objective_checks();
   // Warnings: valid, but probably not what was meant.
@@ -1406,6 +1409,42 @@ void Builder::pipeline_checks() {
                         "the idle time under 20%)",
                         m, p.pipeline, 100.0 * (p.pipeline - 1) / double(m + p.pipeline - 1)));
   }
+}
+
+// parallel.tensor against the model (Megatron's splits: nn::tensor_parallel_refusal) and the
+// features tensor parallelism does not combine with yet. The world size is not known here:
+// check_world_size() checks that pipeline x tensor divides it.
+void Builder::tensor_checks() {
+  const int T = r_->parallel.tensor;
+  if (bad("parallel.tensor") || T <= 1) return;
+  const std::string at = loc_of("parallel.tensor");
+  auto refuse = [&](const std::string& what) { error(at, "parallel.tensor", what); };
+  if (!bad("model") && !bad("model.init_from")) {
+    const std::string why = nn::tensor_parallel_refusal(decoder_config(r_->model), T);
+    if (!why.empty())
+      refuse(
+          fmt::format("{}: the model's heads, MLP width and vocabulary split over the "
+                      "tensor-parallel ranks; set parallel.tensor to a divisor of the query "
+                      "heads ({}) and of the MLP's width",
+                      why, r_->model.n_head));
+  }
+  if (r_->parallel.pipeline > 1 && !bad("parallel.pipeline"))
+    refuse(
+        fmt::format("{} tensor-parallel ranks with a pipeline of {} stages: the two do not "
+                    "combine yet; use parallel.pipeline: 1 or parallel.tensor: 1",
+                    T, r_->parallel.pipeline));
+  if (r_->device == DeviceName::kCuda && !bad("device"))
+    refuse(
+        "with device: cuda: tensor parallelism runs on the CPU backend only so far (its "
+        "collectives and sharded ops have no CUDA path yet); use device: cpu");
+  if (r_->objective && !bad("objective"))
+    refuse(
+        "with an objective section: preference training's head reads whole rows of the "
+        "vocabulary, which tensor parallelism splits; use parallel.tensor: 1");
+  if (r_->model.quantize && !bad("model.quantize"))
+    refuse(
+        "with model.quantize: a 4-bit base's blocks do not follow the tensor-parallel "
+        "splits yet; use parallel.tensor: 1 or a base in the compute dtype");
 }
 
 // objective: absent or null (next-token loss), or a map; the keys an objective ignores are

@@ -20,6 +20,17 @@ Mesh::Mesh(std::vector<MeshAxis> axes) : axes_(std::move(axes)), strides_(axes_.
   }
 }
 
+Mesh Mesh::layout(int world, int stages, int tensor) {
+  if (tensor < 1) usage_error("tensor parallelism needs at least one rank, got {}", tensor);
+  if (tensor == 1) return pipeline_data(world, stages);
+  if (world < 1 || stages < 1 || world % (int64_t{stages} * tensor) != 0)
+    usage_error(
+        "{} pipeline stage(s) x {} tensor-parallel ranks do not divide {} rank(s): the ranks are "
+        "stages x data-parallel replicas x tensor-parallel ranks; start a multiple of {} ranks",
+        stages, tensor, world, int64_t{stages} * tensor);
+  return Mesh({{"pp", stages}, {"dp", world / (stages * tensor)}, {"tp", tensor}});
+}
+
 Mesh Mesh::pipeline_data(int world, int stages) {
   if (world < 1) usage_error("a pipeline layout needs at least one rank, got {}", world);
   if (stages < 1) usage_error("a pipeline needs at least one stage, got {}", stages);

@@ -8,10 +8,10 @@
 //   rank = sum over axes a of coord(a) * stride(a),  stride(last) = 1,
 //                                                    stride(a) = stride(a+1) * size(a+1)
 //
-// A run's axes today are {pp, dp} (pp outermost): rank = stage * D + replica,
-// so a pipeline stage's D data-parallel replicas are consecutive ranks
-// (pp = 2, dp = 3:  stage 0: ranks 0 1 2,  stage 1: ranks 3 4 5), and replica
-// r's pipeline is ranks r, D + r, 2D + r, ... in stage order.
+// A run's axes are {pp, dp} (pp outermost), {pp, dp, tp} with tensor parallelism: rank = stage * D
+// + replica, so a pipeline stage's D data-parallel replicas are consecutive ranks (pp = 2, dp = 3:
+// stage 0: ranks 0 1 2,  stage 1: ranks 3 4 5), and replica r's pipeline is ranks r, D + r, 2D + r,
+// ... in stage order.
 //
 // Why this order: mpirun places consecutive ranks on one host (`--map-by
 // slot`, `--map-by ppr:N:node` and Open MPI's default fill a node's N slots
@@ -56,6 +56,10 @@ class Mesh {
   // stages < 1 or stages does not divide world (config::check_world_size
   // reports this for a recipe, with its location).
   static Mesh pipeline_data(int world, int stages);
+  // With tensor parallelism: {pp: stages, dp: world / (stages * tensor), tp: tensor}, tp
+  // fastest (a tp group is `tensor` consecutive ranks); pipeline_data's mesh when tensor is 1.
+  // Throws fd::Error (kUsage) when stages * tensor does not divide world.
+  static Mesh layout(int world, int stages, int tensor);
 
   const std::vector<MeshAxis>& axes() const { return axes_; }
   int world() const { return world_; }

@@ -41,14 +41,15 @@ DType compute_dtype(config::Precision precision);
 
 // Everything a run is built from, for one world size.
 struct Assembly {
-  int world = 1;  // ranks in the job: stages x replicas
+  int world = 1;  // ranks in the job: stages x replicas x tensor-parallel ranks
   // The ranks as a mesh of named axes (lib/dist/mesh.h), from the recipe's
-  // parallel section: {pp: stages, dp: replicas}, dp fastest. Without a
-  // pipeline: one stage holding every block, replicas == world.
+  // parallel section: {pp: stages, dp: replicas}, dp fastest, and with
+  // tensor parallelism {pp, dp, tp: parallel.tensor}, tp fastest. Without a
+  // pipeline: one stage holding every block.
   dist::Mesh mesh = dist::Mesh({});
   // Pipeline parallelism (lib/pipe): the mesh's axis sizes, for short.
   int stages = 1;    // P
-  int replicas = 1;  // D = world / P: ZeRO's world, the ranks its engine pads the groups for
+  int replicas = 1;  // D = world / (P T): ZeRO's world, the ranks its engine pads the groups for
   pipe::Schedule pipeline_schedule = pipe::Schedule::k1F1B;
   std::vector<int> stage_blocks;  // transformer blocks per stage (pipe::partition_blocks)
   nn::DecoderConfig model;        // the network: family, dimensions, switches
@@ -101,8 +102,10 @@ enum class Init {
 // The model `a` describes, in a.dtype on the thread's default device
 // (model.init_from, adapters and checkpoints are loaded by the caller).
 // `present` (a pipeline stage): the segments this process holds (nn::Decoder).
+// `tp` (tensor parallelism): the slices this process holds (nn::TensorParallel).
 std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kRandom,
-                                         const std::function<bool(int segment)>& present = {});
+                                         const std::function<bool(int segment)>& present = {},
+                                         const nn::TensorParallel& tp = {});
 
 // Opens data.train and data.val (data.format, data.val_fraction,
 // data.seq_len, model.vocab_size) as a TokenDataset and its Sampler (seeded

@@ -2,6 +2,14 @@
 // rank holds every segment and runs the whole model on its own micro-batches,
 // one at a time; the ZeroEngine partitions the model over the world (ZeRO
 // stages 0-3), on the GPU over the world's device communicator.
+//
+// With tensor parallelism (the mesh's tp axis, size T > 1) each segment is
+// sliced over a tp group (nn::TensorParallel), whose T ranks run one replica's
+// micro-batches together; the ZeroEngine partitions each rank's slices over
+// its dp group (the ranks holding the same slices), ZeRO stages 0-3 alike. The
+// global gradient norm counts each split parameter's slices once per tp rank
+// and each whole parameter once (tp rank 0's, identical on every rank); the
+// loss is tp rank 0's.
 #pragma once
 
 #include "lib/engine/strategy.h"
@@ -10,39 +18,41 @@ namespace fd::engine {
 
 class DataParallel final : public Strategy {
  public:
-  // `world` must outlive the strategy.
-  explicit DataParallel(dist::Communicator& world) : comm_(&world) {}
+  // `world` must outlive the strategy. `mesh`: {dp}, {pp: 1, dp}, or with a
+  // tp axis; collective over `world` when it has one (its groups are split).
+  DataParallel(const dist::Mesh& mesh, dist::Communicator& world);
 
   bool holds(int) const override { return true; }
-  void use_device_comms(const MakeComm&, dist::Communicator& device_world) override {
-    comm_ = &device_world;
-  }
+  nn::TensorParallel tensor_parallel() const override;
+  void use_device_comms(const MakeComm&, dist::Communicator& device_world) override;
   nn::Module& engine_module(nn::Decoder& model) override { return model; }
   dist::Communicator& engine_comm() override { return *comm_; }
-  zero::ZeroConfig engine_config(zero::ZeroConfig config) const override { return config; }
-  void attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn::ParamFill&) override {
-    model_ = &model;
-    engine_ = &engine;
-  }
+  zero::ZeroConfig engine_config(zero::ZeroConfig config) const override;
+  void attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn::ParamFill&) override;
 
   void sync() override {}  // one copy of every weight
   // Micro-batch after micro-batch through `batch`: load (phase data),
   // forward (forward), backward with the engine's hooks (backward).
   double train(int micro_batches, const MicroFns& fns, Batch& batch, PhaseClock& clock,
                Phases& phases) override;
-  bool computes_loss() const override { return true; }
+  bool computes_loss() const override { return tp_rank_ == 0; }
   double eval(const Batch& batch) override;
-  void with_full_parameters(const std::function<void()>& fn) override;
+  void with_full_model(const std::function<void(const nn::Decoder& model)>& fn) override;
 
-  std::string describe() const override { return {}; }
-  void describe_save(SaveRequest&) const override {}
-  void add_to_summary(nlohmann::json&) override {}
+  std::string describe() const override;
+  void describe_save(SaveRequest& request) const override;
+  void add_to_summary(nlohmann::json& summary) override;
   int64_t p2p_bytes() const override { return 0; }
 
  private:
-  dist::Communicator* comm_;  // the engine's: the world, or its device communicator
+  dist::Communicator& world_;
+  // Tensor parallelism: the tp group and this rank's dp group (null without).
+  std::unique_ptr<dist::Communicator> tp_, dp_;
+  int tp_rank_ = 0, tp_size_ = 1;
+  dist::Communicator* comm_;  // the engine's: the world (or its device communicator), or dp_
   nn::Decoder* model_ = nullptr;
   zero::ZeroEngine* engine_ = nullptr;
+  std::vector<double> norm_gather_;  // the norm's per-rank partials (kept: no allocation per step)
 };
 
 }  // namespace fd::engine

@@ -305,7 +305,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   out.comm_step = std::max(out.comm_step, above_base(MemCategory::kComm));
   keep_peaks();
   acct.reset_peaks();
-  strategy.with_full_parameters([] {});
+  strategy.with_full_model([](const nn::Decoder&) {});
   out.comm_full_gather = above_base(MemCategory::kComm);
   keep_peaks();
   out.states = {most[size_t(MemCategory::kParams)], most[size_t(MemCategory::kGrads)],

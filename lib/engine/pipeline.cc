@@ -232,22 +232,23 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   const int segments = int(segments_.size());
   norm_row_.assign(size_t(segments), 0.0);  // kept: no allocation per step
   norm_all_.assign(size_t(world_.size()) * size_t(segments), 0.0);
-  engine.set_norm_combine([this, segments](const std::vector<double>& mine) {
-    std::vector<double>& row = norm_row_;
-    const std::vector<double>& all = norm_all_;
-    for (size_t i = 0; i < mine.size(); ++i) row[size_t(first_) + i] = mine[i];
-    world_.all_gather_f64(row.data(), norm_all_.data(), segments);
-    double sum = 0.0;
-    for (int r = 0; r < replicas_; ++r) {
-      double partial = 0.0;
-      for (int g = 0; g < segments; ++g) {
-        const int rank = owner_stage(g) * replicas_ + r;
-        partial += all[size_t(rank) * size_t(segments) + size_t(g)];
-      }
-      sum += partial;
-    }
-    return sum;
-  });
+  engine.set_norm_combine(
+      [this, segments](const std::vector<double>& mine, const std::vector<double>&) {
+        std::vector<double>& row = norm_row_;
+        const std::vector<double>& all = norm_all_;
+        for (size_t i = 0; i < mine.size(); ++i) row[size_t(first_) + i] = mine[i];
+        world_.all_gather_f64(row.data(), norm_all_.data(), segments);
+        double sum = 0.0;
+        for (int r = 0; r < replicas_; ++r) {
+          double partial = 0.0;
+          for (int g = 0; g < segments; ++g) {
+            const int rank = owner_stage(g) * replicas_ + r;
+            partial += all[size_t(rank) * size_t(segments) + size_t(g)];
+          }
+          sum += partial;
+        }
+        return sum;
+      });
 }
 
 Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,
@@ -501,7 +502,7 @@ void PipelineStage::sync_tied() {
   if (totals_.steps > 0) totals_.p2p_bytes += tie_->bytes_sent() - before;
 }
 
-void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
+void PipelineStage::with_full_model(const std::function<void(const nn::Decoder& model)>& fn) {
   std::vector<const nn::FlatParamGroup*> all = model_->groups();
   for (const nn::FlatParamGroup* f : model_->frozen_groups()) all.push_back(f);
   const int segments = int(segments_.size());
@@ -519,7 +520,7 @@ void PipelineStage::with_full_parameters(const std::function<void()>& fn) {
     (device_world_ ? *device_world_ : world_)
         .broadcast(p.comm_data(), p.numel(), p.dtype(), owner_stage(g) * replicas_);
   }
-  fn();
+  fn(*model_);
   for (const nn::FlatParamGroup* grp : acquired) grp->flat_params().storage()->release();
 }
 

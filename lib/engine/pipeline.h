@@ -134,7 +134,7 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   double eval(const Batch& batch) override;
   // Runs fn with every segment resident and current on every rank (each
   // owner broadcasts over the world), then releases what is not this rank's.
-  void with_full_parameters(const std::function<void()>& fn) override;
+  void with_full_model(const std::function<void(const nn::Decoder& model)>& fn) override;
 
   // Strategy's reports: the setup line (stages, replicas, schedule, blocks,
   // bubble); the checkpoint's pipeline metadata and the manifest's segments

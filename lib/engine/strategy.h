@@ -3,20 +3,23 @@
 // interface only; each layout is one implementation, chosen once, by
 // make_strategy from the assembly's mesh:
 //   DataParallel   (data_parallel.h)  every rank runs the whole model on its
-//                                     own micro-batches; ZeRO over the world;
+//                                     own micro-batches; ZeRO over the world,
+//                                     or, with tensor parallelism, each tp
+//                                     group runs it on one replica's micro-
+//                                     batches, ZeRO over the dp groups;
 //   PipelineStage  (pipeline.h)       a rank runs its stage's segments, its
 //                                     ZeRO engine over its stage's replicas.
 //
 // Life of a strategy, as build_run (build_run.h) and the trainer drive it:
 //   auto s = make_strategy(a, world);        // collective: the mesh's groups are split
-//   model = build_model(a, ..., s->holds);   // the segments this rank holds
+//   model = build_model(a, ..., s->holds, s->tensor_parallel());  // the segments (slices) held
 //   s->use_device_comms(...);                // GPU runs only
 //   engine = ZeroEngine(s->engine_module(*model), s->engine_comm(),
 //                       s->engine_config(a.zero), fill);
 //   s->attach(*model, *engine, fill);        // local: nothing crosses ranks yet
 //   ...every rank set up...  s->sync();      // collective
 //   per step: s->train(...); engine->step(...); s->sync();
-//   s->eval(batch), s->with_full_parameters(fn), s->add_to_summary(summary)
+//   s->eval(batch), s->with_full_model(fn), s->add_to_summary(summary)
 //
 // Every method marked collective is called by every rank of the world in the
 // same order. The strategy does not own the model or the engine; it must be
@@ -71,6 +74,9 @@ class Strategy {
   // --- Building (build_run) ---
   // Whether this rank builds segment g's buffers.
   virtual bool holds(int segment) const = 0;
+  // The tensor-parallel group the model's segments are sliced over (nn::TensorParallel; size
+  // 1 without).
+  virtual nn::TensorParallel tensor_parallel() const { return {}; }
   // GPU runs, before the engine is built: the engine's and the strategy's
   // groups over device buffers; `device_world` is the world's.
   virtual void use_device_comms(const MakeComm& make, dist::Communicator& device_world) = 0;
@@ -100,9 +106,10 @@ class Strategy {
   // An evaluation batch, no gradients: its loss where computes_loss(), else
   // 0 (the caller sums over ranks). Collective.
   virtual double eval(const Batch& batch) = 0;
-  // Runs fn with every parameter of the model resident and current on every
-  // rank (digests, samples, exports). Collective.
-  virtual void with_full_parameters(const std::function<void()>& fn) = 0;
+  // Runs fn with the whole model on every rank, every parameter resident,
+  // current and whole (digests, samples, exports): the model itself, or with
+  // tensor parallelism its unsharded twin (gather_whole_model). Collective.
+  virtual void with_full_model(const std::function<void(const nn::Decoder& model)>& fn) = 0;
 
   // --- Reporting ---
   // A line for the setup log saying how the layout splits the run; empty

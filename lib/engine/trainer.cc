@@ -613,8 +613,8 @@ std::string Trainer::save(int64_t steps_done) {
   return save_checkpoint(req, *zero_, comm_).string();
 }
 
-void Trainer::with_full_parameters(const std::function<void()>& fn) {
-  strategy_->with_full_parameters(fn);
+void Trainer::with_full_model(const std::function<void(const nn::Decoder& model)>& fn) {
+  strategy_->with_full_model(fn);
 }
 
 Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
@@ -891,7 +891,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   const double loss = end.loss;
   const int64_t done = end.done;
   std::string digest;
-  with_full_parameters([&] { digest = weights_sha256(*model_); });
+  with_full_model([&](const nn::Decoder& m) { digest = weights_sha256(m); });
   // Rank 0's engine (over its group, whose size pads it: under a pipeline the
   // first stage's segments over its replicas, not the whole world).
   const int64_t P = zero_->padded_params();
@@ -965,9 +965,9 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
     // stage 3's parameter gathers stay collective.
     report.add_sample(summary, options_.print_sample, [&](const std::vector<int32_t>& prompt) {
       std::vector<int32_t> out;
-      with_full_parameters([&] {
+      with_full_model([&](const nn::Decoder& m) {
         autograd::NoGradGuard no_grad;
-        out = generate(*model_, prompt, so);  // the decoder reads GPU weights into host fp32
+        out = generate(m, prompt, so);  // the decoder reads GPU weights into host fp32
       });
       return out;
     });

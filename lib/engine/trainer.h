@@ -106,8 +106,9 @@ class Trainer {
   nlohmann::json run();
 
   const nn::Decoder& model() const { return *model_; }
-  // Runs fn with every parameter of the model resident and current (ZeRO-3 gathers).
-  void with_full_parameters(const std::function<void()>& fn);
+  // Runs fn with the whole model, every parameter resident, current and whole (ZeRO-3
+  // gathers; tensor parallelism assembles the slices). Collective.
+  void with_full_model(const std::function<void(const nn::Decoder& model)>& fn);
   // The step (0-based) in progress, for failure messages.
   int64_t current_step() const { return current_step_; }
   // The step (0-based) this run started at: 0, or the checkpoint's step when resuming.

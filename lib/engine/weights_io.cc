@@ -367,7 +367,7 @@ WeightsSource::WeightsSource(const std::string& path, const nn::Module& model,
   impl_->order = file_targets(model);
   for (const nn::Parameter* p : impl_->order) {
     impl_->targets[p->name] = p;
-    impl_->specs.emplace_back(p->name, p->value.shape());
+    impl_->specs.emplace_back(p->name, p->global_shape());  // a tp slice's whole tensor
     impl_->spec_names.insert(p->name);
   }
   check_source(*impl_, path);
@@ -401,8 +401,9 @@ void check_weights_fit(const std::string& file, const nn::DecoderConfig& config,
 WeightsSource::~WeightsSource() = default;
 
 bool WeightsSource::fills(const nn::Parameter& p) const {
-  auto it = impl_->targets.find(p.name);
-  return it != impl_->targets.end() && it->second == &p;
+  // By name: nn::global_fill asks for a tensor-parallel slice's whole tensor through a
+  // stand-in of the same name.
+  return impl_->targets.count(p.name) != 0;
 }
 
 void WeightsSource::read(const nn::Parameter& p, int64_t begin, int64_t count,
@@ -568,9 +569,9 @@ std::map<std::string, Tensor> peft_adapter(const std::string& dir, const nn::Dec
   for (const nn::Parameter* p : model.parameters()) {
     auto it = out.find(p->name);
     if (it == out.end()) usage_error("{}: the adapter in {} has no {}", where, dir, p->name);
-    if (it->second.shape() != p->value.shape())
+    if (it->second.shape() != p->global_shape())
       usage_error("{}: {} in {} has shape {}, the model needs {}", where, p->name, dir,
-                  it->second.shape().str(), p->value.shape().str());
+                  it->second.shape().str(), p->global_shape().str());
   }
   return out;
 }
@@ -587,9 +588,10 @@ nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w)
                         : peft_adapter(w.adapter, model, w.adapter_targets, w.adapter_where));
   const uint64_t seed = w.seed;
   // By parameter as the model names them; a 4-bit base's segments are encoded from these.
+  // A tensor-parallel rank's slices read the whole tensors' elements (nn::global_fill).
   return model.storage_fill(
-      [&model, base, adapters, seed](const nn::Parameter& p, int64_t begin, int64_t count,
-                                     const Tensor& out) {
+      nn::global_fill([&model, base, adapters, seed](const nn::Parameter& p, int64_t begin,
+                                                     int64_t count, const Tensor& out) {
         if (base && base->fills(p)) {
           base->read(p, begin, count, out);
         } else if (auto it = adapters->find(p.name); it != adapters->end()) {
@@ -597,7 +599,7 @@ nn::ParamFill initial_weights(const nn::Decoder& model, const InitialWeights& w)
         } else {
           model.init_values(seed, p, begin, count, out);
         }
-      },
+      }),
       base ? stored_4bit(base, model, w.init_from_where) : nn::Decoder::QuantizedSource());
 }
 

@@ -16,9 +16,12 @@
 #include "lib/ops/layernorm.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/matmul.h"
+#include "lib/ops/narrow.h"
 #include "lib/ops/rms_norm.h"
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
+#include "lib/ops/tp_regions.h"
+#include "lib/ops/vocab_parallel_cross_entropy.h"
 #include "lib/quant/linear_4bit.h"
 
 namespace fd::nn {
@@ -155,28 +158,86 @@ std::vector<std::string> lora_modules_for_targets(const DecoderConfig& config,
   return out;
 }
 
-std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const LoraConfig& lora) {
+Decoder::Split Decoder::split_of(const DecoderConfig& c, const std::string& module, int size) {
+  if (size <= 1) return Split::kNone;
+  if (module == "self_attn.o_proj" || module == "mlp.down_proj" || module == "attn.c_proj" ||
+      module == "mlp.c_proj")
+    return Split::kRow;
+  if ((module == "self_attn.k_proj" || module == "self_attn.v_proj") &&
+      kv_heads_replicated(c, size))
+    return Split::kReplicated;
+  return Split::kColumn;
+}
+
+std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const LoraConfig& lora,
+                                                const TensorParallel& tp) {
   const int64_t H = c.hidden_size;
   const bool layer_norm = c.norm == NormKind::kLayerNorm;
   const FamilyNames names = family_names(c);
   const std::vector<LinearShape> linears = block_linears(c);
+  const int T = tp.size, t = tp.rank;
+  FD_CHECK(T >= 1 && t >= 0 && t < T, "tensor-parallel rank {} of {}", t, T);
+  if (T > 1) {
+    const std::string why = tensor_parallel_refusal(c, T);
+    FD_CHECK(why.empty(), "tensor parallelism: {}", why);
+  }
+  // dim of `shape` sliced to rank t's part: `blocks` equal parts (GPT-2's q | k | v), each
+  // split into T.
+  auto sliced = [&](Shape shape, int dim, int blocks = 1) -> std::pair<Shape, TensorSlice> {
+    std::vector<int64_t> dims;
+    for (int d = 0; d < shape.ndim(); ++d) dims.push_back(shape[d]);
+    const int64_t part = dims[size_t(dim)] / blocks, local = part / T;
+    dims[size_t(dim)] = local * blocks;
+    return {Shape(std::span<const int64_t>(dims)), TensorSlice{dim, t * local, part, blocks}};
+  };
   auto add_norm = [&](std::vector<ParamSpec>& ps, const std::string& name, int64_t n) {
     ps.push_back({name + ".weight", Shape{n}, false});
     if (layer_norm) ps.push_back({name + ".bias", Shape{n}, false});
   };
+  // Stored weights: GPT-2's Conv1D (in, out), else [out, in]; the output features' and the
+  // input features' dimensions.
+  const int out_dim = is_gpt2(c) ? 1 : 0, in_dim = 1 - out_dim;
+  auto blocks_of = [&](const LinearShape& l) { return l.module == "attn.c_attn" ? 3 : 1; };
   auto add_linear = [&](std::vector<ParamSpec>& ps, const std::string& prefix,
                         const LinearShape& l) {
-    ps.push_back({prefix + l.module + ".weight", stored_shape(c, l), true});
-    if (l.bias) ps.push_back({prefix + l.module + ".bias", Shape{l.out}, false});
+    const std::string name = prefix + l.module;
+    const Shape w = stored_shape(c, l);
+    switch (split_of(c, l.module, T)) {
+      case Split::kColumn: {
+        auto [ws, wsl] = sliced(w, out_dim, blocks_of(l));
+        ps.push_back({name + ".weight", ws, true, wsl});
+        if (l.bias) {
+          auto [bs, bsl] = sliced(Shape{l.out}, 0, blocks_of(l));
+          ps.push_back({name + ".bias", bs, false, bsl});
+        }
+        return;
+      }
+      case Split::kRow: {
+        auto [ws, wsl] = sliced(w, in_dim);
+        ps.push_back({name + ".weight", ws, true, wsl});
+        if (l.bias) ps.push_back({name + ".bias", Shape{l.out}, false});
+        return;
+      }
+      case Split::kNone:
+      case Split::kReplicated:
+        ps.push_back({name + ".weight", w, true});
+        if (l.bias) ps.push_back({name + ".bias", Shape{l.out}, false});
+        return;
+    }
   };
-  // With LoRA: a block's adapters (the other segments have none).
+  // With LoRA: a block's adapters (the other segments have none), split as their base.
   auto adapters = [&](int l) {
     std::vector<ParamSpec> ps;
     for (const LinearShape& m : linears) {
       if (!lora.applies(l, m.module)) continue;
       const std::string base = block_prefix(c, l) + m.module;
-      ps.push_back({base + ".lora_A.weight", Shape{lora.r, m.in}, true});
-      ps.push_back({base + ".lora_B.weight", Shape{m.out, lora.r}, true});
+      ParamSpec a{base + ".lora_A.weight", Shape{lora.r, m.in}, true};
+      ParamSpec b{base + ".lora_B.weight", Shape{m.out, lora.r}, true};
+      const Split sp = split_of(c, m.module, T);
+      if (sp == Split::kColumn) std::tie(b.shape, b.slice) = sliced(b.shape, 0, blocks_of(m));
+      if (sp == Split::kRow) std::tie(a.shape, a.slice) = sliced(a.shape, 1);
+      ps.push_back(std::move(a));
+      ps.push_back(std::move(b));
     }
     return ps;
   };
@@ -202,6 +263,13 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
     }
     return ps;
   };
+  // The embedding's and the head's rows: the vocabulary's slice (uneven: the first V % T ranks
+  // hold one row more).
+  auto vocab_rows = [&](const std::string& name) -> ParamSpec {
+    if (T == 1) return {name, Shape{c.vocab_size, H}, true};
+    const ops::VocabRange r = ops::vocab_shard_range(c.vocab_size, t, T);
+    return {name, Shape{r.count, H}, true, TensorSlice{0, r.begin, c.vocab_size, 1}};
+  };
 
   std::vector<SegmentSpec> out;
   for (const SegmentInfo& seg : decoder_segments(c)) {
@@ -209,7 +277,7 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
     switch (seg.role) {
       case SegmentRole::kEmbedding:
         if (lora.enabled()) break;
-        ps.push_back({names.embed, Shape{c.vocab_size, H}, true});
+        ps.push_back(vocab_rows(names.embed));
         if (c.positions == PositionKind::kLearned)
           ps.push_back({names.positions, Shape{c.max_position_embeddings, H}, true});
         break;
@@ -219,7 +287,7 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
       case SegmentRole::kHead:  // the final norm, and the head's matrix unless tied
         if (lora.enabled()) break;
         add_norm(ps, names.final_norm, H);
-        if (seg.tied_to < 0) ps.push_back({names.lm_head, Shape{c.vocab_size, H}, true});
+        if (seg.tied_to < 0) ps.push_back(vocab_rows(names.lm_head));
         break;
     }
     out.push_back({seg.name, std::move(ps)});
@@ -230,10 +298,16 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
 Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& layout,
                  const LoraConfig& lora, const GroupLayout& frozen_layout,
                  const std::function<bool(int segment)>& present,
-                 const std::optional<quant::QuantOptions>& quantize)
-    : config_(config), quantize_(quantize), lora_(lora) {
+                 const std::optional<quant::QuantOptions>& quantize, const TensorParallel& tp)
+    : config_(config), quantize_(quantize), lora_(lora), tp_(tp) {
   config.validate();
   FD_CHECK(!quantize || lora.enabled(), "a 4-bit base is frozen: it needs LoRA adapters");
+  FD_CHECK(!tp.enabled() ||
+               (tp.group != nullptr && tp.group->size() == tp.size && tp.group->rank() == tp.rank),
+           "tensor parallelism: rank {} of {} needs its tp group", tp.rank, tp.size);
+  FD_CHECK(!tp.enabled() || !quantize, "tensor parallelism over a 4-bit base is not supported");
+  if (tp.enabled())
+    vocab_begin_ = ops::vocab_shard_range(config.vocab_size, tp.rank, tp.size).begin;
   // An absent segment (another pipeline stage's) keeps its layout with
   // released buffers: sizes and names stay, nothing is allocated. Acquired,
   // they are communication buffers (the end-of-run gather of every stage's
@@ -249,7 +323,7 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
   head_ = find_segment(info_, SegmentRole::kHead);
   for (int g = 0; g < int(info_.size()); ++g) present_.push_back(!present || present(g));
   int g = 0;
-  for (SegmentSpec& s : segment_specs(config, lora)) {
+  for (SegmentSpec& s : segment_specs(config, lora, tp)) {
     segments_.push_back(
         std::make_unique<FlatParamGroup>(std::move(s.name), std::move(s.params), dtype,
                                          present_[size_t(g)] ? layout : absent(layout)));
@@ -260,7 +334,7 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
     fl.with_grads = false;
     logical_.resize(info_.size());
     g = 0;
-    for (SegmentSpec& s : segment_specs(config)) {
+    for (SegmentSpec& s : segment_specs(config, {}, tp)) {
       const GroupLayout& l = present_[size_t(g)] ? fl : absent(fl);
       if (quantize && info_[size_t(g)].role == SegmentRole::kBlock) {
         add_quantized_segment(g, std::move(s), dtype, l);
@@ -545,9 +619,10 @@ void Decoder::init_weights(uint64_t seed) {
   // Meta parameters hold no values (lib/tensor/device.h): nothing to draw.
   if (segments_.front()->flat_params().is_meta()) return;
   // A 4-bit segment's members are encoded from their initial values (storage_fill).
-  const ParamFill fill =
-      storage_fill([this, seed](const Parameter& p, int64_t begin, int64_t count,
-                                const Tensor& out) { init_values(seed, p, begin, count, out); });
+  // A tensor-parallel rank's slices draw the whole tensors' values (global_fill).
+  const ParamFill fill = storage_fill(
+      global_fill([this, seed](const Parameter& p, int64_t begin, int64_t count,
+                               const Tensor& out) { init_values(seed, p, begin, count, out); }));
   for (size_t g = 0; g < segments_.size(); ++g) {
     if (!present_[g]) continue;  // another pipeline stage's
     std::vector<const FlatParamGroup*> groups{segments_[g].get()};
@@ -564,20 +639,39 @@ bool Decoder::present(int segment) const {
   return present_[size_t(segment)];
 }
 
+Variable Decoder::tp_copy(const Variable& x) const {
+  return tp_.enabled() ? ops::copy_to_tp_region(x, *tp_.group) : x;
+}
+
+// With tensor parallelism a column-parallel linear's input is already through f (the caller's
+// tp_copy, once for q, k and v, once for gate and up); a row-parallel one ends with g.
 Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {
   const BlockParams::Linear& p = blocks_[size_t(layer)].linears.at(module);
+  const Split sp = split_of(config_, module, tp_.size);
+  // Whole parameters whose gradient is partial on each rank go through f (decoder.h).
+  auto partial = [this](const Variable& v) { return tp_copy(v); };
   const ops::MatmulOptions stored{.trans_a = false, .trans_b = !is_gpt2(config_)};
-  const Variable bias = p.b ? base_var(*p.b) : Variable();
-  Variable y =
-      p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, base_var(*p.w), bias, stored);
-  if (p.lora_a == nullptr || !adapters_enabled_) return y;
-  Variable in = x;
-  if (lora_.dropout > 0.0f)
-    in = ops::dropout(x, lora_.dropout, dropout_seed_, name_hash(p.lora_a->name));
-  const ops::MatmulOptions t{.trans_a = false, .trans_b = true};
-  Variable low = ops::matmul(in, p.lora_a->var(), {}, t);  // (..., r)
-  Variable up = ops::matmul(low, p.lora_b->var(), {}, t);  // (..., out)
-  return ops::add(y, ops::scale(up, lora_.scaling()));
+  Variable bias = p.b ? base_var(*p.b) : Variable();
+  if (bias.defined() && sp == Split::kReplicated) bias = partial(bias);
+  // A row-parallel bias is added once, by rank 0, before g sums the ranks' parts.
+  if (bias.defined() && sp == Split::kRow)
+    bias = ops::scale(partial(bias), tp_.rank == 0 ? 1.0f : 0.0f);
+  Variable w = p.q ? Variable() : base_var(*p.w);
+  if (sp == Split::kReplicated) w = partial(w);
+  Variable y = p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, w, bias, stored);
+  if (p.lora_a != nullptr && adapters_enabled_) {
+    Variable in = x;
+    if (lora_.dropout > 0.0f)
+      in = ops::dropout(x, lora_.dropout, dropout_seed_, name_hash(p.lora_a->name));
+    const ops::MatmulOptions t{.trans_a = false, .trans_b = true};
+    Variable a = p.lora_a->var(), b = p.lora_b->var();
+    if (sp == Split::kColumn || sp == Split::kReplicated) a = partial(a);
+    if (sp == Split::kRow || sp == Split::kReplicated) b = partial(b);
+    Variable low = ops::matmul(in, a, {}, t);  // (..., r)
+    Variable up = ops::matmul(low, b, {}, t);  // (..., out)
+    y = ops::add(y, ops::scale(up, lora_.scaling()));
+  }
+  return sp == Split::kRow ? ops::reduce_from_tp_region(y, *tp_.group) : y;
 }
 
 Variable Decoder::norm(const Variable& x, const Parameter* w, const Parameter* b) const {
@@ -597,32 +691,42 @@ void Decoder::ensure_rope_tables(int64_t positions) const {
 
 Variable Decoder::attention(int layer, const Variable& h, const Packing& packing) const {
   const DecoderConfig& c = config_;
+  // Tensor parallelism: this rank's query heads (and key/value heads), h through f once.
+  const int T = tp_.size, heads = c.num_heads / T;
+  const Variable in = tp_copy(h);
   if (is_gpt2(c)) {  // one fused c_attn: q | k | v
-    Variable qkv = linear(layer, "attn.c_attn", h);
-    return linear(layer, "attn.c_proj",
-                  ops::causal_attention(qkv, c.num_heads, packing.doc_starts));
+    Variable qkv = linear(layer, "attn.c_attn", in);
+    return linear(layer, "attn.c_proj", ops::causal_attention(qkv, heads, packing.doc_starts));
   }
   const BlockParams& b = blocks_[size_t(layer)];
-  Variable q = linear(layer, "self_attn.q_proj", h);
-  Variable k = linear(layer, "self_attn.k_proj", h);
-  Variable v = linear(layer, "self_attn.v_proj", h);
+  Variable q = linear(layer, "self_attn.q_proj", in);
+  Variable k = linear(layer, "self_attn.k_proj", in);
+  Variable v = linear(layer, "self_attn.v_proj", in);
+  int kv_heads = c.num_kv_heads / T;
+  if (kv_heads_replicated(c, T)) {  // every KV head computed here; attend with this rank's one
+    const int64_t kv = (int64_t{tp_.rank} * heads) / (c.num_heads / c.num_kv_heads);
+    k = ops::narrow_last(k, kv * c.head_dim, c.head_dim);
+    v = ops::narrow_last(v, kv * c.head_dim, c.head_dim);
+    kv_heads = 1;
+  }
   if (c.qk_norm) {  // per head, before the rotation (Qwen3)
-    q = ops::rms_norm(q, base_var(*b.q_norm), float(c.norm_eps));
-    k = ops::rms_norm(k, base_var(*b.k_norm), float(c.norm_eps));
+    q = ops::rms_norm(q, tp_copy(base_var(*b.q_norm)), float(c.norm_eps));
+    k = ops::rms_norm(k, tp_copy(base_var(*b.k_norm)), float(c.norm_eps));
   }
   if (c.positions == PositionKind::kRope) {
     q = ops::rope(q, rope_cos_, rope_sin_, packing.positions);
     k = ops::rope(k, rope_cos_, rope_sin_, packing.positions);
   }
-  Variable att = ops::causal_attention(q, k, v, c.num_heads, c.num_kv_heads, packing.doc_starts);
+  Variable att = ops::causal_attention(q, k, v, heads, kv_heads, packing.doc_starts);
   return linear(layer, "self_attn.o_proj", att);
 }
 
 Variable Decoder::mlp(int layer, const Variable& h) const {
+  const Variable in = tp_copy(h);  // tensor parallelism: f once for the column-parallel pair
   if (config_.mlp == MlpKind::kGeluTanh)
-    return linear(layer, "mlp.c_proj", ops::gelu(linear(layer, "mlp.c_fc", h)));
+    return linear(layer, "mlp.c_proj", ops::gelu(linear(layer, "mlp.c_fc", in)));
   return linear(layer, "mlp.down_proj",
-                ops::swiglu(linear(layer, "mlp.gate_proj", h), linear(layer, "mlp.up_proj", h)));
+                ops::swiglu(linear(layer, "mlp.gate_proj", in), linear(layer, "mlp.up_proj", in)));
 }
 
 Variable Decoder::block_forward(int layer, const Variable& x, const Packing& packing) const {
@@ -650,7 +754,11 @@ Decoder::Packing Decoder::packing(const Tensor& tokens, const Tensor& doc_starts
 }
 
 Variable Decoder::embed(const Tensor& tokens, const Packing& packing) const {
-  Variable x = ops::embedding(base_var(*embed_w_), tokens);
+  // Tensor parallelism: each rank looks up the rows it holds, g sums them.
+  Variable x = tp_.enabled() ? ops::reduce_from_tp_region(
+                                   ops::embedding_shard(base_var(*embed_w_), tokens, vocab_begin_),
+                                   *tp_.group)
+                             : ops::embedding(base_var(*embed_w_), tokens);
   if (positions_w_ == nullptr) return x;
   if (packing.positions.defined())
     return ops::add(x, ops::embedding(base_var(*positions_w_), packing.positions));
@@ -714,6 +822,7 @@ Variable run_segments(const Decoder& m, SegmentRunner* runner, const SegmentFn& 
 Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner,
                           const Tensor& doc_starts) const {
   FD_CHECK(tokens.shape().ndim() == 2, "tokens must be (B, T), got {}", tokens.shape().str());
+  FD_CHECK(!tp_.enabled(), "forward(): a tensor-parallel model has only its vocabulary's logits");
   const int64_t T = tokens.shape()[1];
   FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
            "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
@@ -751,6 +860,12 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
       *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
       [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
       [this, targets](const Variable& in) {
+        if (tp_.enabled()) {
+          FD_CHECK(!head_loss_, "a head loss of its own with tensor parallelism");
+          return ops::vocab_parallel_cross_entropy(final_norm(in), head_weight(), targets,
+                                                   vocab_begin_, config_.vocab_size, *tp_.group, -1,
+                                                   head_chunk_rows());
+        }
         if (head_loss_) return head_loss_(final_norm(in), head_weight(), targets);
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
                                          head_chunk_rows());

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "lib/autograd/variable.h"
+#include "lib/dist/communicator.h"
 #include "lib/nn/config/decoder_config.h"
 #include "lib/nn/config/segments.h"
 #include "lib/nn/module.h"
@@ -97,6 +98,32 @@ FamilyNames family_names(const DecoderConfig& config);
 // The rotary tables' options for `config` (RoPE models).
 ops::RopeOptions rope_options(const DecoderConfig& config);
 
+// Tensor parallelism (Megatron-LM, arXiv 1909.08053; DESIGN 17): the model is rank `rank` of
+// the `size` ranks of `group`, the mesh's tp group, and holds its slice of each split tensor
+// (Parameter::slice):
+//   column-parallel (output features split): q_proj, k_proj, v_proj, gate_proj, up_proj;
+//     GPT-2's c_attn (each of q | k | v split alike) and mlp.c_fc; their biases alike;
+//   row-parallel (input features split): o_proj, down_proj; GPT-2's attn.c_proj, mlp.c_proj
+//     (biases whole);
+//   vocabulary-parallel: the embedding's and the untied head's rows (ops::vocab_shard_range);
+//   whole on every rank: the norms, learned positions, q/k norms, and k_proj / v_proj when the
+//     key/value heads are fewer than the ranks (nn::kv_heads_replicated: each rank computes
+//     them all and attends with the one its query heads share).
+// LoRA follows the base: a column-parallel linear's B split like its rows (A whole), a
+// row-parallel one's A split like its columns (B whole).
+// The forward runs Megatron's f (ops::copy_to_tp_region) on the normed input of each attention
+// and MLP and g (ops::reduce_from_tp_region) on the row-parallel outputs and on the
+// embedding's partial lookup; the head and loss are ops::vocab_parallel_cross_entropy. A whole
+// parameter whose gradient is partial on each rank (a replicated k_proj, q/k norms, the whole
+// LoRA factor of a split linear, a row-parallel bias) is read through f, whose backward sums
+// its gradient over the group: every whole parameter ends a backward with the same gradient on
+// every rank, so the ranks keep identical copies without further communication.
+struct TensorParallel {
+  int rank = 0, size = 1;
+  dist::Communicator* group = nullptr;  // size > 1: the tp group (rank(), size() as above)
+  bool enabled() const { return size > 1; }
+};
+
 // One segment's name and parameters, in layout order.
 struct SegmentSpec {
   std::string name;               // "embed", "h.0" .. "h.{L-1}", "final"
@@ -111,8 +138,10 @@ class Decoder : public Module {
   // before and after a ZeroEngine pads it for its ranks.
   // With LoRA, these are the trainable (adapter) segments; segment_specs of
   // the plain config are then the frozen base's.
+  // With tensor parallelism, rank tp.rank's slices (tp.group is not read).
   static std::vector<SegmentSpec> segment_specs(const DecoderConfig& config,
-                                                const LoraConfig& lora = {});
+                                                const LoraConfig& lora = {},
+                                                const TensorParallel& tp = {});
 
   // Allocates all segments (parameters zero) in `dtype`, laid out as `layout`
   // says, with alignment padding only (whoever partitions the model pads its
@@ -134,7 +163,8 @@ class Decoder : public Module {
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
                    const GroupLayout& frozen_layout = {},
                    const std::function<bool(int segment)>& present = {},
-                   const std::optional<quant::QuantOptions>& quantize = {});
+                   const std::optional<quant::QuantOptions>& quantize = {},
+                   const TensorParallel& tp = {});
   // GPT-2 by its shorthand (gpt2_config).
   explicit Decoder(const GptConfig& config, DType dtype = DType::kF32,
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
@@ -157,6 +187,8 @@ class Decoder : public Module {
   std::vector<const Parameter*> frozen_parameters() const override;
   std::vector<const FlatParamGroup*> frozen_groups() const override;
   const LoraConfig& lora() const { return lora_; }
+  // Tensor parallelism (TensorParallel above); size 1 without.
+  const TensorParallel& tensor_parallel() const { return tp_; }
 
   // QLoRA (the constructor's `quantize`): how the block linears of the base are stored.
   const std::optional<quant::QuantOptions>& quantization() const { return quantize_; }
@@ -203,6 +235,7 @@ class Decoder : public Module {
   // document starts in its row (ops::causal_attention): attention stays inside each
   // document and positions (learned or RoPE) restart at 0 with each one, so a packed row
   // computes what its documents would one by one.
+  // Not with tensor parallelism (each rank has only its vocabulary's logits).
   autograd::Variable forward(const Tensor& tokens, SegmentRunner* runner = nullptr,
                              const Tensor& doc_starts = {}) const;
   // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore),
@@ -230,6 +263,7 @@ class Decoder : public Module {
   // (ops::linear_cross_entropy). Preference training installs its own (lib/engine/preference.h).
   using HeadLoss = std::function<autograd::Variable(
       const autograd::Variable& h, const autograd::Variable& weight, const Tensor& targets)>;
+  // Not with tensor parallelism (the head's rows are split over the ranks).
   void set_head_loss(HeadLoss head_loss) { head_loss_ = std::move(head_loss); }
   // LoRA: whether the adapters take part in the forward (default true). Switched off, the model
   // computes its base alone: preference training's reference model, without a second copy.
@@ -275,6 +309,12 @@ class Decoder : public Module {
   // A base parameter as a Variable: trainable (bound to its gradient) without
   // LoRA, frozen (no gradient) with it.
   autograd::Variable base_var(const Parameter& p) const;
+  // Tensor parallelism: x through Megatron's f (identity forward, gradient summed over the tp
+  // group in backward), or x itself without tensor parallelism.
+  autograd::Variable tp_copy(const autograd::Variable& x) const;
+  // How block linear `module` of `config` splits over `size` tp ranks (kNone: size 1).
+  enum class Split { kNone, kColumn, kRow, kReplicated };
+  static Split split_of(const DecoderConfig& config, const std::string& module, int size);
   // Module `module` of block `layer` applied to x, plus its adapter if any.
   autograd::Variable linear(int layer, const std::string& module,
                             const autograd::Variable& x) const;
@@ -306,6 +346,8 @@ class Decoder : public Module {
   std::map<const Parameter*, const Parameter*> logical_of_;       // stored member -> logical
   std::vector<bool> present_;                                     // per segment
   LoraConfig lora_;
+  TensorParallel tp_;
+  int64_t vocab_begin_ = 0;  // tensor parallelism: the first vocabulary row held here
   std::vector<BlockParams> blocks_;
   const Parameter* embed_w_ = nullptr;
   const Parameter* positions_w_ = nullptr;  // learned positions only

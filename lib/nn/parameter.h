@@ -23,12 +23,31 @@
 
 namespace fd::nn {
 
+// A tensor-parallel parameter's place in the whole tensor it is part of (DESIGN 17): along
+// dimension `dim`, which the whole tensor divides into `blocks` equal parts of `global`
+// elements each, this parameter holds elements [offset, offset + n) of every part, n being its
+// own size along `dim` divided by `blocks`. blocks is 1 except for a fused projection (GPT-2's
+// c_attn, q | k | v, each part split alike). dim -1: the whole tensor (unsharded, or replicated
+// over the tensor-parallel ranks).
+struct TensorSlice {
+  int dim = -1;
+  int64_t offset = 0;
+  int64_t global = 0;  // elements of one part along dim in the whole tensor
+  int blocks = 1;
+  bool whole() const { return dim < 0; }
+  bool operator==(const TensorSlice&) const = default;
+};
+
 struct Parameter {
   std::string name;    // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
   Tensor value;        // view into the group's flat parameter buffer
   Tensor grad;         // view into the group's flat gradient buffer
   bool decay = true;   // AdamW weight decay applies (2-D weights); off for biases and norms
   int64_t offset = 0;  // element offset of `value` within the group's flat buffer
+  TensorSlice slice;   // tensor parallelism: which part of the whole tensor `value` is
+
+  // The whole tensor's shape: value's, or with the sliced dimension's full length.
+  Shape global_shape() const;
 
   // A leaf Variable whose gradient accumulates into `grad`.
   autograd::Variable var() const { return autograd::Variable::bound_leaf(value, grad); }
@@ -55,13 +74,27 @@ struct GroupLayout {
 // over its shape) into `out`: 1-D, `count` elements of p's dtype, on p's
 // device. How a model's initial values (a file, a random init) reach a buffer
 // that only holds part of them (zero_engine.h).
-using ParamFill = std::function<void(const Parameter& p, int64_t begin, int64_t count,
-                                     const Tensor& out)>;
+using ParamFill =
+    std::function<void(const Parameter& p, int64_t begin, int64_t count, const Tensor& out)>;
+
+// Elements [begin, begin + count) of `p` (row-major over its own shape) as runs of consecutive
+// elements of its whole tensor (row-major over global_shape()): fn(global_begin, local_begin,
+// n) for each run, in order. One run when p is whole.
+void for_each_global_run(
+    const Parameter& p, int64_t begin, int64_t count,
+    const std::function<void(int64_t global_begin, int64_t local_begin, int64_t n)>& fn);
+// A fill by parameter slices from `whole`, a fill by whole tensors: a sliced parameter's range
+// is read run by run (for_each_global_run) from `whole`, which sees a stand-in parameter of the
+// same name and decay with global_shape() (its value has no storage). Whole parameters pass
+// through. What makes a tensor-parallel rank's parameters the same values as those of the
+// unsharded model, from any source (a random init, a weights file, an adapter).
+ParamFill global_fill(ParamFill whole);
 
 struct ParamSpec {
   std::string name;
   Shape shape;
   bool decay;
+  TensorSlice slice = {};
 };
 
 class FlatParamGroup {

@@ -1,9 +1,9 @@
 #include "lib/zero/zero_engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "lib/autograd/segment.h"
 #include "lib/autograd/tape.h"
@@ -67,8 +67,8 @@ void fill_flat(const nn::FlatParamGroup& g, int64_t begin, int64_t count, const 
 // The rank's part [begin, begin + count) of `g`'s parameters, in a new buffer
 // of `category`: filled through `fill` when given, else copied from the full
 // buffer, which is released afterwards either way.
-Tensor take_shard(const nn::FlatParamGroup& g, int64_t begin, int64_t count,
-                  MemCategory category, const nn::ParamFill& fill) {
+Tensor take_shard(const nn::FlatParamGroup& g, int64_t begin, int64_t count, MemCategory category,
+                  const nn::ParamFill& fill) {
   Tensor shard = Tensor::empty(Shape{count}, g.dtype(), category);
   if (fill) {
     fill_flat(g, begin, count, shard, fill);
@@ -139,9 +139,8 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
       g->zero_grads();
     }
     s.grad_shard_own = c.stage >= 2 || c.accumulation > 1;
-    s.grad_shard = s.grad_shard_own
-                       ? Tensor::zeros(Shape{s.shard}, g->dtype(), MemCategory::kGrads)
-                       : g->flat_grads().flat_slice(begin, s.shard);
+    s.grad_shard = s.grad_shard_own ? Tensor::zeros(Shape{s.shard}, g->dtype(), MemCategory::kGrads)
+                                    : g->flat_grads().flat_slice(begin, s.shard);
     if (c.stage >= 3) {
       s.param_shard = take_shard(*g, begin, s.shard, MemCategory::kParams, fill);
     } else {
@@ -163,7 +162,9 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     optim::AdamWShard sh{g,
                          c.stage == 0 ? 0 : begin,
                          c.stage == 0 ? g->numel() : s.shard,
-                         master_offloaded ? Tensor() : mixed ? s.master : compute,
+                         master_offloaded ? Tensor()
+                         : mixed          ? s.master
+                                          : compute,
                          grads,
                          mixed || master_offloaded ? compute : Tensor()};
     shards.push_back(std::move(sh));
@@ -202,12 +203,14 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
       fo.path_setting = c.offload.dir_setting;
       fo.buffer_bytes = std::min<int64_t>(c.offload.buffer_bytes, int64_t(3) << 20);
       fo.buffer_category = fo.staging_category = MemCategory::kFrozen;
-      frozen_ = std::make_unique<optim::StateStream>(lengths, std::vector<DType>{frozen[0]->dtype()},
-                                                    0, fo, segments_[0].frozen_shard.device());
-      frozen_->stream(0, frozen_->num_chunks(), optim::StateStream::Io::kWrite,
-                      [&](const optim::StateStream::Chunk& ch, const Tensor* f) {
-                        f[0].copy_from(segments_[ch.shard].frozen_shard.flat_slice(ch.begin, ch.count));
-                      });
+      frozen_ =
+          std::make_unique<optim::StateStream>(lengths, std::vector<DType>{frozen[0]->dtype()}, 0,
+                                               fo, segments_[0].frozen_shard.device());
+      frozen_->stream(
+          0, frozen_->num_chunks(), optim::StateStream::Io::kWrite,
+          [&](const optim::StateStream::Chunk& ch, const Tensor* f) {
+            f[0].copy_from(segments_[ch.shard].frozen_shard.flat_slice(ch.begin, ch.count));
+          });
       frozen_->commit(0);
       frozen_->release_buffers();  // only fetched from now on
       for (Segment& s : segments_) s.frozen_shard = Tensor();
@@ -314,8 +317,8 @@ autograd::Variable ZeroEngine::run(int g, const nn::SegmentFn& fn, const autogra
       launch_reduce(g);
     };
   }
-  autograd::Variable y = autograd::segment(fn, x, std::move(hooks),
-                                          segments_[size_t(g)].checkpointed, "zero_segment");
+  autograd::Variable y =
+      autograd::segment(fn, x, std::move(hooks), segments_[size_t(g)].checkpointed, "zero_segment");
   unpin_params(g);
   if (!recording) {
     for (int a : also_needs) unpin_params(a);
@@ -407,10 +410,27 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
   StepResult r;
   std::vector<double>& per_segment = norm_partials_;  // kept: no allocation per step
   per_segment.clear();
-  for (const Segment& s : segments_) per_segment.push_back(ops::sum_of_squares(s.grad_shard));
+  norm_whole_.clear();
+  for (const Segment& s : segments_) {
+    if (!norm_split_whole_) {
+      per_segment.push_back(ops::sum_of_squares(s.grad_shard));
+      continue;
+    }
+    // Parameter by parameter, over the part of it in this rank's shard.
+    double split = 0.0, whole = 0.0;
+    const int64_t begin = begin_of(s), end = begin + s.shard;
+    for (const nn::Parameter& p : s.group->params()) {
+      const int64_t a = std::max(begin, p.offset), b = std::min(end, p.offset + p.value.numel());
+      if (a >= b) continue;
+      (p.slice.whole() ? whole : split) +=
+          ops::sum_of_squares(s.grad_shard.flat_slice(a - begin, b - a));
+    }
+    per_segment.push_back(split);
+    norm_whole_.push_back(whole);
+  }
   double sum = 0.0;
   if (norm_combine_) {
-    sum = norm_combine_(per_segment);
+    sum = norm_combine_(per_segment, norm_whole_);
   } else {
     double partial = 0.0;
     for (double v : per_segment) partial += v;
@@ -488,8 +508,8 @@ std::vector<ZeroEngine::SegmentState> ZeroEngine::saved_state() const {
     st.segment_numel = s.group->numel();
     st.offset = begin;
     st.count = s.shard;
-    Tensor compute = config_.stage >= 3 ? s.param_shard
-                                        : s.group->flat_params().flat_slice(begin, s.shard);
+    Tensor compute =
+        config_.stage >= 3 ? s.param_shard : s.group->flat_params().flat_slice(begin, s.shard);
     // fp32: the parameters are the master weights; store them once.
     const bool mixed = dtype_ != DType::kF32;
     st.params = mixed && compute.defined() ? compute : Tensor();
@@ -532,8 +552,8 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
     for (const Segment& s : segments_) {
       if (s.shard == 0) continue;
       const Tensor& full = s.group->flat_params();
-      comm_.all_gather(full.flat_slice(begin_of(s), s.shard).comm_data(), full.comm_data(),
-                       s.shard, dtype_);
+      comm_.all_gather(full.flat_slice(begin_of(s), s.shard).comm_data(), full.comm_data(), s.shard,
+                       dtype_);
     }
   }
 }

@@ -78,7 +78,7 @@ struct OffloadConfig {
   // CPU runs a thread link to exercise the GPU's ordering here.
   std::shared_ptr<HostLink> link;
   bool gpu = false;  // the run is a GPU run (what the counting device stands for)
-  std::string dir;                  // an existing directory
+  std::string dir;   // an existing directory
   std::string dir_setting = "zero.offload_optimizer.path";  // named in messages
   int64_t buffer_bytes = int64_t(64) << 20;
   // The rank in the files' names; -1: the engine's communicator's rank. A
@@ -93,8 +93,8 @@ struct OffloadConfig {
 };
 
 struct ZeroConfig {
-  int stage = 0;              // 0..3
-  bool overlap_comm = true;   // reduce-scatter asynchronously during backward
+  int stage = 0;             // 0..3
+  bool overlap_comm = true;  // reduce-scatter asynchronously during backward
   // With overlap_comm: reductions left in flight when a segment's backward
   // ends; launching one more first completes the oldest (stages 2-3 hold each
   // one's full gradient bucket until then, MemCategory::kComm). Completing
@@ -107,9 +107,9 @@ struct ZeroConfig {
   // bitwise identical at any world size; kNative halves the bytes and rounds
   // every partial sum to 16 bits.
   dist::Sum16 sum16 = dist::Sum16::kFp32;
-  int accumulation = 1;       // micro-batches per step
-  optim::AdamWOptions adamw;  // optimizer hyper-parameters (lr is given per step)
-  float grad_clip = 1.0f;     // max global gradient norm; <= 0 disables clipping
+  int accumulation = 1;                  // micro-batches per step
+  optim::AdamWOptions adamw;             // optimizer hyper-parameters (lr is given per step)
+  float grad_clip = 1.0f;                // max global gradient norm; <= 0 disables clipping
   std::vector<int> checkpoint_segments;  // segments whose activations are recomputed in backward
   OffloadConfig offload;                 // where the optimizer state lives
 };
@@ -203,8 +203,17 @@ class ZeroEngine : public nn::SegmentRunner {
   // (whose stages' engines each hold some segments) installs a combiner that
   // gathers every stage's partials and adds them in that same order, so the
   // norm is the unpipelined run's bit for bit.
-  using NormCombine = std::function<double(const std::vector<double>& partials)>;
-  void set_norm_combine(NormCombine combine) { norm_combine_ = std::move(combine); }
+  // With `split_whole` (tensor parallelism: some parameters are slices, the
+  // others whole and identical on every rank of the tp group) each segment's
+  // partial covers its sliced parameters only and `whole` holds, per segment,
+  // the whole parameters' squares, so that the combiner counts those once;
+  // otherwise `whole` is empty.
+  using NormCombine =
+      std::function<double(const std::vector<double>& partials, const std::vector<double>& whole)>;
+  void set_norm_combine(NormCombine combine, bool split_whole = false) {
+    norm_combine_ = std::move(combine);
+    norm_split_whole_ = split_whole;
+  }
 
   // Checkpointing. Every stage saves and restores the same thing: for each
   // segment, the rank's contiguous range [rank*S, (rank+1)*S) of the fp32
@@ -266,15 +275,15 @@ class ZeroEngine : public nn::SegmentRunner {
  private:
   struct Segment {
     const nn::FlatParamGroup* group;
-    int64_t shard;        // S: elements per rank
-    Tensor grad_shard;    // the rank's reduced gradient (S elements, compute dtype)
-    Tensor master;        // 16-bit models: fp32 master weights (S elements; all for stage 0)
+    int64_t shard;              // S: elements per rank
+    Tensor grad_shard;          // the rank's reduced gradient (S elements, compute dtype)
+    Tensor master;              // 16-bit models: fp32 master weights (S elements; all for stage 0)
     bool checkpointed = false;  // recompute activations in backward
-    bool grad_shard_own;  // a separate buffer (not a view of the full gradient buffer)
-    Tensor param_shard;   // stage 3: the rank's persistent parameters (S elements, compute dtype)
+    bool grad_shard_own;        // a separate buffer (not a view of the full gradient buffer)
+    Tensor param_shard;  // stage 3: the rank's persistent parameters (S elements, compute dtype)
     const nn::FlatParamGroup* frozen = nullptr;  // LoRA: the segment's frozen base
-    Tensor frozen_shard;  // stage 3: the rank's part of the frozen base
-    int param_pins = 0;   // stage 3: users of the gathered full parameters
+    Tensor frozen_shard;                         // stage 3: the rank's part of the frozen base
+    int param_pins = 0;                          // stage 3: users of the gathered full parameters
     int deferred_unpins = 0;  // pins held by later segments, dropped after this one's backward
   };
   struct Pending {
@@ -308,10 +317,12 @@ class ZeroEngine : public nn::SegmentRunner {
   std::unique_ptr<optim::StateStream> frozen_;
   DType dtype_ = DType::kF32;  // the model's compute dtype
   int micro_ = 0;
-  bool params_offloaded_ = false;  // stage 3's partitions live in the optimizer's file
-  int last_pinned_ = -1;           // the segment gathered last (the direction of prefetches)
-  NormCombine norm_combine_;       // empty: over comm_ (set_norm_combine)
+  bool params_offloaded_ = false;      // stage 3's partitions live in the optimizer's file
+  int last_pinned_ = -1;               // the segment gathered last (the direction of prefetches)
+  NormCombine norm_combine_;           // empty: over comm_ (set_norm_combine)
   std::vector<double> norm_partials_;  // step()'s per-segment squared norms
+  bool norm_split_whole_ = false;      // set_norm_combine's split_whole
+  std::vector<double> norm_whole_;     // with it: the whole parameters' squares per segment
 };
 
 }  // namespace fd::zero

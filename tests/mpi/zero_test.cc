@@ -12,14 +12,13 @@
 //   - zero.reduce_dtype bf16/fp16 (16-bit sums, rank-ordered on MPI): stages
 //     still bitwise identical; at world 2 the fp32-staged run's bits.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <unistd.h>
 
 #include "lib/ckpt/hf_dir.h"
 #include "lib/config/load.h"
@@ -82,8 +81,8 @@ Result train(const config::Recipe& r, dist::Communicator& comm, const std::strin
   engine::Trainer t(r, o, comm);
   Result res;
   res.summary = t.run();
-  t.with_full_parameters([&] {
-    for (const nn::Parameter* p : t.model().parameters()) {
+  t.with_full_model([&](const nn::Decoder& m) {
+    for (const nn::Parameter* p : m.parameters()) {
       std::vector<float> v = p->value.to_vector();
       res.weights.insert(res.weights.end(), v.begin(), v.end());
     }
@@ -146,9 +145,10 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
       const std::string family = c.family;
       if (family != "gpt2") o.push_back(llama_model(family));
       if (c.lora)
-        o.push_back(family == "gpt2"
-                        ? "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}"
-                        : "lora={r: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, down_proj]}");
+        o.push_back(
+            family == "gpt2"
+                ? "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}"
+                : "lora={r: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, down_proj]}");
       if (c.quantize) o.push_back("model.quantize={type: nf4, block_size: 64, double_quant: true}");
       config::Recipe r = recipe(o);
       Result res = train(r, *g_comm, "stages");
@@ -161,7 +161,10 @@ TEST_P(Zero, StagesAndCheckpointingGiveBitwiseIdenticalWeights) {
             (std::string(c.family) + " " + c.precision +
              (c.native_reduce ? " (native reductions)" : ""))
                 .c_str(),
-            c.quantize ? " QLoRA" : c.lora ? " LoRA" : "", c.accumulation, ckpt, stage, digest.substr(0, 16).c_str(),
+            c.quantize ? " QLoRA"
+            : c.lora   ? " LoRA"
+                       : "",
+            c.accumulation, ckpt, stage, digest.substr(0, 16).c_str(),
             res.summary["final_loss"].get<double>());
       EXPECT_EQ(res.summary["steps"], 20);
       expect_same_on_all_ranks(digest);
@@ -239,7 +242,7 @@ TEST(ZeroOffload, NvmeOptimizerStateGivesBitwiseIdenticalWeights) {
     std::string reference;
     for (const char* ckpt : {"none", "all"}) {
       for (int stage = 0; stage <= 4; ++stage) {  // 4: stage 3 with the parameters offloaded too
-        if (stage == 4 && c.quantize) continue;  // a 4-bit base is not offloaded (refused)
+        if (stage == 4 && c.quantize) continue;   // a 4-bit base is not offloaded (refused)
         for (bool offload : {false, true}) {
           if (!offload && !reference.empty()) continue;  // one in-memory run per case
           // d_model 96: a block's ~110K elements take 3-4 chunks of the 1 MiB buffers.
@@ -251,17 +254,21 @@ TEST(ZeroOffload, NvmeOptimizerStateGivesBitwiseIdenticalWeights) {
           if (c.lora) o.push_back("lora={r: 4, alpha: 8, targets: [c_attn, c_fc]}");
           if (c.quantize) o.push_back("model.quantize={type: nf4}");
           if (offload) {
-            o.push_back("zero.offload_optimizer={device: nvme, path: " + dir +
-                        ", buffer_mib: 1}");
+            o.push_back("zero.offload_optimizer={device: nvme, path: " + dir + ", buffer_mib: 1}");
             if (stage == 4) o.push_back("zero.offload_params={device: nvme}");
           }
           Result res = train(recipe(o), *g_comm, "offload");
           const std::string digest = res.summary["weights_sha256"];
           if (g_comm->rank() == 0)
-            std::printf("world %d %s%s stage %d checkpointing %s offload %s: %s\n",
-                        g_comm->size(), c.precision,
-                        c.quantize ? " QLoRA" : c.lora ? " LoRA" : "", std::min(stage, 3),
-                        ckpt, !offload ? "none" : stage == 4 ? "nvme, params too" : "nvme",
+            std::printf("world %d %s%s stage %d checkpointing %s offload %s: %s\n", g_comm->size(),
+                        c.precision,
+                        c.quantize ? " QLoRA"
+                        : c.lora   ? " LoRA"
+                                   : "",
+                        std::min(stage, 3), ckpt,
+                        !offload     ? "none"
+                        : stage == 4 ? "nvme, params too"
+                                     : "nvme",
                         digest.substr(0, 16).c_str());
           expect_same_on_all_ranks(digest);
           if (reference.empty()) {
@@ -331,9 +338,9 @@ std::string llama_hf_dir(const config::Recipe& r) {
   int64_t pid = ::getpid();
   std::vector<int64_t> pids(static_cast<size_t>(g_comm->size()));
   g_comm->all_gather(&pid, pids.data(), 2, DType::kI32);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("fd_zero_test_hf_" + std::to_string(pids[0])))
-                              .string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("fd_zero_test_hf_" + std::to_string(pids[0])))
+          .string();
   if (g_comm->rank() == 0) {
     engine::Assembly a = engine::assemble(r, 1);
     std::unique_ptr<nn::Decoder> m = engine::build_model(a);
@@ -393,7 +400,8 @@ TEST(ZeroInitFrom, Stage3ReadsOnlyItsShardOfAModelDirectory) {
         MemoryAccountant& acc = MemoryAccountant::global();
         acc.reset_peaks();
         const int64_t comm0 = acc.current(MemCategory::kComm);
-        const int64_t params0 = acc.current(MemCategory::kParams) + acc.current(MemCategory::kFrozen);
+        const int64_t params0 =
+            acc.current(MemCategory::kParams) + acc.current(MemCategory::kFrozen);
         std::unique_ptr<nn::Decoder> m;
         std::unique_ptr<zero::ZeroEngine> e;
         if (deferred) {  // the trainer's road
@@ -416,11 +424,12 @@ TEST(ZeroInitFrom, Stage3ReadsOnlyItsShardOfAModelDirectory) {
         const int64_t params_now =
             acc.current(MemCategory::kParams) + acc.current(MemCategory::kFrozen) - params0;
         if (g_comm->rank() == 0)
-          std::printf("world %lld %s%s, %s: setup peak of gathered/full parameter buffers %lld "
-                      "bytes, shards held %lld, whole model %lld\n",
-                      (long long)n, precision, lora ? " LoRA" : "",
-                      deferred ? "read into shards" : "full buffers first", (long long)comm_peak,
-                      (long long)params_now, (long long)full);
+          std::printf(
+              "world %lld %s%s, %s: setup peak of gathered/full parameter buffers %lld "
+              "bytes, shards held %lld, whole model %lld\n",
+              (long long)n, precision, lora ? " LoRA" : "",
+              deferred ? "read into shards" : "full buffers first", (long long)comm_peak,
+              (long long)params_now, (long long)full);
         EXPECT_EQ(params_now * n, full) << "every rank holds 1/N of the padded model";
         if (deferred) {
           EXPECT_EQ(comm_peak, 0) << precision << (lora ? " LoRA" : "");
@@ -432,8 +441,7 @@ TEST(ZeroInitFrom, Stage3ReadsOnlyItsShardOfAModelDirectory) {
         }
         std::vector<float> got;
         e->with_full_parameters([&] { got = all_values(*m); });
-        EXPECT_EQ(got, expected) << precision << (lora ? " LoRA" : "") << " deferred "
-                                 << deferred;
+        EXPECT_EQ(got, expected) << precision << (lora ? " LoRA" : "") << " deferred " << deferred;
       }
     }
   }
@@ -470,9 +478,10 @@ TEST(ZeroWorld, MatchesWorldOneWithTheSameGlobalBatch) {
     }
     const double rel = std::sqrt(num / den);
     if (g_comm->rank() == 0)
-      std::printf("world %d stage %d vs world 1 (same global batch, 20 steps): "
-                  "||w_N - w_1|| / ||w_1|| = %.3e, max |diff| = %.3e\n",
-                  n, stage, rel, mx);
+      std::printf(
+          "world %d stage %d vs world 1 (same global batch, 20 steps): "
+          "||w_N - w_1|| / ||w_1|| = %.3e, max |diff| = %.3e\n",
+          n, stage, rel, mx);
     EXPECT_LE(rel, 1e-5);
   }
 }
@@ -497,14 +506,14 @@ TEST_P(ZeroMemory, ModelStatesEqualTheEstimateAndThePaperFormulas) {
     const int64_t paper[] = {16 * P, 4 * P + 12 * P / n, 2 * P + 14 * P / n, 16 * P / n};
     const int64_t formula = precision == "fp32" ? fp32[stage] : paper[stage];
     if (g_comm->rank() == 0)
-      std::printf("world %lld %s stage %d: P = %lld; per-rank model states measured %lld, "
-                  "estimate %lld, formula %lld bytes (params %lld, grads %lld, master %lld, "
-                  "optimizer %lld)\n",
-                  (long long)n, precision.c_str(), stage, (long long)P, (long long)measured,
-                  (long long)est["total"].get<int64_t>(), (long long)formula,
-                  (long long)mem["params"].get<int64_t>(), (long long)mem["grads"].get<int64_t>(),
-                  (long long)mem["master"].get<int64_t>(),
-                  (long long)mem["optimizer"].get<int64_t>());
+      std::printf(
+          "world %lld %s stage %d: P = %lld; per-rank model states measured %lld, "
+          "estimate %lld, formula %lld bytes (params %lld, grads %lld, master %lld, "
+          "optimizer %lld)\n",
+          (long long)n, precision.c_str(), stage, (long long)P, (long long)measured,
+          (long long)est["total"].get<int64_t>(), (long long)formula,
+          (long long)mem["params"].get<int64_t>(), (long long)mem["grads"].get<int64_t>(),
+          (long long)mem["master"].get<int64_t>(), (long long)mem["optimizer"].get<int64_t>());
     EXPECT_EQ(measured, est["total"].get<int64_t>()) << "stage " << stage;
     EXPECT_EQ(measured, formula) << "stage " << stage;
     for (const char* k : {"params", "grads", "master", "optimizer"}) EXPECT_EQ(mem[k], est[k]) << k;
@@ -525,23 +534,23 @@ TEST(ZeroMemoryLora, OnlyAdaptersHaveTrainingState) {
   const int64_t n = g_comm->size();
   for (const char* precision : {"fp32", "bf16"}) {
     for (int stage = 0; stage <= 3; ++stage) {
-      Result res = train(recipe({"zero.stage=" + std::to_string(stage), "steps=2",
-                                 std::string("precision=") + precision,
-                                 "lora={r: 4, targets: [c_attn, c_proj]}"}),
-                         *g_comm, "memory_lora");
+      Result res = train(
+          recipe({"zero.stage=" + std::to_string(stage), "steps=2",
+                  std::string("precision=") + precision, "lora={r: 4, targets: [c_attn, c_proj]}"}),
+          *g_comm, "memory_lora");
       const auto& mem = res.summary["memory"];
       const auto& est = res.summary["model_state_bytes_estimate"];
       const int64_t P = res.summary["padded_params"];
       const int64_t measured = mem["params"].get<int64_t>() + mem["grads"].get<int64_t>() +
                                mem["master"].get<int64_t>() + mem["optimizer"].get<int64_t>();
       if (g_comm->rank() == 0)
-        std::printf("world %lld LoRA %s stage %d: adapters P = %lld (%lld trainable); model "
-                    "states %lld (estimate %lld); frozen base %lld (estimate %lld)\n",
-                    (long long)n, precision, stage, (long long)P,
-                    (long long)res.summary["num_params"].get<int64_t>(), (long long)measured,
-                    (long long)est["total"].get<int64_t>(),
-                    (long long)mem["frozen"].get<int64_t>(),
-                    (long long)res.summary["frozen_bytes_estimate"].get<int64_t>());
+        std::printf(
+            "world %lld LoRA %s stage %d: adapters P = %lld (%lld trainable); model "
+            "states %lld (estimate %lld); frozen base %lld (estimate %lld)\n",
+            (long long)n, precision, stage, (long long)P,
+            (long long)res.summary["num_params"].get<int64_t>(), (long long)measured,
+            (long long)est["total"].get<int64_t>(), (long long)mem["frozen"].get<int64_t>(),
+            (long long)res.summary["frozen_bytes_estimate"].get<int64_t>());
       EXPECT_EQ(measured, est["total"].get<int64_t>()) << precision << " stage " << stage;
       EXPECT_EQ(mem["frozen"], res.summary["frozen_bytes_estimate"]) << precision << " " << stage;
       EXPECT_LT(P, res.summary["frozen_params"].get<int64_t>() / 4);
@@ -566,11 +575,12 @@ TEST(ZeroMemoryQlora, TheBaseIsHeldInFourBitsAndAsEstimated) {
     const engine::Estimate e = engine::estimate(r, int(n));
     const engine::StageEstimate& st = e.stages[size_t(stage)];
     if (g_comm->rank() == 0)
-      std::printf("world %lld QLoRA bf16 stage %d: 4-bit base %lld bytes/rank (of %lld), memory "
-                  "quantized %lld (estimate %lld), frozen %lld (estimate %lld)\n",
-                  (long long)n, stage, (long long)base, (long long)e.quantized_bytes,
-                  (long long)mem["quantized"].get<int64_t>(), (long long)st.quantized,
-                  (long long)mem["frozen"].get<int64_t>(), (long long)st.frozen);
+      std::printf(
+          "world %lld QLoRA bf16 stage %d: 4-bit base %lld bytes/rank (of %lld), memory "
+          "quantized %lld (estimate %lld), frozen %lld (estimate %lld)\n",
+          (long long)n, stage, (long long)base, (long long)e.quantized_bytes,
+          (long long)mem["quantized"].get<int64_t>(), (long long)st.quantized,
+          (long long)mem["frozen"].get<int64_t>(), (long long)st.frozen);
     EXPECT_EQ(base, stage == 3 ? e.quantized_bytes / n : e.quantized_bytes) << stage;
     EXPECT_GT(mem["quantized"].get<int64_t>(), base) << stage;  // + the dequantization scratch
     EXPECT_EQ(mem["quantized"].get<int64_t>(), st.quantized) << stage;
@@ -588,8 +598,7 @@ TEST(ZeroMemoryQlora, TheBaseIsHeldInFourBitsAndAsEstimated) {
 TEST(ZeroComm, BytesPerStepFollowTheRingModel) {
   const int64_t n = g_comm->size();
   for (int stage = 0; stage <= 3; ++stage) {
-    Result res = train(recipe({"zero.stage=" + std::to_string(stage), "steps=3"}), *g_comm,
-                       "comm");
+    Result res = train(recipe({"zero.stage=" + std::to_string(stage), "steps=3"}), *g_comm, "comm");
     const int64_t P = res.summary["padded_params"];
     const int64_t expected = (stage == 3 ? 3 : 2) * P * (n - 1) / n * 4;
     const int64_t measured = res.summary["comm_bytes_per_step"];

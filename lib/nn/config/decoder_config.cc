@@ -24,14 +24,14 @@ const char* family_name(ModelFamily family) {
 
 const std::vector<LoraTarget>& lora_targets(ModelFamily f) {
   static const std::vector<LoraTarget> gpt2 = {
-      {"c_attn", {"attn.c_attn"}},   {"c_proj", {"attn.c_proj", "mlp.c_proj"}},
+      {"c_attn", {"attn.c_attn"}},      {"c_proj", {"attn.c_proj", "mlp.c_proj"}},
       {"attn.c_proj", {"attn.c_proj"}}, {"c_fc", {"mlp.c_fc"}},
-      {"mlp.c_proj", {"mlp.c_proj"}},  {"all-linear", {}}};
+      {"mlp.c_proj", {"mlp.c_proj"}},   {"all-linear", {}}};
   static const std::vector<LoraTarget> llama = {
-      {"q_proj", {"self_attn.q_proj"}},  {"k_proj", {"self_attn.k_proj"}},
-      {"v_proj", {"self_attn.v_proj"}},  {"o_proj", {"self_attn.o_proj"}},
-      {"gate_proj", {"mlp.gate_proj"}},  {"up_proj", {"mlp.up_proj"}},
-      {"down_proj", {"mlp.down_proj"}},  {"all-linear", {}}};
+      {"q_proj", {"self_attn.q_proj"}}, {"k_proj", {"self_attn.k_proj"}},
+      {"v_proj", {"self_attn.v_proj"}}, {"o_proj", {"self_attn.o_proj"}},
+      {"gate_proj", {"mlp.gate_proj"}}, {"up_proj", {"mlp.up_proj"}},
+      {"down_proj", {"mlp.down_proj"}}, {"all-linear", {}}};
   return f == ModelFamily::kGpt2 ? gpt2 : llama;
 }
 
@@ -76,8 +76,8 @@ double DecoderConfig::flops_per_token(int seq_len) const {
 
 std::string DecoderConfig::summary() const {
   if (family == ModelFamily::kGpt2)
-    return fmt::format("GPT-2 L{} H{} C{} V{} T{}", num_layers, num_heads, hidden_size,
-                       vocab_size, max_position_embeddings);
+    return fmt::format("GPT-2 L{} H{} C{} V{} T{}", num_layers, num_heads, hidden_size, vocab_size,
+                       max_position_embeddings);
   return fmt::format("{} L{} hidden {} heads {} (kv {}) head_dim {} I{} V{} T{}{}",
                      family_name(family), num_layers, hidden_size, num_heads, num_kv_heads,
                      head_dim, intermediate_size, vocab_size, max_position_embeddings,
@@ -163,5 +163,25 @@ DecoderConfig gpt2_config(const GptConfig& config) {
   c.tie_word_embeddings = true;
   return c;
 }
+
+std::string tensor_parallel_refusal(const DecoderConfig& c, int T) {
+  if (T <= 1) return {};
+  if (c.num_heads % T != 0)
+    return fmt::format("{} query heads do not split over {} ranks ({} % {} = {})", c.num_heads, T,
+                       c.num_heads, T, c.num_heads % T);
+  if (c.num_kv_heads % T != 0 && T % c.num_kv_heads != 0)
+    return fmt::format(
+        "{} key/value heads neither split over {} ranks nor divide them (each rank's {} query "
+        "heads would read parts of different key/value heads)",
+        c.num_kv_heads, T, c.num_heads / T);
+  if (c.intermediate_size % T != 0)
+    return fmt::format("the MLP's inner width {} does not split over {} ranks ({} % {} = {})",
+                       c.intermediate_size, T, c.intermediate_size, T, c.intermediate_size % T);
+  if (c.vocab_size < T)
+    return fmt::format("a vocabulary of {} does not split over {} ranks", c.vocab_size, T);
+  return {};
+}
+
+bool kv_heads_replicated(const DecoderConfig& c, int T) { return T > 1 && c.num_kv_heads % T != 0; }
 
 }  // namespace fd::nn

@@ -127,6 +127,17 @@ struct DecoderConfig {
   bool operator==(const DecoderConfig&) const = default;
 };
 
+// Tensor parallelism over `size` ranks (Megatron-LM's layout, nn::Decoder): the query heads,
+// the MLP's inner width and the vocabulary split over the ranks; the key/value heads split when
+// `size` divides them, else (when they divide `size`) every rank holds all of them and uses
+// the one its query heads read. Empty when `config` can be split so, else why not, with the
+// arithmetic ("12 query heads do not split over 8 ranks"), without a location or a remedy (the
+// caller names the recipe's field). size 1: always empty.
+std::string tensor_parallel_refusal(const DecoderConfig& config, int size);
+// Whether the key/value heads are whole on every rank of a `size`-way split (GQA with fewer
+// KV heads than ranks). Only meaningful when tensor_parallel_refusal(config, size) is empty.
+bool kv_heads_replicated(const DecoderConfig& config, int size);
+
 // The DecoderConfig computing what nn::Decoder computes for `config`: LayerNorm
 // (eps 1e-5), learned positions, biased attention and GELU-tanh MLP (4H), tied
 // head. No BOS/EOS: a GptConfig does not know its tokenizer.
