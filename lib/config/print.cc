@@ -173,6 +173,7 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   const auto& pp = r.parallel;
   add("parallel.pipeline", std::to_string(pp.pipeline));
   add("parallel.tensor", std::to_string(pp.tensor));
+  add("parallel.sequence_parallel", boolean(pp.sequence_parallel));
   add("parallel.schedule", std::string(to_string(pp.schedule)));
   add("parallel.partition", pp.partition == PartitionName::kList
                                 ? int_list(pp.partition_blocks)

@@ -228,6 +228,9 @@ struct ParallelOptions {
   // the MLP's inner width and the vocabulary; T >= 1 dividing the query heads and the MLP's
   // width, and dividing or divided by the key/value heads. world = P x D x T.
   int tensor = 1;
+  // Megatron-LM's sequence parallelism over the tensor-parallel ranks (tensor > 1; T divides
+  // data.seq_len): the norm and residual regions split along the sequence (nn::TensorParallel).
+  bool sequence_parallel = false;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  // 1f1b or gpipe
   // How blocks are split over the stages: parameters (balance parameter
   // counts), uniform (equal block counts), or list (partition_blocks).

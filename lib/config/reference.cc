@@ -248,6 +248,12 @@ const std::vector<KeyDoc>& key_reference() {
        "micro-batches: the global batch is micro * accumulation * ranks / (pipeline x T). "
        "ZeRO stages 0-3 work across the replicas holding the same slices. CPU only so far; "
        "not yet with a pipeline, model.quantize or an objective"},
+      {"parallel.sequence_parallel", "bool", "false",
+       "needs parallel.tensor > 1 dividing data.seq_len",
+       "Megatron-LM's sequence parallelism: between the tensor-parallel regions (the norms, "
+       "residual adds and the embedding's output) each of the T ranks holds 1/T of every "
+       "sequence, so those activations take 1/T of the memory; each region's all-reduce "
+       "becomes a reduce-scatter and an all-gather (the same bytes)"},
       {"parallel.schedule", "string", "1f1b", "1f1b, gpipe",
        "the pipeline schedule over the step's M = batch.accumulation micro-batches: 1f1b "
        "alternates one forward and one backward after a warm-up, so stage s holds at most "

@@ -997,6 +997,7 @@ void Builder::parallel(const Node& root) {
   auto& p = r_->parallel;
   get_int(s, "parallel", "pipeline", &p.pipeline, at_least(1));
   get_int(s, "parallel", "tensor", &p.tensor, at_least(1));
+  get_bool(s, "parallel", "sequence_parallel", &p.sequence_parallel);
   get_enum(s, "parallel", "schedule",
            std::vector<PipelineSchedule>{PipelineSchedule::k1F1B, PipelineSchedule::kGPipe},
            &p.schedule);
@@ -1416,7 +1417,18 @@ void Builder::pipeline_checks() {
 // check_world_size() checks that pipeline x tensor divides it.
 void Builder::tensor_checks() {
   const int T = r_->parallel.tensor;
+  if (r_->parallel.sequence_parallel && !bad("parallel.sequence_parallel") &&
+      !bad("parallel.tensor") && T <= 1)
+    error(loc_of("parallel.sequence_parallel"), "parallel.sequence_parallel",
+          "splits the sequence over the tensor-parallel ranks, and parallel.tensor is 1: set "
+          "parallel.tensor to 2 or more, or remove sequence_parallel");
   if (bad("parallel.tensor") || T <= 1) return;
+  if (r_->parallel.sequence_parallel && !bad("data.seq_len") && r_->data.seq_len % T != 0)
+    error(loc_of("parallel.sequence_parallel"), "parallel.sequence_parallel",
+          fmt::format("splits each sequence of data.seq_len {} tokens over the {} "
+                      "tensor-parallel ranks, which do not divide it ({} % {} = {}): set "
+                      "data.seq_len to a multiple of {}",
+                      r_->data.seq_len, T, r_->data.seq_len, T, r_->data.seq_len % T, T));
   const std::string at = loc_of("parallel.tensor");
   auto refuse = [&](const std::string& what) { error(at, "parallel.tensor", what); };
   if (!bad("model") && !bad("model.init_from")) {

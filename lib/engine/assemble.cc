@@ -125,6 +125,7 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.dtype = compute_dtype(r.precision);
   if (r.parallel.pipeline > 1 || r.parallel.tensor > 1) config::check_world_size(r, world);
   a.stages = r.parallel.pipeline;
+  a.sequence_parallel = r.parallel.sequence_parallel;
   a.replicas = config::data_parallel_size(r, world);
   a.mesh = dist::Mesh::layout(world, a.stages, r.parallel.tensor);
   a.pipeline_schedule = r.parallel.schedule == config::PipelineSchedule::kGPipe

@@ -48,7 +48,8 @@ struct Assembly {
   // pipeline: one stage holding every block.
   dist::Mesh mesh = dist::Mesh({});
   // Pipeline parallelism (lib/pipe): the mesh's axis sizes, for short.
-  int stages = 1;    // P
+  bool sequence_parallel = false;  // parallel.sequence_parallel (over the mesh's tp axis)
+  int stages = 1;                  // P
   int replicas = 1;  // D = world / (P T): ZeRO's world, the ranks its engine pads the groups for
   pipe::Schedule pipeline_schedule = pipe::Schedule::k1F1B;
   std::vector<int> stage_blocks;  // transformer blocks per stage (pipe::partition_blocks)

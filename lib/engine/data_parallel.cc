@@ -6,8 +6,9 @@
 
 namespace fd::engine {
 
-DataParallel::DataParallel(const dist::Mesh& mesh, dist::Communicator& world)
-    : world_(world), comm_(&world) {
+DataParallel::DataParallel(const dist::Mesh& mesh, dist::Communicator& world,
+                           bool sequence_parallel)
+    : world_(world), sequence_parallel_(sequence_parallel), comm_(&world) {
   FD_CHECK(mesh.size("pp") == 1 && mesh.world() == world.size(),
            "data parallelism over a mesh of {} ranks ({} stages) on a world of {}", mesh.world(),
            mesh.size("pp"), world.size());
@@ -20,7 +21,8 @@ DataParallel::DataParallel(const dist::Mesh& mesh, dist::Communicator& world)
 }
 
 nn::TensorParallel DataParallel::tensor_parallel() const {
-  return tp_ ? nn::TensorParallel{tp_rank_, tp_size_, tp_.get()} : nn::TensorParallel{};
+  return tp_ ? nn::TensorParallel{tp_rank_, tp_size_, tp_.get(), sequence_parallel_}
+             : nn::TensorParallel{};
 }
 
 void DataParallel::use_device_comms(const MakeComm&, dist::Communicator& device_world) {
@@ -65,6 +67,7 @@ void DataParallel::attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn
 double DataParallel::train(int micro_batches, const MicroFns& fns, Batch& batch, PhaseClock& clock,
                            Phases& ph) {
   nn::SegmentRunner& runner = fns.runner != nullptr ? *fns.runner : *engine_;
+  const int64_t tp_before = tensor_bytes();
   double loss_sum = 0.0;
   for (int micro = 0; micro < micro_batches; ++micro) {
     const int64_t targets = fns.load(micro, batch);
@@ -79,6 +82,8 @@ double DataParallel::train(int micro_batches, const MicroFns& fns, Batch& batch,
     loss_sum += loss * double(targets);
     clock.lap(ph.backward, ph.comm_wait);
   }
+  tp_train_bytes_ += tensor_bytes() - tp_before;
+  ++tp_train_steps_;
   // A tp group computes one replica's loss: counted once, on its rank 0.
   return computes_loss() ? loss_sum : 0.0;
 }
@@ -99,9 +104,10 @@ void DataParallel::with_full_model(const std::function<void(const nn::Decoder& m
 std::string DataParallel::describe() const {
   if (!tp_) return {};
   return fmt::format(
-      "tensor parallel: {} ranks per layer x {} data-parallel replica{} (ZeRO over each "
+      "tensor parallel: {} ranks per layer{} x {} data-parallel replica{} (ZeRO over each "
       "replica group)",
-      tp_size_, dp_->size(), dp_->size() == 1 ? "" : "s");
+      tp_size_, sequence_parallel_ ? " with sequence parallelism" : "", dp_->size(),
+      dp_->size() == 1 ? "" : "s");
 }
 
 void DataParallel::describe_save(SaveRequest& request) const {
@@ -111,7 +117,13 @@ void DataParallel::describe_save(SaveRequest& request) const {
 
 void DataParallel::add_to_summary(nlohmann::json& summary) {
   if (!tp_) return;
-  summary["tensor_parallel"] = {{"size", tp_size_}, {"replicas", dp_->size()}};
+  // Rank 0's (every tp rank sends the same bytes but for the vocabulary's uneven rows, which
+  // the collectives do not depend on).
+  summary["tensor_parallel"] = {
+      {"size", tp_size_},
+      {"replicas", dp_->size()},
+      {"sequence_parallel", sequence_parallel_},
+      {"bytes_per_step", tp_train_steps_ > 0 ? tp_train_bytes_ / tp_train_steps_ : 0}};
 }
 
 }  // namespace fd::engine

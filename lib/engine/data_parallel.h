@@ -20,7 +20,8 @@ class DataParallel final : public Strategy {
  public:
   // `world` must outlive the strategy. `mesh`: {dp}, {pp: 1, dp}, or with a
   // tp axis; collective over `world` when it has one (its groups are split).
-  DataParallel(const dist::Mesh& mesh, dist::Communicator& world);
+  // `sequence_parallel`: Megatron's sequence parallelism over the tp group (nn::TensorParallel).
+  DataParallel(const dist::Mesh& mesh, dist::Communicator& world, bool sequence_parallel = false);
 
   bool holds(int) const override { return true; }
   nn::TensorParallel tensor_parallel() const override;
@@ -43,16 +44,20 @@ class DataParallel final : public Strategy {
   void describe_save(SaveRequest& request) const override;
   void add_to_summary(nlohmann::json& summary) override;
   int64_t p2p_bytes() const override { return 0; }
+  int64_t tensor_bytes() const override { return tp_ ? tp_->bytes_sent() : 0; }
 
  private:
   dist::Communicator& world_;
   // Tensor parallelism: the tp group and this rank's dp group (null without).
   std::unique_ptr<dist::Communicator> tp_, dp_;
   int tp_rank_ = 0, tp_size_ = 1;
+  bool sequence_parallel_ = false;
   dist::Communicator* comm_;  // the engine's: the world (or its device communicator), or dp_
   nn::Decoder* model_ = nullptr;
   zero::ZeroEngine* engine_ = nullptr;
   std::vector<double> norm_gather_;  // the norm's per-rank partials (kept: no allocation per step)
+  int64_t tp_train_bytes_ = 0;       // sent over tp_ by train() calls (summary.json)
+  int64_t tp_train_steps_ = 0;
 };
 
 }  // namespace fd::engine

@@ -18,6 +18,7 @@
 #include "lib/engine/step.h"
 #include "lib/engine/strategy.h"
 #include "lib/engine/weights_io.h"
+#include "lib/ops/vocab_parallel_cross_entropy.h"
 #include "lib/pipe/schedule.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
@@ -111,6 +112,7 @@ struct RankRun {
   int64_t offload_pinned = 0;    // a GPU run's pinned transfer buffers (offload), bytes
   int64_t padded_params = 0, frozen_padded_params = 0, quantized_bytes = 0, num_params = 0;
   int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
+  int64_t tp_bytes = 0;   // tensor parallelism: bytes it sends over its tp group in the step
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
   std::vector<std::pair<std::string, int64_t>> after_segment;
@@ -258,6 +260,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
     ~Restore() { autograd::set_backward_observer(p); }
   } restore{previous};
   model_comm.reset_counters();
+  const int64_t tp_before = strategy.tensor_bytes();
   // The trainer's step (strategy.h), with the watch where the strategy
   // reports micro-batches.
   MicroFns fns;
@@ -281,6 +284,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   engine.step(a.schedule.peak_lr, 1.0);
   strategy.sync();
   out.p2p_bytes = strategy.p2p_bytes();  // the step's, a tied head's weights' sync included
+  out.tp_bytes = strategy.tensor_bytes() - tp_before;
   out.comm_bytes = model_comm.bytes_sent();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
@@ -398,6 +402,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.offload_nvme = std::max(most.offload_nvme, run.offload_nvme);
       most.offload_host = std::max(most.offload_host, run.offload_host);
       most.offload_pinned = std::max(most.offload_pinned, run.offload_pinned);
+      most.tp_bytes = std::max(most.tp_bytes, run.tp_bytes);
     }
     StageEstimate& st = e.stages[size_t(s)];
     st.stage = s;
@@ -414,6 +419,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.offload_host = most.offload_host;
     st.offload_pinned = most.offload_pinned;
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
+    st.tp_bytes_per_step = most.tp_bytes;
     if (s != r.zero.stage) continue;
     e.num_params = most.num_params;
     e.padded_params = most.padded_params;
@@ -453,10 +459,31 @@ Estimate estimate(const config::Recipe& r, int world) {
   // stage: rank 0's group over the mesh's axes other than dp (the replicas
   // of a part hold the same): a pipeline's stages, in stage order.
   const Assembly& a = recipe_assembly;
-  std::vector<std::string_view> part_axes;
-  for (const dist::MeshAxis& axis : a.mesh.axes())
-    if (axis.name != "dp") part_axes.push_back(axis.name);
-  const std::vector<int> parts = a.mesh.group_ranks(0, part_axes);
+  if (const int T = a.mesh.size("tp"); T > 1) {
+    Estimate::TensorParallel& t = e.tensor;
+    t.size = T;
+    t.replicas = a.mesh.size("dp");
+    t.kv_replicated = nn::kv_heads_replicated(a.model, T);
+    t.sequence_parallel = a.sequence_parallel;
+    const double ring = 2.0 * double(T - 1) / double(T), half = ring / 2.0;
+    const double tokens = double(a.micro) * double(a.seq_len), H = double(a.model.hidden_size);
+    const double L = a.model.num_layers, E = e.compute_bytes, act = tokens * H * E;
+    double per_micro = 0.0;
+    if (!t.sequence_parallel) {
+      per_micro = ring * ((4.0 * L + 1.0) * act + (3.0 * tokens + tokens * H) * 4.0);
+    } else {
+      // Norm weights (and biases) of 2L + 1 norms, and learned positions, all-reduced.
+      double whole = (2.0 * L + 1.0) * H * (a.model.norm == nn::NormKind::kLayerNorm ? 2.0 : 1.0);
+      if (a.model.positions == nn::PositionKind::kLearned)
+        whole += double(a.model.max_position_embeddings) * H;
+      // 8L per block, the embedding's reduce-scatter (and its all-gather backward when the
+      // embedding trains), the head's all-gather (and its reduce-scatter backward).
+      const double pairs = 8.0 * L + 3.0 + (a.lora.enabled() ? 0.0 : 1.0);
+      per_micro = half * pairs * act + ring * (3.0 * tokens * 4.0 + whole * E);
+    }
+    t.formula_bytes = int64_t(per_micro * a.zero.accumulation + 0.5);
+  }
+  const std::vector<int> parts = a.mesh.group_ranks(0, {"pp"});
   if (parts.size() > 1) {
     Estimate::Pipeline& p = e.pipeline;
     p.stages = int(parts.size());
@@ -678,6 +705,43 @@ std::string format_estimate(const Estimate& e) {
   line(fmt::format("(* the recipe's stage, zero.stage = {}{})", e.recipe_stage,
                    e.stages[3].refused ? "; stage 3 is refused with a pipeline" : ""));
   line("");
+  if (e.tensor.size > 1) {
+    const Estimate::TensorParallel& t = e.tensor;
+    const nn::DecoderConfig& m = e.model;
+    const ops::VocabRange rows = ops::vocab_shard_range(m.vocab_size, 0, t.size);
+    line(fmt::format(
+        "tensor parallel: {} ranks per layer{} x {} data-parallel replica{} (ZeRO over the {} "
+        "replica{} holding the same slices); per rank {} of {} query heads, {}, {} of the "
+        "MLP's {} features, {} of {} vocabulary rows (the first {} ranks one more); norms "
+        "whole on every rank (the columns above are per rank)",
+        t.size,
+        t.sequence_parallel ? " with sequence parallelism (norm regions 1/T of the sequence)" : "",
+        t.replicas, t.replicas == 1 ? "" : "s", t.replicas, t.replicas == 1 ? "" : "s",
+        m.num_heads / t.size, m.num_heads,
+        t.kv_replicated
+            ? fmt::format("all {} key/value heads (fewer than the ranks: replicated, each rank "
+                          "attending with the one its query heads share)",
+                          m.num_kv_heads)
+            : fmt::format("{} of {} key/value heads", m.num_kv_heads / t.size, m.num_kv_heads),
+        m.intermediate_size / t.size, m.intermediate_size, rows.count, m.vocab_size,
+        m.vocab_size % t.size));
+    line(fmt::format(
+        "tensor-parallel traffic per step: {} per rank over its tp group, counted (Megatron-LM: "
+        "{}: {}{})",
+        human(e.stages[size_t(e.recipe_stage)].tp_bytes_per_step),
+        t.sequence_parallel
+            ? "per micro-batch 8L + 4 reduce-scatters or all-gathers of B x T x H (8L + 3 when "
+              "the embedding is frozen), the loss's statistics and the norms' gradients"
+            : "per micro-batch (4L + 1) all-reduces of B x T x H, and the loss's statistics and "
+              "dh",
+        human(t.formula_bytes),
+        t.kv_replicated || e.lora.enabled() || m.o_proj_bias || m.mlp_bias
+            ? "; the count adds the gradients of whole parameters used in part on each rank: "
+              "replicated k/v projections, q/k norms, a split linear's whole LoRA factor, "
+              "row-parallel biases"
+            : ""));
+    line("");
+  }
   if (e.pipeline.stages > 1) {
     const Estimate::Pipeline& p = e.pipeline;
     line(fmt::format(
@@ -881,6 +945,15 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                      {"schedule", p.schedule},   {"micro_batches", p.micro_batches},
                      {"stage_blocks", p.blocks}, {"bubble_fraction", p.bubble_fraction},
                      {"per_stage", per}};
+  }
+  if (e.tensor.size > 1) {
+    const Estimate::TensorParallel& t = e.tensor;
+    j["tensor_parallel"] = {{"size", t.size},
+                            {"replicas", t.replicas},
+                            {"kv_heads_replicated", t.kv_replicated},
+                            {"sequence_parallel", t.sequence_parallel},
+                            {"bytes_per_step", e.stages[size_t(e.recipe_stage)].tp_bytes_per_step},
+                            {"formula_bytes_per_step", t.formula_bytes}};
   }
   j["assumptions"] = estimate_assumptions(e);
   return j;

@@ -99,6 +99,10 @@ struct StageEstimate {
   // head's embedding gradient and weights).
   bool refused = false;
   int64_t p2p_bytes_per_step = 0;
+  // Tensor parallelism: the bytes this rank sends over its tp group in a step (ring model):
+  // the f/g all-reduces of every layer and the embedding, the vocabulary-parallel loss's
+  // statistics and dh (Estimate::TensorParallel::formula). 0 without.
+  int64_t tp_bytes_per_step = 0;
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
@@ -145,6 +149,24 @@ struct Estimate {
     double bubble_fraction = 0.0;  // (P - 1) / (M + P - 1)
     std::vector<StageEstimate> per_stage;
   } pipeline;
+  // Tensor parallelism (parallel.tensor > 1): the layout and its traffic; size 1 without.
+  struct TensorParallel {
+    int size = 1, replicas = 1;
+    bool kv_replicated = false;      // fewer key/value heads than ranks: all of them on every rank
+    bool sequence_parallel = false;  // parallel.sequence_parallel
+    // With sequence parallelism each block's all-reduces are reduce-scatter + all-gather pairs
+    // of the same B*T*H elements ((T-1)/T of the bytes each), the embedding's a reduce-scatter
+    // (its backward an all-gather when the embedding trains), the head's input an all-gather
+    // (its backward a reduce-scatter) and no dh all-reduce; the
+    // norms' (and learned positions') weights get their gradients all-reduced, as they see a
+    // slice of the sequence.
+    // Megatron-LM's count for this model at this micro-batch (B x T tokens, width H, L blocks,
+    // E bytes per element), per step of a micro-batches: a * (4L + 1) all-reduces of B*T*H
+    // elements (per block two forward, g after attention and the MLP, and two backward, f
+    // before them; one forward for the embedding), and the loss's 3 B*T f32 statistics and
+    // B*T*H f32 dh, each all-reduce 2(T-1)/T of its bytes on the wire.
+    int64_t formula_bytes = 0;
+  } tensor;
 };
 
 // The estimate for `recipe` on `world` ranks (world >= 1; the recipe is

@@ -13,7 +13,7 @@ std::unique_ptr<Strategy> make_strategy(const Assembly& a, dist::Communicator& w
     return std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
                                            nn::decoder_segments(a.model), a.zero.accumulation,
                                            world);
-  return std::make_unique<DataParallel>(a.mesh, world);
+  return std::make_unique<DataParallel>(a.mesh, world, a.sequence_parallel);
 }
 
 }  // namespace fd::engine

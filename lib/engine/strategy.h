@@ -121,6 +121,8 @@ class Strategy {
   virtual void add_to_summary(nlohmann::json& summary) = 0;
   // Bytes this rank sent point-to-point (between pipeline stages) so far.
   virtual int64_t p2p_bytes() const = 0;
+  // Bytes this rank sent over its tensor-parallel group so far (0 without one).
+  virtual int64_t tensor_bytes() const { return 0; }
 };
 
 // The strategy of `a`'s layout for this rank of `world` (a.mesh's world).

@@ -306,6 +306,8 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
                (tp.group != nullptr && tp.group->size() == tp.size && tp.group->rank() == tp.rank),
            "tensor parallelism: rank {} of {} needs its tp group", tp.rank, tp.size);
   FD_CHECK(!tp.enabled() || !quantize, "tensor parallelism over a 4-bit base is not supported");
+  FD_CHECK(!tp.sequence_parallel || tp.enabled(),
+           "sequence parallelism needs tensor parallelism over more than one rank");
   if (tp.enabled())
     vocab_begin_ = ops::vocab_shard_range(config.vocab_size, tp.rank, tp.size).begin;
   // An absent segment (another pipeline stage's) keeps its layout with
@@ -643,6 +645,12 @@ Variable Decoder::tp_copy(const Variable& x) const {
   return tp_.enabled() ? ops::copy_to_tp_region(x, *tp_.group) : x;
 }
 
+Variable Decoder::tp_in(const Variable& h) const {
+  if (!tp_.enabled()) return h;
+  return tp_.sequence_parallel ? ops::gather_from_sequence_region(h, *tp_.group)
+                               : ops::copy_to_tp_region(h, *tp_.group);
+}
+
 // With tensor parallelism a column-parallel linear's input is already through f (the caller's
 // tp_copy, once for q, k and v, once for gate and up); a row-parallel one ends with g.
 Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {
@@ -671,13 +679,17 @@ Variable Decoder::linear(int layer, const std::string& module, const Variable& x
     Variable up = ops::matmul(low, b, {}, t);  // (..., out)
     y = ops::add(y, ops::scale(up, lora_.scaling()));
   }
-  return sp == Split::kRow ? ops::reduce_from_tp_region(y, *tp_.group) : y;
+  if (sp != Split::kRow) return y;
+  return tp_.sequence_parallel ? ops::reduce_scatter_to_sequence_region(y, *tp_.group)
+                               : ops::reduce_from_tp_region(y, *tp_.group);
 }
 
+// Sequence parallelism: x is this rank's slice of the sequence, so the norm's weights get
+// partial gradients (sequence_norm_var: through f).
 Variable Decoder::norm(const Variable& x, const Parameter* w, const Parameter* b) const {
   if (config_.norm == NormKind::kLayerNorm)
-    return ops::layernorm(x, base_var(*w), base_var(*b), float(config_.norm_eps));
-  return ops::rms_norm(x, base_var(*w), float(config_.norm_eps));
+    return ops::layernorm(x, sequence_norm_var(*w), sequence_norm_var(*b), float(config_.norm_eps));
+  return ops::rms_norm(x, sequence_norm_var(*w), float(config_.norm_eps));
 }
 
 void Decoder::ensure_rope_tables(int64_t positions) const {
@@ -693,7 +705,7 @@ Variable Decoder::attention(int layer, const Variable& h, const Packing& packing
   const DecoderConfig& c = config_;
   // Tensor parallelism: this rank's query heads (and key/value heads), h through f once.
   const int T = tp_.size, heads = c.num_heads / T;
-  const Variable in = tp_copy(h);
+  const Variable in = tp_in(h);
   if (is_gpt2(c)) {  // one fused c_attn: q | k | v
     Variable qkv = linear(layer, "attn.c_attn", in);
     return linear(layer, "attn.c_proj", ops::causal_attention(qkv, heads, packing.doc_starts));
@@ -722,7 +734,7 @@ Variable Decoder::attention(int layer, const Variable& h, const Packing& packing
 }
 
 Variable Decoder::mlp(int layer, const Variable& h) const {
-  const Variable in = tp_copy(h);  // tensor parallelism: f once for the column-parallel pair
+  const Variable in = tp_in(h);  // tensor parallelism: f once for the column-parallel pair
   if (config_.mlp == MlpKind::kGeluTanh)
     return linear(layer, "mlp.c_proj", ops::gelu(linear(layer, "mlp.c_fc", in)));
   return linear(layer, "mlp.down_proj",
@@ -754,23 +766,47 @@ Decoder::Packing Decoder::packing(const Tensor& tokens, const Tensor& doc_starts
 }
 
 Variable Decoder::embed(const Tensor& tokens, const Packing& packing) const {
-  // Tensor parallelism: each rank looks up the rows it holds, g sums them.
-  Variable x = tp_.enabled() ? ops::reduce_from_tp_region(
-                                   ops::embedding_shard(base_var(*embed_w_), tokens, vocab_begin_),
-                                   *tp_.group)
-                             : ops::embedding(base_var(*embed_w_), tokens);
-  if (positions_w_ == nullptr) return x;
-  if (packing.positions.defined())
-    return ops::add(x, ops::embedding(base_var(*positions_w_), packing.positions));
-  if (!position_ids_.defined() || position_ids_.shape() != tokens.shape() ||
-      position_ids_.device() != default_device()) {
-    const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
-    std::vector<float> ids(size_t(B * T));
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) ids[size_t(b * T + t)] = float(t);
-    position_ids_ = Tensor::from_vector(ids, tokens.shape(), DType::kI32, MemCategory::kOther);
+  // Tensor parallelism: each rank looks up the rows it holds and g sums them (sequence
+  // parallelism: a reduce-scatter, each rank keeping its slice of the sequence).
+  Variable x;
+  if (!tp_.enabled()) {
+    x = ops::embedding(base_var(*embed_w_), tokens);
+  } else {
+    Variable part = ops::embedding_shard(base_var(*embed_w_), tokens, vocab_begin_);
+    x = tp_.sequence_parallel ? ops::reduce_scatter_to_sequence_region(part, *tp_.group)
+                              : ops::reduce_from_tp_region(part, *tp_.group);
   }
-  return ops::add(x, ops::embedding(base_var(*positions_w_), position_ids_));
+  if (positions_w_ == nullptr) return x;
+  Tensor ids = packing.positions;
+  if (!ids.defined()) {
+    if (!position_ids_.defined() || position_ids_.shape() != tokens.shape() ||
+        position_ids_.device() != default_device()) {
+      const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
+      std::vector<float> v(size_t(B * T));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) v[size_t(b * T + t)] = float(t);
+      position_ids_ = Tensor::from_vector(v, tokens.shape(), DType::kI32, MemCategory::kOther);
+    }
+    ids = position_ids_;
+  }
+  if (!tp_.sequence_parallel) return ops::add(x, ops::embedding(base_var(*positions_w_), ids));
+  // Sequence parallelism: this rank's positions, from a table each rank reads in part.
+  return ops::add(x, ops::embedding(sequence_norm_var(*positions_w_), sequence_slice(ids)));
+}
+
+Tensor Decoder::sequence_slice(const Tensor& ids) const {
+  const int64_t B = ids.shape()[0], T = ids.shape()[1], Ts = T / tp_.size;
+  Tensor out = Tensor::empty(Shape{B, Ts}, DType::kI32, MemCategory::kOther, ids.device());
+  if (ids.is_meta()) return out;
+  const int32_t* src = ids.data<int32_t>();
+  int32_t* dst = out.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(dst + b * Ts, src + b * T + int64_t{tp_.rank} * Ts, size_t(Ts) * sizeof(int32_t));
+  return out;
+}
+
+Variable Decoder::sequence_norm_var(const Parameter& p) const {
+  return tp_.sequence_parallel ? tp_copy(base_var(p)) : base_var(p);
 }
 
 Variable Decoder::final_norm(const Variable& x) const { return norm(x, final_w_, final_b_); }
@@ -862,9 +898,14 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
       [this, targets](const Variable& in) {
         if (tp_.enabled()) {
           FD_CHECK(!head_loss_, "a head loss of its own with tensor parallelism");
-          return ops::vocab_parallel_cross_entropy(final_norm(in), head_weight(), targets,
-                                                   vocab_begin_, config_.vocab_size, *tp_.group, -1,
-                                                   head_chunk_rows());
+          // Sequence parallelism: the whole sequence gathered for the head, whose dh partials
+          // the gather's backward then sums (reduce-scatters) instead of the loss.
+          const bool sp = tp_.sequence_parallel;
+          const Variable h =
+              sp ? ops::gather_from_sequence_region(final_norm(in), *tp_.group) : final_norm(in);
+          return ops::vocab_parallel_cross_entropy(h, head_weight(), targets, vocab_begin_,
+                                                   config_.vocab_size, *tp_.group, -1,
+                                                   head_chunk_rows(), !sp);
         }
         if (head_loss_) return head_loss_(final_norm(in), head_weight(), targets);
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,

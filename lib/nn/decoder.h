@@ -118,9 +118,19 @@ ops::RopeOptions rope_options(const DecoderConfig& config);
 // LoRA factor of a split linear, a row-parallel bias) is read through f, whose backward sums
 // its gradient over the group: every whole parameter ends a backward with the same gradient on
 // every rank, so the ranks keep identical copies without further communication.
+//
+// sequence_parallel (Megatron-LM's sequence parallelism, arXiv 2205.05198): between the
+// tensor-parallel regions the residual stream is split along the sequence, rank r holding
+// positions [r T/size, (r+1) T/size) of every row (T divisible by size): the embedding's g is a
+// reduce-scatter (ops::reduce_scatter_to_sequence_region), each attention's and MLP's f an
+// all-gather (ops::gather_from_sequence_region) and their g a reduce-scatter, the final norm's
+// output gathered for the head (whose dh the gather's backward sums); the norms (and learned
+// positions) then see a slice of the sequence, so their weights are read through f. Attention
+// runs on the whole sequence, as without.
 struct TensorParallel {
   int rank = 0, size = 1;
   dist::Communicator* group = nullptr;  // size > 1: the tp group (rank(), size() as above)
+  bool sequence_parallel = false;
   bool enabled() const { return size > 1; }
 };
 
@@ -312,6 +322,14 @@ class Decoder : public Module {
   // Tensor parallelism: x through Megatron's f (identity forward, gradient summed over the tp
   // group in backward), or x itself without tensor parallelism.
   autograd::Variable tp_copy(const autograd::Variable& x) const;
+  // The input of a column-parallel region: h through f, or with sequence parallelism h's
+  // slices gathered into the whole sequence.
+  autograd::Variable tp_in(const autograd::Variable& h) const;
+  // A norm's (or learned positions') weight: through f with sequence parallelism (it sees a
+  // slice of the sequence), else as base_var.
+  autograd::Variable sequence_norm_var(const Parameter& p) const;
+  // Sequence parallelism: this rank's columns [rank T/size, (rank+1) T/size) of (B, T) ids.
+  Tensor sequence_slice(const Tensor& ids) const;
   // How block linear `module` of `config` splits over `size` tp ranks (kNone: size 1).
   enum class Split { kNone, kColumn, kRow, kReplicated };
   static Split split_of(const DecoderConfig& config, const std::string& module, int size);

@@ -84,6 +84,9 @@ struct VocabShard {
   // The ranks holding the other rows, which reduce each row's statistics and dh with
   // this one; null: the weight is the whole head and nothing is communicated.
   dist::Communicator* group = nullptr;
+  // Whether dh's per-rank partials are all-reduced over `group` (false: each rank keeps its
+  // own partial, for a caller whose next backward sums them: sequence parallelism's gather).
+  bool reduce_dh = true;
 };
 
 // The entry points every backend defines, with the same contracts as the

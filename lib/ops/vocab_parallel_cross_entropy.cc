@@ -10,7 +10,7 @@ namespace fd::ops {
 Variable vocab_parallel_cross_entropy(const Variable& h, const Variable& weight_shard,
                                       const Tensor& targets, int64_t vocab_begin,
                                       int64_t vocab_size, dist::Communicator& group,
-                                      int ignore_index, int64_t chunk_rows) {
+                                      int ignore_index, int64_t chunk_rows, bool reduce_dh) {
   const int64_t C = h.shape().cols();
   const int64_t rows = h.shape().rows();
   FD_CHECK(h.shape().ndim() >= 1 && weight_shard.shape().ndim() == 2 &&
@@ -25,7 +25,7 @@ Variable vocab_parallel_cross_entropy(const Variable& h, const Variable& weight_
            vocab_begin + v_local, vocab_size);
   FD_CHECK(!h.value().is_cuda() && !weight_shard.value().is_cuda(),
            "vocab_parallel_cross_entropy: runs on the CPU only");
-  const VocabShard shard{vocab_begin, vocab_size, &group};
+  const VocabShard shard{vocab_begin, vocab_size, &group, reduce_dh};
   Tensor lse = Tensor::empty(Shape{rows});
   const bool rec = autograd::should_record({&h, &weight_shard});
   LinearCrossEntropySaved saved;

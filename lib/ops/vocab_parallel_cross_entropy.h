@@ -59,13 +59,18 @@ using autograd::Variable;
 // are issued with null buffers (the counting communicator counts their bytes) and every row
 // counts as live.
 //
+// reduce_dh false (the same on every rank): dh is not all-reduced; each rank adds its own
+// partial, dlogits @ W_shard, to h's gradient, for a caller whose backward sums the partials
+// itself (Megatron's sequence parallelism: h comes from ops::gather_from_sequence_region, whose
+// backward reduce-scatters them); the backward then issues no collective.
 // Memory (kActivations, fp32): the logits scratch min(chunk_rows, R) x V_local, 1/T of the
 // unsharded op's; row statistics 4 x chunk; backward, when dh is wanted, a chunk x C partial
 // of dh; plus what linear_cross_entropy keeps (lse, a copy of targets) and the gradients.
 Variable vocab_parallel_cross_entropy(const Variable& h, const Variable& weight_shard,
                                       const Tensor& targets, int64_t vocab_begin,
                                       int64_t vocab_size, dist::Communicator& group,
-                                      int ignore_index = -1, int64_t chunk_rows = 1024);
+                                      int ignore_index = -1, int64_t chunk_rows = 1024,
+                                      bool reduce_dh = true);
 
 // The rows of a vocabulary of `vocab_size` that rank `rank` of `size` holds: consecutive
 // slices in rank order, the first vocab_size % size ranks one row longer (37 over 4: 10, 9, 9,

@@ -156,6 +156,34 @@ TEST(Mesh, StagesMustDivideTheWorld) {
   EXPECT_THROW(Mesh::pipeline_data(0, 1), Error);
 }
 
+// Tensor parallelism innermost: {pp, dp, tp}, a tp group T consecutive ranks, a replica's dp
+// group strided by T; tensor 1 is the pipeline_data mesh.
+TEST(Mesh, LayoutPutsTensorGroupsInnermost) {
+  const Mesh m = Mesh::layout(8, 1, 2);  // D = 4, T = 2
+  EXPECT_EQ(m.size("pp"), 1);
+  EXPECT_EQ(m.size("dp"), 4);
+  EXPECT_EQ(m.size("tp"), 2);
+  EXPECT_EQ(m.group_ranks(5, {"tp"}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(m.group_ranks(5, {"dp"}), (std::vector<int>{1, 3, 5, 7}));
+  const Mesh p = Mesh::layout(8, 2, 2);  // P = 2, D = 2, T = 2
+  EXPECT_EQ(p.coord(6, "pp"), 1);
+  EXPECT_EQ(p.coord(6, "dp"), 1);
+  EXPECT_EQ(p.coord(6, "tp"), 0);
+  EXPECT_EQ(p.group_ranks(6, {"pp"}), (std::vector<int>{2, 6}));
+  EXPECT_EQ(Mesh::layout(6, 2, 1).axes().size(), Mesh::pipeline_data(6, 2).axes().size());
+  try {
+    Mesh::layout(6, 1, 4);
+    FAIL() << "expected an fd::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_STREQ(e.what(),
+                 "1 pipeline stage(s) x 4 tensor-parallel ranks do not divide 6 rank(s): the "
+                 "ranks are stages x data-parallel replicas x tensor-parallel ranks; start a "
+                 "multiple of 4 ranks");
+  }
+  EXPECT_THROW(Mesh::layout(4, 1, 0), Error);
+}
+
 TEST(MeshDeathTest, BadAxes) {
   EXPECT_DEATH(Mesh({{"dp", 2}, {"dp", 2}}), "named twice");
   EXPECT_DEATH(Mesh({{"dp", 0}}), "of size 0");

@@ -195,7 +195,7 @@ void backward_rows(const LinearCrossEntropySaved& s, const VocabShard& shard,
   Tensor scratch = logits_scratch(s.h, s.chunk_rows, V);
   dist::Communicator* group = shard.group;
   // want_dh is the same on every rank of a group (h is replicated), so all issue these or none.
-  const bool reduce_dh = want_dh && group != nullptr;
+  const bool reduce_dh = want_dh && group != nullptr && shard.reduce_dh;
   Tensor dh_partial = reduce_dh
                           ? Tensor::empty(Shape{chunk_capacity(s.h, s.chunk_rows), C}, DType::kF32,
                                           MemCategory::kActivations, scratch_device(s.h))

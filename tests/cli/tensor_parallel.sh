@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Tensor parallelism end to end (issue 39, docs/RECIPE.md `parallel.tensor`):
+#  - numerics: 20 fp32 steps of the same global batch at T=2 and T=4 (kv heads replicated:
+#    2 kv heads over 4 ranks), with Megatron's sequence parallelism at T=2 and T=4, T=2 x D=2
+#    with ZeRO-2 and ZeRO-3, and LoRA at T=2, give the
+#    losses and gradient norms of T=1 to 1e-5 relative at every step (the data is the same;
+#    only the order of fp32 sums differs) for a Llama with GQA, an untied head and a
+#    vocabulary of 259 (uneven rows over the ranks), a Llama with a tied head, and GPT-2
+#    (fused c_attn, biases, learned positions, tied head); ZeRO stages 0, 2 and 3 at T=2 give
+#    one weights_sha256 (bitwise), activation checkpointing too;
+#  - summary.json's tensor_parallel block, and parameters per rank about 1/T;
+#  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
+#    not dividing the world, a batch.global that does not fit, T with a pipeline, device cuda,
+#    an objective, a 4-bit base: exit 2 at validation, one message with the arithmetic, no
+#    run directory;
+#  - a rank killed or stalled in a tensor-parallel step ends the job within 60 s, naming it.
+source "$(dirname "$0")/common.bash"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI=(timeout 120 mpirun --oversubscribe --bind-to none)
+fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."): d=d[int(k)] if isinstance(d,list) else d[k]
+print(d)' "$1" "$2"; }
+
+# A Llama with GQA (4 query heads, 2 kv heads), an untied head and 259 rows: 130 + 129 at
+# T=2, 65 + 65 + 65 + 64 at T=4.
+LLAMA=$TMP/llama.yaml
+cat > "$LLAMA" <<'YAML'
+model:
+  arch: llama
+  n_layer: 2
+  n_head: 4
+  n_kv_head: 2
+  d_model: 64
+  d_ff: 96
+  vocab_size: 259
+  max_seq_len: 64
+data:
+  format: text
+  train: [/usr/share/games/fortunes/fortunes]
+  val_fraction: 0.0
+  seq_len: 32
+batch:
+  micro: 2
+  global: 4
+optimizer:
+  lr: 3.0e-3
+steps: 20
+checkpoint:
+  every: 0
+logging:
+  every: 1
+  sample_tokens: 0
+YAML
+GPT=$TMP/gpt.yaml
+write_recipe "$GPT"
+sed -i 's/^steps: 3/steps: 20/; s/^  n_layer: 1/  n_layer: 2/; s/^  n_head: 2/  n_head: 4/; s/^  d_model: 16/  d_model: 32/; s/^  micro: 2/  micro: 2\n  global: 4/' "$GPT"
+
+# train NAME RECIPE N ARGS...: mpirun -n N fdtrain train RECIPE ARGS into $TMP/NAME.
+train() {
+  local name=$1 recipe=$2 n=$3; shift 3
+  "${MPI[@]}" -n "$n" "$FDTRAIN" train "$recipe" "$@" --run-dir "$TMP/$name" --no-progress \
+    >"$TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; }
+}
+# same_as REF NAME: the losses and gradient norms of every step of NAME match REF's to 1e-5.
+same_as() {
+  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" <<'PY'
+import json, sys
+def steps(path):
+    return {m["step"]: m for m in map(json.loads, open(path)) if "grad_norm" in m}
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(a) == 20 and sorted(a) == sorted(b), (len(a), len(b))
+worst = max(abs(b[s][k] - a[s][k]) / abs(a[s][k]) for s in a for k in ("loss", "grad_norm"))
+print(f"    20 steps, largest relative difference of loss and grad norm {worst:.3g}")
+assert worst <= 1e-5, worst
+PY
+  then echo "ok: $2: the losses of $1 to 1e-5"; else fail "$2: losses differ from $1's"; fi
+}
+
+# 1. Numerics against T=1 (one rank, the same global batch of 4 sequences).
+train l1 "$LLAMA" 1 batch.accumulation=2
+train l2 "$LLAMA" 2 parallel.tensor=2 batch.accumulation=2
+train l4 "$LLAMA" 4 parallel.tensor=4 batch.accumulation=2
+train l2d2 "$LLAMA" 4 parallel.tensor=2 zero.stage=2
+train l2d2z3 "$LLAMA" 4 parallel.tensor=2 zero.stage=3
+train l2d2z0 "$LLAMA" 4 parallel.tensor=2 zero.stage=0
+train l2d2ac "$LLAMA" 4 parallel.tensor=2 zero.stage=2 activation_checkpointing.layers=all
+# Megatron's sequence parallelism (the norm regions split along the sequence).
+train l2sp "$LLAMA" 2 parallel.tensor=2 parallel.sequence_parallel=true batch.accumulation=2
+train l4sp "$LLAMA" 4 parallel.tensor=4 parallel.sequence_parallel=true batch.accumulation=2
+for run in l2 l4 l2d2 l2d2z3 l2sp l4sp; do same_as l1 $run; done
+w=$(json "$TMP/l2d2/summary.json" weights_sha256)
+for run in l2d2z3 l2d2z0 l2d2ac; do
+  got=$(json "$TMP/$run/summary.json" weights_sha256)
+  [ -n "$w" ] && [ "$got" = "$w" ] && echo "ok: $run: weights ${w:0:16}, bitwise T=2 x D=2 ZeRO-2's" \
+    || fail "$run: weights $got vs $w"
+done
+# Tied heads: a Llama tying its head to the embedding, and GPT-2.
+train t1 "$LLAMA" 1 batch.accumulation=2 model.tie_embeddings=true
+train t2 "$LLAMA" 4 parallel.tensor=2 model.tie_embeddings=true
+same_as t1 t2
+train g1 "$GPT" 1 batch.accumulation=2
+train g2 "$GPT" 2 parallel.tensor=2 batch.accumulation=2
+train g2d2 "$GPT" 4 parallel.tensor=2 zero.stage=3
+train g2sp "$GPT" 4 parallel.tensor=2 parallel.sequence_parallel=true zero.stage=2
+same_as g1 g2
+same_as g1 g2d2
+same_as g1 g2sp
+# LoRA on every linear (column-parallel B and row-parallel A split, the other factor whole).
+LORA=(lora.r=4 "lora.targets=[all-linear]")
+train a1 "$LLAMA" 1 batch.accumulation=2 "${LORA[@]}"
+train a2 "$LLAMA" 4 parallel.tensor=2 zero.stage=2 "${LORA[@]}"
+same_as a1 a2
+
+# 2. summary.json: the layout, and each rank's parameters about 1/T of T=1's.
+if python3 - "$TMP/l1/summary.json" "$TMP/l2/summary.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p)) for p in sys.argv[1:])
+t = two["tensor_parallel"]
+assert t["size"] == 2 and t["replicas"] == 1 and t["bytes_per_step"] > 0, t
+assert "tensor_parallel" not in one
+p1 = one["memory"]["params"]; p2 = two["memory"]["params"]
+print(f"    parameters per rank: T=1 {p1} bytes, T=2 {p2} bytes ({p2 / p1:.3f})")
+assert 0.5 <= p2 / p1 <= 0.56, p2 / p1   # the norms are whole on every rank
+PY
+then echo "ok: summary.json tensor_parallel {size 2, replicas 1}; parameters per rank ~1/2"; else
+  fail "summary.json of T=2"; fi
+
+# The estimate by execution: per rank, each category of model state and the bytes sent over the
+# tp group per step, equal to what the runs measured; without replicated parts (2 kv heads over
+# 2 ranks, no biases, no LoRA), the bytes are Megatron's count.
+estimate_matches() {  # estimate_matches RUN N ARGS...: the estimate of RUN's layout vs its summary
+  local run=$1 n=$2; shift 2
+  "$FDTRAIN" estimate "$LLAMA" "$@" --world-size "$n" --json >"$TMP/$run.est.json" 2>"$TMP/$run.est.err" \
+    || { fail "$run: estimate exit $?"; head -3 "$TMP/$run.est.err"; return; }
+  if python3 - "$TMP/$run.est.json" "$TMP/$run/summary.json" "$run" <<'PY'
+import json, sys
+est, summ, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+st = next(s for s in est["stages"] if s["stage"] == est["recipe_stage"])
+for k in ("params", "grads", "master", "optimizer"):
+    assert st[k] == summ["memory"][k], (k, st[k], summ["memory"][k])
+t = est["tensor_parallel"]
+assert t["bytes_per_step"] == summ["tensor_parallel"]["bytes_per_step"], (t, summ["tensor_parallel"])
+if run in ("l2", "l2sp"):
+    assert t["bytes_per_step"] == t["formula_bytes_per_step"], t
+print(f"    model states by category as measured; {t['bytes_per_step']} tp bytes per step "
+      f"(Megatron's count {t['formula_bytes_per_step']})")
+PY
+  then echo "ok: $run: the estimate's model states and tp bytes per step are the run's"; else
+    fail "$run: estimate vs summary.json"; fi
+}
+estimate_matches l2 2 parallel.tensor=2 batch.accumulation=2
+estimate_matches l2d2z3 4 parallel.tensor=2 zero.stage=3
+estimate_matches l4 4 parallel.tensor=4 batch.accumulation=2
+estimate_matches l2sp 2 parallel.tensor=2 parallel.sequence_parallel=true batch.accumulation=2
+
+# 3. Refused at validation: exit 2, one message naming parallel.tensor with the arithmetic.
+refused() {  # refused NAME N PATTERN ARGS...
+  local name=$1 n=$2 pattern=$3; shift 3
+  local out rc
+  out=$("${MPI[@]}" -n "$n" "$FDTRAIN" train "$LLAMA" "$@" --run-dir "$TMP/$name" --no-progress 2>&1)
+  rc=$?
+  if [ "$rc" -eq 2 ] && grep -Eq -- "$pattern" <<<"$out" && [ ! -e "$TMP/$name" ]; then
+    echo "ok: $name: exit 2, /$pattern/"
+  else
+    fail "$name: exit $rc"; echo "$out" | grep -v '^--\|^$' | head -5 | sed 's/^/    /'
+  fi
+}
+refused heads 3 "parallel.tensor: 4 query heads do not split over 3 ranks \(4 % 3 = 1\)" \
+  parallel.tensor=3 batch.global=0
+refused kv 2 "parallel.tensor: 3 key/value heads neither split over 2 ranks nor divide them" \
+  parallel.tensor=2 model.n_head=6 model.n_kv_head=3 model.d_model=96 batch.global=0
+refused world 3 "parallel.tensor: 2 tensor-parallel ranks x 1 pipeline stage\(s\) = 2 do not divide the 3 rank\(s\)" \
+  parallel.tensor=2 batch.global=0
+refused global 4 "batch.global: 4 sequences per step do not fit 4 rank\(s\) of 4 tensor-parallel rank\(s\).* = 2 \* 1 \* 1 = 2; set batch.accumulation to 2" \
+  parallel.tensor=4
+refused pipeline 4 "parallel.tensor: 2 tensor-parallel ranks with a pipeline of 2 stages" \
+  parallel.tensor=2 parallel.pipeline=2 batch.global=0
+refused cuda 2 "parallel.tensor: with device: cuda" parallel.tensor=2 device=cuda batch.global=0
+refused sp1 2 "parallel.sequence_parallel: splits the sequence over the tensor-parallel ranks, and parallel.tensor is 1" \
+  parallel.sequence_parallel=true batch.global=0
+refused spseq 4 "parallel.sequence_parallel: splits each sequence of data.seq_len 30 tokens over the 4 tensor-parallel ranks, which do not divide it \(30 % 4 = 2\)" \
+  parallel.tensor=4 parallel.sequence_parallel=true data.seq_len=30 batch.global=0
+refused quant 2 "parallel.tensor: with model.quantize" parallel.tensor=2 batch.global=0 lora.r=4 \
+  model.quantize.type=nf4
+
+# 4. A rank killed or stalled inside a tensor-parallel step: the job ends within 60 s, naming it.
+fault() {  # fault NAME SPEC PATTERN ARGS...
+  local name=$1 spec=$2 pattern=$3; shift 3
+  local start out rc secs
+  start=$(date +%s)
+  out=$(FDTRAIN_FAULT=$spec "${MPI[@]}" -n 2 "$FDTRAIN" train "$LLAMA" parallel.tensor=2 \
+        batch.accumulation=2 steps=100000 "$@" --run-dir "$TMP/$name" --no-progress 2>&1)
+  rc=$?
+  secs=$(($(date +%s) - start))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$secs" -le 60 ] && grep -Eq -- "$pattern" <<<"$out"; then
+    echo "ok: $name: exit $rc after ${secs}s, /$pattern/"
+  else
+    fail "$name: exit $rc after ${secs}s"; echo "$out" | grep -v '^--\|^$' | tail -8 | sed 's/^/    /'
+  fi
+}
+fault kill "kill:rank=1:step=3" "rank 1|process rank 1|signal 9|Killed"
+fault stall "stall:rank=1:step=3" "rank 0 .*did not complete within 5 s" dist.timeout_s=5
+
+finish
