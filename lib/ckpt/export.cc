@@ -17,6 +17,7 @@
 #include "lib/ckpt/h5.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/peft.h"
+#include "lib/ckpt/slices.h"
 #include "lib/ckpt/weights_file.h"
 #include "lib/tensor/safetensors.h"
 
@@ -40,9 +41,18 @@ bool same_layout(const std::vector<ParamLayout>& a, const std::vector<ParamLayou
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].name != b[i].name || a[i].segment != b[i].segment || a[i].offset != b[i].offset ||
-        a[i].shape != b[i].shape || a[i].decay != b[i].decay)
+        a[i].shape != b[i].shape || a[i].decay != b[i].decay || a[i].slice_dim != b[i].slice_dim ||
+        a[i].slice_offset != b[i].slice_offset || a[i].slice_global != b[i].slice_global ||
+        a[i].slice_blocks != b[i].slice_blocks)
       return false;
   return true;
+}
+
+// The manifest's entry for tp rank `tp`'s segment `name`, or nullptr.
+const ManifestSegment* manifest_segment(const Manifest& mf, const std::string& name, int tp) {
+  for (const ManifestSegment& s : mf.segments)
+    if (s.name == name && s.tp == tp) return &s;
+  return nullptr;
 }
 
 void check_against_manifest(const Checkpoint& c, size_t i) {
@@ -63,20 +73,83 @@ void check_against_manifest(const Checkpoint& c, size_t i) {
   if (m.precision != mf.precision) differ("precision", m.precision, mf.precision);
   if (m.format_version != mf.format_version)
     differ("format_version", std::to_string(m.format_version), std::to_string(mf.format_version));
-  if (i > 0 && !same_layout(m.layout, c.shards[0].meta().layout))
+  const ShardMeta& first = c.shards[0].meta();
+  if (m.tensor.size != first.tensor.size || m.tensor.replicas != first.tensor.replicas)
     usage_error(
-        "{}: its parameter layout differs from that of {}; the checkpoint is "
+        "{}: it is of {} tp rank(s) x {} replica(s), but {} of {} x {}; the checkpoint is "
         "inconsistent; {}",
-        path, c.shards[0].path(), kCorruptHint);
+        path, m.tensor.size, m.tensor.replicas, c.shards[0].path(), first.tensor.size,
+        first.tensor.replicas, kCorruptHint);
+  // Within a tp rank every shard has one layout (its slices); tp ranks differ.
+  const size_t same_tp = size_t(m.tensor.rank);  // the shard of rank tp: replica 0, stage 0
+  if (i != same_tp && !same_layout(m.layout, c.shards[same_tp].meta().layout))
+    usage_error(
+        "{}: its parameter layout differs from that of {} (the same tp rank {}); the "
+        "checkpoint is inconsistent; {}",
+        path, c.shards[same_tp].path(), m.tensor.rank, kCorruptHint);
   for (const ShardReader::RangeInfo& r : c.shards[i].ranges()) {
-    auto it = std::find_if(mf.segments.begin(), mf.segments.end(),
-                           [&](const ManifestSegment& s) { return s.name == r.segment; });
-    if (it == mf.segments.end())
-      usage_error("{}: segment '{}' is not in the manifest {}; the checkpoint is inconsistent; {}",
-                  path, r.segment, manifest, kCorruptHint);
-    if (it->numel != r.segment_numel)
+    const ManifestSegment* seg = manifest_segment(mf, r.segment, m.tensor.rank);
+    if (!seg)
+      usage_error(
+          "{}: segment '{}'{} is not in the manifest {}; the checkpoint is inconsistent; {}", path,
+          r.segment, m.tensor.size > 1 ? fmt::format(" of tp rank {}", m.tensor.rank) : "",
+          manifest, kCorruptHint);
+    if (seg->numel != r.segment_numel)
       differ(("segment_numel of '" + r.segment + "'").c_str(), std::to_string(r.segment_numel),
-             std::to_string(it->numel));
+             std::to_string(seg->numel));
+  }
+}
+
+// The tp ranks' layouts must be slices of one set of whole tensors: the same parameters in
+// the same order and segments, each tiled exactly by the tp ranks' slices. Fills
+// c.whole_layout.
+void check_tensor_parallel(Checkpoint& c) {
+  const int T = c.meta().tensor.size;
+  c.tp_shards.assign(size_t(T), {});
+  for (size_t i = 0; i < c.shards.size(); ++i)
+    c.tp_shards[size_t(c.shards[i].meta().tensor.rank)].push_back(i);
+  const std::string manifest = (fs::path(c.dir) / "manifest.json").string();
+  for (const ManifestSegment& s : c.manifest.segments)
+    if (s.tp >= T)
+      usage_error(
+          "{}: segment '{}' of tp rank {}, but the shards are of {} tp rank(s); the checkpoint "
+          "is inconsistent; {}",
+          manifest, s.name, s.tp, T, kCorruptHint);
+  for (int t = 0; t < T; ++t) {
+    // world_size = T x replicas x stages (checked per shard) and rank % T = tp rank: each
+    // tp rank has shards; a manifest of fewer files is refused before this.
+    if (c.tp_shards[size_t(t)].empty())
+      usage_error(
+          "checkpoint {}: no shard holds tp rank {} of {}; the checkpoint is "
+          "incomplete; {}",
+          c.dir, t, T, kCorruptHint);
+    const std::vector<ParamLayout>& a = c.layout(0);
+    const std::vector<ParamLayout>& b = c.layout(t);
+    const std::string& path = c.shards[c.tp_shards[size_t(t)].front()].path();
+    bool same = a.size() == b.size();
+    for (size_t i = 0; same && i < a.size(); ++i)
+      same = a[i].name == b[i].name && a[i].segment == b[i].segment && a[i].decay == b[i].decay;
+    if (!same)
+      usage_error(
+          "{}: tp rank {}'s parameters (names, segments) differ from tp rank 0's in {}; the "
+          "checkpoint is inconsistent; {}",
+          path, t, c.shards[0].path(), kCorruptHint);
+  }
+  c.whole_layout.clear();
+  for (size_t i = 0; i < c.layout(0).size(); ++i) {
+    const std::vector<const ParamLayout*> rows = c.rows(i);
+    const std::string problem = tiling_problem(rows);
+    if (!problem.empty())
+      usage_error(
+          "checkpoint {}: parameter '{}' is not split consistently over the tp ranks: {}; the "
+          "checkpoint is inconsistent; {}",
+          c.dir, rows.front()->name, problem, kCorruptHint);
+    ParamLayout w = *rows.front();
+    w.shape = global_shape(w);
+    w.slice_dim = -1;
+    w.slice_offset = w.slice_global = 0;
+    w.slice_blocks = 1;
+    c.whole_layout.push_back(std::move(w));
   }
 }
 
@@ -86,49 +159,56 @@ struct Piece {
   int64_t begin, end;
 };
 
-// For every segment, the pieces that cover it, each element taken from the
-// first (lowest-offset) range that holds it. Throws if a parameter element
-// is held by no shard.
-std::map<std::string, std::vector<Piece>> plan_reads(const Checkpoint& c) {
-  std::map<std::string, std::vector<Piece>> plan;
+// A segment of one tp rank (every segment is of tp rank 0 without tensor parallelism).
+using TpSegment = std::pair<int, std::string>;
+
+// For every segment of every tp rank, the pieces that cover it, each element taken from the
+// first (lowest-offset) range of that tp rank's shards that holds it. Throws if a parameter
+// element is held by no shard.
+std::map<TpSegment, std::vector<Piece>> plan_reads(const Checkpoint& c) {
+  std::map<TpSegment, std::vector<Piece>> plan;
   for (const ManifestSegment& seg : c.manifest.segments) {
     std::vector<Piece> ranges;
-    for (size_t s = 0; s < c.shards.size(); ++s)
+    for (size_t s : c.tp_shards[size_t(seg.tp)])
       if (const ShardReader::RangeInfo* r = c.shards[s].find_range(seg.name))
         ranges.push_back({s, r->offset, r->offset + r->count});
     std::sort(ranges.begin(), ranges.end(),
               [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
     std::vector<std::pair<int64_t, int64_t>> gaps;
     int64_t pos = 0;
-    std::vector<Piece>& pieces = plan[seg.name];
+    std::vector<Piece>& pieces = plan[{seg.tp, seg.name}];
     for (const Piece& r : ranges) {
       if (r.begin > pos) gaps.push_back({pos, r.begin});
       if (r.end > pos) pieces.push_back({r.shard, std::max(pos, r.begin), r.end});
       pos = std::max(pos, r.end);
     }
     if (pos < seg.numel) gaps.push_back({pos, seg.numel});
-    for (const ParamLayout& p : c.meta().layout) {
+    const std::string of_tp =
+        c.tensor_size() > 1 ? fmt::format(" of tp rank {}", seg.tp) : std::string();
+    for (const ParamLayout& p : c.layout(seg.tp)) {
       if (p.segment != seg.name) continue;
       int64_t b = p.offset, e = p.offset + numel_of(p.shape);  // no overflow: ShardReader checks
       if (e > seg.numel)
         usage_error(
-            "checkpoint {}: parameter '{}' [{}, {}) lies beyond segment '{}' of {} elements in "
+            "checkpoint {}: parameter '{}' [{}, {}) lies beyond segment '{}'{} of {} elements in "
             "the manifest; the checkpoint is inconsistent; {}",
-            c.dir, p.name, b, e, seg.name, seg.numel, kCorruptHint);
+            c.dir, p.name, b, e, seg.name, of_tp, seg.numel, kCorruptHint);
       for (auto [gb, ge] : gaps)
         if (gb < e && b < ge)
           usage_error(
-              "checkpoint {}: elements [{}, {}) of segment '{}' (parameter '{}') are in "
+              "checkpoint {}: elements [{}, {}) of segment '{}'{} (parameter '{}') are in "
               "no shard; the checkpoint is incomplete; {}",
-              c.dir, gb, ge, seg.name, p.name, kCorruptHint);
+              c.dir, gb, ge, seg.name, of_tp, p.name, kCorruptHint);
     }
   }
-  for (const ParamLayout& p : c.meta().layout)
-    if (!plan.count(p.segment))
-      usage_error(
-          "checkpoint {}: parameter '{}' lies in segment '{}', which the manifest does "
-          "not list; the checkpoint is inconsistent; {}",
-          c.dir, p.name, p.segment, kCorruptHint);
+  for (int t = 0; t < c.tensor_size(); ++t)
+    for (const ParamLayout& p : c.layout(t))
+      if (!plan.count({t, p.segment}))
+        usage_error(
+            "checkpoint {}: parameter '{}' lies in segment '{}'{}, which the manifest does "
+            "not list; the checkpoint is inconsistent; {}",
+            c.dir, p.name, p.segment,
+            c.tensor_size() > 1 ? fmt::format(" of tp rank {}", t) : std::string(), kCorruptHint);
   return plan;
 }
 
@@ -270,36 +350,49 @@ Checkpoint open_checkpoint(const std::string& path) {
   for (const std::string& f : c.manifest.files)
     c.shards.push_back(ShardReader::open((fs::path(c.dir) / f).string()));
   for (size_t i = 0; i < c.shards.size(); ++i) check_against_manifest(c, i);
+  check_tensor_parallel(c);
   plan_reads(c);  // throws if some parameter is held by no shard
   return c;
 }
 
+std::vector<const ParamLayout*> Checkpoint::rows(size_t i) const {
+  std::vector<const ParamLayout*> out;
+  for (int t = 0; t < tensor_size(); ++t) out.push_back(&layout(t)[i]);
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> consolidate_ordered(const Checkpoint& c, DType dtype) {
-  std::map<std::string, std::vector<Piece>> plan = plan_reads(c);
-  const std::vector<ParamLayout>& layout = c.meta().layout;
+  std::map<TpSegment, std::vector<Piece>> plan = plan_reads(c);
+  const std::vector<ParamLayout>& whole = c.whole_layout;
   std::vector<Tensor> full;
-  for (const ParamLayout& p : layout)
-    full.push_back(
-        Tensor::zeros(Shape(std::span<const int64_t>(p.shape)), DType::kF32, MemCategory::kOther,
-                      Device::cpu()));
-  for (const auto& [segment, pieces] : plan) {
+  for (const ParamLayout& p : whole)
+    full.push_back(Tensor::zeros(Shape(std::span<const int64_t>(p.shape)), DType::kF32,
+                                 MemCategory::kOther, Device::cpu()));
+  for (const auto& [key, pieces] : plan) {
+    const auto& [tp, segment] = key;
+    const std::vector<ParamLayout>& layout = c.layout(tp);
     for (const Piece& piece : pieces) {
-      Tensor buf = Tensor::empty(Shape{piece.end - piece.begin}, DType::kF32, MemCategory::kOther, Device::cpu());
+      Tensor buf = Tensor::empty(Shape{piece.end - piece.begin}, DType::kF32, MemCategory::kOther,
+                                 Device::cpu());
       c.shards[piece.shard].read(segment, "master", piece.begin, piece.end - piece.begin, buf);
       for (size_t i = 0; i < layout.size(); ++i) {
         const ParamLayout& p = layout[i];
         if (p.segment != segment) continue;
+        if (tp > 0 && p.whole()) continue;  // whole parameters: tp rank 0's
         int64_t b = std::max(p.offset, piece.begin);
         int64_t e = std::min(p.offset + numel_of(p.shape), piece.end);
         if (b >= e) continue;
-        std::memcpy(full[i].f32() + (b - p.offset), buf.f32() + (b - piece.begin),
-                    size_t(e - b) * sizeof(float));
+        // The slice's elements in place in the whole tensor (one run when whole).
+        for_each_global_run(p, b - p.offset, e - b, [&](int64_t g, int64_t l, int64_t n) {
+          std::memcpy(full[i].f32() + g, buf.f32() + (p.offset + l - piece.begin),
+                      size_t(n) * sizeof(float));
+        });
       }
     }
   }
   std::vector<std::pair<std::string, Tensor>> out;
-  for (size_t i = 0; i < layout.size(); ++i)
-    out.emplace_back(layout[i].name,
+  for (size_t i = 0; i < whole.size(); ++i)
+    out.emplace_back(whole[i].name,
                      dtype == DType::kF32 ? full[i] : full[i].to(dtype, MemCategory::kOther));
   return out;
 }
@@ -330,12 +423,19 @@ std::string inspect_checkpoint(const std::string& path) {
     fmt::format_to(out,
                    "  pipeline: {} stages x {} data-parallel replicas (rank = stage x {} + "
                    "replica), {} schedule, transformer blocks per stage [{}]\n",
-                   m.pipeline.stages, m.pipeline.replicas, m.pipeline.replicas,
-                   m.pipeline.schedule, fmt::join(m.pipeline.blocks, ", "));
+                   m.pipeline.stages, m.pipeline.replicas, m.pipeline.replicas, m.pipeline.schedule,
+                   fmt::join(m.pipeline.blocks, ", "));
+  if (m.tensor.size > 1)
+    fmt::format_to(out,
+                   "  tensor parallel: {} ranks x {} replicas (rank = replica x {} + tp rank), "
+                   "each tp rank's segments a flat space of its own\n",
+                   m.tensor.size, m.tensor.replicas, m.tensor.size);
   int64_t params = 0;
-  for (const ParamLayout& p : m.layout) params += numel_of(p.shape);
+  for (const ParamLayout& p : c.whole_layout) params += numel_of(p.shape);
+  size_t segments = 0;
+  for (const ManifestSegment& seg : c.manifest.segments) segments += seg.tp == 0;
   fmt::format_to(out, "  model: {} parameter tensors, {} elements, in {} segments\n",
-                 m.layout.size(), params, c.manifest.segments.size());
+                 c.whole_layout.size(), params, segments);
 
   int64_t datasets = 0;
   uint64_t bytes_read = 0;
@@ -343,10 +443,14 @@ std::string inspect_checkpoint(const std::string& path) {
     std::error_code ec;
     uintmax_t size = fs::file_size(shard.path(), ec);
     const ShardMeta::Pipeline& pl = shard.meta().pipeline;
-    fmt::format_to(out, "  {}  rank {}{}  {}\n", fs::path(shard.path()).filename().string(),
+    const ShardMeta::TensorLayout& tl = shard.meta().tensor;
+    fmt::format_to(out, "  {}  rank {}{}{}  {}\n", fs::path(shard.path()).filename().string(),
                    shard.meta().rank,
                    pl.stages > 1 ? fmt::format(" (stage {}, replica {})", pl.stage, pl.replica)
                                  : std::string(),
+                   tl.size > 1 ? fmt::format(" (tp rank {}, replica {})", tl.rank,
+                                             (shard.meta().rank / tl.size) % tl.replicas)
+                               : std::string(),
                    format_bytes(double(ec ? 0 : size)));
     for (const ShardReader::RangeInfo& r : shard.ranges()) {
       fmt::format_to(out, "    {:<8} [{}, {}) of {}:", r.segment, r.offset, r.offset + r.count,
@@ -383,7 +487,7 @@ std::string export_checkpoint(const Checkpoint& c, const std::string& out, DType
   std::vector<std::pair<std::string, Tensor>> tensors = consolidate_ordered(c, dtype);
 
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const ParamLayout& p : m.layout) shapes[p.name] = p.shape;
+  for (const ParamLayout& p : c.whole_layout) shapes[p.name] = p.shape;
   ImpliedDims dims = implied_dims(shapes);
   std::map<std::string, std::string> meta = {
       {"format", "pt"},
@@ -448,8 +552,8 @@ std::string export_merged_lora(const Checkpoint& c, const std::string& out, DTyp
   std::stable_sort(base.begin(), base.end(),
                    [&](const auto& a, const auto& b) { return key(a.first) < key(b.first); });
 
-  std::vector<std::pair<std::string, Tensor>> merged =
-      merge_lora(base, lora, double(float(spec.alpha) / float(spec.r)));  // as training's fp32 forward
+  std::vector<std::pair<std::string, Tensor>> merged = merge_lora(
+      base, lora, double(float(spec.alpha) / float(spec.r)));  // as training's fp32 forward
   for (auto& [name, t] : merged)
     if (t.dtype() != dtype) t = t.to(dtype, MemCategory::kOther);
 

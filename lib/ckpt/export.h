@@ -30,11 +30,29 @@ namespace fd::ckpt {
 // All shards of one step directory, opened and checked against the manifest
 // and each other (step, world size, stage, precision, rank, layout, segment
 // sizes, full coverage of every parameter).
+//
+// A tensor-parallel checkpoint (ShardMeta::tensor.size T > 1) holds T different flat spaces
+// under each segment name, one per tp rank: shards are checked per tp rank (one layout, the
+// manifest's segments of that tp rank, every element of every parameter held), and the tp
+// ranks' slices must tile the same whole tensors.
 struct Checkpoint {
   std::string dir;
   Manifest manifest;
   std::vector<ShardReader> shards;  // rank order
   const ShardMeta& meta() const { return shards.front().meta(); }
+  // The shards of each tp rank, in rank order; one entry (every shard) without tensor
+  // parallelism.
+  std::vector<std::vector<size_t>> tp_shards;
+  int tensor_size() const { return int(tp_shards.size()); }
+  // tp rank t's layout: its slices' shapes and flat offsets (meta().layout when t = 0).
+  const std::vector<ParamLayout>& layout(int t) const {
+    return shards[tp_shards[size_t(t)].front()].meta().layout;
+  }
+  // Parameter i of the canonical order's row in every tp rank's layout.
+  std::vector<const ParamLayout*> rows(size_t i) const;
+  // Every parameter as a whole tensor, canonical order: global shapes, no slice (segment and
+  // offset are tp rank 0's). meta().layout without tensor parallelism.
+  std::vector<ParamLayout> whole_layout;
 };
 
 // Opens the checkpoint at `path` (anything resolve_step_dir() accepts),
@@ -43,7 +61,9 @@ struct Checkpoint {
 Checkpoint open_checkpoint(const std::string& path);
 
 // Every parameter of the checkpoint at `step_dir` assembled by name from the
-// shards' fp32 master weights, converted to `dtype` (round to nearest even).
+// shards' fp32 master weights, converted to `dtype` (round to nearest even): whole
+// tensors (a tensor-parallel checkpoint's slices assembled; whole parameters from tp rank 0),
+// the same as a checkpoint of the same weights without tensor parallelism gives.
 std::map<std::string, Tensor> consolidate(const std::string& step_dir, DType dtype);
 // As consolidate(), in canonical order (the checkpoint's layout order).
 std::vector<std::pair<std::string, Tensor>> consolidate_ordered(const Checkpoint& ckpt,

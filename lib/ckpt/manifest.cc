@@ -6,8 +6,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <cctype>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -16,8 +16,8 @@
 #include <sstream>
 #include <vector>
 
-#include "lib/base/check.h"
 #include "lib/base/atomic_file.h"
+#include "lib/base/check.h"
 #include "lib/base/error.h"
 #include "lib/base/input_file.h"
 #include "lib/base/strings.h"
@@ -35,9 +35,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 // Only a regular file, of at most 64 MiB (a FIFO in a checkpoint is refused, not waited on).
-std::string read_text(const std::string& path) {
-  return read_input_file(path, "checkpoint file");
-}
+std::string read_text(const std::string& path) { return read_input_file(path, "checkpoint file"); }
 
 }  // namespace
 
@@ -76,8 +74,13 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   j["precision"] = m.precision;
   j["files"] = m.files;
   j["segments"] = nlohmann::ordered_json::array();
-  for (const ManifestSegment& s : m.segments)
-    j["segments"].push_back({{"name", s.name}, {"numel", s.numel}});
+  const bool tensor_parallel = std::any_of(m.segments.begin(), m.segments.end(),
+                                           [](const ManifestSegment& s) { return s.tp != 0; });
+  for (const ManifestSegment& s : m.segments) {
+    nlohmann::ordered_json e = {{"name", s.name}, {"numel", s.numel}};
+    if (tensor_parallel) e["tp"] = s.tp;
+    j["segments"].push_back(std::move(e));
+  }
   if (!m.digests.empty()) {
     FD_CHECK(m.digests.size() == m.files.size(), "{} digests for {} files", m.digests.size(),
              m.files.size());
@@ -121,21 +124,30 @@ Manifest read_manifest(const std::string& dir) {
     m.zero_stage = j.at("zero_stage").get<int>();
     m.precision = j.at("precision").get<std::string>();
     m.files = j.at("files").get<std::vector<std::string>>();
-    for (const auto& s : j.at("segments"))
-      m.segments.push_back({s.at("name").get<std::string>(), s.at("numel").get<int64_t>()});
+    for (const auto& s : j.at("segments")) {
+      const int tp = s.contains("tp") ? s.at("tp").get<int>() : 0;
+      if (tp < 0 || tp >= m.world_size)
+        usage_error(
+            "{}: segment '{}' has tp rank {} of world size {}; the checkpoint is "
+            "corrupt; resume from another checkpoint",
+            path, s.at("name").get<std::string>(), tp, m.world_size);
+      m.segments.push_back({s.at("name").get<std::string>(), s.at("numel").get<int64_t>(), tp});
+    }
     if (j.contains("file_bytes") || j.contains("file_crc32")) {
       auto bytes = j.at("file_bytes").get<std::vector<uint64_t>>();
       auto crcs = j.at("file_crc32").get<std::vector<std::string>>();
       if (bytes.size() != m.files.size() || crcs.size() != m.files.size())
-        usage_error("{}: file_bytes and file_crc32 must list one entry per file ({}); the "
-                    "checkpoint is corrupt; resume from another checkpoint",
-                    path, m.files.size());
+        usage_error(
+            "{}: file_bytes and file_crc32 must list one entry per file ({}); the "
+            "checkpoint is corrupt; resume from another checkpoint",
+            path, m.files.size());
       for (size_t i = 0; i < bytes.size(); ++i) {
         const std::string& c = crcs[i];
         if (c.size() != 8 || c.find_first_not_of("0123456789abcdef") != std::string::npos)
-          usage_error("{}: file_crc32 entry '{}' is not 8 hex digits; the checkpoint is "
-                      "corrupt; resume from another checkpoint",
-                      path, c);
+          usage_error(
+              "{}: file_crc32 entry '{}' is not 8 hex digits; the checkpoint is "
+              "corrupt; resume from another checkpoint",
+              path, c);
         m.digests.push_back({bytes[i], uint32_t(std::stoul(c, nullptr, 16))});
       }
     }
@@ -216,9 +228,10 @@ std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
   std::error_code ec;
   if (!fs::exists(latest, ec)) return std::nullopt;
   if (!fs::is_regular_file(fs::symlink_status(latest, ec)))
-    usage_error("{} is not the plain file fdtrain writes (a directory or a link); delete it or "
-                "write the name of a complete step directory into a file of that name",
-                latest.string());
+    usage_error(
+        "{} is not the plain file fdtrain writes (a directory or a link); delete it or "
+        "write the name of a complete step directory into a file of that name",
+        latest.string());
   std::string name = read_text(latest.string());
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
   const bool plain = name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
@@ -228,7 +241,8 @@ std::optional<std::string> read_latest(const std::string& checkpoints_dir) {
     usage_error(
         "{} does not name a step directory (it holds {}); delete it or write the name "
         "of a complete step directory into it",
-        latest.string(), plain ? "nothing" : fmt::format("{} bytes of something else", name.size()));
+        latest.string(),
+        plain ? "nothing" : fmt::format("{} bytes of something else", name.size()));
   fs::path dir = fs::path(checkpoints_dir) / name;
   if (!fs::is_directory(dir, ec))
     usage_error(

@@ -45,6 +45,10 @@ FileDigest file_digest(const std::string& path);
 struct ManifestSegment {
   std::string name;  // "embed", "h.0", ..., "final"
   int64_t numel;     // padded numel of the segment's flat space in the writer's layout
+  // Tensor parallelism: the tp rank whose flat space this is (each tp rank's segments are
+  // different flat spaces under the same names, and their numel may differ). Stored in the
+  // manifest only when some segment's tp is not 0.
+  int tp = 0;
 };
 
 // RUN/checkpoints/step_XXXXXXXX/manifest.json.
@@ -55,7 +59,8 @@ struct Manifest {
   int zero_stage = 0;
   std::string precision;                  // "fp32" | "bf16" | "fp16"
   std::vector<std::string> files;         // shard file names, rank order: "rank_00000.h5", ...
-  std::vector<ManifestSegment> segments;  // forward order
+  std::vector<ManifestSegment> segments;  // forward order; tensor-parallel: tp rank 0's, then
+                                          // tp rank 1's, ...
   // One per file, in the same order; empty in checkpoints written before
   // digests were recorded (then nothing is checked).
   std::vector<FileDigest> digests;

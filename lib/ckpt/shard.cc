@@ -107,8 +107,8 @@ bool write_streamed_state(hid_t group, const SegmentRange& r) {
   bool ok = true;
   auto flush = [&] {
     for (int f = 0; f < n_fields && ok; ++f)
-      ok = h5::write_1d(ds[f].get(), f < 3 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, written,
-                        staged, stage[f].data());
+      ok = h5::write_1d(ds[f].get(), f < 3 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, written, staged,
+                        stage[f].data());
     written += staged;
     staged = 0;
   };
@@ -120,9 +120,9 @@ bool write_streamed_state(hid_t group, const SegmentRange& r) {
     const int64_t n = master.numel();
     for (int f = 0; f < n_fields; ++f) {
       const DType want = f < 3 ? DType::kF32 : *r.stream_params;
-      FD_CHECK(t[f]->defined() && t[f]->numel() == n && t[f]->dtype() == want &&
-                   t[f]->device().is_cpu(),
-               "segment {}: state pieces must be CPU tensors of one length", r.segment);
+      FD_CHECK(
+          t[f]->defined() && t[f]->numel() == n && t[f]->dtype() == want && t[f]->device().is_cpu(),
+          "segment {}: state pieces must be CPU tensors of one length", r.segment);
     }
     for (int64_t done = 0; done < n;) {
       const int64_t take = std::min(n - done, int64_t(chunk) - staged);
@@ -216,12 +216,18 @@ void write_shard(const std::string& path, const ShardMeta& meta,
             (meta.base_sha256.empty() || h5::write_attr_str(root, "base_sha256", meta.base_sha256));
   if (ok && meta.pipeline.stages > 1) {
     const ShardMeta::Pipeline& pl = meta.pipeline;
-    ok = h5::write_attr_i64(root, "pipeline_stages", pl.stages) &&
-         h5::write_attr_i64(root, "pipeline_replicas", pl.replicas) &&
-         h5::write_attr_i64(root, "pipeline_stage", pl.stage) &&
-         h5::write_attr_i64(root, "pipeline_replica", pl.replica) &&
-         h5::write_attr_str(root, "pipeline_blocks", fmt::format("{}", fmt::join(pl.blocks, ","))) &&
-         h5::write_attr_str(root, "pipeline_schedule", pl.schedule);
+    ok =
+        h5::write_attr_i64(root, "pipeline_stages", pl.stages) &&
+        h5::write_attr_i64(root, "pipeline_replicas", pl.replicas) &&
+        h5::write_attr_i64(root, "pipeline_stage", pl.stage) &&
+        h5::write_attr_i64(root, "pipeline_replica", pl.replica) &&
+        h5::write_attr_str(root, "pipeline_blocks", fmt::format("{}", fmt::join(pl.blocks, ","))) &&
+        h5::write_attr_str(root, "pipeline_schedule", pl.schedule);
+  }
+  if (ok && meta.tensor.size > 1) {
+    ok = h5::write_attr_i64(root, "tensor_size", meta.tensor.size) &&
+         h5::write_attr_i64(root, "tensor_rank", meta.tensor.rank) &&
+         h5::write_attr_i64(root, "tensor_replicas", meta.tensor.replicas);
   }
   if (ok && meta.loss_scaler) {
     const LossScalerState& s = *meta.loss_scaler;
@@ -241,10 +247,19 @@ void write_shard(const std::string& path, const ShardMeta& meta,
     for (const ParamLayout& p : meta.layout) width = std::max(width, p.shape.size());
     std::vector<std::string> names, segments;
     std::vector<int64_t> offsets, shapes(n * width, 0);
-    std::vector<int32_t> ndims;
+    std::vector<int32_t> ndims, slice_dims, slice_blocks;
+    std::vector<int64_t> slice_offsets, slice_globals;
     std::vector<uint8_t> decay;
     for (size_t i = 0; i < n; ++i) {
       const ParamLayout& p = meta.layout[i];
+      FD_CHECK(meta.tensor.size > 1 || p.whole(),
+               "parameter {} is sliced in a shard without "
+               "tensor parallelism",
+               p.name);
+      slice_dims.push_back(p.slice_dim);
+      slice_offsets.push_back(p.slice_offset);
+      slice_globals.push_back(p.slice_global);
+      slice_blocks.push_back(p.slice_blocks);
       names.push_back(p.name);
       segments.push_back(p.segment);
       offsets.push_back(p.offset);
@@ -261,6 +276,16 @@ void write_shard(const std::string& path, const ShardMeta& meta,
          h5::write_dataset(g.get(), "shape", H5T_STD_I64LE, H5T_NATIVE_INT64, {hn, width},
                            shapes.data()) &&
          h5::write_dataset(g.get(), "decay", H5T_STD_U8LE, H5T_NATIVE_UINT8, {hn}, decay.data());
+    // The slices only where there are any: a shard without tensor parallelism is as before.
+    if (ok && meta.tensor.size > 1)
+      ok = h5::write_dataset(g.get(), "slice_dim", H5T_STD_I32LE, H5T_NATIVE_INT32, {hn},
+                             slice_dims.data()) &&
+           h5::write_dataset(g.get(), "slice_offset", H5T_STD_I64LE, H5T_NATIVE_INT64, {hn},
+                             slice_offsets.data()) &&
+           h5::write_dataset(g.get(), "slice_global", H5T_STD_I64LE, H5T_NATIVE_INT64, {hn},
+                             slice_globals.data()) &&
+           h5::write_dataset(g.get(), "slice_blocks", H5T_STD_I32LE, H5T_NATIVE_INT32, {hn},
+                             slice_blocks.data());
     if (!ok) write_failed(path, "writing /layout");
   }
 
@@ -388,7 +413,8 @@ ShardReader ShardReader::open(const std::string& path) {
   // An int attribute: refused rather than truncated when it does not fit.
   auto req_int = [&](const char* name) {
     int64_t v = req_i64(root, name, "/");
-    if (v < INT32_MIN || v > INT32_MAX) bad(fmt::format("attribute '{}' = {} is out of range", name, v));
+    if (v < INT32_MIN || v > INT32_MAX)
+      bad(fmt::format("attribute '{}' = {} is out of range", name, v));
     return int(v);
   };
   m.step = req_i64(root, "step", "/");
@@ -415,16 +441,30 @@ ShardReader ShardReader::open(const std::string& path) {
       char* end = nullptr;
       const long n = std::strtol(b.c_str(), &end, 10);
       if (b.empty() || *end != '\0' || n < 1 || n > INT32_MAX)
-        bad(fmt::format("attribute 'pipeline_blocks' = '{}' is not a list of block counts", blocks));
+        bad(fmt::format("attribute 'pipeline_blocks' = '{}' is not a list of block counts",
+                        blocks));
       pl.blocks.push_back(int(n));
       total += int(n);
     }
     if (pl.stages < 2 || pl.replicas < 1 || int64_t(pl.stages) * pl.replicas != m.world_size ||
         pl.stage < 0 || pl.stage >= pl.stages || pl.replica < 0 || pl.replica >= pl.replicas ||
         int(pl.blocks.size()) != pl.stages || total < pl.stages)
-      bad(fmt::format("pipeline attributes ({} stages x {} replicas, stage {}, replica {}, blocks "
+      bad(
+          fmt::format("pipeline attributes ({} stages x {} replicas, stage {}, replica {}, blocks "
                       "'{}') do not fit world size {}",
                       pl.stages, pl.replicas, pl.stage, pl.replica, blocks, m.world_size));
+  }
+  if (h5::has_attr(root, "tensor_size")) {
+    ShardMeta::TensorLayout& tl = m.tensor;
+    tl.size = req_int("tensor_size");
+    tl.rank = req_int("tensor_rank");
+    tl.replicas = req_int("tensor_replicas");
+    if (tl.size < 2 || tl.replicas < 1 || tl.rank < 0 || tl.rank >= tl.size ||
+        int64_t(tl.size) * tl.replicas * m.pipeline.stages != m.world_size)
+      bad(
+          fmt::format("tensor-parallel attributes ({} tp ranks x {} replicas x {} pipeline "
+                      "stages, tp rank {}) do not fit world size {}",
+                      tl.size, tl.replicas, m.pipeline.stages, tl.rank, m.world_size));
   }
   if (h5::has_attr(root, "loss_scale")) {
     std::optional<double> scale = h5::read_attr_f64(root, "loss_scale");
@@ -439,6 +479,12 @@ ShardReader ShardReader::open(const std::string& path) {
     bad(fmt::format("rank {} of world size {}", m.rank, m.world_size));
   if (m.zero_stage < 0 || m.zero_stage > 3) bad(fmt::format("ZeRO stage {}", m.zero_stage));
   if (m.step < 0) bad(fmt::format("step {}", m.step));
+  // World rank = (stage x replicas + replica) x tp size + tp rank.
+  if (m.tensor.size > 1 && m.rank % m.tensor.size != m.tensor.rank)
+    bad(
+        fmt::format("tensor_rank {} is not the tp rank of rank {} ({} tp ranks: rank modulo {} "
+                    "= {})",
+                    m.tensor.rank, m.rank, m.tensor.size, m.tensor.size, m.rank % m.tensor.size));
 
   // /layout
   if (H5Lexists(root, "layout", H5P_DEFAULT) <= 0) missing("group /layout");
@@ -461,6 +507,21 @@ ShardReader ShardReader::open(const std::string& path) {
       missing("dataset /layout/decay");
     if (!read_numeric(g.get(), "shape", H5T_NATIVE_INT64, {n, hsize_t(-1)}, &shapes))
       missing("dataset /layout/shape");
+    // Tensor-parallel shards have the slices; others have none (every row whole).
+    std::vector<int32_t> slice_dims(n, -1), slice_blocks(n, 1);
+    std::vector<int64_t> slice_offsets(n, 0), slice_globals(n, 0);
+    if (m.tensor.size > 1) {
+      if (!read_numeric(g.get(), "slice_dim", H5T_NATIVE_INT32, {n}, &slice_dims))
+        missing("dataset /layout/slice_dim");
+      if (!read_numeric(g.get(), "slice_offset", H5T_NATIVE_INT64, {n}, &slice_offsets))
+        missing("dataset /layout/slice_offset");
+      if (!read_numeric(g.get(), "slice_global", H5T_NATIVE_INT64, {n}, &slice_globals))
+        missing("dataset /layout/slice_global");
+      if (!read_numeric(g.get(), "slice_blocks", H5T_NATIVE_INT32, {n}, &slice_blocks))
+        missing("dataset /layout/slice_blocks");
+    } else if (H5Lexists(g.get(), "slice_dim", H5P_DEFAULT) > 0) {
+      bad("/layout has slice columns but the root has no tensor_size attribute");
+    }
     size_t width = n ? shapes.size() / n : 0;
     for (size_t i = 0; i < n; ++i) {
       if (ndims[i] < 0 || size_t(ndims[i]) > width || offsets[i] < 0)
@@ -479,6 +540,33 @@ ShardReader ShardReader::open(const std::string& path) {
       }
       if (numel > INT64_MAX - p.offset)
         bad(fmt::format("parameter '{}' lies beyond element 2^63 of its segment", p.name));
+      p.slice_dim = slice_dims[i];
+      p.slice_offset = slice_offsets[i];
+      p.slice_global = slice_globals[i];
+      p.slice_blocks = slice_blocks[i];
+      if (!p.whole()) {
+        const int64_t along = p.slice_dim < ndims[i] ? p.shape[size_t(p.slice_dim)] : 0;
+        const bool fits = p.slice_dim < ndims[i] && p.slice_blocks >= 1 &&
+                          along % p.slice_blocks == 0 && p.slice_offset >= 0 &&
+                          p.slice_global >= 0 &&
+                          p.slice_offset <= p.slice_global - along / p.slice_blocks &&
+                          p.slice_global <= INT64_MAX / p.slice_blocks;
+        // The whole tensor's elements must be addressable too.
+        int64_t whole = 1;
+        bool small = fits;
+        for (size_t d = 0; small && d < p.shape.size(); ++d) {
+          const int64_t len = int(d) == p.slice_dim ? p.slice_global * p.slice_blocks : p.shape[d];
+          small = len == 0 || whole <= INT64_MAX / len;
+          whole *= small ? len : 1;
+        }
+        if (!fits || !small)
+          bad(fmt::format(
+              "layout row {} ('{}'): slice [{}, +{}) of {} along dimension {} in {} "
+              "blocks does not fit its shape",
+              i, p.name, p.slice_offset, along, p.slice_global, p.slice_dim, p.slice_blocks));
+      } else if (p.slice_dim != -1) {
+        bad(fmt::format("layout row {} ('{}'): slice_dim {}", i, p.name, p.slice_dim));
+      }
       m.layout.push_back(std::move(p));
     }
   }
@@ -565,8 +653,8 @@ void ShardReader::read(const std::string& segment, const std::string& field, int
            "unknown checkpoint field '{}'", field);
   // `out` may be on the GPU (resuming a device: cuda run): it is then filled
   // through a host buffer below.
-  FD_CHECK(out.defined() && out.numel() == count,
-           "read of {} elements into a tensor of {}", count, out.defined() ? out.numel() : 0);
+  FD_CHECK(out.defined() && out.numel() == count, "read of {} elements into a tensor of {}", count,
+           out.defined() ? out.numel() : 0);
   const RangeInfo* r = find_range(segment);
   if (!r)
     usage_error(
@@ -594,9 +682,9 @@ void ShardReader::read(const std::string& segment, const std::string& field, int
     // Read into `out` directly, or into a host buffer of the stored dtype
     // (a conversion, or a GPU tensor) that is then copied over.
     const bool direct = out.dtype() == stored_dtype && out.device().is_cpu();
-    Tensor target = direct ? out
-                           : Tensor::empty(Shape{count}, stored_dtype, MemCategory::kOther,
-                                           Device::cpu());
+    Tensor target =
+        direct ? out
+               : Tensor::empty(Shape{count}, stored_dtype, MemCategory::kOther, Device::cpu());
     hid_t mem = stored_dtype == DType::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
     ok = h5::read_1d(ds.get(), mem, global_offset - r->offset, count, target.raw());
     if (ok && !direct) out.copy_from(target);

@@ -7,6 +7,9 @@
 //                      precision, optimizer_step, seed, skipped_steps, fdtrain_version,
 //                      recipe, and loss_scale* (fp16 only)
 //   /layout/{name,segment,offset,ndim,shape,decay}   one row per parameter, canonical order
+//                      (tensor-parallel shards: also slice_dim, slice_offset, slice_global,
+//                      slice_blocks, and root attributes tensor_size, tensor_rank,
+//                      tensor_replicas)
 //   /segments/<segment>  attributes segment_numel, offset, count; datasets master,
 //                      exp_avg, exp_avg_sq (float32) and params (float32, or uint16 with a
 //                      `dtype` attribute "bf16"/"f16"), chunked with Fletcher32 checksums.
@@ -60,11 +63,18 @@ struct SegmentRange {
 
 // Where a parameter lives (the flat layout), world-size independent.
 struct ParamLayout {
-  std::string name;     // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
-  std::string segment;  // the segment holding it
-  int64_t offset;       // element offset within the segment's flat space
-  std::vector<int64_t> shape;
-  bool decay;  // AdamW weight decay applies
+  std::string name;            // Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight"
+  std::string segment;         // the segment holding it
+  int64_t offset;              // element offset within the segment's flat space
+  std::vector<int64_t> shape;  // this row's tensor (a tp rank's slice: its part)
+  bool decay;                  // AdamW weight decay applies
+  // Tensor parallelism (lib/ckpt/slices.h; nn::TensorSlice's fields): which part of the whole
+  // tensor `shape` is. slice_dim -1: the whole tensor.
+  int slice_dim = -1;
+  int64_t slice_offset = 0;
+  int64_t slice_global = 0;  // elements of one part along slice_dim in the whole tensor
+  int slice_blocks = 1;
+  bool whole() const { return slice_dim < 0; }
 };
 
 struct LossScalerState {
@@ -105,6 +115,9 @@ struct ShardMeta {
   Pipeline pipeline;
   // Tensor-parallel runs (parallel.tensor > 1): the writer's layout. Each parameter's row of
   // /layout then has its slice of the whole tensor; absent from the file when size == 1.
+  // Checked on read: size >= 2, rank < size, rank == the shard's rank modulo size (world rank
+  // = (stage x replicas + replica) x size + tp rank), size x replicas x pipeline stages ==
+  // world_size.
   struct TensorLayout {
     int size = 1, rank = 0;  // tp ranks, this shard's rank's coordinate
     int replicas = 1;        // data-parallel replicas (world_size = replicas x size)

@@ -27,6 +27,10 @@ std::vector<ckpt::ParamLayout> layout_of(const nn::Module& model) {
       l.offset = p.offset;
       for (int i = 0; i < p.value.shape().ndim(); ++i) l.shape.push_back(p.value.shape()[i]);
       l.decay = p.decay;
+      l.slice_dim = p.slice.dim;
+      l.slice_offset = p.slice.offset;
+      l.slice_global = p.slice.global;
+      l.slice_blocks = p.slice.blocks;
       out.push_back(std::move(l));
     }
   }
@@ -96,6 +100,23 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
   const double mine[2] = {double(digest.bytes), double(digest.crc32)};  // both exact in a double
   std::vector<double> digests(2 * size_t(comm.size()));
   comm.all_gather_f64(mine, digests.data(), 2);
+  // Tensor parallelism: each tp rank's segments are flat spaces of their own (the vocabulary's
+  // rows may differ by one between them), and the manifest lists every tp rank's. Every rank
+  // holds a range of every segment (ZeRO pads for equal shards), in the same order; world
+  // rank t is tp rank t's replica 0.
+  const int T = meta.tensor.size;
+  std::vector<double> numels;
+  if (T > 1) {
+    double n = double(ranges.size());
+    std::vector<double> counts(size_t(comm.size()));
+    comm.all_gather_f64(&n, counts.data(), 1);
+    FD_CHECK(std::all_of(counts.begin(), counts.end(), [&](double c) { return c == n; }),
+             "tensor-parallel ranks save different numbers of segments");
+    std::vector<double> mine_numel;
+    for (const auto& r : ranges) mine_numel.push_back(double(r.segment_numel));
+    numels.resize(ranges.size() * size_t(comm.size()));
+    comm.all_gather_f64(mine_numel.data(), numels.data(), ranges.size());
+  }
   if (rank0) {
     ckpt::Manifest m;
     m.step = req.step;
@@ -103,7 +124,13 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     m.zero_stage = meta.zero_stage;
     m.precision = meta.precision;
     for (int r = 0; r < comm.size(); ++r) m.files.push_back(ckpt::shard_file_name(r));
-    if (req.segments.empty()) {
+    if (T > 1) {
+      FD_CHECK(req.segments.empty(), "tensor parallelism with a pipeline's segments");
+      for (int t = 0; t < T; ++t)
+        for (size_t i = 0; i < ranges.size(); ++i)
+          m.segments.push_back(
+              {ranges[i].segment, int64_t(numels[size_t(t) * ranges.size() + i]), t});
+    } else if (req.segments.empty()) {
       for (const auto& r : ranges) m.segments.push_back({r.segment, r.segment_numel});
     } else {
       m.segments = req.segments;

@@ -12,6 +12,7 @@
 #include "lib/ckpt/export.h"
 #include "lib/ckpt/lora_base.h"
 #include "lib/ckpt/manifest.h"
+#include "lib/ckpt/slices.h"
 #include "lib/config/diff.h"
 #include "lib/config/load.h"
 #include "lib/engine/checkpointing.h"
@@ -239,25 +240,97 @@ std::vector<std::string> discard_newer(const std::vector<fs::path>& newer, int64
 }
 
 OpenCheckpoint::OpenCheckpoint(const fs::path& step_dir)
-    : dir_(step_dir), checkpoint_(ckpt::open_checkpoint(step_dir.string())) {}
+    : dir_(step_dir), checkpoint_(ckpt::open_checkpoint(step_dir.string())) {
+  const std::vector<ckpt::ParamLayout>& layout = checkpoint_.layout(0);
+  for (size_t i = 0; i < layout.size(); ++i) index_.emplace(layout[i].name, i);
+}
 
-void OpenCheckpoint::read(const std::string& segment, const std::string& field, int64_t offset,
-                          int64_t count, const Tensor& out) const {
-  out.zero_();
-  bool found = false;
-  for (const ckpt::ShardReader& r : checkpoint_.shards) {
-    for (const ckpt::ShardReader::RangeInfo& ri : r.ranges()) {
-      if (ri.segment != segment) continue;
-      found = true;
-      const int64_t lo = std::max(offset, ri.offset);
-      const int64_t hi = std::min({offset + count, ri.offset + ri.count, ri.segment_numel});
-      if (lo >= hi) continue;
-      r.read(segment, field, lo, hi - lo, out.flat_slice(lo - offset, hi - lo));
-    }
+void OpenCheckpoint::read_tp(int t, const std::string& segment, const std::string& field,
+                             int64_t offset, int64_t count, const Tensor& out) const {
+  for (size_t s : checkpoint_.tp_shards[size_t(t)]) {
+    const ckpt::ShardReader& r = checkpoint_.shards[s];
+    const ckpt::ShardReader::RangeInfo* ri = r.find_range(segment);
+    if (!ri) continue;
+    const int64_t lo = std::max(offset, ri->offset);
+    const int64_t hi = std::min({offset + count, ri->offset + ri->count, ri->segment_numel});
+    if (lo >= hi) continue;
+    r.read(segment, field, lo, hi - lo, out.flat_slice(lo - offset, hi - lo));
   }
-  if (!found)
+}
+
+void OpenCheckpoint::read(const nn::Module& model, const std::string& segment,
+                          const std::string& field, int64_t offset, int64_t count,
+                          const Tensor& out) const {
+  out.zero_();
+  const ckpt::Checkpoint& c = checkpoint_;
+  const auto& segs = c.manifest.segments;
+  if (std::none_of(segs.begin(), segs.end(),
+                   [&](const ckpt::ManifestSegment& s) { return s.name == segment; }))
     usage_error("{}: holds no segment '{}'; the checkpoint is of a different model", dir_.string(),
                 segment);
+  const nn::FlatParamGroup* group = nullptr;
+  for (const nn::FlatParamGroup* g : model.groups())
+    if (g->name() == segment) group = g;
+  FD_CHECK(group != nullptr, "the model has no segment '{}'", segment);
+  const std::vector<nn::Parameter>& params = group->params();
+
+  // A writer tp rank with this very flat layout of the segment: its ranges as they are.
+  for (int t = 0; t < c.tensor_size(); ++t) {
+    size_t k = 0;
+    bool same = true;
+    for (const ckpt::ParamLayout& w : c.layout(t)) {
+      if (w.segment != segment) continue;
+      const nn::Parameter* p = k < params.size() ? &params[k] : nullptr;
+      ++k;
+      same =
+          p && p->name == w.name && p->offset == w.offset &&
+          p->value.shape() == Shape(std::span<const int64_t>(w.shape)) &&
+          p->slice.dim == w.slice_dim &&
+          (w.whole() || (p->slice.offset == w.slice_offset && p->slice.global == w.slice_global &&
+                         p->slice.blocks == w.slice_blocks));
+      if (!same) break;
+    }
+    if (same && k == params.size()) return read_tp(t, segment, field, offset, count, out);
+  }
+
+  // Through the whole tensors, parameter by parameter.
+  const Tensor stage = out.device().is_cpu() ? out
+                                             : Tensor::zeros(Shape{count}, out.dtype(),
+                                                             MemCategory::kOther, Device::cpu());
+  struct Piece {
+    int t;
+    int64_t local, dst, n;  // writer's element offset in its parameter, out's, length
+  };
+  for (const nn::Parameter& p : params) {
+    const int64_t lo = std::max(offset, p.offset);
+    const int64_t hi = std::min(offset + count, p.offset + p.value.numel());
+    if (lo >= hi) continue;
+    auto at = index_.find(p.name);
+    if (at == index_.end())
+      usage_error("{}: holds no parameter '{}'; the checkpoint is of a different model",
+                  dir_.string(), p.name);
+    const std::vector<const ckpt::ParamLayout*> rows = c.rows(at->second);
+    std::vector<Piece> pieces;
+    nn::for_each_global_run(p, lo - p.offset, hi - lo, [&](int64_t g, int64_t l, int64_t n) {
+      ckpt::for_each_writer_piece(rows, g, n, [&](int t, int64_t wl, int64_t gb, int64_t m) {
+        pieces.push_back({t, wl, p.offset + l + (gb - g) - offset, m});
+      });
+    });
+    // One read per writer tp rank of the span of its slice this needs, then the pieces.
+    for (int t = 0; t < c.tensor_size(); ++t) {
+      int64_t begin = INT64_MAX, end = 0;
+      for (const Piece& q : pieces)
+        if (q.t == t) begin = std::min(begin, q.local), end = std::max(end, q.local + q.n);
+      if (begin >= end) continue;
+      const ckpt::ParamLayout& w = *rows[size_t(t)];
+      Tensor buf =
+          Tensor::zeros(Shape{end - begin}, out.dtype(), MemCategory::kOther, Device::cpu());
+      read_tp(t, w.segment, field, w.offset + begin, end - begin, buf);
+      for (const Piece& q : pieces)
+        if (q.t == t) stage.flat_slice(q.dst, q.n).copy_from(buf.flat_slice(q.local - begin, q.n));
+    }
+  }
+  if (!out.device().is_cpu()) out.copy_from(stage);
 }
 
 Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
@@ -283,12 +356,19 @@ Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
   Resumed r;
   for (const auto& l : diff.warnings)
     r.warnings.push_back(fmt::format("resuming with a changed recipe (saved -> now): {}", l));
-  // The same parameters at the same places of the same segments.
-  std::vector<ckpt::ParamLayout> mine = layout_of(model);
-  bool same = mine.size() == meta.layout.size();
+  // The same parameters at the same places of the same segments; when either side is
+  // tensor-parallel, the same whole tensors in the same segments (the slices reshard).
+  const std::vector<ckpt::ParamLayout> mine = layout_of(model);
+  const std::vector<ckpt::ParamLayout>& theirs = ck.checkpoint().whole_layout;
+  const bool tensor_parallel =
+      ck.checkpoint().tensor_size() > 1 ||
+      std::any_of(mine.begin(), mine.end(), [](const ckpt::ParamLayout& p) { return !p.whole(); });
+  bool same = mine.size() == theirs.size();
   for (size_t i = 0; same && i < mine.size(); ++i) {
-    same = mine[i].name == meta.layout[i].name && mine[i].segment == meta.layout[i].segment &&
-           mine[i].offset == meta.layout[i].offset && mine[i].shape == meta.layout[i].shape;
+    same =
+        mine[i].name == theirs[i].name && mine[i].segment == theirs[i].segment &&
+        (tensor_parallel ? ckpt::global_shape(mine[i]) == theirs[i].shape
+                         : mine[i].offset == theirs[i].offset && mine[i].shape == theirs[i].shape);
   }
   if (!same)
     usage_error(
@@ -297,7 +377,7 @@ Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
         step_dir);
   engine.load_state(
       [&](const std::string& segment, const std::string& field, int64_t offset, int64_t count,
-          const Tensor& out) { ck.read(segment, field, offset, count, out); },
+          const Tensor& out) { ck.read(model, segment, field, offset, count, out); },
       meta.optimizer_step);
   if (scaler && meta.loss_scaler) {
     precision::LossScalerState st;
@@ -312,8 +392,12 @@ Resumed load_for_resume(const OpenCheckpoint& ck, const config::Recipe& recipe,
   r.step = meta.step;
   r.skipped_steps = meta.skipped_steps;
   r.dir = step_dir;
-  r.info = fmt::format("resuming from {} (step {}, saved at world size {}, ZeRO stage {}, {})",
-                       step_dir, meta.step, meta.world_size, meta.zero_stage, meta.precision);
+  r.info = fmt::format("resuming from {} (step {}, saved at world size {}{}, ZeRO stage {}, {})",
+                       step_dir, meta.step, meta.world_size,
+                       meta.tensor.size > 1 ? fmt::format(" ({} tp ranks x {} replicas)",
+                                                          meta.tensor.size, meta.tensor.replicas)
+                                            : std::string(),
+                       meta.zero_stage, meta.precision);
   return r;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,21 +29,36 @@ class DynamicLossScaler;
 namespace fd::engine {
 
 // An opened checkpoint (lib/ckpt's open_checkpoint: manifest, every shard
-// validated and cross-checked), read by global ranges.
+// validated and cross-checked), read by global ranges at any layout.
 class OpenCheckpoint {
  public:
   explicit OpenCheckpoint(const std::filesystem::path& step_dir);
   const ckpt::ShardMeta& meta() const { return checkpoint_.meta(); }
   const std::filesystem::path& dir() const { return dir_; }
   const ckpt::Checkpoint& checkpoint() const { return checkpoint_; }
-  // Fills `out` with elements [offset, offset + count) of `field` of `segment`
-  // from whichever shards hold them; zero where no shard does (padding).
-  void read(const std::string& segment, const std::string& field, int64_t offset, int64_t count,
-            const Tensor& out) const;
+  // Fills `out` (count elements, CPU or GPU) with elements [offset, offset + count) of `field`
+  // of `model`'s segment `segment`: the loader's own flat space, whose parameters (their
+  // offsets, shapes and tensor-parallel slices) are `model`'s, at any world size, ZeRO stage,
+  // pipeline or tensor-parallel layout of the writer's. Zero where no parameter is (padding).
+  //
+  // When some writer tp rank laid the segment out as `model` does (the same tensor-parallel
+  // layout, or none), its shards' ranges are read as they are (world size and ZeRO stage
+  // reshard by global offsets). Otherwise each parameter's elements go through its whole
+  // tensor: the loader's slice to whole-tensor runs (nn::for_each_global_run), to the writer
+  // tp rank whose slice holds them (whole parameters: tp rank 0) and its flat offset, read from
+  // whichever of that tp rank's shards holds it. `model`'s parameters must be the
+  // checkpoint's whole tensors (load_for_resume checks).
+  void read(const nn::Module& model, const std::string& segment, const std::string& field,
+            int64_t offset, int64_t count, const Tensor& out) const;
 
  private:
+  // Elements [offset, offset + count) of tp rank t's segment into `out` (CPU).
+  void read_tp(int t, const std::string& segment, const std::string& field, int64_t offset,
+               int64_t count, const Tensor& out) const;
+
   std::filesystem::path dir_;
   ckpt::Checkpoint checkpoint_;
+  std::map<std::string, size_t> index_;  // parameter name -> its place in the canonical order
 };
 
 // Tidies `checkpoints_dir` after an interrupted save. Call with the run
@@ -129,11 +145,12 @@ struct Resumed {
 // Loads `checkpoint` into a run built from `recipe`: its stored recipe is
 // compared with `recipe` field by field (config::diff_recipes: a changed
 // model is refused, a changed optimizer or schedule warned about), its
-// parameter layout must be `model`'s, then the ZeRO state (parameters,
-// master weights, optimizer moments, step counts) goes into `engine` and the
-// loss scaler's state into `scaler` (fp16; may be null), and a LoRA base's
-// digest must be the one the adapters were trained on (`base_sha256`, of
-// model.init_from). Usage errors name the step directory and what to do.
+// parameters must be `model`'s (the same flat layout, or when either is
+// tensor-parallel the same whole tensors: names, global shapes, segments), then the ZeRO state
+// (parameters, master weights, optimizer moments, step counts) goes into `engine` and the loss
+// scaler's state into `scaler` (fp16; may be null), and a LoRA base's digest must be the one the
+// adapters were trained on (`base_sha256`, of model.init_from). Usage errors name the step
+// directory and what to do.
 Resumed load_for_resume(const OpenCheckpoint& checkpoint, const config::Recipe& recipe,
                         const nn::Module& model, zero::ZeroEngine& engine,
                         precision::DynamicLossScaler* scaler, const std::string& base_sha256);
