@@ -5,12 +5,15 @@
 # thread per rank. Prints only; writes nothing outside a temporary directory.
 #  1. speed: tokens/s of T = 2 (mpirun -n 2: each rank half of every layer) against T = 1 on one
 #     rank (the same global batch) and against D = 2 (data parallelism on the same 2 cores);
-#  2. traffic: the bytes each rank sends over its tensor-parallel group per step, as the run
-#     measured them (summary.json tensor_parallel.bytes_per_step), as `fdtrain estimate` counts
-#     them, and by Megatron-LM's formula (per micro-batch (4L + 1) all-reduces of B x T x H
-#     values without sequence parallelism, and the vocabulary-parallel loss's statistics and dh;
-#     ring model: 2 (T - 1) / T of each all-reduce's bytes on the wire), at T = 2 and T = 4;
-#  3. memory per rank at T = 2 against T = 1: params, grads, optimizer, activations.
+#  2. traffic: the bytes each rank sends over its tensor- (sequence-) parallel group per step, as
+#     the run measured them (summary.json), as `fdtrain estimate` counts them, and by the formula:
+#     Megatron-LM's (per micro-batch (4L + 1) all-reduces of B x T x H values, and the
+#     vocabulary-parallel loss's statistics and dh; ring model: 2 (T - 1) / T of each
+#     all-reduce's bytes on the wire) at T = 2 and 4, with sequence parallelism (reduce-scatter /
+#     all-gather pairs of the same total) at T = 2, and DeepSpeed-Ulysses' (4 all-to-alls of
+#     B x T/S x H per block forward, 4 backward) at S = 2 and 4;
+#  3. memory per rank at T = 2 (with and without sequence parallelism) and S = 2 against T = 1:
+#     params, grads, optimizer, activations.
 #
 #   bench/tensor_parallel_bench.sh [BUILD_DIR]
 #   TP_BENCH_STEPS (default 6): steps per run (ms/step excludes the first).
@@ -83,25 +86,35 @@ for name in t1 t2 d2; do
 done
 
 echo
-echo "== tensor-parallel bytes per step and rank: measured, counted by fdtrain estimate, Megatron's formula"
-printf '%-10s %16s %16s %16s\n' "layout" "measured" "estimate" "formula"
-for T in 2 4; do
-  [ "$T" = 2 ] && name=t2 || { run t4 4 parallel.tensor=4 batch.accumulation=2; name=t4; }
-  "$FDTRAIN" estimate "$R" parallel.tensor=$T batch.accumulation=2 --world-size "$T" --json >"$WORK/est$T.json"
-  python3 - "$WORK/$name/summary.json" "$WORK/est$T.json" "T=$T" <<'PY'
+echo "== bytes per step and rank over the tensor- or sequence-parallel group: measured (summary.json),"
+echo "   counted by fdtrain estimate, and the formula (Megatron-LM without and with sequence parallelism,"
+echo "   DeepSpeed-Ulysses)"
+printf '%-24s %16s %16s %16s\n' "layout" "measured" "estimate" "formula"
+traffic() {  # traffic NAME RANKS KIND LABEL key=value...: a run, its estimate, the formula
+  local name=$1 n=$2 kind=$3 label=$4
+  shift 4
+  [ -d "$WORK/$name" ] || run "$name" "$n" "$@"
+  "$FDTRAIN" estimate "$R" "$@" --world-size "$n" --json >"$WORK/$name.est.json"
+  python3 - "$WORK/$name/summary.json" "$WORK/$name.est.json" "$kind" "$label" <<'PY'
 import json, sys
-s, e = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-m, t = s["tensor_parallel"]["bytes_per_step"], e["tensor_parallel"]
-print(f"{sys.argv[3]:<10} {m:>16,} {t['bytes_per_step']:>16,} {t['formula_bytes_per_step']:>16,}"
+s, e, kind, label = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
+m, t = s[kind]["bytes_per_step"], e[kind]
+print(f"{label:<24} {m:>16,} {t['bytes_per_step']:>16,} {t['formula_bytes_per_step']:>16,}"
       + ("   equal" if m == t["bytes_per_step"] == t["formula_bytes_per_step"] else "   DIFFER"))
 PY
-done
+}
+traffic t2 2 tensor_parallel "T=2" parallel.tensor=2 batch.accumulation=2
+traffic t4 4 tensor_parallel "T=4" parallel.tensor=4 batch.accumulation=2
+traffic t2sp 2 tensor_parallel "T=2, sequence_parallel" parallel.tensor=2 parallel.sequence_parallel=true batch.accumulation=2
+traffic s2 2 sequence_parallel "S=2 (Ulysses)" parallel.sequence=2 batch.accumulation=2
+traffic s4 4 sequence_parallel "S=4 (Ulysses)" parallel.sequence=4 batch.accumulation=2
 
 echo
-echo "== memory per rank (bytes): T=2 against T=1"
-python3 - "$WORK/t1/summary.json" "$WORK/t2/summary.json" <<'PY'
+echo "== memory per rank (bytes) against T=1"
+python3 - "$WORK"/{t1,t2,t2sp,s2}/summary.json <<'PY'
 import json, sys
-a, b = (json.load(open(p))["memory"] for p in sys.argv[1:])
+a, *rest = (json.load(open(p))["memory"] for p in sys.argv[1:])
+print(f"  {'':<12} {'T=1':>12} " + " ".join(f"{n:>20}" for n in ("T=2", "T=2 + SP", "S=2 (Ulysses)")))
 for k in ("params", "grads", "optimizer", "activations"):
-    print(f"  {k:<12} T=1 {a[k]:>12,}   T=2 {b[k]:>12,}   ({b[k] / a[k]:.3f}x)")
+    print(f"  {k:<12} {a[k]:>12,} " + " ".join(f"{b[k]:>12,} ({b[k] / a[k]:.3f}x)" for b in rest))
 PY

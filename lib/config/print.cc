@@ -172,12 +172,13 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("dist.timeout_s", number(r.dist.timeout_s));
   const auto& pp = r.parallel;
   add("parallel.pipeline", std::to_string(pp.pipeline));
-  add("parallel.tensor", std::to_string(pp.tensor));
-  add("parallel.sequence_parallel", boolean(pp.sequence_parallel));
   add("parallel.schedule", std::string(to_string(pp.schedule)));
   add("parallel.partition", pp.partition == PartitionName::kList
                                 ? int_list(pp.partition_blocks)
                                 : std::string(to_string(pp.partition)));
+  add("parallel.tensor", std::to_string(pp.tensor));
+  add("parallel.sequence_parallel", boolean(pp.sequence_parallel));
+  add("parallel.sequence", std::to_string(pp.sequence));
   if (!r.lora) {
     add("lora", "null");
   } else {

@@ -191,7 +191,8 @@ std::string Recipe::where(std::string_view key_path) const {
 }
 
 int data_parallel_size(const Recipe& recipe, int world_size) {
-  return world_size / (recipe.parallel.pipeline * recipe.parallel.tensor);
+  const ParallelOptions& p = recipe.parallel;
+  return world_size / (p.pipeline * p.tensor * p.sequence);
 }
 
 int64_t global_batch(const Recipe& recipe, int world_size) {
@@ -212,6 +213,17 @@ std::string zero_stage_refusal(const ParallelOptions& p, int stage, bool offload
 
 void check_world_size(const Recipe& recipe, int world_size) {
   const int stages = recipe.parallel.pipeline, tensor = recipe.parallel.tensor;
+  const int sequence = recipe.parallel.sequence;
+  if (sequence > 1 && world_size % (int64_t{stages} * tensor * sequence) != 0) {
+    const int64_t unit = int64_t{stages} * tensor * sequence;
+    usage_error(
+        "{}: parallel.sequence: {} sequence-parallel ranks x {} tensor-parallel rank(s) x {} "
+        "pipeline stage(s) = {} do not divide the {} rank(s) of this job (the ranks are stages "
+        "x data-parallel replicas x sequence-parallel ranks x tensor-parallel ranks): start a "
+        "multiple of {} ranks (mpirun -n {})",
+        recipe.where("parallel.sequence"), sequence, tensor, stages, unit, world_size, unit,
+        world_size < unit ? unit : (world_size / unit + 1) * unit);
+  }
   if (tensor > 1 && world_size % (int64_t{stages} * tensor) != 0) {
     const int64_t unit = int64_t{stages} * tensor;
     usage_error(
@@ -241,14 +253,15 @@ void check_world_size(const Recipe& recipe, int world_size) {
   } else {
     hint = "; change batch.global or batch.micro, or set batch.global to 0";
   }
-  if (tensor > 1) {
+  if (tensor > 1 || sequence > 1) {
     usage_error(
         "{}: batch.global: {} sequences per step do not fit {} rank(s) of {} tensor-parallel "
-        "rank(s) x {} stage(s): only the data-parallel replicas read distinct data (a "
-        "tensor-parallel group shares its micro-batches), so batch.micro * batch.accumulation * "
-        "replicas (ranks / (stages x tensor)) = {} * {} * {} = {}{}",
-        recipe.where("batch.global"), b.global, world_size, tensor, stages, b.micro, b.accumulation,
-        replicas, per_step, hint);
+        "rank(s) x {} sequence-parallel rank(s) x {} stage(s): only the data-parallel replicas "
+        "read distinct data (tensor- and sequence-parallel groups share their micro-batches), "
+        "so batch.micro * batch.accumulation * replicas (ranks / (stages x sequence x tensor)) "
+        "= {} * {} * {} = {}{}",
+        recipe.where("batch.global"), b.global, world_size, tensor, sequence, stages, b.micro,
+        b.accumulation, replicas, per_step, hint);
   }
   if (stages == 1) {
     usage_error(

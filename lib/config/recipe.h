@@ -231,6 +231,11 @@ struct ParallelOptions {
   // Megatron-LM's sequence parallelism over the tensor-parallel ranks (tensor > 1; T divides
   // data.seq_len): the norm and residual regions split along the sequence (nn::TensorParallel).
   bool sequence_parallel = false;
+  // DeepSpeed-Ulysses sequence parallelism: S ranks share each micro-batch, each computing
+  // seq_len / S positions of every sequence; an all-to-all around attention gives it the whole
+  // sequence for 1/S of the heads (nn::SequenceParallel). S divides data.seq_len and the query
+  // heads (per tensor-parallel rank). world = P x D x S x T.
+  int sequence = 1;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;  // 1f1b or gpipe
   // How blocks are split over the stages: parameters (balance parameter
   // counts), uniform (equal block counts), or list (partition_blocks).

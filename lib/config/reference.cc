@@ -254,6 +254,16 @@ const std::vector<KeyDoc>& key_reference() {
        "residual adds and the embedding's output) each of the T ranks holds 1/T of every "
        "sequence, so those activations take 1/T of the memory; each region's all-reduce "
        "becomes a reduce-scatter and an all-gather (the same bytes)"},
+      {"parallel.sequence", "int", "1",
+       ">= 1, divides data.seq_len and the query heads (per tensor-parallel rank); pipeline x "
+       "sequence x tensor divides the ranks",
+       "DeepSpeed-Ulysses sequence-parallel ranks S: they share each micro-batch, each computing "
+       "seq_len / S positions of every sequence through every layer (activations ~1/S); around "
+       "attention an all-to-all gives each the whole sequence for 1/S of the heads and another "
+       "gives the positions back (key/value heads fewer than S: gathered whole). Positions and "
+       "the causal mask are global, packed rows keep their documents. ZeRO works across the D x "
+       "S ranks holding the same weights. CPU only so far; not with a pipeline, "
+       "sequence_parallel or an objective"},
       {"parallel.schedule", "string", "1f1b", "1f1b, gpipe",
        "the pipeline schedule over the step's M = batch.accumulation micro-batches: 1f1b "
        "alternates one forward and one backward after a warm-up, so stage s holds at most "

@@ -538,6 +538,7 @@ class Builder {
   void reduce_checks();
   void pipeline_checks();
   void tensor_checks();
+  void sequence_checks();
   void quantize_checks();
   void objective_checks();
   void reference_matches(const ModelOptions& reference);
@@ -998,6 +999,7 @@ void Builder::parallel(const Node& root) {
   get_int(s, "parallel", "pipeline", &p.pipeline, at_least(1));
   get_int(s, "parallel", "tensor", &p.tensor, at_least(1));
   get_bool(s, "parallel", "sequence_parallel", &p.sequence_parallel);
+  get_int(s, "parallel", "sequence", &p.sequence, at_least(1));
   get_enum(s, "parallel", "schedule",
            std::vector<PipelineSchedule>{PipelineSchedule::k1F1B, PipelineSchedule::kGPipe},
            &p.schedule);
@@ -1269,6 +1271,7 @@ void Builder::cross_checks() {
   reduce_checks();
   pipeline_checks();
   tensor_checks();
+  sequence_checks();
   quantize_checks();
   objective_checks();
   // Warnings: valid, but probably not what was meant.
@@ -1457,6 +1460,49 @@ void Builder::tensor_checks() {
     refuse(
         "with model.quantize: a 4-bit base's blocks do not follow the tensor-parallel "
         "splits yet; use parallel.tensor: 1 or a base in the compute dtype");
+}
+
+// parallel.sequence (DeepSpeed-Ulysses) against the sequence length and the heads, and the
+// features it does not combine with yet. The world size: check_world_size().
+void Builder::sequence_checks() {
+  const int S = r_->parallel.sequence;
+  if (bad("parallel.sequence") || S <= 1) return;
+  const std::string at = loc_of("parallel.sequence");
+  auto refuse = [&](const std::string& what) { error(at, "parallel.sequence", what); };
+  if (!bad("data.seq_len") && r_->data.seq_len % S != 0)
+    refuse(
+        fmt::format("splits each sequence of data.seq_len {} tokens over {} ranks, which do "
+                    "not divide it ({} % {} = {}): set data.seq_len to a multiple of {}",
+                    r_->data.seq_len, S, r_->data.seq_len, S, r_->data.seq_len % S, S));
+  const int T = bad("parallel.tensor") ? 1 : r_->parallel.tensor;
+  if (!bad("model") && !bad("model.init_from")) {
+    const nn::DecoderConfig c = decoder_config(r_->model);
+    if (nn::tensor_parallel_refusal(c, T).empty()) {
+      const std::string why = nn::ulysses_refusal(c, T, S);
+      if (!why.empty())
+        refuse(
+            fmt::format("{}: attention's heads are exchanged over the sequence-parallel "
+                        "ranks; set parallel.sequence to a divisor of them",
+                        why));
+    }
+  }
+  if (r_->parallel.sequence_parallel && !bad("parallel.sequence_parallel"))
+    refuse(
+        "with parallel.sequence_parallel: Ulysses and Megatron's sequence parallelism both "
+        "split the sequence; use one of them");
+  if (r_->parallel.pipeline > 1 && !bad("parallel.pipeline"))
+    refuse(
+        fmt::format("{} sequence-parallel ranks with a pipeline of {} stages: the two do not "
+                    "combine yet; use parallel.pipeline: 1 or parallel.sequence: 1",
+                    S, r_->parallel.pipeline));
+  if (r_->device == DeviceName::kCuda && !bad("device"))
+    refuse(
+        "with device: cuda: Ulysses runs on the CPU backend only so far (its all-to-all "
+        "exchanges have no CUDA path in the model yet); use device: cpu");
+  if (r_->objective && !bad("objective"))
+    refuse(
+        "with an objective section: preference training scores whole sequences, which "
+        "Ulysses splits; use parallel.sequence: 1");
 }
 
 // objective: absent or null (next-token loss), or a map; the keys an objective ignores are

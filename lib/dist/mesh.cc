@@ -20,15 +20,28 @@ Mesh::Mesh(std::vector<MeshAxis> axes) : axes_(std::move(axes)), strides_(axes_.
   }
 }
 
-Mesh Mesh::layout(int world, int stages, int tensor) {
+Mesh Mesh::layout(int world, int stages, int tensor, int sequence) {
   if (tensor < 1) usage_error("tensor parallelism needs at least one rank, got {}", tensor);
-  if (tensor == 1) return pipeline_data(world, stages);
-  if (world < 1 || stages < 1 || world % (int64_t{stages} * tensor) != 0)
+  if (sequence < 1) usage_error("sequence parallelism needs at least one rank, got {}", sequence);
+  if (tensor == 1 && sequence == 1) return pipeline_data(world, stages);
+  const int64_t unit = int64_t{stages} * tensor * sequence;
+  if (world < 1 || stages < 1 || world % unit != 0) {
+    if (sequence == 1)
+      usage_error(
+          "{} pipeline stage(s) x {} tensor-parallel ranks do not divide {} rank(s): the ranks "
+          "are stages x data-parallel replicas x tensor-parallel ranks; start a multiple of {} "
+          "ranks",
+          stages, tensor, world, unit);
     usage_error(
-        "{} pipeline stage(s) x {} tensor-parallel ranks do not divide {} rank(s): the ranks are "
-        "stages x data-parallel replicas x tensor-parallel ranks; start a multiple of {} ranks",
-        stages, tensor, world, int64_t{stages} * tensor);
-  return Mesh({{"pp", stages}, {"dp", world / (stages * tensor)}, {"tp", tensor}});
+        "{} pipeline stage(s) x {} sequence-parallel x {} tensor-parallel ranks do not divide {} "
+        "rank(s): the ranks are stages x data-parallel replicas x sequence-parallel ranks x "
+        "tensor-parallel ranks; start a multiple of {} ranks",
+        stages, sequence, tensor, world, unit);
+  }
+  std::vector<MeshAxis> axes = {{"pp", stages}, {"dp", int(world / unit)}};
+  if (sequence > 1) axes.push_back({"sp", sequence});
+  if (tensor > 1) axes.push_back({"tp", tensor});
+  return Mesh(std::move(axes));
 }
 
 Mesh Mesh::pipeline_data(int world, int stages) {

@@ -59,7 +59,9 @@ class Mesh {
   // With tensor parallelism: {pp: stages, dp: world / (stages * tensor), tp: tensor}, tp
   // fastest (a tp group is `tensor` consecutive ranks); pipeline_data's mesh when tensor is 1.
   // Throws fd::Error (kUsage) when stages * tensor does not divide world.
-  static Mesh layout(int world, int stages, int tensor);
+  // With Ulysses sequence parallelism: {pp, dp, sp: sequence, tp}, sp inside dp and outside tp
+  // (Megatron's order); axes of size 1 other than pp and dp are left out.
+  static Mesh layout(int world, int stages, int tensor, int sequence = 1);
 
   const std::vector<MeshAxis>& axes() const { return axes_; }
   int world() const { return world_; }

@@ -123,11 +123,12 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.lora = lora_config(r, a.model);
   a.quantize = quant_options(r.model);
   a.dtype = compute_dtype(r.precision);
-  if (r.parallel.pipeline > 1 || r.parallel.tensor > 1) config::check_world_size(r, world);
+  if (r.parallel.pipeline > 1 || r.parallel.tensor > 1 || r.parallel.sequence > 1)
+    config::check_world_size(r, world);
   a.stages = r.parallel.pipeline;
   a.sequence_parallel = r.parallel.sequence_parallel;
   a.replicas = config::data_parallel_size(r, world);
-  a.mesh = dist::Mesh::layout(world, a.stages, r.parallel.tensor);
+  a.mesh = dist::Mesh::layout(world, a.stages, r.parallel.tensor, r.parallel.sequence);
   a.pipeline_schedule = r.parallel.schedule == config::PipelineSchedule::kGPipe
                             ? pipe::Schedule::kGPipe
                             : pipe::Schedule::k1F1B;
@@ -204,12 +205,13 @@ Assembly assemble_for_inference(const config::Recipe& r) {
 
 std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init,
                                          const std::function<bool(int segment)>& present,
-                                         const nn::TensorParallel& tp) {
+                                         const nn::TensorParallel& tp,
+                                         const nn::SequenceParallel& sp) {
   nn::GroupLayout layout = a.layout, frozen_layout = a.frozen_layout;
   if (init == Init::kDeferred)
     layout.params_resident = layout.grads_resident = frozen_layout.params_resident = false;
   auto model = std::make_unique<nn::Decoder>(a.model, a.dtype, layout, a.lora, frozen_layout,
-                                             present, a.quantize, tp);
+                                             present, a.quantize, tp, sp);
   if (init == Init::kRandom) model->init_weights(a.seed);
   return model;
 }

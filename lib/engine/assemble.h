@@ -103,10 +103,12 @@ enum class Init {
 // The model `a` describes, in a.dtype on the thread's default device
 // (model.init_from, adapters and checkpoints are loaded by the caller).
 // `present` (a pipeline stage): the segments this process holds (nn::Decoder).
-// `tp` (tensor parallelism): the slices this process holds (nn::TensorParallel).
+// `tp` (tensor parallelism): the slices this process holds (nn::TensorParallel); `sp` (Ulysses):
+// the slice of each sequence it computes (nn::SequenceParallel).
 std::unique_ptr<nn::Decoder> build_model(const Assembly& a, Init init = Init::kRandom,
                                          const std::function<bool(int segment)>& present = {},
-                                         const nn::TensorParallel& tp = {});
+                                         const nn::TensorParallel& tp = {},
+                                         const nn::SequenceParallel& sp = {});
 
 // Opens data.train and data.val (data.format, data.val_fraction,
 // data.seq_len, model.vocab_size) as a TokenDataset and its Sampler (seeded

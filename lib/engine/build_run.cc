@@ -10,7 +10,8 @@ BuiltRun build_run(const Assembly& a, dist::Communicator& world, const RunEnv& e
   std::unique_ptr<Strategy> strategy = make_strategy(a, world);
   Strategy* s = strategy.get();
   r.model = build_model(
-      a, Init::kDeferred, [s](int g) { return s->holds(g); }, s->tensor_parallel());
+      a, Init::kDeferred, [s](int g) { return s->holds(g); }, s->tensor_parallel(),
+      s->sequence_parallel());
   r.strategy = std::move(strategy);
   // Files are opened and checked here; each rank reads its part as the engine is built.
   const nn::ParamFill fill = initial_weights(*r.model, env.init);

@@ -12,12 +12,21 @@ DataParallel::DataParallel(const dist::Mesh& mesh, dist::Communicator& world,
   FD_CHECK(mesh.size("pp") == 1 && mesh.world() == world.size(),
            "data parallelism over a mesh of {} ranks ({} stages) on a world of {}", mesh.world(),
            mesh.size("pp"), world.size());
-  if (mesh.size("tp") == 1) return;  // the world is the data-parallel group
-  tp_ = mesh.group(world, {"tp"});
-  dp_ = mesh.group(world, {"dp"});
-  tp_rank_ = tp_->rank();
-  tp_size_ = tp_->size();
+  if (mesh.size("tp") == 1 && mesh.size("sp") == 1) return;  // the world is the dp group
+  // Each ZeroEngine over the ranks holding the same parameters (slices): dp, and sp (whose
+  // ranks hold whole parameters with partial gradients).
+  dp_ = mesh.group(world, {"dp", "sp"});
   comm_ = dp_.get();
+  if (mesh.size("sp") > 1) {
+    sp_ = mesh.group(world, {"sp"});
+    sp_rank_ = sp_->rank();
+    sp_size_ = sp_->size();
+  }
+  if (mesh.size("tp") > 1) {
+    tp_ = mesh.group(world, {"tp"});
+    tp_rank_ = tp_->rank();
+    tp_size_ = tp_->size();
+  }
 }
 
 nn::TensorParallel DataParallel::tensor_parallel() const {
@@ -25,14 +34,18 @@ nn::TensorParallel DataParallel::tensor_parallel() const {
              : nn::TensorParallel{};
 }
 
+nn::SequenceParallel DataParallel::sequence_parallel() const {
+  return sp_ ? nn::SequenceParallel{sp_rank_, sp_size_, sp_.get()} : nn::SequenceParallel{};
+}
+
 void DataParallel::use_device_comms(const MakeComm&, dist::Communicator& device_world) {
-  FD_CHECK(!tp_, "tensor parallelism runs on the CPU only (config refuses device: cuda)");
+  FD_CHECK(!dp_, "tensor and sequence parallelism run on the CPU only (config refuses cuda)");
   comm_ = &device_world;
 }
 
 zero::ZeroConfig DataParallel::engine_config(zero::ZeroConfig config) const {
-  // The dp groups' ranks repeat over the tp ranks: offload files are named by world rank.
-  if (tp_) config.offload.file_rank = world_.rank();
+  // The dp groups' ranks repeat over the tp (sp) ranks: offload files are named by world rank.
+  if (dp_) config.offload.file_rank = world_.rank();
   return config;
 }
 
@@ -67,7 +80,7 @@ void DataParallel::attach(nn::Decoder& model, zero::ZeroEngine& engine, const nn
 double DataParallel::train(int micro_batches, const MicroFns& fns, Batch& batch, PhaseClock& clock,
                            Phases& ph) {
   nn::SegmentRunner& runner = fns.runner != nullptr ? *fns.runner : *engine_;
-  const int64_t tp_before = tensor_bytes();
+  const int64_t tp_before = tensor_bytes(), sp_before = sequence_bytes();
   double loss_sum = 0.0;
   for (int micro = 0; micro < micro_batches; ++micro) {
     const int64_t targets = fns.load(micro, batch);
@@ -83,31 +96,39 @@ double DataParallel::train(int micro_batches, const MicroFns& fns, Batch& batch,
     clock.lap(ph.backward, ph.comm_wait);
   }
   tp_train_bytes_ += tensor_bytes() - tp_before;
-  ++tp_train_steps_;
-  // A tp group computes one replica's loss: counted once, on its rank 0.
-  return computes_loss() ? loss_sum : 0.0;
+  sp_train_bytes_ += sequence_bytes() - sp_before;
+  ++train_steps_;
+  // A tp group computes one replica's loss: counted once, on its rank 0; an sp group's ranks
+  // each their share (the trainer adds them up).
+  return tp_rank_ == 0 ? loss_sum : 0.0;
 }
 
 double DataParallel::eval(const Batch& batch) {
-  const double loss = eval_batch(*model_, *engine_, batch);
+  double loss = eval_batch(*model_, *engine_, batch);
+  if (sp_) sp_->all_reduce_f64(&loss, 1);  // the shares of one batch's mean, rank order
   return computes_loss() ? loss : 0.0;
 }
 
 void DataParallel::with_full_model(const std::function<void(const nn::Decoder& model)>& fn) {
   engine_->with_full_parameters([&] {
-    if (!tp_) return fn(*model_);
+    if (!tp_) return fn(*model_);  // Ulysses: every parameter whole (a forward of its own below)
     const std::unique_ptr<nn::Decoder> whole = gather_whole_model(*model_);
     fn(*whole);
   });
 }
 
 std::string DataParallel::describe() const {
-  if (!tp_) return {};
-  return fmt::format(
-      "tensor parallel: {} ranks per layer{} x {} data-parallel replica{} (ZeRO over each "
-      "replica group)",
-      tp_size_, sequence_parallel_ ? " with sequence parallelism" : "", dp_->size(),
-      dp_->size() == 1 ? "" : "s");
+  if (!dp_) return {};
+  const int replicas = dp_->size() / sp_size_;
+  std::string s;
+  if (tp_)
+    s = fmt::format("tensor parallel: {} ranks per layer{}", tp_size_,
+                    sequence_parallel_ ? " with sequence parallelism" : "");
+  if (sp_)
+    s += fmt::format("{}Ulysses sequence parallel: {} ranks per sequence", s.empty() ? "" : "; ",
+                     sp_size_);
+  return s + fmt::format(" x {} data-parallel replica{} (ZeRO over {} ranks)", replicas,
+                         replicas == 1 ? "" : "s", dp_->size());
 }
 
 void DataParallel::describe_save(SaveRequest& request) const {
@@ -116,14 +137,19 @@ void DataParallel::describe_save(SaveRequest& request) const {
 }
 
 void DataParallel::add_to_summary(nlohmann::json& summary) {
+  if (sp_)
+    summary["sequence_parallel"] = {
+        {"size", sp_size_},
+        {"replicas", dp_->size() / sp_size_},
+        {"bytes_per_step", train_steps_ > 0 ? sp_train_bytes_ / train_steps_ : 0}};
   if (!tp_) return;
   // Rank 0's (every tp rank sends the same bytes but for the vocabulary's uneven rows, which
   // the collectives do not depend on).
   summary["tensor_parallel"] = {
       {"size", tp_size_},
-      {"replicas", dp_->size()},
+      {"replicas", dp_->size() / sp_size_},
       {"sequence_parallel", sequence_parallel_},
-      {"bytes_per_step", tp_train_steps_ > 0 ? tp_train_bytes_ / tp_train_steps_ : 0}};
+      {"bytes_per_step", train_steps_ > 0 ? tp_train_bytes_ / train_steps_ : 0}};
 }
 
 }  // namespace fd::engine

@@ -10,6 +10,15 @@
 // global gradient norm counts each split parameter's slices once per tp rank
 // and each whole parameter once (tp rank 0's, identical on every rank); the
 // loss is tp rank 0's.
+//
+// With Ulysses sequence parallelism (the mesh's sp axis, size S > 1) the S
+// ranks of an sp group share a micro-batch, each computing its slice of every
+// sequence (nn::SequenceParallel); every parameter is whole with a partial
+// gradient, so the ZeroEngine works over the dp x sp group (as DeepSpeed's
+// sequence-data-parallel group), whose reduction sums them. A rank's loss is
+// its share of the micro-batch's: train() returns every sp rank's (they add up
+// in the trainer's all-reduce); eval() sums them over the sp group and counts
+// the result on sp rank 0.
 #pragma once
 
 #include "lib/engine/strategy.h"
@@ -25,6 +34,7 @@ class DataParallel final : public Strategy {
 
   bool holds(int) const override { return true; }
   nn::TensorParallel tensor_parallel() const override;
+  nn::SequenceParallel sequence_parallel() const override;
   void use_device_comms(const MakeComm&, dist::Communicator& device_world) override;
   nn::Module& engine_module(nn::Decoder& model) override { return model; }
   dist::Communicator& engine_comm() override { return *comm_; }
@@ -36,7 +46,7 @@ class DataParallel final : public Strategy {
   // forward (forward), backward with the engine's hooks (backward).
   double train(int micro_batches, const MicroFns& fns, Batch& batch, PhaseClock& clock,
                Phases& phases) override;
-  bool computes_loss() const override { return tp_rank_ == 0; }
+  bool computes_loss() const override { return tp_rank_ == 0 && sp_rank_ == 0; }
   double eval(const Batch& batch) override;
   void with_full_model(const std::function<void(const nn::Decoder& model)>& fn) override;
 
@@ -45,19 +55,22 @@ class DataParallel final : public Strategy {
   void add_to_summary(nlohmann::json& summary) override;
   int64_t p2p_bytes() const override { return 0; }
   int64_t tensor_bytes() const override { return tp_ ? tp_->bytes_sent() : 0; }
+  int64_t sequence_bytes() const override { return sp_ ? sp_->bytes_sent() : 0; }
 
  private:
   dist::Communicator& world_;
-  // Tensor parallelism: the tp group and this rank's dp group (null without).
-  std::unique_ptr<dist::Communicator> tp_, dp_;
-  int tp_rank_ = 0, tp_size_ = 1;
+  // Tensor parallelism: the tp group; Ulysses: the sp group; with either, this rank's group
+  // over dp (and sp): the ZeroEngine's. Null without.
+  std::unique_ptr<dist::Communicator> tp_, sp_, dp_;
+  int tp_rank_ = 0, tp_size_ = 1, sp_rank_ = 0, sp_size_ = 1;
   bool sequence_parallel_ = false;
   dist::Communicator* comm_;  // the engine's: the world (or its device communicator), or dp_
   nn::Decoder* model_ = nullptr;
   zero::ZeroEngine* engine_ = nullptr;
   std::vector<double> norm_gather_;  // the norm's per-rank partials (kept: no allocation per step)
   int64_t tp_train_bytes_ = 0;       // sent over tp_ by train() calls (summary.json)
-  int64_t tp_train_steps_ = 0;
+  int64_t sp_train_bytes_ = 0;       // sent over sp_ by train() calls
+  int64_t train_steps_ = 0;
 };
 
 }  // namespace fd::engine

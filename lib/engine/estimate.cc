@@ -113,6 +113,7 @@ struct RankRun {
   int64_t padded_params = 0, frozen_padded_params = 0, quantized_bytes = 0, num_params = 0;
   int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
   int64_t tp_bytes = 0;   // tensor parallelism: bytes it sends over its tp group in the step
+  int64_t sp_bytes = 0;   // Ulysses: bytes it sends over its sp group in the step
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
   std::vector<std::pair<std::string, int64_t>> after_segment;
@@ -260,7 +261,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
     ~Restore() { autograd::set_backward_observer(p); }
   } restore{previous};
   model_comm.reset_counters();
-  const int64_t tp_before = strategy.tensor_bytes();
+  const int64_t tp_before = strategy.tensor_bytes(), sp_before = strategy.sequence_bytes();
   // The trainer's step (strategy.h), with the watch where the strategy
   // reports micro-batches.
   MicroFns fns;
@@ -285,6 +286,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   strategy.sync();
   out.p2p_bytes = strategy.p2p_bytes();  // the step's, a tied head's weights' sync included
   out.tp_bytes = strategy.tensor_bytes() - tp_before;
+  out.sp_bytes = strategy.sequence_bytes() - sp_before;
   out.comm_bytes = model_comm.bytes_sent();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
@@ -403,6 +405,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.offload_host = std::max(most.offload_host, run.offload_host);
       most.offload_pinned = std::max(most.offload_pinned, run.offload_pinned);
       most.tp_bytes = std::max(most.tp_bytes, run.tp_bytes);
+      most.sp_bytes = std::max(most.sp_bytes, run.sp_bytes);
     }
     StageEstimate& st = e.stages[size_t(s)];
     st.stage = s;
@@ -420,6 +423,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.offload_pinned = most.offload_pinned;
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
     st.tp_bytes_per_step = most.tp_bytes;
+    st.sp_bytes_per_step = most.sp_bytes;
     if (s != r.zero.stage) continue;
     e.num_params = most.num_params;
     e.padded_params = most.padded_params;
@@ -466,7 +470,9 @@ Estimate estimate(const config::Recipe& r, int world) {
     t.kv_replicated = nn::kv_heads_replicated(a.model, T);
     t.sequence_parallel = a.sequence_parallel;
     const double ring = 2.0 * double(T - 1) / double(T), half = ring / 2.0;
-    const double tokens = double(a.micro) * double(a.seq_len), H = double(a.model.hidden_size);
+    // Each rank's slice of the sequence with Ulysses.
+    const double tokens = double(a.micro) * double(a.seq_len) / double(a.mesh.size("sp")),
+                 H = double(a.model.hidden_size);
     const double L = a.model.num_layers, E = e.compute_bytes, act = tokens * H * E;
     double per_micro = 0.0;
     if (!t.sequence_parallel) {
@@ -482,6 +488,20 @@ Estimate estimate(const config::Recipe& r, int world) {
       per_micro = half * pairs * act + ring * (3.0 * tokens * 4.0 + whole * E);
     }
     t.formula_bytes = int64_t(per_micro * a.zero.accumulation + 0.5);
+  }
+  if (const int S = a.mesh.size("sp"); S > 1) {
+    Estimate::SequenceParallel& q = e.sequence;
+    const int T = a.mesh.size("tp");
+    q.size = S;
+    q.replicas = a.mesh.size("dp");
+    const int hq = a.model.num_heads / T;
+    const int hkv = nn::kv_heads_replicated(a.model, T) ? 1 : a.model.num_kv_heads / T;
+    q.kv_gathered = hkv % S != 0;
+    const double per = double(a.micro) * double(a.seq_len) / S * a.model.head_dim * e.compute_bytes;
+    const double frac = double(S - 1) / S;
+    const double qo = 2.0 * frac * per * hq;  // q in, the output back
+    const double kv = 2.0 * (q.kv_gathered ? (S - 1) * per * hkv : frac * per * hkv);
+    q.formula_bytes = int64_t(2.0 * a.model.num_layers * (qo + kv) * a.zero.accumulation + 0.5);
   }
   const std::vector<int> parts = a.mesh.group_ranks(0, {"pp"});
   if (parts.size() > 1) {
@@ -705,6 +725,22 @@ std::string format_estimate(const Estimate& e) {
   line(fmt::format("(* the recipe's stage, zero.stage = {}{})", e.recipe_stage,
                    e.stages[3].refused ? "; stage 3 is refused with a pipeline" : ""));
   line("");
+  if (e.sequence.size > 1) {
+    const Estimate::SequenceParallel& q = e.sequence;
+    line(fmt::format(
+        "Ulysses sequence parallel: {} ranks per sequence x {} data-parallel replica{} (ZeRO over "
+        "the {} ranks holding the same weights); each rank computes {} of every {}-token "
+        "sequence, attention the whole sequence for 1/{} of the heads{}",
+        q.size, q.replicas, q.replicas == 1 ? "" : "s", q.size * q.replicas, e.seq_len / q.size,
+        e.seq_len, q.size,
+        q.kv_gathered ? " (key/value heads fewer than the ranks: gathered whole)" : ""));
+    line(fmt::format(
+        "sequence-parallel traffic per step: {} per rank over its sp group, counted (DeepSpeed-"
+        "Ulysses: per block 4 all-to-alls forward (q, k, v, output) and 4 backward of B x T/S "
+        "x heads x head_dim: {})",
+        human(e.stages[size_t(e.recipe_stage)].sp_bytes_per_step), human(q.formula_bytes)));
+    line("");
+  }
   if (e.tensor.size > 1) {
     const Estimate::TensorParallel& t = e.tensor;
     const nn::DecoderConfig& m = e.model;
@@ -945,6 +981,15 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                      {"schedule", p.schedule},   {"micro_batches", p.micro_batches},
                      {"stage_blocks", p.blocks}, {"bubble_fraction", p.bubble_fraction},
                      {"per_stage", per}};
+  }
+  if (e.sequence.size > 1) {
+    const Estimate::SequenceParallel& q = e.sequence;
+    j["sequence_parallel"] = {
+        {"size", q.size},
+        {"replicas", q.replicas},
+        {"kv_heads_gathered", q.kv_gathered},
+        {"bytes_per_step", e.stages[size_t(e.recipe_stage)].sp_bytes_per_step},
+        {"formula_bytes_per_step", q.formula_bytes}};
   }
   if (e.tensor.size > 1) {
     const Estimate::TensorParallel& t = e.tensor;

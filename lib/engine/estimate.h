@@ -103,6 +103,9 @@ struct StageEstimate {
   // the f/g all-reduces of every layer and the embedding, the vocabulary-parallel loss's
   // statistics and dh (Estimate::TensorParallel::formula). 0 without.
   int64_t tp_bytes_per_step = 0;
+  // Ulysses: the bytes this rank sends over its sp group in a step (the all-to-alls around
+  // attention, Estimate::SequenceParallel::formula_bytes). 0 without.
+  int64_t sp_bytes_per_step = 0;
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
@@ -167,6 +170,17 @@ struct Estimate {
     // B*T*H f32 dh, each all-reduce 2(T-1)/T of its bytes on the wire.
     int64_t formula_bytes = 0;
   } tensor;
+  // Ulysses sequence parallelism (parallel.sequence > 1); size 1 without.
+  struct SequenceParallel {
+    int size = 1, replicas = 1;
+    bool kv_gathered = false;  // key/value heads (per tp rank) fewer than S: all-gathered whole
+    // DeepSpeed-Ulysses' count per step of a micro-batches: per block, forward and backward
+    // alike, one all-to-all of q and one of the attention output (B*(T/S)*Hq*D elements each,
+    // Hq the rank's query heads before the exchange) and one each of k and v (Hkv/Hq of that
+    // size), each (S-1)/S of its bytes on the wire; with kv_gathered, k and v are all-gathered
+    // forward and reduce-scattered backward instead ((S-1) B*(T/S)*Hkv*D elements each).
+    int64_t formula_bytes = 0;
+  } sequence;
 };
 
 // The estimate for `recipe` on `world` ranks (world >= 1; the recipe is

@@ -77,6 +77,9 @@ class Strategy {
   // The tensor-parallel group the model's segments are sliced over (nn::TensorParallel; size
   // 1 without).
   virtual nn::TensorParallel tensor_parallel() const { return {}; }
+  // The Ulysses group the model's sequences are split over (nn::SequenceParallel; size 1
+  // without).
+  virtual nn::SequenceParallel sequence_parallel() const { return {}; }
   // GPU runs, before the engine is built: the engine's and the strategy's
   // groups over device buffers; `device_world` is the world's.
   virtual void use_device_comms(const MakeComm& make, dist::Communicator& device_world) = 0;
@@ -123,6 +126,8 @@ class Strategy {
   virtual int64_t p2p_bytes() const = 0;
   // Bytes this rank sent over its tensor-parallel group so far (0 without one).
   virtual int64_t tensor_bytes() const { return 0; }
+  // Bytes this rank sent over its Ulysses sequence-parallel group so far (0 without one).
+  virtual int64_t sequence_bytes() const { return 0; }
 };
 
 // The strategy of `a`'s layout for this rank of `world` (a.mesh's world).

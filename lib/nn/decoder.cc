@@ -21,6 +21,7 @@
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
 #include "lib/ops/tp_regions.h"
+#include "lib/ops/ulysses.h"
 #include "lib/ops/vocab_parallel_cross_entropy.h"
 #include "lib/quant/linear_4bit.h"
 
@@ -298,8 +299,9 @@ std::vector<SegmentSpec> Decoder::segment_specs(const DecoderConfig& c, const Lo
 Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& layout,
                  const LoraConfig& lora, const GroupLayout& frozen_layout,
                  const std::function<bool(int segment)>& present,
-                 const std::optional<quant::QuantOptions>& quantize, const TensorParallel& tp)
-    : config_(config), quantize_(quantize), lora_(lora), tp_(tp) {
+                 const std::optional<quant::QuantOptions>& quantize, const TensorParallel& tp,
+                 const SequenceParallel& sp)
+    : config_(config), quantize_(quantize), lora_(lora), tp_(tp), sp_(sp) {
   config.validate();
   FD_CHECK(!quantize || lora.enabled(), "a 4-bit base is frozen: it needs LoRA adapters");
   FD_CHECK(!tp.enabled() ||
@@ -308,6 +310,10 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
   FD_CHECK(!tp.enabled() || !quantize, "tensor parallelism over a 4-bit base is not supported");
   FD_CHECK(!tp.sequence_parallel || tp.enabled(),
            "sequence parallelism needs tensor parallelism over more than one rank");
+  FD_CHECK(!sp.enabled() || (sp.group != nullptr && sp.group->size() == sp.size &&
+                             sp.group->rank() == sp.rank && !tp.sequence_parallel),
+           "Ulysses: rank {} of {} needs its sp group (and not Megatron's sequence parallelism)",
+           sp.rank, sp.size);
   if (tp.enabled())
     vocab_begin_ = ops::vocab_shard_range(config.vocab_size, tp.rank, tp.size).begin;
   // An absent segment (another pipeline stage's) keeps its layout with
@@ -706,9 +712,19 @@ Variable Decoder::attention(int layer, const Variable& h, const Packing& packing
   // Tensor parallelism: this rank's query heads (and key/value heads), h through f once.
   const int T = tp_.size, heads = c.num_heads / T;
   const Variable in = tp_in(h);
-  if (is_gpt2(c)) {  // one fused c_attn: q | k | v
+  if (is_gpt2(c) && !sp_.enabled()) {  // one fused c_attn: q | k | v
     Variable qkv = linear(layer, "attn.c_attn", in);
     return linear(layer, "attn.c_proj", ops::causal_attention(qkv, heads, packing.doc_starts));
+  }
+  if (is_gpt2(c)) {  // Ulysses: q, k and v exchanged one by one
+    Variable qkv = linear(layer, "attn.c_attn", in);
+    const int64_t w = int64_t{heads} * c.head_dim;
+    int hs = 0;
+    Variable q = ulysses_in(ops::narrow_last(qkv, 0, w), heads, false, 0, 1, &hs);
+    Variable k = ulysses_in(ops::narrow_last(qkv, w, w), heads, false, 0, 1, &hs);
+    Variable v = ulysses_in(ops::narrow_last(qkv, 2 * w, w), heads, false, 0, 1, &hs);
+    Variable att = ops::causal_attention(q, k, v, hs, hs, packing.doc_starts);
+    return linear(layer, "attn.c_proj", ops::heads_to_sequence(att, heads, *sp_.group));
   }
   const BlockParams& b = blocks_[size_t(layer)];
   Variable q = linear(layer, "self_attn.q_proj", in);
@@ -729,8 +745,35 @@ Variable Decoder::attention(int layer, const Variable& h, const Packing& packing
     q = ops::rope(q, rope_cos_, rope_sin_, packing.positions);
     k = ops::rope(k, rope_cos_, rope_sin_, packing.positions);
   }
-  Variable att = ops::causal_attention(q, k, v, heads, kv_heads, packing.doc_starts);
-  return linear(layer, "self_attn.o_proj", att);
+  if (!sp_.enabled()) {
+    Variable att = ops::causal_attention(q, k, v, heads, kv_heads, packing.doc_starts);
+    return linear(layer, "self_attn.o_proj", att);
+  }
+  // Ulysses: the whole sequence for this rank's share of the heads, attention over the whole
+  // rows, the positions back.
+  int q_heads = 0, kv_att = 0;
+  q = ulysses_in(q, heads, false, 0, 1, &q_heads);
+  const int q_first = sp_.rank * q_heads, q_per_kv = heads / kv_heads;
+  k = ulysses_in(k, kv_heads, true, q_first, q_per_kv, &kv_att);
+  v = ulysses_in(v, kv_heads, true, q_first, q_per_kv, &kv_att);
+  Variable att = ops::causal_attention(q, k, v, q_heads, kv_att, packing.doc_starts);
+  return linear(layer, "self_attn.o_proj", ops::heads_to_sequence(att, heads, *sp_.group));
+}
+
+Variable Decoder::ulysses_in(const Variable& x, int heads, bool kv, int q_first, int q_per_kv,
+                             int* heads_out) const {
+  const int S = sp_.size;
+  if (heads % S == 0) {
+    *heads_out = heads / S;
+    return ops::sequence_to_heads(x, heads, *sp_.group);
+  }
+  // Fewer key/value heads than ranks: every one over the whole sequence, then the one this
+  // rank's query heads [q_first, q_first + heads/S) share.
+  FD_CHECK(kv && S % heads == 0, "Ulysses: {} heads over {} ranks", heads, S);
+  const Variable whole = ops::gather_from_sequence_region(x, *sp_.group);
+  *heads_out = 1;
+  const int64_t D = config_.head_dim;
+  return ops::narrow_last(whole, int64_t{q_first / q_per_kv} * D, D);
 }
 
 Variable Decoder::mlp(int layer, const Variable& h) const {
@@ -748,16 +791,18 @@ Variable Decoder::block_forward(int layer, const Variable& x, const Packing& pac
 }
 
 Decoder::Packing Decoder::packing(const Tensor& tokens, const Tensor& doc_starts) const {
-  if (!doc_starts.defined()) return {};
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
-  ops::check_doc_starts(doc_starts, B, T);  // on the host, once for every layer
-  Tensor positions =
-      Tensor::empty(Shape{B, T}, DType::kI32, MemCategory::kOther, doc_starts.device());
-  if (!doc_starts.is_meta()) {
-    const int32_t* st = doc_starts.data<int32_t>();
+  if (!doc_starts.defined() && !sp_.enabled()) return {};
+  if (doc_starts.defined()) ops::check_doc_starts(doc_starts, B, T);  // once for every layer
+  const Device where = doc_starts.defined() ? doc_starts.device() : tokens.device();
+  Tensor positions = Tensor::empty(Shape{B, T}, DType::kI32, MemCategory::kOther, where);
+  if (!positions.is_meta()) {
     int32_t* pos = positions.data<int32_t>();
-    for (int64_t i = 0; i < B * T; ++i) pos[i] = int32_t(i % T) - st[i];
+    const int32_t* st = doc_starts.defined() ? doc_starts.data<int32_t>() : nullptr;
+    for (int64_t i = 0; i < B * T; ++i) pos[i] = int32_t(i % T) - (st ? st[i] : 0);
   }
+  // Ulysses: the whole rows' document starts for attention, this rank's positions.
+  if (sp_.enabled()) positions = columns(positions, sp_.rank, sp_.size);
   // A GPU model reads both on the GPU: copied once here, not by every layer's ops.
   if (default_device().is_cuda())
     return {doc_starts.to_device(default_device(), MemCategory::kOther),
@@ -791,17 +836,20 @@ Variable Decoder::embed(const Tensor& tokens, const Packing& packing) const {
   }
   if (!tp_.sequence_parallel) return ops::add(x, ops::embedding(base_var(*positions_w_), ids));
   // Sequence parallelism: this rank's positions, from a table each rank reads in part.
-  return ops::add(x, ops::embedding(sequence_norm_var(*positions_w_), sequence_slice(ids)));
+  return ops::add(
+      x, ops::embedding(sequence_norm_var(*positions_w_), columns(ids, tp_.rank, tp_.size)));
 }
 
-Tensor Decoder::sequence_slice(const Tensor& ids) const {
-  const int64_t B = ids.shape()[0], T = ids.shape()[1], Ts = T / tp_.size;
+Tensor Decoder::columns(const Tensor& ids, int part, int parts) {
+  const int64_t B = ids.shape()[0], T = ids.shape()[1], Ts = T / parts;
+  FD_CHECK(Ts * parts == T && ids.dtype() == DType::kI32,
+           "columns: {} parts of a (B, T) = {} i32 tensor", parts, ids.shape().str());
   Tensor out = Tensor::empty(Shape{B, Ts}, DType::kI32, MemCategory::kOther, ids.device());
   if (ids.is_meta()) return out;
   const int32_t* src = ids.data<int32_t>();
   int32_t* dst = out.data<int32_t>();
   for (int64_t b = 0; b < B; ++b)
-    std::memcpy(dst + b * Ts, src + b * T + int64_t{tp_.rank} * Ts, size_t(Ts) * sizeof(int32_t));
+    std::memcpy(dst + b * Ts, src + b * T + int64_t{part} * Ts, size_t(Ts) * sizeof(int32_t));
   return out;
 }
 
@@ -859,6 +907,7 @@ Variable Decoder::forward(const Tensor& tokens, SegmentRunner* runner,
                           const Tensor& doc_starts) const {
   FD_CHECK(tokens.shape().ndim() == 2, "tokens must be (B, T), got {}", tokens.shape().str());
   FD_CHECK(!tp_.enabled(), "forward(): a tensor-parallel model has only its vocabulary's logits");
+  FD_CHECK(!sp_.enabled(), "forward(): a Ulysses rank computes only its slice of the sequence");
   const int64_t T = tokens.shape()[1];
   FD_CHECK(positions_w_ == nullptr || T <= config_.max_position_embeddings,
            "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
@@ -892,10 +941,32 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
            "sequence of {} exceeds the {} learned positions", T, config_.max_position_embeddings);
   if (config_.positions == PositionKind::kRope) ensure_rope_tables(T);
   const Packing pk = packing(tokens, doc_starts);
+  // Ulysses: this rank's positions of the rows, and its share of the micro-batch's targets.
+  const Tensor mine = sp_.enabled() ? columns(tokens, sp_.rank, sp_.size) : tokens;
+  const Tensor my_targets = sp_.enabled() ? columns(targets, sp_.rank, sp_.size) : targets;
+  float share = 1.0f;
+  if (sp_.enabled() && !targets.is_meta()) {
+    auto live = [](const Tensor& t) {
+      const int32_t* p = t.data<int32_t>();
+      return std::count_if(p, p + t.numel(), [](int32_t v) { return v != -1; });
+    };
+    const int64_t all = live(targets);
+    share = all > 0 ? float(double(live(my_targets)) / double(all)) : 0.0f;
+  }
   return run_segments(
-      *this, runner, [this, tokens, pk](const Variable&) { return embed(tokens, pk); },
+      *this, runner, [this, mine, pk](const Variable&) { return embed(mine, pk); },
       [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
-      [this, targets](const Variable& in) {
+      [this, targets = my_targets, share](const Variable& in) {
+        if (sp_.enabled()) {  // this rank's share of the micro-batch's mean
+          FD_CHECK(!head_loss_, "a head loss of its own with Ulysses sequence parallelism");
+          const Variable mean = tp_.enabled()
+                                    ? ops::vocab_parallel_cross_entropy(
+                                          final_norm(in), head_weight(), targets, vocab_begin_,
+                                          config_.vocab_size, *tp_.group, -1, head_chunk_rows())
+                                    : ops::linear_cross_entropy(final_norm(in), head_weight(),
+                                                                targets, -1, head_chunk_rows());
+          return ops::scale(mean, share);
+        }
         if (tp_.enabled()) {
           FD_CHECK(!head_loss_, "a head loss of its own with tensor parallelism");
           // Sequence parallelism: the whole sequence gathered for the head, whose dh partials

@@ -134,6 +134,27 @@ struct TensorParallel {
   bool enabled() const { return size > 1; }
 };
 
+// DeepSpeed-Ulysses sequence parallelism (arXiv 2309.14509; DESIGN 17): the model is rank `rank`
+// of the `size` ranks of `group`, the mesh's sp group, which share a micro-batch; it computes
+// positions [rank T/size, (rank+1) T/size) of every row through every segment (loss() and
+// stage_loss() take the whole rows and slice them), and around attention
+// ops::sequence_to_heads gives it the whole sequence for 1/size of its query heads and
+// heads_to_sequence the positions back. Key/value heads are exchanged likewise when size divides
+// them; when they are fewer (and divide size) each rank gathers them whole along the sequence
+// (ops::gather_from_sequence_region) and keeps the one its query heads share. Positions (RoPE or
+// learned) are global, and attention masks by the whole rows' document starts, so packed rows
+// keep their documents across the slices. The loss is this rank's share of the micro-batch's
+// mean: the mean over its targets times its share of the micro-batch's targets, so the group's
+// losses (and gradients) sum to the unsplit micro-batch's. Every parameter is whole on each rank
+// with a partial gradient, which the ZeroEngine sums over the dp x sp group. Composes with
+// TensorParallel (the heads split over T first, each rank's then over size); not with
+// Megatron's sequence_parallel.
+struct SequenceParallel {
+  int rank = 0, size = 1;
+  dist::Communicator* group = nullptr;  // size > 1: the sp group (rank(), size() as above)
+  bool enabled() const { return size > 1; }
+};
+
 // One segment's name and parameters, in layout order.
 struct SegmentSpec {
   std::string name;               // "embed", "h.0" .. "h.{L-1}", "final"
@@ -174,7 +195,7 @@ class Decoder : public Module {
                    const GroupLayout& frozen_layout = {},
                    const std::function<bool(int segment)>& present = {},
                    const std::optional<quant::QuantOptions>& quantize = {},
-                   const TensorParallel& tp = {});
+                   const TensorParallel& tp = {}, const SequenceParallel& sp = {});
   // GPT-2 by its shorthand (gpt2_config).
   explicit Decoder(const GptConfig& config, DType dtype = DType::kF32,
                    const GroupLayout& layout = {}, const LoraConfig& lora = {},
@@ -199,6 +220,8 @@ class Decoder : public Module {
   const LoraConfig& lora() const { return lora_; }
   // Tensor parallelism (TensorParallel above); size 1 without.
   const TensorParallel& tensor_parallel() const { return tp_; }
+  // Ulysses sequence parallelism (SequenceParallel above); size 1 without.
+  const SequenceParallel& sequence_parallel() const { return sp_; }
 
   // QLoRA (the constructor's `quantize`): how the block linears of the base are stored.
   const std::optional<quant::QuantOptions>& quantization() const { return quantize_; }
@@ -299,7 +322,8 @@ class Decoder : public Module {
   };
 
   // A packed batch's document starts and the positions they give (t - start), both
-  // (B, T) i32 on the host; both empty for an unpacked batch.
+  // (B, T) i32 on the host; both empty for an unpacked batch. With Ulysses, doc_starts are the
+  // whole rows' (attention runs on them) and positions this rank's columns (always defined).
   struct Packing {
     Tensor doc_starts, positions;
   };
@@ -328,8 +352,14 @@ class Decoder : public Module {
   // A norm's (or learned positions') weight: through f with sequence parallelism (it sees a
   // slice of the sequence), else as base_var.
   autograd::Variable sequence_norm_var(const Parameter& p) const;
-  // Sequence parallelism: this rank's columns [rank T/size, (rank+1) T/size) of (B, T) ids.
-  Tensor sequence_slice(const Tensor& ids) const;
+  // Part `part` of `parts` of (B, T) ids along T: columns [part T/parts, (part+1) T/parts).
+  static Tensor columns(const Tensor& ids, int part, int parts);
+  // Ulysses: around attention, x (B, T/S, heads*D) of this rank's positions to the whole
+  // sequence for its 1/S of the heads (key/value heads fewer than S: gathered whole and the
+  // one `q_heads` (this rank's first query head after the exchange) shares kept); `heads` out:
+  // the heads it then holds.
+  autograd::Variable ulysses_in(const autograd::Variable& x, int heads, bool kv, int q_first,
+                                int q_per_kv, int* heads_out) const;
   // How block linear `module` of `config` splits over `size` tp ranks (kNone: size 1).
   enum class Split { kNone, kColumn, kRow, kReplicated };
   static Split split_of(const DecoderConfig& config, const std::string& module, int size);
@@ -365,6 +395,7 @@ class Decoder : public Module {
   std::vector<bool> present_;                                     // per segment
   LoraConfig lora_;
   TensorParallel tp_;
+  SequenceParallel sp_;
   int64_t vocab_begin_ = 0;  // tensor parallelism: the first vocabulary row held here
   std::vector<BlockParams> blocks_;
   const Parameter* embed_w_ = nullptr;

@@ -8,7 +8,10 @@
 #    vocabulary of 259 (uneven rows over the ranks), a Llama with a tied head, and GPT-2
 #    (fused c_attn, biases, learned positions, tied head); ZeRO stages 0, 2 and 3 at T=2 give
 #    one weights_sha256 (bitwise), activation checkpointing too;
-#  - summary.json's tensor_parallel block, and parameters per rank about 1/T;
+#  - Ulysses (parallel.sequence): S=2, S=4 (kv heads gathered), S=2 x D=2, S=2 x T=2 and GPT-2
+#    give T=1's losses to 1e-5; at 2048 tokens S=4 holds <= 0.3 of S=1's activations per rank;
+#  - summary.json's tensor_parallel block, and parameters per rank about 1/T; the estimate's
+#    model states and tp / sp bytes per step are the runs' (and Megatron's / Ulysses' counts);
 #  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
 #    not dividing the world, a batch.global that does not fit, T with a pipeline, device cuda,
 #    an objective, a 4-bit base: exit 2 at validation, one message with the arithmetic, no
@@ -95,6 +98,14 @@ for run in l2d2z3 l2d2z0 l2d2ac; do
   [ -n "$w" ] && [ "$got" = "$w" ] && echo "ok: $run: weights ${w:0:16}, bitwise T=2 x D=2 ZeRO-2's" \
     || fail "$run: weights $got vs $w"
 done
+# DeepSpeed-Ulysses (parallel.sequence): S=2 and S=4 (2 kv heads over 4 ranks: gathered), S=2 x
+# D=2 with ZeRO-2, S=2 x T=2, and GPT-2 (learned positions). (Packed rows across the slices:
+# tests/mpi/tensor_parallel_test.cc.)
+train s2 "$LLAMA" 2 parallel.sequence=2 batch.accumulation=2
+train s4 "$LLAMA" 4 parallel.sequence=4 batch.accumulation=2
+train s2d2 "$LLAMA" 4 parallel.sequence=2 zero.stage=2
+train s2t2 "$LLAMA" 4 parallel.sequence=2 parallel.tensor=2 batch.accumulation=2
+for run in s2 s4 s2d2 s2t2; do same_as l1 $run; done
 # Tied heads: a Llama tying its head to the embedding, and GPT-2.
 train t1 "$LLAMA" 1 batch.accumulation=2 model.tie_embeddings=true
 train t2 "$LLAMA" 4 parallel.tensor=2 model.tie_embeddings=true
@@ -106,6 +117,8 @@ train g2sp "$GPT" 4 parallel.tensor=2 parallel.sequence_parallel=true zero.stage
 same_as g1 g2
 same_as g1 g2d2
 same_as g1 g2sp
+train gs2 "$GPT" 2 parallel.sequence=2 batch.accumulation=2
+same_as g1 gs2
 # LoRA on every linear (column-parallel B and row-parallel A split, the other factor whole).
 LORA=(lora.r=4 "lora.targets=[all-linear]")
 train a1 "$LLAMA" 1 batch.accumulation=2 "${LORA[@]}"
@@ -139,12 +152,16 @@ est, summ, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys
 st = next(s for s in est["stages"] if s["stage"] == est["recipe_stage"])
 for k in ("params", "grads", "master", "optimizer"):
     assert st[k] == summ["memory"][k], (k, st[k], summ["memory"][k])
-t = est["tensor_parallel"]
-assert t["bytes_per_step"] == summ["tensor_parallel"]["bytes_per_step"], (t, summ["tensor_parallel"])
-if run in ("l2", "l2sp"):
-    assert t["bytes_per_step"] == t["formula_bytes_per_step"], t
-print(f"    model states by category as measured; {t['bytes_per_step']} tp bytes per step "
-      f"(Megatron's count {t['formula_bytes_per_step']})")
+for kind in ("tensor_parallel", "sequence_parallel"):
+    if kind not in est and kind not in summ:
+        continue
+    t = est[kind]
+    assert t["bytes_per_step"] == summ[kind]["bytes_per_step"], (kind, t, summ[kind])
+    if run in ("l2", "l2sp", "s2", "s4", "s2t2"):
+        assert t["bytes_per_step"] == t["formula_bytes_per_step"], (kind, t)
+    print(f"    {kind}: {t['bytes_per_step']} bytes per step (the formula's "
+          f"{t['formula_bytes_per_step']})")
+print("    model states by category as measured")
 PY
   then echo "ok: $run: the estimate's model states and tp bytes per step are the run's"; else
     fail "$run: estimate vs summary.json"; fi
@@ -153,6 +170,23 @@ estimate_matches l2 2 parallel.tensor=2 batch.accumulation=2
 estimate_matches l2d2z3 4 parallel.tensor=2 zero.stage=3
 estimate_matches l4 4 parallel.tensor=4 batch.accumulation=2
 estimate_matches l2sp 2 parallel.tensor=2 parallel.sequence_parallel=true batch.accumulation=2
+estimate_matches s2 2 parallel.sequence=2 batch.accumulation=2
+estimate_matches s4 4 parallel.sequence=4 batch.accumulation=2
+estimate_matches s2t2 4 parallel.sequence=2 parallel.tensor=2 batch.accumulation=2
+
+# Activations per rank of a 2048-token sequence (the estimate runs the step on the counting
+# device, as summary.json measures it): Ulysses at S=4 holds at most 0.3 of S=1's, with as many
+# key/value heads as ranks (fewer are gathered whole: their k and v stay whole-sequence).
+act() {  # act S: the recipe stage's activation peak per rank at parallel.sequence=S
+  "$FDTRAIN" estimate "$LLAMA" parallel.sequence="$1" data.seq_len=2048 model.max_seq_len=2048 \
+    model.n_kv_head=4 batch.micro=1 batch.global=0 --world-size "$1" --json |
+    python3 -c 'import json,sys; e=json.load(sys.stdin)
+print(next(s for s in e["stages"] if s["stage"] == e["recipe_stage"])["activations"])'
+}
+a1=$(act 1) a4=$(act 4)
+if [ -n "$a1" ] && [ -n "$a4" ] && python3 -c "import sys; r=$a4/$a1; print(f'    T=2048: S=1 {$a1} bytes, S=4 {$a4} bytes ({r:.3f}x)'); sys.exit(r > 0.3)"; then
+  echo "ok: Ulysses S=4 activations per rank <= 0.3x S=1's at T=2048"
+else fail "Ulysses activations at T=2048: S=1 $a1, S=4 $a4"; fi
 
 # 3. Refused at validation: exit 2, one message naming parallel.tensor with the arithmetic.
 refused() {  # refused NAME N PATTERN ARGS...
@@ -177,6 +211,16 @@ refused global 4 "batch.global: 4 sequences per step do not fit 4 rank\(s\) of 4
 refused pipeline 4 "parallel.tensor: 2 tensor-parallel ranks with a pipeline of 2 stages" \
   parallel.tensor=2 parallel.pipeline=2 batch.global=0
 refused cuda 2 "parallel.tensor: with device: cuda" parallel.tensor=2 device=cuda batch.global=0
+refused sseq 2 "parallel.sequence: splits each sequence of data.seq_len 31 tokens over 2 ranks, which do not divide it \(31 % 2 = 1\)" \
+  parallel.sequence=2 data.seq_len=31 batch.global=0
+refused sheads 4 "parallel.sequence: 2 query heads \(per tensor-parallel rank: 4 / 2\) do not split over 4 sequence-parallel ranks" \
+  parallel.sequence=4 parallel.tensor=2 batch.global=0
+refused sworld 3 "parallel.sequence: 2 sequence-parallel ranks x 1 tensor-parallel rank\(s\) x 1 pipeline stage\(s\) = 2 do not divide the 3 rank\(s\)" \
+  parallel.sequence=2 batch.global=0
+refused smeg 4 "parallel.sequence: with parallel.sequence_parallel" parallel.sequence=2 \
+  parallel.tensor=2 parallel.sequence_parallel=true batch.global=0
+refused spipe 4 "parallel.sequence: 2 sequence-parallel ranks with a pipeline of 2 stages" \
+  parallel.sequence=2 parallel.pipeline=2 batch.global=0
 refused sp1 2 "parallel.sequence_parallel: splits the sequence over the tensor-parallel ranks, and parallel.tensor is 1" \
   parallel.sequence_parallel=true batch.global=0
 refused spseq 4 "parallel.sequence_parallel: splits each sequence of data.seq_len 30 tokens over the 4 tensor-parallel ranks, which do not divide it \(30 % 4 = 2\)" \

@@ -5,6 +5,7 @@
 #   reference: T=1 x D=2, 20 steps uninterrupted (checkpoints at 5, 10, 15, 20);
 #   T=2 x D=2 ZeRO-2 (checkpoint at 10) -> resumed at T=1 x D=4 (checkpoint at 15) -> resumed
 #   at T=4 x D=1 (GPT-2) or T=2 x D=1 ZeRO-3 (Llama) to step 20;
+#   the T=1 x D=4 checkpoint of step 15 resumed at S=2 x D=2 (Ulysses) to step 20;
 #   the reference's T=1 checkpoint of step 10 resumed at T=2 x D=2;
 # every step's loss equals the reference's to <= 1e-5 relative. The last step's checkpoints,
 # loaded at another T (and ZeRO-3, and a pipeline's to and from T=2), hold exactly the
@@ -151,6 +152,13 @@ for M in llama gpt; do
     same_losses "$M: T=1 x D=4 -> T=2 x D=1 ZeRO-3, steps 16-20" "$TMP/$M-ref" "$TMP/$M-last" 16 20
   fi
 
+  # Ulysses: the T=1 x D=4 checkpoint of step 15 resumed at S=2 x D=2 (the weights whole, ZeRO
+  # over the D x S ranks), and a P=2 x D=2 one (below, GPT-2) at S=2 x D=2.
+  if run "$M: resume T=1 x D=4 at S=2 x D=2" $M 4 "$TMP/$M-s2" parallel.sequence=2 \
+    --resume "$TMP/$M-t1d4/checkpoints/step_00000015"; then
+    same_losses "$M: T=2 x D=2 -> T=1 x D=4 -> S=2 x D=2, steps 16-20" "$TMP/$M-ref" "$TMP/$M-s2" 16 20
+  fi
+
   # A T=1 checkpoint resumed at T=2.
   run "$M: resume T=1 at T=2 x D=2" $M 4 "$TMP/$M-up" parallel.tensor=2 \
     --resume "$TMP/$M-ref/checkpoints/step_00000010" || continue
@@ -169,6 +177,8 @@ for M in llama gpt; do
     if run "$M: P=2 x D=2" $M 4 "$TMP/$M-p2" parallel.pipeline=2; then
       same_digest "$M: the P=2 checkpoint loaded at T=2 x D=1" "$TMP/$M-p2" 2 "$TMP/$M-p2-at2" \
         batch.micro=8 parallel.tensor=2
+      same_digest "$M: the P=2 checkpoint loaded at S=2 x D=2" "$TMP/$M-p2" 4 "$TMP/$M-p2-ats2" \
+        parallel.sequence=2
     fi
   fi
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lib/autograd/tape.h"
+#include "lib/dist/mesh.h"
 #include "lib/nn/decoder.h"
 #include "tests/mpi/mpi_test_main.h"
 #include "tests/mpi/tp_test_util.h"
@@ -192,6 +193,81 @@ TEST(TensorParallel, LoraOnEveryLinear) {
     for (const nn::LinearShape& l : nn::block_linears(c)) lora.modules.push_back(l.module);
     check(c, lora, false, std::string("lora on ") + nn::family_name(c.family));
   }
+}
+
+// DeepSpeed-Ulysses (nn::SequenceParallel), alone and with tensor parallelism: each rank of an sp
+// group computes its slice of the sequence; the group's losses sum to the unsharded loss and its
+// gradients (summed over the group, as the ZeroEngine sums them over dp x sp) equal the
+// unsharded gradients (their tp slices), to fp32 rounding. Layouts of the world: n 2: S=2;
+// n 4: S=4, S=2 x T=2, and S=2 in each half ({dp: 2, sp: 2}).
+void check_ulysses(const DecoderConfig& c, const LoraConfig& lora, bool packed,
+                   const std::string& what) {
+  const int n = g_comm->size();
+  std::vector<dist::Mesh> layouts = {dist::Mesh({{"sp", n}})};
+  if (n == 4) {
+    layouts.push_back(dist::Mesh({{"sp", 2}, {"tp", 2}}));
+    layouts.push_back(dist::Mesh({{"dp", 2}, {"sp", 2}}));
+  }
+  for (const dist::Mesh& mesh : layouts) {
+    const int S = mesh.size("sp"), T = mesh.size("tp");
+    const int hq = c.num_heads / T, hkv = nn::kv_heads_replicated(c, T) ? 1 : c.num_kv_heads / T;
+    if (!nn::tensor_parallel_refusal(c, T).empty() || hq % S != 0 || (hkv % S != 0 && S % hkv != 0))
+      continue;
+    SCOPED_TRACE(what + " S=" + std::to_string(S) + " T=" + std::to_string(T));
+    const std::unique_ptr<dist::Communicator> sp_group = mesh.group(*g_comm, {"sp"});
+    const std::unique_ptr<dist::Communicator> tp_group = mesh.group(*g_comm, {"tp"});
+    if (g_comm->rank() == 0)
+      std::printf("%s: Ulysses S=%d x T=%d (%s key/value heads)\n", what.c_str(), S, T,
+                  hkv % S == 0 ? "exchanged" : "gathered");
+    const Decoder whole(c, DType::kF32, {}, lora);
+    const nn::TensorParallel tp =
+        T > 1 ? nn::TensorParallel{tp_group->rank(), T, tp_group.get()} : nn::TensorParallel{};
+    const Decoder split(c, DType::kF32, {}, lora, {}, {}, std::nullopt, tp,
+                        nn::SequenceParallel{sp_group->rank(), S, sp_group.get()});
+    const_cast<Decoder&>(whole).init_weights(7);
+    const_cast<Decoder&>(split).init_weights(7);
+    const int64_t B = 2, Tq = 16;
+    const Tensor tokens = ids(B, Tq, c.vocab_size, 3, false);
+    const Tensor targets = ids(B, Tq, c.vocab_size, 4, true);
+    Tensor starts;
+    if (packed) {  // documents at 0-6 and 7-15: the second spans the slices
+      starts = Tensor::empty(Shape{B, Tq}, DType::kI32);
+      for (int64_t i = 0; i < B * Tq; ++i) starts.i32()[i] = int32_t(i % Tq < 7 ? 0 : 7);
+    }
+    const Run ref = run(whole, tokens, targets, starts);
+    Run got = run(split, tokens, targets, starts);
+    sp_group->all_reduce_f64(&got.loss, 1);
+    expect_close_all("loss", {got.loss}, {ref.loss}, 1e-6);
+    for (const Parameter* p : split.parameters()) {
+      Vec g = got.grads.at(p->name);
+      sp_group->all_reduce_f64(g.data(), int64_t(g.size()));
+      expect_close_all(p->name + " grad", g, slice_of(*p, ref.grads.at(p->name)), 1e-5);
+    }
+  }
+}
+
+TEST(Ulysses, LlamaGqa) {
+  check_ulysses(llama(37), {}, false, "llama V37");
+  DecoderConfig c = llama(40);
+  c.tie_word_embeddings = true;
+  c.qk_norm = true;
+  check_ulysses(c, {}, true, "llama tied, packed, q/k norms");
+}
+
+TEST(Ulysses, KeyValueHeadsGatheredWhenFewer) {
+  DecoderConfig c = llama(37);
+  c.num_kv_heads = 1;  // MQA: 1 kv head over S = 2 or 4
+  check_ulysses(c, {}, true, "llama MQA");
+}
+
+TEST(Ulysses, Gpt2AndLora) {
+  check_ulysses(gpt2(), {}, false, "gpt2");
+  LoraConfig lora;
+  lora.r = 4;
+  lora.alpha = 8;
+  const DecoderConfig c = llama(37);
+  for (const nn::LinearShape& l : nn::block_linears(c)) lora.modules.push_back(l.module);
+  check_ulysses(c, lora, false, "llama lora");
 }
 
 // for_each_global_run against the index map written out: a column slice of a [4, 6] matrix in

@@ -184,4 +184,21 @@ std::string tensor_parallel_refusal(const DecoderConfig& c, int T) {
 
 bool kv_heads_replicated(const DecoderConfig& c, int T) { return T > 1 && c.num_kv_heads % T != 0; }
 
+std::string ulysses_refusal(const DecoderConfig& c, int T, int S) {
+  if (S <= 1) return {};
+  const int hq = c.num_heads / T;
+  const int hkv = kv_heads_replicated(c, T) ? 1 : c.num_kv_heads / T;
+  const std::string per =
+      T > 1 ? fmt::format(" (per tensor-parallel rank: {} / {})", c.num_heads, T) : "";
+  if (hq % S != 0)
+    return fmt::format(
+        "{} query heads{} do not split over {} sequence-parallel ranks ({} % {} = {})", hq, per, S,
+        hq, S, hq % S);
+  if (hkv % S != 0 && S % hkv != 0)
+    return fmt::format(
+        "{} key/value heads{} neither split over {} sequence-parallel ranks nor divide them", hkv,
+        T > 1 ? " per tensor-parallel rank" : "", S);
+  return {};
+}
+
 }  // namespace fd::nn

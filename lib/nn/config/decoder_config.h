@@ -138,6 +138,13 @@ std::string tensor_parallel_refusal(const DecoderConfig& config, int size);
 // KV heads than ranks). Only meaningful when tensor_parallel_refusal(config, size) is empty.
 bool kv_heads_replicated(const DecoderConfig& config, int size);
 
+// DeepSpeed-Ulysses over `sequence` ranks on top of a `tensor`-way split (nn::Decoder,
+// SequenceParallel): each tensor-parallel rank's query heads must split over the sequence
+// ranks, and its key/value heads split over them or divide them (then every one is gathered).
+// Empty when they do, else why not, with the arithmetic. tensor_parallel_refusal(config, tensor)
+// must be empty. sequence 1: always empty.
+std::string ulysses_refusal(const DecoderConfig& config, int tensor, int sequence);
+
 // The DecoderConfig computing what nn::Decoder computes for `config`: LayerNorm
 // (eps 1e-5), learned positions, biased attention and GELU-tanh MLP (4H), tied
 // head. No BOS/EOS: a GptConfig does not know its tokenizer.
