@@ -27,9 +27,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/fdtrain/subcommand.h"
@@ -137,6 +139,10 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const fd::Error& e) {
     print_error(e.what());  // empty on ranks that only learnt that another rank failed
+    // A quiet rank (the message is rank 0's to print) lingers a moment before it exits: mpirun
+    // ends the job at the first rank's non-zero exit, and rank 0 must have printed by then.
+    if (*e.what() == '\0' && fd::engine::launcher_rank() > 0)
+      std::this_thread::sleep_for(std::chrono::seconds(2));
     fd::engine::leave_job();
     return e.exit_code();
   } catch (const std::bad_alloc&) {

@@ -65,19 +65,22 @@ train() {
   "${MPI[@]}" -n "$n" "$FDTRAIN" train "$recipe" "$@" --run-dir "$TMP/$name" --no-progress \
     >"$TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; }
 }
-# same_as REF NAME: the losses and gradient norms of every step of NAME match REF's to 1e-5.
+# same_as REF NAME [TOL KEYS]: the losses and gradient norms (KEYS) of every step of NAME match
+# REF's to TOL (1e-5) relative.
 same_as() {
-  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" <<'PY'
+  local tol=${3:-1e-5} keys=${4:-loss,grad_norm}
+  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$tol" "$keys" <<'PY'
 import json, sys
 def steps(path):
     return {m["step"]: m for m in map(json.loads, open(path)) if "grad_norm" in m}
 a, b = steps(sys.argv[1]), steps(sys.argv[2])
+tol, keys = float(sys.argv[3]), sys.argv[4].split(",")
 assert len(a) == 20 and sorted(a) == sorted(b), (len(a), len(b))
-worst = max(abs(b[s][k] - a[s][k]) / abs(a[s][k]) for s in a for k in ("loss", "grad_norm"))
-print(f"    20 steps, largest relative difference of loss and grad norm {worst:.3g}")
-assert worst <= 1e-5, worst
+worst = max(abs(b[s][k] - a[s][k]) / abs(a[s][k]) for s in a for k in keys)
+print(f"    20 steps, largest relative difference of {' and '.join(keys)} {worst:.3g}")
+assert worst <= tol, worst
 PY
-  then echo "ok: $2: the losses of $1 to 1e-5"; else fail "$2: losses differ from $1's"; fi
+  then echo "ok: $2: the $keys of $1 to $tol"; else fail "$2: differs from $1's"; fi
 }
 
 # 1. Numerics against T=1 (one rank, the same global batch of 4 sequences).
@@ -106,6 +109,19 @@ train s4 "$LLAMA" 4 parallel.sequence=4 batch.accumulation=2
 train s2d2 "$LLAMA" 4 parallel.sequence=2 zero.stage=2
 train s2t2 "$LLAMA" 4 parallel.sequence=2 parallel.tensor=2 batch.accumulation=2
 for run in s2 s4 s2d2 s2t2; do same_as l1 $run; done
+# bf16 (fp32 master weights): the same losses to bf16's rounding of another summation order; and
+# the optimizer state offloaded to NVMe at T=2 x D=2: the weights of the run without, bitwise
+# (one state file per rank, none left behind).
+train b1 "$LLAMA" 1 batch.accumulation=2 precision=bf16
+train b2 "$LLAMA" 2 parallel.tensor=2 batch.accumulation=2 precision=bf16
+same_as b1 b2 2e-3 loss
+mkdir -p "$TMP/nvme"
+train l2d2nv "$LLAMA" 4 parallel.tensor=2 zero.stage=2 zero.offload_optimizer.device=nvme \
+  zero.offload_optimizer.path="$TMP/nvme"
+got=$(json "$TMP/l2d2nv/summary.json" weights_sha256)
+[ -n "$w" ] && [ "$got" = "$w" ] && [ -z "$(ls -A "$TMP/nvme")" ] &&
+  echo "ok: l2d2nv: NVMe-offloaded optimizer at T=2 x D=2, weights ${w:0:16} bitwise ZeRO-2's" ||
+  fail "l2d2nv: weights $got vs $w; left in the offload directory: $(ls -A "$TMP/nvme")"
 # Tied heads: a Llama tying its head to the embedding, and GPT-2.
 train t1 "$LLAMA" 1 batch.accumulation=2 model.tie_embeddings=true
 train t2 "$LLAMA" 4 parallel.tensor=2 model.tie_embeddings=true
