@@ -419,17 +419,27 @@ std::string inspect_checkpoint(const std::string& path) {
                  m.skipped_steps);
   if (m.loss_scaler) fmt::format_to(out, ", loss scale {}", m.loss_scaler->scale);
   s += "\n";
-  if (m.pipeline.stages > 1)
+  if (m.pipeline.stages > 1 && m.tensor.size > 1)
+    fmt::format_to(out,
+                   "  pipeline: {} stages x {} data-parallel replicas x {} tp ranks (rank = "
+                   "(stage x {} + replica) x {} + tp rank), {} schedule, transformer blocks per "
+                   "stage [{}]\n",
+                   m.pipeline.stages, m.pipeline.replicas, m.tensor.size, m.pipeline.replicas,
+                   m.tensor.size, m.pipeline.schedule, fmt::join(m.pipeline.blocks, ", "));
+  else if (m.pipeline.stages > 1)
     fmt::format_to(out,
                    "  pipeline: {} stages x {} data-parallel replicas (rank = stage x {} + "
                    "replica), {} schedule, transformer blocks per stage [{}]\n",
                    m.pipeline.stages, m.pipeline.replicas, m.pipeline.replicas, m.pipeline.schedule,
                    fmt::join(m.pipeline.blocks, ", "));
   if (m.tensor.size > 1)
-    fmt::format_to(out,
-                   "  tensor parallel: {} ranks x {} replicas (rank = replica x {} + tp rank), "
-                   "each tp rank's segments a flat space of its own\n",
-                   m.tensor.size, m.tensor.replicas, m.tensor.size);
+    fmt::format_to(
+        out,
+        "  tensor parallel: {} ranks x {} replicas{} (rank = {} x {} + tp rank), "
+        "each tp rank's segments a flat space of its own\n",
+        m.tensor.size, m.tensor.replicas,
+        m.pipeline.stages > 1 ? fmt::format(" x {} stages", m.pipeline.stages) : std::string(),
+        m.pipeline.stages > 1 ? "(stage x replicas + replica)" : "replica", m.tensor.size);
   int64_t params = 0;
   for (const ParamLayout& p : c.whole_layout) params += numel_of(p.shape);
   size_t segments = 0;

@@ -446,13 +446,19 @@ ShardReader ShardReader::open(const std::string& path) {
       pl.blocks.push_back(int(n));
       total += int(n);
     }
-    if (pl.stages < 2 || pl.replicas < 1 || int64_t(pl.stages) * pl.replicas != m.world_size ||
-        pl.stage < 0 || pl.stage >= pl.stages || pl.replica < 0 || pl.replica >= pl.replicas ||
+    // With tensor parallelism each (stage, replica) is tensor_size ranks (checked below).
+    const int64_t tp_ranks =
+        h5::has_attr(root, "tensor_size") ? std::max(1, req_int("tensor_size")) : 1;
+    if (pl.stages < 2 || pl.replicas < 1 ||
+        int64_t(pl.stages) * pl.replicas * tp_ranks != m.world_size || pl.stage < 0 ||
+        pl.stage >= pl.stages || pl.replica < 0 || pl.replica >= pl.replicas ||
         int(pl.blocks.size()) != pl.stages || total < pl.stages)
       bad(
-          fmt::format("pipeline attributes ({} stages x {} replicas, stage {}, replica {}, blocks "
-                      "'{}') do not fit world size {}",
-                      pl.stages, pl.replicas, pl.stage, pl.replica, blocks, m.world_size));
+          fmt::format("pipeline attributes ({} stages x {} replicas{}, stage {}, replica {}, "
+                      "blocks '{}') do not fit world size {}",
+                      pl.stages, pl.replicas,
+                      tp_ranks > 1 ? fmt::format(" x {} tp ranks", tp_ranks) : std::string(),
+                      pl.stage, pl.replica, blocks, m.world_size));
   }
   if (h5::has_attr(root, "tensor_size")) {
     ShardMeta::TensorLayout& tl = m.tensor;

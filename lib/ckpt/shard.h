@@ -106,7 +106,7 @@ struct ShardMeta {
   // checkpoint. Informational (a resume at another layout reshards through the
   // segments' global ranges); absent from the file when stages == 1.
   struct Pipeline {
-    int stages = 1, replicas = 1;  // world_size = stages * replicas
+    int stages = 1, replicas = 1;  // world_size = stages * replicas (* tensor.size)
     int stage = 0, replica = 0;    // of this shard's rank
     std::vector<int> blocks;       // transformer blocks per stage
     std::string schedule;          // "1f1b" | "gpipe"

@@ -247,7 +247,8 @@ const std::vector<KeyDoc>& key_reference() {
        "every rank holds all of them. The T ranks of a group (consecutive ranks) read the same "
        "micro-batches: the global batch is micro * accumulation * ranks / (pipeline x T). "
        "ZeRO stages 0-3 work across the replicas holding the same slices. CPU only so far; "
-       "not yet with a pipeline, model.quantize or an objective"},
+       "with a pipeline each stage's layers split so (ZeRO-3 stays refused with a pipeline); "
+       "not yet with model.quantize or an objective"},
       {"parallel.sequence_parallel", "bool", "false",
        "needs parallel.tensor > 1 dividing data.seq_len",
        "Megatron-LM's sequence parallelism: between the tensor-parallel regions (the norms, "

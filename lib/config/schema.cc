@@ -1443,11 +1443,6 @@ void Builder::tensor_checks() {
                       "heads ({}) and of the MLP's width",
                       why, r_->model.n_head));
   }
-  if (r_->parallel.pipeline > 1 && !bad("parallel.pipeline"))
-    refuse(
-        fmt::format("{} tensor-parallel ranks with a pipeline of {} stages: the two do not "
-                    "combine yet; use parallel.pipeline: 1 or parallel.tensor: 1",
-                    T, r_->parallel.pipeline));
   if (r_->device == DeviceName::kCuda && !bad("device"))
     refuse(
         "with device: cuda: tensor parallelism runs on the CPU backend only so far (its "

@@ -103,10 +103,22 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
   // Tensor parallelism: each tp rank's segments are flat spaces of their own (the vocabulary's
   // rows may differ by one between them), and the manifest lists every tp rank's. Every rank
   // holds a range of every segment (ZeRO pads for equal shards), in the same order; world
-  // rank t is tp rank t's replica 0.
+  // rank t is tp rank t's replica 0 (of the first stage, with a pipeline). A pipeline's ranks
+  // hold their stage's segments only, and name every segment in req.segments (the whole
+  // model's groups, the same list on every rank): those are gathered instead.
   const int T = meta.tensor.size;
   std::vector<double> numels;
-  if (T > 1) {
+  if (T > 1 && !req.segments.empty()) {
+    double n = double(req.segments.size());
+    std::vector<double> counts(size_t(comm.size()));
+    comm.all_gather_f64(&n, counts.data(), 1);
+    FD_CHECK(std::all_of(counts.begin(), counts.end(), [&](double c) { return c == n; }),
+             "tensor-parallel pipeline ranks name different numbers of segments");
+    std::vector<double> mine_numel;
+    for (const auto& s : req.segments) mine_numel.push_back(double(s.numel));
+    numels.resize(req.segments.size() * size_t(comm.size()));
+    comm.all_gather_f64(mine_numel.data(), numels.data(), req.segments.size());
+  } else if (T > 1) {
     double n = double(ranges.size());
     std::vector<double> counts(size_t(comm.size()));
     comm.all_gather_f64(&n, counts.data(), 1);
@@ -124,8 +136,12 @@ fs::path save_checkpoint(const SaveRequest& req, const zero::ZeroEngine& engine,
     m.zero_stage = meta.zero_stage;
     m.precision = meta.precision;
     for (int r = 0; r < comm.size(); ++r) m.files.push_back(ckpt::shard_file_name(r));
-    if (T > 1) {
-      FD_CHECK(req.segments.empty(), "tensor parallelism with a pipeline's segments");
+    if (T > 1 && !req.segments.empty()) {
+      for (int t = 0; t < T; ++t)
+        for (size_t i = 0; i < req.segments.size(); ++i)
+          m.segments.push_back(
+              {req.segments[i].name, int64_t(numels[size_t(t) * req.segments.size() + i]), t});
+    } else if (T > 1) {
       for (int t = 0; t < T; ++t)
         for (size_t i = 0; i < ranges.size(); ++i)
           m.segments.push_back(

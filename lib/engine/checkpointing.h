@@ -35,7 +35,9 @@ struct SaveRequest {
   dist::FaultSpec fault;  // test hook: ckptkill at a point of the write
   // The manifest's segments when rank 0's engine holds only some (a
   // pipeline's first stage): every segment with trainable elements, in
-  // forward order. Empty: rank 0's ranges.
+  // forward order, the same list on every rank (with tensor parallelism each
+  // rank's numels are its tp rank's, and the manifest takes tp rank t's from
+  // world rank t). Empty: rank 0's ranges.
   std::vector<ckpt::ManifestSegment> segments;
 };
 // Collective. Returns the step directory written.

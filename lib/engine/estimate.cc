@@ -473,21 +473,33 @@ Estimate estimate(const config::Recipe& r, int world) {
     // Each rank's slice of the sequence with Ulysses.
     const double tokens = double(a.micro) * double(a.seq_len) / double(a.mesh.size("sp")),
                  H = double(a.model.hidden_size);
-    const double L = a.model.num_layers, E = e.compute_bytes, act = tokens * H * E;
-    double per_micro = 0.0;
-    if (!t.sequence_parallel) {
-      per_micro = ring * ((4.0 * L + 1.0) * act + (3.0 * tokens + tokens * H) * 4.0);
-    } else {
-      // Norm weights (and biases) of 2L + 1 norms, and learned positions, all-reduced.
-      double whole = (2.0 * L + 1.0) * H * (a.model.norm == nn::NormKind::kLayerNorm ? 2.0 : 1.0);
-      if (a.model.positions == nn::PositionKind::kLearned)
+    const double E = e.compute_bytes, act = tokens * H * E;
+    // The count of a rank holding L blocks, with or without the embedding and the head (a
+    // pipeline stage's part; without a pipeline all of them).
+    auto per_micro = [&](double L, bool embed, bool head) {
+      const double emb = embed ? 1.0 : 0.0, hd = head ? 1.0 : 0.0;
+      if (!t.sequence_parallel)
+        return ring * ((4.0 * L + emb) * act + hd * (3.0 * tokens + tokens * H) * 4.0);
+      // Norm weights (and biases) of 2L (+ 1: the final) norms, and learned positions,
+      // all-reduced.
+      double whole = (2.0 * L + hd) * H * (a.model.norm == nn::NormKind::kLayerNorm ? 2.0 : 1.0);
+      if (embed && a.model.positions == nn::PositionKind::kLearned)
         whole += double(a.model.max_position_embeddings) * H;
       // 8L per block, the embedding's reduce-scatter (and its all-gather backward when the
       // embedding trains), the head's all-gather (and its reduce-scatter backward).
-      const double pairs = 8.0 * L + 3.0 + (a.lora.enabled() ? 0.0 : 1.0);
-      per_micro = half * pairs * act + ring * (3.0 * tokens * 4.0 + whole * E);
+      const double pairs = 8.0 * L + emb * (a.lora.enabled() ? 1.0 : 2.0) + 2.0 * hd;
+      return half * pairs * act + ring * (hd * 3.0 * tokens * 4.0 + whole * E);
+    };
+    // With a pipeline: the largest of any stage's (as bytes_per_step is the largest rank's).
+    const int P = int(a.stage_blocks.size());
+    double most = 0.0;
+    if (P <= 1) {
+      most = per_micro(a.model.num_layers, true, true);
+    } else {
+      for (int ps = 0; ps < P; ++ps)
+        most = std::max(most, per_micro(a.stage_blocks[size_t(ps)], ps == 0, ps == P - 1));
     }
-    t.formula_bytes = int64_t(per_micro * a.zero.accumulation + 0.5);
+    t.formula_bytes = int64_t(most * a.zero.accumulation + 0.5);
   }
   if (const int S = a.mesh.size("sp"); S > 1) {
     Estimate::SequenceParallel& q = e.sequence;
@@ -526,6 +538,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       st.other = run.other;
       st.comm_bytes_per_step = run.comm_bytes;
       st.p2p_bytes_per_step = run.p2p_bytes;
+      st.tp_bytes_per_step = run.tp_bytes;
       p.per_stage.push_back(st);
     }
   }
@@ -762,9 +775,12 @@ std::string format_estimate(const Estimate& e) {
         m.intermediate_size / t.size, m.intermediate_size, rows.count, m.vocab_size,
         m.vocab_size % t.size));
     line(fmt::format(
-        "tensor-parallel traffic per step: {} per rank over its tp group, counted (Megatron-LM: "
+        "tensor-parallel traffic per step: {} per rank over its tp group{}, counted (Megatron-LM: "
         "{}: {}{})",
         human(e.stages[size_t(e.recipe_stage)].tp_bytes_per_step),
+        e.pipeline.stages > 1 ? " (the largest of any pipeline stage's; L its blocks, the "
+                                "embedding's term the first stage's, the loss's the last's)"
+                              : "",
         t.sequence_parallel
             ? "per micro-batch 8L + 4 reduce-scatters or all-gathers of B x T x H (8L + 3 when "
               "the embedding is frozen), the loss's statistics and the norms' gradients"
@@ -781,11 +797,12 @@ std::string format_estimate(const Estimate& e) {
   if (e.pipeline.stages > 1) {
     const Estimate::Pipeline& p = e.pipeline;
     line(fmt::format(
-        "pipeline: {} stages x {} data-parallel replica{} (N = {} ranks), {} schedule, {} "
+        "pipeline: {} stages x {} data-parallel replica{}{} (N = {} ranks), {} schedule, {} "
         "micro-batches per step; bubble (P-1)/(M+P-1) = {:.1f}%; per pipeline stage at ZeRO "
         "stage {} (the columns above are the largest of any stage):",
-        p.stages, p.replicas, p.replicas == 1 ? "" : "s", e.world, p.schedule, p.micro_batches,
-        100.0 * p.bubble_fraction, e.recipe_stage));
+        p.stages, p.replicas, p.replicas == 1 ? "" : "s",
+        e.tensor.size > 1 ? fmt::format(" x {} tensor-parallel ranks", e.tensor.size) : "", e.world,
+        p.schedule, p.micro_batches, 100.0 * p.bubble_fraction, e.recipe_stage));
     std::string head = fmt::format("{:<{}}", "", w0);
     for (const StageEstimate& st : p.per_stage)
       head += fmt::format("{:>{}}", fmt::format("pipe {}", st.stage), w);
@@ -809,6 +826,9 @@ std::string format_estimate(const Estimate& e) {
          [](const StageEstimate& st) { return human(st.p2p_bytes_per_step); });
     prow("data-parallel/step",
          [](const StageEstimate& st) { return human(st.comm_bytes_per_step); });
+    if (e.tensor.size > 1)
+      prow("tensor-parallel/step",
+           [](const StageEstimate& st) { return human(st.tp_bytes_per_step); });
     line("");
   }
   if (c == 2) {
@@ -975,6 +995,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
       o["total"] = s.total();
       o["p2p_bytes_per_step"] = s.p2p_bytes_per_step;
       o["comm_bytes_per_step"] = s.comm_bytes_per_step;
+      if (e.tensor.size > 1) o["tp_bytes_per_step"] = s.tp_bytes_per_step;
       per.push_back(o);
     }
     j["pipeline"] = {{"stages", p.stages},       {"replicas", p.replicas},

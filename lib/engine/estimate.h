@@ -167,7 +167,9 @@ struct Estimate {
     // E bytes per element), per step of a micro-batches: a * (4L + 1) all-reduces of B*T*H
     // elements (per block two forward, g after attention and the MLP, and two backward, f
     // before them; one forward for the embedding), and the loss's 3 B*T f32 statistics and
-    // B*T*H f32 dh, each all-reduce 2(T-1)/T of its bytes on the wire.
+    // B*T*H f32 dh, each all-reduce 2(T-1)/T of its bytes on the wire. With a pipeline the
+    // largest of any stage's count (L its blocks; the embedding's terms the first stage's, the
+    // head's and the final norm's the last's), as bytes_per_step is the largest rank's.
     int64_t formula_bytes = 0;
   } tensor;
   // Ulysses sequence parallelism (parallel.sequence > 1); size 1 without.

@@ -10,6 +10,7 @@
 #include "lib/base/check.h"
 #include "lib/dist/counting_communicator.h"
 #include "lib/dist/local_communicator.h"
+#include "lib/engine/tensor_parallel.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
 #include "lib/pipe/partition.h"
@@ -93,13 +94,15 @@ Variable with_backward_prelude(const Variable& y, std::function<void()> before) 
 
 PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
                              pipe::Schedule schedule, std::vector<nn::SegmentInfo> segments,
-                             int micro_batches, dist::Communicator& world)
+                             int micro_batches, dist::Communicator& world, bool sequence_parallel)
     : blocks_(std::move(blocks)),
       schedule_(schedule),
       micro_batches_(micro_batches),
+      sequence_parallel_(sequence_parallel),
       segments_(std::move(segments)),
       world_(world) {
   place(mesh);
+  // The stage's replicas at this tp rank (same pp and tp coordinates): they hold the same slices.
   data_ = mesh.group(world, {"dp"});
   // One replica: the stage's engine runs alone, as a one-rank run does (no
   // MPI, no fp32 staging of its reductions).
@@ -108,6 +111,20 @@ PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
   // The tied head's gradient and weights travel on a communicator of their
   // own, so that they never wait behind (or hold up) the hidden states.
   if (tied_) tie_ = mesh.group(world, {"pp"});
+  if (tp_size_ > 1) {
+    tp_ = mesh.group(world, {"tp"});
+    full_ = mesh.group(world, {"pp", "dp"});
+    // full_ holds one rank per (stage, replica), all at this tp rank: each stage's replica 0 is
+    // the root of its segments' broadcasts.
+    const std::vector<int> members = mesh.group_ranks(world.rank(), {"pp", "dp"});
+    for (int s = 0; s < stages(); ++s) {
+      const auto it =
+          std::find(members.begin(), members.end(), rank_of_[size_t(s)][0][size_t(tp_rank_)]);
+      FD_CHECK(it != members.end(), "stage {}'s replica 0 at tp rank {} is not in its group", s,
+               tp_rank_);
+      full_root_.push_back(int(it - members.begin()));
+    }
+  }
 }
 
 void PipelineStage::place(const dist::Mesh& mesh) {
@@ -121,8 +138,18 @@ void PipelineStage::place(const dist::Mesh& mesh) {
   FD_CHECK(std::accumulate(blocks_.begin(), blocks_.end(), 0) == num_layers,
            "stage blocks do not add up to {} layers", num_layers);
   replicas_ = mesh.size("dp");
+  tp_size_ = mesh.size("tp");
   stage_ = mesh.coord(world_.rank(), "pp");
   replica_ = mesh.coord(world_.rank(), "dp");
+  tp_rank_ = mesh.coord(world_.rank(), "tp");
+  FD_CHECK(tp_size_ > 1 || !sequence_parallel_, "sequence parallelism without tp ranks");
+  // Every (stage, replica, tp rank)'s world rank, from rank 0 along the mesh's axes.
+  rank_of_.assign(size_t(P), std::vector<std::vector<int>>(size_t(replicas_)));
+  for (int s = 0; s < P; ++s)
+    for (int r = 0; r < replicas_; ++r)
+      for (int t = 0; t < tp_size_; ++t)
+        rank_of_[size_t(s)][size_t(r)].push_back(
+            mesh.step(mesh.step(mesh.step(0, "pp", s), "dp", r), "tp", t));
   const pipe::StageSegments mine = pipe::stage_segments(segments_, blocks_, stage_);
   first_ = mine.first;
   last_ = mine.last;
@@ -145,8 +172,14 @@ void PipelineStage::place(const dist::Mesh& mesh) {
 
 PipelineStage::~PipelineStage() = default;
 
+nn::TensorParallel PipelineStage::tensor_parallel() const {
+  return tp_ ? nn::TensorParallel{tp_rank_, tp_size_, tp_.get(), sequence_parallel_}
+             : nn::TensorParallel{};
+}
+
 void PipelineStage::use_device_comms(const MakeComm& make, dist::Communicator& device_world) {
   FD_CHECK(engine_ == nullptr, "use_device_comms after attach");
+  FD_CHECK(!tp_, "tensor parallelism runs on the CPU only (config refuses device: cuda)");
   device_world_ = &device_world;
   data_host_ = std::move(data_);
   data_ = make(*data_host_);
@@ -229,26 +262,39 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   }
   // The norm over every stage, in the unpipelined order: for each replica
   // (data-parallel rank), its partials of every segment in segment order.
+  // With tensor parallelism each rank's row holds its segments' partials of
+  // the sliced parameters, then of the whole ones: for each replica, every tp
+  // rank's sliced partials and tp rank 0's whole ones (every tp rank holds
+  // the same whole parameters and gradients), so every rank adds the same
+  // numbers in the same order.
   const int segments = int(segments_.size());
-  norm_row_.assign(size_t(segments), 0.0);  // kept: no allocation per step
-  norm_all_.assign(size_t(world_.size()) * size_t(segments), 0.0);
+  const int width = tp_ ? 2 * segments : segments;
+  norm_row_.assign(size_t(width), 0.0);  // kept: no allocation per step
+  norm_all_.assign(size_t(world_.size()) * size_t(width), 0.0);
   engine.set_norm_combine(
-      [this, segments](const std::vector<double>& mine, const std::vector<double>&) {
+      [this, segments, width](const std::vector<double>& mine, const std::vector<double>& whole) {
         std::vector<double>& row = norm_row_;
         const std::vector<double>& all = norm_all_;
         for (size_t i = 0; i < mine.size(); ++i) row[size_t(first_) + i] = mine[i];
-        world_.all_gather_f64(row.data(), norm_all_.data(), segments);
+        for (size_t i = 0; i < whole.size(); ++i) row[size_t(segments + first_) + i] = whole[i];
+        world_.all_gather_f64(row.data(), norm_all_.data(), width);
+        auto at = [&](int rank, int column) {
+          return all[size_t(rank) * size_t(width) + size_t(column)];
+        };
         double sum = 0.0;
         for (int r = 0; r < replicas_; ++r) {
           double partial = 0.0;
-          for (int g = 0; g < segments; ++g) {
-            const int rank = owner_stage(g) * replicas_ + r;
-            partial += all[size_t(rank) * size_t(segments) + size_t(g)];
-          }
+          for (int t = 0; t < tp_size_; ++t)
+            for (int g = 0; g < segments; ++g)
+              partial += at(rank_of_[size_t(owner_stage(g))][size_t(r)][size_t(t)], g);
+          if (tp_)
+            for (int g = 0; g < segments; ++g)
+              partial += at(rank_of_[size_t(owner_stage(g))][size_t(r)][0], segments + g);
           sum += partial;
         }
         return sum;
-      });
+      },
+      tp_ != nullptr);
 }
 
 Variable PipelineStage::run(int g, const nn::SegmentFn& fn, const Variable& x,
@@ -301,7 +347,7 @@ void PipelineStage::forward(int micro) {
   }
   f.out = model_->stage_loss(first_, last_, f.batch.tokens, f.batch.targets, in, this,
                              f.batch.doc_starts);
-  if (last_stage()) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
+  if (computes_loss()) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
   totals_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 }
 
@@ -371,7 +417,9 @@ void PipelineStage::ensure_slots(int micro_batches) {
 }
 
 Shape PipelineStage::hidden_shape(const Batch& b) const {
-  return Shape{b.tokens.shape()[0], b.tokens.shape()[1], model_->config().hidden_size};
+  // Sequence parallelism: between blocks each tp rank holds its slice of the sequence.
+  const int64_t T = b.tokens.shape()[1] / (sequence_parallel_ ? tp_size_ : 1);
+  return Shape{b.tokens.shape()[0], T, model_->config().hidden_size};
 }
 
 double PipelineStage::train(int micro_batches, const MicroFns& fns, Batch&, PhaseClock& clock,
@@ -398,6 +446,7 @@ double PipelineStage::run_program(int M, const MicroFns& fns) {
   auto sent = [this] { return pipe_->bytes_sent() + (tie_ ? tie_->bytes_sent() : 0); };
   const double w0 = waited();
   const int64_t b0 = sent();
+  const int64_t tp0 = tensor_bytes();
   fns_ = &fns;
   loss_sum_ = 0.0;
   ensure_slots(M);
@@ -458,6 +507,7 @@ double PipelineStage::run_program(int M, const MicroFns& fns) {
   totals_.train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   totals_.idle_s += waited() - w0;
   totals_.p2p_bytes += sent() - b0;
+  tp_train_bytes_ += tensor_bytes() - tp0;
   ++totals_.steps;
   return loss_sum_;
 }
@@ -480,7 +530,7 @@ double PipelineStage::eval(const Batch& batch) {
     wait(w);
     return 0.0;
   }
-  return out.value().to_vector()[0];
+  return computes_loss() ? out.value().to_vector()[0] : 0.0;
 }
 
 void PipelineStage::wait_tied_send() {
@@ -516,19 +566,33 @@ void PipelineStage::with_full_model(const std::function<void(const nn::Decoder& 
       p.storage()->acquire();
       acquired.push_back(grp);
     }
-    // From replica 0 of the owning stage.
-    (device_world_ ? *device_world_ : world_)
-        .broadcast(p.comm_data(), p.numel(), p.dtype(), owner_stage(g) * replicas_);
+    // From replica 0 of the owning stage (tensor parallelism: its rank at this tp rank, whose
+    // slices this rank holds).
+    if (full_) {
+      full_->broadcast(p.comm_data(), p.numel(), p.dtype(), full_root_[size_t(owner_stage(g))]);
+    } else {
+      (device_world_ ? *device_world_ : world_)
+          .broadcast(p.comm_data(), p.numel(), p.dtype(), rank_of_[size_t(owner_stage(g))][0][0]);
+    }
   }
-  fn(*model_);
+  if (tp_) {
+    const std::unique_ptr<nn::Decoder> whole = gather_whole_model(*model_);
+    fn(*whole);
+  } else {
+    fn(*model_);
+  }
   for (const nn::FlatParamGroup* grp : acquired) grp->flat_params().storage()->release();
 }
 
 std::string PipelineStage::describe() const {
+  const std::string tensor =
+      tp_ ? fmt::format(" x {} tensor-parallel ranks{}", tp_size_,
+                        sequence_parallel_ ? " with sequence parallelism" : "")
+          : std::string();
   return fmt::format(
-      "pipeline: {} stages x {} data-parallel replica{}, {} schedule, blocks per stage [{}], {} "
+      "pipeline: {} stages x {} data-parallel replica{}{}, {} schedule, blocks per stage [{}], {} "
       "micro-batches per step (bubble {:.1f}%)",
-      stages(), replicas_, replicas_ == 1 ? "" : "s", pipe::to_string(schedule_),
+      stages(), replicas_, replicas_ == 1 ? "" : "s", tensor, pipe::to_string(schedule_),
       fmt::join(blocks_, ", "), micro_batches_,
       100.0 * pipe::bubble_fraction(stages(), micro_batches_));
 }
@@ -540,6 +604,7 @@ void PipelineStage::describe_save(SaveRequest& req) const {
                        .replica = replica_,
                        .blocks = blocks_,
                        .schedule = std::string(pipe::to_string(schedule_))};
+  if (tp_) req.meta.tensor = {tp_size_, tp_rank_, replicas_};
   // Rank 0 (the first stage) holds only its own segments.
   for (const nn::FlatParamGroup* g : model_->groups())
     if (g->numel() > 0) req.segments.push_back({g->name(), g->numel()});
@@ -547,7 +612,7 @@ void PipelineStage::describe_save(SaveRequest& req) const {
 
 void PipelineStage::add_to_summary(nlohmann::json& summary) {
   // Every rank's totals, gathered (collective): per stage, the mean over its
-  // replicas of the share of the pipeline phase spent waiting for a neighbour.
+  // ranks (replicas and tp ranks) of the share of the pipeline phase spent waiting for a neighbour.
   const Totals& t = totals_;
   const double mine[4] = {double(stage_), t.train_s, t.idle_s, double(t.p2p_bytes)};
   std::vector<double> all(4 * size_t(world_.size()));
@@ -557,7 +622,7 @@ void PipelineStage::add_to_summary(nlohmann::json& summary) {
   for (int r = 0; r < world_.size(); ++r) {
     const double* v = &all[4 * size_t(r)];
     const size_t s = size_t(v[0]);
-    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(replicas_);
+    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(replicas_ * tp_size_);
     bytes[s] = std::max(bytes[s], t.steps > 0 ? v[3] / double(t.steps) : 0.0);
   }
   std::vector<int64_t> bytes_per_step;
@@ -570,6 +635,17 @@ void PipelineStage::add_to_summary(nlohmann::json& summary) {
                          {"bubble_fraction", pipe::bubble_fraction(P, micro_batches_)},
                          {"idle_fraction", idle},
                          {"p2p_bytes_per_step", bytes_per_step}};
+  if (!tp_) return;
+  // The stages send different bytes over their tp groups (the embedding's and the loss's
+  // collectives are the first and last stage's): the largest of any rank, per step.
+  const double tp_mine = t.steps > 0 ? double(tp_train_bytes_ / t.steps) : 0.0;
+  std::vector<double> tp_all(size_t(world_.size()));
+  world_.all_gather_f64(&tp_mine, tp_all.data(), 1);
+  summary["tensor_parallel"] = {
+      {"size", tp_size_},
+      {"replicas", replicas_},
+      {"sequence_parallel", sequence_parallel_},
+      {"bytes_per_step", int64_t(*std::max_element(tp_all.begin(), tp_all.end()))}};
 }
 
 }  // namespace fd::engine

@@ -2,7 +2,10 @@
 // = P > 1; docs/PIPELINE.md).
 //
 // The world's P x D ranks are P stages of D data-parallel replicas, stage-major
-// (dist::Mesh's axes pp and dp, lib/dist/mesh.h). Stage s holds the decoder segments of its blocks
+// (dist::Mesh's axes pp and dp, lib/dist/mesh.h); with tensor parallelism (the mesh's tp axis,
+// size T > 1) P x D x T ranks, each (stage, replica) a tp group of T consecutive ranks that
+// hold the stage's segments sliced (nn::TensorParallel) and run its micro-batches together.
+// Stage s holds the decoder segments of its blocks
 // (the embedding with the first, the final norm and head with the last); each stage's D replicas
 // run a ZeroEngine (stages 0-2) over their own data-parallel group, so that parameters, gradients
 // and optimizer state of a rank are those of its stage's segments only. Replica r's stages form a
@@ -18,10 +21,15 @@
 //     gradient for it to the first stage over a communicator of its own,
 //     which adds it to the embedding's gradient just before the embedding's
 //     backward, as the unpipelined backward does; after each step the first
-//     stage sends the updated matrix back;
+//     stage sends the updated matrix back (with tensor parallelism each tp
+//     rank its own vocabulary rows, to and from the same tp rank);
 //   - the global gradient norm adds every (segment, replica) partial in the
-//     unpipelined order (norm_combine()).
-// So weights_sha256 equals the unpipelined run's (tests/mpi/pipeline_test.cc).
+//     unpipelined order (attach()); with tensor parallelism each tp rank's
+//     partials of its sliced parameters and tp rank 0's of the whole ones
+//     (identical on every tp rank), in (replica, tp rank, segment) order.
+// So weights_sha256 equals the unpipelined run's (tests/mpi/pipeline_test.cc); with tensor
+// parallelism the run is the unpipelined tensor-parallel run's to fp32 rounding (its sums
+// over the tp ranks run in another order: T=1's losses to 1e-5, tests/cli/tensor_parallel.sh).
 #pragma once
 
 #include <functional>
@@ -47,19 +55,22 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // blocks[s]: transformer blocks of stage s (sum = the model's blocks;
   // mesh.size("pp") stages, at least 2); `segments`: the model's, as it
   // publishes them (nn::decoder_segments), which place the stages and the
-  // tied head's weights; micro_batches per optimizer step. Splits `world`
-  // into the mesh's "dp" and "pp" groups (collective): every rank
-  // constructs one. Any backend, the counting one of `fdtrain estimate`
-  // included.
+  // tied head's weights; micro_batches per optimizer step; `sequence_parallel`:
+  // Megatron's sequence parallelism over the tp group (mesh.size("tp") > 1).
+  // Splits `world` into the mesh's "dp" and "pp" groups, and with a tp axis
+  // "tp" and {"pp", "dp"} (collective): every rank constructs one. Any
+  // backend, the counting one of `fdtrain estimate` included.
   PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks, pipe::Schedule schedule,
-                std::vector<nn::SegmentInfo> segments, int micro_batches,
-                dist::Communicator& world);
+                std::vector<nn::SegmentInfo> segments, int micro_batches, dist::Communicator& world,
+                bool sequence_parallel = false);
   ~PipelineStage() override;
 
   int stages() const { return int(blocks_.size()); }
   int replicas() const { return replicas_; }
   int stage() const { return stage_; }
   int replica() const { return replica_; }
+  int tensor_rank() const { return tp_rank_; }
+  int tensor_size() const { return tp_size_; }
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == stages() - 1; }
   // Decoder segments this stage runs: first_segment()..last_segment().
@@ -68,6 +79,8 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // Whether this rank holds segment g's buffers (its own, and those its own
   // are tied to: on the last stage of a tied model the embedding for the head).
   bool holds(int segment) const override;
+  // The tp group the stage's segments are sliced over (size 1 without).
+  nn::TensorParallel tensor_parallel() const override;
   // The stage whose own segments include `segment`.
   int owner_stage(int segment) const;
   // The stage's data-parallel group (the ZeroEngine's communicator).
@@ -76,6 +89,7 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // GPU runs: the groups' communicators for device buffers, made by `make`
   // over each host group (collective, as make_gpu_communicator is), and the
   // world's (the caller's, for with_full_parameters' broadcasts). Before attach().
+  // Not with tensor parallelism (CPU only: FD_CHECK).
   void use_device_comms(const MakeComm& make, dist::Communicator& device_world) override;
 
   // A view of `model` with this stage's own segments, for the ZeroEngine,
@@ -92,7 +106,8 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // After the engine is built: pads the segments outside it for the stage's
   // replicas as their owners' engines pad them (FlatParamGroup::pad_for),
   // allocates and fills the tied copy through `fill` (the same values the
-  // first stage starts with) and installs the norm combiner. Local:
+  // first stage starts with) and installs the norm combiner (with tensor
+  // parallelism over split and whole partials). Local:
   // nothing crosses between stages until the first sync_tied(), which the
   // trainer calls only once every rank has agreed that its setup succeeded
   // (a stage waiting on a neighbour whose setup failed would wait until
@@ -108,13 +123,14 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // m's batch (one per micro-batch in flight, made by new_batch) and returns
   // its target count; grad_seed(m, targets) and dropout_seed(m) as the
   // unpipelined step gives them. Returns the sum over micro-batches of loss *
-  // targets (the last stage; 0 elsewhere). fns.runner and fns.forwarded are
+  // targets (the last stage's tp rank 0; 0 elsewhere). fns.runner and fns.forwarded are
   // not used: micro-batches interleave. --profile: the stage times its loads
   // and forwards, the waits for its neighbours are communication waits, and
   // the rest (backwards, the ZeRO hand-off, posting exchanges) is backward.
   double train(int micro_batches, const MicroFns& fns, Batch& batch, PhaseClock& clock,
                Phases& phases) override;
-  bool computes_loss() const override { return last_stage(); }
+  // The last stage (its tp rank 0: a tp group computes one replica's loss).
+  bool computes_loss() const override { return last_stage() && tp_rank_ == 0; }
   // Totals over train() calls: wall seconds, seconds blocked waiting for a
   // neighbour (point-to-point and the tied head's transfers: the bubble plus
   // transfer time not hidden), bytes this rank sent point-to-point, steps;
@@ -129,22 +145,27 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   // the first stage's embedding to the last stage's copy (tied heads).
   void sync_tied();
   void sync() override { sync_tied(); }
-  // An evaluation batch through the stages (no gradients): the loss on the
-  // last stage, 0 elsewhere (the caller sums over ranks).
+  // An evaluation batch through the stages (no gradients): the loss where
+  // computes_loss(), 0 elsewhere (the caller sums over ranks).
   double eval(const Batch& batch) override;
   // Runs fn with every segment resident and current on every rank (each
-  // owner broadcasts over the world), then releases what is not this rank's.
+  // owner stage's replica 0 broadcasts over the world; with tensor parallelism
+  // over the ranks of this tp rank, then the whole model is assembled over the
+  // tp group: gather_whole_model), then releases what is not this rank's.
   void with_full_model(const std::function<void(const nn::Decoder& model)>& fn) override;
 
-  // Strategy's reports: the setup line (stages, replicas, schedule, blocks,
-  // bubble); the checkpoint's pipeline metadata and the manifest's segments
-  // (rank 0 holds only the first stage's); summary.json 'pipeline' (per
-  // stage, the mean over its replicas of the share of the step spent waiting
-  // for a neighbour, and the bytes sent point-to-point per step).
+  // Strategy's reports: the setup line (stages, replicas, tp ranks,
+  // schedule, blocks, bubble); the checkpoint's pipeline and tensor metadata
+  // and the manifest's segments (rank 0 holds only the first stage's);
+  // summary.json 'pipeline' (per stage, the mean over its replicas of the
+  // share of the step spent waiting for a neighbour, and the bytes sent
+  // point-to-point per step) and with tensor parallelism 'tensor_parallel'
+  // (as DataParallel's; bytes_per_step the largest of any rank's).
   std::string describe() const override;
   void describe_save(SaveRequest& request) const override;
   void add_to_summary(nlohmann::json& summary) override;
   int64_t p2p_bytes() const override { return totals_.p2p_bytes; }
+  int64_t tensor_bytes() const override { return tp_ ? tp_->bytes_sent() : 0; }
 
  private:
   struct InFlight;
@@ -169,6 +190,12 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   int program_micro_batches_ = -1;
   int grad_out_micro_ = -1;  // the micro-batch whose output gradient grad_out_ holds
   int replicas_ = 1, stage_ = 0, replica_ = 0, first_ = 0, last_ = 0;
+  int tp_rank_ = 0, tp_size_ = 1;
+  bool sequence_parallel_ = false;
+  // rank_of_[s][r][t]: the world rank of stage s, replica r, tp rank t (from the mesh).
+  std::vector<std::vector<std::vector<int>>> rank_of_;
+  // Tensor parallelism: per stage, the rank of its replica 0 at this tp rank within full_.
+  std::vector<int> full_root_;
   std::vector<nn::SegmentInfo> segments_;  // the model's
   std::vector<int> segment_stage_;         // per segment, its owner stage
   bool tied_ = false;
@@ -177,6 +204,9 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   dist::Communicator* device_world_ = nullptr;  // GPU runs: the world's NCCL communicator
   // The groups (over device buffers on a GPU), and on a GPU the host groups they ride on.
   std::unique_ptr<dist::Communicator> data_, pipe_, tie_;
+  // Tensor parallelism: the tp group, and the ranks of this tp rank ({"pp", "dp"}: every
+  // stage's replicas), over which with_full_model's segments are broadcast.
+  std::unique_ptr<dist::Communicator> tp_, full_;
   std::unique_ptr<dist::Communicator> data_host_, pipe_host_, tie_host_;
   nn::Decoder* model_ = nullptr;
   zero::ZeroEngine* engine_ = nullptr;
@@ -193,6 +223,7 @@ class PipelineStage final : public nn::SegmentRunner, public Strategy {
   dist::WorkPtr tied_send_;                  // last stage: the head's embedding gradient on its way
   std::vector<double> norm_row_, norm_all_;  // the norm combiner's gather, per segment
   Totals totals_;
+  int64_t tp_train_bytes_ = 0;  // sent over tp_ by train() calls (summary.json)
 };
 
 }  // namespace fd::engine

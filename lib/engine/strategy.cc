@@ -12,7 +12,7 @@ std::unique_ptr<Strategy> make_strategy(const Assembly& a, dist::Communicator& w
   if (a.mesh.size("pp") > 1)
     return std::make_unique<PipelineStage>(a.mesh, a.stage_blocks, a.pipeline_schedule,
                                            nn::decoder_segments(a.model), a.zero.accumulation,
-                                           world);
+                                           world, a.sequence_parallel);
   return std::make_unique<DataParallel>(a.mesh, world, a.sequence_parallel);
 }
 

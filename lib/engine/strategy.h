@@ -8,7 +8,9 @@
 //                                     group runs it on one replica's micro-
 //                                     batches, ZeRO over the dp groups;
 //   PipelineStage  (pipeline.h)       a rank runs its stage's segments, its
-//                                     ZeRO engine over its stage's replicas.
+//                                     ZeRO engine over its stage's replicas;
+//                                     with tensor parallelism each (stage,
+//                                     replica) is a tp group slicing them.
 //
 // Life of a strategy, as build_run (build_run.h) and the trainer drive it:
 //   auto s = make_strategy(a, world);        // collective: the mesh's groups are split

@@ -10,13 +10,21 @@
 #    one weights_sha256 (bitwise), activation checkpointing too;
 #  - Ulysses (parallel.sequence): S=2, S=4 (kv heads gathered), S=2 x D=2, S=2 x T=2 and GPT-2
 #    give T=1's losses to 1e-5; at 2048 tokens S=4 holds <= 0.3 of S=1's activations per rank;
+#  - with a pipeline: T=2 x P=2 (mpirun -n 4, micro 2 x accumulation 2: T=1's split) gives
+#    T=1's losses and gradient norms to 1e-5 for the Llama and GPT-2 (its tied head's rows
+#    handed between the first and last stage's same tp rank), with and without sequence
+#    parallelism, and T=2 x P=2 x D=2 (-n 8) for the tied Llama with ZeRO-1; its estimate's model states (largest rank and per stage) and tp bytes per
+#    step are the run's; its checkpoint of step 10 resumed at T=1 x D=4 continues with T=1's
+#    losses to 1e-5;
 #  - summary.json's tensor_parallel block, and parameters per rank about 1/T; the estimate's
 #    model states and tp / sp bytes per step are the runs' (and Megatron's / Ulysses' counts);
 #  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
-#    not dividing the world, a batch.global that does not fit, T with a pipeline, device cuda,
+#    not dividing the world, a batch.global that does not fit, T with a pipeline and ZeRO-3,
+#    device cuda,
 #    an objective, a 4-bit base: exit 2 at validation, one message with the arithmetic, no
 #    run directory;
-#  - a rank killed or stalled in a tensor-parallel step ends the job within 60 s, naming it.
+#  - a rank killed or stalled in a tensor-parallel step (and stalled in a T=2 x P=2 step) ends
+#    the job within 60 s, naming it.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI=(timeout 120 mpirun --oversubscribe --bind-to none)
@@ -65,19 +73,21 @@ train() {
   "${MPI[@]}" -n "$n" "$FDTRAIN" train "$recipe" "$@" --run-dir "$TMP/$name" --no-progress \
     >"$TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; }
 }
-# same_as REF NAME [TOL KEYS]: the losses and gradient norms (KEYS) of every step of NAME match
-# REF's to TOL (1e-5) relative.
+# same_as REF NAME [TOL KEYS FIRST]: the losses and gradient norms (KEYS) of every step of NAME
+# (from step FIRST, default 1) match REF's to TOL (1e-5) relative.
 same_as() {
   local tol=${3:-1e-5} keys=${4:-loss,grad_norm}
-  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$tol" "$keys" <<'PY'
+  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$tol" "$keys" "${5:-1}" <<'PY'
 import json, sys
+first = int(sys.argv[5])
 def steps(path):
-    return {m["step"]: m for m in map(json.loads, open(path)) if "grad_norm" in m}
+    return {m["step"]: m for m in map(json.loads, open(path))
+            if "grad_norm" in m and m["step"] >= first}
 a, b = steps(sys.argv[1]), steps(sys.argv[2])
 tol, keys = float(sys.argv[3]), sys.argv[4].split(",")
-assert len(a) == 20 and sorted(a) == sorted(b), (len(a), len(b))
+assert len(a) == 21 - first and sorted(a) == sorted(b), (len(a), len(b))
 worst = max(abs(b[s][k] - a[s][k]) / abs(a[s][k]) for s in a for k in keys)
-print(f"    20 steps, largest relative difference of {' and '.join(keys)} {worst:.3g}")
+print(f"    steps {first}-20, largest relative difference of {' and '.join(keys)} {worst:.3g}")
 assert worst <= tol, worst
 PY
   then echo "ok: $2: the $keys of $1 to $tol"; else fail "$2: differs from $1's"; fi
@@ -140,6 +150,25 @@ LORA=(lora.r=4 "lora.targets=[all-linear]")
 train a1 "$LLAMA" 1 batch.accumulation=2 "${LORA[@]}"
 train a2 "$LLAMA" 4 parallel.tensor=2 zero.stage=2 "${LORA[@]}"
 same_as a1 a2
+# With a pipeline: T=2 x P=2 (one block per stage), micro 2 x accumulation 2 as T=1's.
+TP=(parallel.tensor=2 parallel.pipeline=2 batch.accumulation=2)
+train lp "$LLAMA" 4 "${TP[@]}" checkpoint.every=10
+train lpsp "$LLAMA" 4 "${TP[@]}" parallel.sequence_parallel=true
+train gp "$GPT" 4 "${TP[@]}"
+train gpsp "$GPT" 4 "${TP[@]}" parallel.sequence_parallel=true
+same_as l1 lp
+same_as l1 lpsp
+same_as g1 gp
+same_as g1 gpsp
+# T=2 x P=2 x D=2 (-n 8, micro 1: the same 4 sequences), a tied Llama, ZeRO-1 over each
+# stage's replicas holding the same slices.
+train lpd "$LLAMA" 8 "${TP[@]}" batch.micro=1 zero.stage=1 model.tie_embeddings=true
+same_as t1 lpd
+grep -q "pipeline: 2 stages x 1 data-parallel replica x 2 tensor-parallel ranks" "$TMP/lp.log" \
+  && echo "ok: lp: the setup line names the T x P layout" || fail "lp: no T x P setup line"
+# Its checkpoint of step 10 resumed at T=1 x D=4 (micro 1: the same 4 sequences per step).
+train lpr "$LLAMA" 4 batch.micro=1 --resume "$TMP/lp/checkpoints/step_00000010"
+same_as l1 lpr 1e-5 loss,grad_norm 11
 
 # 2. summary.json: the layout, and each rank's parameters about 1/T of T=1's.
 if python3 - "$TMP/l1/summary.json" "$TMP/l2/summary.json" <<'PY'
@@ -173,10 +202,19 @@ for kind in ("tensor_parallel", "sequence_parallel"):
         continue
     t = est[kind]
     assert t["bytes_per_step"] == summ[kind]["bytes_per_step"], (kind, t, summ[kind])
-    if run in ("l2", "l2sp", "s2", "s4", "s2t2"):
+    if run in ("l2", "l2sp", "lp", "lpsp", "s2", "s4", "s2t2"):
         assert t["bytes_per_step"] == t["formula_bytes_per_step"], (kind, t)
     print(f"    {kind}: {t['bytes_per_step']} bytes per step (the formula's "
           f"{t['formula_bytes_per_step']})")
+if "pipeline" in est:  # each stage's figures are its first rank's (its tp rank 0's), measured
+    T, D = est["tensor_parallel"]["size"], est["pipeline"]["replicas"]
+    assert summ["pipeline"]["stages"] == est["pipeline"]["stages"], summ["pipeline"]
+    for st in est["pipeline"]["per_stage"]:
+        mem = summ["memory_per_rank"][st["stage"] * D * T]
+        for k in ("params", "grads", "master", "optimizer"):
+            assert st[k] == mem[k], (st["stage"], k, st[k], mem[k])
+    print(f"    per stage: model states of each stage's rank as measured, tp bytes "
+          f"{[st['tp_bytes_per_step'] for st in est['pipeline']['per_stage']]}")
 print("    model states by category as measured")
 PY
   then echo "ok: $run: the estimate's model states and tp bytes per step are the run's"; else
@@ -186,6 +224,8 @@ estimate_matches l2 2 parallel.tensor=2 batch.accumulation=2
 estimate_matches l2d2z3 4 parallel.tensor=2 zero.stage=3
 estimate_matches l4 4 parallel.tensor=4 batch.accumulation=2
 estimate_matches l2sp 2 parallel.tensor=2 parallel.sequence_parallel=true batch.accumulation=2
+estimate_matches lp 4 "${TP[@]}" checkpoint.every=10
+estimate_matches lpsp 4 "${TP[@]}" parallel.sequence_parallel=true
 estimate_matches s2 2 parallel.sequence=2 batch.accumulation=2
 estimate_matches s4 4 parallel.sequence=4 batch.accumulation=2
 estimate_matches s2t2 4 parallel.sequence=2 parallel.tensor=2 batch.accumulation=2
@@ -224,8 +264,8 @@ refused world 3 "parallel.tensor: 2 tensor-parallel ranks x 1 pipeline stage\(s\
   parallel.tensor=2 batch.global=0
 refused global 4 "batch.global: 4 sequences per step do not fit 4 rank\(s\) of 4 tensor-parallel rank\(s\).* = 2 \* 1 \* 1 = 2; set batch.accumulation to 2" \
   parallel.tensor=4
-refused pipeline 4 "parallel.tensor: 2 tensor-parallel ranks with a pipeline of 2 stages" \
-  parallel.tensor=2 parallel.pipeline=2 batch.global=0
+refused pipez3 4 "ZeRO stage 3 cannot be combined with a pipeline" parallel.tensor=2 parallel.pipeline=2 zero.stage=3 \
+  batch.global=0
 refused cuda 2 "parallel.tensor: with device: cuda" parallel.tensor=2 device=cuda batch.global=0
 refused sseq 2 "parallel.sequence: splits each sequence of data.seq_len 31 tokens over 2 ranks, which do not divide it \(31 % 2 = 1\)" \
   parallel.sequence=2 data.seq_len=31 batch.global=0
@@ -245,11 +285,11 @@ refused quant 2 "parallel.tensor: with model.quantize" parallel.tensor=2 batch.g
   model.quantize.type=nf4
 
 # 4. A rank killed or stalled inside a tensor-parallel step: the job ends within 60 s, naming it.
-fault() {  # fault NAME SPEC PATTERN ARGS...
-  local name=$1 spec=$2 pattern=$3; shift 3
+fault() {  # fault NAME N SPEC PATTERN ARGS...
+  local name=$1 n=$2 spec=$3 pattern=$4; shift 4
   local start out rc secs
   start=$(date +%s)
-  out=$(FDTRAIN_FAULT=$spec "${MPI[@]}" -n 2 "$FDTRAIN" train "$LLAMA" parallel.tensor=2 \
+  out=$(FDTRAIN_FAULT=$spec "${MPI[@]}" -n "$n" "$FDTRAIN" train "$LLAMA" parallel.tensor=2 \
         batch.accumulation=2 steps=100000 "$@" --run-dir "$TMP/$name" --no-progress 2>&1)
   rc=$?
   secs=$(($(date +%s) - start))
@@ -259,7 +299,10 @@ fault() {  # fault NAME SPEC PATTERN ARGS...
     fail "$name: exit $rc after ${secs}s"; echo "$out" | grep -v '^--\|^$' | tail -8 | sed 's/^/    /'
   fi
 }
-fault kill "kill:rank=1:step=3" "rank 1|process rank 1|signal 9|Killed"
-fault stall "stall:rank=1:step=3" "rank 0 .*did not complete within 5 s" dist.timeout_s=5
+fault kill 2 "kill:rank=1:step=3" "rank 1|process rank 1|signal 9|Killed"
+fault stall 2 "stall:rank=1:step=3" "rank 0 .*did not complete within 5 s" dist.timeout_s=5
+# T=2 x P=2: rank 3 (the last stage's tp rank 1) stalls; its tp peer and its pipeline peer wait.
+fault tpstall 4 "stall:rank=3:step=3" "rank [0-2] .*did not complete within 5 s" \
+  parallel.pipeline=2 dist.timeout_s=5
 
 finish

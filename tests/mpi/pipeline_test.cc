@@ -6,9 +6,11 @@
 // for GPT-2 (tied head: its embedding gradient handed from the last stage to
 // the first, the updated matrix back) and a Llama (untied), fp32, bf16 and fp16,
 // both schedules, ZeRO stages 0-2, with and without activation checkpointing,
-// 4 micro-batches per step.
+// 4 micro-batches per step. At -n 4 also T=2 x P=2 (tensor parallelism inside
+// the stages) against the one-rank run to 1e-5, and its estimate per rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -188,6 +190,65 @@ TEST(Pipeline, TheEstimateIsWhatEachStageMeasures) {
       std::printf("%s P=%d: first stage activations %lld, last %lld (measured = estimate)\n",
                   schedule, P, (long long)e.pipeline.per_stage[0].activations,
                   (long long)e.pipeline.per_stage[size_t(P - 1)].activations);
+  }
+}
+
+// Tensor parallelism inside the stages (T=2 x P=2 at -n 4): the loss of every case is the
+// unpipelined one-rank run's to fp32 rounding (the sums over the tp ranks run in another
+// order), and each rank measures what the estimate's stage says: model states, activations,
+// communication buffers (tp rank 1's slices are tp rank 0's size: 256 rows split evenly).
+TEST(Pipeline, TensorParallelStagesAreTheOneRankRunAndTheirEstimate) {
+  if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const int P = 2, T = 2;
+  std::unique_ptr<dist::Communicator> alone = g_comm->split(dist::SplitPlan::each(g_comm->size()));
+  const std::vector<Case> tp_cases = {
+      {"gpt2 fp32 1f1b zero1", {"zero.stage=1"}},
+      {"gpt2 fp32 gpipe zero2 sp",
+       {"parallel.schedule=gpipe", "zero.stage=2", "parallel.sequence_parallel=true"}},
+      {"llama fp32 1f1b zero0 ckpt",
+       {kLlama, "zero.stage=0", "activation_checkpointing.layers=all"}},
+  };
+  for (const Case& c : tp_cases) {
+    std::vector<std::string> o = c.overrides;
+    std::vector<std::string> plain_o;
+    for (const std::string& v : o)
+      if (v != "parallel.sequence_parallel=true") plain_o.push_back(v);
+    const fd::Run plain = train(recipe(plain_o), *alone, "tp_plain");
+    o.push_back("parallel.pipeline=" + std::to_string(P));
+    o.push_back("parallel.tensor=" + std::to_string(T));
+    const config::Recipe r = recipe(o);
+    const fd::Run piped = train(r, *g_comm, "tp_piped");
+    SCOPED_TRACE(c.name);
+    const double rel = std::abs(piped.loss - plain.loss) / std::abs(plain.loss);
+    const double eval_rel = std::abs(piped.eval_loss - plain.eval_loss) / std::abs(plain.eval_loss);
+    if (g_comm->rank() == 0)
+      std::printf("%s: T=%d x P=%d loss %.7f, one rank %.7f (relative %.3g, eval %.3g)\n",
+                  c.name.c_str(), T, P, piped.loss, plain.loss, rel, eval_rel);
+    EXPECT_LE(rel, 1e-5);
+    EXPECT_LE(eval_rel, 1e-5);
+    EXPECT_EQ(piped.summary["tensor_parallel"]["size"].get<int>(), T);
+    EXPECT_EQ(piped.summary["pipeline"]["stages"].get<int>(), P);
+    const engine::Estimate e = engine::estimate(r, g_comm->size());
+    ASSERT_EQ(int(e.pipeline.per_stage.size()), P);
+    const nlohmann::json& per_rank = piped.summary["memory_per_rank"];
+    for (int rank = 0; rank < g_comm->size(); ++rank) {
+      const engine::StageEstimate& st = e.pipeline.per_stage[size_t(rank / T)];
+      const nlohmann::json& m = per_rank[size_t(rank)];
+      SCOPED_TRACE("rank " + std::to_string(rank));
+      EXPECT_EQ(m["params"].get<int64_t>(), st.model_states.params);
+      EXPECT_EQ(m["grads"].get<int64_t>(), st.model_states.grads);
+      EXPECT_EQ(m["master"].get<int64_t>(), st.model_states.master);
+      EXPECT_EQ(m["optimizer"].get<int64_t>(), st.model_states.optimizer);
+      EXPECT_EQ(m["activations"].get<int64_t>(), st.activations);
+      EXPECT_EQ(m["comm"].get<int64_t>(), st.comm_buffers);
+    }
+    const nlohmann::json& pl = piped.summary["pipeline"];
+    for (int s = 0; s < P; ++s)
+      EXPECT_EQ(pl["p2p_bytes_per_step"][size_t(s)].get<int64_t>(),
+                e.pipeline.per_stage[size_t(s)].p2p_bytes_per_step)
+          << " stage " << s;
+    EXPECT_EQ(piped.summary["tensor_parallel"]["bytes_per_step"].get<int64_t>(),
+              e.stages[size_t(e.recipe_stage)].tp_bytes_per_step);
   }
 }
 
