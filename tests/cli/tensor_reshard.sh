@@ -5,7 +5,8 @@
 #   reference: T=1 x D=2, 20 steps uninterrupted (checkpoints at 5, 10, 15, 20);
 #   T=2 x D=2 ZeRO-2 (checkpoint at 10) -> resumed at T=1 x D=4 (checkpoint at 15) -> resumed
 #   at T=4 x D=1 (GPT-2) or T=2 x D=1 ZeRO-3 (Llama) to step 20;
-#   the T=1 x D=4 checkpoint of step 15 resumed at S=2 x D=2 (Ulysses) to step 20;
+#   the T=1 x D=4 checkpoint of step 15 resumed at P=2 x D=2 (saving every step), its step 17
+#   resumed at S=2 x D=2 (Ulysses) to step 20;
 #   the reference's T=1 checkpoint of step 10 resumed at T=2 x D=2;
 # every step's loss equals the reference's to <= 1e-5 relative. The last step's checkpoints,
 # loaded at another T (and ZeRO-3, and a pipeline's to and from T=2), hold exactly the
@@ -152,11 +153,16 @@ for M in llama gpt; do
     same_losses "$M: T=1 x D=4 -> T=2 x D=1 ZeRO-3, steps 16-20" "$TMP/$M-ref" "$TMP/$M-last" 16 20
   fi
 
-  # Ulysses: the T=1 x D=4 checkpoint of step 15 resumed at S=2 x D=2 (the weights whole, ZeRO
-  # over the D x S ranks), and a P=2 x D=2 one (below, GPT-2) at S=2 x D=2.
-  if run "$M: resume T=1 x D=4 at S=2 x D=2" $M 4 "$TMP/$M-s2" parallel.sequence=2 \
-    --resume "$TMP/$M-t1d4/checkpoints/step_00000015"; then
-    same_losses "$M: T=2 x D=2 -> T=1 x D=4 -> S=2 x D=2, steps 16-20" "$TMP/$M-ref" "$TMP/$M-s2" 16 20
+  # The round trip: T=2 x D=2 -> T=1 x D=4 (above, to step 15) -> P=2 x D=2 (saving
+  # every step) -> S=2 x D=2 (Ulysses: the weights whole, ZeRO over the D x S ranks) from the
+  # pipeline's step 17, each leg continuing the uninterrupted run's losses.
+  if run "$M: resume T=1 x D=4 at P=2 x D=2" $M 4 "$TMP/$M-p2d2" parallel.pipeline=2 \
+    batch.micro=2 batch.accumulation=2 checkpoint.every=1 --resume "$TMP/$M-t1d4/checkpoints/step_00000015"; then
+    same_losses "$M: T=2 x D=2 -> T=1 x D=4 -> P=2 x D=2, steps 16-20" "$TMP/$M-ref" "$TMP/$M-p2d2" 16 20
+    if run "$M: resume P=2 x D=2 at S=2 x D=2" $M 4 "$TMP/$M-s2" parallel.sequence=2 \
+      --resume "$TMP/$M-p2d2/checkpoints/step_00000017"; then
+      same_losses "$M: ... -> P=2 x D=2 -> S=2 x D=2, steps 18-20" "$TMP/$M-ref" "$TMP/$M-s2" 18 20
+    fi
   fi
 
   # A T=1 checkpoint resumed at T=2.
