@@ -658,7 +658,7 @@ Variable Decoder::tp_in(const Variable& h) const {
 }
 
 // With tensor parallelism a column-parallel linear's input is already through f (the caller's
-// tp_copy, once for q, k and v, once for gate and up); a row-parallel one ends with g.
+// tp_in, once for q, k and v, once for gate and up); a row-parallel one ends with g.
 Variable Decoder::linear(int layer, const std::string& module, const Variable& x) const {
   const BlockParams::Linear& p = blocks_[size_t(layer)].linears.at(module);
   const Split sp = split_of(config_, module, tp_.size);
