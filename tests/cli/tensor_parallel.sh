@@ -14,8 +14,8 @@
 #    model states and tp / sp bytes per step are the runs' (and Megatron's / Ulysses' counts);
 #  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
 #    not dividing the world, a batch.global that does not fit, T with a pipeline, device cuda,
-#    an objective, a 4-bit base: exit 2 at validation, one message with the arithmetic, no
-#    run directory;
+#    a 4-bit base: exit 2 at validation, one message with the arithmetic, no run directory
+#    (an objective works: tests/cli/preference_parallel.sh);
 #  - a rank killed or stalled in a tensor-parallel step ends the job within 60 s, naming it.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
