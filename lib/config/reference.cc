@@ -246,9 +246,10 @@ const std::vector<KeyDoc>& key_reference() {
        "(the loss never gathers the logits), norms whole; with fewer key/value heads than T "
        "every rank holds all of them. The T ranks of a group (consecutive ranks) read the same "
        "micro-batches: the global batch is micro * accumulation * ranks / (pipeline x T). "
-       "ZeRO stages 0-3 work across the replicas holding the same slices. CPU only so far; "
-       "with a pipeline each stage's layers split so (ZeRO-3 stays refused with a pipeline); "
-       "not yet with model.quantize or an objective"},
+       "ZeRO stages 0-3 work across the replicas holding the same slices; an objective "
+       "(preference training) scores its log-probabilities vocabulary-parallel too. CPU only "
+       "so far; with a pipeline each stage's layers split so (ZeRO-3 stays refused with a "
+       "pipeline); not yet with model.quantize"},
       {"parallel.sequence_parallel", "bool", "false",
        "needs parallel.tensor > 1 dividing data.seq_len",
        "Megatron-LM's sequence parallelism: between the tensor-parallel regions (the norms, "
@@ -263,8 +264,9 @@ const std::vector<KeyDoc>& key_reference() {
        "attention an all-to-all gives each the whole sequence for 1/S of the heads and another "
        "gives the positions back (key/value heads fewer than S: gathered whole). Positions and "
        "the causal mask are global, packed rows keep their documents. ZeRO works across the D x "
-       "S ranks holding the same weights. CPU only so far; not with a pipeline, "
-       "sequence_parallel or an objective"},
+       "S ranks holding the same weights; an objective (preference training) sums each pair's "
+       "log-probabilities over the S ranks. CPU only so far; not with a pipeline or "
+       "sequence_parallel"},
       {"parallel.schedule", "string", "1f1b", "1f1b, gpipe",
        "the pipeline schedule over the step's M = batch.accumulation micro-batches: 1f1b "
        "alternates one forward and one backward after a warm-up, so stage s holds at most "

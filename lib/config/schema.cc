@@ -1447,10 +1447,6 @@ void Builder::tensor_checks() {
     refuse(
         "with device: cuda: tensor parallelism runs on the CPU backend only so far (its "
         "collectives and sharded ops have no CUDA path yet); use device: cpu");
-  if (r_->objective && !bad("objective"))
-    refuse(
-        "with an objective section: preference training's head reads whole rows of the "
-        "vocabulary, which tensor parallelism splits; use parallel.tensor: 1");
   if (r_->model.quantize && !bad("model.quantize"))
     refuse(
         "with model.quantize: a 4-bit base's blocks do not follow the tensor-parallel "
@@ -1494,10 +1490,6 @@ void Builder::sequence_checks() {
     refuse(
         "with device: cuda: Ulysses runs on the CPU backend only so far (its all-to-all "
         "exchanges have no CUDA path in the model yet); use device: cpu");
-  if (r_->objective && !bad("objective"))
-    refuse(
-        "with an objective section: preference training scores whole sequences, which "
-        "Ulysses splits; use parallel.sequence: 1");
 }
 
 // objective: absent or null (next-token loss), or a map; the keys an objective ignores are

@@ -1,10 +1,12 @@
 #include "lib/engine/preference.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lib/autograd/tape.h"
 #include "lib/base/check.h"
 #include "lib/ops/linear_cross_entropy.h"
+#include "lib/ops/vocab_parallel_cross_entropy.h"
 
 namespace fd::engine {
 namespace {
@@ -73,6 +75,11 @@ bool PreferenceHead::uses_nll() const {
 
 void PreferenceHead::install(nn::Decoder& model) {
   if (chunk_rows_ <= 0) chunk_rows_ = model.head_chunk_rows();
+  tp_ = model.tensor_parallel();
+  sp_ = model.sequence_parallel();
+  vocab_size_ = model.config().vocab_size;
+  vocab_begin_ = tp_.enabled() ? ops::vocab_shard_range(vocab_size_, tp_.rank, tp_.size).begin : 0;
+  counts_ = tp_.rank == 0 && sp_.rank == 0;
   model.set_head_loss([this](const Variable& h, const Variable& w, const Tensor& targets) {
     return head(h, w, targets);
   });
@@ -83,6 +90,28 @@ void PreferenceHead::uninstall(nn::Decoder& model) { model.set_head_loss({}); }
 void PreferenceHead::register_batch(const Batch& batch) {
   FD_CHECK(batch.roles.defined(), "a preference batch carries roles");
   batches_[batch.targets.is_meta() ? nullptr : batch.targets.data<int32_t>()] = &batch;
+}
+
+void PreferenceHead::reduce_over_sequence(std::vector<objective::PairInput>& pairs) const {
+  constexpr size_t kSums = 6;
+  std::vector<double> sums(kSums * pairs.size());
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const objective::PairInput& in = pairs[p];
+    const double v[kSums] = {in.logp_c,      in.logp_r,  double(in.n_c),
+                             double(in.n_r), in.nll_sum, double(in.nll_tokens)};
+    std::copy(v, v + kSums, sums.begin() + ptrdiff_t(kSums * p));
+  }
+  sp_.group->all_reduce_f64(sums.data(), int64_t(sums.size()));
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    objective::PairInput& in = pairs[p];
+    const double* v = sums.data() + kSums * p;
+    in.logp_c = v[0];
+    in.logp_r = v[1];
+    in.n_c = int64_t(v[2]);
+    in.n_r = int64_t(v[3]);
+    in.nll_sum = v[4];
+    in.nll_tokens = int64_t(v[5]);
+  }
 }
 
 PreferenceTally PreferenceHead::take_tally() {
@@ -96,7 +125,17 @@ Variable PreferenceHead::head(const Variable& h, const Variable& weight, const T
   const auto it = batches_.find(meta ? nullptr : targets.data<int32_t>());
   FD_CHECK(it != batches_.end(), "preference head: a batch that was not registered");
   const Batch& batch = *it->second;
-  Variable logps = ops::linear_token_logps(h, weight, targets, -1, chunk_rows_);
+  // Ulysses: this rank's columns of the rows (h holds only those).
+  auto mine = [this](const Tensor& t) {
+    return sp_.enabled() ? nn::Decoder::columns(t, sp_.rank, sp_.size) : t;
+  };
+  const Tensor my_targets = mine(targets);
+  // Tensor parallelism: this rank's rows of the head; with Megatron's sequence parallelism h
+  // is the gathered sequence, whose backward sums the dh partials.
+  Variable logps = tp_.enabled() ? ops::vocab_parallel_token_logps(
+                                       h, weight, my_targets, vocab_begin_, vocab_size_, *tp_.group,
+                                       -1, chunk_rows_, !tp_.sequence_parallel)
+                                 : ops::linear_token_logps(h, weight, my_targets, -1, chunk_rows_);
   const int64_t R = logps.shape().numel();
   const bool record = logps.requires_grad() && mode_ == Mode::kTrain;
   // What the backward sends each position: d loss / d logp_r, times the micro-batch's
@@ -106,7 +145,10 @@ Variable PreferenceHead::head(const Variable& h, const Variable& weight, const T
   double value = 0.0;
   if (!meta) {
     const float* lp = logps.value().data<float>();
-    const int32_t* roles = batch.roles.data<int32_t>();
+    const Tensor my_roles = mine(batch.roles);
+    FD_CHECK(my_roles.numel() == R, "preference head: {} roles for {} positions", my_roles.numel(),
+             R);
+    const int32_t* roles = my_roles.data<int32_t>();
     const int32_t count = batch.pairs->count;
     std::vector<objective::PairInput> pairs(size_t(std::max(count, 0)));
     for (int64_t r = 0; r < R; ++r) {
@@ -128,14 +170,18 @@ Variable PreferenceHead::head(const Variable& h, const Variable& weight, const T
         ++in.nll_tokens;
       }
     }
+    // Every sp rank holds the same batch, so all of them reduce or none.
+    if (sp_.enabled() && count > 0) reduce_over_sequence(pairs);
     for (int32_t p = 0; p < count; ++p) {
       objective::PairInput& in = pairs[size_t(p)];
       const int64_t example = batch.pairs->examples[size_t(p)];
       if (mode_ == Mode::kReference) {
         FD_CHECK(reference_ != nullptr && 2 * example + 1 < int64_t(reference_->size()),
                  "preference head: no reference slot for pair {}", example);
-        (*reference_)[size_t(2 * example)] = in.logp_c;
-        (*reference_)[size_t(2 * example + 1)] = in.logp_r;
+        if (counts_) {  // the others leave 0 for the trainer's sum over the world
+          (*reference_)[size_t(2 * example)] = in.logp_c;
+          (*reference_)[size_t(2 * example + 1)] = in.logp_r;
+        }
         continue;
       }
       if (uses_reference()) {
@@ -152,12 +198,13 @@ Variable PreferenceHead::head(const Variable& h, const Variable& weight, const T
     std::fill(seeds.data<float>(), seeds.data<float>() + R, 0.0f);
     if (mode_ != Mode::kReference && count > 0) {
       const objective::BatchResult b = objective::evaluate_batch(pairs, options_, totals_);
-      tally_.add(b.loss, b.metrics);
+      if (counts_) tally_.add(b.loss, b.metrics);
       // The trainer weighs this micro-batch's value by count / totals.pairs (its share of the
       // step's pairs) and seeds its backward with that ratio: undo it, so the sum over the
-      // step's micro-batches is evaluate_batch's over all its pairs.
+      // step's micro-batches is evaluate_batch's over all its pairs. An sp group's values
+      // are added up: the whole on its rank 0.
       const double ratio = double(totals_.pairs) / double(count);
-      value = b.loss * ratio;
+      value = sp_.rank == 0 ? b.loss * ratio : 0.0;
       float* s = seeds.data<float>();
       for (int64_t r = 0; r < R; ++r) {
         const int32_t role = roles[r];

@@ -19,6 +19,20 @@
 // Three modes: kTrain and kEval add each micro-batch's share of the loss and metrics to the
 // tally (summed over ranks by the trainer); kReference stores each pair's summed completion
 // log-probs as the reference's (no loss), into the arrays set_reference() holds.
+//
+// Parallel layouts (the installed model's; docs/OBJECTIVES.md "Parallel layouts"):
+//   - tensor parallelism: the per-position log-probs come from ops::vocab_parallel_token_logps
+//     over this rank's rows of the head, identical on every rank of the tp group, so every tp
+//     rank evaluates the same pairs and seeds the same gradients (the op sums dh over the
+//     group, or Megatron's sequence-parallel gather does);
+//   - Ulysses: this rank holds its columns of each row, so each pair's sums are partial: they
+//     are all-reduced over the sp group (one all_reduce_f64 of 6 doubles per pair), the
+//     objective is evaluated identically on every sp rank, and each rank seeds its own
+//     positions (the group's gradients add up to the micro-batch's);
+//   - in both, the tally and the reference log-probs are written by the group's first rank
+//     alone (tp rank 0, sp rank 0: Strategy::computes_loss), so the trainer's sums over the
+//     world count each pair once; the returned loss is the micro-batch's on sp rank 0 and 0 on
+//     the other sp ranks (the strategy adds an sp group's losses; it counts tp rank 0's).
 #pragma once
 
 #include <cstdint>
@@ -53,7 +67,9 @@ class PreferenceHead {
   // (Decoder::head_chunk_rows).
   explicit PreferenceHead(const objective::PreferenceOptions& options, int64_t chunk_rows = 0);
 
-  // Installs the head on `model` (the model must outlive this, or the head be uninstalled).
+  // Installs the head on `model` (the model must outlive this, or the head be uninstalled),
+  // taking its parallel layout (tensor_parallel(), sequence_parallel(): their groups must
+  // outlive the head's use).
   void install(nn::Decoder& model);
   static void uninstall(nn::Decoder& model);
 
@@ -79,8 +95,16 @@ class PreferenceHead {
   autograd::Variable head(const autograd::Variable& h, const autograd::Variable& weight,
                           const Tensor& targets);
 
+  // The pairs' summed inputs of this rank's positions, over the sp group's (Ulysses).
+  void reduce_over_sequence(std::vector<objective::PairInput>& pairs) const;
+
   objective::PreferenceOptions options_;
   int64_t chunk_rows_;
+  nn::TensorParallel tp_;    // the installed model's
+  nn::SequenceParallel sp_;  // the installed model's
+  int64_t vocab_begin_ = 0;  // tensor parallelism: the head's first row on this rank
+  int64_t vocab_size_ = 0;   // the whole vocabulary
+  bool counts_ = true;       // tallies and writes reference log-probs (tp and sp rank 0)
   Mode mode_ = Mode::kTrain;
   objective::StepTotals totals_;
   std::vector<double>* reference_ = nullptr;

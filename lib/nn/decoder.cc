@@ -956,9 +956,15 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
   return run_segments(
       *this, runner, [this, mine, pk](const Variable&) { return embed(mine, pk); },
       [this, pk](int l, const Variable& in) { return block_forward(l, in, pk); },
-      [this, targets = my_targets, share](const Variable& in) {
+      [this, targets = my_targets, whole = targets, share](const Variable& in) {
+        if (head_loss_) {
+          // Megatron's sequence parallelism: the whole sequence gathered, as for the loss below.
+          const Variable h = tp_.sequence_parallel
+                                 ? ops::gather_from_sequence_region(final_norm(in), *tp_.group)
+                                 : final_norm(in);
+          return head_loss_(h, head_weight(), whole);
+        }
         if (sp_.enabled()) {  // this rank's share of the micro-batch's mean
-          FD_CHECK(!head_loss_, "a head loss of its own with Ulysses sequence parallelism");
           const Variable mean = tp_.enabled()
                                     ? ops::vocab_parallel_cross_entropy(
                                           final_norm(in), head_weight(), targets, vocab_begin_,
@@ -968,7 +974,6 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
           return ops::scale(mean, share);
         }
         if (tp_.enabled()) {
-          FD_CHECK(!head_loss_, "a head loss of its own with tensor parallelism");
           // Sequence parallelism: the whole sequence gathered for the head, whose dh partials
           // the gather's backward then sums (reduce-scatters) instead of the loss.
           const bool sp = tp_.sequence_parallel;
@@ -978,7 +983,6 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
                                                    config_.vocab_size, *tp_.group, -1,
                                                    head_chunk_rows(), !sp);
         }
-        if (head_loss_) return head_loss_(final_norm(in), head_weight(), targets);
         return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
                                          head_chunk_rows());
       },

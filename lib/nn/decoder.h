@@ -294,10 +294,19 @@ class Decoder : public Module {
   // (B, T, C), the head's weight ([V, C]) and the targets: a 0-d loss whose gradient the
   // backward is seeded through. Empty (the default): the mean cross-entropy over the targets
   // (ops::linear_cross_entropy). Preference training installs its own (lib/engine/preference.h).
+  // `targets` are always the micro-batch's whole (B, T) targets as stage_loss() was given them.
+  // With tensor parallelism `weight` is this rank's rows of the head (from
+  // ops::vocab_shard_range(V, tp.rank, tp.size).begin) and the head must be vocabulary-parallel
+  // (ops::vocab_parallel_token_logps); with Megatron's sequence_parallel h is already gathered
+  // into whole rows, and its backward sums the ranks' dh partials (reduce_dh false). With
+  // Ulysses h holds this rank's columns of the rows only, columns(targets, sp.rank, sp.size),
+  // and the group's losses and gradients must add up to the micro-batch's.
   using HeadLoss = std::function<autograd::Variable(
       const autograd::Variable& h, const autograd::Variable& weight, const Tensor& targets)>;
-  // Not with tensor parallelism (the head's rows are split over the ranks).
   void set_head_loss(HeadLoss head_loss) { head_loss_ = std::move(head_loss); }
+  // Part `part` of `parts` of (B, T) i32 ids along T: columns [part T/parts, (part+1) T/parts)
+  // (what a Ulysses rank computes).
+  static Tensor columns(const Tensor& ids, int part, int parts);
   // LoRA: whether the adapters take part in the forward (default true). Switched off, the model
   // computes its base alone: preference training's reference model, without a second copy.
   void set_adapters_enabled(bool enabled) const { adapters_enabled_ = enabled; }
@@ -352,8 +361,6 @@ class Decoder : public Module {
   // A norm's (or learned positions') weight: through f with sequence parallelism (it sees a
   // slice of the sequence), else as base_var.
   autograd::Variable sequence_norm_var(const Parameter& p) const;
-  // Part `part` of `parts` of (B, T) ids along T: columns [part T/parts, (part+1) T/parts).
-  static Tensor columns(const Tensor& ids, int part, int parts);
   // Ulysses: around attention, x (B, T/S, heads*D) of this rank's positions to the whole
   // sequence for its 1/S of the heads (key/value heads fewer than S: gathered whole and the
   // one `q_heads` (this rank's first query head after the exchange) shares kept); `heads` out:

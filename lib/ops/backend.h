@@ -89,6 +89,13 @@ struct VocabShard {
   bool reduce_dh = true;
 };
 
+// linear_token_logps and vocab_parallel_token_logps, one op over a whole head (the default
+// shard) or a shard: checks the shapes and the device, runs the CPU entry points below and
+// records the backward (the shard's group, if any, must outlive it). `op` names it in messages.
+autograd::Variable token_logps(const autograd::Variable& h, const autograd::Variable& weight,
+                               const Tensor& targets, int ignore_index, int64_t chunk_rows,
+                               const VocabShard& shard, const char* op);
+
 // The entry points every backend defines, with the same contracts as the
 // public ops (which say what each computes and saves).
 #define FD_OPS_BACKEND_ENTRY_POINTS                                                                \
@@ -162,14 +169,19 @@ struct VocabShard {
 namespace cpu {
 FD_OPS_BACKEND_ENTRY_POINTS
 
-// linear_token_logps (CPU and meta only): each row's log-probability of its target into
-// `logps` (R,) f32, 0 for ignored rows; `saved` as linear_cross_entropy's. The backward adds
-// dh and dW for the per-row gradient `dlogps` (R,) f32.
+// linear_token_logps and vocab_parallel_token_logps (CPU and meta only): each row's
+// log-probability of its target into `logps` (R,) f32, 0 for ignored rows, for a weight holding
+// rows [shard.begin, shard.begin + V_local) of the head (the default VocabShard: the whole head;
+// with a group, the row statistics, and dh unless !shard.reduce_dh, all-reduced over it, as
+// vocab_parallel_cross_entropy's); `lse` and `saved` as linear_cross_entropy's. The backward
+// adds dh and dW for the per-row gradient `dlogps` (R,) f32.
 void linear_token_logps_forward(const Tensor& h, const Tensor& weight, const Tensor& targets,
-                                int ignore_index, int64_t chunk_rows, const Tensor& lse,
-                                const Tensor& logps, bool record, LinearCrossEntropySaved* saved);
-void linear_token_logps_backward(const LinearCrossEntropySaved& saved, const Tensor& dlogps,
-                                 autograd::GradSlot* dh, autograd::GradSlot* dweight);
+                                int ignore_index, int64_t chunk_rows, const VocabShard& shard,
+                                const Tensor& lse, const Tensor& logps, bool record,
+                                LinearCrossEntropySaved* saved);
+void linear_token_logps_backward(const LinearCrossEntropySaved& saved, const VocabShard& shard,
+                                 const Tensor& dlogps, autograd::GradSlot* dh,
+                                 autograd::GradSlot* dweight);
 
 // vocab_parallel_cross_entropy (CPU and meta only): linear_cross_entropy's entry points for a
 // weight holding rows [shard.begin, shard.begin + V_local) of the head, the row statistics and

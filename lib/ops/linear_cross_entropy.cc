@@ -41,28 +41,35 @@ Variable linear_cross_entropy(const Variable& h, const Variable& weight, const T
 
 Variable linear_token_logps(const Variable& h, const Variable& weight, const Tensor& targets,
                             int ignore_index, int64_t chunk_rows) {
+  return token_logps(h, weight, targets, ignore_index, chunk_rows, VocabShard{},
+                     "linear_token_logps");
+}
+
+Variable token_logps(const Variable& h, const Variable& weight, const Tensor& targets,
+                     int ignore_index, int64_t chunk_rows, const VocabShard& shard,
+                     const char* op) {
   const int64_t C = h.shape().cols();
   const int64_t rows = h.shape().rows();
   FD_CHECK(h.shape().ndim() >= 1 && weight.shape().ndim() == 2 && weight.shape()[1] == C &&
-               targets.dtype() == DType::kI32 && targets.numel() == rows && chunk_rows > 0,
-           "linear_token_logps: h {}, weight {}, targets {} ({}), chunk_rows {}", h.shape().str(),
+               weight.shape()[0] >= 1 && targets.dtype() == DType::kI32 &&
+               targets.numel() == rows && chunk_rows > 0,
+           "{}: h {}, weight {}, targets {} ({}), chunk_rows {}", op, h.shape().str(),
            weight.shape().str(), targets.shape().str(), dtype_name(targets.dtype()), chunk_rows);
-  FD_CHECK(!h.value().is_cuda() && !weight.value().is_cuda(),
-           "linear_token_logps: runs on the CPU only");
+  FD_CHECK(!h.value().is_cuda() && !weight.value().is_cuda(), "{}: runs on the CPU only", op);
   Tensor lse = Tensor::empty(Shape{rows});
   Tensor logps = Tensor::empty(Shape{rows});
   const bool rec = autograd::should_record({&h, &weight});
   LinearCrossEntropySaved saved;
-  cpu::linear_token_logps_forward(h.value(), weight.value(), targets, ignore_index, chunk_rows, lse,
-                                  logps, rec, &saved);
+  cpu::linear_token_logps_forward(h.value(), weight.value(), targets, ignore_index, chunk_rows,
+                                  shard, lse, logps, rec, &saved);
   Variable y = Variable::op_output(logps, rec);
   if (rec) {
     auto ys = y.slot();
     auto hs = h.slot();
     auto ws = weight.slot();
-    autograd::current_tape().record({"linear_token_logps", {ys}, [ys, hs, ws, saved] {
-                                       cpu::linear_token_logps_backward(saved, ys->grad, hs.get(),
-                                                                        ws.get());
+    autograd::current_tape().record({op, {ys}, [ys, hs, ws, saved, shard] {
+                                       cpu::linear_token_logps_backward(saved, shard, ys->grad,
+                                                                        hs.get(), ws.get());
                                      }});
   }
   return y;

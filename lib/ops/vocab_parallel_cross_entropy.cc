@@ -44,6 +44,19 @@ Variable vocab_parallel_cross_entropy(const Variable& h, const Variable& weight_
   return y;
 }
 
+Variable vocab_parallel_token_logps(const Variable& h, const Variable& weight_shard,
+                                    const Tensor& targets, int64_t vocab_begin, int64_t vocab_size,
+                                    dist::Communicator& group, int ignore_index, int64_t chunk_rows,
+                                    bool reduce_dh) {
+  const int64_t v_local = weight_shard.shape().ndim() == 2 ? weight_shard.shape()[0] : 0;
+  FD_CHECK(vocab_begin >= 0 && vocab_begin + v_local <= vocab_size,
+           "vocab_parallel_token_logps: rows [{}, {}) of a vocabulary of {}", vocab_begin,
+           vocab_begin + v_local, vocab_size);
+  return token_logps(h, weight_shard, targets, ignore_index, chunk_rows,
+                     VocabShard{vocab_begin, vocab_size, &group, reduce_dh},
+                     "vocab_parallel_token_logps");
+}
+
 VocabRange vocab_shard_range(int64_t vocab_size, int rank, int size) {
   FD_CHECK(size >= 1 && rank >= 0 && rank < size && vocab_size >= size,
            "vocab_shard_range: rank {} of {} over a vocabulary of {}", rank, size, vocab_size);

@@ -72,6 +72,21 @@ Variable vocab_parallel_cross_entropy(const Variable& h, const Variable& weight_
                                       int ignore_index = -1, int64_t chunk_rows = 1024,
                                       bool reduce_dh = true);
 
+// The same head per row (ops::linear_token_logps with the weight sharded): logps (R,) f32 with
+// logps[r] = log softmax(h_r @ W^T)[targets[r]] over the whole vocabulary, 0 where targets[r] ==
+// ignore_index, the same values on every rank of `group` (what preference training sums into
+// its completion log-probabilities, lib/engine/preference.h). The contract, the forward's two
+// collectives per chunk with a live target and the saved state are
+// vocab_parallel_cross_entropy's: lse = M + log(sum) from the combined row statistics, and
+// logps[r] = target logit - lse. The backward takes d logps (R,), the same on every rank, and
+// adds dlogits_r = d logps_r * (onehot(t_r) - softmax_r) over this rank's columns: dW_shard
+// locally, this rank's part of dh all-reduced over `group` per chunk (reduce_dh false: left
+// partial, as there). On a world-of-one group it gives linear_token_logps's bits.
+Variable vocab_parallel_token_logps(const Variable& h, const Variable& weight_shard,
+                                    const Tensor& targets, int64_t vocab_begin, int64_t vocab_size,
+                                    dist::Communicator& group, int ignore_index = -1,
+                                    int64_t chunk_rows = 1024, bool reduce_dh = true);
+
 // The rows of a vocabulary of `vocab_size` that rank `rank` of `size` holds: consecutive
 // slices in rank order, the first vocab_size % size ranks one row longer (37 over 4: 10, 9, 9,
 // 9). vocab_size >= size >= 1 (FD_CHECK), so every slice has a row.

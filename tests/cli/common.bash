@@ -77,3 +77,43 @@ expect_unchanged() {
   fi
   echo "ok: nothing under $1 changed"
 }
+
+# write_preference DIR: the preference tests' fixture (docs/OBJECTIVES.md): DIR/pairs.jsonl (16
+# pairs, conversational and TRL's standard text shape), DIR/val.jsonl (4) and DIR/dpo.yaml, DPO
+# under LoRA on a tiny Llama with the chatml-bytes tokenizer (run from the repository root).
+write_preference() {
+  cat > "$1/dpo.yaml" <<YAML
+model: {arch: llama, n_layer: 2, n_head: 2, n_kv_head: 1, d_model: 32, d_ff: 64, vocab_size: 320,
+        max_seq_len: 128}
+lora: {r: 8, alpha: 16, targets: [all-linear]}
+objective: {name: dpo, beta: 0.1}
+data: {format: preference, train: [$1/pairs.jsonl], val: [$1/val.jsonl],
+       tokenizer: $(pwd)/recipes/tokenizers/chatml-bytes, seq_len: 96}
+batch: {micro: 8}
+optimizer: {lr: 3.0e-2, weight_decay: 0.0}
+steps: 3
+seed: 3
+checkpoint: {every: 2}
+logging: {every: 1, eval_every: 2, eval_batches: 1, sample_tokens: 0}
+YAML
+  python3 - "$1" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+words = ["red", "blue", "green", "gold", "gray", "pink", "teal", "navy",
+         "rust", "sand", "lime", "plum", "jade", "ruby", "onyx", "iris"]
+with open(f"{tmp}/pairs.jsonl", "w") as f:
+    for i, w in enumerate(words):
+        if i % 4 == 3:  # TRL's standard (text) shape
+            f.write(json.dumps({"prompt": f"Q: {w}?\nA:", "chosen": f" {w} is fine.",
+                                "rejected": f" no {w}!"}) + "\n")
+        else:
+            f.write(json.dumps({"prompt": [{"role": "user", "content": f"Say {w}."}],
+                                "chosen": [{"role": "assistant", "content": f"{w} is fine."}],
+                                "rejected": [{"role": "assistant", "content": f"no {w}!"}]}) + "\n")
+with open(f"{tmp}/val.jsonl", "w") as f:
+    for w in ["amber", "coral", "mint", "sage"]:
+        f.write(json.dumps({"prompt": [{"role": "user", "content": f"Say {w}."}],
+                            "chosen": [{"role": "assistant", "content": f"{w} is fine."}],
+                            "rejected": [{"role": "assistant", "content": f"no {w}!"}]}) + "\n")
+PY
+}

@@ -20,42 +20,8 @@ source "$(dirname "$0")/common.bash"
 MPI=(timeout 300 mpirun --oversubscribe --bind-to none)
 TOK=$(pwd)/recipes/tokenizers/chatml-bytes
 
-python3 - "$TMP" <<'PY'
-import json, sys
-tmp = sys.argv[1]
-words = ["red", "blue", "green", "gold", "gray", "pink", "teal", "navy",
-         "rust", "sand", "lime", "plum", "jade", "ruby", "onyx", "iris"]
-with open(f"{tmp}/pairs.jsonl", "w") as f:
-    for i, w in enumerate(words):
-        if i % 4 == 3:  # TRL's standard (text) shape
-            f.write(json.dumps({"prompt": f"Q: {w}?\nA:", "chosen": f" {w} is fine.",
-                                "rejected": f" no {w}!"}) + "\n")
-        else:
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"Say {w}."}],
-                                "chosen": [{"role": "assistant", "content": f"{w} is fine."}],
-                                "rejected": [{"role": "assistant", "content": f"no {w}!"}]}) + "\n")
-with open(f"{tmp}/val.jsonl", "w") as f:
-    for w in ["amber", "coral", "mint", "sage"]:
-        f.write(json.dumps({"prompt": [{"role": "user", "content": f"Say {w}."}],
-                            "chosen": [{"role": "assistant", "content": f"{w} is fine."}],
-                            "rejected": [{"role": "assistant", "content": f"no {w}!"}]}) + "\n")
-PY
-
+write_preference "$TMP"
 R=$TMP/dpo.yaml
-cat > "$R" <<YAML
-model: {arch: llama, n_layer: 2, n_head: 2, n_kv_head: 1, d_model: 32, d_ff: 64, vocab_size: 320,
-        max_seq_len: 128}
-lora: {r: 8, alpha: 16, targets: [all-linear]}
-objective: {name: dpo, beta: 0.1}
-data: {format: preference, train: [$TMP/pairs.jsonl], val: [$TMP/val.jsonl], tokenizer: $TOK,
-       seq_len: 96}
-batch: {micro: 8}
-optimizer: {lr: 3.0e-2, weight_decay: 0.0}
-steps: 3
-seed: 3
-checkpoint: {every: 2}
-logging: {every: 1, eval_every: 2, eval_batches: 1, sample_tokens: 0}
-YAML
 
 metric() {  # metric RUN STEP KEY: the value of KEY in RUN's metrics line of STEP
   python3 -c "import json,sys

@@ -20,9 +20,8 @@
 #    model states and tp / sp bytes per step are the runs' (and Megatron's / Ulysses' counts);
 #  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
 #    not dividing the world, a batch.global that does not fit, T with a pipeline and ZeRO-3,
-#    device cuda,
-#    an objective, a 4-bit base: exit 2 at validation, one message with the arithmetic, no
-#    run directory;
+#    device cuda, a 4-bit base: exit 2 at validation, one message with the arithmetic, no run
+#    directory (an objective works: tests/cli/preference_parallel.sh);
 #  - a rank killed or stalled in a tensor-parallel step (and stalled in a T=2 x P=2 step) ends
 #    the job within 60 s, naming it.
 source "$(dirname "$0")/common.bash"

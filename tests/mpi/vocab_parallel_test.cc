@@ -12,7 +12,12 @@
 //   - the activation peak of one rank's op, on the CPU: its (rows, V/T) logits plus O(rows),
 //     against the unsharded op's (rows, V); the same rank on meta with a CountingCommunicator
 //     (as the estimate runs it) allocates the same and counts the bytes MPI sent.
+// vocab_parallel_token_logps (the per-row log-probabilities) likewise: the values equal the
+// unsharded ops::linear_token_logps's to 1e-6 and bitwise on every rank, dh (all-reduced, or
+// the partials summed by the caller with reduce_dh false) and each dW shard equal the unsharded
+// gradients for per-row seeds, and both against float64 finite differences.
 // Differences are printed as the largest over the ranks.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,11 +53,14 @@ struct Result {
   Vec loss, dh, dw;  // dw empty when the weight is frozen
 };
 
-// The head on h (R, C): the unsharded op over the full w (V, C) when `group` is null, else
-// this rank's shard of rows [range.begin, range.begin + range.count) of w over `group`.
-Result run(const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt,
-           const std::vector<float>& targets, int ignore, int64_t chunk, dist::Communicator* group,
-           bool train_w, double seed) {
+// The head on h (R, C): the loss (kLoss, one value) or the per-row log-probs (kLogps, R values)
+// and the gradients for seeds g (one per value); the unsharded op over the full w (V, C) when
+// `group` is null, else this rank's shard of rows [range.begin, range.begin + range.count) of w
+// over `group` (reduce_dh false: dh is this rank's partial).
+enum class Op { kLoss, kLogps };
+Result run_op(Op op, const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt,
+              const std::vector<float>& targets, int ignore, int64_t chunk,
+              dist::Communicator* group, bool train_w, const Vec& g, bool reduce_dh = true) {
   VocabRange range{0, V};
   if (group != nullptr) range = vocab_shard_range(V, group->rank(), group->size());
   const Vec rows(w.begin() + range.begin * C, w.begin() + (range.begin + range.count) * C);
@@ -61,16 +69,29 @@ Result run(const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt
   Tensor tg = Tensor::from_vector(targets, Shape{R}, DType::kI32);
   autograd::Tape tape;
   autograd::TapeScope scope(tape);
-  Variable loss = group != nullptr ? vocab_parallel_cross_entropy(hv, wv, tg, range.begin, V,
-                                                                  *group, ignore, chunk)
-                                   : linear_cross_entropy(hv, wv, tg, ignore, chunk);
-  backward_with(tape, loss, {seed});
-  Result r{values(loss.value()), values(hv.grad()), {}};
+  Variable y;
+  if (op == Op::kLoss)
+    y = group != nullptr ? vocab_parallel_cross_entropy(hv, wv, tg, range.begin, V, *group, ignore,
+                                                        chunk, reduce_dh)
+                         : linear_cross_entropy(hv, wv, tg, ignore, chunk);
+  else
+    y = group != nullptr ? vocab_parallel_token_logps(hv, wv, tg, range.begin, V, *group, ignore,
+                                                      chunk, reduce_dh)
+                         : linear_token_logps(hv, wv, tg, ignore, chunk);
+  backward_with(tape, y, g);
+  Result r{values(y.value()), values(hv.grad()), {}};
   if (train_w)
     r.dw = values(wv.grad());
   else
     EXPECT_FALSE(wv.slot()->grad.defined()) << "a frozen weight must get no gradient";
   return r;
+}
+
+// The loss and its gradients for seed `seed`.
+Result run(const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt,
+           const std::vector<float>& targets, int ignore, int64_t chunk, dist::Communicator* group,
+           bool train_w, double seed) {
+  return run_op(Op::kLoss, h, w, R, C, V, dt, targets, ignore, chunk, group, train_w, {seed});
 }
 
 // Targets: the first `ignore_first` rows and every `every`-th row (from row 1) ignored.
@@ -173,27 +194,6 @@ TEST(VocabParallel, AllIgnoredGivesZeroLossAndZeroGrad) {
   }
 }
 
-// float64 reference loss: inputs {h (R, C), w (V, C)}.
-RefFn reference(int64_t R, int64_t C, int64_t V, const std::vector<float>& targets, int ignore) {
-  return [=](const std::vector<Vec>& in) {
-    double total = 0;
-    int count = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      if (int(targets[size_t(r)]) == ignore) continue;
-      Vec x(size_t(V), 0.0);
-      for (int64_t v = 0; v < V; ++v)
-        for (int64_t c = 0; c < C; ++c)
-          x[size_t(v)] += in[0][size_t(r * C + c)] * in[1][size_t(v * C + c)];
-      double m = -INFINITY, z = 0;
-      for (double xv : x) m = std::max(m, xv);
-      for (double xv : x) z += std::exp(xv - m);
-      total += m + std::log(z) - x[size_t(targets[size_t(r)])];
-      ++count;
-    }
-    return Vec{count ? total / count : 0.0};
-  };
-}
-
 // dh and this rank's dW rows against central differences of the full float64 loss.
 TEST(VocabParallel, FiniteDifferences) {
   constexpr int64_t R = 5, C = 4, V = 7;  // 7 over 4 ranks: 2, 2, 2, 1 rows
@@ -209,7 +209,7 @@ TEST(VocabParallel, FiniteDifferences) {
       const std::vector<float> tg = make_targets(R, V, -1, 3);
       const double seed = 0.7;
       const Result got = run(in[0], in[1], R, C, V, DType::kF32, tg, -1, chunk, group, true, seed);
-      const RefFn ref = reference(R, C, V, tg, -1);
+      const RefFn ref = linear_cross_entropy_reference(R, C, V, tg, -1);
       const Vec fd_dw = fd_grad(ref, in, 1, {seed});
       const VocabRange range = vocab_shard_range(V, group->rank(), group->size());
       expect_close_all("loss vs float64", got.loss, ref(in), 1e-6);
@@ -219,6 +219,73 @@ TEST(VocabParallel, FiniteDifferences) {
           Vec(fd_dw.begin() + range.begin * C, fd_dw.begin() + (range.begin + range.count) * C),
           1e-4);
     }
+  }
+}
+
+TEST(VocabParallel, TokenLogpsMatchUnsharded) {
+  constexpr int64_t R = 21, C = 16, V = 37;  // 37 over 2 and 4 ranks: uneven shards
+  Groups groups = make_groups();
+  for (dist::Communicator* group : groups.all) {
+    for (int ignore : {-1, 3}) {
+      for (int64_t chunk : {1, 5, 8, 1000}) {
+        for (bool reduce_dh : {true, false}) {
+          if (g_comm->rank() == 0)
+            std::printf("token logps T=%d ignore_index=%d chunk_rows=%lld reduce_dh=%d\n",
+                        group->size(), ignore, (long long)chunk, int(reduce_dh));
+          std::mt19937 rng(8);  // the same inputs on every rank
+          const Vec h = randn(R * C, rng), w = randn(V * C, rng, 0.5), g = randn(R, rng);
+          const std::vector<float> tg = make_targets(R, V, ignore, 4);
+          const Result ref =
+              run_op(Op::kLogps, h, w, R, C, V, DType::kF32, tg, ignore, chunk, nullptr, true, g);
+          Result got = run_op(Op::kLogps, h, w, R, C, V, DType::kF32, tg, ignore, chunk, group,
+                              true, g, reduce_dh);
+          if (!reduce_dh) group->all_reduce_f64(got.dh.data(), int64_t(got.dh.size()));
+          std::vector<double> all(size_t(R * group->size()));  // every rank's, bitwise
+          group->all_gather_f64(got.loss.data(), all.data(), R);
+          for (int k = 0; k < group->size(); ++k)
+            expect_exact(fmt::format("logps: rank {}'s equal this rank's", k),
+                         Vec(all.begin() + k * R, all.begin() + (k + 1) * R), got.loss);
+          expect_close_all("logps vs unsharded", got.loss, ref.loss, 1e-6);
+          expect_close_all("dh vs unsharded", got.dh, ref.dh, 1e-6);
+          const VocabRange range = vocab_shard_range(V, group->rank(), group->size());
+          expect_close_all("dW shard vs unsharded rows", got.dw,
+                           Vec(ref.dw.begin() + range.begin * C,
+                               ref.dw.begin() + (range.begin + range.count) * C),
+                           1e-6);
+          for (int64_t r = 0; r < R; ++r) {
+            if (int(tg[size_t(r)]) == ignore) {
+              EXPECT_EQ(got.loss[size_t(r)], 0.0) << "ignored row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// dh and this rank's dW rows of sum_r g_r logp_r against central differences in float64.
+TEST(VocabParallel, TokenLogpsFiniteDifferences) {
+  constexpr int64_t R = 5, C = 4, V = 7;  // 7 over 4 ranks: 2, 2, 2, 1 rows
+  Groups groups = make_groups();
+  for (dist::Communicator* group : groups.all) {
+    std::mt19937 rng(13);
+    const std::vector<Vec> in = {rounded(randn(R * C, rng), DType::kF32),
+                                 rounded(randn(V * C, rng), DType::kF32)};
+    const Vec g = randn(R, rng);
+    const std::vector<float> tg = make_targets(R, V, -1, 3);
+    const RefFn ref = token_logps_reference(R, C, V, tg, -1);
+    if (g_comm->rank() == 0)
+      std::printf("token logps T=%d vs float64 finite differences\n", group->size());
+    const Result got =
+        run_op(Op::kLogps, in[0], in[1], R, C, V, DType::kF32, tg, -1, 2, group, true, g);
+    const Vec fd_dw = fd_grad(ref, in, 1, g);
+    const VocabRange range = vocab_shard_range(V, group->rank(), group->size());
+    expect_close_all("logps vs float64", got.loss, ref(in), 1e-6);
+    expect_close_all("dh vs finite differences", got.dh, fd_grad(ref, in, 0, g), 1e-4);
+    expect_close_all(
+        "dW shard vs finite differences", got.dw,
+        Vec(fd_dw.begin() + range.begin * C, fd_dw.begin() + (range.begin + range.count) * C),
+        1e-4);
   }
 }
 

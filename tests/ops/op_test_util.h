@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -43,6 +44,44 @@ inline Vec values(const Tensor& t) {
 // `v` rounded to `dtype` (what the op actually sees as input).
 inline Vec rounded(const Vec& v, DType dtype) {
   return values(make_tensor(v, Shape{int64_t(v.size())}, dtype));
+}
+
+// float64 references of a linear head on inputs {h (R, C), w (V, C)} with per-row targets
+// (`ignore`: a row without one). token_logps_reference: each row's log softmax(h_r @ w^T)[t_r],
+// 0 for ignored rows (R values); linear_cross_entropy_reference: the mean of -log p over the
+// rows with a target, 0 if none (one value).
+inline RefFn token_logps_reference(int64_t R, int64_t C, int64_t V,
+                                   const std::vector<float>& targets, int ignore) {
+  return [=](const std::vector<Vec>& in) {
+    Vec out(size_t(R), 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      if (int(targets[size_t(r)]) == ignore) continue;
+      Vec x(size_t(V), 0.0);
+      for (int64_t v = 0; v < V; ++v)
+        for (int64_t c = 0; c < C; ++c)
+          x[size_t(v)] += in[0][size_t(r * C + c)] * in[1][size_t(v * C + c)];
+      double m = -INFINITY, z = 0;
+      for (double xv : x) m = std::max(m, xv);
+      for (double xv : x) z += std::exp(xv - m);
+      out[size_t(r)] = x[size_t(targets[size_t(r)])] - m - std::log(z);
+    }
+    return out;
+  };
+}
+inline RefFn linear_cross_entropy_reference(int64_t R, int64_t C, int64_t V,
+                                            const std::vector<float>& targets, int ignore) {
+  const RefFn logps = token_logps_reference(R, C, V, targets, ignore);
+  return [=](const std::vector<Vec>& in) {
+    const Vec lp = logps(in);
+    double total = 0;
+    int count = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      if (int(targets[size_t(r)]) == ignore) continue;
+      total -= lp[size_t(r)];
+      ++count;
+    }
+    return Vec{count ? total / count : 0.0};
+  };
 }
 
 // Central differences, in float64, of L = sum(R * f(inputs)) with respect to inputs[k].

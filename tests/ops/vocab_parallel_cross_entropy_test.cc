@@ -1,7 +1,9 @@
 // vocab_parallel_cross_entropy in one process: on a world of one (LocalCommunicator) it is
 // linear_cross_entropy, bit for bit; its gradients against float64 finite differences; on
 // meta with a CountingCommunicator (a simulated rank of T) its collectives' bytes and its
-// activation peak, 1/T of the unsharded logits. Several ranks: tests/mpi/vocab_parallel_test.cc.
+// activation peak, 1/T of the unsharded logits. vocab_parallel_token_logps likewise: on a
+// world of one linear_token_logps bit for bit, its gradients against finite differences, and
+// its collectives' bytes those of the loss. Several ranks: tests/mpi/vocab_parallel_test.cc.
 #include "lib/ops/vocab_parallel_cross_entropy.h"
 
 #include <fmt/format.h>
@@ -20,28 +22,41 @@ struct Result {
   Vec loss, dh, dw;  // dw empty when the weight is frozen
 };
 
-// Loss and gradients (seed `seed`) of the head on h (R, C) and w (V, C): the vocabulary-
-// parallel op over a world of one when `group` is set, else linear_cross_entropy.
-Result run(const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt,
-           const std::vector<float>& targets, int ignore, int64_t chunk, dist::Communicator* group,
-           bool train_w = true, double seed = 1.3) {
+// The head on h (R, C) and w (V, C): the loss (kLoss, one value) or the per-row log-probs
+// (kLogps, R values), and the gradients for seeds g (one per value); through the vocabulary-
+// parallel op over a world of one when `group` is set, else the unsharded op.
+enum class Op { kLoss, kLogps };
+Result run_op(Op op, const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt,
+              const std::vector<float>& targets, int ignore, int64_t chunk,
+              dist::Communicator* group, bool train_w, const Vec& g) {
   Variable hv(make_tensor(h, Shape{R, C}, dt), true);
   Variable wv(make_tensor(w, Shape{V, C}, dt), train_w);
   Tensor tg = Tensor::from_vector(targets, Shape{R}, DType::kI32);
   autograd::Tape tape;
   autograd::TapeScope scope(tape);
-  Variable loss = group != nullptr
-                      ? vocab_parallel_cross_entropy(hv, wv, tg, 0, V, *group, ignore, chunk)
-                      : linear_cross_entropy(hv, wv, tg, ignore, chunk);
-  EXPECT_EQ(loss.dtype(), DType::kF32);
-  EXPECT_EQ(loss.shape().numel(), 1);
-  backward_with(tape, loss, {seed});
-  Result r{values(loss.value()), values(hv.grad()), {}};
+  Variable y;
+  if (op == Op::kLoss)
+    y = group != nullptr ? vocab_parallel_cross_entropy(hv, wv, tg, 0, V, *group, ignore, chunk)
+                         : linear_cross_entropy(hv, wv, tg, ignore, chunk);
+  else
+    y = group != nullptr ? vocab_parallel_token_logps(hv, wv, tg, 0, V, *group, ignore, chunk)
+                         : linear_token_logps(hv, wv, tg, ignore, chunk);
+  EXPECT_EQ(y.dtype(), DType::kF32);
+  EXPECT_EQ(y.shape().numel(), op == Op::kLoss ? 1 : R);
+  backward_with(tape, y, g);
+  Result r{values(y.value()), values(hv.grad()), {}};
   if (train_w)
     r.dw = values(wv.grad());
   else
     EXPECT_FALSE(wv.slot()->grad.defined()) << "a frozen weight must get no gradient";
   return r;
+}
+
+// Loss and gradients (seed `seed`).
+Result run(const Vec& h, const Vec& w, int64_t R, int64_t C, int64_t V, DType dt,
+           const std::vector<float>& targets, int ignore, int64_t chunk, dist::Communicator* group,
+           bool train_w = true, double seed = 1.3) {
+  return run_op(Op::kLoss, h, w, R, C, V, dt, targets, ignore, chunk, group, train_w, {seed});
 }
 
 std::vector<float> make_targets(int64_t rows, int64_t V, int ignore, int every) {
@@ -89,27 +104,6 @@ TEST(VocabParallelCrossEntropy, WorldOfOneIsLinearCrossEntropyBitForBit) {
   }
 }
 
-// float64 reference: inputs {h (R, C), w (V, C)}.
-RefFn reference(int64_t R, int64_t C, int64_t V, const std::vector<float>& targets, int ignore) {
-  return [=](const std::vector<Vec>& in) {
-    double total = 0;
-    int count = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      if (int(targets[size_t(r)]) == ignore) continue;
-      Vec x(size_t(V), 0.0);
-      for (int64_t v = 0; v < V; ++v)
-        for (int64_t c = 0; c < C; ++c)
-          x[size_t(v)] += in[0][size_t(r * C + c)] * in[1][size_t(v * C + c)];
-      double m = -INFINITY, z = 0;
-      for (double xv : x) m = std::max(m, xv);
-      for (double xv : x) z += std::exp(xv - m);
-      total += m + std::log(z) - x[size_t(targets[size_t(r)])];
-      ++count;
-    }
-    return Vec{count ? total / count : 0.0};
-  };
-}
-
 void check_against_fd(DType dt, int64_t chunk) {
   constexpr int64_t R = 5, C = 4, V = 7;
   std::printf(
@@ -122,7 +116,7 @@ void check_against_fd(DType dt, int64_t chunk) {
   const double seed = 0.7;
   dist::LocalCommunicator one;
   const Result got = run(in[0], in[1], R, C, V, dt, tg, -1, chunk, &one, true, seed);
-  const RefFn ref = reference(R, C, V, tg, -1);
+  const RefFn ref = linear_cross_entropy_reference(R, C, V, tg, -1);
   expect_close("loss", got.loss, ref(in), dt == DType::kF32 ? 1e-6 : 1e-5);
   expect_close("dh", got.dh, fd_grad(ref, in, 0, {seed}), tol_for(dt));
   expect_close("dW", got.dw, fd_grad(ref, in, 1, {seed}), tol_for(dt));
@@ -238,6 +232,80 @@ TEST(VocabParallelCrossEntropy, ShardRangesTileTheVocabulary) {
   }
 }
 
+TEST(VocabParallelTokenLogps, WorldOfOneIsLinearTokenLogpsBitForBit) {
+  constexpr int64_t R = 21, C = 16, V = 37;
+  std::mt19937 rng(6);
+  const Vec h = randn(R * C, rng), w = randn(V * C, rng, 0.5), g = randn(R, rng);
+  dist::LocalCommunicator one;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int ignore : {-1, 3}) {
+      const std::vector<float> tg = make_targets(R, V, ignore, 4);
+      for (int64_t chunk : {1, 5, 8, 21, 1000}) {
+        for (bool train_w : {true, false}) {
+          const Result ref =
+              run_op(Op::kLogps, h, w, R, C, V, dt, tg, ignore, chunk, nullptr, train_w, g);
+          const Result got =
+              run_op(Op::kLogps, h, w, R, C, V, dt, tg, ignore, chunk, &one, train_w, g);
+          std::printf(
+              "token logps %s ignore_index=%d chunk_rows=%lld%s: bitwise equal logps %lld/%zu, "
+              "dh %lld/%zu, dW %lld/%zu\n",
+              name_of(dt), ignore, (long long)chunk, train_w ? "" : " (frozen weight)",
+              (long long)bitwise_equal(got.loss, ref.loss), ref.loss.size(),
+              (long long)bitwise_equal(got.dh, ref.dh), ref.dh.size(),
+              (long long)bitwise_equal(got.dw, ref.dw), ref.dw.size());
+          EXPECT_EQ(bitwise_equal(got.loss, ref.loss), int64_t(ref.loss.size()));
+          EXPECT_EQ(bitwise_equal(got.dh, ref.dh), int64_t(ref.dh.size()));
+          EXPECT_EQ(bitwise_equal(got.dw, ref.dw), int64_t(ref.dw.size()));
+        }
+      }
+    }
+  }
+}
+
+TEST(VocabParallelTokenLogps, FiniteDifferences) {
+  constexpr int64_t R = 5, C = 4, V = 7;
+  dist::LocalCommunicator one;
+  for (int64_t chunk : {2, 64}) {
+    std::printf("token logps (world of one) chunk_rows=%lld vs float64 finite differences\n",
+                (long long)chunk);
+    std::mt19937 rng(12);
+    const std::vector<Vec> in = {rounded(randn(R * C, rng), DType::kF32),
+                                 rounded(randn(V * C, rng), DType::kF32)};
+    const Vec g = randn(R, rng);
+    const std::vector<float> tg = make_targets(R, V, -1, 3);
+    const Result got =
+        run_op(Op::kLogps, in[0], in[1], R, C, V, DType::kF32, tg, -1, chunk, &one, true, g);
+    const RefFn ref = token_logps_reference(R, C, V, tg, -1);
+    expect_close("logps", got.loss, ref(in), 1e-6);
+    expect_close("dh", got.dh, fd_grad(ref, in, 0, g), 1e-4);
+    expect_close("dW", got.dw, fd_grad(ref, in, 1, g), 1e-4);
+  }
+}
+
+// The per-row op's collectives are the loss's: the same bytes on meta for a rank of T.
+TEST(VocabParallelTokenLogps, MetaCountsTheLossCollectives) {
+  constexpr int64_t R = 10, C = 8, V = 37;
+  for (int T : {2, 4}) {
+    for (int64_t chunk : {3, 10}) {
+      DeviceScope scope(Device::meta());
+      const VocabRange range = vocab_shard_range(V, 1, T);
+      Variable h(Tensor::empty(Shape{R, C}), true);
+      Variable w(Tensor::empty(Shape{range.count, C}), true);
+      Tensor tg = Tensor::empty(Shape{R}, DType::kI32, MemCategory::kOther);
+      dist::CountingCommunicator counting(1, T);
+      {
+        autograd::Tape tape;
+        autograd::TapeScope tscope(tape);
+        Variable lp = vocab_parallel_token_logps(h, w, tg, range.begin, V, counting, -1, chunk);
+        lp.slot()->ensure_grad();  // meta: nothing is read
+        tape.run_backward();
+      }
+      EXPECT_EQ(counting.bytes_sent(), meta_run(1, T, R, C, V, chunk, true).bytes)
+          << "T=" << T << " chunk_rows=" << chunk;
+    }
+  }
+}
+
 TEST(VocabParallelCrossEntropyDeathTest, OutOfRangeTargetOrShardFailsCheck) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   dist::LocalCommunicator one;
@@ -246,6 +314,7 @@ TEST(VocabParallelCrossEntropyDeathTest, OutOfRangeTargetOrShardFailsCheck) {
   EXPECT_DEATH(vocab_parallel_cross_entropy(h, w, tg, 0, 5, one), "outside \\[0, 5\\)");
   EXPECT_DEATH(vocab_parallel_cross_entropy(h, w, tg, 2, 6, one), "rows \\[2, 7\\)");
   EXPECT_DEATH(vocab_shard_range(3, 0, 4), "vocab_shard_range");
+  EXPECT_DEATH(vocab_parallel_token_logps(h, w, tg, 2, 6, one), "rows \\[2, 7\\)");
 }
 
 }  // namespace

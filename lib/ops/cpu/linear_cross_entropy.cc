@@ -293,21 +293,24 @@ void vocab_parallel_cross_entropy_backward(const LinearCrossEntropySaved& s,
 }
 
 void linear_token_logps_forward(const Tensor& h, const Tensor& weight, const Tensor& targets,
-                                int ignore_index, int64_t chunk_rows, const Tensor& lse_t,
-                                const Tensor& logps, bool record, LinearCrossEntropySaved* saved) {
+                                int ignore_index, int64_t chunk_rows, const VocabShard& shard,
+                                const Tensor& lse_t, const Tensor& logps, bool record,
+                                LinearCrossEntropySaved* saved) {
   float* out = h.is_meta() ? nullptr : logps.data<float>();
   if (out != nullptr) std::fill(out, out + logps.numel(), 0.0f);
   const int64_t count = forward_rows(
-      h, weight, targets, ignore_index, chunk_rows, VocabShard{}, lse_t, "linear_token_logps",
+      h, weight, targets, ignore_index, chunk_rows, shard, lse_t,
+      shard.group != nullptr ? "vocab_parallel_token_logps" : "linear_token_logps",
       [out](int64_t r, float x_t, float lse) { out[r] = float(double(x_t) - double(lse)); });
   *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record);
 }
 
-void linear_token_logps_backward(const LinearCrossEntropySaved& s, const Tensor& dlogps,
-                                 autograd::GradSlot* dh_slot, autograd::GradSlot* dw_slot) {
+void linear_token_logps_backward(const LinearCrossEntropySaved& s, const VocabShard& shard,
+                                 const Tensor& dlogps, autograd::GradSlot* dh_slot,
+                                 autograd::GradSlot* dw_slot) {
   // d logp_r / d logits_r = onehot - softmax: the loss's form with factor -dlogp_r.
   const float* g = s.h.is_meta() ? nullptr : dlogps.data<float>();
-  backward_rows(s, VocabShard{}, dh_slot, dw_slot, [g](int64_t r) { return -g[r]; });
+  backward_rows(s, shard, dh_slot, dw_slot, [g](int64_t r) { return -g[r]; });
 }
 
 }  // namespace fd::ops::cpu
