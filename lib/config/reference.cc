@@ -264,9 +264,10 @@ const std::vector<KeyDoc>& key_reference() {
        "attention an all-to-all gives each the whole sequence for 1/S of the heads and another "
        "gives the positions back (key/value heads fewer than S: gathered whole). Positions and "
        "the causal mask are global, packed rows keep their documents. ZeRO works across the D x "
-       "S ranks holding the same weights; an objective (preference training) sums each pair's "
-       "log-probabilities over the S ranks. CPU only so far; not with a pipeline or "
-       "sequence_parallel"},
+       "S ranks holding the same weights (with a pipeline: each stage's, sp rank u sending its "
+       "slice of the hidden state to sp rank u of the next stage); an objective (preference "
+       "training) sums each pair's log-probabilities over the S ranks. CPU only so far; not "
+       "with sequence_parallel"},
       {"parallel.schedule", "string", "1f1b", "1f1b, gpipe",
        "the pipeline schedule over the step's M = batch.accumulation micro-batches: 1f1b "
        "alternates one forward and one backward after a warm-up, so stage s holds at most "

@@ -1481,11 +1481,6 @@ void Builder::sequence_checks() {
     refuse(
         "with parallel.sequence_parallel: Ulysses and Megatron's sequence parallelism both "
         "split the sequence; use one of them");
-  if (r_->parallel.pipeline > 1 && !bad("parallel.pipeline"))
-    refuse(
-        fmt::format("{} sequence-parallel ranks with a pipeline of {} stages: the two do not "
-                    "combine yet; use parallel.pipeline: 1 or parallel.sequence: 1",
-                    S, r_->parallel.pipeline));
   if (r_->device == DeviceName::kCuda && !bad("device"))
     refuse(
         "with device: cuda: Ulysses runs on the CPU backend only so far (its all-to-all "

@@ -513,7 +513,11 @@ Estimate estimate(const config::Recipe& r, int world) {
     const double frac = double(S - 1) / S;
     const double qo = 2.0 * frac * per * hq;  // q in, the output back
     const double kv = 2.0 * (q.kv_gathered ? (S - 1) * per * hkv : frac * per * hkv);
-    q.formula_bytes = int64_t(2.0 * a.model.num_layers * (qo + kv) * a.zero.accumulation + 0.5);
+    // With a pipeline: the stage of the most blocks (as bytes_per_step is the largest rank's).
+    const int L = a.stage_blocks.size() > 1
+                      ? *std::max_element(a.stage_blocks.begin(), a.stage_blocks.end())
+                      : a.model.num_layers;
+    q.formula_bytes = int64_t(2.0 * L * (qo + kv) * a.zero.accumulation + 0.5);
   }
   const std::vector<int> parts = a.mesh.group_ranks(0, {"pp"});
   if (parts.size() > 1) {
@@ -539,6 +543,7 @@ Estimate estimate(const config::Recipe& r, int world) {
       st.comm_bytes_per_step = run.comm_bytes;
       st.p2p_bytes_per_step = run.p2p_bytes;
       st.tp_bytes_per_step = run.tp_bytes;
+      st.sp_bytes_per_step = run.sp_bytes;
       p.per_stage.push_back(st);
     }
   }
@@ -750,8 +755,10 @@ std::string format_estimate(const Estimate& e) {
     line(fmt::format(
         "sequence-parallel traffic per step: {} per rank over its sp group, counted (DeepSpeed-"
         "Ulysses: per block 4 all-to-alls forward (q, k, v, output) and 4 backward of B x T/S "
-        "x heads x head_dim: {})",
-        human(e.stages[size_t(e.recipe_stage)].sp_bytes_per_step), human(q.formula_bytes)));
+        "x heads x head_dim{}: {})",
+        human(e.stages[size_t(e.recipe_stage)].sp_bytes_per_step),
+        e.pipeline.stages > 1 ? "; with a pipeline the largest of any stage's, L its blocks" : "",
+        human(q.formula_bytes)));
     line("");
   }
   if (e.tensor.size > 1) {
@@ -797,10 +804,11 @@ std::string format_estimate(const Estimate& e) {
   if (e.pipeline.stages > 1) {
     const Estimate::Pipeline& p = e.pipeline;
     line(fmt::format(
-        "pipeline: {} stages x {} data-parallel replica{}{} (N = {} ranks), {} schedule, {} "
+        "pipeline: {} stages x {} data-parallel replica{}{}{} (N = {} ranks), {} schedule, {} "
         "micro-batches per step; bubble (P-1)/(M+P-1) = {:.1f}%; per pipeline stage at ZeRO "
         "stage {} (the columns above are the largest of any stage):",
         p.stages, p.replicas, p.replicas == 1 ? "" : "s",
+        e.sequence.size > 1 ? fmt::format(" x {} sequence-parallel ranks", e.sequence.size) : "",
         e.tensor.size > 1 ? fmt::format(" x {} tensor-parallel ranks", e.tensor.size) : "", e.world,
         p.schedule, p.micro_batches, 100.0 * p.bubble_fraction, e.recipe_stage));
     std::string head = fmt::format("{:<{}}", "", w0);
@@ -829,6 +837,9 @@ std::string format_estimate(const Estimate& e) {
     if (e.tensor.size > 1)
       prow("tensor-parallel/step",
            [](const StageEstimate& st) { return human(st.tp_bytes_per_step); });
+    if (e.sequence.size > 1)
+      prow("sequence-parallel/step",
+           [](const StageEstimate& st) { return human(st.sp_bytes_per_step); });
     line("");
   }
   if (c == 2) {
@@ -996,6 +1007,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
       o["p2p_bytes_per_step"] = s.p2p_bytes_per_step;
       o["comm_bytes_per_step"] = s.comm_bytes_per_step;
       if (e.tensor.size > 1) o["tp_bytes_per_step"] = s.tp_bytes_per_step;
+      if (e.sequence.size > 1) o["sp_bytes_per_step"] = s.sp_bytes_per_step;
       per.push_back(o);
     }
     j["pipeline"] = {{"stages", p.stages},       {"replicas", p.replicas},

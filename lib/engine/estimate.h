@@ -104,7 +104,8 @@ struct StageEstimate {
   // statistics and dh (Estimate::TensorParallel::formula). 0 without.
   int64_t tp_bytes_per_step = 0;
   // Ulysses: the bytes this rank sends over its sp group in a step (the all-to-alls around
-  // attention, Estimate::SequenceParallel::formula_bytes). 0 without.
+  // attention, Estimate::SequenceParallel::formula_bytes; with a pipeline, per pipeline stage
+  // its first rank's). 0 without.
   int64_t sp_bytes_per_step = 0;
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
@@ -181,6 +182,8 @@ struct Estimate {
     // Hq the rank's query heads before the exchange) and one each of k and v (Hkv/Hq of that
     // size), each (S-1)/S of its bytes on the wire; with kv_gathered, k and v are all-gathered
     // forward and reduce-scattered backward instead ((S-1) B*(T/S)*Hkv*D elements each).
+    // With a pipeline the count of the stage of the most blocks (L its blocks: the
+    // all-to-alls are the blocks'), as bytes_per_step is the largest rank's.
     int64_t formula_bytes = 0;
   } sequence;
 };

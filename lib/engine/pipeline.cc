@@ -29,7 +29,7 @@ struct PipelineStage::InFlight {
   Batch batch;
   int64_t targets = 0;
   std::unique_ptr<Tape> tape;
-  Tensor input, input_grad;  // stages > 0: (B, T, C)
+  Tensor input, input_grad;  // stages > 0: (B, T, C) (hidden_shape: this rank's slice)
   Variable out;
   // Sends of `out` and of `input_grad` that nothing waits for yet (a send
   // with no receive in its exchange): waited before the buffer is released
@@ -102,25 +102,27 @@ PipelineStage::PipelineStage(const dist::Mesh& mesh, std::vector<int> blocks,
       segments_(std::move(segments)),
       world_(world) {
   place(mesh);
-  // The stage's replicas at this tp rank (same pp and tp coordinates): they hold the same slices.
-  data_ = mesh.group(world, {"dp"});
-  // One replica: the stage's engine runs alone, as a one-rank run does (no
+  // The stage's replicas and sp ranks at this tp rank (same pp and tp coordinates): they hold
+  // the same slices (Ulysses: whole weights with partial gradients, which the engine sums).
+  data_ = mesh.group(world, {"dp", "sp"});
+  // One engine rank: the stage's engine runs alone, as a one-rank run does (no
   // MPI, no fp32 staging of its reductions).
-  if (replicas_ == 1) data_ = std::make_unique<dist::LocalCommunicator>();
+  if (engine_ranks() == 1) data_ = std::make_unique<dist::LocalCommunicator>();
   pipe_ = mesh.group(world, {"pp"});
   // The tied head's gradient and weights travel on a communicator of their
   // own, so that they never wait behind (or hold up) the hidden states.
   if (tied_) tie_ = mesh.group(world, {"pp"});
+  if (sp_size_ > 1) sp_ = mesh.group(world, {"sp"});
   if (tp_size_ > 1) {
     tp_ = mesh.group(world, {"tp"});
-    full_ = mesh.group(world, {"pp", "dp"});
-    // full_ holds one rank per (stage, replica), all at this tp rank: each stage's replica 0 is
-    // the root of its segments' broadcasts.
-    const std::vector<int> members = mesh.group_ranks(world.rank(), {"pp", "dp"});
+    full_ = mesh.group(world, {"pp", "dp", "sp"});
+    // full_ holds one rank per (stage, replica, sp rank), all at this tp rank: each stage's
+    // first (replica 0, sp rank 0) is the root of its segments' broadcasts.
+    const std::vector<int> members = mesh.group_ranks(world.rank(), {"pp", "dp", "sp"});
     for (int s = 0; s < stages(); ++s) {
       const auto it =
           std::find(members.begin(), members.end(), rank_of_[size_t(s)][0][size_t(tp_rank_)]);
-      FD_CHECK(it != members.end(), "stage {}'s replica 0 at tp rank {} is not in its group", s,
+      FD_CHECK(it != members.end(), "stage {}'s first rank at tp rank {} is not in its group", s,
                tp_rank_);
       full_root_.push_back(int(it - members.begin()));
     }
@@ -142,14 +144,19 @@ void PipelineStage::place(const dist::Mesh& mesh) {
   stage_ = mesh.coord(world_.rank(), "pp");
   replica_ = mesh.coord(world_.rank(), "dp");
   tp_rank_ = mesh.coord(world_.rank(), "tp");
+  sp_size_ = mesh.size("sp");
+  sp_rank_ = mesh.coord(world_.rank(), "sp");
   FD_CHECK(tp_size_ > 1 || !sequence_parallel_, "sequence parallelism without tp ranks");
-  // Every (stage, replica, tp rank)'s world rank, from rank 0 along the mesh's axes.
-  rank_of_.assign(size_t(P), std::vector<std::vector<int>>(size_t(replicas_)));
+  FD_CHECK(sp_size_ == 1 || !sequence_parallel_,
+           "Megatron's sequence parallelism with Ulysses sp ranks");
+  // Every (stage, engine rank, tp rank)'s world rank, from rank 0 along the mesh's axes.
+  rank_of_.assign(size_t(P), std::vector<std::vector<int>>(size_t(engine_ranks())));
   for (int s = 0; s < P; ++s)
-    for (int r = 0; r < replicas_; ++r)
+    for (int e = 0; e < engine_ranks(); ++e)
       for (int t = 0; t < tp_size_; ++t)
-        rank_of_[size_t(s)][size_t(r)].push_back(
-            mesh.step(mesh.step(mesh.step(0, "pp", s), "dp", r), "tp", t));
+        rank_of_[size_t(s)][size_t(e)].push_back(mesh.step(
+            mesh.step(mesh.step(mesh.step(0, "pp", s), "dp", e / sp_size_), "sp", e % sp_size_),
+            "tp", t));
   const pipe::StageSegments mine = pipe::stage_segments(segments_, blocks_, stage_);
   first_ = mine.first;
   last_ = mine.last;
@@ -177,9 +184,14 @@ nn::TensorParallel PipelineStage::tensor_parallel() const {
              : nn::TensorParallel{};
 }
 
+nn::SequenceParallel PipelineStage::sequence_parallel() const {
+  return sp_ ? nn::SequenceParallel{sp_rank_, sp_size_, sp_.get()} : nn::SequenceParallel{};
+}
+
 void PipelineStage::use_device_comms(const MakeComm& make, dist::Communicator& device_world) {
   FD_CHECK(engine_ == nullptr, "use_device_comms after attach");
-  FD_CHECK(!tp_, "tensor parallelism runs on the CPU only (config refuses device: cuda)");
+  FD_CHECK(!tp_ && !sp_,
+           "tensor and sequence parallelism run on the CPU only (config refuses device: cuda)");
   device_world_ = &device_world;
   data_host_ = std::move(data_);
   data_ = make(*data_host_);
@@ -230,12 +242,12 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
   engine_ = &engine;
   // The segments outside this stage's engine (the other stages', the head's
   // copy of the embedding) padded as their owners' engines pad them, for as
-  // many replicas: whole flat buffers cross between stages.
+  // many engine ranks: whole flat buffers cross between stages.
   const std::vector<const nn::FlatParamGroup*> all = model.groups(), base = model.frozen_groups();
   for (int g = 0; g < int(all.size()); ++g) {
     if (g >= first_ && g <= last_) continue;
-    all[size_t(g)]->pad_for(replicas_);
-    if (!base.empty()) base[size_t(g)]->pad_for(replicas_);
+    all[size_t(g)]->pad_for(engine_ranks());
+    if (!base.empty()) base[size_t(g)]->pad_for(engine_ranks());
   }
   const nn::FlatParamGroup* emb = tied_ ? model.groups()[size_t(tied_segment_)] : nullptr;
   if (tied_ && emb->numel() > 0) {
@@ -260,11 +272,13 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
         fill(p, 0, p.value.numel(), p.value.reshape(Shape{p.value.numel()}));
     }
   }
-  // The norm over every stage, in the unpipelined order: for each replica
-  // (data-parallel rank), its partials of every segment in segment order.
+  // The norm over every stage, in the unpipelined order: for each engine
+  // rank (a replica's sp rank: each holds its own shard of the gradient
+  // reduced over the stage's replicas and sp ranks, counted once), its
+  // partials of every segment in segment order.
   // With tensor parallelism each rank's row holds its segments' partials of
-  // the sliced parameters, then of the whole ones: for each replica, every tp
-  // rank's sliced partials and tp rank 0's whole ones (every tp rank holds
+  // the sliced parameters, then of the whole ones: for each engine rank, every
+  // tp rank's sliced partials and tp rank 0's whole ones (every tp rank holds
   // the same whole parameters and gradients), so every rank adds the same
   // numbers in the same order.
   const int segments = int(segments_.size());
@@ -282,14 +296,14 @@ void PipelineStage::attach(nn::Decoder& model, zero::ZeroEngine& engine,
           return all[size_t(rank) * size_t(width) + size_t(column)];
         };
         double sum = 0.0;
-        for (int r = 0; r < replicas_; ++r) {
+        for (int e = 0; e < engine_ranks(); ++e) {
           double partial = 0.0;
           for (int t = 0; t < tp_size_; ++t)
             for (int g = 0; g < segments; ++g)
-              partial += at(rank_of_[size_t(owner_stage(g))][size_t(r)][size_t(t)], g);
+              partial += at(rank_of_[size_t(owner_stage(g))][size_t(e)][size_t(t)], g);
           if (tp_)
             for (int g = 0; g < segments; ++g)
-              partial += at(rank_of_[size_t(owner_stage(g))][size_t(r)][0], segments + g);
+              partial += at(rank_of_[size_t(owner_stage(g))][size_t(e)][0], segments + g);
           sum += partial;
         }
         return sum;
@@ -347,7 +361,8 @@ void PipelineStage::forward(int micro) {
   }
   f.out = model_->stage_loss(first_, last_, f.batch.tokens, f.batch.targets, in, this,
                              f.batch.doc_starts);
-  if (computes_loss()) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
+  // Every sp rank's share of the loss (they add up in the trainer's all-reduce).
+  if (last_stage() && tp_rank_ == 0) loss_sum_ += f.out.value().to_vector()[0] * double(f.targets);
   totals_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 }
 
@@ -417,8 +432,9 @@ void PipelineStage::ensure_slots(int micro_batches) {
 }
 
 Shape PipelineStage::hidden_shape(const Batch& b) const {
-  // Sequence parallelism: between blocks each tp rank holds its slice of the sequence.
-  const int64_t T = b.tokens.shape()[1] / (sequence_parallel_ ? tp_size_ : 1);
+  // Sequence parallelism: between blocks each tp rank holds its slice of the sequence; Ulysses:
+  // each sp rank its slice throughout.
+  const int64_t T = b.tokens.shape()[1] / (sequence_parallel_ ? tp_size_ : 1) / sp_size_;
   return Shape{b.tokens.shape()[0], T, model_->config().hidden_size};
 }
 
@@ -446,7 +462,7 @@ double PipelineStage::run_program(int M, const MicroFns& fns) {
   auto sent = [this] { return pipe_->bytes_sent() + (tie_ ? tie_->bytes_sent() : 0); };
   const double w0 = waited();
   const int64_t b0 = sent();
-  const int64_t tp0 = tensor_bytes();
+  const int64_t tp0 = tensor_bytes(), sp0 = sequence_bytes();
   fns_ = &fns;
   loss_sum_ = 0.0;
   ensure_slots(M);
@@ -508,6 +524,7 @@ double PipelineStage::run_program(int M, const MicroFns& fns) {
   totals_.idle_s += waited() - w0;
   totals_.p2p_bytes += sent() - b0;
   tp_train_bytes_ += tensor_bytes() - tp0;
+  sp_train_bytes_ += sequence_bytes() - sp0;
   ++totals_.steps;
   return loss_sum_;
 }
@@ -530,7 +547,9 @@ double PipelineStage::eval(const Batch& batch) {
     wait(w);
     return 0.0;
   }
-  return computes_loss() ? out.value().to_vector()[0] : 0.0;
+  double loss = out.value().to_vector()[0];
+  if (sp_) sp_->all_reduce_f64(&loss, 1);  // the shares of one batch's mean, rank order
+  return computes_loss() ? loss : 0.0;
 }
 
 void PipelineStage::wait_tied_send() {
@@ -566,8 +585,8 @@ void PipelineStage::with_full_model(const std::function<void(const nn::Decoder& 
       p.storage()->acquire();
       acquired.push_back(grp);
     }
-    // From replica 0 of the owning stage (tensor parallelism: its rank at this tp rank, whose
-    // slices this rank holds).
+    // From the first rank (replica 0, sp rank 0) of the owning stage (tensor parallelism: its
+    // rank at this tp rank, whose slices this rank holds; every sp rank holds the same).
     if (full_) {
       full_->broadcast(p.comm_data(), p.numel(), p.dtype(), full_root_[size_t(owner_stage(g))]);
     } else {
@@ -585,10 +604,11 @@ void PipelineStage::with_full_model(const std::function<void(const nn::Decoder& 
 }
 
 std::string PipelineStage::describe() const {
-  const std::string tensor =
-      tp_ ? fmt::format(" x {} tensor-parallel ranks{}", tp_size_,
-                        sequence_parallel_ ? " with sequence parallelism" : "")
-          : std::string();
+  std::string tensor =
+      sp_ ? fmt::format(" x {} Ulysses sequence-parallel ranks", sp_size_) : std::string();
+  if (tp_)
+    tensor += fmt::format(" x {} tensor-parallel ranks{}", tp_size_,
+                          sequence_parallel_ ? " with sequence parallelism" : "");
   return fmt::format(
       "pipeline: {} stages x {} data-parallel replica{}{}, {} schedule, blocks per stage [{}], {} "
       "micro-batches per step (bubble {:.1f}%)",
@@ -598,13 +618,16 @@ std::string PipelineStage::describe() const {
 }
 
 void PipelineStage::describe_save(SaveRequest& req) const {
+  // The checkpoint sees each stage's engine ranks (replicas x sp ranks) as its ZeRO
+  // partitions: world rank = (stage x replicas + replica) x tp size + tp rank holds with
+  // replicas = D x S and replica = engine rank.
   req.meta.pipeline = {.stages = stages(),
-                       .replicas = replicas_,
+                       .replicas = engine_ranks(),
                        .stage = stage_,
-                       .replica = replica_,
+                       .replica = engine_rank(),
                        .blocks = blocks_,
                        .schedule = std::string(pipe::to_string(schedule_))};
-  if (tp_) req.meta.tensor = {tp_size_, tp_rank_, replicas_};
+  if (tp_) req.meta.tensor = {tp_size_, tp_rank_, engine_ranks()};
   // Rank 0 (the first stage) holds only its own segments.
   for (const nn::FlatParamGroup* g : model_->groups())
     if (g->numel() > 0) req.segments.push_back({g->name(), g->numel()});
@@ -612,7 +635,8 @@ void PipelineStage::describe_save(SaveRequest& req) const {
 
 void PipelineStage::add_to_summary(nlohmann::json& summary) {
   // Every rank's totals, gathered (collective): per stage, the mean over its
-  // ranks (replicas and tp ranks) of the share of the pipeline phase spent waiting for a neighbour.
+  // ranks (replicas, sp and tp ranks) of the share of the pipeline phase spent waiting for a
+  // neighbour.
   const Totals& t = totals_;
   const double mine[4] = {double(stage_), t.train_s, t.idle_s, double(t.p2p_bytes)};
   std::vector<double> all(4 * size_t(world_.size()));
@@ -622,7 +646,7 @@ void PipelineStage::add_to_summary(nlohmann::json& summary) {
   for (int r = 0; r < world_.size(); ++r) {
     const double* v = &all[4 * size_t(r)];
     const size_t s = size_t(v[0]);
-    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(replicas_ * tp_size_);
+    idle[s] += (v[1] > 0.0 ? v[2] / v[1] : 0.0) / double(engine_ranks() * tp_size_);
     bytes[s] = std::max(bytes[s], t.steps > 0 ? v[3] / double(t.steps) : 0.0);
   }
   std::vector<int64_t> bytes_per_step;
@@ -635,17 +659,25 @@ void PipelineStage::add_to_summary(nlohmann::json& summary) {
                          {"bubble_fraction", pipe::bubble_fraction(P, micro_batches_)},
                          {"idle_fraction", idle},
                          {"p2p_bytes_per_step", bytes_per_step}};
-  if (!tp_) return;
-  // The stages send different bytes over their tp groups (the embedding's and the loss's
-  // collectives are the first and last stage's): the largest of any rank, per step.
-  const double tp_mine = t.steps > 0 ? double(tp_train_bytes_ / t.steps) : 0.0;
-  std::vector<double> tp_all(size_t(world_.size()));
-  world_.all_gather_f64(&tp_mine, tp_all.data(), 1);
-  summary["tensor_parallel"] = {
-      {"size", tp_size_},
-      {"replicas", replicas_},
-      {"sequence_parallel", sequence_parallel_},
-      {"bytes_per_step", int64_t(*std::max_element(tp_all.begin(), tp_all.end()))}};
+  if (!tp_ && !sp_) return;
+  // The stages send different bytes over their tp (sp) groups (the embedding's and the loss's
+  // collectives are the first and last stage's; the stages' blocks differ): the largest of any
+  // rank, per step.
+  const double per_step[2] = {t.steps > 0 ? double(tp_train_bytes_ / t.steps) : 0.0,
+                              t.steps > 0 ? double(sp_train_bytes_ / t.steps) : 0.0};
+  std::vector<double> gathered(2 * size_t(world_.size()));
+  world_.all_gather_f64(per_step, gathered.data(), 2);
+  double most[2] = {0.0, 0.0};
+  for (int r = 0; r < world_.size(); ++r)
+    for (int k = 0; k < 2; ++k) most[k] = std::max(most[k], gathered[2 * size_t(r) + size_t(k)]);
+  if (sp_)
+    summary["sequence_parallel"] = {
+        {"size", sp_size_}, {"replicas", replicas_}, {"bytes_per_step", int64_t(most[1])}};
+  if (tp_)
+    summary["tensor_parallel"] = {{"size", tp_size_},
+                                  {"replicas", replicas_},
+                                  {"sequence_parallel", sequence_parallel_},
+                                  {"bytes_per_step", int64_t(most[0])}};
 }
 
 }  // namespace fd::engine

@@ -10,7 +10,9 @@
 //   PipelineStage  (pipeline.h)       a rank runs its stage's segments, its
 //                                     ZeRO engine over its stage's replicas;
 //                                     with tensor parallelism each (stage,
-//                                     replica) is a tp group slicing them.
+//                                     replica) is a tp group slicing them,
+//                                     with Ulysses S sp ranks splitting its
+//                                     sequences (ZeRO over replicas x sp).
 //
 // Life of a strategy, as build_run (build_run.h) and the trainer drive it:
 //   auto s = make_strategy(a, world);        // collective: the mesh's groups are split

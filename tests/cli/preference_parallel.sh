@@ -105,6 +105,13 @@ grep -q "Ulysses sequence parallel: 2 ranks per sequence" "$TMP/dpo-s2t2.log" &&
   grep -q "tensor parallel: 2 ranks per layer" "$TMP/dpo-s2t2.log" &&
   echo "ok: dpo-s2t2 ran on the S=2 x T=2 layout" || fail "dpo-s2t2: no layout line in its log"
 
+# With a pipeline: the head (and the pair sums) on the last stage's tp / sp ranks. (Micro-batches
+# of 2 pairs: the evaluation's batches then hold other pairs, so only training is compared.)
+train dpo-t2p2 4 parallel.tensor=2 parallel.pipeline=2 batch.micro=2 batch.accumulation=4
+train dpo-s2p2 4 parallel.sequence=2 parallel.pipeline=2 batch.micro=2 batch.accumulation=4
+same_as dpo-1 dpo-t2p2 0
+same_as dpo-1 dpo-s2p2 0
+
 # Hostile: packed rows split over the Ulysses slices; Megatron's sequence parallelism.
 train pack-1 1 data.packing=true batch.accumulation=2
 train pack-s2t2 4 data.packing=true parallel.sequence=2 parallel.tensor=2 batch.accumulation=2

@@ -16,14 +16,20 @@
 #    parallelism, and T=2 x P=2 x D=2 (-n 8) for the tied Llama with ZeRO-1; its estimate's model states (largest rank and per stage) and tp bytes per
 #    step are the run's; its checkpoint of step 10 resumed at T=1 x D=4 continues with T=1's
 #    losses to 1e-5;
+#  - Ulysses with a pipeline: S=2 x P=2 (-n 4) gives T=1's losses and gradient norms to 1e-5 for
+#    the Llama and GPT-2 (its tied head's gradient handed per sp rank), and S=2 x T=2 x P=2
+#    (-n 8) for the Llama; its estimate's memory by category (largest rank and per stage) and
+#    sp bytes per step are the run's (and Ulysses' count); its checkpoint of step 10 resumed at
+#    T=2 x D=2 continues with T=1's losses to 1e-5;
 #  - summary.json's tensor_parallel block, and parameters per rank about 1/T; the estimate's
-#    model states and tp / sp bytes per step are the runs' (and Megatron's / Ulysses' counts);
+#    model states, activations (and comm buffers of a run that evaluates) and tp / sp bytes per
+#    step are the runs' (and Megatron's / Ulysses' counts);
 #  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
 #    not dividing the world, a batch.global that does not fit, T with a pipeline and ZeRO-3,
 #    device cuda, a 4-bit base: exit 2 at validation, one message with the arithmetic, no run
 #    directory (an objective works: tests/cli/preference_parallel.sh);
-#  - a rank killed or stalled in a tensor-parallel step (and stalled in a T=2 x P=2 step) ends
-#    the job within 60 s, naming it.
+#  - a rank killed or stalled in a tensor-parallel step (and stalled in a T=2 x P=2 step and an
+#    S=2 x P=2 step) ends the job within 60 s, naming it.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI=(timeout 120 mpirun --oversubscribe --bind-to none)
@@ -168,6 +174,23 @@ grep -q "pipeline: 2 stages x 1 data-parallel replica x 2 tensor-parallel ranks"
 # Its checkpoint of step 10 resumed at T=1 x D=4 (micro 1: the same 4 sequences per step).
 train lpr "$LLAMA" 4 batch.micro=1 --resume "$TMP/lp/checkpoints/step_00000010"
 same_as l1 lpr 1e-5 loss,grad_norm 11
+# Ulysses with a pipeline: S=2 x P=2 (sp rank u's slice of the hidden state to sp rank u of the
+# next stage; GPT-2's tied head's gradient from each sp rank of the last stage to the same of the
+# first), and S=2 x T=2 x P=2 (-n 8) on the Llama; micro 2 x accumulation 2 as T=1's.
+SP=(parallel.sequence=2 parallel.pipeline=2 batch.accumulation=2)
+train sp2p "$LLAMA" 4 "${SP[@]}" checkpoint.every=10
+train gsp2p "$GPT" 4 "${SP[@]}"
+train sp2t2p "$LLAMA" 8 "${SP[@]}" parallel.tensor=2
+same_as l1 sp2p
+same_as g1 gsp2p
+same_as l1 sp2t2p
+grep -q "pipeline: 2 stages x 1 data-parallel replica x 2 Ulysses sequence-parallel ranks, " \
+  "$TMP/sp2p.log" && grep -q "x 2 Ulysses sequence-parallel ranks x 2 tensor-parallel ranks" \
+  "$TMP/sp2t2p.log" && echo "ok: sp2p, sp2t2p: the setup line names the S x P (x T) layout" ||
+  fail "sp2p, sp2t2p: no S x P setup line"
+# Its checkpoint of step 10 (each stage's D x S = 2 ZeRO partitions) resumed at T=2 x D=2.
+train sp2pr "$LLAMA" 4 parallel.tensor=2 --resume "$TMP/sp2p/checkpoints/step_00000010"
+same_as l1 sp2pr 1e-5 loss,grad_norm 11
 
 # 2. summary.json: the layout, and each rank's parameters about 1/T of T=1's.
 if python3 - "$TMP/l1/summary.json" "$TMP/l2/summary.json" <<'PY'
@@ -194,29 +217,43 @@ estimate_matches() {  # estimate_matches RUN N ARGS...: the estimate of RUN's la
 import json, sys
 est, summ, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
 st = next(s for s in est["stages"] if s["stage"] == est["recipe_stage"])
-for k in ("params", "grads", "master", "optimizer"):
+for k in ("params", "grads", "master", "optimizer", "activations"):
     assert st[k] == summ["memory"][k], (k, st[k], summ["memory"][k])
+# The comm buffers when the run evaluated, as the estimate does (a later stage's receive buffer).
+evaluated = summ.get("eval_loss") is not None
+assert not evaluated or st["comm_buffers"] == summ["memory"]["comm"], (st, summ["memory"])
 for kind in ("tensor_parallel", "sequence_parallel"):
     if kind not in est and kind not in summ:
         continue
     t = est[kind]
     assert t["bytes_per_step"] == summ[kind]["bytes_per_step"], (kind, t, summ[kind])
-    if run in ("l2", "l2sp", "lp", "lpsp", "s2", "s4", "s2t2"):
+    if run in ("l2", "l2sp", "lp", "lpsp", "s2", "s4", "s2t2", "sp2p"):
         assert t["bytes_per_step"] == t["formula_bytes_per_step"], (kind, t)
     print(f"    {kind}: {t['bytes_per_step']} bytes per step (the formula's "
           f"{t['formula_bytes_per_step']})")
-if "pipeline" in est:  # each stage's figures are its first rank's (its tp rank 0's), measured
-    T, D = est["tensor_parallel"]["size"], est["pipeline"]["replicas"]
+if "pipeline" in est:  # each stage's figures are its first rank's (tp and sp rank 0's), measured
+    T = est.get("tensor_parallel", {}).get("size", 1)
+    S = est.get("sequence_parallel", {}).get("size", 1)
+    D = est["pipeline"]["replicas"]
     assert summ["pipeline"]["stages"] == est["pipeline"]["stages"], summ["pipeline"]
+    # Every rank of the stage at tp rank 0 (tp rank 1 holds 129 of the 259 vocabulary rows).
     for st in est["pipeline"]["per_stage"]:
-        mem = summ["memory_per_rank"][st["stage"] * D * T]
-        for k in ("params", "grads", "master", "optimizer"):
-            assert st[k] == mem[k], (st["stage"], k, st[k], mem[k])
-    print(f"    per stage: model states of each stage's rank as measured, tp bytes "
-          f"{[st['tp_bytes_per_step'] for st in est['pipeline']['per_stage']]}")
-print("    model states by category as measured")
+        for r in range(st["stage"] * D * S * T, (st["stage"] + 1) * D * S * T, T):
+            mem = summ["memory_per_rank"][r]
+            for k in ("params", "grads", "master", "optimizer", "activations"):
+                assert st[k] == mem[k], (st["stage"], r, k, st[k], mem[k])
+            assert not evaluated or st["comm_buffers"] == mem["comm"], (st["stage"], r, mem)
+    for kind, key in (("tensor_parallel", "tp_bytes_per_step"),
+                      ("sequence_parallel", "sp_bytes_per_step")):
+        if kind in est:
+            per = [st[key] for st in est["pipeline"]["per_stage"]]
+            assert max(per) == summ[kind]["bytes_per_step"], (kind, per, summ[kind])
+            print(f"    per stage: {kind} bytes {per}")
+    print("    per stage: its ranks' model states and activations as measured")
+print(f"    model states and activations{' and comm buffers' if evaluated else ''} by category "
+      "as measured")
 PY
-  then echo "ok: $run: the estimate's model states and tp bytes per step are the run's"; else
+  then echo "ok: $run: the estimate's memory by category and tp / sp bytes per step are the run's"; else
     fail "$run: estimate vs summary.json"; fi
 }
 estimate_matches l2 2 parallel.tensor=2 batch.accumulation=2
@@ -228,6 +265,10 @@ estimate_matches lpsp 4 "${TP[@]}" parallel.sequence_parallel=true
 estimate_matches s2 2 parallel.sequence=2 batch.accumulation=2
 estimate_matches s4 4 parallel.sequence=4 batch.accumulation=2
 estimate_matches s2t2 4 parallel.sequence=2 parallel.tensor=2 batch.accumulation=2
+estimate_matches sp2p 4 "${SP[@]}" checkpoint.every=10
+# With an evaluation (a later stage's receive buffer for it among the comm buffers).
+train sp2pv "$LLAMA" 4 "${SP[@]}" data.val_fraction=0.1 steps=2
+estimate_matches sp2pv 4 "${SP[@]}" data.val_fraction=0.1 steps=2
 
 # Activations per rank of a 2048-token sequence (the estimate runs the step on the counting
 # device, as summary.json measures it): Ulysses at S=4 holds at most 0.3 of S=1's, with as many
@@ -274,8 +315,6 @@ refused sworld 3 "parallel.sequence: 2 sequence-parallel ranks x 1 tensor-parall
   parallel.sequence=2 batch.global=0
 refused smeg 4 "parallel.sequence: with parallel.sequence_parallel" parallel.sequence=2 \
   parallel.tensor=2 parallel.sequence_parallel=true batch.global=0
-refused spipe 4 "parallel.sequence: 2 sequence-parallel ranks with a pipeline of 2 stages" \
-  parallel.sequence=2 parallel.pipeline=2 batch.global=0
 refused sp1 2 "parallel.sequence_parallel: splits the sequence over the tensor-parallel ranks, and parallel.tensor is 1" \
   parallel.sequence_parallel=true batch.global=0
 refused spseq 4 "parallel.sequence_parallel: splits each sequence of data.seq_len 30 tokens over the 4 tensor-parallel ranks, which do not divide it \(30 % 4 = 2\)" \
@@ -284,12 +323,13 @@ refused quant 2 "parallel.tensor: with model.quantize" parallel.tensor=2 batch.g
   model.quantize.type=nf4
 
 # 4. A rank killed or stalled inside a tensor-parallel step: the job ends within 60 s, naming it.
-fault() {  # fault NAME N SPEC PATTERN ARGS...
+fault() {  # [LAYOUT=...] fault NAME N SPEC PATTERN ARGS... (LAYOUT: default parallel.tensor=2)
   local name=$1 n=$2 spec=$3 pattern=$4; shift 4
   local start out rc secs
   start=$(date +%s)
-  out=$(FDTRAIN_FAULT=$spec "${MPI[@]}" -n "$n" "$FDTRAIN" train "$LLAMA" parallel.tensor=2 \
-        batch.accumulation=2 steps=100000 "$@" --run-dir "$TMP/$name" --no-progress 2>&1)
+  out=$(FDTRAIN_FAULT=$spec "${MPI[@]}" -n "$n" "$FDTRAIN" train "$LLAMA" \
+        ${LAYOUT:-parallel.tensor=2} batch.accumulation=2 steps=100000 "$@" \
+        --run-dir "$TMP/$name" --no-progress 2>&1)
   rc=$?
   secs=$(($(date +%s) - start))
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$secs" -le 60 ] && grep -Eq -- "$pattern" <<<"$out"; then
@@ -303,5 +343,8 @@ fault stall 2 "stall:rank=1:step=3" "rank 0 .*did not complete within 5 s" dist.
 # T=2 x P=2: rank 3 (the last stage's tp rank 1) stalls; its tp peer and its pipeline peer wait.
 fault tpstall 4 "stall:rank=3:step=3" "rank [0-2] .*did not complete within 5 s" \
   parallel.pipeline=2 dist.timeout_s=5
+# S=2 x P=2: rank 3 (the last stage's sp rank 1) stalls; its sp peer and its pipeline peer wait.
+LAYOUT=parallel.sequence=2 fault spstall 4 "stall:rank=3:step=3" \
+  "rank [0-2] .*did not complete within 5 s" parallel.pipeline=2 dist.timeout_s=5
 
 finish

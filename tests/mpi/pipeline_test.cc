@@ -7,16 +7,16 @@
 // the first, the updated matrix back) and a Llama (untied), fp32, bf16 and fp16,
 // both schedules, ZeRO stages 0-2, with and without activation checkpointing,
 // 4 micro-batches per step. At -n 4 also T=2 x P=2 (tensor parallelism inside
-// the stages) against the one-rank run to 1e-5, and its estimate per rank.
+// the stages) and S=2 x P=2 (Ulysses) against the one-rank run to 1e-5, and
+// their estimate per rank.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "lib/config/load.h"
 #include "lib/engine/estimate.h"
@@ -91,19 +91,21 @@ struct Case {
 std::vector<Case> cases() {
   return {
       {"gpt2 fp32 1f1b zero1", {"zero.stage=1"}},
-      {"gpt2 bf16 1f1b zero2 ckpt", {"precision=bf16", "zero.stage=2",
-                                     "activation_checkpointing.layers=all"}},
+      {"gpt2 bf16 1f1b zero2 ckpt",
+       {"precision=bf16", "zero.stage=2", "activation_checkpointing.layers=all"}},
       {"gpt2 fp32 gpipe zero0", {"parallel.schedule=gpipe", "zero.stage=0"}},
       // fp16: the loss scale, its overflow checks and skipped steps agree on every stage.
-      {"gpt2 fp16 1f1b zero2", {"precision=fp16", "zero.stage=2",
-                                "loss_scale={initial_scale_power: 24, loss_scale_window: 3}"}},
+      {"gpt2 fp16 1f1b zero2",
+       {"precision=fp16", "zero.stage=2",
+        "loss_scale={initial_scale_power: 24, loss_scale_window: 3}"}},
       {"llama bf16 1f1b zero2", {kLlama, "precision=bf16", "zero.stage=2"}},
       // LoRA: the frozen base (the tied embedding among it) split with its stages.
-      {"gpt2 bf16 lora 1f1b zero1", {"precision=bf16", "zero.stage=1",
-                                     "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}",
-                                     "activation_checkpointing.layers=all"}},
-      {"llama fp32 gpipe zero1 uniform", {kLlama, "parallel.schedule=gpipe", "zero.stage=1",
-                                          "parallel.partition=uniform"}},
+      {"gpt2 bf16 lora 1f1b zero1",
+       {"precision=bf16", "zero.stage=1",
+        "lora={r: 4, alpha: 8, dropout: 0.1, targets: [c_attn, c_fc]}",
+        "activation_checkpointing.layers=all"}},
+      {"llama fp32 gpipe zero1 uniform",
+       {kLlama, "parallel.schedule=gpipe", "zero.stage=1", "parallel.partition=uniform"}},
       // QLoRA: each stage holds its blocks' base in their 4-bit form.
       {"llama bf16 qlora 1f1b zero2 ckpt",
        {kLlama, "precision=bf16", "zero.stage=2", "lora={r: 4, alpha: 8, targets: [all-linear]}",
@@ -131,15 +133,15 @@ void expect_same_as_unpipelined(int stages, dist::Communicator& reference) {
 }
 
 TEST(Pipeline, EveryRankAStageIsTheSingleRankRunBitwise) {
-  std::unique_ptr<dist::Communicator> alone =
-      g_comm->split(dist::SplitPlan::each(g_comm->size()));
+  std::unique_ptr<dist::Communicator> alone = g_comm->split(dist::SplitPlan::each(g_comm->size()));
   expect_same_as_unpipelined(g_comm->size(), *alone);
 }
 
 TEST(Pipeline, TwoStagesOfTwoReplicasAreTheTwoRankRunBitwise) {
   if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  std::unique_ptr<dist::Communicator> pair =
-      g_comm->split(dist::SplitPlan::by(4, [](int r) { return dist::SplitKey{r / 2, r}; }));
+  std::unique_ptr<dist::Communicator> pair = g_comm->split(dist::SplitPlan::by(4, [](int r) {
+    return dist::SplitKey{r / 2, r};
+  }));
   expect_same_as_unpipelined(2, *pair);
 }
 
@@ -151,10 +153,10 @@ TEST(Pipeline, TwoStagesOfTwoReplicasAreTheTwoRankRunBitwise) {
 TEST(Pipeline, TheEstimateIsWhatEachStageMeasures) {
   const int P = 2;
   for (const char* schedule : {"1f1b", "gpipe", "1f1b qlora"}) {
-    std::vector<std::string> o = {"precision=bf16", "zero.stage=1",
-                                  "parallel.pipeline=" + std::to_string(P),
-                                  std::string("parallel.schedule=") +
-                                      std::string(schedule).substr(0, std::string(schedule).find(' '))};
+    std::vector<std::string> o = {
+        "precision=bf16", "zero.stage=1", "parallel.pipeline=" + std::to_string(P),
+        std::string("parallel.schedule=") +
+            std::string(schedule).substr(0, std::string(schedule).find(' '))};
     if (std::string(schedule).ends_with("qlora")) {  // the 4-bit base split with its stages
       o.push_back(kLlama);
       o.push_back("lora={r: 4, alpha: 8, targets: [all-linear]}");
@@ -193,46 +195,41 @@ TEST(Pipeline, TheEstimateIsWhatEachStageMeasures) {
   }
 }
 
-// Tensor parallelism inside the stages (T=2 x P=2 at -n 4): the loss of every case is the
-// unpipelined one-rank run's to fp32 rounding (the sums over the tp ranks run in another
+// Stages whose ranks split their work (T=2 x P=2 or S=2 x P=2 at -n 4, `layout` the overrides
+// beyond parallel.pipeline=2, `kind` its summary.json block): the loss of every case is the
+// unpipelined one-rank run's to fp32 rounding (the sums over the tp or sp ranks run in another
 // order), and each rank measures what the estimate's stage says: model states, activations,
-// communication buffers (tp rank 1's slices are tp rank 0's size: 256 rows split evenly).
-TEST(Pipeline, TensorParallelStagesAreTheOneRankRunAndTheirEstimate) {
-  if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  const int P = 2, T = 2;
+// communication buffers (tp rank 1's slices are tp rank 0's size: 256 rows split evenly; every
+// sp rank holds the same), and the bytes over the tp or sp group per step.
+void expect_split_stages_match(const std::vector<Case>& split_cases,
+                               const std::vector<std::string>& layout, const std::string& kind) {
+  const int P = 2, per_stage = g_comm->size() / P;
   std::unique_ptr<dist::Communicator> alone = g_comm->split(dist::SplitPlan::each(g_comm->size()));
-  const std::vector<Case> tp_cases = {
-      {"gpt2 fp32 1f1b zero1", {"zero.stage=1"}},
-      {"gpt2 fp32 gpipe zero2 sp",
-       {"parallel.schedule=gpipe", "zero.stage=2", "parallel.sequence_parallel=true"}},
-      {"llama fp32 1f1b zero0 ckpt",
-       {kLlama, "zero.stage=0", "activation_checkpointing.layers=all"}},
-  };
-  for (const Case& c : tp_cases) {
+  for (const Case& c : split_cases) {
     std::vector<std::string> o = c.overrides;
     std::vector<std::string> plain_o;
     for (const std::string& v : o)
       if (v != "parallel.sequence_parallel=true") plain_o.push_back(v);
-    const fd::Run plain = train(recipe(plain_o), *alone, "tp_plain");
+    const fd::Run plain = train(recipe(plain_o), *alone, "split_plain");
     o.push_back("parallel.pipeline=" + std::to_string(P));
-    o.push_back("parallel.tensor=" + std::to_string(T));
+    for (const std::string& v : layout) o.push_back(v);
     const config::Recipe r = recipe(o);
-    const fd::Run piped = train(r, *g_comm, "tp_piped");
-    SCOPED_TRACE(c.name);
+    const fd::Run piped = train(r, *g_comm, "split_piped");
+    SCOPED_TRACE(c.name + " " + kind);
     const double rel = std::abs(piped.loss - plain.loss) / std::abs(plain.loss);
     const double eval_rel = std::abs(piped.eval_loss - plain.eval_loss) / std::abs(plain.eval_loss);
     if (g_comm->rank() == 0)
-      std::printf("%s: T=%d x P=%d loss %.7f, one rank %.7f (relative %.3g, eval %.3g)\n",
-                  c.name.c_str(), T, P, piped.loss, plain.loss, rel, eval_rel);
+      std::printf("%s: %s x P=%d loss %.7f, one rank %.7f (relative %.3g, eval %.3g)\n",
+                  c.name.c_str(), layout[0].c_str(), P, piped.loss, plain.loss, rel, eval_rel);
     EXPECT_LE(rel, 1e-5);
     EXPECT_LE(eval_rel, 1e-5);
-    EXPECT_EQ(piped.summary["tensor_parallel"]["size"].get<int>(), T);
+    EXPECT_EQ(piped.summary[kind]["size"].get<int>(), 2);
     EXPECT_EQ(piped.summary["pipeline"]["stages"].get<int>(), P);
     const engine::Estimate e = engine::estimate(r, g_comm->size());
     ASSERT_EQ(int(e.pipeline.per_stage.size()), P);
     const nlohmann::json& per_rank = piped.summary["memory_per_rank"];
     for (int rank = 0; rank < g_comm->size(); ++rank) {
-      const engine::StageEstimate& st = e.pipeline.per_stage[size_t(rank / T)];
+      const engine::StageEstimate& st = e.pipeline.per_stage[size_t(rank / per_stage)];
       const nlohmann::json& m = per_rank[size_t(rank)];
       SCOPED_TRACE("rank " + std::to_string(rank));
       EXPECT_EQ(m["params"].get<int64_t>(), st.model_states.params);
@@ -247,9 +244,38 @@ TEST(Pipeline, TensorParallelStagesAreTheOneRankRunAndTheirEstimate) {
       EXPECT_EQ(pl["p2p_bytes_per_step"][size_t(s)].get<int64_t>(),
                 e.pipeline.per_stage[size_t(s)].p2p_bytes_per_step)
           << " stage " << s;
-    EXPECT_EQ(piped.summary["tensor_parallel"]["bytes_per_step"].get<int64_t>(),
-              e.stages[size_t(e.recipe_stage)].tp_bytes_per_step);
+    const engine::StageEstimate& recipe_stage = e.stages[size_t(e.recipe_stage)];
+    EXPECT_EQ(piped.summary[kind]["bytes_per_step"].get<int64_t>(),
+              kind == "tensor_parallel" ? recipe_stage.tp_bytes_per_step
+                                        : recipe_stage.sp_bytes_per_step);
   }
+}
+
+TEST(Pipeline, TensorParallelStagesAreTheOneRankRunAndTheirEstimate) {
+  if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  expect_split_stages_match(
+      {
+          {"gpt2 fp32 1f1b zero1", {"zero.stage=1"}},
+          {"gpt2 fp32 gpipe zero2 sp",
+           {"parallel.schedule=gpipe", "zero.stage=2", "parallel.sequence_parallel=true"}},
+          {"llama fp32 1f1b zero0 ckpt",
+           {kLlama, "zero.stage=0", "activation_checkpointing.layers=all"}},
+      },
+      {"parallel.tensor=2"}, "tensor_parallel");
+}
+
+// Ulysses inside the stages (S=2 x P=2 at -n 4): each sp rank's slice of the hidden state
+// crosses to the same sp rank of the next stage; the Llama's one kv head is gathered whole.
+TEST(Pipeline, UlyssesStagesAreTheOneRankRunAndTheirEstimate) {
+  if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  expect_split_stages_match(
+      {
+          {"gpt2 fp32 1f1b zero1", {"zero.stage=1"}},
+          {"llama fp32 gpipe zero2 ckpt",
+           {kLlama, "parallel.schedule=gpipe", "zero.stage=2",
+            "activation_checkpointing.layers=all"}},
+      },
+      {"parallel.sequence=2"}, "sequence_parallel");
 }
 
 }  // namespace
