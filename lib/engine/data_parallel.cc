@@ -111,7 +111,7 @@ double DataParallel::eval(const Batch& batch) {
 
 void DataParallel::with_full_model(const std::function<void(const nn::Decoder& model)>& fn) {
   engine_->with_full_parameters([&] {
-    if (!tp_) return fn(*model_);  // Ulysses: every parameter whole (a forward of its own below)
+    if (!tp_) return fn(*model_);  // with Ulysses alone every parameter is whole already
     const std::unique_ptr<nn::Decoder> whole = gather_whole_model(*model_);
     fn(*whole);
   });
