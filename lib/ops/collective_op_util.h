@@ -9,7 +9,9 @@
 // (B*Ts, Hs*D). With outer = 1 both forms are the same bytes (the copy is still made).
 #pragma once
 
+#include "lib/autograd/tape.h"
 #include "lib/autograd/variable.h"
+#include "lib/dist/communicator.h"
 #include "lib/ops/reduce.h"
 #include "lib/tensor/tensor.h"
 
@@ -45,6 +47,29 @@ void produce_into_grad(autograd::GradSlot& slot, const Tensor& like, Produce&& p
     grad.copy_from(out);
   else
     add_(grad, out);
+}
+
+// The output of an exchange over `group`: `out`, already computed from x's value, as a
+// Variable whose tape node (named `name`, recorded when x wants a gradient) adds
+// backward(dout, dx, group), writing into dx (produce_into_grad, in dout's dtype), to x's
+// gradient. `group` outlives the backward.
+template <typename Backward>
+autograd::Variable exchange_output(const char* name, const autograd::Variable& x, const Tensor& out,
+                                   dist::Communicator& group, Backward backward) {
+  const bool rec = autograd::should_record({&x});
+  autograd::Variable y = autograd::Variable::op_output(out, rec);
+  if (rec) {
+    auto ys = y.slot();
+    auto xs = x.slot();
+    dist::Communicator* comm = &group;
+    autograd::current_tape().record(
+        {name, {ys}, [ys, xs, comm, backward] {
+           if (!xs->requires_grad) return;
+           const Tensor& dy = ys->ensure_grad();
+           produce_into_grad(*xs, dy, [&](const Tensor& dx) { backward(dy, dx, *comm); });
+         }});
+  }
+  return y;
 }
 
 // full (outer, S, run) -> packed (S, outer, run), and back; both row-major, in one dtype, of

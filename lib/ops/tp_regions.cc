@@ -82,21 +82,7 @@ Variable gather_from_sequence_region(const Variable& x, dist::Communicator& grou
   const int S = group.size();
   Tensor out = scratch_like(x.value(), Shape{d.B, d.T * S, d.C});
   gather_sequence(x.value(), out, group);
-  const bool rec = autograd::should_record({&x});
-  Variable y = Variable::op_output(out, rec);
-  if (rec) {
-    auto ys = y.slot();
-    auto xs = x.slot();
-    dist::Communicator* comm = &group;
-    autograd::current_tape().record({"gather_from_sequence_region", {ys}, [ys, xs, comm] {
-                                       if (!xs->requires_grad) return;
-                                       const Tensor& dy = ys->ensure_grad();
-                                       produce_into_grad(*xs, dy, [&](const Tensor& dx) {
-                                         reduce_scatter_sequence(dy, dx, *comm);
-                                       });
-                                     }});
-  }
-  return y;
+  return exchange_output("gather_from_sequence_region", x, out, group, reduce_scatter_sequence);
 }
 
 Variable reduce_scatter_to_sequence_region(const Variable& x, dist::Communicator& group) {

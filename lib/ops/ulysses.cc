@@ -65,21 +65,7 @@ Variable sequence_to_heads(const Variable& x, int heads, dist::Communicator& gro
   check_heads(heads, d.W, S, "sequence_to_heads");
   Tensor out = scratch_like(x.value(), Shape{d.B, d.L * S, d.W / S});
   sequence_to_heads_into(x.value(), out, group);
-  const bool rec = autograd::should_record({&x});
-  Variable y = Variable::op_output(out, rec);
-  if (rec) {
-    auto ys = y.slot();
-    auto xs = x.slot();
-    dist::Communicator* comm = &group;
-    autograd::current_tape().record({"sequence_to_heads", {ys}, [ys, xs, comm] {
-                                       if (!xs->requires_grad) return;
-                                       const Tensor& dy = ys->ensure_grad();
-                                       produce_into_grad(*xs, dy, [&](const Tensor& dx) {
-                                         heads_to_sequence_into(dy, dx, *comm);
-                                       });
-                                     }});
-  }
-  return y;
+  return exchange_output("sequence_to_heads", x, out, group, heads_to_sequence_into);
 }
 
 Variable heads_to_sequence(const Variable& y, int heads, dist::Communicator& group) {
@@ -93,21 +79,7 @@ Variable heads_to_sequence(const Variable& y, int heads, dist::Communicator& gro
            d.L, S);
   Tensor out = scratch_like(y.value(), Shape{d.B, d.L / S, d.W * S});
   heads_to_sequence_into(y.value(), out, group);
-  const bool rec = autograd::should_record({&y});
-  Variable x = Variable::op_output(out, rec);
-  if (rec) {
-    auto xs = x.slot();
-    auto ys = y.slot();
-    dist::Communicator* comm = &group;
-    autograd::current_tape().record({"heads_to_sequence", {xs}, [xs, ys, comm] {
-                                       if (!ys->requires_grad) return;
-                                       const Tensor& dx = xs->ensure_grad();
-                                       produce_into_grad(*ys, dx, [&](const Tensor& dy) {
-                                         sequence_to_heads_into(dx, dy, *comm);
-                                       });
-                                     }});
-  }
-  return x;
+  return exchange_output("heads_to_sequence", y, out, group, sequence_to_heads_into);
 }
 
 }  // namespace fd::ops
