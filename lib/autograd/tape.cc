@@ -7,6 +7,13 @@ thread_local bool t_grad_enabled = true;
 thread_local BackwardObserver* t_observer = nullptr;
 thread_local int t_backward_depth = 0;
 
+// The deferred work of the innermost run_backward() on this thread.
+struct Deferred {
+  bool on = false;
+  std::vector<std::function<void()>> work;
+};
+thread_local Deferred* t_deferred = nullptr;
+
 Tape& default_tape() {
   thread_local Tape tape;
   return tape;
@@ -46,12 +53,40 @@ BackwardObserver* set_backward_observer(BackwardObserver* observer) {
   return previous;
 }
 
+void begin_deferring() {
+  FD_CHECK(t_deferred != nullptr, "begin_deferring outside backward");
+  t_deferred->on = true;
+}
+
+bool deferring() { return t_deferred != nullptr && t_deferred->on; }
+
+void defer(std::function<void()> work) {
+  FD_CHECK(deferring(), "defer without begin_deferring");
+  t_deferred->work.push_back(std::move(work));
+}
+
+void run_deferred() {
+  if (t_deferred == nullptr) return;
+  // Taken first: the work itself runs with deferral off.
+  std::vector<std::function<void()>> work = std::move(t_deferred->work);
+  t_deferred->work.clear();
+  t_deferred->on = false;
+  for (auto& w : work) w();
+}
+
 void Tape::run_backward() {
   NoGradGuard no_grad;  // backward closures never record
   const int depth = t_backward_depth++;
+  Deferred deferred;
+  Deferred* const outer = t_deferred;
+  t_deferred = &deferred;
   struct Leave {
-    ~Leave() { --t_backward_depth; }
-  } leave;
+    Deferred* outer;
+    ~Leave() {
+      --t_backward_depth;
+      t_deferred = outer;
+    }
+  } leave{outer};
   for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
     bool any = false;
     for (const auto& s : it->outputs) any = any || s->has_grad();
@@ -65,6 +100,7 @@ void Tape::run_backward() {
       if (!s->is_leaf) s->grad = Tensor();  // consumed: free it now
     it->backward = nullptr;                 // drop saved tensors early
   }
+  run_deferred();  // what no node asked for: every leaf gradient is complete when backward ends
   nodes_.clear();
 }
 

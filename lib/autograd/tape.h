@@ -101,6 +101,19 @@ class BackwardObserver {
 // Sets the calling thread's observer (nullptr: none) and returns the previous one.
 BackwardObserver* set_backward_observer(BackwardObserver* observer);
 
+// Deferred weight gradients (Megatron's asynchronous tensor-parallel all-reduce: the input
+// gradient's sum over the tp group runs while the weight gradients are computed). Inside
+// backward, after begin_deferring() an op may hand work that only accumulates into leaf
+// gradients to defer() instead of doing it; run_deferred() does the work handed so far, in
+// order, and ends the deferral. Each run_backward() has its own (a segment's inner tape does not
+// see its outer tape's), and does what is left when it ends, so no leaf gradient is ever missing
+// after backward. The work must not be needed by any node in between: only a leaf's
+// accumulation (nothing on the tape reads a leaf's gradient).
+void begin_deferring();
+bool deferring();
+void defer(std::function<void()> work);
+void run_deferred();
+
 // True when an op over `inputs` must be recorded (grad mode on and some input requires grad).
 bool should_record(std::initializer_list<const Variable*> inputs);
 

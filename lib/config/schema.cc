@@ -1447,10 +1447,22 @@ void Builder::tensor_checks() {
     refuse(
         "with device: cuda: tensor parallelism runs on the CPU backend only so far (its "
         "collectives and sharded ops have no CUDA path yet); use device: cpu");
-  if (r_->model.quantize && !bad("model.quantize"))
-    refuse(
-        "with model.quantize: a 4-bit base's blocks do not follow the tensor-parallel "
-        "splits yet; use parallel.tensor: 1 or a base in the compute dtype");
+  // QLoRA: each rank keeps the whole weight's 4-bit blocks of its slices, so the slices must
+  // hold whole blocks.
+  if (r_->model.quantize && !bad("model.quantize") && !bad("model") && !bad("model.init_from")) {
+    const nn::DecoderConfig c = decoder_config(r_->model);
+    if (nn::tensor_parallel_refusal(c, T).empty()) {
+      const std::string why =
+          nn::quantized_tensor_parallel_refusal(c, T, r_->model.quantize->block_size);
+      if (!why.empty())
+        error(loc_of(is_set("model.quantize.block_size") ? "model.quantize.block_size"
+                                                         : "parallel.tensor"),
+              "model.quantize.block_size",
+              fmt::format("with parallel.tensor {}: {}; change model.quantize.block_size or "
+                          "lower parallel.tensor",
+                          T, why));
+    }
+  }
 }
 
 // parallel.sequence (DeepSpeed-Ulysses) against the sequence length and the heads, and the

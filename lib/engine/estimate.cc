@@ -681,10 +681,13 @@ std::string format_estimate(const Estimate& e) {
     if (e.quantize)
       line(fmt::format(
           "model.quantize {} block {}{}: the blocks' base is {} in 4 bits (P_base above is the "
-          "embedding and final segments, kept in {})",
+          "embedding and final segments, kept in {}){}",
           quant::quant_type_name(e.quantize->type), e.quantize->block_size,
           e.quantize->double_quant ? ", double quant" : "", human(e.quantized_bytes),
-          config::to_string(e.precision)));
+          config::to_string(e.precision),
+          e.tensor.size > 1 ? "; each tensor-parallel slice holds the whole weight's blocks "
+                              "with their absmax in fp32 (docs/QUANTIZATION.md)"
+                            : ""));
     line(fmt::format("at stage {}: frozen base: {}; trainable (adapters) states: {}",
                      e.recipe_stage, human(rs.frozen + rs.quantized),
                      human(rs.model_states.total())));

@@ -41,15 +41,24 @@ std::unique_ptr<nn::Decoder> gather_whole_model(const nn::Decoder& model) {
   for (const nn::Parameter* p : model.frozen_parameters()) mine.push_back(p);
   for (const nn::Parameter* p : mine) {
     const nn::Parameter& out = *targets.at(p->name);
+    // A QLoRA base's 4-bit weight: its values, dequantized as the forward computes with them
+    // (the twin holds the base in the compute dtype).
+    Tensor value = p->value;
+    if (const quant::QuantizedWeight* q = model.quantized(*p)) {
+      value = q->is_meta() ? Tensor::empty(p->value.shape(), p->value.dtype(), MemCategory::kComm,
+                                           Device::meta())
+                           : Tensor::from_vector(model.dequantized(*p), p->value.shape(),
+                                                 p->value.dtype(), MemCategory::kComm);
+    }
     if (p->slice.whole()) {  // the same on every rank
-      out.value.copy_from(p->value);
+      out.value.copy_from(value);
       continue;
     }
     const std::vector<nn::ParamSpec>& by_rank = specs.at(p->name);
     int64_t longest = 0;
     for (const nn::ParamSpec& s : by_rank) longest = std::max(longest, s.shape.numel());
     Tensor send = Tensor::zeros(Shape{longest}, p->value.dtype(), MemCategory::kComm, cpu);
-    send.flat_slice(0, p->value.numel()).copy_from(p->value.reshape(Shape{p->value.numel()}));
+    send.flat_slice(0, value.numel()).copy_from(value.reshape(Shape{value.numel()}));
     Tensor all = Tensor::empty(Shape{longest * T}, p->value.dtype(), MemCategory::kComm, cpu);
     group.all_gather(send.comm_data(), all.comm_data(), longest, p->value.dtype());
     if (out.value.is_meta()) continue;

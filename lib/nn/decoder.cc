@@ -307,7 +307,11 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, const GroupLayout& la
   FD_CHECK(!tp.enabled() ||
                (tp.group != nullptr && tp.group->size() == tp.size && tp.group->rank() == tp.rank),
            "tensor parallelism: rank {} of {} needs its tp group", tp.rank, tp.size);
-  FD_CHECK(!tp.enabled() || !quantize, "tensor parallelism over a 4-bit base is not supported");
+  if (tp.enabled() && quantize) {
+    const std::string why =
+        quantized_tensor_parallel_refusal(config, tp.size, quantize->block_size);
+    FD_CHECK(why.empty(), "QLoRA with tensor parallelism: {}", why);
+  }
   FD_CHECK(!tp.sequence_parallel || tp.enabled(),
            "sequence parallelism needs tensor parallelism over more than one rank");
   FD_CHECK(!sp.enabled() || (sp.group != nullptr && sp.group->size() == sp.size &&
@@ -434,6 +438,55 @@ bool is_linear_weight(const DecoderConfig& c, const std::string& name) {
     if (ends_with(name, "." + m.module + ".weight")) return true;
   return false;
 }
+
+// How a 4-bit member is stored: a whole weight as the recipe says; a tensor-parallel slice keeps
+// the whole weight's blocks with their absmax in fp32 (without double quantization: the
+// nested statistics are the whole tensor's, over blocks other ranks hold), so that its values
+// are those of the unsharded model exactly.
+quant::QuantOptions member_options(const quant::QuantOptions& o, const TensorSlice& slice) {
+  quant::QuantOptions m = o;
+  if (!slice.whole()) m.double_quant = false;
+  return m;
+}
+
+// The 4-bit layout [out, in] of a weight of logical shape `shape` (GPT-2's Conv1D (in, out) is
+// stored transposed).
+std::vector<int64_t> quantized_shape(const DecoderConfig& c, const Shape& shape) {
+  return is_gpt2(c) ? std::vector<int64_t>{shape[1], shape[0]}
+                    : std::vector<int64_t>{shape[0], shape[1]};
+}
+
+// Rank's slice `l` of a whole 4-bit weight `whole`: the blocks it holds, codes as they are and
+// absmax in fp32 (quant::block_absmax: what the whole weight's dequantization multiplies by).
+// The slice must hold whole blocks (quantized_tensor_parallel_refusal; checked here).
+quant::Quantized4bit slice_blocks(const DecoderConfig& c, const quant::Quantized4bit& whole,
+                                  const Parameter& l) {
+  // The slice in the 4-bit layout.
+  Parameter q;
+  q.name = l.name;
+  q.slice = l.slice;
+  if (is_gpt2(c)) q.slice.dim = 1 - q.slice.dim;
+  const std::vector<int64_t> shape = quantized_shape(c, l.value.shape());
+  q.value = Tensor::released(Shape(std::span<const int64_t>(shape)), DType::kU8,
+                             MemCategory::kOther, Device::cpu());
+  const int64_t bs = whole.block_size, n = q.value.numel(), total = whole.numel();
+  const std::vector<float> absmax = quant::block_absmax(whole);
+  quant::Quantized4bit out;
+  out.type = whole.type;
+  out.block_size = bs;
+  out.shape = shape;
+  out.packed.assign(size_t((n + 1) / 2), 0);
+  out.absmax.assign(size_t((n + bs - 1) / bs), 0.0f);
+  for_each_global_run(q, 0, n, [&](int64_t g, int64_t at, int64_t count) {
+    FD_CHECK(g % bs == 0 && at % bs == 0 && (count % bs == 0 || g + count == total),
+             "{}: elements [{}, {}) of the whole weight are not whole blocks of {}", l.name, g,
+             g + count, bs);
+    // bs is even: runs start on whole bytes; an odd run ends the weight with its padding nibble.
+    std::memcpy(out.packed.data() + at / 2, whole.packed.data() + g / 2, size_t((count + 1) / 2));
+    std::copy_n(absmax.begin() + g / bs, (count + bs - 1) / bs, out.absmax.begin() + at / bs);
+  });
+  return out;
+}
 }  // namespace
 
 void Decoder::add_quantized_segment(int segment, SegmentSpec spec, DType dtype,
@@ -447,10 +500,12 @@ void Decoder::add_quantized_segment(int segment, SegmentSpec spec, DType dtype,
   std::vector<bool> is_q;
   for (const ParamSpec& p : spec.params) {
     is_q.push_back(is_linear_weight(config_, p.name));
-    bytes.push_back({p.name,
-                     Shape{is_q.back() ? quant::encoded_layout(p.shape.numel(), q).bytes
-                                       : p.shape.numel() * elem},
-                     false});
+    bytes.push_back(
+        {p.name,
+         Shape{is_q.back()
+                   ? quant::encoded_layout(p.shape.numel(), member_options(q, p.slice)).bytes
+                   : p.shape.numel() * elem},
+         false});
   }
   frozen_.push_back(
       std::make_unique<FlatParamGroup>(spec.name, std::move(bytes), DType::kU8, layout));
@@ -464,6 +519,7 @@ void Decoder::add_quantized_segment(int segment, SegmentSpec spec, DType dtype,
     Parameter l;
     l.name = p.name;
     l.decay = p.decay;
+    l.slice = p.slice;  // the whole tensor's part it is (tensor parallelism)
     // Byte offsets are multiples of FlatParamGroup::kAlignElems (16): aligned for any dtype.
     FD_CHECK(stored.offset % 16 == 0, "{} at byte {} of its segment", p.name, stored.offset);
     if (is_q[i]) {
@@ -479,12 +535,10 @@ void Decoder::add_quantized_segment(int segment, SegmentSpec spec, DType dtype,
     const Parameter& stored = grp.params()[i];
     logical_of_[&stored] = &logical[i];
     if (!is_q[i]) continue;
-    const Shape& shape = logical[i].value.shape();
-    // [out, in]: a GPT-2 Conv1D (in, out) is stored transposed.
-    std::vector<int64_t> qshape = is_gpt2(config_) ? std::vector<int64_t>{shape[1], shape[0]}
-                                                   : std::vector<int64_t>{shape[0], shape[1]};
-    quantized_.emplace(&logical[i],
-                       quant::QuantizedWeight::view(storage, size_t(stored.offset), qshape, q));
+    quantized_.emplace(&logical[i], quant::QuantizedWeight::view(
+                                        storage, size_t(stored.offset),
+                                        quantized_shape(config_, logical[i].value.shape()),
+                                        member_options(q, logical[i].slice)));
   }
 }
 
@@ -567,21 +621,37 @@ std::vector<uint8_t> Decoder::encoded(const Parameter& l, const ParamFill& logic
     return bytes;
   }
   const quant::QuantOptions& o = *quantize_;
-  std::optional<quant::Quantized4bit> q = stored ? stored(l) : std::nullopt;
+  // A tensor-parallel slice: the whole weight's 4-bit form (as the unsharded model holds it),
+  // then its blocks. The whole weight is asked for by a stand-in of its name and global shape,
+  // which the logical fill and `stored` serve as whole (nn::global_fill).
+  Parameter whole;
+  if (!l.slice.whole()) {
+    whole.name = l.name;
+    whole.decay = l.decay;
+    whole.value =
+        Tensor::released(l.global_shape(), l.value.dtype(), MemCategory::kOther, Device::cpu());
+  }
+  const Parameter& from = l.slice.whole() ? l : whole;
+  const std::vector<int64_t> shape = quantized_shape(config_, from.value.shape());
+  std::optional<quant::Quantized4bit> q = stored ? stored(from) : std::nullopt;
   if (q) {
     FD_CHECK(q->type == o.type && q->block_size == o.block_size &&
-                 q->nested.has_value() == o.double_quant && q->shape == w->shape(),
+                 q->nested.has_value() == o.double_quant && q->shape == shape,
              "{}: the stored 4-bit weight ({}, block {}, double quant {}, shape [{}]) is not "
              "the model's ({}, block {}, double quant {}, shape [{}])",
              l.name, quant::quant_type_name(q->type), q->block_size, q->nested.has_value(),
              fmt::join(q->shape, ", "), quant::quant_type_name(o.type), o.block_size,
-             o.double_quant, fmt::join(w->shape(), ", "));
+             o.double_quant, fmt::join(shape, ", "));
   } else {
-    std::vector<float> v = value().to_vector();
-    if (is_gpt2(config_)) v = transposed(v, w->shape()[1], w->shape()[0]);
-    q = quant::quantize(v, w->shape(), o, l.name);
+    const int64_t count = from.value.numel();
+    Tensor t = Tensor::empty(Shape{count}, l.value.dtype(), MemCategory::kOther, Device::cpu());
+    logical(from, 0, count, t);
+    std::vector<float> v = t.to_vector();
+    if (is_gpt2(config_)) v = transposed(v, shape[1], shape[0]);
+    q = quant::quantize(v, shape, o, l.name);
   }
-  std::vector<uint8_t> bytes(size_t(quant::encoded_layout(n, o).bytes));
+  if (!l.slice.whole()) q = slice_blocks(config_, *q, l);
+  std::vector<uint8_t> bytes(size_t(quant::encoded_layout(n, member_options(o, l.slice)).bytes));
   quant::encode(*q, bytes);
   return bytes;
 }
@@ -654,7 +724,11 @@ Variable Decoder::tp_copy(const Variable& x) const {
 Variable Decoder::tp_in(const Variable& h) const {
   if (!tp_.enabled()) return h;
   return tp_.sequence_parallel ? ops::gather_from_sequence_region(h, *tp_.group)
-                               : ops::copy_to_tp_region(h, *tp_.group);
+                               : ops::copy_to_tp_region_overlapped(h, *tp_.group);
+}
+
+Variable Decoder::tp_last_column(const Variable& y) const {
+  return tp_.enabled() && !tp_.sequence_parallel ? ops::weight_grads_behind(y) : y;
 }
 
 // With tensor parallelism a column-parallel linear's input is already through f (the caller's
@@ -670,8 +744,8 @@ Variable Decoder::linear(int layer, const std::string& module, const Variable& x
   // A row-parallel bias is added once, by rank 0, before g sums the ranks' parts.
   if (bias.defined() && sp == Split::kRow)
     bias = ops::scale(partial(bias), tp_.rank == 0 ? 1.0f : 0.0f);
-  Variable w = p.q ? Variable() : base_var(*p.w);
-  if (sp == Split::kReplicated) w = partial(w);
+  Variable w = p.q ? Variable() : base_var(*p.w);  // a 4-bit weight: frozen, read by linear_4bit
+  if (w.defined() && sp == Split::kReplicated) w = partial(w);
   Variable y = p.q ? quant::linear_4bit(x, *p.q, bias) : ops::matmul(x, w, bias, stored);
   if (p.lora_a != nullptr && adapters_enabled_) {
     Variable in = x;
@@ -713,11 +787,11 @@ Variable Decoder::attention(int layer, const Variable& h, const Packing& packing
   const int T = tp_.size, heads = c.num_heads / T;
   const Variable in = tp_in(h);
   if (is_gpt2(c) && !sp_.enabled()) {  // one fused c_attn: q | k | v
-    Variable qkv = linear(layer, "attn.c_attn", in);
+    Variable qkv = tp_last_column(linear(layer, "attn.c_attn", in));
     return linear(layer, "attn.c_proj", ops::causal_attention(qkv, heads, packing.doc_starts));
   }
   if (is_gpt2(c)) {  // Ulysses: q, k and v exchanged one by one
-    Variable qkv = linear(layer, "attn.c_attn", in);
+    Variable qkv = tp_last_column(linear(layer, "attn.c_attn", in));
     const int64_t w = int64_t{heads} * c.head_dim;
     int hs = 0;
     Variable q = ulysses_in(ops::narrow_last(qkv, 0, w), heads, false, 0, 1, &hs);
@@ -729,7 +803,7 @@ Variable Decoder::attention(int layer, const Variable& h, const Packing& packing
   const BlockParams& b = blocks_[size_t(layer)];
   Variable q = linear(layer, "self_attn.q_proj", in);
   Variable k = linear(layer, "self_attn.k_proj", in);
-  Variable v = linear(layer, "self_attn.v_proj", in);
+  Variable v = tp_last_column(linear(layer, "self_attn.v_proj", in));
   int kv_heads = c.num_kv_heads / T;
   if (kv_heads_replicated(c, T)) {  // every KV head computed here; attend with this rank's one
     const int64_t kv = (int64_t{tp_.rank} * heads) / (c.num_heads / c.num_kv_heads);
@@ -779,7 +853,12 @@ Variable Decoder::ulysses_in(const Variable& x, int heads, bool kv, int q_first,
 Variable Decoder::mlp(int layer, const Variable& h) const {
   const Variable in = tp_in(h);  // tensor parallelism: f once for the column-parallel pair
   if (config_.mlp == MlpKind::kGeluTanh)
-    return linear(layer, "mlp.c_proj", ops::gelu(linear(layer, "mlp.c_fc", in)));
+    return linear(layer, "mlp.c_proj", ops::gelu(tp_last_column(linear(layer, "mlp.c_fc", in))));
+  if (tp_.enabled() && !tp_.sequence_parallel) {  // up's last: the weight gradients behind f
+    Variable gate = linear(layer, "mlp.gate_proj", in);
+    Variable up = tp_last_column(linear(layer, "mlp.up_proj", in));
+    return linear(layer, "mlp.down_proj", ops::swiglu(gate, up));
+  }
   return linear(layer, "mlp.down_proj",
                 ops::swiglu(linear(layer, "mlp.gate_proj", in), linear(layer, "mlp.up_proj", in)));
 }

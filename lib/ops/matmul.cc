@@ -42,13 +42,23 @@ Variable matmul(const Variable& a, const Variable& b, const Variable& bias, Matm
     Tensor b_saved = a.requires_grad() ? b.value() : Tensor();
     autograd::current_tape().record(
         {"matmul", {ys}, [ys, aslot, bslot, biasslot, a_saved, b_saved, dims, opts] {
-           if (ys->grad.is_cuda()) {
-             cuda::matmul_backward(a_saved, b_saved, ys->grad, opts, dims, aslot.get(), bslot.get(),
-                                   biasslot.get());
-           } else {
-             cpu::matmul_backward(a_saved, b_saved, ys->grad, opts, dims, aslot.get(), bslot.get(),
-                                  biasslot.get());
+           auto backward = [=](const Tensor& dy, autograd::GradSlot* as, autograd::GradSlot* bs,
+                               autograd::GradSlot* biass) {
+             if (dy.is_cuda()) {
+               cuda::matmul_backward(a_saved, b_saved, dy, opts, dims, as, bs, biass);
+             } else {
+               cpu::matmul_backward(a_saved, b_saved, dy, opts, dims, as, bs, biass);
+             }
+           };
+           // A weight's gradient (a leaf's) deferred while a tp all-reduce runs
+           // (autograd::begin_deferring; copy_to_tp_region with overlap): the input's first.
+           autograd::GradSlot* bs = bslot.get();
+           if (bs != nullptr && bs->is_leaf && bs->requires_grad && autograd::deferring()) {
+             autograd::defer(
+                 [backward, dy = ys->grad, bslot] { backward(dy, nullptr, bslot.get(), nullptr); });
+             bs = nullptr;
            }
+           backward(ys->grad, aslot.get(), bs, biasslot.get());
          }});
   }
   return y;

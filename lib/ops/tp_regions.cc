@@ -40,7 +40,8 @@ void reduce_scatter_sequence(const Tensor& full, const Tensor& out, dist::Commun
 
 }  // namespace
 
-Variable copy_to_tp_region(const Variable& x, dist::Communicator& group) {
+namespace {
+Variable copy_to_tp(const Variable& x, dist::Communicator& group, bool overlap) {
   check_collective_operand(x, "copy_to_tp_region");
   const bool rec = autograd::should_record({&x});
   Variable y = Variable::op_output(x.value(), rec);
@@ -48,12 +49,51 @@ Variable copy_to_tp_region(const Variable& x, dist::Communicator& group) {
     auto ys = y.slot();
     auto xs = x.slot();
     dist::Communicator* comm = &group;
-    autograd::current_tape().record({"copy_to_tp_region", {ys}, [ys, xs, comm] {
+    autograd::current_tape().record(
+        {"copy_to_tp_region", {ys}, [ys, xs, comm, overlap] {
+           const bool behind = overlap && autograd::deferring();
+           if (!xs->requires_grad) {
+             if (behind) autograd::run_deferred();
+             return;
+           }
+           const Tensor& dy = ys->ensure_grad();
+           if (!behind) {
+             comm->all_reduce(dy.comm_data(), dy.numel(), dy.dtype(), dist::ReduceOp::kSum);
+           } else {  // the weight gradients while the sum runs
+             const dist::WorkPtr sum = comm->all_reduce_async(dy.comm_data(), dy.numel(),
+                                                              dy.dtype(), dist::ReduceOp::kSum);
+             autograd::run_deferred();
+             sum->wait();
+           }
+           add_into(*xs, dy);
+         }});
+  }
+  return y;
+}
+}  // namespace
+
+Variable copy_to_tp_region(const Variable& x, dist::Communicator& group) {
+  return copy_to_tp(x, group, false);
+}
+
+Variable copy_to_tp_region_overlapped(const Variable& x, dist::Communicator& group) {
+  return copy_to_tp(x, group, true);
+}
+
+Variable weight_grads_behind(const Variable& x) {
+  const bool rec = autograd::should_record({&x});
+  Variable y = Variable::op_output(x.value(), rec);
+  if (rec) {
+    auto ys = y.slot();
+    auto xs = x.slot();
+    autograd::current_tape().record({"weight_grads_behind", {ys}, [ys, xs] {
+                                       autograd::begin_deferring();
                                        if (!xs->requires_grad) return;
-                                       const Tensor& dy = ys->ensure_grad();
-                                       comm->all_reduce(dy.comm_data(), dy.numel(), dy.dtype(),
-                                                        dist::ReduceOp::kSum);
-                                       add_into(*xs, dy);
+                                       if (xs->has_grad()) {
+                                         add_into(*xs, ys->ensure_grad());
+                                       } else {  // handed over: the tape drops ys's next
+                                         xs->grad = ys->ensure_grad();
+                                       }
                                      }});
   }
   return y;

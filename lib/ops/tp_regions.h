@@ -29,6 +29,20 @@ using autograd::Variable;
 // elements, in place in that gradient; 2(T-1)/T * numel*E bytes) added into x's gradient.
 // x: any shape, the same on every rank (replicated).
 Variable copy_to_tp_region(const Variable& x, dist::Communicator& group);
+// The same, overlapped (Megatron's asynchronous all-reduce, for the f before a region's
+// column-parallel linears): when its backward finds weight gradients deferred
+// (weight_grads_behind below), the all-reduce is started asynchronously, those gradients are
+// computed while it runs, and the sum is waited for before it is added into x's gradient. The
+// same values as copy_to_tp_region (the weight gradients are the same products, computed later).
+Variable copy_to_tp_region_overlapped(const Variable& x, dist::Communicator& group);
+
+// The identity (a view of x, forward and backward), marking the end of a tensor-parallel
+// region's column-parallel linears: its backward, which runs before theirs, starts deferring
+// the weight gradients (autograd::begin_deferring; ops::matmul defers a leaf right-hand side's
+// gradient), so that the region's f (copy_to_tp_region with overlap) computes them while its
+// all-reduce runs. x: the output of the last of those linears (its gradient arrives after every
+// later op's backward). Whatever f does not take is done when the backward ends.
+Variable weight_grads_behind(const Variable& x);
 
 // Megatron's g, after a row-parallel linear: forward one all_reduce kSum of x (numel(x)
 // elements, on a copy; 2(T-1)/T * numel*E bytes), the same values on every rank; backward the

@@ -26,7 +26,7 @@
 #    step are the runs' (and Megatron's / Ulysses' counts);
 #  - hostile: T not dividing the query heads, kv heads neither divided nor dividing, T x P
 #    not dividing the world, a batch.global that does not fit, T with a pipeline and ZeRO-3,
-#    device cuda, a 4-bit base: exit 2 at validation, one message with the arithmetic, no run
+#    device cuda, a 4-bit base whose blocks the slices would cut: exit 2 at validation, one message with the arithmetic, no run
 #    directory (an objective works: tests/cli/preference_parallel.sh);
 #  - a rank killed or stalled in a tensor-parallel step (and stalled in a T=2 x P=2 step and an
 #    S=2 x P=2 step) ends the job within 60 s, naming it.
@@ -319,8 +319,9 @@ refused sp1 2 "parallel.sequence_parallel: splits the sequence over the tensor-p
   parallel.sequence_parallel=true batch.global=0
 refused spseq 4 "parallel.sequence_parallel: splits each sequence of data.seq_len 30 tokens over the 4 tensor-parallel ranks, which do not divide it \(30 % 4 = 2\)" \
   parallel.tensor=4 parallel.sequence_parallel=true data.seq_len=30 batch.global=0
-refused quant 2 "parallel.tensor: with model.quantize" parallel.tensor=2 batch.global=0 lora.r=4 \
-  model.quantize.type=nf4
+# QLoRA: blocks of 64 that a rank's slice would cut (tests/cli/qlora_tensor_parallel.sh runs it).
+refused quant 2 "model.quantize.block_size: with parallel.tensor 2: self_attn.o_proj \(row-parallel, \[64, 64\]\) gives each rank 32 input features per row, not a multiple of 64" \
+  parallel.tensor=2 batch.global=0 lora.r=4 model.quantize.type=nf4
 
 # 4. A rank killed or stalled inside a tensor-parallel step: the job ends within 60 s, naming it.
 fault() {  # [LAYOUT=...] fault NAME N SPEC PATTERN ARGS... (LAYOUT: default parallel.tensor=2)

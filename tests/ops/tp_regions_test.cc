@@ -11,6 +11,7 @@
 #include "lib/autograd/tape.h"
 #include "lib/dist/counting_communicator.h"
 #include "lib/dist/local_communicator.h"
+#include "lib/ops/matmul.h"
 #include "tests/ops/op_test_util.h"
 
 namespace fd::ops {
@@ -172,6 +173,112 @@ TEST(TpRegions, MetaAllocatesAsTheCpu) {
                 (long long)cpu, (long long)meta);
     EXPECT_EQ(meta, cpu) << op.name;
     EXPECT_GT(cpu, 0) << op.name;
+  }
+}
+
+// A world of one that tells when an asynchronous all-reduce starts and when it is waited for
+// (what copy_to_tp_region_overlapped does in between is the overlap).
+class WatchedCommunicator final : public dist::Communicator {
+ public:
+  std::function<void()> on_start, on_wait;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "local"; }
+  dist::WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype,
+                                 dist::ReduceOp op) override {
+    if (on_start) on_start();
+    struct Watched final : dist::Work {
+      dist::WorkPtr inner;
+      std::function<void()> on_wait;
+      void wait() override {
+        if (on_wait) on_wait();
+        inner->wait();
+      }
+      bool is_completed() override { return inner->is_completed(); }
+    };
+    auto w = std::make_shared<Watched>();
+    w->inner = one_.all_reduce_async(buf, count, dtype, op);
+    w->on_wait = on_wait;
+    return w;
+  }
+  dist::WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t n, DType d) override {
+    return one_.reduce_scatter_async(send, recv, n, d);
+  }
+  dist::WorkPtr all_gather_async(const void* send, void* recv, int64_t n, DType d) override {
+    return one_.all_gather_async(send, recv, n, d);
+  }
+  dist::WorkPtr all_to_all_async(const void* send, void* recv, int64_t n, DType d) override {
+    return one_.all_to_all_async(send, recv, n, d);
+  }
+  dist::WorkPtr broadcast_async(void* buf, int64_t n, DType d, int root) override {
+    return one_.broadcast_async(buf, n, d, root);
+  }
+  dist::WorkPtr barrier_async() override { return one_.barrier_async(); }
+  dist::WorkPtr send_recv_async(const void* send, int64_t sn, int dst, void* recv, int64_t rn,
+                                int src, DType d) override {
+    return one_.send_recv_async(send, sn, dst, recv, rn, src, d);
+  }
+  std::unique_ptr<Communicator> split(const dist::SplitPlan& plan) override {
+    return one_.split(plan);
+  }
+  void set_timeout(double seconds) override { one_.set_timeout(seconds); }
+  [[noreturn]] void abort(int exit_code, const std::string& message) override {
+    one_.abort(exit_code, message);
+  }
+
+ private:
+  dist::LocalCommunicator one_;
+};
+
+// Megatron's asynchronous f: x -> f -> two column-parallel linears (x W1^T, x W2^T, the second
+// marked by weight_grads_behind). In backward the input's gradient is all-reduced while the
+// weights' gradients are computed: both are still empty when the all-reduce starts and done when
+// it is waited for; every gradient has the bits of the plain f's (no overlap, no marker). With
+// the overlapped f but no marker nothing is deferred; with the marker but a plain f the weight
+// gradients are done when the backward ends.
+TEST(TpRegions, OverlappedFComputesWeightGradientsWhileItsSumRuns) {
+  constexpr int64_t M = 6, K = 5, N1 = 4, N2 = 3;
+  std::mt19937 rng(11);
+  const Tensor xv = make_tensor(randn(M * K, rng), Shape{M, K}, DType::kF32);
+  const Tensor w1v = make_tensor(randn(N1 * K, rng), Shape{N1, K}, DType::kF32);
+  const Tensor w2v = make_tensor(randn(N2 * K, rng), Shape{N2, K}, DType::kF32);
+  const Tensor d1 = make_tensor(randn(M * N1, rng), Shape{M, N1}, DType::kF32);
+  const Tensor d2 = make_tensor(randn(M * N2, rng), Shape{M, N2}, DType::kF32);
+  struct Grads {
+    Tensor x, w1, w2;
+  };
+  auto run = [&](bool overlapped, bool marked, WatchedCommunicator& comm) {
+    Variable x(xv.to(DType::kF32), true), w1(w1v.to(DType::kF32), true),
+        w2(w2v.to(DType::kF32), true);
+    autograd::Tape tape;
+    autograd::TapeScope scope(tape);
+    const ops::MatmulOptions t{.trans_a = false, .trans_b = true};
+    Variable in = overlapped ? copy_to_tp_region_overlapped(x, comm) : copy_to_tp_region(x, comm);
+    Variable y1 = matmul(in, w1, {}, t);
+    Variable y2 = matmul(in, w2, {}, t);
+    if (marked) y2 = weight_grads_behind(y2);
+    y1.slot()->ensure_grad().copy_from(d1);
+    y2.slot()->ensure_grad().copy_from(d2);
+    // Marked: deferred until the overlapped f computes them (or, behind a plain f, until the
+    // backward ends).
+    comm.on_start = [&] {
+      EXPECT_EQ(w1.grad().defined() && w2.grad().defined(), !marked)
+          << "weight gradients when the all-reduce starts";
+    };
+    comm.on_wait = [&] {
+      EXPECT_EQ(w1.grad().defined() && w2.grad().defined(), !marked || overlapped)
+          << "weight gradients when the all-reduce is waited for";
+    };
+    tape.run_backward();
+    return Grads{x.grad(), w1.grad(), w2.grad()};
+  };
+  WatchedCommunicator comm;
+  const Grads plain = run(false, false, comm);
+  for (auto [overlapped, marked] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    const Grads g = run(overlapped, marked, comm);
+    EXPECT_TRUE(same_bits(g.x, plain.x)) << overlapped << marked;
+    EXPECT_TRUE(same_bits(g.w1, plain.w1)) << overlapped << marked;
+    EXPECT_TRUE(same_bits(g.w2, plain.w2)) << overlapped << marked;
   }
 }
 

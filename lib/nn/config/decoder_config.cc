@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "lib/base/error.h"
 
 namespace fd::nn {
@@ -180,6 +183,82 @@ std::string tensor_parallel_refusal(const DecoderConfig& c, int T) {
   if (c.vocab_size < T)
     return fmt::format("a vocabulary of {} does not split over {} ranks", c.vocab_size, T);
   return {};
+}
+
+namespace {
+
+// A split weight of a block in the 4-bit layout [out, in]: `column` splits the rows (`parts`
+// equal parts, each split over the ranks: GPT-2's fused q | k | v), else the input features.
+struct SplitWeight {
+  const char* module;
+  int64_t out, in;
+  bool column;
+  int parts = 1;
+};
+
+// Why `w`'s slices over T ranks do not fall on blocks of `bs` elements, or empty.
+std::string block_misfit(const SplitWeight& w, int T, int64_t bs) {
+  if (w.column) {
+    // Rank t's rows of part b start at (b * part + t * rows) * in; all such are multiples of bs
+    // exactly when one rank's run of rows * in elements is.
+    const int64_t rows = w.out / w.parts / T, run = rows * w.in;
+    if (run % bs == 0) return {};
+    return fmt::format(
+        "{} (column-parallel, [{}, {}]) gives each rank {} rows x {} = {} "
+        "elements per part, not a multiple of {} ({} % {} = {})",
+        w.module, w.out, w.in, rows, w.in, run, bs, run, bs, run % bs);
+  }
+  const int64_t cols = w.in / T;  // each row: rank t's features [t * cols, (t + 1) * cols)
+  if (cols % bs == 0) return {};
+  return fmt::format(
+      "{} (row-parallel, [{}, {}]) gives each rank {} input features per row, "
+      "not a multiple of {} ({} % {} = {})",
+      w.module, w.out, w.in, cols, bs, cols, bs, cols % bs);
+}
+
+std::vector<SplitWeight> split_weights(const DecoderConfig& c, int T) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  if (c.family == ModelFamily::kGpt2)
+    return {{"attn.c_attn", 3 * H, H, true, 3},
+            {"attn.c_proj", H, H, false},
+            {"mlp.c_fc", I, H, true},
+            {"mlp.c_proj", H, I, false}};
+  const int64_t q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim;
+  std::vector<SplitWeight> out = {{"self_attn.q_proj", q, H, true}};
+  if (!kv_heads_replicated(c, T)) {  // replicated key/value weights are whole on every rank
+    out.push_back({"self_attn.k_proj", kv, H, true});
+    out.push_back({"self_attn.v_proj", kv, H, true});
+  }
+  out.push_back({"self_attn.o_proj", H, q, false});
+  out.push_back({"mlp.gate_proj", I, H, true});
+  out.push_back({"mlp.up_proj", I, H, true});
+  out.push_back({"mlp.down_proj", H, I, false});
+  return out;
+}
+
+}  // namespace
+
+std::string quantized_tensor_parallel_refusal(const DecoderConfig& c, int T, int64_t block_size) {
+  if (T <= 1) return {};
+  const std::vector<SplitWeight> weights = split_weights(c, T);
+  auto first_misfit = [&](int64_t bs) {
+    for (const SplitWeight& w : weights)
+      if (std::string why = block_misfit(w, T, bs); !why.empty()) return why;
+    return std::string();
+  };
+  const std::string why = first_misfit(block_size);
+  if (why.empty()) return {};
+  // bitsandbytes' 4-bit block sizes (quant::kBlockSizes), largest first.
+  int64_t fits = 0;
+  for (int64_t bs : {4096, 2048, 1024, 512, 256, 128, 64, 32})
+    if (fits == 0 && first_misfit(bs).empty()) fits = bs;
+  return fmt::format("{}: a rank's slice would cut 4-bit blocks of {} elements; {}", why,
+                     block_size,
+                     fits > 0 ? fmt::format("the largest block size whose blocks every rank's "
+                                            "slices hold whole is {}",
+                                            fits)
+                              : std::string("no supported block size (32 to 4096) fits these "
+                                            "slices"));
 }
 
 bool kv_heads_replicated(const DecoderConfig& c, int T) { return T > 1 && c.num_kv_heads % T != 0; }

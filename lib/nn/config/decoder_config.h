@@ -138,6 +138,16 @@ std::string tensor_parallel_refusal(const DecoderConfig& config, int size);
 // KV heads than ranks). Only meaningful when tensor_parallel_refusal(config, size) is empty.
 bool kv_heads_replicated(const DecoderConfig& config, int size);
 
+// QLoRA on a `size`-way tensor-parallel split: each rank stores its slice of every block
+// linear as the whole tensor's 4-bit blocks (quantize the whole weight, keep the rank's blocks:
+// nn::Decoder), which needs every slice to start and end on a block of `block_size` elements of
+// the weight's [out, in] layout: a column-parallel slice's rows times in, a row-parallel slice's
+// in / size features per row. Empty when they do, else which weight does not, with the
+// arithmetic and the largest supported block size that fits (or none). The split itself must be
+// valid (tensor_parallel_refusal empty). size 1: always empty.
+std::string quantized_tensor_parallel_refusal(const DecoderConfig& config, int size,
+                                              int64_t block_size);
+
 // DeepSpeed-Ulysses over `sequence` ranks on top of a `tensor`-way split (nn::Decoder,
 // SequenceParallel): each tensor-parallel rank's query heads must split over the sequence
 // ranks, and its key/value heads split over them or divide them (then every one is gathered).
