@@ -728,7 +728,7 @@ Variable Decoder::tp_in(const Variable& h) const {
 }
 
 Variable Decoder::tp_last_column(const Variable& y) const {
-  return tp_.enabled() && !tp_.sequence_parallel ? ops::weight_grads_behind(y) : y;
+  return tp_.enabled() ? ops::weight_grads_behind(y) : y;
 }
 
 // With tensor parallelism a column-parallel linear's input is already through f (the caller's
@@ -854,7 +854,7 @@ Variable Decoder::mlp(int layer, const Variable& h) const {
   const Variable in = tp_in(h);  // tensor parallelism: f once for the column-parallel pair
   if (config_.mlp == MlpKind::kGeluTanh)
     return linear(layer, "mlp.c_proj", ops::gelu(tp_last_column(linear(layer, "mlp.c_fc", in))));
-  if (tp_.enabled() && !tp_.sequence_parallel) {  // up's last: the weight gradients behind f
+  if (tp_.enabled()) {  // up's last: the weight gradients behind f
     Variable gate = linear(layer, "mlp.gate_proj", in);
     Variable up = tp_last_column(linear(layer, "mlp.up_proj", in));
     return linear(layer, "mlp.down_proj", ops::swiglu(gate, up));

@@ -360,8 +360,8 @@ class Decoder : public Module {
   autograd::Variable tp_in(const autograd::Variable& h) const;
   // The output of a region's last column-parallel linear (v, up, c_attn, c_fc) marked so that
   // the region's weight gradients are computed while tp_in's f all-reduces the input's gradient
-  // (ops::weight_grads_behind); y itself without tensor parallelism or with sequence
-  // parallelism (whose gather has no such overlap yet).
+  // (with sequence parallelism: while its gather's backward reduce-scatters it;
+  // ops::weight_grads_behind); y itself without tensor parallelism.
   autograd::Variable tp_last_column(const autograd::Variable& y) const;
   // A norm's (or learned positions') weight: through f with sequence parallelism (it sees a
   // slice of the sequence), else as base_var.

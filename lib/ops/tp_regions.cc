@@ -35,7 +35,12 @@ void reduce_scatter_sequence(const Tensor& full, const Tensor& out, dist::Commun
   const int64_t B = out.shape()[0], Ts = out.shape()[1], C = out.shape()[2];
   Tensor packed = scratch_like(full, Shape{S, B, Ts, C});
   pack_rank_major(full, packed, S, B, Ts * C);
-  group.reduce_scatter(packed.comm_data(), out.comm_data(), B * Ts * C, full.dtype());
+  const dist::WorkPtr sum =
+      group.reduce_scatter_async(packed.comm_data(), out.comm_data(), B * Ts * C, full.dtype());
+  // The region's deferred weight gradients while the sum runs (gather_from_sequence_region's
+  // backward, overlapped: weight_grads_behind); nothing otherwise.
+  if (autograd::deferring()) autograd::run_deferred();
+  sum->wait();
 }
 
 }  // namespace

@@ -39,9 +39,10 @@ Variable copy_to_tp_region_overlapped(const Variable& x, dist::Communicator& gro
 // The identity (a view of x, forward and backward), marking the end of a tensor-parallel
 // region's column-parallel linears: its backward, which runs before theirs, starts deferring
 // the weight gradients (autograd::begin_deferring; ops::matmul defers a leaf right-hand side's
-// gradient), so that the region's f (copy_to_tp_region with overlap) computes them while its
-// all-reduce runs. x: the output of the last of those linears (its gradient arrives after every
-// later op's backward). Whatever f does not take is done when the backward ends.
+// gradient), so that the region's f (copy_to_tp_region_overlapped) computes them while its
+// all-reduce runs, or with sequence parallelism gather_from_sequence_region's backward while
+// its reduce-scatter runs. x: the output of the last of those linears (its gradient arrives after
+// every later op's backward). Whatever f does not take is done when the backward ends.
 Variable weight_grads_behind(const Variable& x);
 
 // Megatron's g, after a row-parallel linear: forward one all_reduce kSum of x (numel(x)
@@ -56,7 +57,8 @@ Variable reduce_from_tp_region(const Variable& x, dist::Communicator& group);
 // (S, B, T/S, C) and unpacked into (B, T, C) by a copy. Backward: the output's gradient
 // packed rank-major (a copy), one reduce_scatter kSum ((S-1)/S * B*T*C*E bytes), rank r's
 // block summed over the ranks and added into x's gradient (received straight into it when it
-// has no gradient yet). Scratch (kActivations): forward the packed (B, T, C) buffer, freed on
+// has no gradient yet); weight gradients deferred by weight_grads_behind are computed while the
+// reduce-scatter runs. Scratch (kActivations): forward the packed (B, T, C) buffer, freed on
 // return; backward the packed gradient, and a (B, T/S, C) buffer when x's gradient already
 // holds a value.
 Variable gather_from_sequence_region(const Variable& x, dist::Communicator& group);

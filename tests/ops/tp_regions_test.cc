@@ -186,23 +186,10 @@ class WatchedCommunicator final : public dist::Communicator {
   std::string_view backend() const override { return "local"; }
   dist::WorkPtr all_reduce_async(void* buf, int64_t count, DType dtype,
                                  dist::ReduceOp op) override {
-    if (on_start) on_start();
-    struct Watched final : dist::Work {
-      dist::WorkPtr inner;
-      std::function<void()> on_wait;
-      void wait() override {
-        if (on_wait) on_wait();
-        inner->wait();
-      }
-      bool is_completed() override { return inner->is_completed(); }
-    };
-    auto w = std::make_shared<Watched>();
-    w->inner = one_.all_reduce_async(buf, count, dtype, op);
-    w->on_wait = on_wait;
-    return w;
+    return watched(one_.all_reduce_async(buf, count, dtype, op));
   }
   dist::WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t n, DType d) override {
-    return one_.reduce_scatter_async(send, recv, n, d);
+    return watched(one_.reduce_scatter_async(send, recv, n, d));
   }
   dist::WorkPtr all_gather_async(const void* send, void* recv, int64_t n, DType d) override {
     return one_.all_gather_async(send, recv, n, d);
@@ -227,6 +214,23 @@ class WatchedCommunicator final : public dist::Communicator {
   }
 
  private:
+  // on_start now (the op was just issued), on_wait when it is waited for.
+  dist::WorkPtr watched(dist::WorkPtr inner) {
+    if (on_start) on_start();
+    struct Watched final : dist::Work {
+      dist::WorkPtr inner;
+      std::function<void()> on_wait;
+      void wait() override {
+        if (on_wait) on_wait();
+        inner->wait();
+      }
+      bool is_completed() override { return inner->is_completed(); }
+    };
+    auto w = std::make_shared<Watched>();
+    w->inner = std::move(inner);
+    w->on_wait = on_wait;
+    return w;
+  }
   dist::LocalCommunicator one_;
 };
 
@@ -236,24 +240,28 @@ class WatchedCommunicator final : public dist::Communicator {
 // it is waited for; every gradient has the bits of the plain f's (no overlap, no marker). With
 // the overlapped f but no marker nothing is deferred; with the marker but a plain f the weight
 // gradients are done when the backward ends.
+// Sequence parallelism's gather before the same linears: its reduce-scatter likewise.
 TEST(TpRegions, OverlappedFComputesWeightGradientsWhileItsSumRuns) {
   constexpr int64_t M = 6, K = 5, N1 = 4, N2 = 3;
   std::mt19937 rng(11);
-  const Tensor xv = make_tensor(randn(M * K, rng), Shape{M, K}, DType::kF32);
+  const Tensor xv = make_tensor(randn(M * K, rng), Shape{1, M, K}, DType::kF32);
   const Tensor w1v = make_tensor(randn(N1 * K, rng), Shape{N1, K}, DType::kF32);
   const Tensor w2v = make_tensor(randn(N2 * K, rng), Shape{N2, K}, DType::kF32);
-  const Tensor d1 = make_tensor(randn(M * N1, rng), Shape{M, N1}, DType::kF32);
-  const Tensor d2 = make_tensor(randn(M * N2, rng), Shape{M, N2}, DType::kF32);
+  const Tensor d1 = make_tensor(randn(M * N1, rng), Shape{1, M, N1}, DType::kF32);
+  const Tensor d2 = make_tensor(randn(M * N2, rng), Shape{1, M, N2}, DType::kF32);
   struct Grads {
     Tensor x, w1, w2;
   };
-  auto run = [&](bool overlapped, bool marked, WatchedCommunicator& comm) {
+  // overlapped: f's overlapped form (or, with gather, the gather, which always is).
+  auto run = [&](bool overlapped, bool marked, WatchedCommunicator& comm, bool gather = false) {
     Variable x(xv.to(DType::kF32), true), w1(w1v.to(DType::kF32), true),
         w2(w2v.to(DType::kF32), true);
     autograd::Tape tape;
     autograd::TapeScope scope(tape);
     const ops::MatmulOptions t{.trans_a = false, .trans_b = true};
-    Variable in = overlapped ? copy_to_tp_region_overlapped(x, comm) : copy_to_tp_region(x, comm);
+    Variable in = gather       ? gather_from_sequence_region(x, comm)
+                  : overlapped ? copy_to_tp_region_overlapped(x, comm)
+                               : copy_to_tp_region(x, comm);
     Variable y1 = matmul(in, w1, {}, t);
     Variable y2 = matmul(in, w2, {}, t);
     if (marked) y2 = weight_grads_behind(y2);
@@ -279,6 +287,12 @@ TEST(TpRegions, OverlappedFComputesWeightGradientsWhileItsSumRuns) {
     EXPECT_TRUE(same_bits(g.x, plain.x)) << overlapped << marked;
     EXPECT_TRUE(same_bits(g.w1, plain.w1)) << overlapped << marked;
     EXPECT_TRUE(same_bits(g.w2, plain.w2)) << overlapped << marked;
+  }
+  for (bool marked : {false, true}) {
+    const Grads g = run(true, marked, comm, /*gather=*/true);
+    EXPECT_TRUE(same_bits(g.x, plain.x)) << "gather " << marked;
+    EXPECT_TRUE(same_bits(g.w1, plain.w1)) << "gather " << marked;
+    EXPECT_TRUE(same_bits(g.w2, plain.w2)) << "gather " << marked;
   }
 }
 
