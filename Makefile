@@ -8,7 +8,7 @@ MPIRUN ?= mpirun --oversubscribe
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all deps configure build test demo lora-demo lora-llama-demo qlora-demo sft-demo dpo-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos
+.PHONY: all deps configure build test demo lora-demo lora-llama-demo qlora-demo sft-demo dpo-demo bench clean format gpu-bundle docs fuzz test-asan test-asan-ci test-tsan chaos multihost-test
 
 all: build
 
@@ -125,6 +125,7 @@ docs: build
 #   make test-asan-ci          the part of it CI runs (.ci/run): the readers of untrusted input
 #   make test-tsan             the ctest suite under ThreadSanitizer
 #   make chaos [TRIALS=N]      kill or stop a random rank of a multi-rank run, N times
+#   make multihost-test        fdtrain across simulated hosts (network namespaces; root)
 FUZZ_SECONDS ?= 60
 TRIALS ?= 20
 fuzz:
@@ -162,6 +163,12 @@ test-tsan: deps
 chaos: deps
 	$(MAKE) build
 	./tests/chaos/run.sh $(TRIALS) $(BUILD_DIR)/bin/fdtrain
+
+# fdtrain across simulated hosts (network namespaces on a bridge; root): tests/multihost/.
+# make test runs it too where the machine allows it, else reports it skipped with the reason.
+multihost-test: deps
+	$(MAKE) build
+	./tests/multihost/multihost_test.sh $(BUILD_DIR)/bin/fdtrain
 
 format:
 	find apps lib tests bench $$(ls -d kernels 2>/dev/null) \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | xargs clang-format -i

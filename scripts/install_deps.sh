@@ -24,6 +24,7 @@ PACKAGES=(
   fortunes fortunes-min
   python3
   patchelf xz-utils  # make gpu-bundle: rpaths, compressed OpenBLAS
+  iproute2 util-linux  # tests/multihost: simulated hosts (ip netns, bridges, tc; unshare)
 )
 # `install_deps.sh --bench` adds what only `make bench` needs: PyTorch for the
 # peer comparison (Debian's python3-torch, run with /usr/bin/python3).

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# fdtrain across simulated hosts (issue 40; tests/multihost/hosts.bash): Open MPI starts its
+# daemons in 2 network namespaces through an rsh agent, as it would over ssh, and the ranks of
+# different hosts talk TCP over the test's bridge.
+#  - placement: ranks 0-1 on host 1 and 2-3 on host 2 (mpirun's by-slot mapping of the
+#    hostfile), each host with its own hostname; the bytes through each host's link counted;
+#  - ZeRO stages 0-3 across 2 hosts x 2 ranks give the weights_sha256 of the same run on one
+#    host with 4 ranks, bitwise (fdtrain's collectives sum in a fixed, rank-ordered way that does
+#    not depend on where the ranks run: lib/dist/communicator.h);
+#  - the pipeline with one stage per host (parallel.pipeline 2: stage 0 on host 1, stage 1 on
+#    host 2) gives the one-host run's weights, bitwise;
+#  - resume across host counts: a checkpoint of 2 hosts x 2 ranks resumed on 1 host x 2 ranks and
+#    on 2 hosts x 1 rank continues with the uninterrupted run's losses (1e-5 relative: another
+#    world size sums in another order);
+#  - hostile: a hostfile naming a host that does not answer (the agent answers as ssh does for a
+#    host without a route) ends mpirun with that message at once, no hang;
+#  - shaped links (tc token bucket, 200 Mbit/s each way): in place, and ZeRO-3 still bitwise.
+# Needs root and network namespaces; otherwise it says why and exits 77 (ctest: skipped).
+#
+#   tests/multihost/multihost_test.sh FDTRAIN
+set -u
+FDTRAIN=$(realpath "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/hosts.bash"
+if ! why=$(hosts_supported); then
+  echo "SKIPPED: simulated hosts need root and network namespaces: $why"
+  exit 77
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+FAILURES=0
+fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+hosts_up 2 || { echo "FAIL: could not make the simulated hosts"; exit 1; }
+TMP=$HOSTS_DIR/work
+mkdir -p "$TMP"
+json() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+
+RECIPE='model: {n_layer: 2, n_head: 2, d_model: 32, vocab_size: 256, max_seq_len: 32}
+data: {format: text, train: [/usr/share/games/fortunes/fortunes], val_fraction: 0.0, seq_len: 16}
+batch: {micro: 2, global: 8}
+optimizer: {lr: 1.0e-3}
+steps: 10
+checkpoint: {every: 5}
+logging: {every: 1, sample_tokens: 0}'
+R=$TMP/r.yaml
+echo "$RECIPE" >"$R"
+
+# on_hosts NAME N ARGS...: N ranks over the hosts (2 per host); local NAME N ARGS...: on this one.
+on_hosts() {
+  local name=$1 n=$2; shift 2
+  timeout 180 mpirun "${MPIRUN_HOSTS[@]}" -n "$n" "$FDTRAIN" train "$R" "$@" --run-dir "$TMP/$name" \
+    --no-progress >"$TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; }
+}
+local_run() {
+  local name=$1 n=$2; shift 2
+  timeout 180 mpirun --oversubscribe --bind-to none -n "$n" "$FDTRAIN" train "$R" "$@" \
+    --run-dir "$TMP/$name" --no-progress >"$TMP/$name.log" 2>&1 ||
+    { fail "$name: exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; }
+}
+same_weights() {  # same_weights A B
+  local a b
+  a=$(json "$TMP/$1/summary.json" weights_sha256 2>/dev/null) b=$(json "$TMP/$2/summary.json" weights_sha256 2>/dev/null)
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok: $2: weights ${a:0:16}, bitwise $1's"
+  else fail "$2: weights '$b' vs $1's '$a'"; fi
+}
+link_bytes() {  # the bytes both hosts' links carried so far
+  local i sum=0
+  for ((i = 1; i <= HOSTS_N; i++)); do
+    sum=$((sum + $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/tx_bytes") +
+                 $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/rx_bytes")))
+  done
+  echo "$sum"
+}
+
+# 1. Placement: 4 ranks, 2 per host, each host its own name.
+placed=$(timeout 60 mpirun "${MPIRUN_HOSTS[@]}" -n 4 sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' 2>&1 | sort)
+want=$(printf '0 %sh1\n1 %sh1\n2 %sh2\n3 %sh2' "$HOSTS_TAG" "$HOSTS_TAG" "$HOSTS_TAG" "$HOSTS_TAG")
+[ "$placed" = "$want" ] && echo "ok: ranks 0-1 on ${HOSTS_TAG}h1, 2-3 on ${HOSTS_TAG}h2" ||
+  fail "placement: $(echo "$placed" | tr '\n' ';')"
+
+# 2. ZeRO stages 0-3: 2 hosts x 2 ranks against 1 host x 4 ranks, bitwise.
+for z in 0 1 2 3; do
+  before=$(link_bytes)
+  on_hosts z$z 4 zero.stage=$z
+  after=$(link_bytes)
+  local_run z${z}l 4 zero.stage=$z
+  same_weights z${z}l z$z
+  [ $((after - before)) -gt 100000 ] && echo "    stage $z: $((after - before)) bytes through the hosts' links" ||
+    fail "z$z: only $((after - before)) bytes through the links (did the ranks talk over the network?)"
+  [ "$(json "$TMP/z$z/run.json" host)" = "${HOSTS_TAG}h1" ] || fail "z$z: run.json's host is not ${HOSTS_TAG}h1"
+done
+
+# 3. A pipeline with one stage per host.
+on_hosts pipe 4 parallel.pipeline=2 batch.accumulation=2
+local_run pipel 4 parallel.pipeline=2 batch.accumulation=2
+same_weights pipel pipe
+
+# 4. Resume across host counts: z2's checkpoint of step 5 on one host (2 ranks, accumulation 2)
+# and on both hosts with one rank each: steps 6-10 as z2's.
+continues() {  # continues NAME: steps 6-10 of NAME against z2's, 1e-5 relative
+  if python3 - "$TMP/z2/metrics.jsonl" "$TMP/$1/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ({m["step"]: m["loss"] for m in map(json.loads, open(p)) if "grad_norm" in m} for p in sys.argv[1:])
+steps = [s for s in a if s > 5]
+assert len(steps) == 5 and all(s in b for s in steps), (sorted(a), sorted(b))
+worst = max(abs(b[s] - a[s]) / abs(a[s]) for s in steps)
+print(f"    steps 6-10: largest relative difference {worst:.3g}")
+assert worst <= 1e-5, worst
+PY
+  then echo "ok: $1: continues z2 (2 hosts x 2 ranks) to 1e-5"; else fail "$1: does not continue z2"; fi
+}
+local_run r1 2 zero.stage=2 batch.accumulation=2 --resume "$TMP/z2/checkpoints/step_00000005"
+continues r1
+printf '%s slots=1\n%s slots=1\n' "$(host_addr 1)" "$(host_addr 2)" >"$HOSTS_DIR/hostfile1"
+timeout 180 mpirun "${MPIRUN_HOSTS[@]/$HOSTFILE/$HOSTS_DIR/hostfile1}" -n 2 "$FDTRAIN" train "$R" \
+  zero.stage=2 batch.accumulation=2 --resume "$TMP/z2/checkpoints/step_00000005" --run-dir "$TMP/r2" \
+  --no-progress >"$TMP/r2.log" 2>&1 || { fail "r2: exit $?"; tail -5 "$TMP/r2.log" | sed 's/^/    /'; }
+continues r2
+
+# 5. A host that does not answer: mpirun ends with the launcher's message, no hang.
+printf '%s slots=2\n198.18.1.250 slots=2\n' "$(host_addr 1)" >"$HOSTS_DIR/hostfile2"
+start=$(date +%s)
+out=$(timeout 120 mpirun "${MPIRUN_HOSTS[@]/$HOSTFILE/$HOSTS_DIR/hostfile2}" -n 4 "$FDTRAIN" train "$R" \
+  --run-dir "$TMP/unreachable" --no-progress 2>&1)
+rc=$? secs=$(($(date +%s) - start))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "No route to host" <<<"$out" && [ "$secs" -le 60 ]; then
+  echo "ok: unreachable host: exit $rc after ${secs}s, the launcher names it"
+else
+  fail "unreachable host: exit $rc after ${secs}s"; echo "$out" | tail -5 | sed 's/^/    /'
+fi
+
+# 6. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
+# bench uses): the qdiscs are in place and ZeRO-3 still gives the one-host weights.
+saved=$(json "$TMP/z3l/summary.json" weights_sha256)
+hosts_down
+hosts_up 2 200mbit || { echo "FAIL: could not make the shaped hosts"; exit 1; }
+TMP=$HOSTS_DIR/work
+mkdir -p "$TMP"
+R=$TMP/r.yaml
+echo "$RECIPE" >"$R"
+shaped=$(tc qdisc show dev "${HOSTS_TAG}v1"; tc -n "${HOSTS_TAG}h2" qdisc show dev eth0)
+if [ "$(grep -c "tbf .*rate 200Mbit" <<<"$shaped")" = 2 ]; then echo "ok: links shaped: tbf 200Mbit"
+else fail "no tbf qdisc: $shaped"; fi
+on_hosts z3s 4 zero.stage=3
+got=$(json "$TMP/z3s/summary.json" weights_sha256 2>/dev/null)
+[ -n "$saved" ] && [ "$got" = "$saved" ] && echo "ok: z3s: weights ${got:0:16} over the shaped links, bitwise the one-host run's" ||
+  fail "z3s: weights '$got' vs '$saved'"
+
+hosts_down
+[ "$FAILURES" -eq 0 ] && echo "all passed" || echo "$FAILURES failure(s)"
+[ "$FAILURES" -eq 0 ]
