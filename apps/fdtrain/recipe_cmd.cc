@@ -4,7 +4,7 @@
 //   fdtrain validate RECIPE [overrides...]      exit 0 when the recipe and its data files are
 //                                               valid, 2 with every error
 //   fdtrain print-config RECIPE [overrides...]  the fully resolved recipe as YAML
-//   fdtrain estimate RECIPE [overrides...] [--world-size N] [--json]
+//   fdtrain estimate RECIPE [overrides...] [--world-size N] [--nodes H] [--json]
 //                                               memory and communication per rank, every ZeRO
 //                                               stage (lib/engine/estimate.h)
 #include <fmt/format.h>
@@ -63,6 +63,7 @@ int run_print_config(const RecipeArgs& a) {
 struct EstimateArgs {
   RecipeArgs recipe;
   int world_size = 1;
+  int nodes = 1;
   bool json = false;
 };
 
@@ -73,7 +74,15 @@ int run_estimate(const EstimateArgs& a) {
   }
   config::LoadResult loaded = load_recipe(a.recipe.recipe, a.recipe.overrides);
   print_warnings(loaded.warnings);
-  engine::Estimate e = engine::estimate(loaded.recipe, a.world_size);
+  if (a.nodes < 1 || a.world_size % a.nodes != 0) {
+    print_error(
+        fmt::format("--nodes {}: the {} rank(s) of --world-size must split evenly over the "
+                    "nodes (each host world-size / nodes consecutive ranks); give a "
+                    "divisor of {}",
+                    a.nodes, a.world_size, a.world_size));
+    return 2;
+  }
+  engine::Estimate e = engine::estimate(loaded.recipe, a.world_size, a.nodes);
   e.recipe_path = a.recipe.recipe;
   std::fputs(a.json ? (engine::estimate_json(e).dump(2) + "\n").c_str()
                     : engine::format_estimate(e).c_str(),
@@ -121,6 +130,9 @@ void add_recipe_commands(CLI::App& app, std::vector<Subcommand>* out) {
       "estimate", "print the memory and communication per rank for every ZeRO stage");
   add_recipe_args(estimate, &estimate_args->recipe.recipe, &estimate_args->recipe.overrides);
   estimate->add_option("--world-size", estimate_args->world_size, "number of ranks N (default 1)");
+  estimate->add_option("--nodes", estimate_args->nodes,
+                       "hosts the ranks run on, N / nodes consecutive ranks each (default 1): "
+                       "the network traffic split into inside a node and across nodes");
   estimate->add_flag("--json", estimate_args->json, "machine-readable output (exact bytes)");
   out->push_back({estimate, [estimate_args] { return run_estimate(*estimate_args); }});
 }

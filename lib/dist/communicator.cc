@@ -107,10 +107,65 @@ int64_t ring_bytes_times_n(Collective c, int64_t full_bytes, int n) {
   return 0;
 }
 
-void Communicator::count_bytes(Collective c, int64_t full_bytes) {
-  int64_t v = ring_bytes_times_n(c, full_bytes, size());
-  (control_scope_ ? stats_->control_times_n : stats_->bytes_times_n) += v;
+void Communicator::count_bytes(Collective c, int64_t full_bytes, int peer) {
+  const int n = size();
+  int64_t v = ring_bytes_times_n(c, full_bytes, n);
+  if (control_scope_) {
+    stats_->control_times_n += v;
+    return;
+  }
+  stats_->bytes_times_n += v;
+  int64_t inter = 0;
+  const auto family = [&] {
+    family_->family_bytes += v / n;
+    family_->family_inter += inter / n;
+  };
+  if (nodes_.empty() || n <= 1 || v == 0) return family();
+  const int me = rank(), node = nodes_[size_t(me)];
+  switch (c) {
+    case Collective::kSendRecv:
+      inter = peer >= 0 && peer < n && nodes_[size_t(peer)] != node ? v : 0;
+      break;
+    case Collective::kAllToAll: {  // (n-1) blocks of S/n (times n: S each), one per other rank
+      const int64_t others =
+          std::count_if(nodes_.begin(), nodes_.end(), [&](int x) { return x != node; });
+      inter = v / (n - 1) * others;
+      break;
+    }
+    case Collective::kBarrier:
+      break;
+    default:  // a ring: everything to the successor
+      inter = nodes_[size_t((me + 1) % n)] != node ? v : 0;
+  }
+  stats_->inter_times_n += inter;
+  family();
 }
+
+int64_t Communicator::family_bytes() const { return stats_->family_bytes.load(); }
+int64_t Communicator::family_inter_node_bytes() const { return stats_->family_inter.load(); }
+
+void Communicator::reset_family_counters() {
+  stats_->family_bytes = 0;
+  stats_->family_inter = 0;
+}
+
+void Communicator::join_family(const Communicator& parent) { family_ = parent.family_; }
+
+void Communicator::set_nodes(std::vector<int> node_of_rank) {
+  FD_CHECK(node_of_rank.empty() || int(node_of_rank.size()) == size(),
+           "set_nodes: {} node ids for {} ranks", node_of_rank.size(), size());
+  for (int id : node_of_rank) FD_CHECK(id >= 0, "set_nodes: node id {}", id);
+  nodes_ = std::move(node_of_rank);
+}
+
+int Communicator::num_nodes() const {
+  if (nodes_.empty()) return 1;
+  std::vector<int> ids = nodes_;
+  std::sort(ids.begin(), ids.end());
+  return int(std::unique(ids.begin(), ids.end()) - ids.begin());
+}
+
+int64_t Communicator::inter_node_bytes() const { return stats_->inter_times_n.load() / size(); }
 
 void Communicator::count_control_bytes(Collective c, int64_t full_bytes) {
   stats_->control_times_n += ring_bytes_times_n(c, full_bytes, size());
@@ -262,6 +317,7 @@ double Communicator::wait_seconds() const { return double(stats_->wait_ns.load()
 
 void Communicator::reset_counters() {
   stats_->bytes_times_n = 0;
+  stats_->inter_times_n = 0;
   stats_->control_times_n = 0;
   stats_->wait_ns = 0;
 }

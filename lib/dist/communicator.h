@@ -161,6 +161,9 @@ class SplitPlan {
 // Shared by a communicator and its Works (a Work may outlive the communicator).
 struct CommStats {
   std::atomic<int64_t> bytes_times_n{0};    // model traffic, times size()
+  std::atomic<int64_t> inter_times_n{0};    // of it, to ranks on other nodes, times size()
+  std::atomic<int64_t> family_bytes{0};     // a family's (Communicator::family_bytes), bytes
+  std::atomic<int64_t> family_inter{0};     // of them to other nodes
   std::atomic<int64_t> control_times_n{0};  // f64 helper traffic, times size()
   std::atomic<int64_t> wait_ns{0};          // caller time blocked in Work::wait()
 };
@@ -271,6 +274,30 @@ class Communicator {
   double wait_seconds() const;
   void reset_counters();
 
+  // Nodes (hosts; issue 40): the node of each of this communicator's ranks, indexed by rank,
+  // ids >= 0 (FD_CHECK: size() of them). Empty (the default): not known, every byte counts as
+  // inside a node. dist::init sets the world's (MPI: the ranks that share memory, numbered by
+  // their lowest rank), the estimate a simulated world's (`--nodes`), and Mesh::group passes
+  // them to every group it makes.
+  void set_nodes(std::vector<int> node_of_rank);
+  const std::vector<int>& nodes() const { return nodes_; }
+  int num_nodes() const;  // distinct ids; 1 when not known
+  // Of bytes_sent(): the bytes that went to ranks on other nodes, by the same ring model: a ring
+  // collective's (all-reduce, reduce-scatter, all-gather, broadcast) go to this rank's successor
+  // (rank + 1 mod size), so all or none of them cross; an all-to-all's 1/(size-1) to each other
+  // rank; a send_recv's to its destination.
+  int64_t inter_node_bytes() const;
+  // A rank's whole traffic: every group made from this communicator by Mesh::group counts its
+  // bytes here too (join_family), floor(bytes / size) per op, model traffic only: the bytes
+  // this rank sent over all its groups since reset_family_counters(), and of them to other
+  // nodes. On the world: what summary.json's `network` block and `fdtrain estimate --nodes`
+  // report per step.
+  int64_t family_bytes() const;
+  int64_t family_inter_node_bytes() const;
+  void reset_family_counters();
+  // From now on this communicator's traffic also counts in `parent`'s family totals.
+  void join_family(const Communicator& parent);
+
   // Seconds an op may run before the job is aborted (default 600).
   virtual void set_timeout(double seconds) = 0;
   // Ends the whole job now with `exit_code` after printing `message`
@@ -280,8 +307,8 @@ class Communicator {
 
  protected:
   // Adds the ring-model bytes of one collective (called by backends on the
-  // calling thread when the op is issued); for kSendRecv, the bytes sent.
-  void count_bytes(Collective c, int64_t full_bytes);
+  // calling thread when the op is issued); for kSendRecv, the bytes sent to `peer`.
+  void count_bytes(Collective c, int64_t full_bytes, int peer = -1);
   // The plan's size matches this communicator's (FD_CHECK); this rank's key.
   const SplitKey& check_split(const SplitPlan& plan) const;
   // The send_recv_async checks every backend makes (FD_CHECK; see there).
@@ -297,6 +324,8 @@ class Communicator {
 
  private:
   std::shared_ptr<CommStats> stats_ = std::make_shared<CommStats>();
+  std::shared_ptr<CommStats> family_ = stats_;  // where family totals go (join_family)
+  std::vector<int> nodes_;                      // set_nodes()
   Sum16 sum16_ = Sum16::kFp32;
   bool control_scope_ = false;  // inside an f64 helper: count as control traffic
 };

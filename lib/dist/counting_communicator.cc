@@ -107,7 +107,7 @@ WorkPtr CountingCommunicator::send_recv_async(const void* send, int64_t send_cou
                                               void* recv, int64_t recv_count, int src,
                                               DType dtype) {
   check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);
-  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)));
+  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)), dst);
   return done();
 }
 

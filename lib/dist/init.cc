@@ -1,8 +1,7 @@
 #include "lib/dist/init.h"
 
-#include <mpi.h>
-
 #include <fcntl.h>
+#include <mpi.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -215,6 +214,34 @@ int launcher_rank() {
   return end != text && *end == '\0' && rank >= 0 ? int(rank) : -1;
 }
 
+namespace {
+
+// Every world rank's node (Communicator::set_nodes): the ranks that share memory
+// (MPI_COMM_TYPE_SHARED: one host), the nodes numbered in the order of their lowest ranks.
+std::vector<int> discover_nodes(double timeout_s) {
+  Watchdog watchdog(timeout_s, "MPI node discovery (MPI_Comm_split_type)");
+  int rank = 0, size = 0;
+  FD_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  FD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  MPI_Comm local = MPI_COMM_NULL;
+  FD_MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  int lowest = rank;
+  FD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, local));
+  FD_MPI_CHECK(MPI_Comm_free(&local));
+  std::vector<int> lowest_of(static_cast<size_t>(size));
+  FD_MPI_CHECK(MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::vector<int> leaders = lowest_of;
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  std::vector<int> nodes;
+  for (int l : lowest_of)
+    nodes.push_back(int(std::lower_bound(leaders.begin(), leaders.end(), l) - leaders.begin()));
+  return nodes;
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s, bool exit_guard) {
   FD_CHECK(!g_initialised, "dist::init() called twice");
   FD_CHECK(timeout_s > 0, "timeout {}", timeout_s);
@@ -240,8 +267,10 @@ std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s, bo
         thread_level_name(provided));
   }
   FD_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  std::vector<int> nodes = discover_nodes(timeout_s);
   auto comm = std::make_unique<MpiCommunicator>();
   comm->set_timeout(timeout_s);  // from the first collective on
+  comm->set_nodes(std::move(nodes));
   return comm;
 }
 

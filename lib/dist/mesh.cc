@@ -116,7 +116,14 @@ std::unique_ptr<Communicator> Mesh::group(Communicator& world,
                                           const std::vector<std::string_view>& axes) const {
   FD_CHECK(world.size() == world_, "a mesh of {} ranks over a communicator of {}", world_,
            world.size());
-  return world.split(plan(axes));
+  std::unique_ptr<Communicator> g = world.split(plan(axes));
+  g->join_family(world);         // its traffic in the world's totals
+  if (!world.nodes().empty()) {  // the group's ranks' nodes
+    std::vector<int> nodes;
+    for (int r : group_ranks(world.rank(), axes)) nodes.push_back(world.nodes()[size_t(r)]);
+    g->set_nodes(std::move(nodes));
+  }
+  return g;
 }
 
 }  // namespace fd::dist

@@ -81,7 +81,8 @@ class Mesh {
   SplitPlan plan(const std::vector<std::string_view>& axes) const;
   // The world ranks of `rank`'s group over `axes`, in group order.
   std::vector<int> group_ranks(int rank, const std::vector<std::string_view>& axes) const;
-  // `rank`'s group over `axes` as a communicator: world.split(plan(axes)).
+  // `rank`'s group over `axes` as a communicator: world.split(plan(axes)), with its ranks'
+  // nodes when `world` knows its own (Communicator::set_nodes).
   // Collective over `world`, whose size must be world().
   std::unique_ptr<Communicator> group(Communicator& world,
                                       const std::vector<std::string_view>& axes) const;

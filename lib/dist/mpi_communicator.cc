@@ -742,7 +742,7 @@ WorkPtr MpiCommunicator::send_recv_async(const void* send, int64_t send_count, i
   FD_CHECK((send_count == 0 || send != nullptr) && (recv_count == 0 || recv != nullptr),
            "send_recv: a null buffer with a non-zero count (send {}, receive {})", send_count,
            recv_count);
-  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)));
+  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)), dst);
   if (send_count == 0 && recv_count == 0) return std::make_shared<CompletedWork>();
   auto o = std::make_shared<Op>();
   o->kind = Collective::kSendRecv;

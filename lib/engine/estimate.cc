@@ -114,6 +114,7 @@ struct RankRun {
   int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
   int64_t tp_bytes = 0;   // tensor parallelism: bytes it sends over its tp group in the step
   int64_t sp_bytes = 0;   // Ulysses: bytes it sends over its sp group in the step
+  int64_t network_bytes = 0, inter_node_bytes = 0;  // every group's, the step's (family)
   // Activations of the first micro-batch's forward, after each segment that
   // recorded a node (label, bytes), then after the loss.
   std::vector<std::pair<std::string, int64_t>> after_segment;
@@ -213,10 +214,15 @@ class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver 
 // rank `rank` of `a.world` on the counting device, through the trainer's own
 // step functions (step.h). The memory accountant is the process's: its peaks
 // are reset here.
-RankRun run_rank(const Assembly& a, int rank, bool staging) {
+RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   MemoryAccountant& acct = MemoryAccountant::global();
   DeviceScope on_meta(Device::meta());
   dist::CountingCommunicator comm(rank, a.world, staging);
+  if (nodes > 1) {  // `nodes` hosts of consecutive ranks
+    std::vector<int> node_of(static_cast<size_t>(a.world));
+    for (int r = 0; r < a.world; ++r) node_of[size_t(r)] = r / (a.world / nodes);
+    comm.set_nodes(std::move(node_of));
+  }
   // What this process holds already (a test's own tensors) is not the run's:
   // every figure is a peak above this base, as summary.json's are above 0.
   std::array<int64_t, kNumMemCategories> base{};
@@ -261,6 +267,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
     ~Restore() { autograd::set_backward_observer(p); }
   } restore{previous};
   model_comm.reset_counters();
+  comm.reset_family_counters();
   const int64_t tp_before = strategy.tensor_bytes(), sp_before = strategy.sequence_bytes();
   // The trainer's step (strategy.h), with the watch where the strategy
   // reports micro-batches.
@@ -288,6 +295,8 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
   out.tp_bytes = strategy.tensor_bytes() - tp_before;
   out.sp_bytes = strategy.sequence_bytes() - sp_before;
   out.comm_bytes = model_comm.bytes_sent();
+  out.network_bytes = comm.family_bytes();
+  out.inter_node_bytes = comm.family_inter_node_bytes();
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
   out.offload_pinned = engine.offload_pinned_bytes();
@@ -325,8 +334,13 @@ RankRun run_rank(const Assembly& a, int rank, bool staging) {
 
 }  // namespace
 
-Estimate estimate(const config::Recipe& r, int world) {
+Estimate estimate(const config::Recipe& r, int world, int nodes) {
   FD_CHECK(world >= 1, "world size {}", world);
+  if (nodes < 1 || world % nodes != 0)
+    usage_error(
+        "--nodes {}: the {} rank(s) must split evenly over the nodes (hosts of "
+        "world / nodes ranks each); give a divisor of {}",
+        nodes, world, world);
   config::check_world_size(r, world);
   const Assembly recipe_assembly = assemble(r, world);
   Estimate e;
@@ -352,6 +366,7 @@ Estimate estimate(const config::Recipe& r, int world) {
   e.seq_len = recipe_assembly.seq_len;
   e.accumulation = recipe_assembly.zero.accumulation;
   e.world = world;
+  e.nodes = nodes;
   e.recipe_stage = recipe_assembly.zero.stage;
   e.precision = r.precision;
   e.compute_bytes = int(dtype_size(recipe_assembly.dtype));
@@ -385,7 +400,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     // maximum over ranks); the ranks' shards are equal, so they agree.
     RankRun most;
     for (int rank = 0; rank < world; ++rank) {
-      const RankRun run = run_rank(a, rank, staging);
+      const RankRun run = run_rank(a, rank, staging, nodes);
       if (rank == 0) {
         most = run;
         continue;
@@ -406,6 +421,8 @@ Estimate estimate(const config::Recipe& r, int world) {
       most.offload_pinned = std::max(most.offload_pinned, run.offload_pinned);
       most.tp_bytes = std::max(most.tp_bytes, run.tp_bytes);
       most.sp_bytes = std::max(most.sp_bytes, run.sp_bytes);
+      most.network_bytes = std::max(most.network_bytes, run.network_bytes);
+      most.inter_node_bytes = std::max(most.inter_node_bytes, run.inter_node_bytes);
     }
     StageEstimate& st = e.stages[size_t(s)];
     st.stage = s;
@@ -424,6 +441,8 @@ Estimate estimate(const config::Recipe& r, int world) {
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
     st.tp_bytes_per_step = most.tp_bytes;
     st.sp_bytes_per_step = most.sp_bytes;
+    st.network_bytes_per_step = most.network_bytes;
+    st.inter_node_bytes_per_step = most.inter_node_bytes;
     if (s != r.zero.stage) continue;
     e.num_params = most.num_params;
     e.padded_params = most.padded_params;
@@ -529,7 +548,7 @@ Estimate estimate(const config::Recipe& r, int world) {
     p.blocks = a.stage_blocks;
     p.bubble_fraction = pipe::bubble_fraction(a.stages, a.zero.accumulation);
     for (int ps = 0; ps < p.stages; ++ps) {
-      const RankRun run = run_rank(a, parts[size_t(ps)], staging);
+      const RankRun run = run_rank(a, parts[size_t(ps)], staging, nodes);
       StageEstimate st;
       st.stage = ps;
       st.model_states = run.states;
@@ -743,6 +762,19 @@ std::string format_estimate(const Estimate& e) {
   row("comm per step", [](const StageEstimate& s) { return human(s.comm_bytes_per_step); });
   line(fmt::format("{:<{}}stages 0-2: {}; stage 3: {}", "", w0, comm_formula(0, e.accumulation, c),
                    comm_formula(3, e.accumulation, c)));
+  if (e.nodes > 1) {
+    row("network per step", [](const StageEstimate& s) { return human(s.network_bytes_per_step); });
+    row("  inside a node", [](const StageEstimate& s) {
+      return human(s.network_bytes_per_step - s.inter_node_bytes_per_step);
+    });
+    row("  across nodes",
+        [](const StageEstimate& s) { return human(s.inter_node_bytes_per_step); });
+    line(fmt::format(
+        "{:<{}}--nodes {}: {} hosts of {} consecutive ranks; every group's traffic of the rank "
+        "that sends the most, ring model: a ring collective's bytes go to the next rank of its "
+        "group, across when that rank is on another host",
+        "", w0, e.nodes, e.nodes, e.world / e.nodes));
+  }
   line(fmt::format("(* the recipe's stage, zero.stage = {}{})", e.recipe_stage,
                    e.stages[3].refused ? "; stage 3 is refused with a pipeline" : ""));
   line("");
@@ -906,6 +938,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   nlohmann::ordered_json j;
   j["recipe"] = e.recipe_path;
   j["world_size"] = e.world;
+  j["nodes"] = e.nodes;
   j["recipe_stage"] = e.recipe_stage;
   j["precision"] = std::string(config::to_string(e.precision));
   j["compute_bytes"] = e.compute_bytes;
@@ -994,6 +1027,8 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
     o["paper_bytes"] = s.paper_bytes;
     o["comm_bytes_per_step"] = s.comm_bytes_per_step;
     o["comm_formula"] = comm_formula(s.stage, e.accumulation, e.compute_bytes);
+    o["network_bytes_per_step"] = s.network_bytes_per_step;
+    o["inter_node_bytes_per_step"] = s.inter_node_bytes_per_step;
     stages.push_back(o);
   }
   j["stages"] = stages;

@@ -107,6 +107,11 @@ struct StageEstimate {
   // attention, Estimate::SequenceParallel::formula_bytes; with a pipeline, per pipeline stage
   // its first rank's). 0 without.
   int64_t sp_bytes_per_step = 0;
+  // Nodes (Estimate::nodes > 1): over every group of a rank, the bytes it sends in the step
+  // (ring model, Communicator::family_bytes) and of them to ranks on other nodes, the largest
+  // over ranks. Without --nodes: the total, none across.
+  int64_t network_bytes_per_step = 0;
+  int64_t inter_node_bytes_per_step = 0;
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
@@ -119,6 +124,7 @@ struct Estimate {
   nn::DecoderConfig model;
   int micro = 0, seq_len = 0, accumulation = 0;
   int world = 1;
+  int nodes = 1;  // --nodes: the world's ranks in `nodes` equal, consecutive groups (hosts)
   int recipe_stage = 0;
   config::Precision precision = config::Precision::kFp32;
   int compute_bytes = 4;          // c: bytes of a parameter, gradient or activation
@@ -191,7 +197,10 @@ struct Estimate {
 // The estimate for `recipe` on `world` ranks (world >= 1; the recipe is
 // assumed valid, e.g. from config::load_recipe). Throws a usage fd::Error if
 // the recipe's batch.global does not fit `world` (config::check_world_size).
-Estimate estimate(const config::Recipe& recipe, int world);
+// `nodes` (>= 1, dividing world: a usage fd::Error otherwise): the ranks as `nodes` hosts of
+// world / nodes consecutive ranks each (mpirun's by-slot placement), which the network figures
+// split into bytes inside a node and across nodes.
+Estimate estimate(const config::Recipe& recipe, int world, int nodes = 1);
 
 // A table of every stage side by side (MiB/GiB), the formulas and the assumptions.
 std::string format_estimate(const Estimate& e);

@@ -123,11 +123,19 @@ void RunReport::begin_step() {
   if (profile_) t_profile_ = Clock::now();
   bytes0_ = comm_.bytes_sent();
   wait0_ = comm_.wait_seconds();
+  if (world_comm_ != nullptr) {
+    network0_ = world_comm_->family_bytes();
+    inter0_ = world_comm_->family_inter_node_bytes();
+  }
 }
 
 void RunReport::end_train_step() {
   train_comm_bytes_ += comm_.bytes_sent() - bytes0_;
   train_wait_s_ += comm_.wait_seconds() - wait0_;
+  if (world_comm_ != nullptr) {
+    train_network_bytes_ += world_comm_->family_bytes() - network0_;
+    train_inter_bytes_ += world_comm_->family_inter_node_bytes() - inter0_;
+  }
 }
 
 void RunReport::step_done(int64_t done, const StepRecord& s,

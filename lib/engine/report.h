@@ -120,6 +120,12 @@ class RunReport {
   // Wall seconds from the loop's start to finish_loop().
   double elapsed_s() const;
   double train_wait_s() const { return train_wait_s_; }
+  // The world communicator, whose family totals (Communicator::family_bytes: every group's
+  // traffic) the training steps' network figures are read from. Not owned; null: none.
+  void set_world(const dist::Communicator* world) { world_comm_ = world; }
+  // Bytes this rank sent over all its groups in training steps, and of them to other nodes.
+  int64_t train_network_bytes() const { return train_network_bytes_; }
+  int64_t train_inter_node_bytes() const { return train_inter_bytes_; }
 
   // Adds the run's timing fields to `summary` (tokens_per_s, ms_per_step,
   // effective_gflops, elapsed_s, checkpoint_s_per_save, last_checkpoint,
@@ -163,6 +169,9 @@ class RunReport {
   std::string last_checkpoint_;
   int64_t bytes0_ = 0;
   double wait0_ = 0.0;
+  const dist::Communicator* world_comm_ = nullptr;
+  int64_t network0_ = 0, inter0_ = 0;
+  int64_t train_network_bytes_ = 0, train_inter_bytes_ = 0;
   int64_t train_comm_bytes_ = 0;  // model traffic of training steps (not evaluation)
   double train_wait_s_ = 0.0;     // compute-thread time blocked on communication
   double tokens_per_s_ = 0.0;

@@ -31,6 +31,7 @@
 #include "lib/engine/build_run.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
+#include "lib/engine/rank_agreement.h"
 #include "lib/engine/report.h"
 #include "lib/engine/resume.h"
 #include "lib/engine/run_dir.h"
@@ -230,6 +231,9 @@ void Trainer::setup_device() {
 
 void Trainer::setup(const TrainOptions& options) {
   const int world = comm_.size();
+  // One program and one recipe on every rank (hosts with another build or recipe file), before
+  // anything depends on either.
+  check_ranks_agree(comm_, recipe_);
   config::check_world_size(recipe_, world);
   // How the run starts, decided before anything is built: a refusal (a run
   // already there, a damaged checkpoint) costs nothing, and a finished run is
@@ -783,6 +787,30 @@ nlohmann::json Trainer::memory_json() {
   return {{"max", max}, {"per_rank", per_rank}};
 }
 
+// Every group's traffic per training step, and of it across nodes: {"nodes", "bytes_per_step",
+// "inter_node_bytes_per_step" (the largest over ranks), "per_rank": [[bytes, inter], ...]}
+// (collective).
+nlohmann::json Trainer::network_json(const RunReport& report, int64_t steps) {
+  const int world = comm_.size();
+  const double n = double(std::max<int64_t>(steps, 1));
+  const double mine[2] = {std::floor(double(report.train_network_bytes()) / n),
+                          std::floor(double(report.train_inter_node_bytes()) / n)};
+  std::vector<double> all(2 * size_t(world));
+  comm_.all_gather_f64(mine, all.data(), 2);
+  int64_t most = 0, most_inter = 0;
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) {
+    const int64_t b = int64_t(all[2 * size_t(r)]), i = int64_t(all[2 * size_t(r) + 1]);
+    most = std::max(most, b);
+    most_inter = std::max(most_inter, i);
+    per_rank.push_back({b, i});
+  }
+  return {{"nodes", comm_.num_nodes()},
+          {"bytes_per_step", most},
+          {"inter_node_bytes_per_step", most_inter},
+          {"per_rank", per_rank}};
+}
+
 nlohmann::json Trainer::run() {
   const int64_t steps = recipe_.steps;
   const bool rank0 = comm_.rank() == 0;
@@ -794,6 +822,7 @@ nlohmann::json Trainer::run() {
                    run_dir_.get(), events_.get(), options_.progress, options_.force_progress,
                    options_.profile);
   if (preference_) report.set_eval_metrics(&eval_metrics_);
+  report.set_world(&comm_);
   double loss = std::nan(""), grad_norm = 0.0;
   std::string status = "completed", exit_reason = "completed";
   int stop_signal = 0;  // the signal that stopped the run, agreed by all ranks
@@ -901,6 +930,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
                               zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : -1,
                               zero_->params_offloaded() ? zero_->params_staging_bytes() : -1);
   nlohmann::json memory = memory_json();
+  const nlohmann::json network = network_json(report, done - start_step_);
   {
     // Each rank's own account, for its log (rank 0's terminal has the summary).
     const MemoryAccountant& acct = MemoryAccountant::global();
@@ -942,6 +972,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
       {"weights_sha256", digest},
       {"memory", memory["max"]},
       {"memory_per_rank", memory["per_rank"]},
+      {"network", network},
       {"offload",
        {{"optimizer", std::string(config::to_string(recipe_.zero.offload_optimizer.device))},
         {"optimizer_file_bytes", zero_->offload_file_bytes()},

@@ -175,6 +175,8 @@ class Trainer {
   // The step's chosen NLL tokens over every rank (ORPO; SimPO with cpo_alpha). Collective.
   int64_t step_nll_tokens(int64_t step);
   nlohmann::json memory_json();  // collective
+  // summary.json's `network` block from the training steps' traffic (collective).
+  nlohmann::json network_json(const RunReport& report, int64_t steps);
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   // quantized: the base's 4-bit segments (QLoRA, MemCategory::kQuantized) instead of the rest.
   int64_t frozen_bytes_estimate(bool quantized) const;

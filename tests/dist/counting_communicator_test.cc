@@ -228,5 +228,59 @@ TEST(CountingCommunicatorDeathTest, SendRecvAndSplitChecks) {
   EXPECT_DEATH(SplitPlan({{0, 0}, {-1, 1}}), "color -1 of rank 1");
 }
 
+// Nodes (issue 40): 4 ranks on 2 nodes (0 0 1 1). A ring collective's bytes go to the next
+// rank: rank 1's (next: rank 2, the other node) all cross, rank 0's none; an all-to-all sends
+// 1/3 to each other rank, 2 of them on the other node; a send_recv by its destination. A mesh's
+// groups get their ranks' nodes, and every group's traffic adds up in the world's family totals
+// (floor(bytes / n) per op).
+TEST(CountingCommunicator, InterNodeBytesByTheRingModel) {
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  CountingCommunicator r1(1, 4), r0(0, 4);
+  r1.set_nodes(nodes);
+  r0.set_nodes(nodes);
+  EXPECT_EQ(r1.num_nodes(), 2);
+  for (CountingCommunicator* c : {&r0, &r1}) c->all_reduce(nullptr, 1000, DType::kF32);
+  EXPECT_EQ(r1.bytes_sent(), 6000);  // 2 * 3/4 * 4000
+  EXPECT_EQ(r1.inter_node_bytes(), 6000);
+  EXPECT_EQ(r0.bytes_sent(), 6000);
+  EXPECT_EQ(r0.inter_node_bytes(), 0);
+  r0.reset_counters();
+  r0.all_to_all(nullptr, nullptr, 100, DType::kF32);  // S = 1600: 1200 sent, 400 to each peer
+  EXPECT_EQ(r0.bytes_sent(), 1200);
+  EXPECT_EQ(r0.inter_node_bytes(), 800);
+  r0.reset_counters();
+  r0.send(nullptr, 0, 2, DType::kF32);
+  std::vector<float> buf(10);
+  r0.send(buf.data(), 10, 1, DType::kF32);  // same node
+  r0.send(buf.data(), 5, 3, DType::kF32);   // the other
+  EXPECT_EQ(r0.bytes_sent(), 60);
+  EXPECT_EQ(r0.inter_node_bytes(), 20);
+  // Unknown nodes: nothing crosses.
+  CountingCommunicator plain(1, 4);
+  plain.all_reduce(nullptr, 1000, DType::kF32);
+  EXPECT_EQ(plain.inter_node_bytes(), 0);
+  EXPECT_EQ(plain.num_nodes(), 1);
+
+  // A mesh {dp: 2, tp: 2} over the world of rank 1: its tp group {0, 1} is on node 0, its dp
+  // group {1, 3} spans both.
+  CountingCommunicator world(1, 4);
+  world.set_nodes(nodes);
+  const Mesh mesh({{"dp", 2}, {"tp", 2}});
+  std::unique_ptr<Communicator> tp = mesh.group(world, {"tp"});
+  std::unique_ptr<Communicator> dp = mesh.group(world, {"dp"});
+  EXPECT_EQ(tp->nodes(), (std::vector<int>{0, 0}));
+  EXPECT_EQ(dp->nodes(), (std::vector<int>{0, 1}));
+  world.reset_family_counters();
+  tp->all_reduce(nullptr, 100, DType::kF32);    // 2 * 1/2 * 400 = 400, inside
+  dp->all_reduce(nullptr, 100, DType::kF32);    // 400, to rank 3 on node 1
+  world.all_reduce(nullptr, 100, DType::kF32);  // 600, to rank 2 on node 1
+  EXPECT_EQ(tp->inter_node_bytes(), 0);
+  EXPECT_EQ(dp->inter_node_bytes(), 400);
+  EXPECT_EQ(world.family_bytes(), 1400);
+  EXPECT_EQ(world.family_inter_node_bytes(), 1000);
+  world.reset_family_counters();
+  EXPECT_EQ(world.family_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace fd::dist

@@ -13,6 +13,10 @@
 #                              host, default 2) and MPIRUN_HOSTS (mpirun arguments)
 #   hosts_down                 removes everything hosts_up made (also run on EXIT, INT, TERM)
 #   host_link HOST up|down     takes a host's link down or up (a cable pulled)
+#   host_bind HOST SRC DST     on host HOST (from its next launch) DST shows SRC's contents (a bind
+#                              mount in a mount namespace of the host's own): another binary or
+#                              recipe at the same path, as on a machine without a shared filesystem
+#   host_unbind HOST           drops HOST's bindings
 #
 # Names carry the shell's PID (fdt<pid>...), so two test runs at once do not meet; the /24 is
 # chosen from the PID as well. Traffic stays on the bridge: it has no route out and forwards
@@ -91,7 +95,11 @@ if [ -z "\$ns" ]; then
   echo "ssh: connect to host \$host port 22: No route to host (simulated hosts: $HOSTS_DIR/map)" >&2
   exit 255
 fi
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$ns; export TMPDIR=$HOSTS_DIR/\$ns OMPI_MCA_orte_tmpdir_base=$HOSTS_DIR/\$ns; \$*"
+binds=""
+if [ -s "$HOSTS_DIR/\$ns.binds" ]; then
+  binds=\$(awk '{ printf "mount --bind %s %s && ", \$1, \$2 }' "$HOSTS_DIR/\$ns.binds")
+fi
+exec ip netns exec "\$ns" unshare --uts --mount sh -c "\$binds hostname \$ns; export TMPDIR=$HOSTS_DIR/\$ns OMPI_MCA_orte_tmpdir_base=$HOSTS_DIR/\$ns; \$*"
 AGENT
   chmod +x "$HOSTS_DIR/agent"
   HOSTFILE="$HOSTS_DIR/hostfile"
@@ -102,4 +110,12 @@ AGENT
 
 host_link() {  # host_link I up|down
   ip link set "${HOSTS_TAG}v$1" "$2"
+}
+
+host_bind() {  # host_bind I SRC DST (paths without spaces)
+  echo "$2 $3" >>"$HOSTS_DIR/${HOSTS_TAG}h$1.binds"
+}
+
+host_unbind() {  # host_unbind I
+  rm -f "$HOSTS_DIR/${HOSTS_TAG}h$1.binds"
 }

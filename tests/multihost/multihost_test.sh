@@ -6,7 +6,9 @@
 #    hostfile), each host with its own hostname; the bytes through each host's link counted;
 #  - ZeRO stages 0-3 across 2 hosts x 2 ranks give the weights_sha256 of the same run on one
 #    host with 4 ranks, bitwise (fdtrain's collectives sum in a fixed, rank-ordered way that does
-#    not depend on where the ranks run: lib/dist/communicator.h);
+#    not depend on where the ranks run: lib/dist/communicator.h); summary.json's `network` block
+#    finds 2 nodes (1 on one host) and its bytes per step, in all and across nodes, are those of
+#    `fdtrain estimate --nodes 2`;
 #  - the pipeline with one stage per host (parallel.pipeline 2: stage 0 on host 1, stage 1 on
 #    host 2) gives the one-host run's weights, bitwise;
 #  - resume across host counts: a checkpoint of 2 hosts x 2 ranks resumed on 1 host x 2 ranks and
@@ -14,6 +16,9 @@
 #    world size sums in another order);
 #  - hostile: a hostfile naming a host that does not answer (the agent answers as ssh does for a
 #    host without a route) ends mpirun with that message at once, no hang;
+#  - hostile: another fdtrain build on one host (a copy with another build ID bound over the
+#    binary's path in that host's mount namespace), and another recipe file there: refused at
+#    start on every rank with exit 2, naming the rank, its host and what differs;
 #  - shaped links (tc token bucket, 200 Mbit/s each way): in place, and ZeRO-3 still bitwise.
 # Needs root and network namespaces; otherwise it says why and exits 77 (ctest: skipped).
 #
@@ -87,6 +92,25 @@ for z in 0 1 2 3; do
   [ $((after - before)) -gt 100000 ] && echo "    stage $z: $((after - before)) bytes through the hosts' links" ||
     fail "z$z: only $((after - before)) bytes through the links (did the ranks talk over the network?)"
   [ "$(json "$TMP/z$z/run.json" host)" = "${HOSTS_TAG}h1" ] || fail "z$z: run.json's host is not ${HOSTS_TAG}h1"
+  # The network block: 2 nodes found, every group's bytes per step and those across nodes equal
+  # to `fdtrain estimate --nodes 2`'s; on one host none cross.
+  "$FDTRAIN" estimate "$R" zero.stage=$z --world-size 4 --nodes 2 --json >"$TMP/z$z.est.json" 2>&1 ||
+    fail "z$z: estimate --nodes 2"
+  if python3 - "$TMP/z$z/summary.json" "$TMP/z${z}l/summary.json" "$TMP/z$z.est.json" "$z" <<'PY'
+import json, sys
+hosts, one, est = (json.load(open(p)) for p in sys.argv[1:4])
+z = int(sys.argv[4])
+n, n1 = hosts["network"], one["network"]
+st = next(s for s in est["stages"] if s["stage"] == z)
+assert n["nodes"] == 2 and n1["nodes"] == 1, (n, n1)
+assert n["bytes_per_step"] == st["network_bytes_per_step"] == n1["bytes_per_step"], (n, st, n1)
+assert n["inter_node_bytes_per_step"] == st["inter_node_bytes_per_step"] > 0, (n, st)
+assert n1["inter_node_bytes_per_step"] == 0, n1
+print(f"    stage {z}: {n['bytes_per_step']} bytes per step and rank, {n['inter_node_bytes_per_step']} "
+      "across nodes (the largest rank), as estimate --nodes 2 counts")
+PY
+  then echo "ok: z$z: summary.json's network block (2 nodes) is the estimate's"
+  else fail "z$z: network block vs estimate --nodes 2"; fi
 done
 
 # 3. A pipeline with one stage per host.
@@ -128,7 +152,40 @@ else
   fail "unreachable host: exit $rc after ${secs}s"; echo "$out" | tail -5 | sed 's/^/    /'
 fi
 
-# 6. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
+# 6. Another fdtrain build on host 2 (a copy whose build ID differs, at the same path), and
+# another recipe there (another optimizer.lr in the file at the recipe's path): refused at start on
+# every rank, exit 2, naming rank 2 on host 2 and what differs; no run directory.
+refused_on_hosts() {  # refused_on_hosts NAME PATTERN
+  local out rc
+  out=$(timeout 120 mpirun "${MPIRUN_HOSTS[@]}" -n 4 "$FDTRAIN" train "$R" \
+        --run-dir "$TMP/$1" --no-progress 2>&1)
+  rc=$?
+  if [ "$rc" -eq 2 ] && grep -Eq -- "$2" <<<"$out" && [ ! -e "$TMP/$1" ]; then
+    echo "ok: $1: exit 2, /$2/"
+  else
+    fail "$1: exit $rc"; echo "$out" | grep -v '^--\|^$' | head -4 | sed 's/^/    /'
+  fi
+}
+cp "$FDTRAIN" "$HOSTS_DIR/fdtrain.other"
+python3 - "$HOSTS_DIR/fdtrain.other" "$(readelf -n "$FDTRAIN" | awk '/Build ID/ { print $3 }')" <<'PY'
+import sys
+path, hexid = sys.argv[1], sys.argv[2]
+data = bytearray(open(path, "rb").read())
+old = bytes.fromhex(hexid)
+at = data.find(old)
+assert at >= 0 and data.find(old, at + 1) < 0, "the build ID once in the file"
+data[at] ^= 0xFF
+open(path, "wb").write(data)
+PY
+host_bind 2 "$HOSTS_DIR/fdtrain.other" "$FDTRAIN"
+refused_on_hosts otherbuild "rank 2 \(host ${HOSTS_TAG}h2\) runs fdtrain [0-9.]+ \(build [0-9a-f]{40}\) but rank 0 \(host ${HOSTS_TAG}h1\) runs fdtrain [0-9.]+ \(build [0-9a-f]{40}\): every rank must run the same fdtrain build"
+host_unbind 2
+sed 's/^optimizer: {lr: 1.0e-3}/optimizer: {lr: 2.0e-3}/' "$R" >"$HOSTS_DIR/r.other.yaml"
+host_bind 2 "$HOSTS_DIR/r.other.yaml" "$R"
+refused_on_hosts otherrecipe "rank 2 \(host ${HOSTS_TAG}h2\) resolved another recipe than rank 0 \(host ${HOSTS_TAG}h1\): 1 field\(s\) differ: optimizer.lr \(0.001 on rank 0\)"
+host_unbind 2
+
+# 7. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
 # bench uses): the qdiscs are in place and ZeRO-3 still gives the one-host weights.
 saved=$(json "$TMP/z3l/summary.json" weights_sha256)
 hosts_down

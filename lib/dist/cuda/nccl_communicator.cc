@@ -384,7 +384,7 @@ WorkPtr NcclCommunicator::barrier_async() {
 WorkPtr NcclCommunicator::send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
                                           int64_t recv_count, int src, DType dtype) {
   check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);
-  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)));
+  count_bytes(Collective::kSendRecv, send_count * int64_t(dtype_size(dtype)), dst);
   if (send_count == 0 && recv_count == 0) return std::make_shared<CompletedWork>();
   const std::string send_what =
       send_count > 0 ? fmt::format("send {} {} to rank {}", send_count, dtype_name(dtype), dst)
