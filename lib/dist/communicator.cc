@@ -1,9 +1,12 @@
 #include "lib/dist/communicator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -151,11 +154,42 @@ void Communicator::reset_family_counters() {
 
 void Communicator::join_family(const Communicator& parent) { family_ = parent.family_; }
 
-void Communicator::set_nodes(std::vector<int> node_of_rank) {
+void Communicator::set_nodes(std::vector<int> node_of_rank, std::vector<std::string> names) {
   FD_CHECK(node_of_rank.empty() || int(node_of_rank.size()) == size(),
            "set_nodes: {} node ids for {} ranks", node_of_rank.size(), size());
-  for (int id : node_of_rank) FD_CHECK(id >= 0, "set_nodes: node id {}", id);
+  for (int id : node_of_rank)
+    FD_CHECK(id >= 0 && (names.empty() || id < int(names.size())), "set_nodes: node id {} of {}",
+             id, names.size());
   nodes_ = std::move(node_of_rank);
+  node_names_ = std::move(names);
+  nodes_changed();
+}
+
+std::string Communicator::ranks_by_host(const std::vector<int>& world_ranks) const {
+  if (nodes_.empty() || num_nodes() < 2 || int(world_ranks.size()) != size()) return {};
+  // Per node in order of first appearance: its ranks as runs "a-b".
+  std::vector<int> order;
+  for (int id : nodes_)
+    if (std::find(order.begin(), order.end(), id) == order.end()) order.push_back(id);
+  std::string out;
+  for (int id : order) {
+    std::vector<int> ranks;
+    for (int r = 0; r < size(); ++r)
+      if (nodes_[size_t(r)] == id) ranks.push_back(world_ranks[size_t(r)]);
+    std::string runs;
+    for (size_t i = 0; i < ranks.size();) {
+      size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      runs += (runs.empty() ? "" : ", ") +
+              (j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]));
+      i = j + 1;
+    }
+    const std::string host =
+        id < int(node_names_.size()) ? node_names_[size_t(id)] : fmt::format("node {}", id);
+    out += fmt::format("{}rank{} {} on host {}", out.empty() ? "" : ", ",
+                       ranks.size() == 1 ? "" : "s", runs, host);
+  }
+  return out;
 }
 
 int Communicator::num_nodes() const {

@@ -279,8 +279,13 @@ class Communicator {
   // inside a node. dist::init sets the world's (MPI: the ranks that share memory, numbered by
   // their lowest rank), the estimate a simulated world's (`--nodes`), and Mesh::group passes
   // them to every group it makes.
-  void set_nodes(std::vector<int> node_of_rank);
+  // `names`: each node's host name, by node id (empty: not known), for messages.
+  void set_nodes(std::vector<int> node_of_rank, std::vector<std::string> names = {});
   const std::vector<int>& nodes() const { return nodes_; }
+  const std::vector<std::string>& node_names() const { return node_names_; }
+  // "ranks 0-1 on host a, ranks 2-3 on host b": this communicator's ranks, named `world_ranks`
+  // (by rank), grouped by host; "" when they are on one node or the nodes are not known.
+  std::string ranks_by_host(const std::vector<int>& world_ranks) const;
   int num_nodes() const;  // distinct ids; 1 when not known
   // Of bytes_sent(): the bytes that went to ranks on other nodes, by the same ring model: a ring
   // collective's (all-reduce, reduce-scatter, all-gather, broadcast) go to this rank's successor
@@ -318,6 +323,9 @@ class Communicator {
   // and send and recv (size()*count_per_rank elements each) not overlapping.
   void check_all_to_all(const void* send, const void* recv, int64_t count_per_rank,
                         DType dtype) const;
+  // Called by set_nodes() once the nodes are set: a backend that names them in its messages
+  // (MPI: a collective's timeout lists the group's ranks by host) keeps what it needs.
+  virtual void nodes_changed() {}
   // The same, into control_bytes() (f64 helper traffic a backend forwards).
   void count_control_bytes(Collective c, int64_t full_bytes);
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
@@ -326,6 +334,7 @@ class Communicator {
   std::shared_ptr<CommStats> stats_ = std::make_shared<CommStats>();
   std::shared_ptr<CommStats> family_ = stats_;  // where family totals go (join_family)
   std::vector<int> nodes_;                      // set_nodes()
+  std::vector<std::string> node_names_;         // set_nodes(), by node id
   Sum16 sum16_ = Sum16::kFp32;
   bool control_scope_ = false;  // inside an f64 helper: count as control traffic
 };

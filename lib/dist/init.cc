@@ -14,9 +14,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
@@ -218,7 +220,12 @@ namespace {
 
 // Every world rank's node (Communicator::set_nodes): the ranks that share memory
 // (MPI_COMM_TYPE_SHARED: one host), the nodes numbered in the order of their lowest ranks.
-std::vector<int> discover_nodes(double timeout_s) {
+struct Nodes {
+  std::vector<int> of_rank;        // node id per world rank
+  std::vector<std::string> names;  // host name per node id
+};
+
+Nodes discover_nodes(double timeout_s) {
   Watchdog watchdog(timeout_s, "MPI node discovery (MPI_Comm_split_type)");
   int rank = 0, size = 0;
   FD_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -234,9 +241,19 @@ std::vector<int> discover_nodes(double timeout_s) {
   std::vector<int> leaders = lowest_of;
   std::sort(leaders.begin(), leaders.end());
   leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
-  std::vector<int> nodes;
+  Nodes nodes;
   for (int l : lowest_of)
-    nodes.push_back(int(std::lower_bound(leaders.begin(), leaders.end(), l) - leaders.begin()));
+    nodes.of_rank.push_back(
+        int(std::lower_bound(leaders.begin(), leaders.end(), l) - leaders.begin()));
+  // Host names, for messages: each node's first rank's.
+  constexpr int kName = 64;
+  char mine[kName] = {};
+  if (gethostname(mine, kName - 1) != 0) std::strcpy(mine, "?");
+  std::vector<char> all(size_t(size) * kName);
+  FD_MPI_CHECK(MPI_Allgather(mine, kName, MPI_CHAR, all.data(), kName, MPI_CHAR, MPI_COMM_WORLD));
+  for (int l : leaders)
+    nodes.names.emplace_back(all.data() + size_t(l) * kName,
+                             strnlen(all.data() + size_t(l) * kName, kName));
   return nodes;
 }
 
@@ -267,10 +284,10 @@ std::unique_ptr<Communicator> init(int* argc, char*** argv, double timeout_s, bo
         thread_level_name(provided));
   }
   FD_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  std::vector<int> nodes = discover_nodes(timeout_s);
+  Nodes nodes = discover_nodes(timeout_s);
   auto comm = std::make_unique<MpiCommunicator>();
   comm->set_timeout(timeout_s);  // from the first collective on
-  comm->set_nodes(std::move(nodes));
+  comm->set_nodes(std::move(nodes.of_rank), std::move(nodes.names));
   return comm;
 }
 

@@ -121,7 +121,7 @@ std::unique_ptr<Communicator> Mesh::group(Communicator& world,
   if (!world.nodes().empty()) {  // the group's ranks' nodes
     std::vector<int> nodes;
     for (int r : group_ranks(world.rank(), axes)) nodes.push_back(world.nodes()[size_t(r)]);
-    g->set_nodes(std::move(nodes));
+    g->set_nodes(std::move(nodes), world.node_names());
   }
   return g;
 }

@@ -217,6 +217,9 @@ struct MpiCommunicator::State {
   std::string label;             // "" for the world; "split(color c, key k)" for a split
   std::shared_ptr<CommStats> stats;
   Tensor kept;  // keep_staging()'s buffer, fp32 or 16-bit (issuing thread only)
+  // "ranks 0-1 on host a, ranks 2-3 on host b" when the group spans hosts (nodes_changed; set
+  // before any op is issued, read by the comm thread).
+  std::string hosts;
 
   // "all_reduce #3 (4.0 KiB f32, sum)", "send_recv #2 (rank 0 of 2: send 4.0 MiB f32
   // to rank 1, receive nothing)"; on a split communicator also which one.
@@ -226,9 +229,13 @@ struct MpiCommunicator::State {
     const bool p2p = !op.split && op.kind == Collective::kSendRecv;
     detail::abort_job(
         1, fmt::format("{} did not complete within {:g} s (waited {:.1f} s); a peer rank is likely "
-                       "dead or stalled{}; aborting the job",
+                       "dead or stalled{}{}; aborting the job",
                        describe(op), timeout_s.load(), waited,
-                       p2p ? ", or has not posted the matching send_recv" : ""));
+                       p2p ? ", or has not posted the matching send_recv" : "",
+                       hosts.empty() ? ""
+                                     : fmt::format(" (the group's ranks: {}; a host that "
+                                                   "stopped answering takes all of its ranks)",
+                                                   hosts)));
   }
   // An MPI call of `op` failed with `code` (MPI_ERR_IN_STATUS: see `statuses`).
   [[noreturn]] void op_failed(const Op& op, const char* call, int code, const MPI_Status* statuses);
@@ -732,6 +739,13 @@ WorkPtr MpiCommunicator::barrier_async() {
   auto o = std::make_shared<Op>();
   o->kind = Collective::kBarrier;
   return enqueue(std::move(o));
+}
+
+void MpiCommunicator::nodes_changed() {
+  std::vector<int> world_ranks = state_->world_ranks;
+  if (world_ranks.empty())  // the world itself
+    for (int r = 0; r < size_; ++r) world_ranks.push_back(r);
+  state_->hosts = ranks_by_host(world_ranks);
 }
 
 WorkPtr MpiCommunicator::send_recv_async(const void* send, int64_t send_count, int dst, void* recv,

@@ -56,6 +56,8 @@ class MpiCommunicator final : public Communicator {
 
   FD_COMMUNICATOR_OVERRIDES;
   void keep_staging(Collective c, int64_t count, DType dtype) override;
+  // A timeout's message lists the group's ranks by host when they span hosts.
+  void nodes_changed() override;
 
   // Completes every queued op, joins the thread and frees the MPI
   // communicator. Idempotent; finalize() calls it for a live communicator.

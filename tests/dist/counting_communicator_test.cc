@@ -280,6 +280,18 @@ TEST(CountingCommunicator, InterNodeBytesByTheRingModel) {
   EXPECT_EQ(world.family_inter_node_bytes(), 1000);
   world.reset_family_counters();
   EXPECT_EQ(world.family_bytes(), 0);
+
+  // Names, for messages: a group's ranks by host, runs of consecutive ranks.
+  CountingCommunicator named(0, 5);
+  named.set_nodes({0, 0, 1, 0, 1}, {"a", "b"});
+  EXPECT_EQ(named.ranks_by_host({0, 1, 2, 3, 4}), "ranks 0-1, 3 on host a, ranks 2, 4 on host b");
+  EXPECT_EQ(named.ranks_by_host({8, 9, 10, 11, 12}),
+            "ranks 8-9, 11 on host a, ranks 10, 12 on host b");
+  CountingCommunicator alone(0, 2);
+  alone.set_nodes({0, 0}, {"a"});
+  EXPECT_EQ(alone.ranks_by_host({0, 1}), "");
+  std::unique_ptr<Communicator> half = Mesh({{"dp", 2}, {"tp", 2}}).group(world, {"dp"});
+  EXPECT_EQ(half->node_names(), world.node_names());
 }
 
 }  // namespace

@@ -19,6 +19,10 @@
 #  - hostile: another fdtrain build on one host (a copy with another build ID bound over the
 #    binary's path in that host's mount namespace), and another recipe file there: refused at
 #    start on every rank with exit 2, naming the rank, its host and what differs;
+#  - faults across hosts (dist.timeout_s 10): host 2's link taken down mid-run ends every fdtrain
+#    process on both hosts within the timeout, naming the collective and the group's ranks by
+#    host; host 2's processes killed ends mpirun at once; the newest checkpoint of each resumes on
+#    the remaining host (2 ranks) and on both hosts with a straight run's losses;
 #  - shaped links (tc token bucket, 200 Mbit/s each way): in place, and ZeRO-3 still bitwise.
 # Needs root and network namespaces; otherwise it says why and exits 77 (ctest: skipped).
 #
@@ -185,7 +189,83 @@ host_bind 2 "$HOSTS_DIR/r.other.yaml" "$R"
 refused_on_hosts otherrecipe "rank 2 \(host ${HOSTS_TAG}h2\) resolved another recipe than rank 0 \(host ${HOSTS_TAG}h1\): 1 field\(s\) differ: optimizer.lr \(0.001 on rank 0\)"
 host_unbind 2
 
-# 7. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
+# 7. Faults across hosts (dist.timeout_s 10): host 2's link taken down mid-run, then host 2's
+# processes all killed mid-run. The link: every fdtrain process on both hosts ends within the
+# timeout, the message naming its collective and the group's ranks by host (mpirun itself waits
+# for host 2's daemon until the link is back: the launcher's TCP connection, not fdtrain's). The
+# kill: mpirun ends at once. After each, the newest checkpoint resumes on host 1 alone (2 ranks,
+# accumulation 2: the same 8 sequences per step) and on both hosts again, with the losses of a
+# run that was never interrupted.
+FAULT="dist.timeout_s=10 steps=100000 checkpoint.every=20 logging.every=1"
+h_procs() {  # fdtrain processes on host I
+  local p n=0
+  for p in $(ip netns pids "${HOSTS_TAG}h$1"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = fdtrain ] && n=$((n + 1))
+  done
+  echo "$n"
+}
+newest_ckpt() { ls -d "$TMP/$1"/checkpoints/step_* 2>/dev/null | sort | tail -1; }
+fault_run() {  # fault_run NAME link|kill: starts the run, breaks host 2 after its first checkpoint
+  local name=$1 how=$2 pid t
+  timeout 180 mpirun "${MPIRUN_HOSTS[@]}" -n 4 "$FDTRAIN" train "$R" zero.stage=2 $FAULT \
+    --run-dir "$TMP/$name" --no-progress >"$TMP/$name.log" 2>&1 &
+  pid=$!
+  for ((t = 0; t < 600; t++)); do [ -n "$(newest_ckpt "$name")" ] && break; sleep 0.1; done
+  sleep 1
+  local start=$(date +%s)
+  if [ "$how" = link ]; then host_link 2 down; else kill -9 $(ip netns pids "${HOSTS_TAG}h2"); fi
+  # Every fdtrain process gone within the timeout (and a margin for the abort).
+  for ((t = 0; t < 40; t++)); do
+    [ "$(h_procs 1)" = 0 ] && [ "$(h_procs 2)" = 0 ] && break
+    sleep 1
+  done
+  local gone=$(($(date +%s) - start))
+  [ "$how" = link ] && host_link 2 up
+  wait "$pid"
+  local rc=$?
+  echo "$rc $gone"
+}
+read -r rc gone <<<"$(fault_run linkdown link)"
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$gone" -le 25 ] &&
+   grep -q "did not complete within 10 s.*the group's ranks: ranks 0-1 on host ${HOSTS_TAG}h1, ranks 2-3 on host ${HOSTS_TAG}h2" "$TMP/linkdown.log"; then
+  echo "ok: linkdown: every fdtrain process ended ${gone}s after the link went down (timeout 10 s), naming the group's ranks by host; mpirun exit $rc"
+else
+  fail "linkdown: exit $rc, processes gone after ${gone}s"; grep -v "^--\|^$\|step " "$TMP/linkdown.log" | tail -5 | sed 's/^/    /'
+fi
+read -r rc gone <<<"$(fault_run hostkill kill)"
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$gone" -le 25 ]; then
+  echo "ok: hostkill: host 2's processes killed, every fdtrain process ended after ${gone}s; mpirun exit $rc"
+else
+  fail "hostkill: exit $rc, processes gone after ${gone}s"; grep -v "^--\|^$\|step " "$TMP/hostkill.log" | tail -5 | sed 's/^/    /'
+fi
+# Resume: the newest checkpoint of each, 5 more steps on 1 host x 2 ranks and on 2 hosts x 2,
+# against a straight run to the same step.
+for name in linkdown hostkill; do
+  ck=$(newest_ckpt "$name")
+  at=$((10#${ck##*step_}))
+  [ -n "$ck" ] && [ "$at" -ge 20 ] || { fail "$name: no checkpoint ($ck)"; continue; }
+  end=$((at + 5))
+  local_run "${name}1" 2 zero.stage=2 batch.accumulation=2 steps=$end checkpoint.every=0 logging.every=1 \
+    --resume "$ck"
+  on_hosts "${name}2" 4 zero.stage=2 steps=$end checkpoint.every=0 logging.every=1 --resume "$ck"
+  on_hosts "${name}s" 4 zero.stage=2 steps=$end checkpoint.every=0 logging.every=1
+  if python3 - "$TMP/${name}s/metrics.jsonl" "$TMP/${name}1/metrics.jsonl" "$TMP/${name}2/metrics.jsonl" "$at" <<'PY'
+import json, sys
+at = int(sys.argv[4])
+def losses(p):
+    return {m["step"]: m["loss"] for m in map(json.loads, open(p)) if "grad_norm" in m and m["step"] > at}
+s, one, two = (losses(p) for p in sys.argv[1:4])
+assert len(s) == 5 and sorted(one) == sorted(s) == sorted(two), (sorted(s), sorted(one), sorted(two))
+w1 = max(abs(one[k] - s[k]) / abs(s[k]) for k in s)
+w2 = max(abs(two[k] - s[k]) / abs(s[k]) for k in s)
+print(f"    from step {at}: 1 host {w1:.3g}, 2 hosts {w2:.3g} largest relative difference")
+assert w1 <= 1e-5 and w2 == 0.0, (w1, w2)
+PY
+  then echo "ok: $name: its checkpoint of step $at resumes on 1 host (1e-5) and on 2 hosts (bitwise) as the straight run"
+  else fail "$name: resume from step $at"; fi
+done
+
+# 8. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
 # bench uses): the qdiscs are in place and ZeRO-3 still gives the one-host weights.
 saved=$(json "$TMP/z3l/summary.json" weights_sha256)
 hosts_down
