@@ -14,7 +14,8 @@
 namespace fd::dist {
 
 // Collective over every rank of `host`, which must outlive the result;
-// init_cuda_device must have run.
+// init_cuda_device must have run. The result counts its traffic in `host`'s family totals
+// (Communicator::join_family) and knows `host`'s nodes.
 std::unique_ptr<Communicator> make_gpu_communicator(Communicator& host);
 
 }  // namespace fd::dist

@@ -29,17 +29,18 @@ void gather_sequence(const Tensor& local, const Tensor& out, dist::Communicator&
 
 // `full` (B, S*Ts, C) packed rank-major, one reduce_scatter kSum over the S ranks of `group`
 // into `out` (B, Ts, C): positions [r*Ts, (r+1)*Ts) summed over the ranks, on rank r.
-// Scratch: the packed (S, B, Ts, C) buffer, freed on return.
-void reduce_scatter_sequence(const Tensor& full, const Tensor& out, dist::Communicator& group) {
+// Scratch: the packed (S, B, Ts, C) buffer, freed on return. `behind` (gather_from_sequence_region's
+// backward): the region's deferred weight gradients (weight_grads_behind) are computed while the
+// sum runs; a forward never takes them.
+void reduce_scatter_sequence(const Tensor& full, const Tensor& out, dist::Communicator& group,
+                             bool behind = false) {
   const int S = group.size();
   const int64_t B = out.shape()[0], Ts = out.shape()[1], C = out.shape()[2];
   Tensor packed = scratch_like(full, Shape{S, B, Ts, C});
   pack_rank_major(full, packed, S, B, Ts * C);
   const dist::WorkPtr sum =
       group.reduce_scatter_async(packed.comm_data(), out.comm_data(), B * Ts * C, full.dtype());
-  // The region's deferred weight gradients while the sum runs (gather_from_sequence_region's
-  // backward, overlapped: weight_grads_behind); nothing otherwise.
-  if (autograd::deferring()) autograd::run_deferred();
+  if (behind && autograd::deferring()) autograd::run_deferred();
   sum->wait();
 }
 
@@ -127,7 +128,10 @@ Variable gather_from_sequence_region(const Variable& x, dist::Communicator& grou
   const int S = group.size();
   Tensor out = scratch_like(x.value(), Shape{d.B, d.T * S, d.C});
   gather_sequence(x.value(), out, group);
-  return exchange_output("gather_from_sequence_region", x, out, group, reduce_scatter_sequence);
+  return exchange_output("gather_from_sequence_region", x, out, group,
+                         [](const Tensor& full, const Tensor& into, dist::Communicator& g) {
+                           reduce_scatter_sequence(full, into, g, /*behind=*/true);
+                         });
 }
 
 Variable reduce_scatter_to_sequence_region(const Variable& x, dist::Communicator& group) {

@@ -44,6 +44,9 @@ hosts_supported() {
 hosts_down() {
   local i
   for ((i = 1; i <= HOSTS_N; i++)); do
+    # What still runs there (a daemon, ranks of an interrupted run) would keep the namespace
+    # alive, unnamed, after `ip netns del`: killed first.
+    kill -9 $(ip netns pids "${HOSTS_TAG}h$i" 2>/dev/null) 2>/dev/null
     ip netns del "${HOSTS_TAG}h$i" 2>/dev/null  # takes its end of the veth pair with it
     ip link del "${HOSTS_TAG}v$i" 2>/dev/null
   done
@@ -61,9 +64,23 @@ hosts_up() {
   trap 'hosts_down; exit 130' INT
   trap 'hosts_down; exit 143' TERM
   HOSTS_DIR=$(mktemp -d)
-  HOSTS_NET="198.18.$(($$ % 250 + 2))"
-  ip link add "${HOSTS_TAG}br" type bridge || return 1
-  ip addr add "$HOSTS_NET.1/24" dev "${HOSTS_TAG}br" || return 1
+  # A /24 of 198.18.0.0/15 no route uses yet, chosen and taken under a lock (two test runs at
+  # once get different ones).
+  local lock k net
+  exec {lock}>/tmp/fdtrain-multihost.lock
+  flock "$lock"
+  HOSTS_NET=""
+  for ((k = 0; k < 250; k++)); do
+    net="198.18.$((($$ + k) % 250 + 2))"
+    if [ -z "$(ip -4 route show "$net.0/24")" ]; then HOSTS_NET=$net; break; fi
+  done
+  if [ -z "$HOSTS_NET" ] || ! ip link add "${HOSTS_TAG}br" type bridge ||
+     ! ip addr add "$HOSTS_NET.1/24" dev "${HOSTS_TAG}br"; then
+    flock -u "$lock"
+    return 1
+  fi
+  flock -u "$lock"
+  exec {lock}>&-
   ip link set "${HOSTS_TAG}br" up || return 1
   : >"$HOSTS_DIR/hostfile"
   : >"$HOSTS_DIR/map"

@@ -10,8 +10,15 @@
 namespace fd::dist {
 
 std::unique_ptr<Communicator> make_gpu_communicator(Communicator& host) {
-  if (host.size() == 1) return std::make_unique<LocalCommunicator>(&kernels::copy_device);
-  return std::make_unique<NcclCommunicator>(host);
+  std::unique_ptr<Communicator> c;
+  if (host.size() == 1)
+    c = std::make_unique<LocalCommunicator>(&kernels::copy_device);
+  else
+    c = std::make_unique<NcclCommunicator>(host);
+  // The device traffic is the host group's: in the world's totals, on the host's nodes.
+  c->join_family(host);
+  if (!host.nodes().empty()) c->set_nodes(host.nodes(), host.node_names());
+  return c;
 }
 
 }  // namespace fd::dist
