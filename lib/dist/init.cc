@@ -22,6 +22,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/base/host_name.h"
 #include "lib/dist/local_communicator.h"
 #include "lib/dist/mpi_communicator.h"
 
@@ -248,7 +249,8 @@ Nodes discover_nodes(double timeout_s) {
   // Host names, for messages: each node's first rank's.
   constexpr int kName = 64;
   char mine[kName] = {};
-  if (gethostname(mine, kName - 1) != 0) std::strcpy(mine, "?");
+  const std::string host = host_name();
+  std::memcpy(mine, host.data(), std::min<size_t>(host.size(), kName - 1));
   std::vector<char> all(size_t(size) * kName);
   FD_MPI_CHECK(MPI_Allgather(mine, kName, MPI_CHAR, all.data(), kName, MPI_CHAR, MPI_COMM_WORLD));
   for (int l : leaders)

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "lib/base/check.h"
+#include "lib/base/host_name.h"
 
 namespace fd::dist {
 namespace {
@@ -95,9 +96,7 @@ void LocalCommunicator::set_timeout(double seconds) {
 }
 
 void LocalCommunicator::abort(int exit_code, const std::string& message) {
-  char host[256] = "?";
-  gethostname(host, sizeof(host) - 1);
-  std::fputs(fmt::format("fdtrain: rank 0 (host {}): {}\n", host, message).c_str(), stderr);
+  std::fputs(fmt::format("fdtrain: rank 0 (host {}): {}\n", host_name(), message).c_str(), stderr);
   std::fflush(stderr);
   run_abort_hook(message);
   std::exit(exit_code);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lib/base/check.h"
+#include "lib/base/host_name.h"
 #include "lib/base/log.h"
 #include "lib/tensor/tensor.h"
 
@@ -30,12 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace detail {
 namespace {
-
-std::string host_name() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
-  return host;
-}
 
 int world_rank_or_minus_one() {
   int init = 0, fin = 0;

@@ -1,7 +1,6 @@
 #include "lib/engine/rank_agreement.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +10,7 @@
 
 #include "lib/base/build_id.h"
 #include "lib/base/error.h"
+#include "lib/base/host_name.h"
 #include "lib/base/sha256.h"
 #include "lib/base/version.h"
 #include "lib/config/load.h"
@@ -54,9 +54,7 @@ void check_ranks_agree(dist::Communicator& world, const config::Recipe& recipe) 
   if (n <= 1) return;
   const std::vector<config::RecipeField> fields = config::recipe_fields(recipe);
   Header mine;
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
-  put(mine.host, sizeof mine.host, host);
+  put(mine.host, sizeof mine.host, host_name());
   put(mine.version, sizeof mine.version, version());
   put(mine.build, sizeof mine.build, build_id());
   const std::string yaml = config::to_yaml(recipe);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "lib/base/error.h"
+#include "lib/base/host_name.h"
 
 namespace fd::engine {
 
@@ -25,8 +26,7 @@ std::string read_all(int fd) {
 }
 
 std::string describe_self() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  const std::string host = host_name();
   std::time_t t = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));

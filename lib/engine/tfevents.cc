@@ -9,6 +9,7 @@
 
 #include "lib/base/crc32c.h"
 #include "lib/base/error.h"
+#include "lib/base/host_name.h"
 
 namespace fd::engine {
 namespace {
@@ -54,10 +55,10 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
+// The event file's host part: TensorBoard's (socket.gethostname()), "localhost" when unknown.
+std::string event_host() {
+  const std::string h = host_name();
+  return h == "?" ? "localhost" : h;
 }
 
 }  // namespace
@@ -98,7 +99,7 @@ std::string frame_tfrecord(const std::string& data) {
 
 EventFileWriter::EventFileWriter(const fs::path& dir) {
   const double t = now_seconds();
-  const std::string base = "events.out.tfevents." + std::to_string(int64_t(t)) + "." + host_name();
+  const std::string base = "events.out.tfevents." + std::to_string(int64_t(t)) + "." + event_host();
   path_ = dir / base;
   std::error_code ec;
   for (int n = 1; fs::exists(path_, ec); ++n) path_ = dir / (base + "." + std::to_string(n));

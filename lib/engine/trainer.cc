@@ -15,6 +15,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/base/error.h"
+#include "lib/base/host_name.h"
 #include "lib/base/log.h"
 #include "lib/base/rng.h"
 #include "lib/base/strings.h"
@@ -71,12 +72,6 @@ const char* signal_name(int signo) {
   return "signal";
 }
 
-std::string this_host() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
-
 }  // namespace
 
 Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
@@ -125,7 +120,7 @@ Trainer::Trainer(const config::Recipe& recipe, const TrainOptions& options,
                         log::write_file_only(
                             log::Level::kInfo,
                             fmt::format("rank {} of {} on host {} (pid {}): {}", comm_.rank(),
-                                        world, this_host(), int(getpid()), options.command_line));
+                                        world, host_name(), int(getpid()), options.command_line));
                       }) &&
                       // The layout's first transfer between ranks (a pipeline's embedding,
                       // initial or loaded, to a tied head's copy) only now that every rank is
@@ -423,7 +418,7 @@ void Trainer::start_run_directory(const TrainOptions& options) {
                             {"resume", options.resume},
                             {"working_dir", options.working_dir},
                             {"world_size", comm_.size()},
-                            {"host", this_host()},
+                            {"host", host_name()},
                             {"started_at", started_at_},
                             {"fdtrain_version", version()}});
   events_ = std::make_unique<EventFileWriter>(run_dir_->path());

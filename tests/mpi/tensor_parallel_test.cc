@@ -99,6 +99,21 @@ Run run(const Decoder& m, const Tensor& tokens, const Tensor& targets, const Ten
   return r;
 }
 
+// LoRA's B starts at zero: every trainable parameter of `models` gets a non-zero value, drawn
+// over the whole tensor by name (each rank its slice), so the adapters' paths carry gradients.
+void trainable_away_from_zero(std::initializer_list<const Decoder*> models) {
+  const nn::ParamFill fill =
+      nn::global_fill([](const Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
+        std::vector<float> v(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i)
+          v[size_t(i)] = 0.01f * float(std::sin(double(begin + i) + double(p.name.size())));
+        out.copy_from(Tensor::from_vector(v, Shape{count}, DType::kF32));
+      });
+  for (const Decoder* m : models)
+    for (const Parameter* p : m->parameters())
+      fill(*p, 0, p->value.numel(), p->value.reshape(Shape{p->value.numel()}));
+}
+
 void check(const DecoderConfig& c, const LoraConfig& lora, bool packed, const std::string& what,
            bool sequence_parallel = false) {
   mpi_testing::Groups groups = mpi_testing::make_groups("tp");
@@ -115,20 +130,7 @@ void check(const DecoderConfig& c, const LoraConfig& lora, bool packed, const st
                         nn::TensorParallel{group->rank(), T, group, sequence_parallel});
     const_cast<Decoder&>(whole).init_weights(7);
     const_cast<Decoder&>(split).init_weights(7);
-    // LoRA's B starts at zero: give every trainable parameter a non-zero value, drawn over the
-    // whole tensor by name, so the adapters' paths carry gradients.
-    if (lora.enabled()) {
-      const nn::ParamFill fill =
-          nn::global_fill([](const Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
-            std::vector<float> v(static_cast<size_t>(count));
-            for (int64_t i = 0; i < count; ++i)
-              v[size_t(i)] = 0.01f * float(std::sin(double(begin + i) + double(p.name.size())));
-            out.copy_from(Tensor::from_vector(v, Shape{count}, DType::kF32));
-          });
-      for (const Decoder* m : {&whole, &split})
-        for (const Parameter* p : m->parameters())
-          fill(*p, 0, p->value.numel(), p->value.reshape(Shape{p->value.numel()}));
-    }
+    if (lora.enabled()) trainable_away_from_zero({&whole, &split});
     // Every parameter (and frozen one) is its slice of the whole model's.
     std::map<std::string, Vec> values;
     for (const Parameter* p : whole.parameters()) values[p->name] = ops::testing::values(p->value);
@@ -221,17 +223,7 @@ TEST(TensorParallel, QloraSlicesAreTheWholeWeightsBlocks) {
                         nn::TensorParallel{group->rank(), T, group, false});
     const_cast<Decoder&>(whole).init_weights(7);
     const_cast<Decoder&>(split).init_weights(7);
-    // B away from zero (as check() does) so that A's gradients are not zero.
-    const nn::ParamFill fill =
-        nn::global_fill([](const Parameter& p, int64_t begin, int64_t count, const Tensor& out) {
-          std::vector<float> v(static_cast<size_t>(count));
-          for (int64_t i = 0; i < count; ++i)
-            v[size_t(i)] = 0.01f * float(std::sin(double(begin + i) + double(p.name.size())));
-          out.copy_from(Tensor::from_vector(v, Shape{count}, DType::kF32));
-        });
-    for (const Decoder* m : {&whole, &split})
-      for (const Parameter* p : m->parameters())
-        fill(*p, 0, p->value.numel(), p->value.reshape(Shape{p->value.numel()}));
+    trainable_away_from_zero({&whole, &split});
     // The base's values as the forward computes with them, by name.
     std::map<std::string, Vec> base;
     auto value_of = [](const Decoder& m, const Parameter& p) {
