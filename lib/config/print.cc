@@ -169,7 +169,11 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("zero.offload_optimizer.buffer_mib", std::to_string(oo.buffer_mib));
   const auto& op = r.zero.offload_params;
   add("zero.offload_params.device", std::string(to_string(op.device)));
+  add("zero.quantized_weights", boolean(r.zero.quantized_weights));
+  add("zero.hierarchical_partition", boolean(r.zero.hierarchical_partition));
+  add("zero.quantized_gradients", std::string(to_string(r.zero.quantized_gradients)));
   add("dist.timeout_s", number(r.dist.timeout_s));
+  add("dist.hierarchical", boolean(r.dist.hierarchical));
   const auto& pp = r.parallel;
   add("parallel.pipeline", std::to_string(pp.pipeline));
   add("parallel.schedule", std::string(to_string(pp.schedule)));

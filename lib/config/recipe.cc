@@ -20,6 +20,18 @@ std::string_view to_string(Arch v) {
   return "?";
 }
 
+std::string_view to_string(GradientCodes v) {
+  switch (v) {
+    case GradientCodes::kNone:
+      return "none";
+    case GradientCodes::kInt8:
+      return "int8";
+    case GradientCodes::kInt4:
+      return "int4";
+  }
+  return "?";
+}
+
 std::string_view to_string(QuantTypeName v) {
   switch (v) {
     case QuantTypeName::kNf4:

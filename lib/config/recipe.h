@@ -62,11 +62,14 @@ std::string_view to_string(PartitionName v);     // "parameters", "uniform", "li
 // model.quantize: the frozen base of a LoRA run stored in 4 bits (QLoRA, issue 37), with
 // bitsandbytes' semantics (lib/quant, docs/QUANTIZATION.md). Defaults are bitsandbytes'.
 enum class QuantTypeName { kNf4, kFp4 };
+// ZeRO++'s quantized gradient reduction (zero.quantized_gradients): off, int8 or int4 codes.
+enum class GradientCodes { kNone, kInt8, kInt4 };
 enum class ObjectiveName { kDpo, kSimpo, kOrpo };
 std::string_view to_string(ObjectiveName v);  // "dpo", "simpo", "orpo"
 enum class DpoLossName { kSigmoid, kIpo, kHinge, kRobust };
 std::string_view to_string(DpoLossName v);    // "sigmoid", "ipo", "hinge", "robust"
 std::string_view to_string(QuantTypeName v);  // "nf4", "fp4"
+std::string_view to_string(GradientCodes v);  // "none", "int8", "int4"
 // The block sizes bitsandbytes' 4-bit kernels support: quant::kBlockSizes, which lib/config
 // cannot include (it does not link fd_quant); lib/engine/assemble.cc checks that they agree.
 inline constexpr std::array<int, 8> kQuantBlockSizes = {32, 64, 128, 256, 512, 1024, 2048, 4096};
@@ -206,12 +209,27 @@ struct ZeroOptions {
   OffloadOptions offload_optimizer;  // fp32 master weights and Adam moments: none, host, nvme
   OffloadOptions offload_params;     // stage 3's parameter partitions: none, nvme (in the
                                      // optimizer's file: path and buffer_mib unused)
+  // ZeRO++ (stage 3, CPU runs; docs/ZERO.md, ZeRO++), each switch on its own:
+  // qwZ: parameters all-gathered as int8 codes in blocks of 256 with an fp32 scale each; the
+  // fp32 master weights (and each rank's own shard) untouched.
+  bool quantized_weights = false;
+  // hpZ: after a segment's forward gather each rank keeps 1/L of its parameters (L the ranks
+  // on its node), so the backward's gathers stay inside the node (memory: 1/L of the model in
+  // the compute dtype per rank).
+  bool hierarchical_partition = false;
+  // qgZ: the gradient reduce-scatter as a hierarchical all-to-all of int8 or int4 codes (blocks
+  // of 256 for int8, 64 for int4), summed in fp32 after each hop; none: the plain reduce-scatter.
+  GradientCodes quantized_gradients = GradientCodes::kNone;
   bool operator==(const ZeroOptions&) const = default;
 };
 
 // Multi-rank behaviour.
 struct DistOptions {
   double timeout_s = 600.0;  // a collective that takes longer aborts the job, > 0
+  // The data-parallel group's reduce-scatters, all-gathers and all-reduces in steps inside and
+  // across hosts (dist::HierarchicalCommunicator): fewer bytes over the hosts' links; sums
+  // grouped by host, so not bitwise those of a one-host run.
+  bool hierarchical = false;
   bool operator==(const DistOptions&) const = default;
 };
 

@@ -228,11 +228,31 @@ const std::vector<KeyDoc>& key_reference() {
        "optimizer's file too (DeepSpeed's offload_param), rewritten by each step; a segment's "
        "partition is read for its all-gather, the next one read ahead, through two staging "
        "buffers of the largest partition"},
+      {"zero.quantized_weights", "bool", "false", "stage 3, device cpu",
+       "ZeRO++'s qwZ: parameters are all-gathered as int8 codes, blocks of 256 with an fp32 "
+       "scale each (about half the bytes of bf16, a quarter of fp32), and computed with the "
+       "decoded values; the fp32 master weights are untouched (docs/ZERO.md, ZeRO++)"},
+      {"zero.hierarchical_partition", "bool", "false", "stage 3, device cpu",
+       "ZeRO++'s hpZ: after each segment's forward gather a rank keeps 1/L of its parameters "
+       "(L: the ranks on its host) in the compute dtype, and the backward gathers from those "
+       "inside the host, none across hosts; costs 1/L of the model per rank (the estimate's "
+       "hpZ row)"},
+      {"zero.quantized_gradients", "string", "none", "none, int8, int4; stage 3, device cpu",
+       "ZeRO++'s qgZ: the gradient reduce-scatter as a hierarchical all-to-all of int8 (blocks "
+       "of 256) or int4 (blocks of 64) codes, decoded and summed in fp32 inside each host, "
+       "then across hosts (DeepSpeed's scheme: no error feedback); none: the plain "
+       "reduce-scatter"},
       // dist
       {"dist.timeout_s", "number", "600.0", "> 0",
        "a collective, MPI start-up or MPI shutdown that does not complete within this many "
        "seconds aborts the whole job, naming the rank and the operation; a rank stopped this "
        "long after it finished is killed so that the job ends"},
+      {"dist.hierarchical", "bool", "false", "device cpu",
+       "the data-parallel group's reduce-scatters, all-gathers and all-reduces run inside each "
+       "host, then across hosts, then inside again: fewer bytes over the hosts' links "
+       "(docs/ZERO.md, Hierarchical collectives); sums are grouped by host, so weights equal a "
+       "one-host run's to rounding, not bit for bit; needs the same number of consecutive "
+       "ranks on every host"},
       // parallel
       {"parallel.pipeline", "int", "1", ">= 1, <= model.n_layer, divides the ranks",
        "pipeline stages P; 1 = no pipeline. The ranks must be a multiple of P; ZeRO (stages "

@@ -538,6 +538,7 @@ class Builder {
   void reduce_checks();
   void pipeline_checks();
   void tensor_checks();
+  void zeropp_checks();
   void sequence_checks();
   void quantize_checks();
   void objective_checks();
@@ -962,6 +963,12 @@ void Builder::zero(const Node& root) {
   offload(s, "offload_optimizer",
           {OffloadDevice::kNone, OffloadDevice::kHost, OffloadDevice::kNvme}, &z.offload_optimizer);
   offload(s, "offload_params", {OffloadDevice::kNone, OffloadDevice::kNvme}, &z.offload_params);
+  get_bool(s, "zero", "quantized_weights", &z.quantized_weights);
+  get_bool(s, "zero", "hierarchical_partition", &z.hierarchical_partition);
+  get_enum(
+      s, "zero", "quantized_gradients",
+      std::vector<GradientCodes>{GradientCodes::kNone, GradientCodes::kInt8, GradientCodes::kInt4},
+      &z.quantized_gradients);
 }
 
 void Builder::offload(const Node* zero, const std::string& key,
@@ -991,6 +998,7 @@ void Builder::offload(const Node* zero, const std::string& key,
 void Builder::dist(const Node& root) {
   const Node* s = section(root, "dist");
   get_double(s, "dist", "timeout_s", &r_->dist.timeout_s, above(0));
+  get_bool(s, "dist", "hierarchical", &r_->dist.hierarchical);
 }
 
 void Builder::parallel(const Node& root) {
@@ -1272,6 +1280,7 @@ void Builder::cross_checks() {
   pipeline_checks();
   tensor_checks();
   sequence_checks();
+  zeropp_checks();
   quantize_checks();
   objective_checks();
   // Warnings: valid, but probably not what was meant.
@@ -1463,6 +1472,43 @@ void Builder::tensor_checks() {
                           T, why));
     }
   }
+}
+
+// ZeRO++ (zero.quantized_weights, hierarchical_partition, quantized_gradients) and
+// dist.hierarchical against the stage and the device. The hosts are known only at start:
+// dist::HierarchicalCommunicator refuses a placement it cannot split by host.
+void Builder::zeropp_checks() {
+  const ZeroOptions& z = r_->zero;
+  const bool cuda = r_->device == DeviceName::kCuda && !bad("device");
+  struct Switch {
+    const char* key;
+    bool on;
+    const char* what;
+  };
+  const Switch switches[] = {
+      {"zero.quantized_weights", z.quantized_weights, "quantizes stage 3's parameter gathers"},
+      {"zero.hierarchical_partition", z.hierarchical_partition,
+       "keeps a copy of stage 3's gathered parameters partitioned inside each host"},
+      {"zero.quantized_gradients", z.quantized_gradients != GradientCodes::kNone,
+       "quantizes stage 3's gradient reduce-scatter"},
+  };
+  for (const Switch& w : switches) {
+    if (!w.on || bad(w.key)) continue;
+    if (!bad("zero.stage") && z.stage != 3)
+      error(loc_of(w.key), w.key,
+            fmt::format("is ZeRO++, which {}: it needs zero.stage: 3 (zero.stage is {}); set "
+                        "zero.stage: 3 or remove {}",
+                        w.what, z.stage, w.key));
+    if (cuda)
+      error(loc_of(w.key), w.key,
+            "with device: cuda: ZeRO++ runs on the CPU backend (MPI) only so far (its codes "
+            "are encoded and summed on the host); use device: cpu or remove it");
+  }
+  if (r_->dist.hierarchical && !bad("dist.hierarchical") && cuda)
+    error(loc_of("dist.hierarchical"), "dist.hierarchical",
+          "with device: cuda: NCCL already runs its collectives by host (rings and trees over "
+          "NVLink inside a node, the network across); the setting is for the CPU backend (MPI): "
+          "remove it");
 }
 
 // parallel.sequence (DeepSpeed-Ulysses) against the sequence length and the heads, and the

@@ -115,6 +115,7 @@ void Communicator::count_bytes(Collective c, int64_t full_bytes, int peer) {
   int64_t v = ring_bytes_times_n(c, full_bytes, n);
   if (control_scope_) {
     stats_->control_times_n += v;
+    if (into_) into_->control_times_n += v / n * into_size_;
     return;
   }
   stats_->bytes_times_n += v;
@@ -122,6 +123,10 @@ void Communicator::count_bytes(Collective c, int64_t full_bytes, int peer) {
   const auto family = [&] {
     family_->family_bytes += v / n;
     family_->family_inter += inter / n;
+    if (into_) {
+      into_->bytes_times_n += v / n * into_size_;
+      into_->inter_times_n += inter / n * into_size_;
+    }
   };
   if (nodes_.empty() || n <= 1 || v == 0) return family();
   const int me = rank(), node = nodes_[size_t(me)];
@@ -153,6 +158,11 @@ void Communicator::reset_family_counters() {
 }
 
 void Communicator::join_family(const Communicator& parent) { family_ = parent.family_; }
+
+void Communicator::count_into(const Communicator& whole) {
+  into_ = whole.stats_;
+  into_size_ = whole.size();
+}
 
 void Communicator::set_nodes(std::vector<int> node_of_rank, std::vector<std::string> names) {
   FD_CHECK(node_of_rank.empty() || int(node_of_rank.size()) == size(),
@@ -202,7 +212,9 @@ int Communicator::num_nodes() const {
 int64_t Communicator::inter_node_bytes() const { return stats_->inter_times_n.load() / size(); }
 
 void Communicator::count_control_bytes(Collective c, int64_t full_bytes) {
-  stats_->control_times_n += ring_bytes_times_n(c, full_bytes, size());
+  const int64_t v = ring_bytes_times_n(c, full_bytes, size());
+  stats_->control_times_n += v;
+  if (into_) into_->control_times_n += v / size() * into_size_;
 }
 
 SplitPlan::SplitPlan(std::vector<SplitKey> of_rank) : of_rank_(std::move(of_rank)) {

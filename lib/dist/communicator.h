@@ -302,6 +302,11 @@ class Communicator {
   void reset_family_counters();
   // From now on this communicator's traffic also counts in `parent`'s family totals.
   void join_family(const Communicator& parent);
+  // From now on this communicator's traffic (model and control) also counts in `whole`'s
+  // bytes_sent(), inter_node_bytes() and control_bytes(), floor(bytes / size) per op: the parts
+  // of a communicator that runs its collectives through them (HierarchicalCommunicator).
+  // `whole` must outlive this one.
+  void count_into(const Communicator& whole);
 
   // Seconds an op may run before the job is aborted (default 600).
   virtual void set_timeout(double seconds) = 0;
@@ -333,6 +338,8 @@ class Communicator {
  private:
   std::shared_ptr<CommStats> stats_ = std::make_shared<CommStats>();
   std::shared_ptr<CommStats> family_ = stats_;  // where family totals go (join_family)
+  std::shared_ptr<CommStats> into_;             // count_into()'s, or null
+  int into_size_ = 0;                           // its communicator's size
   std::vector<int> nodes_;                      // set_nodes()
   std::vector<std::string> node_names_;         // set_nodes(), by node id
   Sum16 sum16_ = Sum16::kFp32;

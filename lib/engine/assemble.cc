@@ -166,6 +166,13 @@ Assembly assemble(const config::Recipe& r, int world) {
   z.offload.dir = oo.path;
   z.offload.buffer_bytes = int64_t(oo.buffer_mib) << 20;
   z.offload.params = r.zero.offload_params.device == config::OffloadDevice::kNvme;
+  z.quantized_weights = r.zero.quantized_weights;
+  z.hierarchical_partition = r.zero.hierarchical_partition;
+  z.gradient_codes =
+      r.zero.quantized_gradients == config::GradientCodes::kInt8   ? zero::kGradientCodes8
+      : r.zero.quantized_gradients == config::GradientCodes::kInt4 ? zero::kGradientCodes4
+                                                                   : dist::WireFormat{0, 0};
+  a.hierarchical = r.dist.hierarchical;
 
   if (r.precision == config::Precision::kFp16) {
     precision::LossScalerOptions lo;

@@ -61,6 +61,9 @@ struct Assembly {
   nn::GroupLayout layout;         // trainable flat groups' accounting for zero.stage (no world)
   nn::GroupLayout frozen_layout;  // the frozen base of a LoRA run
   zero::ZeroConfig zero;          // stage, overlap, accumulation, AdamW, clipping, checkpointing
+  // dist.hierarchical: the ZeRO group's collectives inside and across hosts
+  // (dist::HierarchicalCommunicator, which build_run puts under the engine also for hpZ and qgZ).
+  bool hierarchical = false;
   std::optional<precision::LossScalerOptions> loss_scaler;  // fp16 only
   optim::ScheduleOptions schedule;
   uint64_t seed = 0;       // model init, sampling, adapter dropout

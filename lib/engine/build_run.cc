@@ -18,7 +18,15 @@ BuiltRun build_run(const Assembly& a, dist::Communicator& world, const RunEnv& e
   zero::ZeroConfig zc = a.zero;
   if (env.offload_link != nullptr) zc.offload.link = env.offload_link;
   if (env.device_world != nullptr) s->use_device_comms(env.make_device_comm, *env.device_world);
-  r.engine = std::make_unique<zero::ZeroEngine>(s->engine_module(*r.model), s->engine_comm(),
+  dist::Communicator* comm = &s->engine_comm();
+  if (a.hierarchical || zc.hierarchical_partition || zc.gradient_codes.bits != 0) {
+    const std::string setting = a.hierarchical              ? "dist.hierarchical"
+                                : zc.hierarchical_partition ? "zero.hierarchical_partition"
+                                                            : "zero.quantized_gradients";
+    r.node_comm = dist::HierarchicalCommunicator::make(*comm, a.hierarchical, setting);
+    comm = r.node_comm.get();
+  }
+  r.engine = std::make_unique<zero::ZeroEngine>(s->engine_module(*r.model), *comm,
                                                 s->engine_config(zc), fill);
   s->attach(*r.model, *r.engine, fill);
   return r;

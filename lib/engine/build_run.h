@@ -43,7 +43,10 @@ struct RunEnv {
 // strategy (which owns the engine's view of the model) and the model.
 struct BuiltRun {
   std::unique_ptr<nn::Decoder> model;
-  std::unique_ptr<Strategy> strategy;        // the layout (make_strategy)
+  std::unique_ptr<Strategy> strategy;  // the layout (make_strategy)
+  // dist.hierarchical, hpZ or qgZ: the engine's communicator, over strategy->engine_comm()
+  // (dist::HierarchicalCommunicator); null otherwise.
+  std::unique_ptr<dist::HierarchicalCommunicator> node_comm;
   std::unique_ptr<zero::ZeroEngine> engine;  // over strategy->engine_module(*model)
 };
 

@@ -110,6 +110,7 @@ struct RankRun {
   int64_t offload_nvme = 0;      // the optimizer state file (offload), bytes
   int64_t offload_host = 0;      // the optimizer state in host memory (host offload), bytes
   int64_t offload_pinned = 0;    // a GPU run's pinned transfer buffers (offload), bytes
+  int64_t hpz_secondary = 0;     // ZeRO++'s secondary partitions, bytes
   int64_t padded_params = 0, frozen_padded_params = 0, quantized_bytes = 0, num_params = 0;
   int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
   int64_t tp_bytes = 0;   // tensor parallelism: bytes it sends over its tp group in the step
@@ -300,6 +301,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
   out.offload_pinned = engine.offload_pinned_bytes();
+  out.hpz_secondary = engine.secondary_partition_bytes();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
   // Peaks of each phase: the step, an evaluation batch, and the gather of the
@@ -368,6 +370,11 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
   e.world = world;
   e.nodes = nodes;
   e.recipe_stage = recipe_assembly.zero.stage;
+  e.zeropp_weights = r.zero.quantized_weights;
+  e.hpz = r.zero.hierarchical_partition;
+  if (r.zero.quantized_gradients != config::GradientCodes::kNone)
+    e.zeropp_gradients = std::string(config::to_string(r.zero.quantized_gradients));
+  e.zeropp = e.zeropp_weights || e.hpz || !e.zeropp_gradients.empty();
   e.precision = r.precision;
   e.compute_bytes = int(dtype_size(recipe_assembly.dtype));
   const std::vector<nn::SegmentInfo> segments = nn::decoder_segments(recipe_assembly.model);
@@ -393,8 +400,12 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     }
     config::Recipe rs = r;
     rs.zero.stage = s;
-    // Parameter offload applies to stage 3 only; the other stages keep them in memory.
-    if (s < 3) rs.zero.offload_params.device = config::OffloadDevice::kNone;
+    // Parameter offload and ZeRO++ apply to stage 3 only; the other stages run without them.
+    if (s < 3) {
+      rs.zero.offload_params.device = config::OffloadDevice::kNone;
+      rs.zero.quantized_weights = rs.zero.hierarchical_partition = false;
+      rs.zero.quantized_gradients = config::GradientCodes::kNone;
+    }
     const Assembly a = assemble(rs, world);
     // Every rank, the largest of each figure (summary.json's 'memory' is the
     // maximum over ranks); the ranks' shards are equal, so they agree.
@@ -419,6 +430,7 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
       most.offload_nvme = std::max(most.offload_nvme, run.offload_nvme);
       most.offload_host = std::max(most.offload_host, run.offload_host);
       most.offload_pinned = std::max(most.offload_pinned, run.offload_pinned);
+      most.hpz_secondary = std::max(most.hpz_secondary, run.hpz_secondary);
       most.tp_bytes = std::max(most.tp_bytes, run.tp_bytes);
       most.sp_bytes = std::max(most.sp_bytes, run.sp_bytes);
       most.network_bytes = std::max(most.network_bytes, run.network_bytes);
@@ -438,6 +450,7 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     st.offload_nvme = most.offload_nvme;
     st.offload_host = most.offload_host;
     st.offload_pinned = most.offload_pinned;
+    st.hpz_secondary = most.hpz_secondary;
     st.comm_bytes_per_step = most.comm_bytes;  // rank 0's, as summary.json
     st.tp_bytes_per_step = most.tp_bytes;
     st.sp_bytes_per_step = most.sp_bytes;
@@ -650,6 +663,21 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
         "records nothing): stage 3 sends 3P + 2P_base elements per micro-batch; activations "
         "hold the adapter path (dropout, x A^T, (.) B^T, scale, add) and what the frozen ops "
         "keep once a gradient flows, as the step on the counting device allocates them.");
+  if (e.zeropp)
+    a.push_back(fmt::format(
+        "ZeRO++ at stage 3 (stages 0-2 are shown without it){}{}{}.",
+        e.zeropp_weights ? "; qwZ: parameters gathered as int8 codes, blocks of 256 with an fp32 "
+                           "scale each (1 + 4/256 bytes an element)"
+                         : "",
+        e.hpz ? "; hpZ: each rank keeps 1/L of every gathered segment (L ranks per host; "
+                "'hpZ secondary', part of 'params', or of 'frozen' for a LoRA base) and backward "
+                "gathers inside the host"
+              : "",
+        e.zeropp_gradients.empty()
+            ? std::string()
+            : fmt::format("; qgZ: gradients reduced as {} codes through an all-to-all inside "
+                          "each host, then one across hosts",
+                          e.zeropp_gradients)));
   if (e.stages[0].offload_host > 0)
     a.push_back(
         "Offload (zero.offload_optimizer host, GPU runs): the fp32 master weights and Adam m, v "
@@ -743,6 +771,9 @@ std::string format_estimate(const Estimate& e) {
   if (e.stages[0].offload_pinned > 0)
     row("  pinned transfer buffers",
         [](const StageEstimate& s) { return human(s.offload_pinned); });
+  if (e.stages[3].hpz_secondary > 0)
+    row("  hpZ secondary (in params)",
+        [](const StageEstimate& s) { return human(s.hpz_secondary); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });
   if (e.lora.enabled()) row("frozen base", [](const StageEstimate& s) { return human(s.frozen); });
@@ -940,6 +971,11 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   j["world_size"] = e.world;
   j["nodes"] = e.nodes;
   j["recipe_stage"] = e.recipe_stage;
+  if (e.zeropp)
+    j["zeropp"] = {
+        {"quantized_weights", e.zeropp_weights},
+        {"hierarchical_partition", e.hpz},
+        {"quantized_gradients", e.zeropp_gradients.empty() ? "none" : e.zeropp_gradients}};
   j["precision"] = std::string(config::to_string(e.precision));
   j["compute_bytes"] = e.compute_bytes;
   j["checkpointed_layers"] = e.checkpointed;
@@ -1023,6 +1059,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
     o["offload_nvme"] = s.offload_nvme;
     o["offload_host"] = s.offload_host;
     o["offload_pinned"] = s.offload_pinned;
+    o["hpz_secondary"] = s.hpz_secondary;
     o["paper_formula"] = paper_formula(s.stage, e.compute_bytes);
     o["paper_bytes"] = s.paper_bytes;
     o["comm_bytes_per_step"] = s.comm_bytes_per_step;

@@ -92,6 +92,10 @@ struct StageEstimate {
   // page-locked host buffers carrying the rank's gradient shards down and its
   // parameter shards up (2cP/N); 0 otherwise.
   int64_t offload_pinned = 0;
+  // ZeRO++'s hpZ (zero.hierarchical_partition, stage 3): of model_states.params (and frozen,
+  // quantized for a base), the secondary partitions: 1/L of the model per rank, L the ranks
+  // on a host. 0 otherwise.
+  int64_t hpz_secondary = 0;
   int64_t comm_bytes_per_step = 0;  // bytes this rank sends in the step (ring model)
   // A pipeline (parallel.pipeline > 1): ZeRO-3 is refused (the column is
   // empty); per pipeline stage (Estimate::pipeline), the bytes the stage
@@ -126,6 +130,10 @@ struct Estimate {
   int world = 1;
   int nodes = 1;  // --nodes: the world's ranks in `nodes` equal, consecutive groups (hosts)
   int recipe_stage = 0;
+  // ZeRO++ (recipe zero.quantized_weights / hierarchical_partition / quantized_gradients), applied
+  // to the stage-3 column only; zeropp_gradients "int8" / "int4", or empty.
+  bool zeropp = false, zeropp_weights = false, hpz = false;
+  std::string zeropp_gradients;
   config::Precision precision = config::Precision::kFp32;
   int compute_bytes = 4;          // c: bytes of a parameter, gradient or activation
   std::vector<int> checkpointed;  // activation_checkpointing.layers

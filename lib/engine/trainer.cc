@@ -330,6 +330,7 @@ void Trainer::setup(const TrainOptions& options) {
   BuiltRun run = build_run(a, comm_, env);
   model_ = std::move(run.model);
   strategy_ = std::move(run.strategy);
+  node_comm_ = std::move(run.node_comm);
   zero_ = std::move(run.engine);
   if (a.objective) {
     preference_ = std::make_unique<PreferenceHead>(*a.objective);

@@ -199,7 +199,8 @@ class Trainer {
   std::unique_ptr<dist::Communicator> gpu_comm_;  // GPU runs: NCCL over comm_
   TrainingData data_;  // the batches: a token stream's windows or fine-tuning examples
   std::unique_ptr<nn::Decoder> model_;
-  std::unique_ptr<Strategy> strategy_;  // the parallel layout (strategy.h)
+  std::unique_ptr<Strategy> strategy_;                         // the parallel layout (strategy.h)
+  std::unique_ptr<dist::HierarchicalCommunicator> node_comm_;  // BuiltRun::node_comm
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
   std::unique_ptr<PreferenceHead> preference_;            // preference training: the model's head

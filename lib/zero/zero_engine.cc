@@ -170,6 +170,26 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
     shards.push_back(std::move(sh));
     segments_.push_back(std::move(s));
   }
+  node_ = dynamic_cast<dist::HierarchicalCommunicator*>(&comm);
+  const bool node_collectives = c.hierarchical_partition || c.gradient_codes.bits != 0;
+  FD_CHECK(c.stage == 3 || (!node_collectives && !c.quantized_weights),
+           "ZeRO++ needs stage 3 (stage {})", c.stage);
+  FD_CHECK(!node_collectives || node_ != nullptr,
+           "hpZ and qgZ need a HierarchicalCommunicator as the engine's communicator");
+  if (c.hierarchical_partition) {
+    const int L = node_->local_size();
+    const Device device = segments_.empty() ? Device::cpu() : segments_[0].grad_shard.device();
+    for (Segment& s : segments_) {
+      if (s.shard > 0)
+        s.secondary = Tensor::empty(Shape{s.group->numel() / L}, s.group->dtype(),
+                                    MemCategory::kParams, device);
+      if (s.frozen != nullptr && s.frozen->numel() > 0)
+        s.frozen_secondary = Tensor::empty(
+            Shape{s.frozen->numel() / L}, s.frozen->dtype(),
+            s.frozen->dtype() == DType::kU8 ? MemCategory::kQuantized : MemCategory::kFrozen,
+            device);
+    }
+  }
   for (int g : c.checkpoint_segments) {
     FD_CHECK(g >= 0 && g < int(segments_.size()), "checkpoint segment {}", g);
     segments_[size_t(g)].checkpointed = true;
@@ -240,19 +260,21 @@ int64_t ZeroEngine::padded_params() const {
   return n;
 }
 
-void ZeroEngine::pin_params(int g) {
+void ZeroEngine::pin_params(int g, bool backward) {
   Segment& s = segments_[size_t(g)];
   if (config_.stage < 3) return;
   if (s.param_pins++ > 0) return;
   const Tensor& full = s.group->flat_params();
   full.storage()->acquire();
+  // hpZ: backward gathers the secondary partitions the forward kept, inside the node.
+  const bool from_secondary = backward && s.secondary_current;
   if (s.shard > 0) {
     // Offloaded: read from the optimizer's file (or taken from the read
     // started when the previous segment was gathered), then read the next
     // segment in the direction of travel (forward: up, backward: down) ahead.
     const Tensor shard = params_offloaded_ ? optimizer_->fetch_params(size_t(g)) : s.param_shard;
     optimizer_->params_ready(size_t(g));  // host offload: after the shard's upload
-    comm_.all_gather(shard.comm_data(), full.comm_data(), s.shard, dtype_);
+    gather(shard, full, s.shard, s.secondary, from_secondary);
   }
   const int next = g + (g >= last_pinned_ ? 1 : -1);
   const bool prefetch = params_offloaded_ && next >= 0 && next < int(segments_.size());
@@ -262,9 +284,50 @@ void ZeroEngine::pin_params(int g) {
     const Tensor& base = s.frozen->flat_params();
     base.storage()->acquire();
     const Tensor shard = frozen_ ? frozen_->fetch(size_t(g)) : s.frozen_shard;
-    comm_.all_gather(shard.comm_data(), base.comm_data(), shard.numel(), base.dtype());
+    gather(shard, base, shard.numel(), s.frozen_secondary, from_secondary);
     if (frozen_ && prefetch) frozen_->prefetch(size_t(next));
   }
+  if (config_.hierarchical_partition && !backward) s.secondary_current = true;
+}
+
+void ZeroEngine::gather(const Tensor& shard, const Tensor& full, int64_t count,
+                        const Tensor& secondary, bool from_secondary) {
+  const DType dt = full.dtype();
+  if (from_secondary && secondary.defined()) {
+    node_->node_all_gather_async(secondary.comm_data(), full.comm_data(), secondary.numel(), dt)
+        ->wait();
+    return;
+  }
+  if (config_.quantized_weights && dt != DType::kU8 && count > 0) {
+    // Every rank's codes side by side, this rank's encoded in place, then decoded in order.
+    const int n = comm_.size();
+    const int64_t wb = dist::wire_bytes(count, kWeightCodes);
+    if (!weight_wire_.defined() || weight_wire_.numel() < n * wb)
+      weight_wire_ = Tensor::empty(Shape{n * wb}, DType::kU8, MemCategory::kComm, full.device());
+    uint8_t* wire = static_cast<uint8_t*>(weight_wire_.comm_data());
+    uint8_t* mine = wire != nullptr ? wire + comm_.rank() * wb : nullptr;
+    if (wire != nullptr) dist::wire_encode(shard.comm_data(), dt, count, kWeightCodes, mine);
+    comm_.all_gather(mine, wire, wb, DType::kU8);
+    if (wire != nullptr) {
+      uint8_t* out = static_cast<uint8_t*>(full.comm_data());
+      for (int r = 0; r < n; ++r)
+        dist::wire_decode(wire + r * wb, count, kWeightCodes, out + r * count * dtype_size(dt), dt);
+    }
+  } else {
+    comm_.all_gather(shard.comm_data(), full.comm_data(), count, dt);
+  }
+  if (secondary.defined())
+    secondary.copy_from(
+        full.flat_slice(node_->local_rank() * secondary.numel(), secondary.numel()));
+}
+
+int64_t ZeroEngine::secondary_partition_bytes() const {
+  int64_t n = 0;
+  for (const Segment& s : segments_) {
+    if (s.secondary.defined()) n += s.secondary.nbytes();
+    if (s.frozen_secondary.defined()) n += s.frozen_secondary.nbytes();
+  }
+  return n;
 }
 
 void ZeroEngine::unpin_params(int g) {
@@ -301,7 +364,7 @@ autograd::Variable ZeroEngine::run(int g, const nn::SegmentFn& fn, const autogra
   autograd::SegmentHooks hooks;
   if (recording) {
     hooks.before_backward = [this, g, also_needs] {
-      pin_params(g);
+      pin_params(g, true);
       ensure_grads(g);
       for (int a : also_needs) ensure_grads(a);
     };
@@ -332,6 +395,19 @@ void ZeroEngine::launch_reduce(int g) {
     if (config_.stage >= 2) s.group->flat_grads().storage()->release();
     return;
   }
+  if (config_.gradient_codes.bits != 0) {  // qgZ: no 16-bit sums to stage
+    Pending p;
+    p.segment = g;
+    p.into_shard = micro_ == 0 && s.grad_shard_own;
+    p.recv =
+        p.into_shard ? s.grad_shard : Tensor::empty(Shape{s.shard}, dtype_, MemCategory::kComm);
+    p.work =
+        node_->quantized_reduce_scatter_async(s.group->flat_grads().comm_data(), p.recv.comm_data(),
+                                              s.shard, dtype_, config_.gradient_codes);
+    pending_.push_back(std::move(p));
+    complete_beyond_limit();
+    return;
+  }
   if (!staging_kept_) {
     // Every reduction is one segment's reduce-scatter: from the first on, the
     // communicator keeps the staging of the largest (MPI's fp32 copies of
@@ -348,6 +424,10 @@ void ZeroEngine::launch_reduce(int g) {
   const Tensor& full = s.group->flat_grads();
   p.work = comm_.reduce_scatter_async(full.comm_data(), p.recv.comm_data(), s.shard, dtype_);
   pending_.push_back(std::move(p));
+  complete_beyond_limit();
+}
+
+void ZeroEngine::complete_beyond_limit() {
   // Bounds the transient gradient buckets of stages 2-3 while still
   // overlapping with backward; on a GPU the host does not block here.
   const size_t limit = config_.overlap_comm ? size_t(config_.reductions_in_flight) : 0;
@@ -488,6 +568,7 @@ StepResult ZeroEngine::step(float lr, double loss_scale) {
   }
   optimizer_->step(lr, factor, gather);
   for (auto& w : works) w->wait();
+  for (Segment& s : segments_) s.secondary_current = false;  // hpZ: stale until the next forward
   // Stage 0's next forward reads the updated parameters directly; stage 3
   // orders each segment's gather after its upload (pin_params).
   if (config_.stage == 0) settle_params();
@@ -547,6 +628,7 @@ void ZeroEngine::load_state(const StateReader& read, int64_t optimizer_step) {
     });
   }
   optimizer_->set_steps_taken(optimizer_step);
+  for (Segment& s : segments_) s.secondary_current = false;
   // Make every rank's full parameters current again.
   if (config_.stage == 1 || config_.stage == 2) {
     for (const Segment& s : segments_) {

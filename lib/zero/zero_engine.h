@@ -53,6 +53,8 @@
 #include <vector>
 
 #include "lib/dist/communicator.h"
+#include "lib/dist/hierarchical_communicator.h"
+#include "lib/dist/wire_quant.h"
 #include "lib/nn/module.h"
 #include "lib/nn/segment_runner.h"
 #include "lib/optim/adamw.h"
@@ -112,7 +114,27 @@ struct ZeroConfig {
   float grad_clip = 1.0f;                // max global gradient norm; <= 0 disables clipping
   std::vector<int> checkpoint_segments;  // segments whose activations are recomputed in backward
   OffloadConfig offload;                 // where the optimizer state lives
+  // ZeRO++ (arXiv 2306.10209), stage 3 only, each on its own (docs/ZERO.md, ZeRO++). The
+  // last two need the engine's communicator to be a dist::HierarchicalCommunicator (its node
+  // collectives); the first works over any.
+  // qwZ: every parameter gather (trainable and a 16-bit frozen base) moves kWeightCodes wire
+  // codes (int8, blocks of 256, an fp32 scale each) and every rank computes with the decoded
+  // values, its own shard's included; the shards and fp32 master weights are untouched.
+  bool quantized_weights = false;
+  // hpZ: a segment's forward gather also keeps this rank's 1/L of it (L: its node's ranks),
+  // its secondary partition, in the compute dtype (MemCategory::kParams); backward gathers
+  // from those inside the node. A step's update makes them stale until the next forward.
+  bool hierarchical_partition = false;
+  // qgZ: gradient reductions through HierarchicalCommunicator::quantized_reduce_scatter_async
+  // with these codes; bits 0: the plain reduce-scatter.
+  dist::WireFormat gradient_codes{0, 0};
 };
+
+// qwZ's weight codes (DeepSpeed quantizes weights to int8 in groups; blocks of 256 here).
+inline constexpr dist::WireFormat kWeightCodes{8, 256};
+// qgZ's gradient codes: int8 in blocks of 256, int4 in blocks of 64.
+inline constexpr dist::WireFormat kGradientCodes8{8, 256};
+inline constexpr dist::WireFormat kGradientCodes4{4, 64};
 
 struct StepResult {
   double grad_norm = 0.0;  // global L2 norm before clipping, loss scale removed
@@ -266,6 +288,8 @@ class ZeroEngine : public nn::SegmentRunner {
     return frozen_ ? frozen_->buffer_bytes() + frozen_->staging_bytes() : 0;
   }
   bool optimizer_offloaded() const { return optimizer_->offloaded(); }
+  // hpZ: this rank's secondary partitions (trainable and frozen), bytes; 0 without hpZ.
+  int64_t secondary_partition_bytes() const;
   bool params_offloaded() const { return params_offloaded_; }
   // Resident parameter bytes with offloaded parameters: the staging buffers.
   int64_t params_staging_bytes() const { return optimizer_->params_staging_bytes(); }
@@ -285,6 +309,9 @@ class ZeroEngine : public nn::SegmentRunner {
     Tensor frozen_shard;                         // stage 3: the rank's part of the frozen base
     int param_pins = 0;                          // stage 3: users of the gathered full parameters
     int deferred_unpins = 0;  // pins held by later segments, dropped after this one's backward
+    Tensor secondary;         // hpZ: this rank's 1/L of the gathered parameters
+    Tensor frozen_secondary;  // hpZ: the same of the frozen base
+    bool secondary_current = false;  // hpZ: secondary holds the parameters as they are now
   };
   struct Pending {
     int segment;
@@ -293,10 +320,18 @@ class ZeroEngine : public nn::SegmentRunner {
     bool into_shard;  // recv is the grad shard itself (no copy or add needed)
   };
 
-  void pin_params(int g);
+  // `backward`: the gather before a segment's backward (hpZ gathers it inside the node).
+  void pin_params(int g, bool backward = false);
+  // One stage-3 gather of `count` elements per rank from `shard` into `full`, as configured:
+  // inside the node from `secondary` (hpZ, backward, when current), or as wire codes (qwZ,
+  // floating point), or plain; then (hpZ, forward) this rank's part of `full` into `secondary`.
+  void gather(const Tensor& shard, const Tensor& full, int64_t count, const Tensor& secondary,
+              bool from_secondary);
   void unpin_params(int g);
   void ensure_grads(int g);
   void launch_reduce(int g);
+  // Completes the oldest reductions beyond zero.reductions_in_flight (none without overlap).
+  void complete_beyond_limit();
   // Orders the device after p's reduction, folds it into the shard and frees
   // its buffers; the host waits for it later (drain).
   void complete(Pending& p);
@@ -311,6 +346,8 @@ class ZeroEngine : public nn::SegmentRunner {
   std::deque<Pending> pending_;
   std::vector<dist::WorkPtr> ordered_;  // completed on the device, not yet waited for by the host
   bool staging_kept_ = false;  // the communicator told the largest reduction (launch_reduce)
+  dist::HierarchicalCommunicator* node_ = nullptr;  // comm_ as one, when it is one
+  Tensor weight_wire_;  // qwZ: every rank's codes of one gather (kComm, grown to the largest)
   std::unique_ptr<optim::AdamW> optimizer_;
   // Offloaded parameters of a LoRA run under stage 3: the frozen base's
   // partitions, written once, fetched per segment like the adapters'.

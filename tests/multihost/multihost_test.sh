@@ -23,6 +23,11 @@
 #    process on both hosts within the timeout, naming the collective and the group's ranks by
 #    host; host 2's processes killed ends mpirun at once; the newest checkpoint of each resumes on
 #    the remaining host (2 ranks) and on both hosts with a straight run's losses;
+#  - hostile: host 2's recipe with other ZeRO settings (zero.quantized_gradients): refused the same;
+#    3 ranks (2 + 1) with dist.hierarchical: refused at start (exit 2) naming the hosts' ranks;
+#  - dist.hierarchical across the hosts (stages 2, 3): the one-host run's losses to 1e-5, fewer bytes
+#    across; ZeRO++ (qwZ + hpZ + qgZ int4 + dist.hierarchical): bytes per step, in all and across,
+#    as `estimate --nodes 2` counts, >= 3.5x fewer across than ZeRO-3, final loss within 1%;
 #  - shaped links (tc token bucket, 200 Mbit/s each way): in place, and ZeRO-3 still bitwise.
 # Needs root and network namespaces; otherwise it says why and exits 77 (ctest: skipped).
 #
@@ -188,6 +193,15 @@ sed 's/^optimizer: {lr: 1.0e-3}/optimizer: {lr: 2.0e-3}/' "$R" >"$HOSTS_DIR/r.ot
 host_bind 2 "$HOSTS_DIR/r.other.yaml" "$R"
 refused_on_hosts otherrecipe "rank 2 \(host ${HOSTS_TAG}h2\) resolved another recipe than rank 0 \(host ${HOSTS_TAG}h1\): 1 field\(s\) differ: optimizer.lr \(0.001 on rank 0\)"
 host_unbind 2
+# Mismatched ZeRO settings: host 2's recipe turns ZeRO++'s quantized gradients on.
+printf '%s\nzero: {stage: 3, quantized_gradients: int4}\n' "$RECIPE" >"$HOSTS_DIR/r.zero.yaml"
+printf '%s\nzero: {stage: 3}\n' "$RECIPE" >"$TMP/rz.yaml"
+host_bind 2 "$HOSTS_DIR/r.zero.yaml" "$TMP/rz.yaml"
+R_SAVED=$R
+R=$TMP/rz.yaml
+refused_on_hosts otherzero "rank 2 \(host ${HOSTS_TAG}h2\) resolved another recipe than rank 0 \(host ${HOSTS_TAG}h1\): 1 field\(s\) differ: zero.quantized_gradients \(none on rank 0\)"
+R=$R_SAVED
+host_unbind 2
 
 # 7. Faults across hosts (dist.timeout_s 10): host 2's link taken down mid-run, then host 2's
 # processes all killed mid-run. The link: every fdtrain process on both hosts ends within the
@@ -271,7 +285,55 @@ PY
   else fail "$name: resume from step $at"; fi
 done
 
-# 8. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
+# 8. Node-aware collectives and ZeRO++ across the hosts. dist.hierarchical (stage 2 and 3): the
+# one-host run's losses to 1e-5 (sums grouped by host), fewer bytes across; ZeRO++ (all three
+# switches, with dist.hierarchical) against plain ZeRO-3 on the same hosts: its network block is
+# estimate --nodes 2's, at least 3.5x fewer bytes across hosts, the final loss within 1%.
+for z in 2 3; do
+  on_hosts h$z 4 zero.stage=$z dist.hierarchical=true
+  if python3 - "$TMP/z${z}l" "$TMP/z$z" "$TMP/h$z" <<'PY'
+import json, sys
+one, flat, hier = sys.argv[1:4]
+loss = lambda d: {m["step"]: m["loss"] for m in map(json.loads, open(d + "/metrics.jsonl")) if "grad_norm" in m}
+a, b = loss(one), loss(hier)
+assert sorted(a) == sorted(b) and len(a) == 10, (sorted(a), sorted(b))
+worst = max(abs(b[s] - a[s]) / abs(a[s]) for s in a)
+across = lambda d: json.load(open(d + "/summary.json"))["network"]["inter_node_bytes_per_step"]
+assert worst <= 1e-5 and across(hier) < across(flat), (worst, across(hier), across(flat))
+print(f"    losses within {worst:.3g} of one host's; {across(hier)} bytes across per step (flat {across(flat)})")
+PY
+  then echo "ok: h$z: dist.hierarchical across hosts"
+  else fail "h$z: dist.hierarchical across hosts"; fi
+done
+# Hostile: 3 ranks (2 on host 1, 1 on host 2) cannot split by host: refused at start, exit 2.
+out=$(timeout 120 mpirun "${MPIRUN_HOSTS[@]}" -n 3 "$FDTRAIN" train "$R" dist.hierarchical=true \
+      batch.global=6 --run-dir "$TMP/uneven" --no-progress 2>&1)
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "dist.hierarchical: node-aware collectives need every host to run the same number of the data-parallel group's ranks, consecutively, but the group's ranks are ranks 0-1 on host ${HOSTS_TAG}h1, rank 2 on host ${HOSTS_TAG}h2" <<<"$out"; then
+  echo "ok: uneven: 2 + 1 ranks refused with dist.hierarchical, naming the hosts"
+else
+  fail "uneven: exit $rc"; echo "$out" | grep -v '^--\|^$' | head -4 | sed 's/^/    /'
+fi
+ZPP="zero.stage=3 zero.quantized_weights=true zero.hierarchical_partition=true zero.quantized_gradients=int4 dist.hierarchical=true"
+on_hosts zpp 4 $ZPP
+"$FDTRAIN" estimate "$R" $ZPP --world-size 4 --nodes 2 --json >"$TMP/zpp.est.json" 2>&1 || fail "zpp: estimate"
+if python3 - "$TMP/z3/summary.json" "$TMP/zpp/summary.json" "$TMP/zpp.est.json" <<'PY'
+import json, sys
+plain, zpp, est = (json.load(open(p)) for p in sys.argv[1:4])
+st = next(s for s in est["stages"] if s["stage"] == 3)
+n, p = zpp["network"], plain["network"]
+assert n["bytes_per_step"] == st["network_bytes_per_step"], (n, st)
+assert n["inter_node_bytes_per_step"] == st["inter_node_bytes_per_step"], (n, st)
+ratio = p["inter_node_bytes_per_step"] / n["inter_node_bytes_per_step"]
+drift = abs(zpp["final_loss"] - plain["final_loss"]) / plain["final_loss"]
+print(f"    {n['inter_node_bytes_per_step']} bytes across per step ({ratio:.1f}x fewer than ZeRO-3's "
+      f"{p['inter_node_bytes_per_step']}), as estimated; final loss {zpp['final_loss']:.4f} vs {plain['final_loss']:.4f}")
+assert ratio >= 3.5 and drift <= 0.01, (ratio, drift)
+PY
+then echo "ok: zpp: ZeRO++ across hosts"
+else fail "zpp: ZeRO++ across hosts"; fi
+
+# 9. Shaped links (a token bucket of 200 Mbit/s each way on every host's link, as the ZeRO++
 # bench uses): the qdiscs are in place and ZeRO-3 still gives the one-host weights.
 saved=$(json "$TMP/z3l/summary.json" weights_sha256)
 hosts_down
