@@ -42,7 +42,7 @@ link_bytes() {  # both hosts' links, both directions, so far
   done
   echo "$sum"
 }
-echo "zeropp_bench: 2 hosts x 2 ranks, each host's link $RATE each way (tc tbf); $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "zeropp_bench: 2 hosts x 2 ranks, each host's link $RATE each way (tc tbf); $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores"
 
 if [[ " $PARTS " == *" collectives "* ]]; then
   echo

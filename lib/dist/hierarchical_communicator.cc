@@ -203,7 +203,8 @@ void permute_chunks(const uint8_t* src, uint8_t* dst, int chunks, int64_t bytes,
 
 }  // namespace
 
-// Staging: 0 the reordered send / gathered buffer (N chunks), 1 the intermediate (H chunks).
+// Staging: 0 the reordered send / gathered buffer (N chunks), 1 the intermediate (H chunks), 8 the
+// partials received across nodes, 9-10 their fp32 sum and term (16-bit dtypes).
 void HierarchicalCommunicator::do_reduce_scatter(const uint8_t* send, uint8_t* recv, int64_t count,
                                                  DType dtype, Sum16 mode) {
   const int H = nodes_h_, L = local_l_;
@@ -213,9 +214,35 @@ void HierarchicalCommunicator::do_reduce_scatter(const uint8_t* send, uint8_t* r
   // Block l' of a: the chunks of ranks h' * L + l', h' = 0..H-1.
   permute_chunks(send, a, H * L, chunk, [H, L](int i) { return (i % H) * L + i / H; });
   intra_->set_sum16(mode);
-  inter_->set_sum16(mode);
   intra_->reduce_scatter(a, b, int64_t(H) * count, dtype);
-  inter_->reduce_scatter(b, recv, count, dtype);
+  // Across hosts: each host's partial of chunk h to host h (an all-to-all), summed here in host
+  // order. MPI's reduce-scatter of few ranks reduces to one rank and scatters (1.5x the ring's
+  // bytes at 2 ranks, measured on the hosts' links); the all-to-all sends exactly (H-1)/H.
+  uint8_t* c = scratch(8, int64_t(H) * chunk);
+  inter_->all_to_all(b, c, count, dtype);
+  if (!moves_data_) return;
+  if (dtype == DType::kF32) {
+    float* out = reinterpret_cast<float*>(recv);
+    const float* in = reinterpret_cast<const float*>(c);
+    std::copy(in, in + count, out);
+    for (int h = 1; h < H; ++h)
+      for (int64_t i = 0; i < count; ++i) out[i] += in[int64_t(h) * count + i];
+    return;
+  }
+  // 16-bit: widened and added in fp32, rounded once (Sum16::kFp32) or after every add (kNative,
+  // as MpiCommunicator's native sums).
+  float* acc = reinterpret_cast<float*>(scratch(9, count * 4));
+  float* term = reinterpret_cast<float*>(scratch(10, count * 4));
+  convert_to_f32(dtype, c, acc, size_t(count));
+  for (int h = 1; h < H; ++h) {
+    convert_to_f32(dtype, c + int64_t(h) * chunk, term, size_t(count));
+    for (int64_t i = 0; i < count; ++i) acc[i] += term[i];
+    if (mode == Sum16::kNative) {
+      convert_f32_to(dtype, acc, recv, size_t(count));
+      convert_to_f32(dtype, recv, acc, size_t(count));
+    }
+  }
+  convert_f32_to(dtype, acc, recv, size_t(count));
 }
 
 void HierarchicalCommunicator::do_all_gather(const uint8_t* send, uint8_t* recv, int64_t count,
@@ -387,12 +414,15 @@ void HierarchicalCommunicator::keep_staging(Collective c, int64_t count, DType d
       return;
     }
     intra_->set_sum16(sum16());
-    inter_->set_sum16(sum16());
     intra_->keep_staging(c, int64_t(nodes_h_) * count, dtype);
-    inter_->keep_staging(c, count, dtype);
     const int64_t chunk = count * int64_t(dtype_size(dtype));
     scratch(0, int64_t(nodes_h_) * local_l_ * chunk);
     scratch(1, int64_t(nodes_h_) * chunk);
+    scratch(8, int64_t(nodes_h_) * chunk);
+    if (dtype != DType::kF32) {
+      scratch(9, count * 4);
+      scratch(10, count * 4);
+    }
   })->wait();
 }
 

@@ -17,7 +17,11 @@
 // 1/2 S instead of 3/4 S). Steps:
 //   reduce-scatter: the chunks reordered so that each local rank's block holds the chunks of
 //     the H ranks with its local index; reduce-scatter inside the node (each rank: its H
-//     chunks summed over the node), then across nodes (its own chunk summed over the nodes).
+//     chunks summed over the node), then across nodes an all-to-all of those partial sums, each
+//     rank adding the H partials of its own chunk in node order (in fp32; 16-bit values rounded
+//     once, or after each add with Sum16::kNative). An all-to-all, not MPI's reduce-scatter:
+//     with few ranks that reduces to one and scatters, 1.5x the bytes at 2 (the hosts' links'
+//     counters show it); the all-to-all sends exactly the ring model's (H-1)/H.
 //   all-gather: across nodes (the H chunks of this local index), then inside the node, then
 //     reordered into rank order.
 //   all-reduce (sum): reduce-scatter inside the node (a 1/L slice, the buffer padded to a
