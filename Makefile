@@ -114,6 +114,7 @@ bench:
 	./bench/pipeline_bench.sh $(BUILD_DIR)
 	./bench/qlora_bench.sh $(BUILD_DIR)
 	./bench/tensor_parallel_bench.sh $(BUILD_DIR)
+	./bench/zeropp_bench.sh $(BUILD_DIR)
 
 # docs/RECIPES.md, the reference of every recipe key, from `fdtrain schema --markdown`.
 docs: build

@@ -34,14 +34,6 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 hosts_up 2 "$RATE" || { echo "zeropp_bench: could not make the hosts"; exit 1; }
 W=$HOSTS_DIR/work
 mkdir -p "$W"
-link_bytes() {  # both hosts' links, both directions, so far
-  local i sum=0
-  for ((i = 1; i <= HOSTS_N; i++)); do
-    sum=$((sum + $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/tx_bytes") +
-                 $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/rx_bytes")))
-  done
-  echo "$sum"
-}
 echo "zeropp_bench: 2 hosts x 2 ranks, each host's link $RATE each way (tc tbf); $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores"
 
 if [[ " $PARTS " == *" collectives "* ]]; then
@@ -52,9 +44,9 @@ if [[ " $PARTS " == *" collectives "* ]]; then
   for spec in "all_reduce flat" "all_reduce hierarchical" "reduce_scatter flat" \
               "reduce_scatter hierarchical" "reduce_scatter int8" "reduce_scatter int4" \
               "all_gather flat" "all_gather hierarchical"; do
-    before=$(link_bytes)
+    before=$(hosts_link_bytes)
     line=$(timeout 600 mpirun "${MPIRUN_HOSTS[@]}" -n 4 "$BIN/collective_bench" $spec --mib 64 --iters 5 2>&1 | tail -1)
-    after=$(link_bytes)
+    after=$(hosts_link_bytes)
     printf '   %s; link %.1f MB per op\n' "$line" "$(python3 -c "print(($after - $before) / 2 / 6 / 1e6)")"
   done
 fi
@@ -87,11 +79,11 @@ YAML
   for name in zero3 zeropp; do
     set=""
     [ "$name" = zeropp ] && set=$ZPP
-    before=$(link_bytes)
+    before=$(hosts_link_bytes)
     t0=$(date +%s)
     timeout 7200 mpirun "${MPIRUN_HOSTS[@]}" -n 4 "$BIN/fdtrain" train "$R" $set --run-dir "$W/$name" \
       --no-progress >"$W/$name.log" 2>&1 || { echo "   $name: exit $?"; tail -5 "$W/$name.log"; }
-    after=$(link_bytes)
+    after=$(hosts_link_bytes)
     "$BIN/fdtrain" estimate "$R" $set --world-size 4 --nodes 2 --json >"$W/$name.est.json"
     python3 - "$W/$name/summary.json" "$W/$name.est.json" "$name" "$((after - before))" "$(($(date +%s) - t0))" <<'PY'
 import json, sys

@@ -1504,6 +1504,18 @@ void Builder::zeropp_checks() {
             "with device: cuda: ZeRO++ runs on the CPU backend (MPI) only so far (its codes "
             "are encoded and summed on the host); use device: cpu or remove it");
   }
+  if (z.hierarchical_partition && !bad("zero.hierarchical_partition") &&
+      !bad("zero.offload_params") && z.offload_params.device != OffloadDevice::kNone)
+    error(loc_of("zero.hierarchical_partition"), "zero.hierarchical_partition",
+          "with zero.offload_params: hpZ keeps 1/L of the gathered parameters in memory, which "
+          "parameter offload exists to avoid; use one of them");
+  if (z.quantized_gradients != GradientCodes::kNone && !bad("zero.quantized_gradients") &&
+      !bad("zero.reduce_dtype") && z.reduce_dtype != Precision::kFp32)
+    error(loc_of("zero.reduce_dtype"), "zero.reduce_dtype",
+          fmt::format("{} with zero.quantized_gradients: the quantized reduction sums its decoded "
+                      "codes in fp32 whatever the dtype; remove zero.reduce_dtype (or "
+                      "zero.quantized_gradients)",
+                      to_string(z.reduce_dtype)));
   if (r_->dist.hierarchical && !bad("dist.hierarchical") && cuda)
     error(loc_of("dist.hierarchical"), "dist.hierarchical",
           "with device: cuda: NCCL already runs its collectives by host (rings and trees over "

@@ -104,7 +104,8 @@ struct HierarchicalCommunicator::Worker {
 namespace {
 
 // H and L of `flat`'s node layout, or a usage error naming it.
-std::pair<int, int> node_layout(const Communicator& flat, const std::string& setting) {
+std::pair<int, int> node_layout(const Communicator& flat, const std::string& setting,
+                                const std::vector<int>& world_ranks) {
   const int n = flat.size();
   const std::vector<int>& nodes = flat.nodes();
   if (nodes.empty() || n <= 1) return {1, n};
@@ -116,8 +117,11 @@ std::pair<int, int> node_layout(const Communicator& flat, const std::string& set
       for (int s = 0; s < r; s += l) regular = regular && nodes[size_t(s)] != nodes[size_t(r)];
   }
   if (!regular) {
-    std::vector<int> ranks(static_cast<size_t>(n));
-    std::iota(ranks.begin(), ranks.end(), 0);
+    std::vector<int> ranks = world_ranks;
+    if (int(ranks.size()) != n) {
+      ranks.resize(static_cast<size_t>(n));
+      std::iota(ranks.begin(), ranks.end(), 0);
+    }
     throw Error(ErrorKind::kUsage,
                 fmt::format("{}: node-aware collectives need every host to run the same number "
                             "of the data-parallel group's ranks, consecutively, but the group's "
@@ -131,8 +135,9 @@ std::pair<int, int> node_layout(const Communicator& flat, const std::string& set
 }  // namespace
 
 std::unique_ptr<HierarchicalCommunicator> HierarchicalCommunicator::make(
-    Communicator& flat, bool hierarchical, const std::string& setting) {
-  const auto [h, l] = node_layout(flat, setting);
+    Communicator& flat, bool hierarchical, const std::string& setting,
+    const std::vector<int>& world_ranks) {
+  const auto [h, l] = node_layout(flat, setting, world_ranks);
   return std::unique_ptr<HierarchicalCommunicator>(
       new HierarchicalCommunicator(flat, hierarchical, h, l));
 }
@@ -341,7 +346,8 @@ WorkPtr HierarchicalCommunicator::all_reduce_async(void* buf, int64_t count, DTy
 WorkPtr HierarchicalCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                        int64_t recv_count, DType dtype) {
   const Sum16 mode = sum16();
-  const bool flat = !hierarchical_ || nodes_h_ == 1 || local_l_ == 1;
+  const bool flat = !hierarchical_ || nodes_h_ == 1 || local_l_ == 1 || dtype == DType::kI32 ||
+                    dtype == DType::kU8;
   return enqueue([=, this] {
     if (flat) {
       whole_->set_sum16(mode);
@@ -398,6 +404,35 @@ WorkPtr HierarchicalCommunicator::quantized_reduce_scatter_async(const void* sen
     do_quantized_reduce_scatter(static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv),
                                 recv_count, dtype, format);
   });
+}
+
+void HierarchicalCommunicator::reserve(int64_t count, DType dtype, const WireFormat& codes) {
+  enqueue([=, this] {
+    const int H = nodes_h_, L = local_l_;
+    const int64_t chunk = count * int64_t(dtype_size(dtype));
+    if (hierarchical_ && H > 1 && L > 1) {  // do_reduce_scatter's and do_all_gather's
+      scratch(0, int64_t(H) * L * chunk);
+      scratch(1, int64_t(H) * chunk);
+      scratch(8, int64_t(H) * chunk);
+      if (dtype == DType::kBF16 || dtype == DType::kF16) {
+        scratch(9, count * 4);
+        scratch(10, count * 4);
+      }
+    }
+    if (codes.bits != 0) {  // do_quantized_reduce_scatter's
+      const int64_t wb = wire_bytes(count, codes);
+      scratch(4, int64_t(H) * count * 4);
+      if (L > 1) {
+        scratch(2, int64_t(L) * H * wb);
+        scratch(3, int64_t(L) * H * wb);
+      }
+      if (H > 1) {
+        scratch(5, int64_t(H) * wb);
+        scratch(6, int64_t(H) * wb);
+        scratch(7, count * 4);
+      }
+    }
+  })->wait();
 }
 
 void HierarchicalCommunicator::all_gather_f64(const double* send, double* recv,

@@ -68,8 +68,10 @@ class HierarchicalCommunicator final : public Communicator {
   // Collective over `flat` (it splits it). `flat` must outlive the result. Throws fd::Error
   // (kUsage) when flat's nodes do not hold equal runs of consecutive ranks, naming the layout
   // and `setting` (the recipe key that asked for it). Without known nodes the group is one node.
+  // `world_ranks`: flat's ranks' numbers in the world, for the message (empty: flat's own).
   static std::unique_ptr<HierarchicalCommunicator> make(Communicator& flat, bool hierarchical,
-                                                        const std::string& setting);
+                                                        const std::string& setting,
+                                                        const std::vector<int>& world_ranks = {});
   ~HierarchicalCommunicator() override;
 
   int rank() const override { return flat_.rank(); }
@@ -83,6 +85,12 @@ class HierarchicalCommunicator final : public Communicator {
   int local_size() const { return local_l_; }       // L
   int local_rank() const { return rank() % local_l_; }
   bool hierarchical() const { return hierarchical_; }
+
+  // Sizes now, and keeps, the staging of reduce-scatters and all-gathers of up to `count`
+  // elements of `dtype` per rank, and with codes.bits > 0 of quantized reduce-scatters: none
+  // of them allocates afterwards, so the kComm figure does not depend on when the worker runs
+  // them. Blocks until done.
+  void reserve(int64_t count, DType dtype, const WireFormat& codes);
 
   // ZeRO++'s hpZ: an all-gather inside this rank's node (recv gets local_size() * send_count
   // elements, local rank l's at l * send_count).

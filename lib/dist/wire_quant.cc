@@ -59,10 +59,12 @@ void wire_encode(const void* src, DType dtype, int64_t n, const WireFormat& f, u
     const float scale = finite ? absmax / qmax : std::numeric_limits<float>::quiet_NaN();
     std::memcpy(dst + 4 * b, &scale, 4);
     // A NaN scale decodes every value to NaN whatever the codes; zeros keep them defined.
+    // A scale so small (absmax below ~1e-36) that 1/s overflows divides instead.
     const float inv = finite && scale > 0.0f ? 1.0f / scale : 0.0f;
+    const bool divide = finite && scale > 0.0f && !std::isfinite(inv);
     for (int64_t i = 0; i < count; ++i) {
       // x * (1/s) may land a hair past q_max at the absmax: clamp.
-      const float c = std::clamp(std::nearbyint(x[i] * inv), -qmax, qmax);
+      const float c = std::clamp(std::nearbyint(divide ? x[i] / scale : x[i] * inv), -qmax, qmax);
       const int code = finite ? int(c) : 0;
       const int64_t at = begin + i;
       if (f.bits == 8) {

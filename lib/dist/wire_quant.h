@@ -4,7 +4,8 @@
 // n values (f32, bf16 or f16) are cut into blocks of `block` consecutive values (the last one
 // may be shorter). Each block has a scale s = absmax / q_max (q_max = 127 for 8 bits, 7 for 4
 // bits, symmetric: no zero point) and each value x the code c = round(x * (1 / s)) (nearest,
-// ties to even), clamped to [-q_max, q_max]; decoding gives c * s, in fp32. A block of zeros has s
+// ties to even; x / s for a block so small, absmax below ~1e-36, that 1 / s overflows), clamped
+// to [-q_max, q_max]; decoding gives c * s, in fp32. A block of zeros has s
 // = 0 and decodes to zeros. A block holding a NaN or an infinity has s = NaN and decodes to NaN in
 // every value: a non-finite gradient stays non-finite through a quantized reduction (the engine
 // then skips the step, as without quantization).

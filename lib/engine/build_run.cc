@@ -23,7 +23,10 @@ BuiltRun build_run(const Assembly& a, dist::Communicator& world, const RunEnv& e
     const std::string setting = a.hierarchical              ? "dist.hierarchical"
                                 : zc.hierarchical_partition ? "zero.hierarchical_partition"
                                                             : "zero.quantized_gradients";
-    r.node_comm = dist::HierarchicalCommunicator::make(*comm, a.hierarchical, setting);
+    // The engine's group is the mesh's {dp, sp} group in every strategy: its world ranks name
+    // the hosts in a refusal.
+    r.node_comm = dist::HierarchicalCommunicator::make(
+        *comm, a.hierarchical, setting, a.mesh.group_ranks(world.rank(), {"dp", "sp"}));
     comm = r.node_comm.get();
   }
   r.engine = std::make_unique<zero::ZeroEngine>(s->engine_module(*r.model), *comm,

@@ -301,7 +301,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   out.offload_nvme = engine.offload_file_bytes() + engine.frozen_file_bytes();
   out.offload_host = engine.offload_host_bytes();
   out.offload_pinned = engine.offload_pinned_bytes();
-  out.hpz_secondary = engine.secondary_partition_bytes();
+  out.hpz_secondary = engine.secondary_partition_bytes().total();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
   // Peaks of each phase: the step, an evaluation batch, and the gather of the
@@ -443,7 +443,7 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     st.quantized = most.quantized;
     st.activations = most.activations;
     st.comm_step = most.comm_step;
-    st.comm_staging = staging ? most.comm_step - run_rank(a, 0, false).comm_step : 0;
+    st.comm_staging = staging ? most.comm_step - run_rank(a, 0, false, nodes).comm_step : 0;
     st.comm_full_gather = most.comm_full_gather;
     st.comm_buffers = std::max(st.comm_step, st.comm_full_gather);
     st.other = most.other;
@@ -670,8 +670,8 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
                            "scale each (1 + 4/256 bytes an element)"
                          : "",
         e.hpz ? "; hpZ: each rank keeps 1/L of every gathered segment (L ranks per host; "
-                "'hpZ secondary', part of 'params', or of 'frozen' for a LoRA base) and backward "
-                "gathers inside the host"
+                "'hpZ secondary partitions', counted in 'params' and, for a LoRA base, in "
+                "'frozen' or '4-bit base') and backward gathers inside the host"
               : "",
         e.zeropp_gradients.empty()
             ? std::string()
@@ -772,7 +772,7 @@ std::string format_estimate(const Estimate& e) {
     row("  pinned transfer buffers",
         [](const StageEstimate& s) { return human(s.offload_pinned); });
   if (e.stages[3].hpz_secondary > 0)
-    row("  hpZ secondary (in params)",
+    row("  hpZ secondary partitions",
         [](const StageEstimate& s) { return human(s.hpz_secondary); });
   row(e.lora.enabled() ? "= trainable states" : "= model states",
       [](const StageEstimate& s) { return human(s.model_states.total()); });

@@ -440,7 +440,10 @@ int64_t Trainer::frozen_bytes_estimate(bool quantized) const {
   for (const nn::FlatParamGroup* g : model_->frozen_groups())  // a 4-bit segment is bytes (kU8)
     if ((g->dtype() == DType::kU8) == quantized)
       bytes += g->numel() * int64_t(dtype_size(g->dtype()));
-  return assembly_.zero.stage >= 3 ? bytes / zero_->world() : bytes;
+  // hpZ: the base's secondary partitions too.
+  const zero::ZeroEngine::SecondaryBytes sec = zero_->secondary_partition_bytes();
+  return (assembly_.zero.stage >= 3 ? bytes / zero_->world() : bytes) +
+         (quantized ? sec.quantized : sec.frozen);
 }
 
 std::string Trainer::reference_key(const RunEnv& env) {
@@ -920,11 +923,13 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   // Rank 0's engine (over its group, whose size pads it: under a pipeline the
   // first stage's segments over its replicas, not the whole world).
   const int64_t P = zero_->padded_params();
-  const zero::ModelStateBytes est =
+  zero::ModelStateBytes est =
       zero::model_state_bytes(assembly_.zero.stage, zero_->world(), assembly_.zero.accumulation, P,
                               int(dtype_size(assembly_.dtype)),
                               zero_->optimizer_offloaded() ? zero_->optimizer_state_bytes() : -1,
                               zero_->params_offloaded() ? zero_->params_staging_bytes() : -1);
+  // hpZ's secondary partitions are parameters held too (docs/ZERO.md, ZeRO++).
+  est.params += zero_->secondary_partition_bytes().params;
   nlohmann::json memory = memory_json();
   const nlohmann::json network = network_json(report, done - start_step_);
   {

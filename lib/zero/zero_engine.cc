@@ -176,6 +176,28 @@ ZeroEngine::ZeroEngine(const nn::Module& model, dist::Communicator& comm, const 
            "ZeRO++ needs stage 3 (stage {})", c.stage);
   FD_CHECK(!node_collectives || node_ != nullptr,
            "hpZ and qgZ need a HierarchicalCommunicator as the engine's communicator");
+  // Per rank, the largest gather: trainable (elements), a frozen base's (bytes), and of those
+  // qwZ encodes (elements).
+  int64_t largest = 0, largest_frozen = 0, largest_coded = 0;
+  for (const Segment& s : segments_) {
+    largest = std::max(largest, s.shard);
+    if (s.frozen != nullptr)  // bytes: a 4-bit base's segments are bytes, its others 16-bit
+      largest_frozen = std::max(largest_frozen,
+                                s.frozen->numel() / world * int64_t(dtype_size(s.frozen->dtype())));
+    if (s.frozen != nullptr && s.frozen->dtype() != DType::kU8)
+      largest_coded = std::max(largest_coded, s.frozen->numel() / world);
+  }
+  largest_coded = std::max(largest_coded, largest);
+  if (c.quantized_weights) {  // held from now on: no allocation per gather, one kComm figure
+    const int64_t wb = dist::wire_bytes(largest_coded, kWeightCodes);
+    const Device device = segments_.empty() ? Device::cpu() : segments_[0].grad_shard.device();
+    weight_wire_ = Tensor::empty(Shape{std::max<int64_t>(int64_t(world) * wb, 1)}, DType::kU8,
+                                 MemCategory::kComm, device);
+  }
+  if (node_ != nullptr) {  // the node collectives' staging, held from now on
+    node_->reserve(largest, dtype_, c.gradient_codes);
+    if (largest_frozen > 0) node_->reserve(largest_frozen, DType::kU8, {0, 0});
+  }
   if (c.hierarchical_partition) {
     const int L = node_->local_size();
     const Device device = segments_.empty() ? Device::cpu() : segments_[0].grad_shard.device();
@@ -260,21 +282,21 @@ int64_t ZeroEngine::padded_params() const {
   return n;
 }
 
-void ZeroEngine::pin_params(int g, bool backward) {
+void ZeroEngine::pin_params(int g, Gather how) {
   Segment& s = segments_[size_t(g)];
   if (config_.stage < 3) return;
   if (s.param_pins++ > 0) return;
   const Tensor& full = s.group->flat_params();
   full.storage()->acquire();
   // hpZ: backward gathers the secondary partitions the forward kept, inside the node.
-  const bool from_secondary = backward && s.secondary_current;
+  const bool from_secondary = how == Gather::kBackward && s.secondary_current;
   if (s.shard > 0) {
     // Offloaded: read from the optimizer's file (or taken from the read
     // started when the previous segment was gathered), then read the next
     // segment in the direction of travel (forward: up, backward: down) ahead.
     const Tensor shard = params_offloaded_ ? optimizer_->fetch_params(size_t(g)) : s.param_shard;
     optimizer_->params_ready(size_t(g));  // host offload: after the shard's upload
-    gather(shard, full, s.shard, s.secondary, from_secondary);
+    gather(shard, full, s.shard, s.secondary, how, from_secondary);
   }
   const int next = g + (g >= last_pinned_ ? 1 : -1);
   const bool prefetch = params_offloaded_ && next >= 0 && next < int(segments_.size());
@@ -284,26 +306,27 @@ void ZeroEngine::pin_params(int g, bool backward) {
     const Tensor& base = s.frozen->flat_params();
     base.storage()->acquire();
     const Tensor shard = frozen_ ? frozen_->fetch(size_t(g)) : s.frozen_shard;
-    gather(shard, base, shard.numel(), s.frozen_secondary, from_secondary);
+    gather(shard, base, shard.numel(), s.frozen_secondary, how, from_secondary);
     if (frozen_ && prefetch) frozen_->prefetch(size_t(next));
   }
-  if (config_.hierarchical_partition && !backward) s.secondary_current = true;
+  if (config_.hierarchical_partition && how == Gather::kForward) s.secondary_current = true;
 }
 
 void ZeroEngine::gather(const Tensor& shard, const Tensor& full, int64_t count,
-                        const Tensor& secondary, bool from_secondary) {
+                        const Tensor& secondary, Gather how, bool from_secondary) {
   const DType dt = full.dtype();
   if (from_secondary && secondary.defined()) {
     node_->node_all_gather_async(secondary.comm_data(), full.comm_data(), secondary.numel(), dt)
         ->wait();
     return;
   }
-  if (config_.quantized_weights && dt != DType::kU8 && count > 0) {
-    // Every rank's codes side by side, this rank's encoded in place, then decoded in order.
+  if (config_.quantized_weights && how != Gather::kExact && dt != DType::kU8 && count > 0) {
+    // Every rank's codes side by side, this rank's encoded in place, then decoded in order
+    // (weight_wire_ holds the largest segment's since construction).
     const int n = comm_.size();
     const int64_t wb = dist::wire_bytes(count, kWeightCodes);
-    if (!weight_wire_.defined() || weight_wire_.numel() < n * wb)
-      weight_wire_ = Tensor::empty(Shape{n * wb}, DType::kU8, MemCategory::kComm, full.device());
+    FD_CHECK(weight_wire_.numel() >= n * wb, "qwZ staging of {} bytes for {}", weight_wire_.numel(),
+             n * wb);
     uint8_t* wire = static_cast<uint8_t*>(weight_wire_.comm_data());
     uint8_t* mine = wire != nullptr ? wire + comm_.rank() * wb : nullptr;
     if (wire != nullptr) dist::wire_encode(shard.comm_data(), dt, count, kWeightCodes, mine);
@@ -316,18 +339,20 @@ void ZeroEngine::gather(const Tensor& shard, const Tensor& full, int64_t count,
   } else {
     comm_.all_gather(shard.comm_data(), full.comm_data(), count, dt);
   }
-  if (secondary.defined())
+  if (secondary.defined() && how == Gather::kForward)
     secondary.copy_from(
         full.flat_slice(node_->local_rank() * secondary.numel(), secondary.numel()));
 }
 
-int64_t ZeroEngine::secondary_partition_bytes() const {
-  int64_t n = 0;
+ZeroEngine::SecondaryBytes ZeroEngine::secondary_partition_bytes() const {
+  SecondaryBytes b;
   for (const Segment& s : segments_) {
-    if (s.secondary.defined()) n += s.secondary.nbytes();
-    if (s.frozen_secondary.defined()) n += s.frozen_secondary.nbytes();
+    if (s.secondary.defined()) b.params += s.secondary.nbytes();
+    if (s.frozen_secondary.defined())
+      (s.frozen_secondary.dtype() == DType::kU8 ? b.quantized : b.frozen) +=
+          s.frozen_secondary.nbytes();
   }
-  return n;
+  return b;
 }
 
 void ZeroEngine::unpin_params(int g) {
@@ -364,7 +389,7 @@ autograd::Variable ZeroEngine::run(int g, const nn::SegmentFn& fn, const autogra
   autograd::SegmentHooks hooks;
   if (recording) {
     hooks.before_backward = [this, g, also_needs] {
-      pin_params(g, true);
+      pin_params(g, Gather::kBackward);
       ensure_grads(g);
       for (int a : also_needs) ensure_grads(a);
     };
@@ -655,7 +680,8 @@ void ZeroEngine::reduce_all() {
 }
 
 void ZeroEngine::with_full_parameters(const std::function<void()>& fn) {
-  for (size_t g = 0; g < segments_.size(); ++g) pin_params(int(g));
+  // The parameters as they are: no codes (qwZ), so digests and exports are the shards' values.
+  for (size_t g = 0; g < segments_.size(); ++g) pin_params(int(g), Gather::kExact);
   fn();
   for (size_t g = 0; g < segments_.size(); ++g) unpin_params(int(g));
 }

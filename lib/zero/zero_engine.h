@@ -288,8 +288,14 @@ class ZeroEngine : public nn::SegmentRunner {
     return frozen_ ? frozen_->buffer_bytes() + frozen_->staging_bytes() : 0;
   }
   bool optimizer_offloaded() const { return optimizer_->offloaded(); }
-  // hpZ: this rank's secondary partitions (trainable and frozen), bytes; 0 without hpZ.
-  int64_t secondary_partition_bytes() const;
+  // hpZ: this rank's secondary partitions, bytes, by where they count: `params` (kParams, the
+  // trainable segments), `frozen` (kFrozen, a 16-bit LoRA base), `quantized` (kQuantized, a
+  // 4-bit base); all 0 without hpZ.
+  struct SecondaryBytes {
+    int64_t params = 0, frozen = 0, quantized = 0;
+    int64_t total() const { return params + frozen + quantized; }
+  };
+  SecondaryBytes secondary_partition_bytes() const;
   bool params_offloaded() const { return params_offloaded_; }
   // Resident parameter bytes with offloaded parameters: the staging buffers.
   int64_t params_staging_bytes() const { return optimizer_->params_staging_bytes(); }
@@ -320,13 +326,18 @@ class ZeroEngine : public nn::SegmentRunner {
     bool into_shard;  // recv is the grad shard itself (no copy or add needed)
   };
 
-  // `backward`: the gather before a segment's backward (hpZ gathers it inside the node).
-  void pin_params(int g, bool backward = false);
-  // One stage-3 gather of `count` elements per rank from `shard` into `full`, as configured:
-  // inside the node from `secondary` (hpZ, backward, when current), or as wire codes (qwZ,
-  // floating point), or plain; then (hpZ, forward) this rank's part of `full` into `secondary`.
+  // How a stage-3 gather is made (ZeRO++).
+  enum class Gather {
+    kForward,   // as configured (qwZ: codes); hpZ keeps the secondary partition
+    kBackward,  // hpZ: from the secondary partition, inside the node, when it is current
+    kExact,     // the parameters as they are, no codes (digests, exports, samples)
+  };
+  void pin_params(int g, Gather how = Gather::kForward);
+  // One stage-3 gather of `count` elements per rank from `shard` into `full`: inside the node
+  // from `secondary` (kBackward, when current), or as wire codes (qwZ, floating point, not
+  // kExact), or plain; then (hpZ, kForward) this rank's part of `full` into `secondary`.
   void gather(const Tensor& shard, const Tensor& full, int64_t count, const Tensor& secondary,
-              bool from_secondary);
+              Gather how, bool from_secondary);
   void unpin_params(int g);
   void ensure_grads(int g);
   void launch_reduce(int g);

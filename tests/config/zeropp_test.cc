@@ -92,6 +92,21 @@ TEST_F(ConfigTest, ZeroPlusPlusBadValues) {
                        "dist.hierarchical: expected true or false, got 'sometimes'"));
 }
 
+TEST_F(ConfigTest, ZeroPlusPlusCombinationsItRefuses) {
+  LoadResult r = parse(
+      "zero: {stage: 3, hierarchical_partition: true, offload_optimizer: {device: nvme, path: "
+      "/tmp}, offload_params: {device: nvme}}\n");
+  ASSERT_EQ(r.errors.size(), 1u) << ::testing::PrintToString(r.errors);
+  EXPECT_TRUE(mentions(r, "zero.hierarchical_partition: with zero.offload_params: hpZ keeps"));
+  LoadResult d =
+      parse("precision: bf16\nzero: {stage: 3, quantized_gradients: int8, reduce_dtype: bf16}\n");
+  ASSERT_EQ(d.errors.size(), 1u) << ::testing::PrintToString(d.errors);
+  EXPECT_TRUE(mentions(d,
+                       "zero.reduce_dtype: bf16 with zero.quantized_gradients: the quantized "
+                       "reduction sums its decoded codes in fp32"));
+  EXPECT_TRUE(parse("precision: bf16\nzero: {stage: 3, quantized_gradients: int8}\n").ok());
+}
+
 TEST_F(ConfigTest, ZeroPlusPlusAndHierarchicalAreCpuOnly) {
   LoadResult r = parse(
       "device: cuda\nzero: {stage: 3, quantized_weights: true, quantized_gradients: int8}\n"

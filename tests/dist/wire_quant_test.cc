@@ -110,6 +110,23 @@ TEST(WireQuant, ZeroBlocksDecodeToZeroAndNonFiniteBlocksToNaN) {
   EXPECT_TRUE(std::isnan(y[15]));
 }
 
+TEST(WireQuant, BlocksTooSmallForTheirReciprocalStayWithinTheBound) {
+  // absmax 1e-37: s = absmax / q_max is normal but 1 / s overflows fp32; codes divide instead.
+  const std::vector<float> x = {1e-37f, -5e-38f, 0.0f, 2.5e-38f};
+  for (int bits : {8, 4}) {
+    const WireFormat f{bits, 4};
+    std::vector<uint8_t> wire(size_t(wire_bytes(4, f)));
+    wire_encode(x.data(), DType::kF32, 4, f, wire.data());
+    std::vector<float> y(4);
+    wire_decode(wire.data(), 4, f, y.data(), DType::kF32);
+    const double qmax = bits == 8 ? 127 : 7;
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_LE(std::fabs(double(y[i]) - double(x[i])), 1e-37 / (2 * qmax) * 1.01 + 1e-44)
+          << bits << " " << i;
+    EXPECT_EQ(y[2], 0.0f);
+  }
+}
+
 TEST(WireQuant, SixteenBitInAndOutAndDecodeAdd) {
   const int64_t n = 300;
   const std::vector<float> x = random_values(n, 5, 1.0f);

@@ -1,12 +1,13 @@
-// HierarchicalCommunicator (lib/dist/hierarchical_communicator.h) under mpirun -n 2 and -n 4,
-// with the nodes given to a copy of the world (set_nodes): at -n 4 two nodes of two ranks
-// {0, 0, 1, 1} (the interesting case), one node of four, four nodes of one; at -n 2 two nodes of
-// one and one node of two. Inputs with exact sums (small integers) give the flat results bit
-// for bit; random fp32 inputs give them to rounding (the sums are grouped by node); the bytes
-// sent and sent across nodes follow the formulas in the header, and the counting backend counts
-// what MPI does; quantized reduce-scatters (ZeRO++'s qgZ, int8 and int4) stay within the
-// documented bound of the float64 sum; a layout whose nodes are not equal runs of consecutive
-// ranks is refused with a message naming it.
+// HierarchicalCommunicator (lib/dist/hierarchical_communicator.h) under mpirun -n 2, -n 4 and
+// -n 6, with the nodes given to a copy of the world (set_nodes): every layout of equal runs of
+// consecutive ranks: at -n 4 two nodes of two ranks {0, 0, 1, 1}, one node of four, four nodes
+// of one; at -n 6 also three nodes of two and two of three (H and L both > 1 and unequal: the
+// index math); at -n 2 two nodes of one and one node of two. Inputs with exact sums (small
+// integers) give the flat results bit for bit; random fp32 inputs give them to rounding (the sums
+// are grouped by node); the bytes sent and sent across nodes follow the formulas in the header, and
+// the counting backend counts what MPI does; quantized reduce-scatters (ZeRO++'s qgZ, int8 and
+// int4) stay within the documented bound of the float64 sum; a layout whose nodes are not equal
+// runs of consecutive ranks is refused with a message naming it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +28,7 @@ Communicator* g_comm = nullptr;
 std::unique_ptr<Communicator> with_nodes(const std::vector<int>& nodes) {
   std::unique_ptr<Communicator> c = g_comm->split(SplitPlan::whole(g_comm->size()));
   std::vector<std::string> names;
-  for (int i = 0; i < 4; ++i) names.push_back("host" + std::to_string(i));
+  for (int i = 0; i < g_comm->size(); ++i) names.push_back("host" + std::to_string(i));
   c->set_nodes(nodes, names);
   return c;
 }

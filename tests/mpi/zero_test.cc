@@ -30,6 +30,7 @@
 #include "lib/nn/config/hf_config.h"
 #include "lib/nn/decoder.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/mpi/train_run.h"
 
 namespace fd {
 namespace {
@@ -58,38 +59,10 @@ config::Recipe recipe(const std::vector<std::string>& overrides) {
   return r.recipe;
 }
 
-// A private run directory for this process (only rank 0 of a trainer writes one).
-std::string run_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("fd_zero_test_" + name + "_" + std::to_string(::getpid()));
-  return p.string();
-}
-
-struct Result {
-  nlohmann::json summary;
-  std::vector<float> weights;  // every parameter in canonical order
-};
-
+using Result = mpi_testing::TrainResult;
 Result train(const config::Recipe& r, dist::Communicator& comm, const std::string& name,
              std::shared_ptr<HostLink> offload_link = nullptr) {
-  engine::TrainOptions o;
-  o.offload_link = std::move(offload_link);
-  o.run_dir = run_dir(name);
-  o.overwrite = true;
-  o.progress = false;
-  o.print_sample = false;
-  engine::Trainer t(r, o, comm);
-  Result res;
-  res.summary = t.run();
-  t.with_full_model([&](const nn::Decoder& m) {
-    for (const nn::Parameter* p : m.parameters()) {
-      std::vector<float> v = p->value.to_vector();
-      res.weights.insert(res.weights.end(), v.begin(), v.end());
-    }
-  });
-  std::error_code ec;
-  std::filesystem::remove_all(o.run_dir, ec);
-  return res;
+  return mpi_testing::train_run(r, comm, name, std::move(offload_link));
 }
 
 // Every rank holds the same string.

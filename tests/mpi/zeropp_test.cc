@@ -9,8 +9,11 @@
 //     (the frozen base gathered as codes, kept in secondary partitions): the losses follow the
 //     plain run's (final loss within 1%), the weights stay close (within 10-15%: AdamW);
 //   - the estimate at the same world and hosts (`--nodes`) counts what the run measures: the
-//     network bytes per step, in all and across hosts, and the parameters' memory with hpZ's
-//     secondary partitions.
+//     network bytes per step, in all and across hosts, the parameters' memory with hpZ's
+//     secondary partitions, the communication buffers (ZeRO++'s staging held from the start);
+//     summary.json's own model-state and frozen-base estimates equal the measured memory;
+//   - with qwZ the end-of-run digest and the weights exports see are the exact ones (a
+//     checkpoint's), not their codes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,6 +27,7 @@
 #include "lib/engine/trainer.h"
 #include "lib/nn/decoder.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/mpi/train_run.h"
 
 namespace fd {
 namespace {
@@ -62,31 +66,10 @@ std::unique_ptr<dist::Communicator> on_hosts(int hosts) {
   return c;
 }
 
-struct Result {
-  nlohmann::json summary;
-  std::vector<float> weights;
-};
-
-Result train(const config::Recipe& r, dist::Communicator& comm, const std::string& name) {
-  engine::TrainOptions o;
-  o.run_dir = (std::filesystem::temp_directory_path() /
-               ("fd_zeropp_test_" + name + "_" + std::to_string(::getpid())))
-                  .string();
-  o.overwrite = true;
-  o.progress = false;
-  o.print_sample = false;
-  engine::Trainer t(r, o, comm);
-  Result res;
-  res.summary = t.run();
-  t.with_full_model([&](const nn::Decoder& m) {
-    for (const nn::Parameter* p : m.parameters()) {
-      std::vector<float> v = p->value.to_vector();
-      res.weights.insert(res.weights.end(), v.begin(), v.end());
-    }
-  });
-  std::error_code ec;
-  std::filesystem::remove_all(o.run_dir, ec);
-  return res;
+using Result = mpi_testing::TrainResult;
+Result train(const config::Recipe& r, dist::Communicator& comm, const std::string& name,
+             std::shared_ptr<HostLink> offload_link = nullptr) {
+  return mpi_testing::train_run(r, comm, name, std::move(offload_link));
 }
 
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -203,6 +186,25 @@ TEST(ZeroPlusPlus, LoraBaseGatheredAsCodesAndKeptInSecondaryPartitions) {
   }
 }
 
+TEST(ZeroPlusPlus, FullModelGathersAreOfTheExactWeightsNotTheirCodes) {
+  // One step at a learning rate too small to move any weight but those initialised to zero
+  // (which move by about 1e-30): the weights with_full_model hands out (what the end-of-run
+  // digest, exports and samples read) must be the plain run's to 1e-20; int8 codes of them
+  // would be off by up to 0.4% of each block's largest (1e-4 here).
+  auto comm = on_hosts(host_counts()[0]);
+  const std::vector<std::string> set = {"steps=1", "optimizer.lr=1.0e-30", "schedule.min_lr=0"};
+  Result plain = train(recipe(set), *comm, "digest_plain");
+  std::vector<std::string> q = set;
+  q.push_back("zero.quantized_weights=true");
+  q.push_back("zero.hierarchical_partition=true");
+  Result codes = train(recipe(q), *comm, "digest_qwz");
+  ASSERT_EQ(codes.weights.size(), plain.weights.size());
+  double worst = 0;
+  for (size_t i = 0; i < plain.weights.size(); ++i)
+    worst = std::max(worst, std::fabs(double(codes.weights[i]) - double(plain.weights[i])));
+  EXPECT_LE(worst, 1e-20);
+}
+
 TEST(ZeroPlusPlus, TheEstimateCountsWhatTheRunMeasures) {
   const std::vector<std::vector<std::string>> cases = {
       {},
@@ -215,13 +217,15 @@ TEST(ZeroPlusPlus, TheEstimateCountsWhatTheRunMeasures) {
       {"zero.hierarchical_partition=true", "lora.r=4", "lora.alpha=8", "lora.targets=[c_attn]"},
   };
   for (int hosts : host_counts()) {
-    auto comm = on_hosts(hosts);
     for (const std::vector<std::string>& set : cases) {
+      // A communicator of the run's own: MPI keeps a 16-bit run's staging on the communicator
+      // its ZeRO engine reduces on, for good (as in a real run, one per process).
+      auto comm = on_hosts(hosts);
       const config::Recipe r = recipe(set);
       Result res = train(r, *comm, "est");
       const engine::Estimate e = engine::estimate(r, comm->size(), hosts);
       const engine::StageEstimate& s = e.stages[3];
-      std::string what;
+      std::string what = "hosts " + std::to_string(hosts) + ": ";
       for (const std::string& x : set) what += x + " ";
       const nlohmann::json& net = res.summary["network"];
       EXPECT_EQ(net["bytes_per_step"].get<int64_t>(), s.network_bytes_per_step) << what;
@@ -231,6 +235,13 @@ TEST(ZeroPlusPlus, TheEstimateCountsWhatTheRunMeasures) {
       const nlohmann::json& mem = res.summary["memory"];
       EXPECT_EQ(mem["params"].get<int64_t>(), s.model_states.params) << what;
       EXPECT_EQ(mem["frozen"].get<int64_t>(), s.frozen) << what;
+      EXPECT_EQ(mem["comm"].get<int64_t>(), s.comm_buffers) << what;
+      // summary.json's own accounts of what the run should hold (hpZ's partitions included).
+      EXPECT_EQ(res.summary["model_state_bytes_estimate"]["params"].get<int64_t>(),
+                mem["params"].get<int64_t>())
+          << what;
+      EXPECT_EQ(res.summary["frozen_bytes_estimate"].get<int64_t>(), mem["frozen"].get<int64_t>())
+          << what;
       if (r.zero.hierarchical_partition) {
         EXPECT_GT(s.hpz_secondary, 0) << what;
       } else {

@@ -17,6 +17,7 @@
 #                              mount in a mount namespace of the host's own): another binary or
 #                              recipe at the same path, as on a machine without a shared filesystem
 #   host_unbind HOST           drops HOST's bindings
+#   hosts_link_bytes           bytes through all hosts' links so far (sent + received)
 #
 # Names carry the shell's PID (fdt<pid>...), so two test runs at once do not meet; the /24 is
 # chosen from the PID as well. Traffic stays on the bridge: it has no route out and forwards
@@ -39,6 +40,17 @@ hosts_supported() {
   ip link del "${HOSTS_TAG}pb"
   if ! unshare --uts true 2>/dev/null; then echo "unshare --uts fails here"; return 1; fi
   return 0
+}
+
+# The bytes all hosts' links carried so far: each host's veth (its bridge side), sent and
+# received. A byte between two hosts counts twice (one host's link out, the other's in).
+hosts_link_bytes() {
+  local i sum=0
+  for ((i = 1; i <= HOSTS_N; i++)); do
+    sum=$((sum + $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/tx_bytes") +
+                 $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/rx_bytes")))
+  done
+  echo "$sum"
 }
 
 hosts_down() {

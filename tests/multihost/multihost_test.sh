@@ -76,14 +76,6 @@ same_weights() {  # same_weights A B
   if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok: $2: weights ${a:0:16}, bitwise $1's"
   else fail "$2: weights '$b' vs $1's '$a'"; fi
 }
-link_bytes() {  # the bytes both hosts' links carried so far
-  local i sum=0
-  for ((i = 1; i <= HOSTS_N; i++)); do
-    sum=$((sum + $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/tx_bytes") +
-                 $(cat "/sys/class/net/${HOSTS_TAG}v$i/statistics/rx_bytes")))
-  done
-  echo "$sum"
-}
 
 # 1. Placement: 4 ranks, 2 per host, each host its own name.
 placed=$(timeout 60 mpirun "${MPIRUN_HOSTS[@]}" -n 4 sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' 2>&1 | sort)
@@ -93,9 +85,9 @@ want=$(printf '0 %sh1\n1 %sh1\n2 %sh2\n3 %sh2' "$HOSTS_TAG" "$HOSTS_TAG" "$HOSTS
 
 # 2. ZeRO stages 0-3: 2 hosts x 2 ranks against 1 host x 4 ranks, bitwise.
 for z in 0 1 2 3; do
-  before=$(link_bytes)
+  before=$(hosts_link_bytes)
   on_hosts z$z 4 zero.stage=$z
-  after=$(link_bytes)
+  after=$(hosts_link_bytes)
   local_run z${z}l 4 zero.stage=$z
   same_weights z${z}l z$z
   [ $((after - before)) -gt 100000 ] && echo "    stage $z: $((after - before)) bytes through the hosts' links" ||
