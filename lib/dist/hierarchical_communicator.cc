@@ -448,16 +448,10 @@ void HierarchicalCommunicator::keep_staging(Collective c, int64_t count, DType d
       whole_->keep_staging(c, count, dtype);
       return;
     }
+    // The 16-bit sums' staging of the part that sums (inside the node); this communicator's
+    // own buffers are reserve()'s.
     intra_->set_sum16(sum16());
     intra_->keep_staging(c, int64_t(nodes_h_) * count, dtype);
-    const int64_t chunk = count * int64_t(dtype_size(dtype));
-    scratch(0, int64_t(nodes_h_) * local_l_ * chunk);
-    scratch(1, int64_t(nodes_h_) * chunk);
-    scratch(8, int64_t(nodes_h_) * chunk);
-    if (dtype != DType::kF32) {
-      scratch(9, count * 4);
-      scratch(10, count * 4);
-    }
   })->wait();
 }
 
