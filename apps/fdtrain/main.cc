@@ -62,8 +62,8 @@ namespace {
 using fd::cli::print_error;
 
 const std::vector<std::string> kCommands = {
-    "train", "validate", "print-config", "estimate", "ckpt",     "ls",       "cp",  "schema",
-    "eval",  "generate", "runs",         "plot",     "tokenize", "template", "data"};
+    "train", "validate", "print-config", "estimate", "ckpt",     "ls",       "cp",   "schema",
+    "eval",  "generate", "runs",         "plot",     "tokenize", "template", "data", "calibrate"};
 
 // The command line as CLI11 parses it (reversed), with the shorthands
 // expanded: `fdtrain RECIPE ...` is `fdtrain train RECIPE ...`, `fdtrain help

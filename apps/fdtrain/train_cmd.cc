@@ -1,6 +1,12 @@
 // fdtrain train RECIPE [overrides...] [--run-dir DIR] [--overwrite] [--resume auto|DIR]
 //               [--no-progress] [--progress] [--profile]
 // fdtrain RECIPE ...                       (shorthand for train)
+// fdtrain calibrate                        (also under mpirun -n N)
+//
+// calibrate measures the runtime part of a rank's memory on this host for this build
+// (lib/engine/process_memory.h): it trains a small recipe for real in a temporary directory and
+// records the ranks' peak RSS less their tensors and data beside the binary; `make` runs it at
+// 1, 2 and 4 ranks, and `fdtrain estimate` adds it to its prediction of peak RSS.
 //
 // Trains on every rank of the job (mpirun -n N fdtrain train ...): joins the
 // job (lib/engine/process.h), builds the run (engine::Trainer) and turns how
@@ -12,9 +18,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <new>
 #include <string>
@@ -24,7 +33,9 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/engine/process.h"
+#include "lib/engine/process_memory.h"
 #include "lib/engine/trainer.h"
+#include "lib/tensor/storage.h"
 
 namespace fd::cli {
 namespace {
@@ -123,6 +134,9 @@ int train_loop(engine::Trainer& trainer, dist::Communicator& comm) {
     const std::string what =
         oom ? std::string("out of memory; lower batch.micro, data.seq_len or the model size")
             : std::string(e.what());
+    // A checkpoint staged before the failure is committed first, as a synchronous save would
+    // have been (the ranks' writer threads need no training loop to commit it).
+    trainer.settle_saves();
     if (comm.size() == 1) {
       // Into the log file while it is open (main() prints the message);
       // with more ranks, abort() logs it.
@@ -163,6 +177,83 @@ int run_train(const TrainArgs& a) {
   return code;
 }
 
+// fdtrain calibrate: see the top of this file.
+int run_calibrate(int* argc, char*** argv) {
+  std::unique_ptr<dist::Communicator> comm = engine::join_job(argc, argv, 600.0);
+  if (comm->rank() != 0) log::set_rank(comm->rank());
+  // Rank 0 makes the temporary directory and its data file; every rank learns its name.
+  char dir[256] = {};
+  if (comm->rank() == 0) {
+    std::string templ =
+        (std::filesystem::temp_directory_path() / "fdtrain-calibrate-XXXXXX").string();
+    if (templ.size() >= sizeof dir || mkdtemp(templ.data()) == nullptr)
+      comm->abort(1, "fdtrain calibrate: cannot make a temporary directory under " +
+                         std::filesystem::temp_directory_path().string());
+    std::snprintf(dir, sizeof dir, "%s", templ.c_str());
+    // A text of ~200 KB: words from a fixed generator, so every calibration reads the same.
+    std::ofstream text(std::string(dir) + "/text.txt");
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 40000; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      text << "the quick brown fox jumps over a lazy dog "[x % 41]
+           << ((x >> 8) % 9 == 0 ? " " : "");
+      if (i % 60 == 59) text << "\n";
+    }
+  }
+  comm->broadcast(dir, sizeof dir, DType::kU8, 0);
+  const std::string root = dir;
+  const std::string yaml = engine::calibration_recipe_yaml(root + "/text.txt");
+  config::LoadResult loaded = config::try_parse_recipe(yaml, root + "/calibrate.yaml");
+  FD_CHECK(loaded.ok(), "the calibration recipe is invalid: {}", loaded.errors.front());
+  engine::TrainOptions options;
+  options.recipe_path = root + "/calibrate.yaml";
+  options.run_dir = root + "/run";
+  options.progress = false;
+  options.print_sample = false;
+  options.command_line = "fdtrain calibrate";
+  const log::Level level = log::level();
+  log::set_level(log::Level::kWarn);
+  int64_t data_bytes = 0, transient = 0;
+  {
+    engine::Trainer trainer(loaded.recipe, options, *comm);
+    trainer.run();
+    data_bytes = trainer.data_bytes();
+    transient = trainer.transient_bytes();
+  }
+  log::set_level(level);
+  const int64_t peak = engine::peak_rss_bytes_now();
+  const int64_t tensors = int64_t(cpu_allocator::peak_reserved_bytes());
+  double mine[4] = {double(peak - tensors - data_bytes - transient), double(peak), double(tensors),
+                    double(data_bytes + transient)};
+  std::vector<double> all(4 * size_t(comm->size()));
+  comm->all_gather_f64(mine, all.data(), 4);
+  int worst = 0;
+  for (int r = 1; r < comm->size(); ++r)
+    if (all[4 * size_t(r)] > all[4 * size_t(worst)]) worst = r;
+  const int per_host = comm->size() / std::max(comm->num_nodes(), 1);
+  int code = 0;
+  if (comm->rank() == 0) {
+    const double* w = &all[4 * size_t(worst)];
+    try {
+      engine::write_calibration(per_host, int64_t(w[0]));
+      std::printf(
+          "fdtrain calibrate: %d rank%s per host: runtime %.1f MiB (rank %d: peak RSS %.1f MiB, "
+          "tensors %.1f MiB, data, save buffers and sample %.1f MiB); recorded in %s\n",
+          per_host, per_host == 1 ? "" : "s", w[0] / 1048576.0, worst, w[1] / 1048576.0,
+          w[2] / 1048576.0, w[3] / 1048576.0, engine::calibration_path().c_str());
+    } catch (const Error& e) {
+      print_error(e.what());
+      code = 1;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+  comm->barrier();
+  comm.reset();
+  engine::leave_job();
+  return code;
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, std::vector<Subcommand>* out, int* argc, char*** argv) {
@@ -183,6 +274,11 @@ void add_train_command(CLI::App& app, std::vector<Subcommand>* out, int* argc, c
   train->add_flag("--progress", a->force_progress,
                   "show the progress line even when stderr is not a terminal (e.g. under mpirun)");
   out->push_back({train, [a] { return run_train(*a); }});
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate",
+      "measure this build's runtime memory on this host (per rank; run it under mpirun -n N too) "
+      "for fdtrain estimate's peak-RSS prediction");
+  out->push_back({calibrate, [a] { return run_calibrate(a->argc, a->argv); }});
 }
 
 }  // namespace fd::cli

@@ -106,6 +106,9 @@ void quiet() {
     // Must come before any other HDF5 call; harmless (an error) if it does not.
     H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    // HDF5 keeps freed blocks on free lists of its own, without bound by default: a shard
+    // written or read would stay resident for the rest of the run. 1 MiB per kind at most.
+    H5set_free_list_limits(1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20);
   });
 }
 
@@ -206,6 +209,17 @@ bool transfer_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, void* 
 // Dataset creation properties for `dims`: chunks span whole trailing
 // dimensions and as many leading rows as fit, checksummed (Fletcher32).
 // `chunk_rows` receives the rows per chunk (0 for an empty dataset).
+}  // namespace
+
+int64_t chunk_elements_1d(int64_t n) {
+  if (n <= 0) return 0;
+  const hsize_t max_rows = std::min<hsize_t>(kChunkElems, hsize_t(n));
+  const hsize_t n_chunks = (hsize_t(n) + max_rows - 1) / max_rows;
+  return int64_t((hsize_t(n) + n_chunks - 1) / n_chunks);
+}
+
+namespace {
+
 H5Id chunked_dcpl(const std::vector<hsize_t>& dims, hsize_t* chunk_rows) {
   hsize_t numel = 1;
   for (hsize_t d : dims) numel *= d;
@@ -216,7 +230,8 @@ H5Id chunked_dcpl(const std::vector<hsize_t>& dims, hsize_t* chunk_rows) {
   hsize_t rest = numel / dims[0];
   // At most kChunkElems per chunk, in equal chunks: HDF5 allocates whole
   // chunks, so a ragged last chunk would waste up to a chunk of disk.
-  const hsize_t max_rows = std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
+  const hsize_t max_rows =
+      std::clamp<hsize_t>(kChunkElems / std::max<hsize_t>(rest, 1), 1, dims[0]);
   const hsize_t n_chunks = (dims[0] + max_rows - 1) / max_rows;
   chunk[0] = std::max<hsize_t>(1, (dims[0] + n_chunks - 1) / n_chunks);
   if (H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) < 0 ||
@@ -242,12 +257,12 @@ bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_ty
   return ds.close() || fail();
 }
 
-H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t n,
-                       hsize_t* chunk) {
+H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t n, hsize_t* chunk) {
   H5Id space(H5Screate_simple(1, &n, nullptr));
   H5Id dcpl = chunked_dcpl({n}, chunk);
   if (!space || !dcpl) return H5Id();
-  return H5Id(H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  return H5Id(
+      H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
 }
 
 bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const void* data) {

@@ -71,6 +71,10 @@ std::optional<int64_t> read_attr_i64(hid_t obj, const char* name);
 std::optional<double> read_attr_f64(hid_t obj, const char* name);
 std::optional<std::string> read_attr_str(hid_t obj, const char* name);
 
+// The elements per chunk of a 1-D dataset of `n` elements (as create_dataset_1d and
+// write_dataset make it): at most 1 Mi, in equal chunks; 0 when n is 0.
+int64_t chunk_elements_1d(int64_t n);
+
 // A chunked dataset with the Fletcher32 checksum filter of `dims`
 // (row-major) holding `data` of HDF5 memory type `mem_type`, stored as
 // `file_type`. Empty datasets are stored contiguous (nothing to checksum).

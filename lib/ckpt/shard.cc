@@ -35,10 +35,13 @@ std::string params_dtype_name(DType t) { return std::string(dtype_name(t)); }
 // The file access properties of every shard: the HDF5 1.8 object format,
 // whose object headers and B-trees carry their own checksums (so corrupt
 // metadata is detected as well as corrupt data) and which every HDF5 >= 1.8
-// reader (h5dump, h5py) understands.
+// reader (h5dump, h5py) understands; objects of 64 KiB or more (the state's
+// chunks) start on 4 KiB boundaries: page-aligned, large sequential writes and
+// reads.
 H5Id shard_fapl() {
   H5Id fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  H5Pset_alignment(fapl.get(), hsize_t(64) << 10, hsize_t(4) << 10);
   return fapl;
 }
 
@@ -314,7 +317,14 @@ void write_shard(const std::string& path, const ShardMeta& meta,
 
   if (H5Fflush(root, H5F_SCOPE_GLOBAL) < 0) write_failed(path, "flushing the file");
   if (!file.close()) write_failed(path, "closing the file");
+  H5garbage_collect();  // what the free lists still hold goes back to the allocator
   fsync_file(path);
+}
+
+int64_t write_buffer_bytes(int64_t count, bool streamed, int params_bytes) {
+  const int64_t chunk = h5::chunk_elements_1d(count);
+  const int64_t hdf5 = 2 * chunk * int64_t(sizeof(float));
+  return streamed ? hdf5 + chunk * (3 * int64_t(sizeof(float)) + params_bytes) : hdf5;
 }
 
 // ---------------------------------------------------------------------------

@@ -133,6 +133,13 @@ struct ShardMeta {
 void write_shard(const std::string& path, const ShardMeta& meta,
                  const std::vector<SegmentRange>& ranges);
 
+// The most memory write_shard() holds beyond its inputs while it writes a range of `count`
+// elements, bytes: HDF5's copy of a chunk of the largest (fp32) dataset and the filtered copy
+// it checksums; a streamed range (SegmentRange::stream) also stages one chunk of each field
+// (`params_bytes` per element for streamed 16-bit parameters, 0 without). What a save adds to a
+// rank's peak resident memory (lib/engine/process_memory.h).
+int64_t write_buffer_bytes(int64_t count, bool streamed, int params_bytes);
+
 class ShardReader {  // RAII over the HDF5 file; movable, not copyable
  public:
   // Opens and validates `path`: HDF5 signature, format version (a different

@@ -214,6 +214,7 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("checkpoint.every", std::to_string(r.checkpoint.every));
   add("checkpoint.keep_last", std::to_string(r.checkpoint.keep_last));
   add("checkpoint.at_end", boolean(r.checkpoint.at_end));
+  add("checkpoint.async", boolean(r.checkpoint.async));
   const auto& g = r.logging;
   add("logging.every", std::to_string(g.every));
   add("logging.eval_every", std::to_string(g.eval_every));

@@ -304,6 +304,10 @@ struct CheckpointOptions {
   int every = 0;       // save every N steps, >= 0; 0 = only at the end (at_end) or on a signal
   int keep_last = 3;   // checkpoints kept on disk, >= 1
   bool at_end = true;  // save after the last step, and when a signal stops the run
+  // Save behind the step: stage the rank's state in memory at the step boundary, write it on a
+  // thread, commit when every rank's shard is durable. Off (resolved) with ZeRO-Infinity's NVMe
+  // optimizer, whose state is not in memory to stage.
+  bool async = true;
   bool operator==(const CheckpointOptions&) const = default;
 };
 

@@ -346,6 +346,10 @@ const std::vector<KeyDoc>& key_reference() {
        "checkpoints kept on disk; older ones are deleted once a newer one is complete"},
       {"checkpoint.at_end", "bool", "true", "",
        "save after the last step, and when SIGTERM, SIGINT or SIGUSR1 stops the run"},
+      {"checkpoint.async", "bool", "true", "",
+       "save behind the step: with checkpoint.every > 0, each rank copies its state to memory "
+       "at the step boundary and a thread writes it, committed once every rank's shard is on "
+       "disk; false with zero.offload_optimizer.device: nvme"},
       // logging
       {"logging.every", "int", "10", ">= 1", "progress line and metrics every N steps"},
       {"logging.eval_every", "int", "0", ">= 0",

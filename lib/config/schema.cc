@@ -1168,6 +1168,7 @@ void Builder::checkpoint(const Node& root) {
   get_int(s, "checkpoint", "every", &r_->checkpoint.every, at_least(0));
   get_int(s, "checkpoint", "keep_last", &r_->checkpoint.keep_last, at_least(1));
   get_bool(s, "checkpoint", "at_end", &r_->checkpoint.at_end);
+  get_bool(s, "checkpoint", "async", &r_->checkpoint.async);
 }
 
 void Builder::logging(const Node& root) {
@@ -1346,6 +1347,18 @@ void Builder::offload_checks() {
             "the parameters are offloaded into the optimizer's file (each step rewrites them "
             "from their fp32 master copy, which must not stay in memory either): set "
             "zero.offload_optimizer.device: nvme and its path too");
+  }
+  // An asynchronous save stages the saved state in memory; ZeRO-Infinity's is in its file, and
+  // is saved as it streams from there (resolved here, so config.yaml says false).
+  if (!bad("zero.offload_optimizer") && z.offload_optimizer.device == OffloadDevice::kNvme &&
+      r_->checkpoint.async) {
+    if (is_set("checkpoint.async") && !bad("checkpoint.async"))
+      error(loc_of("checkpoint.async"), "checkpoint.async",
+            "true cannot stage the optimizer state of zero.offload_optimizer.device: nvme in "
+            "memory (keeping it out of memory is what the offload is for); its checkpoints are "
+            "written as the state streams from its file: set checkpoint.async: false");
+    else
+      r_->checkpoint.async = false;
   }
 }
 

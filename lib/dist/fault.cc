@@ -15,7 +15,8 @@ namespace fd::dist {
 namespace {
 
 constexpr std::string_view kForm =
-    "kill|stall|throw|inf|ckptkill:rank=R:step=S[:point=P] (e.g. kill:rank=1:step=5)";
+    "kill|stall|throw|inf|ckptkill|ckptslow|ckptfail:rank=R:step=S[:point=P][:ms=M] (e.g. "
+    "kill:rank=1:step=5)";
 
 [[noreturn]] void malformed(std::string_view text, std::string_view why) {
   usage_error("FDTRAIN_FAULT='{}': {}; expected {}", text, why, kForm);
@@ -51,10 +52,14 @@ FaultSpec parse_fault(std::string_view text) {
     spec.kind = FaultSpec::kInf;
   } else if (parts[0] == "ckptkill") {
     spec.kind = FaultSpec::kCkptKill;
+  } else if (parts[0] == "ckptslow") {
+    spec.kind = FaultSpec::kCkptSlow;
+  } else if (parts[0] == "ckptfail") {
+    spec.kind = FaultSpec::kCkptFail;
   } else {
     malformed(text, fmt::format("unknown fault kind '{}'", parts[0]));
   }
-  bool have_rank = false, have_step = false, have_point = false;
+  bool have_rank = false, have_step = false, have_point = false, have_ms = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     std::string_view p = parts[i];
     if (p.starts_with("rank=") && !have_rank) {
@@ -69,12 +74,18 @@ FaultSpec parse_fault(std::string_view text) {
         malformed(text, "point must be 1, 2, 3 or 4");
       spec.point = int(point);
       have_point = true;
+    } else if (p.starts_with("ms=") && !have_ms && spec.kind == FaultSpec::kCkptSlow) {
+      if (!parse_int(p.substr(3), &spec.ms) || spec.ms > 3600000)
+        malformed(text, "ms must be an integer from 0 to 3600000");
+      have_ms = true;
     } else {
       malformed(text, fmt::format("unexpected field '{}'", p));
     }
   }
   if (!have_rank || !have_step) malformed(text, "both rank= and step= are required");
-  if (spec.kind == FaultSpec::kCkptKill && !have_point) malformed(text, "ckptkill needs point=1..4");
+  if (spec.kind == FaultSpec::kCkptKill && !have_point)
+    malformed(text, "ckptkill needs point=1..4");
+  if (spec.kind == FaultSpec::kCkptSlow && !have_ms) malformed(text, "ckptslow needs ms=M");
   return spec;
 }
 
@@ -88,9 +99,10 @@ bool fault_fires(const FaultSpec& spec, FaultSpec::Kind kind, int rank, int64_t 
 }
 
 void inject_fault(const FaultSpec& spec, int rank, int64_t step) {
-  if (spec.kind == FaultSpec::kNone || spec.kind == FaultSpec::kInf ||
-      spec.kind == FaultSpec::kCkptKill || spec.rank != rank || spec.step != step)
+  if (spec.kind != FaultSpec::kKill && spec.kind != FaultSpec::kStall &&
+      spec.kind != FaultSpec::kThrow)
     return;
+  if (spec.rank != rank || spec.step != step) return;
   const char* what = spec.kind == FaultSpec::kKill    ? "kill (SIGKILL)"
                      : spec.kind == FaultSpec::kStall ? "stall (SIGSTOP)"
                                                       : "throw";
@@ -108,9 +120,7 @@ void inject_fault(const FaultSpec& spec, int rank, int64_t step) {
       break;
     case FaultSpec::kThrow:
       runtime_error("injected fault at rank {} step {} (FDTRAIN_FAULT)", rank, step);
-    case FaultSpec::kNone:
-    case FaultSpec::kInf:
-    case FaultSpec::kCkptKill:
+    default:
       break;
   }
 }

@@ -10,6 +10,12 @@
 //                                       at point 1 (before its shard), 2 (after its shard),
 //                                       3 (rank 0: manifest written, directory not renamed) or
 //                                       4 (rank 0: renamed, `latest` not yet updated)
+//   FDTRAIN_FAULT=ckptslow:rank=1:step=10:ms=2000
+//                                       rank 1 writes the checkpoint after step 10 2000 ms late
+//                                       (a slow disk: an asynchronous save still in flight)
+//   FDTRAIN_FAULT=ckptfail:rank=1:step=10
+//                                       rank 1's shard of the checkpoint after step 10 fails to
+//                                       write (as on an I/O error), after the file is created
 //   FDTRAIN_FAULT=inf:rank=0:step=3     rank 0's gradients are non-finite at step 3 (the
 //                                       trainer seeds its backward with inf): the step is skipped
 //
@@ -25,10 +31,11 @@
 namespace fd::dist {
 
 struct FaultSpec {
-  enum Kind { kNone, kKill, kStall, kThrow, kInf, kCkptKill } kind = kNone;
+  enum Kind { kNone, kKill, kStall, kThrow, kInf, kCkptKill, kCkptSlow, kCkptFail } kind = kNone;
   int rank = -1;
   int64_t step = -1;
-  int point = 0;  // kCkptKill: where in the checkpoint write
+  int point = 0;   // kCkptKill: where in the checkpoint write
+  int64_t ms = 0;  // kCkptSlow: the delay
 };
 
 // Parses a FDTRAIN_FAULT value; throws a usage fd::Error naming FDTRAIN_FAULT

@@ -192,6 +192,17 @@ Assembly assemble(const config::Recipe& r, int world) {
   a.schedule.warmup_steps = r.schedule.warmup_steps;
   a.schedule.total_steps = r.steps;
   a.schedule.min_lr = float(r.schedule.min_lr);
+  a.async_checkpoints = r.checkpoint.async && r.checkpoint.every > 0;
+  a.saves_checkpoints = r.checkpoint.every > 0 || r.checkpoint.at_end;
+  if (r.logging.sample_tokens > 0) {
+    // The prompt's tokens are at most its bytes (one when empty: the start token); a sample
+    // longer than the window runs its newest half again each time the window fills.
+    const int prompt = std::max<int>(
+        1, int(std::min<size_t>(r.logging.sample_prompt.size(), size_t(r.data.seq_len))));
+    a.sample_rows = prompt + r.logging.sample_tokens > r.data.seq_len
+                        ? std::max(prompt, (r.data.seq_len + 1) / 2)
+                        : prompt;
+  }
   return a;
 }
 

@@ -66,7 +66,15 @@ struct Assembly {
   bool hierarchical = false;
   std::optional<precision::LossScalerOptions> loss_scaler;  // fp16 only
   optim::ScheduleOptions schedule;
-  uint64_t seed = 0;       // model init, sampling, adapter dropout
+  uint64_t seed = 0;  // model init, sampling, adapter dropout
+  // Checkpoints are saved behind the step (checkpoint.async with checkpoint.every > 0): each rank
+  // holds a staging copy of its saved state (CheckpointStaging, MemCategory::kCheckpoint), unless
+  // that state streams from a file (ZeRO-Infinity), which is saved synchronously.
+  bool async_checkpoints = false;
+  bool saves_checkpoints = false;  // checkpoint.every > 0 or checkpoint.at_end
+  // The end-of-run sample (logging.sample_tokens > 0): the most tokens one KvDecoder append takes
+  // (generate.h: the prompt, or the newest half of a full window); 0 without a sample.
+  int sample_rows = 0;
   int micro = 1;           // sequences per micro-batch
   int seq_len = 1;         // tokens per sequence
   bool byte_level = true;  // tokens are bytes (data.format text without data.tokenizer), else ids

@@ -14,7 +14,9 @@
 #include "lib/dist/counting_communicator.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/build_run.h"
+#include "lib/engine/checkpointing.h"
 #include "lib/engine/preference.h"
+#include "lib/engine/process_memory.h"
 #include "lib/engine/step.h"
 #include "lib/engine/strategy.h"
 #include "lib/engine/weights_io.h"
@@ -22,6 +24,7 @@
 #include "lib/pipe/schedule.h"
 #include "lib/tensor/device.h"
 #include "lib/tensor/memory.h"
+#include "lib/tensor/storage.h"
 
 namespace fd::engine {
 namespace {
@@ -111,6 +114,9 @@ struct RankRun {
   int64_t offload_host = 0;      // the optimizer state in host memory (host offload), bytes
   int64_t offload_pinned = 0;    // a GPU run's pinned transfer buffers (offload), bytes
   int64_t hpz_secondary = 0;     // ZeRO++'s secondary partitions, bytes
+  int64_t checkpoint = 0;        // an asynchronous save's staging (kCheckpoint), bytes
+  int64_t tensors_reserved = 0;  // the CPU caching allocator's peak, simulated (process_memory.h)
+  int64_t save_buffers = 0, sample = 0;  // process_memory.h's saves and sample parts
   int64_t padded_params = 0, frozen_padded_params = 0, quantized_bytes = 0, num_params = 0;
   int64_t p2p_bytes = 0;  // a pipeline stage: bytes it sends to its neighbours in the step
   int64_t tp_bytes = 0;   // tensor parallelism: bytes it sends over its tp group in the step
@@ -217,6 +223,7 @@ class Watch final : public nn::SegmentRunner, public autograd::BackwardObserver 
 // are reset here.
 RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   MemoryAccountant& acct = MemoryAccountant::global();
+  cpu_allocator::simulated::reset();  // a process of its own
   DeviceScope on_meta(Device::meta());
   dist::CountingCommunicator comm(rank, a.world, staging);
   if (nodes > 1) {  // `nodes` hosts of consecutive ranks
@@ -256,10 +263,16 @@ RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
     head->install(*model);
   }
 
-  // As Trainer::setup: peaks count from here, then the batch buffers.
+  // As Trainer::setup: peaks count from here (setup's transient blocks go back to the system),
+  // then the batch buffers.
   acct.reset_peaks();
+  cpu_allocator::simulated::empty_cache();
   Batch batch = make_batch(a, Device::meta());
   if (head) head->register_batch(batch);
+  // As Trainer::run: the staging of checkpoints saved behind the step.
+  std::unique_ptr<CheckpointStaging> ckpt_staging;
+  if (a.async_checkpoints && staged_saves(engine))
+    ckpt_staging = std::make_unique<CheckpointStaging>(engine, Device::meta());
 
   Watch watch(engine, a, base[size_t(MemCategory::kActivations)]);
   autograd::BackwardObserver* previous = autograd::set_backward_observer(&watch);
@@ -322,7 +335,8 @@ RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   out.comm_step = std::max(out.comm_step, above_base(MemCategory::kComm));
   keep_peaks();
   acct.reset_peaks();
-  strategy.with_full_model([](const nn::Decoder&) {});
+  strategy.with_full_model([&](const nn::Decoder& m) { out.sample = sample_bytes(a, m); });
+  out.save_buffers = save_buffer_bytes(a, engine);
   out.comm_full_gather = above_base(MemCategory::kComm);
   keep_peaks();
   out.states = {most[size_t(MemCategory::kParams)], most[size_t(MemCategory::kGrads)],
@@ -331,6 +345,8 @@ RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   out.quantized = most[size_t(MemCategory::kQuantized)];
   out.activations = most[size_t(MemCategory::kActivations)];
   out.other = most[size_t(MemCategory::kOther)];
+  out.checkpoint = most[size_t(MemCategory::kCheckpoint)];
+  out.tensors_reserved = int64_t(cpu_allocator::simulated::peak_reserved_bytes());
   return out;
 }
 
@@ -369,7 +385,21 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
   e.accumulation = recipe_assembly.zero.accumulation;
   e.world = world;
   e.nodes = nodes;
+  // The process beyond its tensors: the calibrated runtime and the data, opened as training
+  // opens it (once: every rank holds the same).
+  e.process.ranks_per_host = world / nodes;
+  {
+    const RuntimeCalibration cal = read_calibration();
+    e.process.runtime = cal.at(e.process.ranks_per_host);
+    e.process.runtime_problem = cal.problem;
+    try {
+      e.process.data = measure_data_bytes(r);
+    } catch (const Error& err) {
+      e.process.data_problem = err.what();
+    }
+  }
   e.recipe_stage = recipe_assembly.zero.stage;
+  e.async_checkpoints = recipe_assembly.async_checkpoints;
   e.zeropp_weights = r.zero.quantized_weights;
   e.hpz = r.zero.hierarchical_partition;
   if (r.zero.quantized_gradients != config::GradientCodes::kNone)
@@ -427,6 +457,10 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
       most.comm_step = std::max(most.comm_step, run.comm_step);
       most.comm_full_gather = std::max(most.comm_full_gather, run.comm_full_gather);
       most.other = std::max(most.other, run.other);
+      most.checkpoint = std::max(most.checkpoint, run.checkpoint);
+      most.tensors_reserved = std::max(most.tensors_reserved, run.tensors_reserved);
+      most.save_buffers = std::max(most.save_buffers, run.save_buffers);
+      most.sample = std::max(most.sample, run.sample);
       most.offload_nvme = std::max(most.offload_nvme, run.offload_nvme);
       most.offload_host = std::max(most.offload_host, run.offload_host);
       most.offload_pinned = std::max(most.offload_pinned, run.offload_pinned);
@@ -447,6 +481,10 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     st.comm_full_gather = most.comm_full_gather;
     st.comm_buffers = std::max(st.comm_step, st.comm_full_gather);
     st.other = most.other;
+    st.checkpoint_staging = most.checkpoint;
+    st.tensors_reserved = most.tensors_reserved;
+    st.save_buffers = most.save_buffers;
+    st.sample = most.sample;
     st.offload_nvme = most.offload_nvme;
     st.offload_host = most.offload_host;
     st.offload_pinned = most.offload_pinned;
@@ -572,6 +610,10 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
       st.comm_full_gather = run.comm_full_gather;
       st.comm_buffers = std::max(run.comm_step, run.comm_full_gather);
       st.other = run.other;
+      st.checkpoint_staging = run.checkpoint;
+      st.tensors_reserved = run.tensors_reserved;
+      st.save_buffers = run.save_buffers;
+      st.sample = run.sample;
       st.comm_bytes_per_step = run.comm_bytes;
       st.p2p_bytes_per_step = run.p2p_bytes;
       st.tp_bytes_per_step = run.tp_bytes;
@@ -700,6 +742,12 @@ std::vector<std::string> estimate_assumptions(const Estimate& e) {
   return a;
 }
 
+namespace {
+nlohmann::ordered_json optional_json(const std::optional<int64_t>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
 std::string format_estimate(const Estimate& e) {
   std::string out;
   auto line = [&](const std::string& s) { out += s + "\n"; };
@@ -782,7 +830,25 @@ std::string format_estimate(const Estimate& e) {
   row("activations", [](const StageEstimate& s) { return human(s.activations); });
   row("comm buffers", [](const StageEstimate& s) { return human(s.comm_buffers); });
   row("other (token batch)", [](const StageEstimate& s) { return human(s.other); });
+  if (e.async_checkpoints)
+    row("checkpoint staging", [](const StageEstimate& s) { return human(s.checkpoint_staging); });
   row("total", [](const StageEstimate& s) { return human(s.total()); });
+  // The process (process_memory.h): what the rank's resident memory peaks at.
+  {
+    const Estimate::Process& p = e.process;
+    row(fmt::format("process: runtime ({}/host)", p.ranks_per_host),
+        [&](const StageEstimate&) { return p.runtime ? human(*p.runtime) : std::string("?"); });
+    row("  data", [&](const StageEstimate&) { return p.data ? human(*p.data) : std::string("?"); });
+    row("  tensors (allocator)", [](const StageEstimate& s) { return human(s.tensors_reserved); });
+    row("  save buffers", [](const StageEstimate& s) { return human(s.save_buffers); });
+    row("  sample (decoder)", [](const StageEstimate& s) { return human(s.sample); });
+    row("= peak RSS (predicted)", [&](const StageEstimate& s) {
+      const std::optional<int64_t> v = p.predicted(s);
+      return v ? human(*v) : std::string("?");
+    });
+    if (!p.runtime) line("  runtime unknown: " + p.runtime_problem);
+    if (!p.data) line("  data not measured: " + p.data_problem);
+  }
   if (offload)
     row("on NVMe (state file)", [](const StageEstimate& s) { return human(s.offload_nvme); });
   line("");
@@ -1055,7 +1121,12 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
     o["comm_staging"] = s.comm_staging;
     o["comm_full_gather"] = s.comm_full_gather;
     o["other"] = s.other;
+    o["checkpoint_staging"] = s.checkpoint_staging;
     o["total"] = s.total();
+    o["tensors_reserved"] = s.tensors_reserved;
+    o["save_buffers"] = s.save_buffers;
+    o["sample_decoder"] = s.sample;
+    o["predicted_peak_rss"] = optional_json(e.process.predicted(s));
     o["offload_nvme"] = s.offload_nvme;
     o["offload_host"] = s.offload_host;
     o["offload_pinned"] = s.offload_pinned;
@@ -1069,6 +1140,11 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
     stages.push_back(o);
   }
   j["stages"] = stages;
+  j["process"] = {{"ranks_per_host", e.process.ranks_per_host},
+                  {"runtime_bytes", optional_json(e.process.runtime)},
+                  {"runtime_problem", e.process.runtime_problem},
+                  {"data_bytes", optional_json(e.process.data)},
+                  {"data_problem", e.process.data_problem}};
   if (e.pipeline.stages > 1) {
     const Estimate::Pipeline& p = e.pipeline;
     nlohmann::ordered_json per = nlohmann::ordered_json::array();
@@ -1078,7 +1154,12 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
       o["blocks"] = p.blocks[size_t(s.stage)];
       memory(o, s);
       o["other"] = s.other;
+      o["checkpoint_staging"] = s.checkpoint_staging;
       o["total"] = s.total();
+      o["tensors_reserved"] = s.tensors_reserved;
+      o["save_buffers"] = s.save_buffers;
+      o["sample_decoder"] = s.sample;
+      o["predicted_peak_rss"] = optional_json(e.process.predicted(s));
       o["p2p_bytes_per_step"] = s.p2p_bytes_per_step;
       o["comm_bytes_per_step"] = s.comm_bytes_per_step;
       if (e.tensor.size > 1) o["tp_bytes_per_step"] = s.tp_bytes_per_step;

@@ -73,6 +73,17 @@ struct StageEstimate {
   int64_t comm_staging = 0;      // of comm_step, the 16-bit reduce-scatter's staging (MPI's)
   int64_t comm_full_gather = 0;  // stage 3: cP (with_full_parameters); 0 otherwise
   int64_t other = 0;             // the token, target and position id buffers (kOther)
+  // checkpoint.async (with checkpoint.every > 0): the staging of saves behind the step
+  // (MemCategory::kCheckpoint): the rank's saved state (master, Adam m and v, and 16-bit
+  // parameters). 0 for synchronous saves.
+  int64_t checkpoint_staging = 0;
+  // The process (process_memory.h): the CPU caching allocator's peak over the run (blocks in use
+  // and blocks kept for reuse; setup included), simulated through the run's allocations. The
+  // tensors' part of the predicted peak RSS.
+  int64_t tensors_reserved = 0;
+  // Its saves part (ckpt::write_buffer_bytes for the rank's largest range; 0 without saves) and
+  // sample part (the end-of-run sample's KvDecoder; 0 without a sample), process_memory.h.
+  int64_t save_buffers = 0, sample = 0;
   // LoRA: the frozen base (MemCategory::kFrozen): cP_base (stages 0-2) or
   // cP_base/N (stage 3, the rank's shard); 0 without LoRA.
   int64_t frozen = 0;
@@ -119,7 +130,8 @@ struct StageEstimate {
   double paper_bytes = 0.0;  // the ZeRO paper's formula for this precision at Ψ (no padding)
   // Sum of the per-category peaks: an upper bound of the simultaneous peak.
   int64_t total() const {
-    return model_states.total() + frozen + quantized + activations + comm_buffers + other;
+    return model_states.total() + frozen + quantized + activations + comm_buffers + other +
+           checkpoint_staging;
   }
 };
 
@@ -130,6 +142,20 @@ struct Estimate {
   int world = 1;
   int nodes = 1;  // --nodes: the world's ranks in `nodes` equal, consecutive groups (hosts)
   int recipe_stage = 0;
+  bool async_checkpoints = false;  // Assembly::async_checkpoints: the staging row is shown
+  // A rank's process beyond its tensors (process_memory.h); its predicted peak RSS at a stage is
+  // runtime + data + StageEstimate::tensors_reserved + save_buffers + sample.
+  struct Process {
+    int ranks_per_host = 1;          // world / nodes
+    std::optional<int64_t> runtime;  // calibrated for this build and host; nullopt: not
+    std::string runtime_problem;     // why not (and how to calibrate)
+    std::optional<int64_t> data;     // measured by opening the data; nullopt: could not
+    std::string data_problem;
+    std::optional<int64_t> predicted(const StageEstimate& s) const {
+      if (!runtime || !data) return std::nullopt;
+      return *runtime + *data + s.tensors_reserved + s.save_buffers + s.sample;
+    }
+  } process;
   // ZeRO++ (recipe zero.quantized_weights / hierarchical_partition / quantized_gradients), applied
   // to the stage-3 column only; zeropp_gradients "int8" / "int4", or empty.
   bool zeropp = false, zeropp_weights = false, hpz = false;

@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "lib/base/log.h"
+#include "lib/base/strings.h"
+#include "lib/engine/checkpointing.h"
 #include "lib/engine/run_dir.h"
 #include "lib/engine/tfevents.h"
 #include "lib/tensor/device.h"
@@ -203,15 +205,32 @@ void RunReport::step_done(int64_t done, const StepRecord& s,
 
 void RunReport::begin_checkpoint() { t_save_ = Clock::now(); }
 
-void RunReport::checkpoint_saved(int64_t done, const std::string& dir) {
+void RunReport::end_checkpoint() {
   const auto now = Clock::now();
   const double seconds = seconds_between(t_save_, now);
-  last_checkpoint_ = dir;
   checkpoint_seconds_ += seconds;
   eval_seconds_ += seconds;  // not training time
-  ++checkpoints_saved_;
+  ++checkpoints_begun_;
   t_window_ += now - t_save_;  // a save is not training time of the log window
-  if (rank0_) log::info("checkpoint of step {} saved to {} in {:.2f} s", done, dir, seconds);
+}
+
+void RunReport::checkpoint_saved(const SavedCheckpoint& s, bool async) {
+  last_checkpoint_ = s.dir.string();
+  ++checkpoints_saved_;
+  checkpoint_write_seconds_ += s.write_s;
+  checkpoint_wait_seconds_ += s.waited_s;
+  checkpoint_bytes_ = s.bytes;
+  checkpoint_async_ = async;
+  if (!rank0_) return;
+  if (async)
+    log::info(
+        "checkpoint of step {} saved to {}: written behind the step in {:.2f} s ({}/s per "
+        "rank); training blocked {:.3f} s",
+        s.step, last_checkpoint_, s.write_s,
+        format_bytes(double(s.bytes) / std::max(s.write_s, 1e-9)), s.blocked_s);
+  else
+    log::info("checkpoint of step {} saved to {} in {:.2f} s", s.step, last_checkpoint_,
+              s.blocked_s);
 }
 
 void RunReport::end_step(int64_t step) {
@@ -247,7 +266,16 @@ void RunReport::add_to_summary(nlohmann::json& summary, int64_t done) {
       {"last_checkpoint",
        last_checkpoint_.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint_)},
       {"checkpoint_s_per_save",
-       checkpoints_saved_ > 0 ? checkpoint_seconds_ / double(checkpoints_saved_) : 0.0},
+       checkpoints_begun_ > 0 ? checkpoint_seconds_ / double(checkpoints_begun_) : 0.0},
+      {"checkpoints",
+       {{"async", checkpoint_async_},
+        {"saved", checkpoints_saved_},
+        {"blocked_s_per_save",
+         checkpoints_begun_ > 0 ? checkpoint_seconds_ / double(checkpoints_begun_) : 0.0},
+        {"waited_s", checkpoint_wait_seconds_},
+        {"write_s_per_save",
+         checkpoints_saved_ > 0 ? checkpoint_write_seconds_ / double(checkpoints_saved_) : 0.0},
+        {"shard_bytes", checkpoint_bytes_}}},
       {"tokens_per_step", tokens_per_step_},
       {"comm_bytes_per_step", ran > 0 ? train_comm_bytes_ / ran : 0},
       {"comm_wait_s_per_step", ran > 0 ? train_wait_s_ / double(ran) : 0.0},

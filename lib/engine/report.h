@@ -34,6 +34,8 @@
 
 namespace fd::engine {
 
+struct SavedCheckpoint;  // checkpointing.h
+
 class RunDirectory;
 class EventFileWriter;
 
@@ -102,10 +104,15 @@ class RunReport {
   // the validation loss from `evaluate` (collective: every rank calls this)
   // at evaluation steps and the last one.
   void step_done(int64_t done, const StepRecord& s, const std::function<double()>& evaluate);
-  // A save starts / has written `dir`, the checkpoint of step `done`: its
-  // time is not training time (throughput, the log window).
+  // A save starts / hands the loop back (synchronous: written; asynchronous: staged): the
+  // time between is not training time (throughput, the log window) and is the save's stall.
   void begin_checkpoint();
-  void checkpoint_saved(int64_t done, const std::string& dir);
+  void end_checkpoint();
+  // A save is committed (asynchronous saves: behind the step, a step or more later): logged
+  // (rank 0) and counted in the summary.
+  void checkpoint_saved(const SavedCheckpoint& saved, bool async);
+  // `seconds` of the loop that were not training (waiting for a save at the end or a stop).
+  void exclude_from_training(double seconds) { eval_seconds_ += seconds; }
   // End of the step that started at begin_step() (--profile).
   void end_step(int64_t step);
   // The run's loop is over: ends the progress line and stops the run's clock.
@@ -163,9 +170,14 @@ class RunReport {
   double step_s_avg_ = -1.0;  // moving average of step time, for the progress line
   int64_t window_steps_ = 0;
   double eval_loss_;
-  double eval_seconds_ = 0.0;  // evaluation and save time, excluded from throughput
-  double checkpoint_seconds_ = 0.0;
+  double eval_seconds_ = 0.0;        // evaluation and save time, excluded from throughput
+  double checkpoint_seconds_ = 0.0;  // the loop's time blocked by saves
+  int64_t checkpoints_begun_ = 0;
   int64_t checkpoints_saved_ = 0;
+  double checkpoint_write_seconds_ = 0.0;  // committed saves' write time (behind the step)
+  double checkpoint_wait_seconds_ = 0.0;   // of checkpoint_seconds_, waiting for a save in flight
+  int64_t checkpoint_bytes_ = 0;           // this rank's last shard
+  bool checkpoint_async_ = false;
   std::string last_checkpoint_;
   int64_t bytes0_ = 0;
   double wait0_ = 0.0;

@@ -32,6 +32,7 @@
 #include "lib/engine/build_run.h"
 #include "lib/engine/checkpointing.h"
 #include "lib/engine/generate.h"
+#include "lib/engine/process_memory.h"
 #include "lib/engine/rank_agreement.h"
 #include "lib/engine/report.h"
 #include "lib/engine/resume.h"
@@ -251,7 +252,10 @@ void Trainer::setup(const TrainOptions& options) {
   ops::set_adamw_threads(recipe_.threads);  // the CPU AdamW, in memory or streamed from NVMe
   comm_.set_timeout(recipe_.dist.timeout_s);
 
+  const int64_t rss_before_data = current_rss_bytes();
   data_ = open_dataset(recipe_);
+  if (const int64_t after = current_rss_bytes(); rss_before_data >= 0 && after >= 0)
+    data_bytes_ = std::max<int64_t>(0, after - rss_before_data);
   assembly_ = assemble(recipe_, world);
   const Assembly& a = assembly_;
   const nn::DecoderConfig& mc = a.model;
@@ -590,7 +594,7 @@ int64_t Trainer::step_nll_tokens(int64_t step) {
   return int64_t(n);
 }
 
-std::string Trainer::save(int64_t steps_done) {
+void Trainer::save(int64_t steps_done) {
   SaveRequest req;
   req.run_dir = options_.run_dir;
   req.step = steps_done;
@@ -613,7 +617,28 @@ std::string Trainer::save(int64_t steps_done) {
         ckpt::LossScalerState{st.scale, st.iter, st.last_overflow_iter, st.hysteresis_left};
   }
   strategy_->describe_save(req);
-  return save_checkpoint(req, *zero_, comm_).string();
+  writer_->save(req, *zero_);
+}
+
+void Trainer::settle_saves() noexcept {
+  if (!writer_ || !writer_->in_flight()) return;
+  const double timeout = std::min(recipe_.dist.timeout_s, 120.0);
+  if (!writer_->settle(timeout))
+    log::write_file_only(log::Level::kWarn,
+                         fmt::format("the checkpoint save in flight did not finish within {} s of "
+                                     "the failure; it is not committed",
+                                     timeout));
+}
+
+void Trainer::report_saves(RunReport& report, bool wait) {
+  if (!writer_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const SavedCheckpoint& s : wait ? writer_->wait() : writer_->poll())
+    report.checkpoint_saved(s, writer_->async());
+  // Waiting for a save is not training time (throughput).
+  if (wait)
+    report.exclude_from_training(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void Trainer::with_full_model(const std::function<void(const nn::Decoder& model)>& fn) {
@@ -786,6 +811,38 @@ nlohmann::json Trainer::memory_json() {
   return {{"max", max}, {"per_rank", per_rank}};
 }
 
+int64_t Trainer::transient_bytes() const {
+  FD_CHECK(assembly_.stages == 1 && assembly_.mesh.size("tp") == 1,
+           "transient_bytes of a run whose ranks hold parts of the model");
+  return save_buffer_bytes(assembly_, *zero_) + sample_bytes(assembly_, *model_);
+}
+
+// summary.json's `process_memory` (docs/RUN_DIR.md): every rank's peak RSS so far and its
+// tensors' and data's parts, the largest of each, and the calibrated runtime (collective).
+nlohmann::json Trainer::process_json() {
+  const int world = comm_.size();
+  const double mine[3] = {double(peak_rss_bytes_now()),
+                          double(cpu_allocator::peak_reserved_bytes()), double(data_bytes_)};
+  std::vector<double> all(3 * size_t(world));
+  comm_.all_gather_f64(mine, all.data(), 3);
+  nlohmann::json per_rank = nlohmann::json::array();
+  int64_t most[3] = {0, 0, 0};
+  for (int r = 0; r < world; ++r) {
+    const double* v = &all[3 * size_t(r)];
+    per_rank.push_back({{"peak_rss_bytes", int64_t(v[0])},
+                        {"tensors_bytes", int64_t(v[1])},
+                        {"data_bytes", int64_t(v[2])}});
+    for (int i = 0; i < 3; ++i) most[i] = std::max(most[i], int64_t(v[i]));
+  }
+  const RuntimeCalibration cal = read_calibration();
+  const std::optional<int64_t> runtime = cal.at(world / std::max(comm_.num_nodes(), 1));
+  return {{"peak_rss_bytes", most[0]},
+          {"tensors_bytes", most[1]},
+          {"data_bytes", most[2]},
+          {"runtime_bytes", runtime ? nlohmann::json(*runtime) : nlohmann::json(nullptr)},
+          {"per_rank", per_rank}};
+}
+
 // Every group's traffic per training step, and of it across nodes: {"nodes", "bytes_per_step",
 // "inter_node_bytes_per_step" (the largest over ranks), "per_rank": [[bytes, inter], ...]}
 // (collective).
@@ -822,6 +879,15 @@ nlohmann::json Trainer::run() {
                    options_.profile);
   if (preference_) report.set_eval_metrics(&eval_metrics_);
   report.set_world(&comm_);
+  {
+    // Saves behind the step (checkpoint.async) when there are saves between steps to hide;
+    // state streamed from a file (ZeRO-Infinity) is saved as it streams, synchronously.
+    const bool async = assembly_.async_checkpoints && staged_saves(*zero_);
+    writer_ = std::make_unique<CheckpointWriter>(comm_, *zero_, async);
+    if (rank0 && async)
+      log::info("checkpoints are written behind the step: {} per rank staged in memory",
+                format_bytes(double(writer_->staging_bytes())));
+  }
   double loss = std::nan(""), grad_norm = 0.0;
   std::string status = "completed", exit_reason = "completed";
   int stop_signal = 0;  // the signal that stopped the run, agreed by all ranks
@@ -881,10 +947,14 @@ nlohmann::json Trainer::run() {
     if (save_now) {
       report.begin_checkpoint();
       PhaseClock clock(options_.profile, model_comm());
-      const std::string dir = save(done);
+      save(done);
+      // A stop waits for its save (and the one before it).
+      if (st.stop_signal != 0) report_saves(report, /*wait=*/true);
       clock.lap(report.phases().checkpoint, report.phases().comm_wait);
-      report.checkpoint_saved(done, dir);
+      report.end_checkpoint();
     }
+    // The saves committed behind the steps so far (a failed one ends the run here).
+    report_saves(report, /*wait=*/false);
     report.end_step(step);
     if (st.stop_signal != 0) {
       status = "interrupted";
@@ -908,6 +978,8 @@ nlohmann::json Trainer::run() {
     }
     report.set_eval_loss(evaluate());
   }
+  // The summary names only committed checkpoints: the last save is waited for.
+  report_saves(report, /*wait=*/true);
   report.finish_loop();
   return finish(report, {status, exit_reason, stop_signal, fatal_message, loss, done});
 }
@@ -1040,6 +1112,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
   }
   cpu_allocator::empty_cache();                  // generation allocates one size per context length
   summary["peak_rss_bytes"] = peak_rss_bytes();  // rank 0's process
+  summary["process_memory"] = process_json();
   if (rank0) run_dir_->write_summary(summary);
   failure_recorded_ = true;  // the run's own summary stands
   if (status != "completed") return summary;

@@ -44,6 +44,7 @@
 #include "lib/dist/fault.h"
 #include "lib/engine/assemble.h"
 #include "lib/engine/build_run.h"
+#include "lib/engine/checkpointing.h"
 #include "lib/engine/preference.h"
 #include "lib/engine/reference_logps.h"
 #include "lib/engine/report.h"
@@ -109,6 +110,12 @@ class Trainer {
   // Runs fn with the whole model, every parameter resident, current and whole (ZeRO-3
   // gathers; tensor parallelism assembles the slices). Collective.
   void with_full_model(const std::function<void(const nn::Decoder& model)>& fn);
+  // The growth of this process's RSS while the training data was opened (setup), bytes: the
+  // data part of its memory (process_memory.h).
+  int64_t data_bytes() const { return data_bytes_; }
+  // The saves and sample parts of this rank's memory (process_memory.h), for a run whose ranks
+  // hold the whole model (no pipeline, no tensor parallelism): `fdtrain calibrate`.
+  int64_t transient_bytes() const;
   // The step (0-based) in progress, for failure messages.
   int64_t current_step() const { return current_step_; }
   // The step (0-based) this run started at: 0, or the checkpoint's step when resuming.
@@ -127,6 +134,10 @@ class Trainer {
   // without touching the run directory; finished_message() says why.
   bool finished() const { return !finished_message_.empty(); }
   const std::string& finished_message() const { return finished_message_; }
+
+  // A failure is ending the run: lets a checkpoint save in flight commit first (for up to
+  // dist.timeout_s, 120 s at most; CheckpointWriter::settle). Never throws.
+  void settle_saves() noexcept;
 
   // Records a failure that ends the job (summary.json with status "failed"),
   // once: later calls do nothing. Rank 0 writes through its RunDirectory,
@@ -174,13 +185,18 @@ class Trainer {
   void finish_reference();  // after start_run_directory: the pass if still due, the cache written
   // The step's chosen NLL tokens over every rank (ORPO; SimPO with cpo_alpha). Collective.
   int64_t step_nll_tokens(int64_t step);
-  nlohmann::json memory_json();  // collective
+  nlohmann::json memory_json();   // collective
+  nlohmann::json process_json();  // collective: summary.json's process_memory
   // summary.json's `network` block from the training steps' traffic (collective).
   nlohmann::json network_json(const RunReport& report, int64_t steps);
   // Bytes of frozen base (LoRA) per rank: all of it, or a 1/N shard under ZeRO-3.
   // quantized: the base's 4-bit segments (QLoRA, MemCategory::kQuantized) instead of the rest.
   int64_t frozen_bytes_estimate(bool quantized) const;
-  std::string save(int64_t steps_done);  // collective; returns the step directory
+  // Collective: saves the checkpoint of `steps_done` steps (asynchronous saves: stages it).
+  void save(int64_t steps_done);
+  // The saves committed since the last call into `report` (wait: blocks for the one in flight).
+  // A failed save throws here, on the rank whose write failed.
+  void report_saves(RunReport& report, bool wait);
 
   // device: cuda: picks this rank's GPU, opens the device scope for every
   // tensor the run makes and starts the NCCL communicator.
@@ -203,6 +219,7 @@ class Trainer {
   std::unique_ptr<dist::HierarchicalCommunicator> node_comm_;  // BuiltRun::node_comm
   std::unique_ptr<zero::ZeroEngine> zero_;
   std::unique_ptr<precision::DynamicLossScaler> scaler_;  // fp16 only
+  std::unique_ptr<CheckpointWriter> writer_;              // made by run() (collective)
   std::unique_ptr<PreferenceHead> preference_;            // preference training: the model's head
   ReferenceLogps reference_;                              // DPO: the reference's per-pair log-probs
   std::string reference_key_;                             // DPO: what reference_ was computed for
@@ -230,6 +247,7 @@ class Trainer {
   std::atomic<bool> failure_recorded_{false};
   std::string started_at_;
   int64_t skipped_total_ = 0;
+  int64_t data_bytes_ = 0;  // see data_bytes()
 };
 
 }  // namespace fd::engine

@@ -73,8 +73,7 @@ KvDecoder::KvDecoder(const Decoder& model, int capacity)
     if (l.w.owned.empty()) l.w.owned.assign(l.w.borrowed, l.w.borrowed + shape.in * shape.out);
     const std::vector<float> a = find(base + ".lora_A.weight")->value.to_vector();  // (r, in)
     const std::vector<float> b = find(base + ".lora_B.weight")->value.to_vector();  // (out, r)
-    merge_lora_into(l.w.owned, a, b, lora.r, shape.in, shape.out,
-                    double(lora.scaling()),
+    merge_lora_into(l.w.owned, a, b, lora.r, shape.in, shape.out, double(lora.scaling()),
                     conv1d_ ? WeightLayout::kInOut : WeightLayout::kOutIn);
     return l;
   };
@@ -112,6 +111,74 @@ KvDecoder::KvDecoder(const Decoder& model, int capacity)
   }
 }
 
+int64_t KvDecoder::host_bytes(const Decoder& model, int capacity, int rows) {
+  const DecoderConfig& c = model.config();
+  const int64_t cap = capacity > 0 ? capacity : c.max_position_embeddings;
+  // As the constructor's weight(): a parameter read in place when it is fp32 on the host.
+  auto owned = [&](const Parameter* p) -> int64_t {
+    if (p == nullptr) return 0;
+    const bool in_place =
+        model.quantized(*p) == nullptr && p->value.dtype() == DType::kF32 && !p->value.is_cuda();
+    return in_place ? 0 : p->value.numel();
+  };
+  std::map<std::string, const Parameter*> by_name;
+  for (const Parameter* p : model.parameters()) by_name[p->name] = p;
+  for (const Parameter* p : model.frozen_parameters()) by_name[p->name] = p;
+  auto find = [&](const std::string& name) -> const Parameter* {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  const FamilyNames names = family_names(c);
+  int64_t floats = owned(find(names.embed)) + owned(find(names.final_norm + ".weight")) +
+                   owned(find(names.final_norm + ".bias"));
+  if (c.positions == PositionKind::kLearned) floats += owned(find(names.positions));
+  // The head: its own copy even when tied to the embedding.
+  floats += owned(find(c.tie_word_embeddings ? names.embed : names.lm_head));
+  const LoraConfig& lora = model.lora();
+  const std::vector<LinearShape> shapes = block_linears(c);
+  const int64_t kv_width = int64_t(c.num_kv_heads) * c.head_dim;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = names.block_prefix(l);
+    for (const std::string& n : {names.norm1, names.norm2})
+      floats += owned(find(p + n + ".weight")) + owned(find(p + n + ".bias"));
+    if (c.qk_norm)
+      floats +=
+          owned(find(p + "self_attn.q_norm.weight")) + owned(find(p + "self_attn.k_norm.weight"));
+    for (const LinearShape& shape : shapes) {
+      const std::string base = p + shape.module;
+      floats += owned(find(base + ".bias"));
+      // A LoRA-merged weight is always a copy.
+      floats +=
+          lora.applies(l, shape.module) ? shape.in * shape.out : owned(find(base + ".weight"));
+    }
+    floats += 2 * cap * kv_width;  // the cache
+  }
+  if (c.positions == PositionKind::kRope) floats += 2 * cap * c.head_dim;
+  // Scratch (append()): x, h, qkv, att and the MLP's rows, the scores, the last row's logits.
+  const int64_t n = std::max(rows, 1), C = c.hidden_size, D = c.head_dim;
+  const int64_t q_width = c.num_heads * D, width = q_width + 2 * kv_width;
+  const int64_t mlp = c.mlp == MlpKind::kSwiGlu ? 2 * c.intermediate_size : c.intermediate_size;
+  floats += n * (2 * C + width + q_width + mlp) + cap + c.vocab_size;
+  return floats * int64_t(sizeof(float));
+}
+
+int64_t KvDecoder::bytes() const {
+  size_t floats = 0;
+  auto add = [&](const Weight& w) { floats += w.owned.size(); };
+  add(embed_), add(positions_), add(final_w_), add(final_b_), add(head_);
+  for (const Block& b : blocks_) {
+    add(b.norm1_w), add(b.norm1_b), add(b.norm2_w), add(b.norm2_b), add(b.q_norm), add(b.k_norm);
+    for (const Linear& l : b.qkv) add(l.w), add(l.b);
+    add(b.o.w), add(b.o.b);
+    for (const Linear& l : b.mlp) add(l.w), add(l.b);
+    floats += b.k.size() + b.v.size();
+  }
+  floats += rope_cos_.size() + rope_sin_.size();
+  for (const std::vector<float>* v : {&x_, &h_, &qkv_, &big_, &att_, &scores_, &logits_})
+    floats += v->capacity();  // scratch keeps what its largest append needed
+  return int64_t(floats * sizeof(float));
+}
+
 void KvDecoder::linear(const Linear& l, const float* x, int64_t n, float* out, int64_t ldo,
                        bool accumulate) const {
   for (int64_t r = 0; r < n; ++r) {
@@ -130,8 +197,8 @@ void KvDecoder::linear(const Linear& l, const float* x, int64_t n, float* out, i
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), o, in, 1.0f, x, in, l.w.data(),
                 o, 1.0f, out, int(ldo));
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), o, in, 1.0f, x, in, l.w.data(),
-                in, 1.0f, out, int(ldo));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), o, in, 1.0f, x, in, l.w.data(), in,
+                1.0f, out, int(ldo));
   }
 }
 
@@ -267,7 +334,8 @@ std::span<const float> KvDecoder::append(std::span<const int32_t> tokens, bool a
       // Row j's I outputs land at j*I, never past its own inputs at 2*j*I: in place is safe.
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < I; ++i)
-          big_[size_t(j * I + i)] = silu(big_[size_t(2 * j * I + i)]) * big_[size_t(2 * j * I + I + i)];
+          big_[size_t(j * I + i)] =
+              silu(big_[size_t(2 * j * I + i)]) * big_[size_t(2 * j * I + I + i)];
       linear(b.mlp[2], big_.data(), n, x_.data(), C, true);
     } else {
       linear(b.mlp[0], h_.data(), n, big_.data(), I, false);

@@ -37,6 +37,14 @@ class KvDecoder {
   // the model's max_position_embeddings (a RoPE model trained at 128k
   // positions wants a smaller cache: pass the context you generate with).
   explicit KvDecoder(const Decoder& model, int capacity = 0);
+  // The host memory a KvDecoder of `model` holds once appends of up to `rows` tokens at a time
+  // have run: its fp32 copies of weights it cannot read in place (16-bit, GPU, 4-bit or LoRA-
+  // merged), the cache, the RoPE tables and the scratch. The model may live on the counting
+  // device (Device::meta(): `fdtrain estimate`'s end-of-run sample, process_memory.h). Equals
+  // bytes() of such a decoder (tests/nn/kv_decoder_test.cc).
+  static int64_t host_bytes(const Decoder& model, int capacity, int rows);
+  // The bytes this decoder holds now (its vectors' capacities).
+  int64_t bytes() const;
   KvDecoder(const KvDecoder&) = delete;
   KvDecoder& operator=(const KvDecoder&) = delete;
 

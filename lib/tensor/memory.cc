@@ -20,6 +20,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "activations";
     case MemCategory::kComm:
       return "comm";
+    case MemCategory::kCheckpoint:
+      return "checkpoint";
     case MemCategory::kOther:
       return "other";
     case MemCategory::kCount:

@@ -23,6 +23,8 @@ enum class MemCategory : uint8_t {
   kOptimizer,    // optimizer state (Adam m and v)
   kActivations,  // activations, their gradients and op scratch
   kComm,         // communication buffers
+  kCheckpoint,   // an asynchronous save's staging: the rank's saved state, copied at the step
+                 // boundary for the writer thread (engine/checkpointing.h)
   kOther,
   kCount
 };

@@ -1,5 +1,6 @@
 #include "lib/tensor/storage.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -22,6 +23,7 @@ struct Cache {
   std::mutex mu;
   std::map<size_t, std::vector<void*>> free_blocks;
   size_t system_allocations = 0;
+  size_t reserved = 0, peak_reserved = 0;  // bytes taken from the system and not given back
 };
 
 Cache& cache() {
@@ -45,9 +47,15 @@ void* allocate(size_t bytes) {
       return p;
     }
     ++c.system_allocations;
+    c.reserved += n;
+    c.peak_reserved = std::max(c.peak_reserved, c.reserved);
   }
   void* p = std::aligned_alloc(kAlign, n);
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.reserved -= n;
+    throw std::bad_alloc();
+  }
   return p;
 }
 
@@ -66,9 +74,78 @@ size_t system_allocations() {
 void empty_cache() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  for (auto& [size, blocks] : c.free_blocks)
+  for (auto& [size, blocks] : c.free_blocks) {
     for (void* p : blocks) std::free(p);
+    c.reserved -= size * blocks.size();
+  }
   c.free_blocks.clear();
+}
+
+size_t reserved_bytes() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  return cache().reserved;
+}
+
+namespace simulated {
+namespace {
+struct Sim {
+  std::mutex mu;
+  std::map<size_t, size_t> free_blocks;  // size -> cached blocks
+  size_t reserved = 0, peak = 0;
+};
+Sim& sim() {
+  static Sim* s = new Sim();  // never destroyed, as cache()
+  return *s;
+}
+}  // namespace
+
+void allocate(size_t bytes) {
+  const size_t n = rounded(bytes == 0 ? 1 : bytes);
+  Sim& s = sim();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.free_blocks.find(n);
+  if (it != s.free_blocks.end() && it->second > 0) {
+    --it->second;
+    return;
+  }
+  s.reserved += n;
+  s.peak = std::max(s.peak, s.reserved);
+}
+
+void deallocate(size_t bytes) {
+  Sim& s = sim();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.free_blocks[rounded(bytes == 0 ? 1 : bytes)];
+}
+
+void empty_cache() {
+  Sim& s = sim();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto& [size, blocks] : s.free_blocks) s.reserved -= size * blocks;
+  s.free_blocks.clear();
+}
+
+void reset() {
+  Sim& s = sim();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.free_blocks.clear();
+  s.reserved = s.peak = 0;
+}
+
+size_t reserved_bytes() {
+  std::lock_guard<std::mutex> lock(sim().mu);
+  return sim().reserved;
+}
+
+size_t peak_reserved_bytes() {
+  std::lock_guard<std::mutex> lock(sim().mu);
+  return sim().peak;
+}
+}  // namespace simulated
+
+size_t peak_reserved_bytes() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  return cache().peak_reserved;
 }
 
 }  // namespace cpu_allocator
@@ -96,7 +173,8 @@ Storage::~Storage() {
     release();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fdtrain: freeing %zu bytes of %s on %s failed: %s\n", bytes_,
-                 std::string(mem_category_name(category_)).c_str(), device_.str().c_str(), e.what());
+                 std::string(mem_category_name(category_)).c_str(), device_.str().c_str(),
+                 e.what());
   }
 }
 
@@ -123,6 +201,7 @@ void Storage::release() {
       cuda_memory::deallocate(data_, bytes_);
       break;
     case DeviceType::kMeta:
+      cpu_allocator::simulated::deallocate(bytes_);
       break;
   }
   data_ = nullptr;
@@ -150,6 +229,7 @@ void Storage::acquire() {
       data_ = cuda_memory::allocate(bytes_, category_);
       break;
     case DeviceType::kMeta:
+      cpu_allocator::simulated::allocate(bytes_);
       break;
   }
   resident_ = true;

@@ -76,6 +76,23 @@ void deallocate(void* p, size_t bytes);
 size_t system_allocations();
 // Returns all cached blocks to the system.
 void empty_cache();
+// Bytes taken from the system and not given back (live blocks and cached ones), and their
+// highest value over the process's life.
+size_t reserved_bytes();
+size_t peak_reserved_bytes();
+
+// The same bookkeeping without memory, for tensors on the counting device (Device::meta(),
+// `fdtrain estimate`): what reserved_bytes() would be had they been CPU tensors, through the
+// same sequence of allocations, frees and empty_cache() calls. reset() starts a simulated
+// process (nothing reserved, no peak).
+namespace simulated {
+void allocate(size_t bytes);
+void deallocate(size_t bytes);
+void empty_cache();
+void reset();
+size_t reserved_bytes();
+size_t peak_reserved_bytes();
+}  // namespace simulated
 }  // namespace cpu_allocator
 
 }  // namespace fd

@@ -14,7 +14,11 @@
 #     is left behind;
 #   - no checkpoint is lost: `latest`, if any, passes `fdtrain ckpt inspect`
 #     (every checksum), and is no older than the last step the job logged
-#     allows (a checkpoint for step c is complete before step c + 1 starts);
+#     allows (saves behind the step, checkpoint.async, the default: the
+#     checkpoint of step c is committed before the next save, of step c + 5, is
+#     staged, so before step c + 2 * every + 1 starts; CHAOS_SYNC=1 runs synchronous saves,
+#     where it is complete before step c + 1 starts); each trial says whether a save
+#     was in flight when the fault came (a .step_N.tmp directory was left);
 #   - `--resume auto --overwrite` (a requeue script's command) then completes
 #     from that checkpoint (or from scratch if there was none) with the final weights (summary.json weights_sha256) of
 #     an uninterrupted run at the same world size: training is deterministic.
@@ -30,11 +34,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "$ROOT"
 SEED=${CHAOS_SEED:-$RANDOM}
 RANDOM=$SEED
-EVERY=5
+# CHAOS_EVERY=1: a save after every step, so that most moments fall inside a save in flight.
+EVERY=${CHAOS_EVERY:-5}
 R=$TMP/r.yaml
 write_recipe "$R"
 sed -i "s/^steps: 3/steps: 150/; s/^  n_layer: 1/  n_layer: 2/; s/^  d_model: 16/  d_model: 64/" "$R"
-ARGS=(train "$R" checkpoint.every=$EVERY checkpoint.keep_last=2 dist.timeout_s=5 --no-progress)
+ASYNC=true
+[ -n "${CHAOS_SYNC:-}" ] && ASYNC=false
+ARGS=(train "$R" checkpoint.every=$EVERY checkpoint.keep_last=2 checkpoint.async=$ASYNC dist.timeout_s=5 --no-progress)
 sha() { sed -n 's/^  "weights_sha256": "\([0-9a-f]*\)",*$/\1/p' "$1/summary.json" 2>/dev/null; }
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -61,7 +68,7 @@ rank_pids() {
   done
 }
 
-FAILED=0 HANGS=0 LOST=0 MISSED=0 WORST=0 WORST_KILL=0 WORST_STOP=0
+FAILED=0 HANGS=0 LOST=0 INFLIGHT=0 MISSED=0 WORST=0 WORST_KILL=0 WORST_STOP=0
 trial=0
 while [ $trial -lt "$TRIALS" ]; do
   n=$((2 + RANDOM % 2))
@@ -123,9 +130,12 @@ while [ $trial -lt "$TRIALS" ]; do
   last_step=$(grep -o '"step": *[0-9]*' "$d/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
   last_step=${last_step:-0}
   latest=$(cat "$d/checkpoints/latest" 2>/dev/null)
+  inflight=""
+  compgen -G "$d/checkpoints/.step_*.tmp" > /dev/null && { inflight=", a save in flight"; INFLIGHT=$((INFLIGHT + 1)); }
   latest_step=0
   [ -n "$latest" ] && latest_step=$((10#${latest#step_}))
   need=$(( last_step > EVERY ? (last_step - 1) / EVERY * EVERY : 0 ))
+  [ $ASYNC = true ] && need=$(( need > EVERY ? need - EVERY : 0 ))
   lost=0
   if [ -n "$latest" ] && ! "$FDTRAIN" ckpt inspect "$d" > "$d.inspect" 2>&1; then
     lost=1; problems+=("latest ($latest) fails ckpt inspect: $(tail -1 "$d.inspect")")
@@ -152,9 +162,9 @@ while [ $trial -lt "$TRIALS" ]; do
   fi
 
   trial=$((trial + 1))
-  line=$(printf 'trial %2d: -n %d, SIG%-4s rank %d at %5.1f s: exit %s after %4s s; latest %-13s (step %d logged); resumed %s' \
+  line=$(printf 'trial %2d: -n %d, SIG%-4s rank %d at %5.1f s: exit %s after %4s s; latest %-13s (step %d logged%s); resumed %s' \
     $trial $n $sig $victim "$(awk -v m=$delay_ms 'BEGIN { print m / 1000 }')" "${rc:-hang}" "$took" \
-    "${latest:-none}" "$last_step" "$([ $rc2 -eq 0 ] && echo ok || echo FAILED)")
+    "${latest:-none}" "$last_step" "$inflight" "$([ $rc2 -eq 0 ] && echo ok || echo FAILED)")
   if [ ${#problems[@]} -eq 0 ]; then
     echo "ok: $line"
   else
@@ -167,7 +177,8 @@ while [ $trial -lt "$TRIALS" ]; do
   rm -rf "$d"
 done
 
-echo "chaos: $TRIALS trials (seed $SEED), $FAILED failed, $HANGS hangs, $LOST lost checkpoints," \
+echo "chaos: $TRIALS trials (seed $SEED, checkpoint.every=$EVERY, async $ASYNC; $INFLIGHT with a save in flight)," \
+  "$FAILED failed, $HANGS hangs, $LOST lost checkpoints," \
   "worst time to exit (hangs apart) ${WORST} s (SIGKILL ${WORST_KILL} s, SIGSTOP ${WORST_STOP} s)," \
   "$MISSED missed faults not counted"
 [ $FAILED -eq 0 ]

@@ -2,7 +2,8 @@
 # Crash safety and control of checkpoints under mpirun -n 2:
 #   - a rank SIGKILLed at each point of writing the step-10 checkpoint leaves
 #     `latest` at step 5; --resume auto continues from step 5 and ends with the
-#     weights of an uninterrupted run;
+#     weights of an uninterrupted run (saves behind the step, the default, at
+#     every point; synchronous saves at two of them);
 #   - SIGUSR1 to mpirun saves a checkpoint at the next step boundary, exits 0,
 #     and --resume auto completes the run bitwise;
 #   - resuming from a damaged checkpoint (missing shard, truncated shard,
@@ -19,22 +20,22 @@ sha() { sed -n 's/^  "weights_sha256": "\([0-9a-f]*\)",*$/\1/p' "$1/summary.json
 "${MPI[@]}" --run-dir "$TMP/straight" > "$TMP/straight.log" 2>&1 || { echo "FAIL: straight run"; exit 1; }
 ref=$(sha "$TMP/straight")
 
-for point in 1 2 3 4; do
-  for rank in 0 1; do
-    [ "$point" -ge 3 ] && [ "$rank" = 1 ] && continue  # points 3 and 4 are rank 0's
-    d="$TMP/crash_p${point}_r$rank"
-    FDTRAIN_FAULT=ckptkill:rank=$rank:step=10:point=$point "${MPI[@]}" --run-dir "$d" > "$d.log" 2>&1
+for trial in 1:0:true 1:1:true 2:0:true 2:1:true 3:0:true 4:0:true 2:1:false 4:0:false; do
+  IFS=: read -r point rank async <<<"$trial"  # points 3 and 4 are rank 0's
+  {
+    d="$TMP/crash_p${point}_r${rank}_$async"
+    FDTRAIN_FAULT=ckptkill:rank=$rank:step=10:point=$point "${MPI[@]}" checkpoint.async=$async --run-dir "$d" > "$d.log" 2>&1
     rc=$?
     latest=$(cat "$d/checkpoints/latest" 2>/dev/null)
     "${MPI[@]}" --run-dir "$d" --resume auto > "$d.resume.log" 2>&1; rc2=$?
     if [ $rc -ne 0 ] && [ "$latest" = "step_00000005" ] && [ $rc2 -eq 0 ] \
        && grep -q "resuming from .*step_00000005" "$d.resume.log" && [ "$(sha "$d")" = "$ref" ]; then
-      echo "ok: killed rank $rank at point $point: exit $rc, latest $latest, resumed from step 5 to the same weights"
+      echo "ok: killed rank $rank at point $point (async $async): exit $rc, latest $latest, resumed from step 5 to the same weights"
     else
-      echo "FAIL: point $point rank $rank: exit $rc, latest '$latest', resume exit $rc2, weights $(sha "$d") vs $ref"
+      echo "FAIL: point $point rank $rank (async $async): exit $rc, latest '$latest', resume exit $rc2, weights $(sha "$d") vs $ref"
       tail -3 "$d.resume.log" | sed 's/^/    /'; FAILURES=$((FAILURES+1))
     fi
-  done
+  }
 done
 
 # SIGUSR1: save at the next step boundary and exit 0; then resume. The job is long

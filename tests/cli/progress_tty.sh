@@ -20,7 +20,7 @@ if [ -n "$glued" ]; then
 else
   echo "ok: every log line starts a line of its own"
 fi
-saves=$(tr '\r' '\n' < "$TMP/tty.log" | sed 's/\x1b\[2K//g' | grep -c '^fdtrain: checkpoint of step')
+saves=$(tr '\r' '\n' < "$TMP/tty.log" | sed 's/\x1b\[2K//g' | grep -c '^fdtrain: checkpoint of step [0-9]* saved')
 [ "$saves" -eq 6 ] && echo "ok: the 6 checkpoint lines are on screen" || { echo "FAIL: $saves checkpoint lines, expected 6"; FAILURES=$((FAILURES + 1)); }
 grep -q 'step 60/60 | loss [0-9.]* | [0-9]* tok/s | ETA 0s' "$TMP/tty.log" \
   && echo "ok: the final progress state stays" || { echo "FAIL: no final progress line"; FAILURES=$((FAILURES + 1)); }

@@ -170,7 +170,6 @@ TEST(KvDecoder, ReadsBf16WeightsAsFp32) {
   EXPECT_LT(max_rel(decode_one_by_one(d, seq), full_logits(m32, seq), V), 1e-5);
 }
 
-
 // The Llama family: RMSNorm, RoPE (with llama3 scaling), GQA/MQA, q/k norm,
 // q/k/v biases, SwiGLU, tied and untied heads.
 DecoderConfig family_config(ModelFamily f) {
@@ -198,8 +197,8 @@ DecoderConfig family_config(ModelFamily f) {
 }
 
 TEST(KvDecoder, LlamaFamilyIncrementalEqualsFullForward) {
-  for (ModelFamily f : {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3,
-                        ModelFamily::kMistral}) {
+  for (ModelFamily f :
+       {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kMistral}) {
     const DecoderConfig c = family_config(f);
     Decoder m(c);
     init(m, 21);
@@ -242,6 +241,45 @@ TEST(KvDecoder, LlamaFamilyMergesLoraOnEveryLinear) {
   const std::vector<int32_t> seq = tokens(20, 16, V);
   KvDecoder d(m);
   EXPECT_LT(max_rel(decode_one_by_one(d, seq), full_logits(m, seq), V), 1e-5);
+}
+
+// host_bytes() (what `fdtrain estimate` adds for the end-of-run sample) is what a decoder
+// holds after appends of up to `rows` tokens: fp32 and bf16 weights, LoRA-merged linears, tied
+// and untied heads, RoPE, GQA, q/k norm; and the same for the model on the counting device.
+TEST(KvDecoder, HostBytesAreWhatTheDecoderHolds) {
+  struct Case {
+    const char* name;
+    DecoderConfig c;
+    DType dtype;
+    bool lora;
+  };
+  DecoderConfig gpt = gpt2_config(config());
+  std::vector<Case> cases = {{"gpt2 fp32", gpt, DType::kF32, false},
+                             {"gpt2 bf16", gpt, DType::kBF16, false},
+                             {"gpt2 fp32 lora", gpt, DType::kF32, true}};
+  for (ModelFamily f :
+       {ModelFamily::kLlama, ModelFamily::kMistral, ModelFamily::kQwen2, ModelFamily::kQwen3})
+    cases.push_back({"llama family", family_config(f), DType::kBF16, f == ModelFamily::kQwen2});
+  for (const Case& k : cases) {
+    LoraConfig lora;
+    if (k.lora) {
+      lora.r = 2;
+      lora.alpha = 4.0f;
+      lora.modules = {block_linears(k.c)[0].module, block_linears(k.c).back().module};
+    }
+    Decoder m(k.c, k.dtype, {}, lora);
+    m.init_weights(3);
+    for (int cap : {0, 12}) {
+      KvDecoder d(m, cap);
+      const std::vector<int32_t> seq = tokens(7, 5, k.c.vocab_size);
+      d.append(seq);
+      d.append(std::span<const int32_t>(seq.data(), 1));
+      EXPECT_EQ(d.bytes(), KvDecoder::host_bytes(m, cap, 7)) << k.name << " capacity " << cap;
+    }
+    DeviceScope on_meta(Device::meta());
+    Decoder meta(k.c, k.dtype, {}, lora);
+    EXPECT_EQ(KvDecoder::host_bytes(meta, 12, 7), KvDecoder::host_bytes(m, 12, 7)) << k.name;
+  }
 }
 
 }  // namespace
