@@ -341,11 +341,13 @@ Checkpoint open_checkpoint(const std::string& path) {
   Checkpoint c;
   c.dir = resolve_step_dir(path);
   c.manifest = read_manifest(c.dir);
-  if (c.manifest.format_version != kFormatVersion)
+  if (c.manifest.format_version < kOldestFormatVersion ||
+      c.manifest.format_version > kFormatVersion)
     usage_error(
-        "{}: checkpoint format version {}, but this fdtrain reads format version {}; "
+        "{}: checkpoint format version {}, but this fdtrain reads format versions {} to {}; "
         "use the fdtrain that wrote it",
-        (fs::path(c.dir) / "manifest.json").string(), c.manifest.format_version, kFormatVersion);
+        (fs::path(c.dir) / "manifest.json").string(), c.manifest.format_version,
+        kOldestFormatVersion, kFormatVersion);
   verify_shard_files(c.dir, c.manifest);  // before HDF5 parses any of them
   for (const std::string& f : c.manifest.files)
     c.shards.push_back(ShardReader::open((fs::path(c.dir) / f).string()));
@@ -468,7 +470,8 @@ std::string inspect_checkpoint(const std::string& path) {
       for (const char* field : {"master", "exp_avg", "exp_avg_sq", "params"}) {
         DType dt = std::string(field) == "params" ? r.params_dtype : DType::kF32;
         fmt::format_to(out, " {} {}[{}]", field, dtype_name(dt), r.count);
-        // Read everything: Fletcher32 is verified chunk by chunk on read.
+        // Read everything: the chunks' CRC-32C (format version 2; Fletcher32 in version 1) is
+        // verified chunk by chunk on read.
         for (int64_t b = 0; b < r.count; b += kReadBlock) {
           int64_t n = std::min(kReadBlock, r.count - b);
           Tensor buf = Tensor::empty(Shape{n}, dt, MemCategory::kOther, Device::cpu());

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "lib/base/check.h"
+#include "lib/base/crc32c.h"
+
 namespace fd::ckpt::h5 {
 
 namespace {
@@ -220,7 +223,7 @@ int64_t chunk_elements_1d(int64_t n) {
 
 namespace {
 
-H5Id chunked_dcpl(const std::vector<hsize_t>& dims, hsize_t* chunk_rows) {
+H5Id chunked_dcpl(const std::vector<hsize_t>& dims, hsize_t* chunk_rows, bool fletcher = true) {
   hsize_t numel = 1;
   for (hsize_t d : dims) numel *= d;
   H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
@@ -235,7 +238,7 @@ H5Id chunked_dcpl(const std::vector<hsize_t>& dims, hsize_t* chunk_rows) {
   const hsize_t n_chunks = (dims[0] + max_rows - 1) / max_rows;
   chunk[0] = std::max<hsize_t>(1, (dims[0] + n_chunks - 1) / n_chunks);
   if (H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()) < 0 ||
-      H5Pset_fletcher32(dcpl.get()) < 0)
+      (fletcher && H5Pset_fletcher32(dcpl.get()) < 0))
     return H5Id();
   *chunk_rows = chunk[0];
   return dcpl;
@@ -267,6 +270,90 @@ H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t 
 
 bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const void* data) {
   return transfer_1d(ds, mem_type, offset, count, const_cast<void*>(data), true);
+}
+
+namespace {
+std::string checksums_name(const std::string& name) { return name + "_crc32c"; }
+}  // namespace
+
+ChecksummedWriter::ChecksummedWriter(hid_t parent, const char* name, hid_t file_type,
+                                     hid_t mem_type, int64_t n, int elem_bytes)
+    : parent_(parent), mem_type_(mem_type), name_(name), elem_bytes_(elem_bytes), n_(n) {
+  hsize_t hn = hsize_t(n), rows = 0;
+  H5Id space(H5Screate_simple(1, &hn, nullptr));
+  H5Id dcpl = chunked_dcpl({hn}, &rows, /*fletcher=*/false);
+  if (!space || !dcpl) return;
+  ds_ =
+      H5Id(H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  chunk_ = int64_t(rows);
+}
+
+bool ChecksummedWriter::write(int64_t count, const void* data) {
+  FD_CHECK(count == std::min(chunk_, n_ - written_), "{}: a piece of {} elements at {} of {}",
+           name_, count, written_, n_);
+  if (count > 0 && !write_1d(ds_.get(), mem_type_, written_, count, data)) return false;
+  crcs_.push_back(crc32c(data, size_t(count) * size_t(elem_bytes_)));
+  written_ += count;
+  return true;
+}
+
+bool ChecksummedWriter::finish() {
+  FD_CHECK(written_ == n_, "{}: {} of {} elements written", name_, written_, n_);
+  if (!ds_.close()) return fail();
+  const std::string crc_name = checksums_name(name_);
+  if (!write_dataset(parent_, crc_name.c_str(), H5T_STD_U32LE, H5T_NATIVE_UINT32,
+                     {hsize_t(crcs_.size())}, crcs_.data()))
+    return false;
+  H5Id crc(H5Dopen2(parent_, crc_name.c_str(), H5P_DEFAULT));
+  return crc && write_attr_i64(crc.get(), "chunk", chunk_);
+}
+
+bool write_checksummed_1d(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
+                          int64_t n, int elem_bytes, const void* data) {
+  ChecksummedWriter w(parent, name, file_type, mem_type, n, elem_bytes);
+  if (!w.valid()) return fail();
+  const char* p = static_cast<const char*>(data);
+  for (int64_t done = 0; done < n;) {
+    const int64_t take = std::min(w.chunk(), n - done);
+    if (!w.write(take, p + size_t(done) * size_t(elem_bytes))) return false;
+    done += take;
+  }
+  return w.finish();
+}
+
+bool has_chunk_checksums(hid_t parent, const std::string& name) {
+  return H5Lexists(parent, checksums_name(name).c_str(), H5P_DEFAULT) > 0;
+}
+
+int read_checksummed_1d(hid_t parent, const std::string& name, hid_t mem_type, int elem_bytes,
+                        int64_t offset, int64_t count, void* out) {
+  H5Id ds(H5Dopen2(parent, name.c_str(), H5P_DEFAULT));
+  H5Id crc(H5Dopen2(parent, checksums_name(name).c_str(), H5P_DEFAULT));
+  if (!ds || !crc) return 0;
+  const std::optional<std::vector<hsize_t>> dims = dataset_dims(ds.get());
+  const std::optional<std::vector<hsize_t>> crc_dims = dataset_dims(crc.get());
+  const std::optional<int64_t> chunk = read_attr_i64(crc.get(), "chunk");
+  if (!dims || dims->size() != 1 || !crc_dims || crc_dims->size() != 1 || !chunk || *chunk < 1)
+    return -1;
+  const int64_t n = int64_t((*dims)[0]);
+  const int64_t chunks = (n + *chunk - 1) / *chunk;
+  if (int64_t((*crc_dims)[0]) != chunks || offset < 0 || count < 0 || offset + count > n) return -1;
+  if (count == 0) return 1;
+  const int64_t first = offset / *chunk, last = (offset + count - 1) / *chunk;
+  std::vector<uint32_t> want(size_t(last - first + 1));
+  if (!read_1d(crc.get(), H5T_NATIVE_UINT32, first, int64_t(want.size()), want.data())) return 0;
+  std::vector<char> buf(size_t(*chunk) * size_t(elem_bytes));
+  char* dst = static_cast<char*>(out);
+  for (int64_t c = first; c <= last; ++c) {
+    const int64_t begin = c * *chunk, len = std::min(*chunk, n - begin);
+    if (!read_1d(ds.get(), mem_type, begin, len, buf.data())) return 0;
+    if (crc32c(buf.data(), size_t(len) * size_t(elem_bytes)) != want[size_t(c - first)]) return -1;
+    const int64_t from = std::max(offset, begin), to = std::min(offset + count, begin + len);
+    std::memcpy(dst + size_t(from - offset) * size_t(elem_bytes),
+                buf.data() + size_t(from - begin) * size_t(elem_bytes),
+                size_t(to - from) * size_t(elem_bytes));
+  }
+  return 1;
 }
 
 bool write_string_dataset(hid_t parent, const char* name, const std::vector<std::string>& values) {

@@ -85,6 +85,44 @@ bool write_dataset(hid_t parent, const char* name, hid_t file_type, hid_t mem_ty
 // when n is 0). Writing whole chunks in order keeps HDF5 from reading any
 // back. An invalid id on failure.
 H5Id create_dataset_1d(hid_t parent, const char* name, hid_t file_type, hsize_t n, hsize_t* chunk);
+
+// Bulk state (format version 2): a 1-D chunked dataset without HDF5's filter, checksummed by us
+// instead: dataset `name` of `n` elements of `elem_bytes` each (little-endian file types, whose
+// bytes in memory are the file's), and beside it `name`_crc32c, one CRC-32C (Castagnoli,
+// hardware) per chunk over the chunk's bytes, with the chunk length as its attribute `chunk`.
+// A checksum per chunk keeps a partial read (a resharded resume) verifiable; computing it from
+// memory costs ~0.1 s per GiB where Fletcher32 in the filter pipeline costs seconds.
+//   write_checksummed_1d: the whole dataset from `data` at once.
+//   ChecksummedWriter: created empty, filled a whole chunk at a time in order (the last one
+//   shorter), then finish() writes the checksums.
+bool write_checksummed_1d(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
+                          int64_t n, int elem_bytes, const void* data);
+class ChecksummedWriter {
+ public:
+  ChecksummedWriter(hid_t parent, const char* name, hid_t file_type, hid_t mem_type, int64_t n,
+                    int elem_bytes);
+  bool valid() const { return ds_.valid(); }
+  int64_t chunk() const { return chunk_; }
+  // The next `count` elements (a whole chunk, or the rest).
+  bool write(int64_t count, const void* data);
+  bool finish();
+
+ private:
+  hid_t parent_, mem_type_;
+  std::string name_;
+  int elem_bytes_;
+  int64_t n_ = 0, chunk_ = 0, written_ = 0;
+  H5Id ds_;
+  std::vector<uint32_t> crcs_;
+};
+// Whether `name`_crc32c exists beside dataset `name` in `parent`.
+bool has_chunk_checksums(hid_t parent, const std::string& name);
+// Reads elements [offset, offset + count) of checksummed dataset `name` (`n` elements of
+// `elem_bytes`) into `out` as `mem_type`, reading each chunk it touches whole and checking its
+// CRC-32C. Returns 1 on success, 0 on an HDF5 failure (last_error()), -1 on a checksum mismatch
+// (or checksums missing or malformed).
+int read_checksummed_1d(hid_t parent, const std::string& name, hid_t mem_type, int elem_bytes,
+                        int64_t offset, int64_t count, void* out);
 // Writes elements [offset, offset + count) of 1-D dataset `ds` from `data` (of `mem_type`).
 bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const void* data);
 // A 1-D dataset of variable-length UTF-8 strings.

@@ -18,6 +18,7 @@
 
 #include "lib/base/atomic_file.h"
 #include "lib/base/check.h"
+#include "lib/base/crc32c.h"
 #include "lib/base/error.h"
 #include "lib/base/input_file.h"
 #include "lib/base/strings.h"
@@ -39,11 +40,13 @@ std::string read_text(const std::string& path) { return read_input_file(path, "c
 
 }  // namespace
 
-FileDigest file_digest(const std::string& path) {
+FileDigest file_digest(const std::string& path, bool castagnoli) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) runtime_error("cannot open {} to check it: {}", path, std::strerror(errno));
   FileDigest d;
+  d.castagnoli = castagnoli;
   uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc_c = 0;
   std::vector<unsigned char> buf(size_t(1) << 20);
   for (;;) {
     ssize_t n = ::read(fd, buf.data(), buf.size());
@@ -54,11 +57,14 @@ FileDigest file_digest(const std::string& path) {
       runtime_error("cannot read {} to check it: {}", path, std::strerror(err));
     }
     if (n == 0) break;
-    crc = crc32(crc, buf.data(), uInt(n));
+    if (castagnoli)
+      crc_c = crc32c(buf.data(), size_t(n), crc_c);
+    else
+      crc = crc32(crc, buf.data(), uInt(n));
     d.bytes += uint64_t(n);
   }
   ::close(fd);
-  d.crc32 = uint32_t(crc);
+  d.crc32 = castagnoli ? crc_c : uint32_t(crc);
   return d;
 }
 
@@ -84,11 +90,15 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   if (!m.digests.empty()) {
     FD_CHECK(m.digests.size() == m.files.size(), "{} digests for {} files", m.digests.size(),
              m.files.size());
+    // One kind per manifest: CRC-32C from format version 2 on, zlib's CRC-32 before.
+    const bool castagnoli = m.digests.front().castagnoli;
+    const char* key = castagnoli ? "file_crc32c" : "file_crc32";
     j["file_bytes"] = nlohmann::ordered_json::array();
-    j["file_crc32"] = nlohmann::ordered_json::array();
+    j[key] = nlohmann::ordered_json::array();
     for (const FileDigest& d : m.digests) {
+      FD_CHECK(d.castagnoli == castagnoli, "digests of two kinds in one manifest");
       j["file_bytes"].push_back(d.bytes);
-      j["file_crc32"].push_back(fmt::format("{:08x}", d.crc32));
+      j[key].push_back(fmt::format("{:08x}", d.crc32));
     }
   }
   write_file_atomically((fs::path(dir) / "manifest.json").string(), j.dump(2) + "\n");
@@ -133,22 +143,25 @@ Manifest read_manifest(const std::string& dir) {
             path, s.at("name").get<std::string>(), tp, m.world_size);
       m.segments.push_back({s.at("name").get<std::string>(), s.at("numel").get<int64_t>(), tp});
     }
-    if (j.contains("file_bytes") || j.contains("file_crc32")) {
+    if (j.contains("file_bytes") || j.contains("file_crc32") || j.contains("file_crc32c")) {
+      // Version 1 records zlib's CRC-32 (file_crc32), version 2 CRC-32C (file_crc32c).
+      const bool castagnoli = m.format_version >= 2;
+      const char* key = castagnoli ? "file_crc32c" : "file_crc32";
       auto bytes = j.at("file_bytes").get<std::vector<uint64_t>>();
-      auto crcs = j.at("file_crc32").get<std::vector<std::string>>();
+      auto crcs = j.at(key).get<std::vector<std::string>>();
       if (bytes.size() != m.files.size() || crcs.size() != m.files.size())
         usage_error(
-            "{}: file_bytes and file_crc32 must list one entry per file ({}); the "
+            "{}: file_bytes and {} must list one entry per file ({}); the "
             "checkpoint is corrupt; resume from another checkpoint",
-            path, m.files.size());
+            path, key, m.files.size());
       for (size_t i = 0; i < bytes.size(); ++i) {
         const std::string& c = crcs[i];
         if (c.size() != 8 || c.find_first_not_of("0123456789abcdef") != std::string::npos)
           usage_error(
-              "{}: file_crc32 entry '{}' is not 8 hex digits; the checkpoint is "
+              "{}: {} entry '{}' is not 8 hex digits; the checkpoint is "
               "corrupt; resume from another checkpoint",
-              path, c);
-        m.digests.push_back({bytes[i], uint32_t(std::stoul(c, nullptr, 16))});
+              path, key, c);
+        m.digests.push_back({bytes[i], uint32_t(std::stoul(c, nullptr, 16)), castagnoli});
       }
     }
   } catch (const nlohmann::json::exception& e) {
@@ -176,7 +189,7 @@ Manifest read_manifest(const std::string& dir) {
 void verify_shard_files(const std::string& dir, const Manifest& m) {
   for (size_t i = 0; i < m.digests.size() && i < m.files.size(); ++i) {
     std::string shard = (fs::path(dir) / m.files[i]).string();
-    FileDigest want = m.digests[i], got = file_digest(shard);
+    FileDigest want = m.digests[i], got = file_digest(shard, want.castagnoli);
     if (got.bytes != want.bytes)
       usage_error(
           "checkpoint shard {} is {} bytes, but the manifest says {}: the file is {}; resume "
@@ -184,9 +197,9 @@ void verify_shard_files(const std::string& dir, const Manifest& m) {
           shard, got.bytes, want.bytes, got.bytes < want.bytes ? "truncated" : "damaged");
     if (got.crc32 != want.crc32)
       usage_error(
-          "checkpoint shard {} is damaged: its CRC-32 is {:08x}, but the manifest says {:08x}; "
+          "checkpoint shard {} is damaged: its {} is {:08x}, but the manifest says {:08x}; "
           "resume from an earlier checkpoint",
-          shard, got.crc32, want.crc32);
+          shard, want.castagnoli ? "CRC-32C" : "CRC-32", got.crc32, want.crc32);
   }
 }
 

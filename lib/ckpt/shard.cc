@@ -76,12 +76,13 @@ void check_range_tensor(const SegmentRange& r, const Tensor& t, const char* fiel
 // Writes a 1-D tensor as a checksummed dataset: f32 as float32, bf16/f16 as
 // uint16 with a `dtype` attribute naming the 16-bit format.
 bool write_tensor_dataset(hid_t group, const char* name, const Tensor& t) {
-  hsize_t n = hsize_t(t.numel());
+  const int64_t n = t.numel();
   if (t.dtype() == DType::kF32)
-    return h5::write_dataset(group, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n}, t.raw());
+    return h5::write_checksummed_1d(group, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, n, 4, t.raw());
   FD_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, "unsupported dtype {}",
            dtype_name(t.dtype()));
-  if (!h5::write_dataset(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, {n}, t.raw())) return false;
+  if (!h5::write_checksummed_1d(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, n, 2, t.raw()))
+    return false;
   H5Id ds(H5Dopen2(group, name, H5P_DEFAULT));
   return ds && h5::write_attr_str(ds.get(), "dtype", params_dtype_name(t.dtype()));
 }
@@ -96,23 +97,21 @@ bool write_streamed_state(hid_t group, const SegmentRange& r) {
   if (r.stream_params)
     FD_CHECK(*r.stream_params == DType::kBF16 || *r.stream_params == DType::kF16,
              "streamed params of dtype {}", dtype_name(*r.stream_params));
-  H5Id ds[4];
-  size_t elem[4] = {4, 4, 4, 2};
-  hsize_t chunk = 0;
+  const size_t elem[4] = {4, 4, 4, 2};
+  std::vector<std::unique_ptr<h5::ChecksummedWriter>> ds;
   for (int f = 0; f < n_fields; ++f) {
-    ds[f] = h5::create_dataset_1d(group, kNames[f], f < 3 ? H5T_IEEE_F32LE : H5T_STD_U16LE,
-                                  hsize_t(r.count), &chunk);
-    if (!ds[f]) return false;
+    ds.push_back(std::make_unique<h5::ChecksummedWriter>(
+        group, kNames[f], f < 3 ? H5T_IEEE_F32LE : H5T_STD_U16LE,
+        f < 3 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, r.count, int(elem[f])));
+    if (!ds.back()->valid()) return h5::fail();
   }
+  const int64_t chunk = ds[0]->chunk();
   std::vector<char> stage[4];
   for (int f = 0; f < n_fields; ++f) stage[f].resize(size_t(chunk) * elem[f]);
-  int64_t staged = 0, written = 0, expect = 0;
+  int64_t staged = 0, expect = 0;
   bool ok = true;
   auto flush = [&] {
-    for (int f = 0; f < n_fields && ok; ++f)
-      ok = h5::write_1d(ds[f].get(), f < 3 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, written, staged,
-                        stage[f].data());
-    written += staged;
+    for (int f = 0; f < n_fields && ok; ++f) ok = ds[size_t(f)]->write(staged, stage[f].data());
     staged = 0;
   };
   r.stream([&](int64_t offset, const Tensor& master, const Tensor& m, const Tensor& v,
@@ -128,23 +127,25 @@ bool write_streamed_state(hid_t group, const SegmentRange& r) {
           "segment {}: state pieces must be CPU tensors of one length", r.segment);
     }
     for (int64_t done = 0; done < n;) {
-      const int64_t take = std::min(n - done, int64_t(chunk) - staged);
+      const int64_t take = std::min(n - done, chunk - staged);
       for (int f = 0; f < n_fields; ++f)
         std::memcpy(stage[f].data() + size_t(staged) * elem[f],
                     static_cast<const char*>(t[f]->raw()) + size_t(done) * elem[f],
                     size_t(take) * elem[f]);
       staged += take;
       done += take;
-      if (staged == int64_t(chunk)) flush();
+      if (staged == chunk) flush();
     }
     expect += n;
   });
   FD_CHECK(expect == r.count, "segment {}: {} state elements streamed of {}", r.segment, expect,
            r.count);
   if (staged > 0) flush();
-  if (ok && r.stream_params)
-    ok = h5::write_attr_str(ds[3].get(), "dtype", params_dtype_name(*r.stream_params));
-  for (int f = 0; f < n_fields && ok; ++f) ok = ds[f].close() || h5::fail();
+  for (int f = 0; f < n_fields && ok; ++f) ok = ds[size_t(f)]->finish();
+  if (ok && r.stream_params) {
+    H5Id params(H5Dopen2(group, "params", H5P_DEFAULT));
+    ok = params && h5::write_attr_str(params.get(), "dtype", params_dtype_name(*r.stream_params));
+  }
   return ok;
 }
 
@@ -407,13 +408,13 @@ ShardReader ShardReader::open(const std::string& path) {
   // The version first: everything else may differ in another version.
   std::optional<int64_t> version = h5::read_attr_i64(root, "format_version");
   if (!version) missing("integer attribute 'format_version' of /");
-  if (*version != kFormatVersion) {
+  if (*version < kOldestFormatVersion || *version > kFormatVersion) {
     std::string writer = h5::read_attr_str(root, "fdtrain_version").value_or("unknown");
     usage_error(
         "{}: checkpoint format version {} (written by {}), but this fdtrain reads "
-        "format version {}; use the fdtrain that wrote it (e.g. `fdtrain ckpt export` "
+        "format versions {} to {}; use the fdtrain that wrote it (e.g. `fdtrain ckpt export` "
         "and start from the export with model.init_from)",
-        path, *version, writer, kFormatVersion);
+        path, *version, writer, kOldestFormatVersion, kFormatVersion);
   }
   m.format_version = int(*version);
   auto bad = [&](const std::string& what) {
@@ -702,7 +703,23 @@ void ShardReader::read(const std::string& segment, const std::string& field, int
         direct ? out
                : Tensor::empty(Shape{count}, stored_dtype, MemCategory::kOther, Device::cpu());
     hid_t mem = stored_dtype == DType::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
-    ok = h5::read_1d(ds.get(), mem, global_offset - r->offset, count, target.raw());
+    // Format version 2: our CRC-32C per chunk (h5::write_checksummed_1d); version 1: HDF5's
+    // Fletcher32 filter, checked by HDF5 as it reads.
+    const std::string group = "/segments/" + segment;
+    H5Id g(H5Gopen2(impl_->file.get(), group.c_str(), H5P_DEFAULT));
+    if (g && h5::has_chunk_checksums(g.get(), stored)) {
+      const int rc = h5::read_checksummed_1d(g.get(), stored, mem, int(dtype_size(stored_dtype)),
+                                             global_offset - r->offset, count, target.raw());
+      if (rc < 0)
+        usage_error("{}: checksum mismatch in segment '{}', dataset {}: the file is corrupt; {}",
+                    impl_->path, segment, dsname, kCorruptHint);
+      ok = rc > 0;
+    } else if (impl_->meta.format_version >= 2) {
+      usage_error("{}: segment '{}', dataset {} has no checksums: the file is corrupt; {}",
+                  impl_->path, segment, dsname, kCorruptHint);
+    } else {
+      ok = h5::read_1d(ds.get(), mem, global_offset - r->offset, count, target.raw());
+    }
     if (ok && !direct) out.copy_from(target);
   }
   if (!ok) {

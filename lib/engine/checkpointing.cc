@@ -70,7 +70,10 @@ std::vector<ckpt::SegmentRange> saved_ranges(const zero::ZeroEngine& engine) {
 
 std::optional<fs::path> write_checkpoint(const SaveRequest& req,
                                          const std::vector<ckpt::SegmentRange>& ranges,
-                                         dist::Communicator& comm) {
+                                         dist::Communicator& comm, SaveTimes* times) {
+  const auto t_begin = std::chrono::steady_clock::now();
+  SaveTimes unused;
+  SaveTimes& t = times ? *times : unused;
   const fs::path root = req.run_dir / "checkpoints";
   const std::string name = ckpt::step_dir_name(req.step);
   const fs::path tmp = root / ("." + name + ".tmp");
@@ -91,12 +94,11 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
   };
   // Rank 0's failure, agreed: rank 0 rethrows, the others learn it.
   auto rank0_failed = [&] {
-    double mine = failure ? 1.0 : 0.0, r0 = 0.0;
+    const double mine = failure ? 1.0 : 0.0;
     std::vector<double> all(static_cast<size_t>(world));
     comm.all_gather_f64(&mine, all.data(), 1);
-    r0 = all[0];
     if (failure) std::rethrow_exception(failure);
-    return r0 != 0.0;
+    return all[0] != 0.0;
   };
   if (rank0)
     attempt([&] {
@@ -128,8 +130,12 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
       runtime_error("cannot write checkpoint shard {}: injected I/O failure (FDTRAIN_FAULT)",
                     shard);
     }
+    const auto t0 = std::chrono::steady_clock::now();
     ckpt::write_shard(shard, meta, ranges);
+    const auto t1 = std::chrono::steady_clock::now();
     digest = ckpt::file_digest(shard);
+    t.shard_s = std::chrono::duration<double>(t1 - t0).count();
+    t.digest_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   });
   maybe_kill(req.fault, comm.rank(), req.step, 2);
   const double mine[3] = {double(digest.bytes), double(digest.crc32),  // both exact in a double
@@ -210,6 +216,8 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
         if (steps[i] != final_dir) fs::remove_all(steps[i], ec);
     });
   if (rank0_failed()) return std::nullopt;  // also the barrier after the commit
+  t.commit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count() -
+               t.shard_s - t.digest_s;
   return final_dir;
 }
 
@@ -313,8 +321,8 @@ void CheckpointWriter::save(const SaveRequest& req, const zero::ZeroEngine& engi
   const auto t0 = std::chrono::steady_clock::now();
   if (!async_) {
     const std::vector<ckpt::SegmentRange> ranges = saved_ranges(engine);
-    std::optional<fs::path> dir = write_checkpoint(req, ranges, comm_);
     SavedCheckpoint saved;
+    std::optional<fs::path> dir = write_checkpoint(req, ranges, comm_, &saved.times);
     saved.step = req.step;
     saved.blocked_s = saved.write_s = seconds_since(t0);
     if (dir) {
@@ -369,7 +377,8 @@ void CheckpointWriter::writer_loop() {
     saved.waited_s = job.waited_s;
     std::exception_ptr error;
     try {
-      std::optional<fs::path> dir = write_checkpoint(job.request, job.ranges, *writer_comm_);
+      std::optional<fs::path> dir =
+          write_checkpoint(job.request, job.ranges, *writer_comm_, &saved.times);
       if (dir) {
         saved.dir = *dir;
         std::error_code ec;

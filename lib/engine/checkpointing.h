@@ -60,9 +60,16 @@ struct SaveRequest {
 // Collective over `comm`, every failure agreed: the rank that failed throws (its message);
 // the others return nullopt, with nothing committed and the partial step directory removed.
 // Returns the step directory written.
+// `times` (optional) receives where this rank's time went.
+struct SaveTimes {
+  double shard_s = 0;   // writing and fsync'ing this rank's shard
+  double digest_s = 0;  // its size and CRC-32C for the manifest
+  double commit_s = 0;  // the rest: agreements (waiting for the slowest rank), manifest, rename
+};
 std::optional<std::filesystem::path> write_checkpoint(const SaveRequest& request,
                                                       const std::vector<ckpt::SegmentRange>& ranges,
-                                                      dist::Communicator& comm);
+                                                      dist::Communicator& comm,
+                                                      SaveTimes* times = nullptr);
 
 // The ranges `engine` saves: its state, GPU tensors copied to host tensors.
 std::vector<ckpt::SegmentRange> saved_ranges(const zero::ZeroEngine& engine);
@@ -97,6 +104,7 @@ struct SavedCheckpoint {
   double blocked_s = 0;  // the training loop's time in save(): staging, or the whole save
   double waited_s = 0;   // of blocked_s, waiting for the previous save to finish
   double write_s = 0;    // from the hand-over to the commit (asynchronous saves; else blocked_s)
+  SaveTimes times;       // of write_s
   int64_t bytes = 0;     // this rank's shard file
 };
 

@@ -222,6 +222,12 @@ void RunReport::checkpoint_saved(const SavedCheckpoint& s, bool async) {
   checkpoint_bytes_ = s.bytes;
   checkpoint_async_ = async;
   if (!rank0_) return;
+  // Where rank 0's time went, in its log file.
+  log::write_file_only(log::Level::kInfo,
+                       fmt::format("checkpoint of step {}: {} shard written in {:.3f} s, its "
+                                   "digest {:.3f} s, commit (the other ranks, manifest) {:.3f} s",
+                                   s.step, format_bytes(double(s.bytes)), s.times.shard_s,
+                                   s.times.digest_s, s.times.commit_s));
   if (async)
     log::info(
         "checkpoint of step {} saved to {}: written behind the step in {:.2f} s ({}/s per "

@@ -158,7 +158,7 @@ TEST_F(BadCheckpoint, WrongFormatVersionNamesBothVersions) {
   });
   std::string msg = open_error();
   EXPECT_NE(msg.find("format version 99"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("reads format version 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reads format versions 1 to 2"), std::string::npos) << msg;
 }
 
 TEST_F(BadCheckpoint, MissingAttribute) {

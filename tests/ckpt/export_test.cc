@@ -53,7 +53,7 @@ TEST(Inspect, ReportsTheCheckpointAndVerifiesChecksums) {
   write_latest(tmp.path("run/checkpoints"), 7);
   std::string report = inspect_checkpoint(tmp.path("run"));  // run dir -> latest
   for (const char* want :
-       {"step_00000007", "step 7, world size 2, ZeRO stage 1, precision bf16, format version 1",
+       {"step_00000007", "step 7, world size 2, ZeRO stage 1, precision bf16, format version 2",
         "rank_00000.h5", "rank_00001.h5", "embed", "h.1", "final", "params bf16[", "master f32[",
         "checksums ok (32 datasets in 2 shards"}) {
     EXPECT_NE(report.find(want), std::string::npos) << "missing '" << want << "' in\n" << report;

@@ -73,7 +73,12 @@ TEST(Interop, H5dumpFindsTheDocumentedLayout) {
                            "ATTRIBUTE \"dtype\"",
                            "H5T_STD_U16LE",
                            "H5T_IEEE_F32LE",
-                           "CHECKSUM FLETCHER32"}) {
+                           "CHECKSUM FLETCHER32",
+                           "DATASET \"master_crc32c\"",
+                           "DATASET \"exp_avg_crc32c\"",
+                           "DATASET \"exp_avg_sq_crc32c\"",
+                           "DATASET \"params_crc32c\"",
+                           "ATTRIBUTE \"chunk\""}) {
     EXPECT_NE(header.find(want), std::string::npos) << "h5dump -H lacks " << want;
   }
 

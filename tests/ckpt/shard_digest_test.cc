@@ -71,7 +71,7 @@ TEST_F(ShardDigest, AFlippedBitAnywhereIsRefused) {
     };
     flip();
     std::string msg = open_error();
-    EXPECT_NE(msg.find("is damaged: its CRC-32 is"), std::string::npos) << where << ": " << msg;
+    EXPECT_NE(msg.find("is damaged: its CRC-32C is"), std::string::npos) << where << ": " << msg;
     flip();  // undo
   }
   EXPECT_NO_THROW(open_checkpoint(dir_));
@@ -90,7 +90,8 @@ TEST_F(ShardDigest, FilesThatBreakHdf5AreRefusedBeforeHdf5) {
   for (const auto& e : fs::directory_iterator(std::string(FD_SOURCE_DIR) + "/tests/fuzz/hdf5")) {
     fs::copy_file(e.path(), shard_, fs::copy_options::overwrite_existing);
     std::string msg = open_error();
-    EXPECT_TRUE(msg.find("damaged") != std::string::npos || msg.find("truncated") != std::string::npos)
+    EXPECT_TRUE(msg.find("damaged") != std::string::npos ||
+                msg.find("truncated") != std::string::npos)
         << e.path() << ": " << msg;
     ++n;
   }
@@ -110,7 +111,7 @@ TEST_F(ShardDigest, MalformedDigestFieldsAreRefused) {
     std::ofstream(path, std::ios::trunc) << t;
     return error_of([&] { read_manifest(dir_); });
   };
-  EXPECT_NE(with("\"file_crc32\": [", "\"file_crc32\": [\"zz\", ").find("file_crc32"),
+  EXPECT_NE(with("\"file_crc32c\": [", "\"file_crc32c\": [\"zz\", ").find("file_crc32c"),
             std::string::npos);
   EXPECT_NE(with("\"file_bytes\": [", "\"file_bytes\": [1, ").find("one entry per file"),
             std::string::npos);
