@@ -154,9 +154,12 @@ while [ $trial -lt "$TRIALS" ]; do
   else
     # A job killed after it completed (its summary written, a rank still finalizing) is
     # finished: the resume says so and changes nothing.
-    if [ -n "$latest" ] && ! grep -q "resuming from .*$latest" "$d.resume.log" \
+    # It starts from `latest`, or from a newer checkpoint that was complete (renamed into place
+    # before `latest` was rewritten: the resume takes the newest that verifies).
+    from=$(grep -o 'resuming from [^ ]*step_[0-9]*' "$d.resume.log" | grep -o '[0-9]*$' | head -1)
+    if [ -n "$latest" ] && { [ -z "$from" ] || [ $((10#$from)) -lt "$latest_step" ]; } \
        && ! { grep -q "the run is finished" "$d.resume.log" && grep -q '"status": "completed"' "$d/summary.json"; }; then
-      problems+=("the resume did not start from $latest")
+      problems+=("the resume did not start from $latest (nor a newer complete checkpoint): '${from:-none}'")
     fi
     [ "$(sha "$d")" = "${REF[$n]}" ] || problems+=("final weights $(sha "$d" | cut -c1-16) differ from the reference ${REF[$n]:0:16}")
   fi
