@@ -134,8 +134,9 @@ void write_shard(const std::string& path, const ShardMeta& meta,
                  const std::vector<SegmentRange>& ranges);
 
 // The most memory write_shard() holds beyond its inputs while it writes a range of `count`
-// elements, bytes: HDF5's copy of a chunk of the largest (fp32) dataset and the filtered copy
-// it checksums; a streamed range (SegmentRange::stream) also stages one chunk of each field
+// elements, bytes: what HDF5 holds while it writes a chunk of the largest (fp32) dataset,
+// measured at about two chunks' bytes (tests/cli/process_memory.sh holds the estimate to it); a
+// streamed range (SegmentRange::stream) also stages one chunk of each field
 // (`params_bytes` per element for streamed 16-bit parameters, 0 without). What a save adds to a
 // rank's peak resident memory (lib/engine/process_memory.h).
 int64_t write_buffer_bytes(int64_t count, bool streamed, int params_bytes);
