@@ -135,7 +135,15 @@ int train_loop(engine::Trainer& trainer, dist::Communicator& comm) {
         oom ? std::string("out of memory; lower batch.micro, data.seq_len or the model size")
             : std::string(e.what());
     // A checkpoint staged before the failure is committed first, as a synchronous save would
-    // have been (the ranks' writer threads need no training loop to commit it).
+    // have been (the ranks' writer threads need no training loop to commit it). The error is
+    // said first: a peer's collective timeout may end the job while the save finishes.
+    const std::string failed =
+        fmt::format("rank {} failed at step {}: {}", comm.rank(), trainer.current_step() + 1, what);
+    if (trainer.save_in_flight() && comm.size() > 1) {
+      std::fprintf(stderr, "fdtrain: error: %s (letting the checkpoint save in flight finish)\n",
+                   failed.c_str());
+      log::write_file_only(log::Level::kError, failed);
+    }
     trainer.settle_saves();
     if (comm.size() == 1) {
       // Into the log file while it is open (main() prints the message);
@@ -146,8 +154,7 @@ int train_loop(engine::Trainer& trainer, dist::Communicator& comm) {
     }
     const auto* fe = dynamic_cast<const Error*>(&e);
     // abort() records the failure in summary.json (the trainer's abort hook).
-    comm.abort(fe ? fe->exit_code() : 1, fmt::format("rank {} failed at step {}: {}", comm.rank(),
-                                                     trainer.current_step() + 1, what));
+    comm.abort(fe ? fe->exit_code() : 1, failed);
   }
   return 1;  // not reached: abort() ends the process
 }
@@ -181,6 +188,10 @@ int run_train(const TrainArgs& a) {
 int run_calibrate(int* argc, char*** argv) {
   std::unique_ptr<dist::Communicator> comm = engine::join_job(argc, argv, 600.0);
   if (comm->rank() != 0) log::set_rank(comm->rank());
+  if (comm->num_nodes() > 1)
+    comm->abort(2,
+                "fdtrain calibrate measures one host: start it on one host (mpirun -n 2, -n 4 "
+                "there), and on each kind of host you train on");
   // Rank 0 makes the temporary directory and its data file; every rank learns its name.
   char dir[256] = {};
   if (comm->rank() == 0) {
@@ -211,16 +222,35 @@ int run_calibrate(int* argc, char*** argv) {
   options.progress = false;
   options.print_sample = false;
   options.command_line = "fdtrain calibrate";
-  const log::Level level = log::level();
+  // The log level back, and rank 0's temporary directory gone, however this ends.
+  struct Restore {
+    log::Level level = log::level();
+    std::string root;
+    bool rank0;
+    ~Restore() {
+      log::set_level(level);
+      std::error_code ec;
+      if (rank0) std::filesystem::remove_all(root, ec);
+    }
+  } restore{log::level(), root, comm->rank() == 0};
   log::set_level(log::Level::kWarn);
   int64_t data_bytes = 0, transient = 0;
+  int rc = 0;
   {
+    // A failure on one rank ends the job (train_loop aborts), as in `fdtrain train`.
     engine::Trainer trainer(loaded.recipe, options, *comm);
-    trainer.run();
-    data_bytes = trainer.data_bytes();
-    transient = trainer.transient_bytes();
+    rc = train_loop(trainer, *comm);
+    if (rc == 0) {
+      data_bytes = trainer.data_bytes();
+      transient = trainer.transient_bytes();
+    }
   }
-  log::set_level(level);
+  if (rc != 0) {
+    comm.reset();
+    engine::leave_job();
+    return rc;
+  }
+  log::set_level(restore.level);
   const int64_t peak = engine::peak_rss_bytes_now();
   const int64_t tensors = int64_t(cpu_allocator::peak_reserved_bytes());
   double mine[4] = {double(peak - tensors - data_bytes - transient), double(peak), double(tensors),
@@ -245,8 +275,6 @@ int run_calibrate(int* argc, char*** argv) {
       print_error(e.what());
       code = 1;
     }
-    std::error_code ec;
-    std::filesystem::remove_all(root, ec);
   }
   comm->barrier();
   comm.reset();

@@ -333,11 +333,15 @@ int read_checksummed_1d(hid_t parent, const std::string& name, hid_t mem_type, i
   const std::optional<std::vector<hsize_t>> dims = dataset_dims(ds.get());
   const std::optional<std::vector<hsize_t>> crc_dims = dataset_dims(crc.get());
   const std::optional<int64_t> chunk = read_attr_i64(crc.get(), "chunk");
-  if (!dims || dims->size() != 1 || !crc_dims || crc_dims->size() != 1 || !chunk || *chunk < 1)
-    return -1;
+  if (!dims || dims->size() != 1 || !crc_dims || crc_dims->size() != 1 || !chunk) return -1;
   const int64_t n = int64_t((*dims)[0]);
-  const int64_t chunks = (n + *chunk - 1) / *chunk;
-  if (int64_t((*crc_dims)[0]) != chunks || offset < 0 || count < 0 || offset + count > n) return -1;
+  // The writer's chunking and nothing else: a damaged or hostile `chunk` is refused here, which
+  // also bounds the buffer below (at most 2^20 elements).
+  if (n < 0 || *chunk != chunk_elements_1d(n)) return -1;
+  const int64_t chunks = n == 0 ? 0 : (n - 1) / *chunk + 1;
+  if (int64_t((*crc_dims)[0]) != chunks || offset < 0 || count < 0 || count > n ||
+      offset > n - count)
+    return -1;
   if (count == 0) return 1;
   const int64_t first = offset / *chunk, last = (offset + count - 1) / *chunk;
   std::vector<uint32_t> want(size_t(last - first + 1));

@@ -88,7 +88,7 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
   auto attempt = [&](const std::function<void()>& stage) {
     try {
       stage();
-    } catch (const Error&) {
+    } catch (...) {  // fd::Error, and anything else (out of memory, a filesystem_error)
       failure = std::current_exception();
     }
   };
@@ -395,10 +395,14 @@ void CheckpointWriter::writer_loop() {
 void CheckpointWriter::finish(SavedCheckpoint saved, std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error)
-      error_ = error;
-    else if (!saved.dir.empty())
-      committed_.push_back(std::move(saved));
+    try {
+      if (error)
+        error_ = error;
+      else if (!saved.dir.empty())
+        committed_.push_back(std::move(saved));
+    } catch (...) {  // out of memory recording it: the save is on disk, its report is lost
+      error_ = std::current_exception();
+    }
     in_flight_.reset();
   }
   cv_.notify_all();

@@ -394,8 +394,16 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     e.process.runtime_problem = cal.problem;
     try {
       e.process.data = measure_data_bytes(r);
-    } catch (const Error& err) {
+    } catch (const std::exception& err) {
       e.process.data_problem = err.what();
+    }
+    // The figures are the CPU backend's: a GPU run's tensors live on the GPU, and its host
+    // process holds the CUDA context, which the calibration (a CPU run) does not measure.
+    if (r.device == config::DeviceName::kCuda) {
+      e.process.runtime.reset();
+      e.process.runtime_problem =
+          "device: cuda: the process figure is predicted for CPU runs only (a GPU run's tensors "
+          "live on the GPU and its host process holds the CUDA context)";
     }
   }
   e.recipe_stage = recipe_assembly.zero.stage;

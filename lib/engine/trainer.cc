@@ -622,7 +622,8 @@ void Trainer::save(int64_t steps_done) {
 
 void Trainer::settle_saves() noexcept {
   if (!writer_ || !writer_->in_flight()) return;
-  const double timeout = std::min(recipe_.dist.timeout_s, 120.0);
+  // Well within the peers' own collective timeout, which would end the job first.
+  const double timeout = std::min(recipe_.dist.timeout_s / 2, 60.0);
   if (!writer_->settle(timeout))
     log::write_file_only(log::Level::kWarn,
                          fmt::format("the checkpoint save in flight did not finish within {} s of "
@@ -630,13 +631,13 @@ void Trainer::settle_saves() noexcept {
                                      timeout));
 }
 
-void Trainer::report_saves(RunReport& report, bool wait) {
+void Trainer::report_saves(RunReport& report, bool wait, bool exclude) {
   if (!writer_) return;
   const auto t0 = std::chrono::steady_clock::now();
   for (const SavedCheckpoint& s : wait ? writer_->wait() : writer_->poll())
     report.checkpoint_saved(s, writer_->async());
   // Waiting for a save is not training time (throughput).
-  if (wait)
+  if (wait && exclude)
     report.exclude_from_training(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
@@ -882,7 +883,10 @@ nlohmann::json Trainer::run() {
   {
     // Saves behind the step (checkpoint.async) when there are saves between steps to hide;
     // state streamed from a file (ZeRO-Infinity) is saved as it streams, synchronously.
-    const bool async = assembly_.async_checkpoints && staged_saves(*zero_);
+    // Agreed by every rank: the writer's communicator is split collectively.
+    double streamed = assembly_.async_checkpoints && !staged_saves(*zero_) ? 1.0 : 0.0;
+    comm_.all_reduce_f64(&streamed, 1);
+    const bool async = assembly_.async_checkpoints && streamed == 0.0;
     writer_ = std::make_unique<CheckpointWriter>(comm_, *zero_, async);
     if (rank0 && async)
       log::info("checkpoints are written behind the step: {} per rank staged in memory",
@@ -948,8 +952,8 @@ nlohmann::json Trainer::run() {
       report.begin_checkpoint();
       PhaseClock clock(options_.profile, model_comm());
       save(done);
-      // A stop waits for its save (and the one before it).
-      if (st.stop_signal != 0) report_saves(report, /*wait=*/true);
+      // A stop waits for its save (and the one before it), inside the save's own time.
+      if (st.stop_signal != 0) report_saves(report, /*wait=*/true, /*exclude=*/false);
       clock.lap(report.phases().checkpoint, report.phases().comm_wait);
       report.end_checkpoint();
     }

@@ -136,8 +136,9 @@ class Trainer {
   const std::string& finished_message() const { return finished_message_; }
 
   // A failure is ending the run: lets a checkpoint save in flight commit first (for up to
-  // dist.timeout_s, 120 s at most; CheckpointWriter::settle). Never throws.
+  // half of dist.timeout_s, 60 s at most; CheckpointWriter::settle). Never throws.
   void settle_saves() noexcept;
+  bool save_in_flight() const { return writer_ && writer_->in_flight().has_value(); }
 
   // Records a failure that ends the job (summary.json with status "failed"),
   // once: later calls do nothing. Rank 0 writes through its RunDirectory,
@@ -196,7 +197,8 @@ class Trainer {
   void save(int64_t steps_done);
   // The saves committed since the last call into `report` (wait: blocks for the one in flight).
   // A failed save throws here, on the rank whose write failed.
-  void report_saves(RunReport& report, bool wait);
+  // exclude: a wait is not training time (false inside a save's own begin/end interval).
+  void report_saves(RunReport& report, bool wait, bool exclude = true);
 
   // device: cuda: picks this rank's GPU, opens the device scope for every
   // tensor the run makes and starts the NCCL communicator.

@@ -121,6 +121,23 @@ TEST_F(BadCheckpoint, FlippedBytesInADatasetAreACorruptionError) {
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
 }
 
+// Format version 2's per-chunk checksums: a chunk length other than the writer's (here one
+// that would overflow a buffer's size) is damage, refused before anything is allocated for it.
+TEST_F(BadCheckpoint, AHostileChunkLengthIsRefused) {
+  edit([](hid_t f) {
+    h5::H5Id ds(H5Dopen2(f, "/segments/h.0/exp_avg_crc32c", H5P_DEFAULT));
+    ASSERT_TRUE(ds.valid());
+    ASSERT_GE(H5Adelete(ds.get(), "chunk"), 0);
+    ASSERT_TRUE(h5::write_attr_i64(ds.get(), "chunk", (int64_t(1) << 62) + 1));
+  });
+  ShardReader r = ShardReader::open(shard_);
+  const ShardReader::RangeInfo* info = r.find_range("h.0");
+  ASSERT_NE(info, nullptr);
+  Tensor out = Tensor::empty(Shape{info->count}, DType::kF32);
+  std::string msg = error_of([&] { r.read("h.0", "exp_avg", info->offset, info->count, out); });
+  EXPECT_NE(msg.find("checksum mismatch in segment 'h.0'"), std::string::npos) << msg;
+}
+
 TEST_F(BadCheckpoint, FlippedBytesAnywhereInALargeShardAreDetected) {
   // A shard whose data is nearly all of the file: flipping bytes in the
   // middle lands in a dataset and must be caught by inspect.
