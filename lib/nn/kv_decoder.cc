@@ -34,6 +34,22 @@ float gelu(float v) {
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
+// A model's trainable and frozen parameters by name.
+class ParameterIndex {
+ public:
+  explicit ParameterIndex(const Decoder& model) {
+    for (const Parameter* p : model.parameters()) by_name_[p->name] = p;
+    for (const Parameter* p : model.frozen_parameters()) by_name_[p->name] = p;
+  }
+  const Parameter* find(const std::string& name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::map<std::string, const Parameter*> by_name_;
+};
+
 }  // namespace
 
 KvDecoder::KvDecoder(const Decoder& model, int capacity)
@@ -44,13 +60,8 @@ KvDecoder::KvDecoder(const Decoder& model, int capacity)
   if (learned && capacity_ > c.max_position_embeddings)
     usage_error("a context of {} positions is longer than the model's {} learned positions",
                 capacity_, c.max_position_embeddings);
-  std::map<std::string, const Parameter*> by_name;
-  for (const Parameter* p : model.parameters()) by_name[p->name] = p;
-  for (const Parameter* p : model.frozen_parameters()) by_name[p->name] = p;
-  auto find = [&](const std::string& name) -> const Parameter* {
-    auto it = by_name.find(name);
-    return it == by_name.end() ? nullptr : it->second;
-  };
+  const ParameterIndex by_name(model);
+  auto find = [&](const std::string& name) { return by_name.find(name); };
   auto weight = [&](const std::string& name, bool required = true) {
     Weight w;
     const Parameter* p = find(name);
@@ -121,13 +132,8 @@ int64_t KvDecoder::host_bytes(const Decoder& model, int capacity, int rows) {
         model.quantized(*p) == nullptr && p->value.dtype() == DType::kF32 && !p->value.is_cuda();
     return in_place ? 0 : p->value.numel();
   };
-  std::map<std::string, const Parameter*> by_name;
-  for (const Parameter* p : model.parameters()) by_name[p->name] = p;
-  for (const Parameter* p : model.frozen_parameters()) by_name[p->name] = p;
-  auto find = [&](const std::string& name) -> const Parameter* {
-    auto it = by_name.find(name);
-    return it == by_name.end() ? nullptr : it->second;
-  };
+  const ParameterIndex by_name(model);
+  auto find = [&](const std::string& name) { return by_name.find(name); };
   const FamilyNames names = family_names(c);
   int64_t floats = owned(find(names.embed)) + owned(find(names.final_norm + ".weight")) +
                    owned(find(names.final_norm + ".bias"));
