@@ -175,6 +175,11 @@ void Communicator::set_nodes(std::vector<int> node_of_rank, std::vector<std::str
   nodes_changed();
 }
 
+void Communicator::set_name(std::string name) {
+  name_ = std::move(name);
+  name_changed();
+}
+
 std::string Communicator::ranks_by_host(const std::vector<int>& world_ranks) const {
   if (nodes_.empty() || num_nodes() < 2 || int(world_ranks.size()) != size()) return {};
   // Per node in order of first appearance: its ranks as runs "a-b".

@@ -287,6 +287,10 @@ class Communicator {
   // (by rank), grouped by host; "" when they are on one node or the nodes are not known.
   std::string ranks_by_host(const std::vector<int>& world_ranks) const;
   int num_nodes() const;  // distinct ids; 1 when not known
+  // What this communicator is for, in messages (MPI: a collective's timeout says "on <name>" where
+  // it would say "on split(color c, key k)"). Set before its first op.
+  void set_name(std::string name);
+  const std::string& name() const { return name_; }
   // Of bytes_sent(): the bytes that went to ranks on other nodes, by the same ring model: a ring
   // collective's (all-reduce, reduce-scatter, all-gather, broadcast) go to this rank's successor
   // (rank + 1 mod size), so all or none of them cross; an all-to-all's 1/(size-1) to each other
@@ -331,6 +335,8 @@ class Communicator {
   // Called by set_nodes() once the nodes are set: a backend that names them in its messages
   // (MPI: a collective's timeout lists the group's ranks by host) keeps what it needs.
   virtual void nodes_changed() {}
+  // Called by set_name(): a backend that names its communicator in messages keeps the name.
+  virtual void name_changed() {}
   // The same, into control_bytes() (f64 helper traffic a backend forwards).
   void count_control_bytes(Collective c, int64_t full_bytes);
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
@@ -342,6 +348,7 @@ class Communicator {
   int into_size_ = 0;                           // its communicator's size
   std::vector<int> nodes_;                      // set_nodes()
   std::vector<std::string> node_names_;         // set_nodes(), by node id
+  std::string name_;                            // set_name()
   Sum16 sum16_ = Sum16::kFp32;
   bool control_scope_ = false;  // inside an f64 helper: count as control traffic
 };

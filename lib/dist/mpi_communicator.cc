@@ -743,6 +743,8 @@ void MpiCommunicator::nodes_changed() {
   state_->hosts = ranks_by_host(world_ranks);
 }
 
+void MpiCommunicator::name_changed() { state_->label = name(); }
+
 WorkPtr MpiCommunicator::send_recv_async(const void* send, int64_t send_count, int dst, void* recv,
                                          int64_t recv_count, int src, DType dtype) {
   check_send_recv(send, send_count, dst, recv, recv_count, src, dtype);

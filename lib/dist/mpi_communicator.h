@@ -58,6 +58,7 @@ class MpiCommunicator final : public Communicator {
   void keep_staging(Collective c, int64_t count, DType dtype) override;
   // A timeout's message lists the group's ranks by host when they span hosts.
   void nodes_changed() override;
+  void name_changed() override;
 
   // Completes every queued op, joins the thread and frees the MPI
   // communicator. Idempotent; finalize() calls it for a live communicator.

@@ -298,6 +298,10 @@ CheckpointWriter::CheckpointWriter(dist::Communicator& comm, const zero::ZeroEng
   if (!async_) return;
   staging_ = std::make_unique<CheckpointStaging>(engine, Device::cpu());
   writer_comm_ = comm_.split(dist::SplitPlan::whole(comm_.size()));
+  // Its messages (a save's collective that times out) name it and the ranks' hosts, as the
+  // world's do: the same ranks in the same order.
+  writer_comm_->set_name("the checkpoint writer's communicator");
+  if (!comm_.nodes().empty()) writer_comm_->set_nodes(comm_.nodes(), comm_.node_names());
   thread_ = std::thread([this] { writer_loop(); });
 }
 

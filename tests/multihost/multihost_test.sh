@@ -23,6 +23,8 @@
 #    process on both hosts within the timeout, naming the collective and the group's ranks by
 #    host; host 2's processes killed ends mpirun at once; the newest checkpoint of each resumes on
 #    the remaining host (2 ranks) and on both hosts with a straight run's losses;
+#  - a save stalled on host 2 past dist.timeout_s: the job ends, naming the checkpoint writer's
+#    communicator and the hosts; the previous checkpoint stays `latest`;
 #  - hostile: host 2's recipe with other ZeRO settings (zero.quantized_gradients): refused the same;
 #    3 ranks (2 + 1) with dist.hierarchical: refused at start (exit 2) naming the hosts' ranks;
 #  - dist.hierarchical across the hosts (stages 2, 3): the one-host run's losses to 1e-5, fewer bytes
@@ -276,6 +278,25 @@ PY
   then echo "ok: $name: its checkpoint of step $at resumes on 1 host (1e-5) and on 2 hosts (bitwise) as the straight run"
   else fail "$name: resume from step $at"; fi
 done
+
+# 7b. A save that stalls on host 2 (its rank 2 takes 20 s to write its shard of step 10: the
+# ckptslow fault) with dist.timeout_s 10: the save's collective on the other ranks times out
+# and ends the job within the timeout, the message naming the checkpoint writer's communicator
+# and the group's ranks by host; step 5's checkpoint stays `latest` and verifies.
+start=$(date +%s)
+FDTRAIN_FAULT=ckptslow:rank=2:step=10:ms=20000 timeout 120 mpirun "${MPIRUN_HOSTS[@]}" \
+  -x FDTRAIN_FAULT -n 4 "$FDTRAIN" train "$R" dist.timeout_s=10 steps=30 --run-dir "$TMP/slowsave" \
+  --no-progress >"$TMP/slowsave.log" 2>&1
+rc=$? secs=$(($(date +%s) - start))
+latest=$(cat "$TMP/slowsave/checkpoints/latest" 2>/dev/null)
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$secs" -le 40 ] && [ "$latest" = step_00000005 ] &&
+   grep -q "on the checkpoint writer's communicator (rank [0-3] of 4) did not complete within 10 s.*the group's ranks: ranks 0-1 on host ${HOSTS_TAG}h1, ranks 2-3 on host ${HOSTS_TAG}h2" "$TMP/slowsave.log" &&
+   "$FDTRAIN" ckpt inspect "$TMP/slowsave/checkpoints/step_00000005" >"$TMP/slowsave.inspect" 2>&1; then
+  echo "ok: slowsave: a save stalled on host 2 ends the job after ${secs}s (exit $rc), naming the writer's communicator and the hosts; latest is step 5 and verifies"
+else
+  fail "slowsave: exit $rc after ${secs}s, latest '$latest'"
+  grep -v "^--\|^$\|step " "$TMP/slowsave.log" | tail -5 | sed 's/^/    /'
+fi
 
 # 8. Node-aware collectives and ZeRO++ across the hosts. dist.hierarchical (stage 2 and 3): the
 # one-host run's losses to 1e-5 (sums grouped by host), fewer bytes across; ZeRO++ (all three
