@@ -16,6 +16,10 @@ namespace fd {
 // crc32c(b, crc32c(a)) == crc32c(a + b).
 uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
 
+// The CRC-32C of a + b from crc32c(a), crc32c(b) and b's length alone (no pass over the bytes):
+// a file's CRC from the CRCs of its parts, in O(log len_b).
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 // TFRecord's masked form of a CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
 // (A CRC stored beside the data it covers is masked so that a CRC of data that
 // itself holds CRCs stays well distributed.)

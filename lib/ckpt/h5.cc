@@ -1,6 +1,7 @@
 #include "lib/ckpt/h5.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <mutex>
 
@@ -274,6 +275,17 @@ bool write_1d(hid_t ds, hid_t mem_type, int64_t offset, int64_t count, const voi
 
 namespace {
 std::string checksums_name(const std::string& name) { return name + "_crc32c"; }
+
+// `name`_crc32c: the chunks' CRC-32C and the chunk length.
+bool write_checksums(hid_t parent, const std::string& name, const std::vector<uint32_t>& crcs,
+                     int64_t chunk) {
+  const std::string crc_name = checksums_name(name);
+  if (!write_dataset(parent, crc_name.c_str(), H5T_STD_U32LE, H5T_NATIVE_UINT32,
+                     {hsize_t(crcs.size())}, crcs.data()))
+    return false;
+  H5Id crc(H5Dopen2(parent, crc_name.c_str(), H5P_DEFAULT));
+  return crc && write_attr_i64(crc.get(), "chunk", chunk);
+}
 }  // namespace
 
 ChecksummedWriter::ChecksummedWriter(hid_t parent, const char* name, hid_t file_type,
@@ -300,12 +312,7 @@ bool ChecksummedWriter::write(int64_t count, const void* data) {
 bool ChecksummedWriter::finish() {
   FD_CHECK(written_ == n_, "{}: {} of {} elements written", name_, written_, n_);
   if (!ds_.close()) return fail();
-  const std::string crc_name = checksums_name(name_);
-  if (!write_dataset(parent_, crc_name.c_str(), H5T_STD_U32LE, H5T_NATIVE_UINT32,
-                     {hsize_t(crcs_.size())}, crcs_.data()))
-    return false;
-  H5Id crc(H5Dopen2(parent_, crc_name.c_str(), H5P_DEFAULT));
-  return crc && write_attr_i64(crc.get(), "chunk", chunk_);
+  return write_checksums(parent_, name_, crcs_, chunk_);
 }
 
 bool write_checksummed_1d(hid_t parent, const char* name, hid_t file_type, hid_t mem_type,
@@ -319,6 +326,48 @@ bool write_checksummed_1d(hid_t parent, const char* name, hid_t file_type, hid_t
     done += take;
   }
   return w.finish();
+}
+
+std::optional<Region> create_deferred_1d(hid_t parent, const char* name, hid_t file_type, int64_t n,
+                                         int elem_bytes, const void* data) {
+  static_assert(std::endian::native == std::endian::little,
+                "the bytes in memory are the file's little-endian ones");
+  FD_CHECK(n > 0 && H5Tget_size(file_type) == size_t(elem_bytes), "{}: {} elements of {} bytes",
+           name, n, elem_bytes);
+  hsize_t hn = hsize_t(n);
+  H5Id space(H5Screate_simple(1, &hn, nullptr));
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (!space || !dcpl || H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 ||
+      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0) {
+    fail();
+    return std::nullopt;
+  }
+  H5Id ds(H5Dcreate2(parent, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!ds) {
+    fail();
+    return std::nullopt;
+  }
+  const haddr_t at = H5Dget_offset(ds.get());
+  if (at == HADDR_UNDEF) {
+    fail();
+    return std::nullopt;
+  }
+  const int64_t chunk = chunk_elements_1d(n);
+  const char* p = static_cast<const char*>(data);
+  std::vector<uint32_t> crcs;
+  Region region{int64_t(at), p, n * elem_bytes, 0};
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t bytes = std::min(chunk, n - begin) * elem_bytes;
+    crcs.push_back(crc32c(p + begin * elem_bytes, size_t(bytes)));
+    region.crc32c =
+        begin == 0 ? crcs.back() : crc32c_combine(region.crc32c, crcs.back(), uint64_t(bytes));
+  }
+  if (!ds.close() || !write_checksums(parent, name, crcs, chunk)) {
+    fail();
+    return std::nullopt;
+  }
+  return region;
 }
 
 bool has_chunk_checksums(hid_t parent, const std::string& name) {

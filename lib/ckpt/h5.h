@@ -115,6 +115,20 @@ class ChecksummedWriter {
   H5Id ds_;
   std::vector<uint32_t> crcs_;
 };
+// The same dataset with its bytes written after the file is closed (ckpt::write_regions), so
+// that they go to the disk in large aligned writes past the page cache: `name` made contiguous,
+// its space allocated at once (4 KiB aligned in a file whose alignment asks it: shards) and never
+// filled by HDF5; `name`_crc32c written now from `data` (the same logical chunks a reader
+// checks), and the bytes still to write returned: `data` must stay unchanged until they are.
+// nullopt on an HDF5 failure (last_error()).
+struct Region {
+  int64_t offset = 0;          // in the file
+  const char* data = nullptr;  // `bytes` bytes
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;  // of those bytes
+};
+std::optional<Region> create_deferred_1d(hid_t parent, const char* name, hid_t file_type, int64_t n,
+                                         int elem_bytes, const void* data);
 // Whether `name`_crc32c exists beside dataset `name` in `parent`.
 bool has_chunk_checksums(hid_t parent, const std::string& name);
 // Reads elements [offset, offset + count) of checksummed dataset `name` (`n` elements of

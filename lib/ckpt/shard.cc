@@ -11,9 +11,11 @@
 #include <map>
 #include <set>
 
+#include "lib/base/async_file.h"
 #include "lib/base/error.h"
 #include "lib/base/strings.h"
 #include "lib/ckpt/h5.h"
+#include "lib/ckpt/regions.h"
 
 namespace fd::ckpt {
 
@@ -27,6 +29,10 @@ constexpr const char* kFields[] = {"master", "exp_avg", "exp_avg_sq", "params"};
 // The most values a /layout dataset may hold (GPT-2 XL has under 600 parameter tensors).
 constexpr hsize_t kMaxLayoutValues = hsize_t(1) << 24;
 
+// Objects of this size or more start on kIoAlign boundaries in a shard (shard_fapl), and state
+// datasets this large are written past HDF5 (h5::create_deferred_1d, write_regions).
+constexpr int64_t kAlignedBytes = int64_t(64) << 10;
+
 // What to tell the user when a shard cannot be used.
 constexpr const char* kCorruptHint = "resume from an earlier checkpoint";
 
@@ -36,12 +42,12 @@ std::string params_dtype_name(DType t) { return std::string(dtype_name(t)); }
 // whose object headers and B-trees carry their own checksums (so corrupt
 // metadata is detected as well as corrupt data) and which every HDF5 >= 1.8
 // reader (h5dump, h5py) understands; objects of 64 KiB or more (the state's
-// chunks) start on 4 KiB boundaries: page-aligned, large sequential writes and
+// datasets) start on 4 KiB boundaries: page-aligned, large sequential writes and
 // reads.
 H5Id shard_fapl() {
   H5Id fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
-  H5Pset_alignment(fapl.get(), hsize_t(64) << 10, hsize_t(4) << 10);
+  H5Pset_alignment(fapl.get(), hsize_t(kAlignedBytes), hsize_t(kIoAlign));
   return fapl;
 }
 
@@ -52,12 +58,7 @@ H5Id shard_fapl() {
   fs::space_info space = fs::space(dir, ec);
   bool full = stack.find("No space left") != std::string::npos ||
               (!ec && space.available < (uint64_t(1) << 20));
-  if (full) {
-    runtime_error(
-        "cannot write checkpoint shard {}: {} failed: the disk is full ({} bytes free on the "
-        "device of {}); free space or move the run directory to a larger disk, then resume",
-        path, what, ec ? 0 : space.available, dir.string());
-  }
+  if (full) shard_disk_full(path, what);
   runtime_error(
       "cannot write checkpoint shard {}: {} failed ({}); check that {} exists and is "
       "writable",
@@ -74,15 +75,26 @@ void check_range_tensor(const SegmentRange& r, const Tensor& t, const char* fiel
 }
 
 // Writes a 1-D tensor as a checksummed dataset: f32 as float32, bf16/f16 as
-// uint16 with a `dtype` attribute naming the 16-bit format.
-bool write_tensor_dataset(hid_t group, const char* name, const Tensor& t) {
+// uint16 with a `dtype` attribute naming the 16-bit format. A tensor of kAlignedBytes or more
+// is left for write_regions: its region is added to `regions`.
+bool write_tensor_dataset(hid_t group, const char* name, const Tensor& t,
+                          std::vector<h5::Region>& regions) {
   const int64_t n = t.numel();
-  if (t.dtype() == DType::kF32)
-    return h5::write_checksummed_1d(group, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, n, 4, t.raw());
-  FD_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, "unsupported dtype {}",
+  const bool f32 = t.dtype() == DType::kF32;
+  FD_CHECK(f32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, "unsupported dtype {}",
            dtype_name(t.dtype()));
-  if (!h5::write_checksummed_1d(group, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, n, 2, t.raw()))
+  const int elem = f32 ? 4 : 2;
+  const hid_t file_type = f32 ? H5T_IEEE_F32LE : H5T_STD_U16LE;
+  if (n * elem >= kAlignedBytes) {
+    std::optional<h5::Region> r = h5::create_deferred_1d(group, name, file_type, n, elem, t.raw());
+    if (!r) return false;
+    regions.push_back(*r);
+  } else if (!h5::write_checksummed_1d(group, name, file_type,
+                                       f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, n, elem,
+                                       t.raw())) {
     return false;
+  }
+  if (f32) return true;
   H5Id ds(H5Dopen2(group, name, H5P_DEFAULT));
   return ds && h5::write_attr_str(ds.get(), "dtype", params_dtype_name(t.dtype()));
 }
@@ -149,14 +161,6 @@ bool write_streamed_state(hid_t group, const SegmentRange& r) {
   return ok;
 }
 
-void fsync_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) runtime_error("cannot reopen {} to sync it to disk", path);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) runtime_error("cannot sync checkpoint shard {} to disk (fsync failed)", path);
-}
-
 // Reads a whole numeric dataset of `n` rows x `width` into `out`.
 template <typename T>
 bool read_numeric(hid_t parent, const char* name, hid_t mem_type, std::vector<hsize_t> want,
@@ -183,8 +187,8 @@ bool read_numeric(hid_t parent, const char* name, hid_t mem_type, std::vector<hs
 // ---------------------------------------------------------------------------
 // Writing
 
-void write_shard(const std::string& path, const ShardMeta& meta,
-                 const std::vector<SegmentRange>& ranges) {
+FileDigest write_shard(const std::string& path, const ShardMeta& meta,
+                       const std::vector<SegmentRange>& ranges) {
   h5::quiet();
   std::set<std::string> seen;
   for (const SegmentRange& r : ranges) {
@@ -295,6 +299,7 @@ void write_shard(const std::string& path, const ShardMeta& meta,
 
   // /segments/<name>, in the order given (creation order is tracked so that
   // readers list them in that order rather than by name).
+  std::vector<h5::Region> regions;  // the state's bytes, written once HDF5 is done
   {
     H5Id gcpl(H5Pcreate(H5P_GROUP_CREATE));
     H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
@@ -308,10 +313,10 @@ void write_shard(const std::string& path, const ShardMeta& meta,
            h5::write_attr_i64(g.get(), "offset", r.offset) &&
            h5::write_attr_i64(g.get(), "count", r.count) &&
            (r.stream ? write_streamed_state(g.get(), r)
-                     : write_tensor_dataset(g.get(), "master", r.master) &&
-                           write_tensor_dataset(g.get(), "exp_avg", r.exp_avg) &&
-                           write_tensor_dataset(g.get(), "exp_avg_sq", r.exp_avg_sq)) &&
-           (!r.params.defined() || write_tensor_dataset(g.get(), "params", r.params));
+                     : write_tensor_dataset(g.get(), "master", r.master, regions) &&
+                           write_tensor_dataset(g.get(), "exp_avg", r.exp_avg, regions) &&
+                           write_tensor_dataset(g.get(), "exp_avg_sq", r.exp_avg_sq, regions)) &&
+           (!r.params.defined() || write_tensor_dataset(g.get(), "params", r.params, regions));
       if (!ok) write_failed(path, where);
     }
   }
@@ -319,15 +324,18 @@ void write_shard(const std::string& path, const ShardMeta& meta,
   if (H5Fflush(root, H5F_SCOPE_GLOBAL) < 0) write_failed(path, "flushing the file");
   if (!file.close()) write_failed(path, "closing the file");
   H5garbage_collect();  // what the free lists still hold goes back to the allocator
-  fsync_file(path);
+  return write_regions(path, std::move(regions));  // and the whole file synced
 }
 
-// HDF5 keeps about two chunks of the dataset being written (its chunk and hyperslab buffers;
-// measured, no filter in the way since format version 2).
+// Through HDF5 (a streamed range, or a dataset under kAlignedBytes) about two chunks of the
+// dataset being written (its chunk and hyperslab buffers; measured); past it, write_regions's
+// bounce buffers.
 int64_t write_buffer_bytes(int64_t count, bool streamed, int params_bytes) {
   const int64_t chunk = h5::chunk_elements_1d(count);
   const int64_t hdf5 = 2 * chunk * int64_t(sizeof(float));
-  return streamed ? hdf5 + chunk * (3 * int64_t(sizeof(float)) + params_bytes) : hdf5;
+  if (streamed) return hdf5 + chunk * (3 * int64_t(sizeof(float)) + params_bytes);
+  const int64_t bytes = count * int64_t(sizeof(float));
+  return bytes >= kAlignedBytes ? region_buffer_bytes(bytes) : hdf5;
 }
 
 // ---------------------------------------------------------------------------

@@ -128,17 +128,20 @@ struct ShardMeta {
 
 // Writes one rank's shard to `path` (the caller picks the directory and
 // renames it into place). Tensors must be CPU tensors of `count` elements;
-// at most one range per segment. The file is fsync'ed before returning.
-// Throws fd::Error kRuntime on I/O failure (disk full: says so).
-void write_shard(const std::string& path, const ShardMeta& meta,
-                 const std::vector<SegmentRange>& ranges);
+// at most one range per segment. HDF5 writes the structure and the small datasets; the state
+// datasets of 64 KiB or more are written after it, past the page cache (write_regions). The
+// file is on its device before returning; returns its size and CRC-32C (the manifest's
+// digest), computed without reading the state back. Throws fd::Error kRuntime on I/O failure
+// (disk full: says so).
+FileDigest write_shard(const std::string& path, const ShardMeta& meta,
+                       const std::vector<SegmentRange>& ranges);
 
 // The most memory write_shard() holds beyond its inputs while it writes a range of `count`
-// elements, bytes: what HDF5 holds while it writes a chunk of the largest (fp32) dataset,
-// measured at about two chunks' bytes (tests/cli/process_memory.sh holds the estimate to it); a
-// streamed range (SegmentRange::stream) also stages one chunk of each field
-// (`params_bytes` per element for streamed 16-bit parameters, 0 without). What a save adds to a
-// rank's peak resident memory (lib/engine/process_memory.h).
+// elements, bytes: write_regions's bounce buffers for its datasets, or, through HDF5, about two
+// chunks of the largest (fp32) dataset (measured; tests/cli/process_memory.sh holds the
+// estimate to it); a streamed range (SegmentRange::stream) also stages one chunk of each field
+// (`params_bytes` per element for streamed 16-bit parameters, 0 without). What a save adds to
+// a rank's peak resident memory (lib/engine/process_memory.h).
 int64_t write_buffer_bytes(int64_t count, bool streamed, int params_bytes);
 
 class ShardReader {  // RAII over the HDF5 file; movable, not copyable

@@ -347,9 +347,9 @@ const std::vector<KeyDoc>& key_reference() {
       {"checkpoint.at_end", "bool", "true", "",
        "save after the last step, and when SIGTERM, SIGINT or SIGUSR1 stops the run"},
       {"checkpoint.async", "bool", "true", "",
-       "save behind the step: with checkpoint.every > 0, each rank copies its state to memory "
-       "at the step boundary and a thread writes it, committed once every rank's shard is on "
-       "disk; false with zero.offload_optimizer.device: nvme"},
+       "save behind the step: with checkpoint.every > 0, a thread of each rank copies the "
+       "state of the step boundary to memory beside the next step and writes it, committed once "
+       "every rank's shard is on disk; false with zero.offload_optimizer.device: nvme"},
       // logging
       {"logging.every", "int", "10", ">= 1", "progress line and metrics every N steps"},
       {"logging.eval_every", "int", "0", ">= 0",

@@ -117,9 +117,9 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
   meta.rank = comm.rank();
   meta.world_size = world;
   const std::string shard = (tmp / ckpt::shard_file_name(comm.rank())).string();
-  // Every shard's size and CRC-32 go into the manifest (read back from the
-  // page cache: ~0.1 s per GiB), so a damaged shard is refused before HDF5
-  // parses it. The gather is also the barrier after the writes.
+  // Every shard's size and CRC-32C go into the manifest (write_shard's, from memory and a read
+  // of its metadata), so a damaged shard is refused before HDF5 parses it. The gather is also
+  // the barrier after the writes.
   ckpt::FileDigest digest;
   if (dist::fault_fires(req.fault, dist::FaultSpec::kCkptSlow, comm.rank(), req.step))
     std::this_thread::sleep_for(std::chrono::milliseconds(req.fault.ms));
@@ -131,11 +131,8 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
                     shard);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    ckpt::write_shard(shard, meta, ranges);
-    const auto t1 = std::chrono::steady_clock::now();
-    digest = ckpt::file_digest(shard);
-    t.shard_s = std::chrono::duration<double>(t1 - t0).count();
-    t.digest_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    digest = ckpt::write_shard(shard, meta, ranges);
+    t.shard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
   maybe_kill(req.fault, comm.rank(), req.step, 2);
   const double mine[3] = {double(digest.bytes), double(digest.crc32),  // both exact in a double
@@ -216,8 +213,8 @@ std::optional<fs::path> write_checkpoint(const SaveRequest& req,
         if (steps[i] != final_dir) fs::remove_all(steps[i], ec);
     });
   if (rank0_failed()) return std::nullopt;  // also the barrier after the commit
-  t.commit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count() -
-               t.shard_s - t.digest_s;
+  t.commit_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count() - t.shard_s;
   return final_dir;
 }
 
@@ -254,7 +251,11 @@ CheckpointStaging::CheckpointStaging(const zero::ZeroEngine& engine, Device devi
 CheckpointStaging::~CheckpointStaging() = default;
 
 std::vector<ckpt::SegmentRange> CheckpointStaging::stage(const zero::ZeroEngine& engine) {
-  const std::vector<zero::ZeroEngine::SegmentState> state = engine.saved_state();
+  return stage(engine.saved_state());
+}
+
+std::vector<ckpt::SegmentRange> CheckpointStaging::stage(
+    const std::vector<zero::ZeroEngine::SegmentState>& state) {
   FD_CHECK(state.size() == buffers_.size(), "staging for {} segments, {} saved", buffers_.size(),
            state.size());
   std::vector<ckpt::SegmentRange> ranges;
@@ -353,15 +354,40 @@ void CheckpointWriter::save(const SaveRequest& req, const zero::ZeroEngine& engi
             req.step, waited, previous);
     }
   }
-  std::vector<ckpt::SegmentRange> ranges = staging_->stage(engine);
-  Job job{req, std::move(ranges), 0.0, waited};
+  Job job{req, {}, engine.saved_state(), 0.0, waited};
+  // Host state is copied by the writer thread, beside the next step's forward and backward
+  // (before_update() waits for it); a GPU's is copied here, on its stream.
+  const bool on_device = std::any_of(job.state.begin(), job.state.end(), [](const auto& s) {
+    return (s.master.defined() && s.master.is_cuda()) || (s.params.defined() && s.params.is_cuda());
+  });
+  if (on_device) {
+    job.ranges = staging_->stage(job.state);
+    job.state.clear();
+  }
   job.blocked_s = seconds_since(t0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = req.step;
+    staged_ = on_device;
+    stage_wait_s_ = 0;
     job_ = std::move(job);
   }
   cv_.notify_all();
+}
+
+double CheckpointWriter::before_update() {
+  if (!async_) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (staged_) return 0.0;
+  cv_.wait(lock, [&] { return staged_; });
+  const double waited = seconds_since(t0);
+  // The save's stall: added to its record, whether it is still being written or done.
+  if (in_flight_)
+    stage_wait_s_ += waited;
+  else if (!committed_.empty())
+    committed_.back().blocked_s += waited;
+  return waited;
 }
 
 void CheckpointWriter::writer_loop() {
@@ -381,6 +407,15 @@ void CheckpointWriter::writer_loop() {
     saved.waited_s = job.waited_s;
     std::exception_ptr error;
     try {
+      if (!job.state.empty()) {
+        job.ranges = staging_->stage(job.state);
+        job.state.clear();  // the views of the engine's state: not to be read past this point
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          staged_ = true;
+        }
+        cv_.notify_all();
+      }
       std::optional<fs::path> dir =
           write_checkpoint(job.request, job.ranges, *writer_comm_, &saved.times);
       if (dir) {
@@ -399,6 +434,9 @@ void CheckpointWriter::writer_loop() {
 void CheckpointWriter::finish(SavedCheckpoint saved, std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    staged_ = true;  // also when staging failed
+    saved.blocked_s += stage_wait_s_;
+    stage_wait_s_ = 0;
     try {
       if (error)
         error_ = error;

@@ -62,8 +62,7 @@ struct SaveRequest {
 // Returns the step directory written.
 // `times` (optional) receives where this rank's time went.
 struct SaveTimes {
-  double shard_s = 0;   // writing and fsync'ing this rank's shard
-  double digest_s = 0;  // its size and CRC-32C for the manifest
+  double shard_s = 0;   // writing this rank's shard to its device, and its digest
   double commit_s = 0;  // the rest: agreements (waiting for the slowest rank), manifest, rename
 };
 std::optional<std::filesystem::path> write_checkpoint(const SaveRequest& request,
@@ -90,6 +89,9 @@ class CheckpointStaging {
   // Copies `engine`'s state into the buffers (which must match its layout) and returns the
   // ranges over them. Blocks until the copies are complete.
   std::vector<ckpt::SegmentRange> stage(const zero::ZeroEngine& engine);
+  // The same from the state ZeroEngine::saved_state() returned (any thread: only its tensors'
+  // memory is read, and it must not change until this returns).
+  std::vector<ckpt::SegmentRange> stage(const std::vector<zero::ZeroEngine::SegmentState>& state);
 
  private:
   std::vector<std::array<Tensor, 4>> buffers_;  // per segment: master, exp_avg, exp_avg_sq, params
@@ -101,7 +103,7 @@ class CheckpointStaging {
 struct SavedCheckpoint {
   int64_t step = 0;
   std::filesystem::path dir;
-  double blocked_s = 0;  // the training loop's time in save(): staging, or the whole save
+  double blocked_s = 0;  // the training loop's time in save() and before_update(), or the save
   double waited_s = 0;   // of blocked_s, waiting for the previous save to finish
   double write_s = 0;    // from the hand-over to the commit (asynchronous saves; else blocked_s)
   SaveTimes times;       // of write_s
@@ -132,9 +134,15 @@ class CheckpointWriter {
   bool async() const { return async_; }
   int64_t staging_bytes() const { return staging_ ? staging_->bytes() : 0; }
   // Collective. Synchronous: writes and commits (poll() then returns it). Asynchronous: waits
-  // for the save in flight, if any (and logs that it did), stages this rank's state and
-  // returns; the writer thread writes and commits it.
+  // for the save in flight, if any (and logs that it did), and hands this rank's state to the
+  // writer thread, which copies it into the staging buffers (host state; a GPU's is copied
+  // here, before returning), then writes and commits it.
   void save(const SaveRequest& request, const zero::ZeroEngine& engine);
+  // Before the engine's state changes (its optimizer step): waits until the state handed to
+  // the last save() is staged. The copy runs beside the next step's forward and backward, which
+  // only read the state; a wait here is the save's stall (its blocked_s). Returns the seconds
+  // waited.
+  double before_update();
   // The saves committed since the last call, oldest first. Rethrows a failed save's error on
   // the rank that failed. Never blocks.
   std::vector<SavedCheckpoint> poll();
@@ -152,6 +160,7 @@ class CheckpointWriter {
   struct Job {
     SaveRequest request;
     std::vector<ckpt::SegmentRange> ranges;
+    std::vector<zero::ZeroEngine::SegmentState> state;  // to stage first (else ranges is staged)
     double blocked_s = 0, waited_s = 0;
   };
   void writer_loop();
@@ -164,7 +173,9 @@ class CheckpointWriter {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Job> job_;                  // handed over, not yet taken by the thread
-  std::optional<int64_t> in_flight_;        // the step being saved (staged until committed)
+  std::optional<int64_t> in_flight_;        // the step being saved (handed over until committed)
+  bool staged_ = true;                      // no state handed over waits to be copied
+  double stage_wait_s_ = 0;                 // before_update()'s wait for the save in flight
   std::vector<SavedCheckpoint> committed_;  // not yet returned by poll()
   std::exception_ptr error_;                // a failed save's, not yet rethrown
   bool stop_ = false;

@@ -214,6 +214,13 @@ void RunReport::end_checkpoint() {
   t_window_ += now - t_save_;  // a save is not training time of the log window
 }
 
+void RunReport::add_save_stall(double seconds) {
+  if (seconds <= 0) return;
+  checkpoint_seconds_ += seconds;
+  eval_seconds_ += seconds;  // not training time
+  t_window_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 void RunReport::checkpoint_saved(const SavedCheckpoint& s, bool async) {
   last_checkpoint_ = s.dir.string();
   ++checkpoints_saved_;
@@ -223,11 +230,12 @@ void RunReport::checkpoint_saved(const SavedCheckpoint& s, bool async) {
   checkpoint_async_ = async;
   if (!rank0_) return;
   // Where rank 0's time went, in its log file.
-  log::write_file_only(log::Level::kInfo,
-                       fmt::format("checkpoint of step {}: {} shard written in {:.3f} s, its "
-                                   "digest {:.3f} s, commit (the other ranks, manifest) {:.3f} s",
-                                   s.step, format_bytes(double(s.bytes)), s.times.shard_s,
-                                   s.times.digest_s, s.times.commit_s));
+  log::write_file_only(
+      log::Level::kInfo,
+      fmt::format("checkpoint of step {}: {} shard written, synced and "
+                  "digested in {:.3f} s, commit (the other ranks, manifest) "
+                  "{:.3f} s",
+                  s.step, format_bytes(double(s.bytes)), s.times.shard_s, s.times.commit_s));
   if (async)
     log::info(
         "checkpoint of step {} saved to {}: written behind the step in {:.2f} s ({}/s per "

@@ -108,6 +108,8 @@ class RunReport {
   // time between is not training time (throughput, the log window) and is the save's stall.
   void begin_checkpoint();
   void end_checkpoint();
+  // Time a step waited for the last save (its staging copy): the save's, not training time.
+  void add_save_stall(double seconds);
   // A save is committed (asynchronous saves: behind the step, a step or more later): logged
   // (rank 0) and counted in the summary.
   void checkpoint_saved(const SavedCheckpoint& saved, bool async);

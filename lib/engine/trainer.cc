@@ -720,6 +720,12 @@ Trainer::StepStats Trainer::train_step(int64_t step, Phases& ph) {
   st.loss_scale = scale;
   // The caller ends the run as diverged, before updating the weights.
   if (!std::isfinite(st.loss) || (recipe_.max_loss > 0 && st.loss > recipe_.max_loss)) return st;
+  // A save handed over at the last step boundary copies the state beside this step's forward
+  // and backward, which only read it; the update waits for the copy.
+  if (writer_) {
+    st.save_stall_s = writer_->before_update();
+    clock.lap(ph.checkpoint, ph.comm_wait);
+  }
   zero::StepResult r = zero_->step(optim::lr_at(schedule_, step), scale);
   strategy_->sync();  // e.g. a pipeline's updated embedding to the tied head's copy
   clock.lap(ph.optimizer, ph.comm_wait);
@@ -905,6 +911,7 @@ nlohmann::json Trainer::run() {
     const float lr = optim::lr_at(schedule_, step);
     StepStats st = train_step(step, report.phases());
     report.end_train_step();
+    report.add_save_stall(st.save_stall_s);
     loss = st.loss;
     grad_norm = st.grad_norm;
     if (!std::isfinite(loss) || (recipe_.max_loss > 0 && loss > recipe_.max_loss)) {

@@ -160,6 +160,7 @@ class Trainer {
     double loss_scale;             // the scale this step used (1 without loss scaling)
     bool scale_exhausted = false;  // fp16: overflow at the minimum loss scale; the run must end
     int stop_signal = 0;           // a signal asked some rank to stop (agreed by all ranks), else 0
+    double save_stall_s = 0;       // the update's wait for the last save's staging copy
   };
   // One optimizer step; --profile laps go to `phases`.
   StepStats train_step(int64_t step, Phases& phases);

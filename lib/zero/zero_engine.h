@@ -263,6 +263,9 @@ class ZeroEngine : public nn::SegmentRunner {
     std::function<void(const PieceFn&)> stream;
     std::optional<DType> stream_params;
   };
+  // Views of the state, not copies: only step() (and load_state) writes them. Saves behind the
+  // step rely on it: the checkpoint writer copies these views beside the next step's forward and
+  // backward, and the trainer holds step() until the copy is done (engine/checkpointing.h).
   std::vector<SegmentState> saved_state() const;
   // read(segment, field, offset, count, out) must fill `out` (count elements of
   // out's dtype) with elements [offset, offset + count) of field "master",

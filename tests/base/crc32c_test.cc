@@ -32,6 +32,25 @@ TEST(Crc32c, ContinuesAcrossPieces) {
   EXPECT_NE(crc32c(s.data(), s.size() - 1), whole);
 }
 
+// The CRC of a + b from the two CRCs and b's length: every split of buffers of several lengths
+// (empty parts included), and a long run of zeros (the length's high bits) against the bytes.
+TEST(Crc32c, CombineEqualsTheCrcOfTheConcatenation) {
+  std::vector<unsigned char> data(3000);
+  uint32_t x = 12345;
+  for (unsigned char& c : data)
+    c = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(64), size_t(3000)})
+    for (size_t cut = 0; cut <= n; cut += (n < 80 ? 1 : 97)) {
+      const uint32_t a = crc32c(data.data(), cut), b = crc32c(data.data() + cut, n - cut);
+      EXPECT_EQ(crc32c_combine(a, b, n - cut), crc32c(data.data(), n)) << n << " " << cut;
+    }
+  std::vector<unsigned char> zeros(size_t(5) << 20, 0);  // 5 MiB: bits 20 and 22 of the length
+  const uint32_t head = crc32c("head", 4);
+  EXPECT_EQ(crc32c_combine(head, crc32c(zeros.data(), zeros.size()), zeros.size()),
+            crc32c(zeros.data(), zeros.size(), head));
+  EXPECT_NE(crc32c_combine(head, 0, 1), crc32c_combine(head, 0, 2));
+}
+
 // Every length and alignment (the 8-byte hardware path and its byte tail)
 // against the definition, one bit at a time.
 TEST(Crc32c, EveryLengthAndAlignmentMatchesTheBitwiseDefinition) {

@@ -6,6 +6,8 @@
 #   - SIGUSR1 while a save is in flight: the stop waits for it, saves its own and exits 0;
 #   - a rank whose shard fails to write: the job ends (exit 1, status failed, the message), the
 #     previous checkpoint stays `latest` and verifies, nothing partial is visible;
+#   - the disk full under the state's direct writes (FDTRAIN_IO_FAULT): the same, the message
+#     naming the shard;
 #   - a rank that fails just after a save was staged: the save is committed before the job ends;
 #   - checkpoint.async: true with ZeRO-Infinity's NVMe optimizer is refused; left unset it
 #     resolves to false.
@@ -93,6 +95,27 @@ if [ $rc -eq 0 ] && grep -q "resuming from .*step_00000005" "$d.resume.log" && [
   echo "ok: --resume auto continued from step 5 to the weights of the straight run"
 else
   fail "resume after the failed save: exit $rc"; tail -3 "$d.resume.log" | sed 's/^/    /'
+fi
+
+# The disk refuses the state's bytes in the middle of a save (FDTRAIN_IO_FAULT: the writes past
+# HDF5, O_DIRECT, fail with ENOSPC once a shard's size is written, a shard's state being most of
+# it): the job fails naming the shard and the full disk; the save before stays latest and
+# verifies, nothing partial is visible.
+d=$TMP/enospc
+shard=$(json "$TMP/async" 's["checkpoints"]["shard_bytes"]')
+FDTRAIN_IO_FAULT=enospc:after=$shard "${MPI[@]}" --run-dir "$d" > "$d.log" 2>&1; rc=$?
+at=$(sed -n 's/.*cannot write checkpoint shard .*\/\.step_0*\([0-9]*\)\.tmp\/rank_.*/\1/p' "$d.log" | head -1)
+before=$(printf 'step_%08d' $((${at:-0} - 5)))
+if [ -n "$shard" ] && [ $rc -eq 1 ] && [ "$(json "$d" 's["status"]')" = failed ] && [ -n "$at" ] \
+   && grep -q "cannot write checkpoint shard .*/rank_0000[01].h5: writing its state failed: the disk is full .*free space or move the run directory to a larger disk, then resume" "$d.log" \
+   && [ "$(cat "$d/checkpoints/latest")" = "$before" ] && ! ls -A "$d/checkpoints" | grep -q "^\." \
+   && [ ! -e "$d/checkpoints/$(printf 'step_%08d' "$at")" ] \
+   && "$FDTRAIN" ckpt inspect "$d" > /dev/null 2>&1 \
+   && ! grep -Eq "terminate called|what\(\)|Segmentation|core dumped|HDF5-DIAG" "$d.log"; then
+  echo "ok: a full disk under the state's direct writes ends the job at the save of step $at (exit 1, status failed); $before stays latest and verifies"
+else
+  fail "ENOSPC in the direct writes: exit $rc, status $(json "$d" 's["status"]'), latest $(cat "$d/checkpoints/latest" 2>/dev/null)"
+  grep -v "^--\|^$" "$d.log" | tail -4 | sed 's/^/    /'; ls -a "$d/checkpoints" | sed 's/^/    /'
 fi
 
 # A rank fails right after a save was staged (the step after it): the save is committed before
