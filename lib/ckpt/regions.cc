@@ -29,6 +29,12 @@ int64_t buffer_bytes(int64_t largest) {
   return std::min(kBufferBytes, (largest + kIoAlign - 1) / kIoAlign * kIoAlign);
 }
 
+// The bytes of `r` written with O_DIRECT: its whole 4 KiB blocks. HDF5 aligns every dataset
+// this large to 4 KiB (shard_fapl); one that is not is written buffered whole, with the tails.
+int64_t direct_bytes(const h5::Region& r) {
+  return r.offset % kIoAlign == 0 ? r.bytes / kIoAlign * kIoAlign : 0;
+}
+
 // A plain descriptor of the file: the regions' tails, the reservation and the read of the rest.
 struct Fd {
   int fd = -1;
@@ -121,7 +127,7 @@ FileDigest write_regions(const std::string& path, std::vector<h5::Region> region
   // page is larger than kIoAlign (64 KiB pages) the kernel writes a dirty page back before a
   // direct write over it, so a tail never races with a body in flight.
   for (const h5::Region& r : regions) {
-    const int64_t body = r.offset % kIoAlign == 0 ? r.bytes / kIoAlign * kIoAlign : 0;
+    const int64_t body = direct_bytes(r);
     pwrite_all(f.fd, r.data + body, r.bytes - body, r.offset + body, path);
   }
   if (!regions.empty()) {
@@ -140,9 +146,7 @@ FileDigest write_regions(const std::string& path, std::vector<h5::Region> region
       AsyncFile::Ticket ticket[kBuffers] = {};
       int next = 0;
       for (const h5::Region& r : regions) {
-        // HDF5 aligns every dataset this large to 4 KiB (shard_fapl); one that is not went
-        // buffered whole, with the tails.
-        const int64_t body = r.offset % kIoAlign == 0 ? r.bytes / kIoAlign * kIoAlign : 0;
+        const int64_t body = direct_bytes(r);
         for (int64_t done = 0; done < body;) {
           const int64_t take = std::min(each, body - done);
           file->wait(ticket[next]);

@@ -353,6 +353,13 @@ void CheckpointWriter::save(const SaveRequest& req, const zero::ZeroEngine& engi
             "come faster than the disk takes them; raise checkpoint.every)",
             req.step, waited, previous);
     }
+    // A save that failed on this rank ends the run before another is begun (its peers' saves
+    // of it returned quietly: they learn of it when this rank fails).
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
   }
   Job job{req, {}, engine.saved_state(), 0.0, waited};
   // Host state is copied by the writer thread, beside the next step's forward and backward

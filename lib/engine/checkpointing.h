@@ -134,7 +134,8 @@ class CheckpointWriter {
   bool async() const { return async_; }
   int64_t staging_bytes() const { return staging_ ? staging_->bytes() : 0; }
   // Collective. Synchronous: writes and commits (poll() then returns it). Asynchronous: waits
-  // for the save in flight, if any (and logs that it did), and hands this rank's state to the
+  // for the save in flight, if any (and logs that it did; rethrows its error if it failed on this
+  // rank, as poll() would), and hands this rank's state to the
   // writer thread, which copies it into the staging buffers (host state; a GPU's is copied
   // here, before returning), then writes and commits it.
   void save(const SaveRequest& request, const zero::ZeroEngine& engine);
