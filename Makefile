@@ -2,6 +2,8 @@
 #   make demo   install deps (if missing), build, train the quickstart recipe
 #   make test   install deps (if missing), build, run every test
 BUILD_DIR ?= build
+# make bench: a CPU-only fdtrain beside a CUDA build (start-up figures).
+CPU_BUILD_DIR ?= build-cpu
 JOBS ?= $(shell nproc)
 MPIRUN ?= mpirun --oversubscribe
 # mpirun refuses root unless told; CI and containers run as root.
@@ -110,6 +112,14 @@ bench:
 	$(MAKE) build
 	./bench/run_bench.sh $(BUILD_DIR) $(BENCH_CONFIGS)
 	./bench/tokenizer_bench.sh $(BUILD_DIR)
+	./bench/tokenize_file_bench.sh $(BUILD_DIR)
+	@# Start-up of a CUDA build for a CPU job against a CPU-only build (issue 42): the second build is
+	@# fdtrain alone, in $(CPU_BUILD_DIR), made only when $(BUILD_DIR) has the CUDA backend.
+	@if grep -qaF libcublasLt.so $(BUILD_DIR)/bin/fdtrain; then \
+	  cmake -S . -B $(CPU_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFDTRAIN_CUDA=OFF >/dev/null && \
+	  cmake --build $(CPU_BUILD_DIR) -j $(JOBS) --target fdtrain >/dev/null && \
+	  ./bench/startup_bench.sh $(BUILD_DIR) $(CPU_BUILD_DIR); \
+	else echo "start-up bench skipped: $(BUILD_DIR) has no CUDA backend"; fi
 	./bench/offload_memory.sh $(BUILD_DIR)
 	./bench/pipeline_bench.sh $(BUILD_DIR)
 	./bench/qlora_bench.sh $(BUILD_DIR)
@@ -176,7 +186,7 @@ format:
 	find apps lib tests bench $$(ls -d kernels 2>/dev/null) \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) $(GPU_BUNDLE_BUILD)
+	rm -rf $(BUILD_DIR) $(GPU_BUNDLE_BUILD) $(CPU_BUILD_DIR)
 
 # A folder that runs the GPU device check on a machine with only the NVIDIA
 # driver and CUDA libraries: scp it there and run ./device_check.sh.

@@ -108,9 +108,11 @@ void run_config(const BenchConfig& c, int steps, int warmup, double peak) {
   double ms = total / steps * 1e3;
   double tok_s = double(c.batch) * c.seq_len / (ms / 1e3);
   double gflops = tok_s * c.model.flops_per_token(c.seq_len) / 1e9;
-  std::printf("%-7s %10.1f %10.0f %9.1f %8.1f%% %9.0f %12.2f %14zu\n", c.name, ms, tok_s, gflops,
-              100.0 * gflops / peak, peak_rss_mib(), double(c.model.num_params()) / 1e6,
-              steady_allocs);
+  // The head + loss's chunks (ops::head_chunk_plan): one chunk keeps its logits (no recompute).
+  const fd::ops::HeadChunkPlan& head = model.head_plan();
+  std::printf("%-7s %10.1f %10.0f %9.1f %8.1f%% %9.0f %12.2f %14zu %7lldx%lld\n", c.name, ms, tok_s,
+              gflops, 100.0 * gflops / peak, peak_rss_mib(), double(c.model.num_params()) / 1e6,
+              steady_allocs, (long long)head.chunks, (long long)head.chunk_rows);
   std::fflush(stdout);
 }
 
@@ -147,8 +149,8 @@ int main(int argc, char** argv) {
               threads, steps, warmup);
   std::printf("sgemm 2048^3: %.1f GFLOP/s (OpenBLAS kernel %s)\n", peak,
               fd::ops::blas_kernel_name().c_str());
-  std::printf("%-7s %10s %10s %9s %9s %9s %12s %14s\n", "cfg", "ms/step", "tok/s", "GFLOP/s",
-              "%peak", "RSS MiB", "params (M)", "steady allocs");
+  std::printf("%-7s %10s %10s %9s %9s %9s %12s %14s %12s\n", "cfg", "ms/step", "tok/s", "GFLOP/s",
+              "%peak", "RSS MiB", "params (M)", "steady allocs", "head chunks");
   for (const std::string& n : names) {
     bool found = false;
     for (const auto& c : configs)

@@ -17,6 +17,7 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "kernels/kernels.h"
@@ -39,10 +40,13 @@ void* library() {
     const std::string by_name = dlerror();
     h = dlopen(FD_CUBLASLT_PATH, RTLD_NOW | RTLD_LOCAL);
     if (h != nullptr) return h;
-    throw Error(std::string("cuBLASLt: cannot load ") + FD_CUBLASLT_SONAME + " (" + by_name +
-                "; " + FD_CUBLASLT_PATH + ": " + dlerror() +
-                "): install the CUDA toolkit's cuBLAS, or put the folder holding " +
-                FD_CUBLASLT_SONAME + " on LD_LIBRARY_PATH");
+    const char* ld_path = std::getenv("LD_LIBRARY_PATH");
+    throw Error(
+        std::string("cuBLASLt: cannot load ") + FD_CUBLASLT_SONAME +
+        ": looked for it by name (LD_LIBRARY_PATH=" + (ld_path != nullptr ? ld_path : "(unset)") +
+        ", the loader's cache: " + by_name + ") and at " + FD_CUBLASLT_PATH + " (" + dlerror() +
+        "): install the CUDA toolkit's cuBLAS, or put the folder holding " + FD_CUBLASLT_SONAME +
+        " on LD_LIBRARY_PATH");
   }();
   return handle;
 }
@@ -62,20 +66,21 @@ Fn* resolve(const char* name) {
 }  // namespace fd::kernels
 
 // One forwarding definition per entry point fdtrain calls; each resolves once.
-#define FD_CUBLASLT_FORWARD(name, params, args)                                          \
-  extern "C" cublasStatus_t name params {                                                \
-    static auto* real = fd::kernels::resolve<decltype(name)>(#name);                     \
-    return real args;                                                                    \
+#define FD_CUBLASLT_FORWARD(name, params, args)                      \
+  extern "C" cublasStatus_t name params {                            \
+    static auto* real = fd::kernels::resolve<decltype(name)>(#name); \
+    return real args;                                                \
   }
 
 FD_CUBLASLT_FORWARD(cublasLtCreate, (cublasLtHandle_t * handle), (handle))
 FD_CUBLASLT_FORWARD(cublasLtMatmulDescCreate,
-                    (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute, cudaDataType_t scale),
+                    (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute,
+                     cudaDataType_t scale),
                     (desc, compute, scale))
 FD_CUBLASLT_FORWARD(cublasLtMatmulDescDestroy, (cublasLtMatmulDesc_t desc), (desc))
 FD_CUBLASLT_FORWARD(cublasLtMatmulDescSetAttribute,
-                    (cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* buf,
-                     size_t size),
+                    (cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                     const void* buf, size_t size),
                     (desc, attr, buf, size))
 FD_CUBLASLT_FORWARD(cublasLtMatrixLayoutCreate,
                     (cublasLtMatrixLayout_t * layout, cudaDataType type, uint64_t rows,
@@ -113,7 +118,8 @@ extern "C" size_t cublasLtGetVersion() {
 // The status texts are only asked for after a cuBLASLt call returned an error, so the library is
 // loaded by then; they still resolve through library() like the rest.
 extern "C" const char* cublasLtGetStatusName(cublasStatus_t status) {
-  static auto* real = fd::kernels::resolve<decltype(cublasLtGetStatusName)>("cublasLtGetStatusName");
+  static auto* real =
+      fd::kernels::resolve<decltype(cublasLtGetStatusName)>("cublasLtGetStatusName");
   return real(status);
 }
 extern "C" const char* cublasLtGetStatusString(cublasStatus_t status) {

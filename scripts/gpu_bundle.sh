@@ -8,7 +8,8 @@
 #   OUT/lib/     every shared library they need except the CUDA ones
 #                (yaml-cpp, HDF5, fmt, OpenBLAS, Open MPI, libstdc++, ...), each
 #                with rpath $ORIGIN; plus libcudart (small, and the version we
-#                compiled against)
+#                compiled against) for probe_fastmath_reciprocal (fdtrain and gpu_tests
+#                link the CUDA runtime statically)
 #   OUT/glibc/   this machine's C library and loader, used only when the
 #                target's glibc is older than the one we built against
 #   OUT/recipes, OUT/configs, OUT/data: what the device check trains on
@@ -24,8 +25,9 @@
 # Python's lzma).
 #
 # Not bundled (too large, and part of any CUDA installation): libcublasLt
-# (~540 MB) and libnccl (~220 MB); device_check.sh finds them on the target
-# (ldconfig, /usr/local/cuda, or the nvidia-* Python wheels).
+# (~540 MB) and libnccl (~220 MB), which fdtrain dlopen()s on first use;
+# device_check.sh finds them on the target (ldconfig, /usr/local/cuda, or the
+# nvidia-* Python wheels) and puts their folders on LD_LIBRARY_PATH.
 set -euo pipefail
 
 BUILD=${1:?usage: gpu_bundle.sh BUILD_DIR OUT_DIR}
@@ -38,9 +40,9 @@ die() { echo "gpu_bundle: $*" >&2; exit 1; }
 [[ -x "$BUILD/tests/gpu_tests" ]] || die "$BUILD/tests/gpu_tests not found: build with the tests"
 [[ -x "$BUILD/bin/probe_fastmath_reciprocal" ]] ||
   die "$BUILD/bin/probe_fastmath_reciprocal not found: build it (cmake --build $BUILD --target probe_fastmath_reciprocal)"
-# Not `ldd | grep -q`: under pipefail, grep -q exiting at the first match can
-# kill ldd with SIGPIPE and fail the pipeline (seen in CI).
-[[ $(ldd "$BUILD/bin/fdtrain") == *libcudart* ]] ||
+# The CUDA backend links no CUDA library (the runtime is static; cuBLASLt and NCCL are
+# dlopen()ed on first use): it is known by the name of the cuBLASLt it loads.
+grep -qaF libcublasLt.so "$BUILD/bin/fdtrain" ||
   die "$BUILD/bin/fdtrain has no CUDA backend: configure with -DFDTRAIN_CUDA=ON (needs nvcc)"
 command -v patchelf >/dev/null || die "patchelf missing: run scripts/install_deps.sh"
 cache_value() { sed -nE "s/^$1:[A-Z]+=(.*)$/\1/p" "$BUILD/CMakeCache.txt" 2>/dev/null | head -1; }

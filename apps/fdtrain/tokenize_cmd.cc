@@ -19,7 +19,8 @@
 // Documents are read in order, encoded by --threads workers (default: the
 // machine's cores) in batches of ~1 MB and written in order, with a bounded
 // number of batches in flight; a long plain-text document is encoded in ~1 MB
-// pieces cut where the cut changes no id (lib/data/document_encoder.h). Memory
+// pieces cut where the cut changes no id, the workers finding the cuts, so
+// one large file scales with the threads (lib/data/document_encoder.h). Memory
 // is the tokenizer and a few MB of text, however large the input (100 MB of
 // text through Llama 3's tokenizer on 2 threads: 137 MB peak RSS). The file
 // appears under its name only when complete (temporary file, fsync, rename);
@@ -89,12 +90,14 @@ int run_tokenize(const TokenizeOptions& o) {
     total_bytes += fs::file_size(in, ec);
   }
   if (fs::exists(o.out, ec) && !o.overwrite)
-    usage_error("{} exists; pass --overwrite to replace it (it is replaced only once the new "
-                "file is complete)",
-                o.out);
+    usage_error(
+        "{} exists; pass --overwrite to replace it (it is replaced only once the new "
+        "file is complete)",
+        o.out);
   const auto tok = text::load_tokenizer(o.tokenizer);
   const data::DocumentWrap wrap = data::document_wrap(*tok, o.raw, o.no_bos, o.no_eos);
-  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
   data::TokenFileWriter writer(o.out, tok->vocab_size());
   const bool progress = isatty(fileno(stderr)) != 0 && !o.json;
@@ -147,15 +150,15 @@ int run_tokenize(const TokenizeOptions& o) {
                         {"eos", id_or_null(wrap.eos)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: %lld tokens (llm.c version %d, %s) from %lld documents, %s MB in %.2f s "
-                "(%.1f MB/s, %d threads)%s\n",
-                o.out.c_str(), static_cast<long long>(writer.count()), writer.version(),
-                writer.version() == 1 ? "uint16" : "uint32",
-                static_cast<long long>(stats.documents), mb(double(stats.bytes)).c_str(), seconds,
-                rate, threads,
-                stats.blank_lines > 0
-                    ? fmt::format("; {} blank .jsonl lines skipped", stats.blank_lines).c_str()
-                    : "");
+    std::printf(
+        "%s: %lld tokens (llm.c version %d, %s) from %lld documents, %s MB in %.2f s "
+        "(%.1f MB/s, %d threads)%s\n",
+        o.out.c_str(), static_cast<long long>(writer.count()), writer.version(),
+        writer.version() == 1 ? "uint16" : "uint32", static_cast<long long>(stats.documents),
+        mb(double(stats.bytes)).c_str(), seconds, rate, threads,
+        stats.blank_lines > 0
+            ? fmt::format("; {} blank .jsonl lines skipped", stats.blank_lines).c_str()
+            : "");
   }
   return 0;
 }

@@ -1,11 +1,14 @@
 #include "lib/data/document_encoder.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,15 +38,21 @@ struct Piece {
   bool last = true;   // ends a document: EOS after it
 };
 
+class TextSegments;
+
+// .jsonl documents, or one segment of a plain-text file.
 struct Batch {
   int64_t index = 0;
   std::vector<Piece> pieces;
   size_t bytes = 0;
+  std::shared_ptr<TextSegments> text;  // set: segment `segment` of this file, no pieces
+  size_t segment = 0;
 };
 
 struct Encoded {
   std::vector<int32_t> ids;
   size_t bytes = 0;
+  std::exception_ptr error;  // rethrown when the batch's turn to be written comes
 };
 
 size_t char_start(std::string_view t, size_t i) {
@@ -51,17 +60,18 @@ size_t char_start(std::string_view t, size_t i) {
   return i;
 }
 
-// Where to cut `text` (a long document's pending bytes) near `target`, or npos.
-// Candidates are line starts: a letter after "\n" after a non-space, where the
-// pre-tokenizers people use end a word. A candidate is taken only when the
-// kCheckBytes on either side encode to the same ids cut there as whole: the cut
-// changes nothing the tokenizer can see. Up to 64 candidates are tried,
-// nearest the target first and none in the first half.
-size_t find_cut(std::string_view text, size_t target, const text::Tokenizer& tok,
-                text::EncodeCache& cache) {
+// Where to cut `text` near `target`, or npos. `text` is a window of a file
+// starting at byte `offset` (the continuation flag of a check's encode is whether
+// it starts past the file's first byte). Candidates are line starts: a letter
+// after "\n" after a non-space, where the pre-tokenizers people use end a word.
+// A candidate is taken only when the kCheckBytes on either side encode to the
+// same ids cut there as whole: the cut changes nothing the tokenizer can see. Up
+// to 64 candidates are tried, nearest the target first, none at or below `lowest`.
+size_t find_cut(std::string_view text, size_t offset, size_t target, size_t lowest,
+                const text::Tokenizer& tok, text::EncodeCache& cache) {
   std::vector<int32_t> whole, left;
   int tried = 0;
-  for (size_t p = std::min(target, text.size() - 1); p > target / 2 && tried < 64; --p) {
+  for (size_t p = std::min(target, text.size() - 1); p > lowest && tried < 64; --p) {
     if (text[p - 1] != '\n' || p < 2 || text[p - 2] == '\n' || text[p - 2] == ' ' ||
         text[p - 2] == '\r' || text[p - 2] == '\t' ||
         !((text[p] >= 'a' && text[p] <= 'z') || (text[p] >= 'A' && text[p] <= 'Z')))
@@ -71,33 +81,152 @@ size_t find_cut(std::string_view text, size_t target, const text::Tokenizer& tok
     const size_t b = char_start(text, std::min(text.size(), p + kCheckBytes));
     whole.clear();
     left.clear();
-    tok.encode_piece(text.substr(a, b - a), a > 0, whole, cache);
-    tok.encode_piece(text.substr(a, p - a), a > 0, left, cache);
+    tok.encode_piece(text.substr(a, b - a), offset + a > 0, whole, cache);
+    tok.encode_piece(text.substr(a, p - a), offset + a > 0, left, cache);
     tok.encode_piece(text.substr(p, b - p), true, left, cache);
     if (left == whole) return p;
   }
   return std::string_view::npos;
 }
 
-// Reads the inputs as documents (long plain-text files as pieces), in order,
-// handing out batches.
+// A plain-text file as pieces of about kPieceBytes, cut where find_cut allows,
+// read and encoded by the workers: the file's segment k spans the target
+// boundaries [k, k + 1) x kPieceBytes; boundary k's cut is searched once, in
+// the kPieceBytes / 2 before it, by whichever worker needs it first (the one
+// ending at it or the one starting there), so no thread does the searching
+// for the others. Segment k's piece runs from its cut to the next boundary
+// that has one (the file's end at the last); a segment whose boundary has no
+// cut is empty (the segment before takes its text). Each worker reads only its
+// piece and the windows around its cuts (pread): memory is a few pieces
+// however large the file, and the ids are the whole file's.
+class TextSegments {
+ public:
+  explicit TextSegments(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) usage_error("cannot read {}: {}", path_, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      usage_error("cannot read {}: {}", path_, std::strerror(e));
+    }
+    size_ = size_t(st.st_size);
+    // A file that fits one piece (with the check bytes a cut would read) is one piece.
+    segments_ = size_ <= kPieceBytes + kCheckBytes ? 1 : (size_ + kPieceBytes - 1) / kPieceBytes;
+    cuts_ = std::vector<Cut>(segments_ + 1);
+  }
+  ~TextSegments() { ::close(fd_); }
+  TextSegments(const TextSegments&) = delete;
+  TextSegments& operator=(const TextSegments&) = delete;
+
+  size_t segments() const { return segments_; }
+  size_t size() const { return size_; }
+
+  // Segment k's piece (empty text and false when its boundary has no cut).
+  bool piece(size_t k, Piece& out, const text::Tokenizer& tok, text::EncodeCache& cache) {
+    // The end first: the worker on the segment before searches this one's start as its end.
+    size_t end_boundary = k + 1;
+    size_t end = cut(end_boundary, tok, cache);
+    const size_t begin = cut(k, tok, cache);
+    if (begin == kNone) return false;
+    while (end == kNone) end = cut(++end_boundary, tok, cache);
+    out.text.resize(end - begin);
+    read_at(out.text.data(), end - begin, begin);
+    out.first = begin == 0;
+    out.last = end == size_;
+    // Not UTF-8: refused naming the byte (tokenizers read text, as Python's str; see
+    // DocumentReader::check_utf8).
+    if (const size_t bad = text::first_invalid_utf8(out.text); bad != std::string_view::npos) {
+      usage_error(
+          "{}: not UTF-8 text: byte {} (0x{:02X}) begins no valid UTF-8 sequence; a "
+          "tokenizer reads UTF-8 text (a binary file? convert text to UTF-8 first, e.g. "
+          "iconv -f LATIN1 -t UTF-8)",
+          path_, begin + bad, static_cast<unsigned char>(out.text[bad]));
+    }
+    return true;
+  }
+
+ private:
+  static constexpr size_t kNone = std::string_view::npos;
+  struct Cut {
+    std::once_flag once;
+    size_t at = kNone;
+    // What the search threw (a read error): every worker needing this cut rethrows it. Kept here,
+    // not thrown through call_once: libstdc++'s call_once can leave the flag locked when its
+    // function throws (GCC PR 66146), and the other worker would wait on it forever.
+    std::exception_ptr error;
+  };
+
+  // Boundary k's cut: 0 and the file's size at the ends, else find_cut's (kNone: none).
+  size_t cut(size_t k, const text::Tokenizer& tok, text::EncodeCache& cache) {
+    if (k == 0) return 0;
+    if (k >= segments_) return size_;
+    Cut& c = cuts_[k];
+    std::call_once(c.once, [&]() noexcept {
+      try {
+        const size_t target = k * kPieceBytes;
+        const size_t lowest = target - kPieceBytes / 2;
+        const size_t lo = lowest > kCheckBytes ? lowest - kCheckBytes : 0;
+        const size_t hi = std::min(size_, target + kCheckBytes);
+        std::string window(hi - lo, '\0');
+        read_at(window.data(), window.size(), lo);
+        const size_t p = find_cut(window, lo, target - lo, lowest - lo, tok, cache);
+        c.at = p == kNone ? kNone : lo + p;
+      } catch (...) {
+        c.error = std::current_exception();
+      }
+    });
+    if (c.error) std::rethrow_exception(c.error);
+    return c.at;
+  }
+
+  void read_at(char* dst, size_t n, size_t offset) const {
+    while (n > 0) {
+      const ssize_t got = ::pread(fd_, dst, n, off_t(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
+      if (got == 0) runtime_error("cannot read {}: the file shrank while it was read", path_);
+      dst += got;
+      n -= size_t(got);
+      offset += size_t(got);
+    }
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  size_t size_ = 0;
+  size_t segments_ = 1;
+  std::vector<Cut> cuts_;
+};
+
+// Reads the inputs as documents, in order, handing out batches: .jsonl
+// documents gathered into batches of ~kBatchBytes, each plain-text file's
+// segments a batch each (TextSegments: the workers cut and read them).
 class DocumentReader {
  public:
-  DocumentReader(const std::vector<std::string>& inputs, std::string field,
-                 const text::Tokenizer& tok)
-      : inputs_(inputs), field_(std::move(field)), tok_(tok) {}
+  DocumentReader(const std::vector<std::string>& inputs, std::string field)
+      : inputs_(inputs), field_(std::move(field)) {}
 
   // The next batch, or false at the end of the inputs.
   bool next(Batch& b) {
     b.pieces.clear();
     b.bytes = 0;
+    b.text.reset();
+    b.segment = 0;
     while (b.bytes < kBatchBytes && b.pieces.size() < kBatchPieces) {
+      if (text_ != nullptr && next_segment_ < text_->segments()) {
+        if (!b.pieces.empty()) break;  // a segment is a batch of its own
+        b.text = text_;
+        b.segment = next_segment_++;
+        return true;
+      }
+      text_.reset();
       Piece p;
       if (!next_piece(p)) break;
       b.bytes += p.text.size();
       b.pieces.push_back(std::move(p));
     }
-    return !b.pieces.empty();
+    return !b.pieces.empty() || (text_ != nullptr && next(b));
   }
 
   int64_t documents() const { return documents_; }
@@ -105,39 +234,36 @@ class DocumentReader {
   size_t bytes_read() const { return bytes_read_; }
 
  private:
+  // The next .jsonl document; a plain-text file met on the way becomes text_ (false is
+  // returned, and next() hands out its segments).
   bool next_piece(Piece& piece) {
     while (true) {
-      if (!open_) {
+      if (!lines_) {
         if (file_index_ >= inputs_.size()) return false;
         path_ = inputs_[file_index_++];
-        jsonl_ = path_.ends_with(".jsonl");
         if (const std::string kind = non_regular_kind(path_); !kind.empty())
           usage_error("{}: is {}, not a regular file (give the path of a text file)", path_, kind);
-        if (jsonl_) {
-          lines_ = std::make_unique<LineReader>(path_);
-        } else {
-          in_ = std::ifstream(path_, std::ios::binary);
-          if (!in_) usage_error("cannot read {}: {}", path_, std::strerror(errno));
+        if (!path_.ends_with(".jsonl")) {
+          text_ = std::make_shared<TextSegments>(path_);
+          next_segment_ = 0;
+          bytes_read_ += text_->size();
+          ++documents_;
+          return false;
         }
-        open_ = true;
-        pending_.clear();
-        offset_ = 0;
-        first_piece_ = true;
-        if (!jsonl_) ++documents_;
+        lines_ = std::make_unique<LineReader>(path_);
       }
-      if (!jsonl_) return next_text_piece(piece);
       std::string line;
       const LineReader::Result r = lines_->next(line);
       if (r == LineReader::Result::kEnd) {
         lines_.reset();
-        open_ = false;
         continue;
       }
       const int64_t at = lines_->line_number();
       if (r == LineReader::Result::kTooLong) {
-        usage_error("{}:{}: the line is longer than {} bytes, more than a .jsonl document may be "
-                    "(is this a .jsonl file?)",
-                    path_, at, kMaxJsonLineBytes);
+        usage_error(
+            "{}:{}: the line is longer than {} bytes, more than a .jsonl document may be "
+            "(is this a .jsonl file?)",
+            path_, at, kMaxJsonLineBytes);
       }
       bytes_read_ += line.size() + 1;
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
@@ -150,9 +276,10 @@ class DocumentReader {
       }
       const auto it = j.is_object() ? j.find(field_) : j.end();
       if (!j.is_object() || it == j.end() || !it->is_string()) {
-        usage_error("{}:{}: no string field \"{}\" (use --text-field to name the field holding "
-                    "the text)",
-                    path_, at, field_);
+        usage_error(
+            "{}:{}: no string field \"{}\" (use --text-field to name the field holding "
+            "the text)",
+            path_, at, field_);
       }
       piece.text = it->get<std::string>();
       piece.first = piece.last = true;
@@ -161,69 +288,13 @@ class DocumentReader {
     }
   }
 
-  // A plain-text file: the whole file, or its next piece when it is long.
-  bool next_text_piece(Piece& piece) {
-    size_t want = kPieceBytes + kCheckBytes;
-    while (true) {
-      while (!in_.eof() && pending_.size() < want) {
-        const size_t had = pending_.size();
-        pending_.resize(want);
-        in_.read(pending_.data() + had, std::streamsize(want - had));
-        pending_.resize(had + size_t(in_.gcount()));
-        bytes_read_ += size_t(in_.gcount());
-        if (in_.bad()) runtime_error("cannot read {}: {}", path_, std::strerror(errno));
-      }
-      if (in_.eof() && pending_.size() <= want) {
-        piece.text = std::move(pending_);
-        pending_.clear();
-        piece.first = first_piece_;
-        piece.last = true;
-        open_ = false;
-        check_utf8(piece.text);
-        return true;
-      }
-      const size_t cut = find_cut(pending_, want - kCheckBytes, tok_, cache_);
-      if (cut == std::string::npos) {
-        want += kPieceBytes;  // no safe cut yet: read on
-        continue;
-      }
-      piece.text = pending_.substr(0, cut);
-      pending_.erase(0, cut);
-      piece.first = first_piece_;
-      piece.last = false;
-      first_piece_ = false;
-      check_utf8(piece.text);
-      return true;
-    }
-  }
-
-  // Refuses a piece of the file (the next one: pieces are checked in order) that is not
-  // UTF-8. A tokenizer reads text, as Hugging Face's do from Python: a str, which a file
-  // that is not UTF-8 (a binary, Latin-1) never becomes without an error; replacing the
-  // bytes with U+FFFD would train on noise without a word.
-  void check_utf8(std::string_view text) {
-    if (const size_t bad = text::first_invalid_utf8(text); bad != std::string_view::npos) {
-      usage_error("{}: not UTF-8 text: byte {} (0x{:02X}) begins no valid UTF-8 sequence; a "
-                  "tokenizer reads UTF-8 text (a binary file? convert text to UTF-8 first, e.g. "
-                  "iconv -f LATIN1 -t UTF-8)",
-                  path_, offset_ + int64_t(bad), static_cast<unsigned char>(text[bad]));
-    }
-    offset_ += int64_t(text.size());
-  }
-
   const std::vector<std::string>& inputs_;
   std::string field_;
-  const text::Tokenizer& tok_;
-  text::EncodeCache cache_;
   size_t file_index_ = 0;
-  bool open_ = false;
-  bool jsonl_ = false;
-  bool first_piece_ = true;
   std::string path_;
-  std::ifstream in_;                   // a text file
-  std::unique_ptr<LineReader> lines_;  // a .jsonl file
-  std::string pending_;
-  int64_t offset_ = 0;  // of a text file, the bytes handed out as pieces
+  std::unique_ptr<LineReader> lines_;   // the .jsonl file being read
+  std::shared_ptr<TextSegments> text_;  // the plain-text file whose segments are handed out
+  size_t next_segment_ = 0;
   int64_t documents_ = 0;
   int64_t blank_ = 0;
   size_t bytes_read_ = 0;
@@ -241,16 +312,16 @@ DocumentWrap document_wrap(const text::Tokenizer& tok, bool raw, bool no_bos, bo
 DocumentStats encode_documents(const std::vector<std::string>& files, const text::Tokenizer& tok,
                                const DocumentWrap& wrap, const std::string& text_field, int threads,
                                const std::function<void(std::span<const int32_t>, size_t)>& sink) {
-  DocumentReader reader(files, text_field, tok);
+  DocumentReader reader(files, text_field);
   std::mutex mu;
   std::condition_variable work_cv, done_cv;
   std::deque<Batch> work;
   std::map<int64_t, Encoded> done;
   bool closing = false;
-  std::exception_ptr failure;
 
   auto worker = [&] {
     text::EncodeCache cache;
+    Piece segment_piece;
     while (true) {
       Batch b;
       {
@@ -262,16 +333,24 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const text
       }
       Encoded e;
       e.bytes = b.bytes;
-      e.ids.reserve(b.bytes / 2 + 16);  // ~4 bytes per token in English; grows when needed
       try {
-        for (const Piece& p : b.pieces) {
+        auto encode = [&](const Piece& p) {
           if (wrap.bos && p.first) e.ids.push_back(*wrap.bos);
           tok.encode_piece(p.text, !p.first, e.ids, cache);
           if (wrap.eos && p.last) e.ids.push_back(*wrap.eos);
+        };
+        if (b.text != nullptr) {
+          if (b.text->piece(b.segment, segment_piece, tok, cache)) {
+            e.bytes = segment_piece.text.size();
+            e.ids.reserve(e.bytes / 2 + 16);
+            encode(segment_piece);
+          }
+        } else {
+          e.ids.reserve(b.bytes / 2 + 16);  // ~4 bytes per token in English; grows when needed
+          for (const Piece& p : b.pieces) encode(p);
         }
       } catch (...) {
-        std::lock_guard lock(mu);
-        if (!failure) failure = std::current_exception();
+        e.error = std::current_exception();
       }
       {
         std::lock_guard lock(mu);
@@ -301,13 +380,14 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const text
       Encoded e;
       {
         std::unique_lock lock(mu);
-        if (block) done_cv.wait(lock, [&] { return done.contains(next_to_write) || failure; });
-        if (failure) std::rethrow_exception(failure);
+        if (block) done_cv.wait(lock, [&] { return done.contains(next_to_write); });
         const auto it = done.find(next_to_write);
         if (it == done.end()) return;
         e = std::move(it->second);
         done.erase(it);
       }
+      // The first failure in the inputs' order, whichever worker met it first.
+      if (e.error) std::rethrow_exception(e.error);
       sink(e.ids, e.bytes);
       stats.tokens += int64_t(e.ids.size());
       ++next_to_write;
@@ -316,7 +396,23 @@ DocumentStats encode_documents(const std::vector<std::string>& files, const text
   };
   try {
     Batch b;
-    while (reader.next(b)) {
+    while (true) {
+      bool more = false;
+      try {
+        more = reader.next(b);
+      } catch (...) {
+        // The reader's error (a bad .jsonl line, a file that cannot be opened) comes after
+        // every batch handed out before it: queued in its place, so that an earlier batch's
+        // error is still the one reported.
+        Encoded e;
+        e.error = std::current_exception();
+        {
+          std::lock_guard lock(mu);
+          done.emplace(next_index++, std::move(e));
+        }
+        break;
+      }
+      if (!more) break;
       b.index = next_index++;
       {
         std::lock_guard lock(mu);

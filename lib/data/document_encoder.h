@@ -11,10 +11,14 @@
 // encode_documents() reads the documents in order, encodes batches of ~1 MB
 // on `threads` threads and hands the ids to `sink` in document order, with at
 // most threads + 1 batches in flight. A plain-text document longer than 1 MB
-// is read and encoded in pieces of ~1 MB, cut at line starts where encoding
-// 16 kB on either side with and without the cut gives the same ids (the cut is
-// invisible to the tokenizer; Tokenizer::encode_piece), so memory stays a few
-// batches however large the input.
+// is encoded in pieces of ~1 MB, cut at line starts where encoding 16 kB on
+// either side with and without the cut gives the same ids (the cut is
+// invisible to the tokenizer; Tokenizer::encode_piece). The workers find the
+// cuts and read the pieces themselves (each cut searched once, near its 1 MB
+// boundary, by the first worker that needs it), so one large file keeps every
+// thread busy, and memory stays a few batches however large the input. An
+// error (bad UTF-8, a bad .jsonl line) is the first in the inputs' order,
+// whatever the thread count.
 #pragma once
 
 #include <cstdint>

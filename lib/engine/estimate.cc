@@ -127,6 +127,7 @@ struct RankRun {
   std::vector<std::pair<std::string, int64_t>> after_segment;
   int64_t saved = 0;
   std::string peak_at;
+  ops::HeadChunkPlan head_plan;  // the step's head + loss (rows 0: this rank holds no head)
 };
 
 // Runs segments through the ZeRO engine, noting where the activation peak
@@ -317,6 +318,7 @@ RankRun run_rank(const Assembly& a, int rank, bool staging, int nodes = 1) {
   out.hpz_secondary = engine.secondary_partition_bytes().total();
   out.peak_at = watch.peak_at();
   out.after_segment = watch.after();
+  out.head_plan = model->head_plan();  // the step's, before the evaluation batch's
   // Peaks of each phase: the step, an evaluation batch, and the gather of the
   // full parameters at the end of the run (the weights digest); a run's
   // summary.json 'memory' holds the largest of the three.
@@ -462,6 +464,7 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
       most.quantized = std::max(most.quantized, run.quantized);
       most.activations = std::max(most.activations, run.activations);
       most.eval_peak = std::max(most.eval_peak, run.eval_peak);
+      if (most.head_plan.rows == 0) most.head_plan = run.head_plan;  // a pipeline's last stage
       most.comm_step = std::max(most.comm_step, run.comm_step);
       most.comm_full_gather = std::max(most.comm_full_gather, run.comm_full_gather);
       most.other = std::max(most.other, run.other);
@@ -514,6 +517,7 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     act.peak = most.activations;
     act.peak_at = most.peak_at;
     act.eval_peak = most.eval_peak;
+    act.head_plan = most.head_plan;
     // What each segment's forward added to the saved set (micro-batch 0), by
     // its role: the embedding, the blocks, then the head and the loss (all
     // that was saved after the segment before it).
@@ -1033,6 +1037,23 @@ std::string format_estimate(const Estimate& e) {
                     human(e.activations.saved), human(e.activations.peak), e.activations.peak_at),
         "", "  ", 96);
   }
+  if (const ops::HeadChunkPlan& h = e.activations.head_plan; h.rows > 0) {
+    const std::string budget = fmt::format(
+        "budget {}: 16 x hidden x layers x rows fp32 words, about what the blocks keep without "
+        "checkpointing, at least {}",
+        human(h.budget_bytes), human(ops::kHeadMinBudgetBytes));
+    out += wrapped(
+        h.one_chunk()
+            ? fmt::format("Head + loss: {} rows x {} logits in one chunk ({} of fp32 logits; {}), "
+                          "kept as the softmax for the backward (no second logits GEMM; a GPU "
+                          "run chunks at {} and recomputes).",
+                          h.rows, h.vocab, human(h.logits_bytes), budget,
+                          human(ops::kHeadMinBudgetBytes))
+            : fmt::format("Head + loss: {} rows x {} logits in {} chunks of {} rows ({} of fp32 "
+                          "logits each; {}), each chunk's logits recomputed in backward.",
+                          h.rows, h.vocab, h.chunks, h.chunk_rows, human(h.logits_bytes), budget),
+        "", "  ", 96);
+  }
   line("");
   line("Assumptions:");
   for (const std::string& a : estimate_assumptions(e)) out += wrapped(a, "  - ", "    ", 96);
@@ -1103,6 +1124,15 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"peak", e.activations.peak},
                       {"peak_at", e.activations.peak_at},
                       {"eval_peak", e.activations.eval_peak}};
+  if (const ops::HeadChunkPlan& h = e.activations.head_plan; h.rows > 0) {
+    j["head_plan"] = {{"rows", h.rows},
+                      {"vocab", h.vocab},
+                      {"chunk_rows", h.chunk_rows},
+                      {"chunks", h.chunks},
+                      {"logits_bytes", h.logits_bytes},
+                      {"budget_bytes", h.budget_bytes},
+                      {"kept", h.one_chunk()}};
+  }
   // The per-rank memory figures both tables give, in this order.
   auto memory = [](nlohmann::ordered_json& o, const StageEstimate& s) {
     o["params"] = s.model_states.params;

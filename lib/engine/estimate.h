@@ -59,6 +59,9 @@ struct ActivationEstimate {
   int64_t peak = 0;       // the highest point of forward + backward (and of evaluation)
   std::string peak_at;    // the moment of the peak, e.g. "block 1 backward (matmul)"
   int64_t eval_peak = 0;  // the highest point of an evaluation batch (no grad)
+  // The training step's head + loss: its rows, chunks and logits (ops::head_chunk_plan; rows 0
+  // when no rank ran one).
+  ops::HeadChunkPlan head_plan;
 };
 
 struct StageEstimate {

@@ -74,7 +74,7 @@ bool PreferenceHead::uses_nll() const {
 }
 
 void PreferenceHead::install(nn::Decoder& model) {
-  if (chunk_rows_ <= 0) chunk_rows_ = model.head_chunk_rows();
+  model_ = &model;
   tp_ = model.tensor_parallel();
   sp_ = model.sequence_parallel();
   vocab_size_ = model.config().vocab_size;
@@ -130,12 +130,16 @@ Variable PreferenceHead::head(const Variable& h, const Variable& weight, const T
     return sp_.enabled() ? nn::Decoder::columns(t, sp_.rank, sp_.size) : t;
   };
   const Tensor my_targets = mine(targets);
+  // The model's plan (one chunk, its logits kept, when they fit what the forward holds).
+  const int64_t chunk_rows =
+      chunk_rows_ > 0 ? chunk_rows_
+                      : model_->head_chunk_rows(h.shape().rows(), weight.value().is_cuda());
   // Tensor parallelism: this rank's rows of the head; with Megatron's sequence parallelism h
   // is the gathered sequence, whose backward sums the dh partials.
   Variable logps = tp_.enabled() ? ops::vocab_parallel_token_logps(
                                        h, weight, my_targets, vocab_begin_, vocab_size_, *tp_.group,
-                                       -1, chunk_rows_, !tp_.sequence_parallel)
-                                 : ops::linear_token_logps(h, weight, my_targets, -1, chunk_rows_);
+                                       -1, chunk_rows, !tp_.sequence_parallel)
+                                 : ops::linear_token_logps(h, weight, my_targets, -1, chunk_rows);
   const int64_t R = logps.shape().numel();
   const bool record = logps.requires_grad() && mode_ == Mode::kTrain;
   // What the backward sends each position: d loss / d logp_r, times the micro-batch's

@@ -63,7 +63,7 @@ class PreferenceHead {
 
   // `nll`: the objective scores the chosen NLL (ORPO; SimPO with cpo_alpha); its positions are
   // the rows' role-2 (chosen prompt) and role-0 (chosen completion) targets.
-  // chunk_rows: rows per chunk of the head; 0 = as the model's own head
+  // chunk_rows: rows per chunk of the head; 0 = as the model's own head plans it, per batch
   // (Decoder::head_chunk_rows).
   explicit PreferenceHead(const objective::PreferenceOptions& options, int64_t chunk_rows = 0);
 
@@ -100,11 +100,12 @@ class PreferenceHead {
 
   objective::PreferenceOptions options_;
   int64_t chunk_rows_;
-  nn::TensorParallel tp_;    // the installed model's
-  nn::SequenceParallel sp_;  // the installed model's
-  int64_t vocab_begin_ = 0;  // tensor parallelism: the head's first row on this rank
-  int64_t vocab_size_ = 0;   // the whole vocabulary
-  bool counts_ = true;       // tallies and writes reference log-probs (tp and sp rank 0)
+  const nn::Decoder* model_ = nullptr;  // the installed model (its head plan)
+  nn::TensorParallel tp_;               // the installed model's
+  nn::SequenceParallel sp_;             // the installed model's
+  int64_t vocab_begin_ = 0;             // tensor parallelism: the head's first row on this rank
+  int64_t vocab_size_ = 0;              // the whole vocabulary
+  bool counts_ = true;                  // tallies and writes reference log-probs (tp and sp rank 0)
   Mode mode_ = Mode::kTrain;
   objective::StepTotals totals_;
   std::vector<double>* reference_ = nullptr;

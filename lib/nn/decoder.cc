@@ -940,10 +940,21 @@ Variable Decoder::final_norm(const Variable& x) const { return norm(x, final_w_,
 
 Variable Decoder::head_weight() const { return base_var(lm_head_ ? *lm_head_ : *embed_w_); }
 
-int64_t Decoder::head_chunk_rows() const {
-  constexpr int64_t kChunkBytes = int64_t{64} << 20;
-  const int64_t rows = kChunkBytes / (config_.vocab_size * int64_t(sizeof(float)));
-  return std::max<int64_t>(16, rows / 16 * 16);
+int64_t Decoder::head_chunk_rows(int64_t rows, bool gpu) const {
+  // A vocabulary-parallel head plans for the largest shard, the same on every rank of the group.
+  const int64_t vocab =
+      tp_.enabled() ? (config_.vocab_size + tp_.size - 1) / tp_.size : config_.vocab_size;
+  // The budget is static: the plan, hence the gradients' bits, must not depend on what a layout
+  // holds (activation checkpointing, a pipeline's split, ZeRO stage) nor differ between the ranks
+  // of a group that issue collectives per chunk. 16 x C x L x R fp32 words: about what the
+  // blocks keep for their backward without checkpointing (docs/ZERO.md: a GPT-2 block keeps
+  // 16RC + 4R + HR words; a Llama block about as much). The GPU head recomputes its chunks and
+  // holds three buffers of a chunk in backward, so it keeps the 64 MiB minimum.
+  const int64_t budget =
+      gpu ? 0
+          : int64_t{16} * config_.hidden_size * config_.num_layers * rows * int64_t(sizeof(float));
+  head_plan_ = ops::head_chunk_plan(rows, vocab, budget);
+  return head_plan_.chunk_rows;
 }
 
 // The segments in order, each run by its role (segment_info()); the head's
@@ -1043,13 +1054,14 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
                                  : final_norm(in);
           return head_loss_(h, head_weight(), whole);
         }
+        const Variable w = head_weight();
         if (sp_.enabled()) {  // this rank's share of the micro-batch's mean
-          const Variable mean = tp_.enabled()
-                                    ? ops::vocab_parallel_cross_entropy(
-                                          final_norm(in), head_weight(), targets, vocab_begin_,
-                                          config_.vocab_size, *tp_.group, -1, head_chunk_rows())
-                                    : ops::linear_cross_entropy(final_norm(in), head_weight(),
-                                                                targets, -1, head_chunk_rows());
+          const Variable h = final_norm(in);
+          const int64_t chunk = head_chunk_rows(h.shape().rows(), w.value().is_cuda());
+          const Variable mean = tp_.enabled() ? ops::vocab_parallel_cross_entropy(
+                                                    h, w, targets, vocab_begin_, config_.vocab_size,
+                                                    *tp_.group, -1, chunk)
+                                              : ops::linear_cross_entropy(h, w, targets, -1, chunk);
           return ops::scale(mean, share);
         }
         if (tp_.enabled()) {
@@ -1058,12 +1070,13 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
           const bool sp = tp_.sequence_parallel;
           const Variable h =
               sp ? ops::gather_from_sequence_region(final_norm(in), *tp_.group) : final_norm(in);
-          return ops::vocab_parallel_cross_entropy(h, head_weight(), targets, vocab_begin_,
-                                                   config_.vocab_size, *tp_.group, -1,
-                                                   head_chunk_rows(), !sp);
+          return ops::vocab_parallel_cross_entropy(
+              h, w, targets, vocab_begin_, config_.vocab_size, *tp_.group, -1,
+              head_chunk_rows(h.shape().rows(), w.value().is_cuda()), !sp);
         }
-        return ops::linear_cross_entropy(final_norm(in), head_weight(), targets, -1,
-                                         head_chunk_rows());
+        const Variable h = final_norm(in);
+        return ops::linear_cross_entropy(h, w, targets, -1,
+                                         head_chunk_rows(h.shape().rows(), w.value().is_cuda()));
       },
       first, last, input);
 }

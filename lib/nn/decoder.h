@@ -39,6 +39,7 @@
 #include "lib/nn/module.h"
 #include "lib/nn/parameter.h"
 #include "lib/nn/segment_runner.h"
+#include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/rope.h"
 #include "lib/quant/quantized_weight.h"
 
@@ -272,9 +273,9 @@ class Decoder : public Module {
   autograd::Variable forward(const Tensor& tokens, SegmentRunner* runner = nullptr,
                              const Tensor& doc_starts = {}) const;
   // Mean cross-entropy of forward(tokens) against targets (B, T) i32 (-1 = ignore),
-  // with the head and the loss computed together in chunks of head_chunk_rows()
-  // rows (ops::linear_cross_entropy): full-vocabulary logits are never
-  // materialised for the whole batch.
+  // with the head and the loss computed together in chunks of head_chunk_rows
+  // rows (ops::linear_cross_entropy): one chunk when every row's fp32 logits fit
+  // the budget, else chunks within it.
   autograd::Variable loss(const Tensor& tokens, const Tensor& targets,
                           SegmentRunner* runner = nullptr, const Tensor& doc_starts = {}) const;
   // A pipeline stage's part of loss(): segments first..last (first <= last).
@@ -313,9 +314,18 @@ class Decoder : public Module {
   bool adapters_enabled() const { return adapters_enabled_; }
   // Whether segment g holds its buffers (the constructor's `present`).
   bool present(int segment) const;
-  // Rows per chunk of the head + loss: as many as keep the chunk's fp32
-  // logits within 64 MiB, a multiple of 16, at least 16.
-  int64_t head_chunk_rows() const;
+  // Rows per chunk of a head + loss over `rows` rows (ops::head_chunk_plan), from static
+  // quantities only, so that no layout changes the gradients' bits and every rank of a
+  // vocabulary-parallel group plans alike: the budget is 16 x hidden x layers x rows fp32
+  // words (about what the blocks keep for their backward without checkpointing), at least
+  // 64 MiB; the head's rows are the vocabulary's (the largest shard's under tensor
+  // parallelism). On the GPU (gpu: the weight is there), which recomputes each chunk in
+  // backward, the 64 MiB minimum. Records the plan (head_plan()). A head installed by
+  // set_head_loss calls it from within.
+  int64_t head_chunk_rows(int64_t rows, bool gpu) const;
+  // The plan of the last head + loss this model ran (training or evaluation): `fdtrain
+  // estimate` shows it. Empty (rows 0, chunks 0) before the first.
+  const ops::HeadChunkPlan& head_plan() const { return head_plan_; }
 
  private:
   // One block's parameters (nullptr where the configuration has none).
@@ -418,8 +428,9 @@ class Decoder : public Module {
   mutable uint64_t dropout_seed_ = 0;
   mutable bool adapters_enabled_ = true;
   HeadLoss head_loss_;
-  mutable Tensor position_ids_;         // (B, T) i32, learned positions, cached per shape
-  mutable Tensor rope_cos_, rope_sin_;  // (P, head_dim) fp32, RoPE only
+  mutable Tensor position_ids_;           // (B, T) i32, learned positions, cached per shape
+  mutable Tensor rope_cos_, rope_sin_;    // (P, head_dim) fp32, RoPE only
+  mutable ops::HeadChunkPlan head_plan_;  // the last head + loss's (head_plan())
 };
 
 }  // namespace fd::nn

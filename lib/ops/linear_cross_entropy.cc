@@ -1,9 +1,29 @@
 #include "lib/ops/linear_cross_entropy.h"
 
+#include <algorithm>
+
 #include "lib/autograd/tape.h"
 #include "lib/ops/backend.h"
 
 namespace fd::ops {
+
+HeadChunkPlan head_chunk_plan(int64_t rows, int64_t vocab, int64_t budget_bytes) {
+  FD_CHECK(rows >= 0 && vocab > 0, "head_chunk_plan: {} rows, vocab {}", rows, vocab);
+  HeadChunkPlan p;
+  p.rows = rows;
+  p.vocab = vocab;
+  p.budget_bytes = std::max(budget_bytes, kHeadMinBudgetBytes);
+  const int64_t row_bytes = vocab * int64_t(sizeof(float));
+  const int64_t fit = p.budget_bytes / row_bytes;
+  if (fit >= rows) {
+    p.chunk_rows = std::max<int64_t>(rows, 1);
+  } else {
+    p.chunk_rows = std::max<int64_t>(16, fit / 16 * 16);
+  }
+  p.chunks = rows == 0 ? 1 : rows / p.chunk_rows + (rows % p.chunk_rows != 0 ? 1 : 0);
+  p.logits_bytes = std::min(p.chunk_rows, std::max<int64_t>(rows, 1)) * row_bytes;
+  return p;
+}
 
 Variable linear_cross_entropy(const Variable& h, const Variable& weight, const Tensor& targets,
                               int ignore_index, int64_t chunk_rows) {

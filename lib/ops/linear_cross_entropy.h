@@ -17,6 +17,24 @@ namespace fd::ops {
 
 using autograd::Variable;
 
+// How the head + loss splits `rows` rows over a head of `vocab` rows (a shard's, for the
+// vocabulary-parallel head): the fp32 logits of a chunk take chunk_rows x vocab x 4 bytes, no
+// more than the budget (at least kHeadMinBudgetBytes). When every row fits, the plan is one
+// chunk (the common case); on the CPU its logits are kept from the forward to the backward as
+// the softmax, so the backward runs two GEMMs at full K and no second logits GEMM. Otherwise,
+// chunks of a multiple of 16 rows (at least 16), each chunk's logits recomputed in backward.
+inline constexpr int64_t kHeadMinBudgetBytes = int64_t{64} << 20;
+struct HeadChunkPlan {
+  int64_t rows = 0;          // the rows the plan is for
+  int64_t vocab = 0;         // the head's rows (logits per row)
+  int64_t budget_bytes = 0;  // what the logits may take: max(kHeadMinBudgetBytes, the budget)
+  int64_t chunk_rows = 0;    // rows per chunk (every row when one chunk)
+  int64_t chunks = 0;        // ceil(rows / chunk_rows), 1 for no rows
+  int64_t logits_bytes = 0;  // one chunk's fp32 logits: min(chunk_rows, rows) x vocab x 4
+  bool one_chunk() const { return chunks <= 1; }
+};
+HeadChunkPlan head_chunk_plan(int64_t rows, int64_t vocab, int64_t budget_bytes);
+
 // loss = cross_entropy(h @ weight^T, targets, ignore_index), with the semantics of
 // ops::cross_entropy: the mean over rows whose target != ignore_index, a 0-d f32 tensor
 // whatever the input dtypes, 0 (and no gradient) when every target is ignored.
@@ -25,7 +43,9 @@ using autograd::Variable;
 // computed through fp32 copies; the logits are never rounded to h's dtype).
 // targets: i32 with numel R, each ignore_index or in [0, V) (FD_CHECK).
 // chunk_rows > 0: rows per chunk; any value works, chunk_rows >= R is one chunk.
-// Saves h, weight, a copy of targets and the fp32 logsumexp per row. Backward adds into
+// Saves h, weight, a copy of targets and the fp32 logsumexp per row; on the CPU with one chunk,
+// also the (R, V) fp32 softmax (the forward's logits turned in place), which spares the
+// backward the logits GEMM (the gradients are the same bits either way). Backward adds into
 // h's and weight's gradients, skipping either one that does not require grad (a frozen
 // base weight under LoRA). CPU, meta and GPU (both h and weight there; targets may be on
 // the host). On the GPU the logits are an fp32 GEMM result; with 16-bit operands the

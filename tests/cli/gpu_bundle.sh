@@ -9,7 +9,7 @@
 source "$(dirname "$0")/common.bash"
 BUILD=$(dirname "$(dirname "$FDTRAIN")")
 ROOT=$(pwd)
-if [[ $(ldd "$FDTRAIN") != *libcudart* ]]; then
+if ! grep -qaF libcublasLt.so "$FDTRAIN"; then  # gpu_bundle.sh's test: the cuBLASLt it loads
   echo "skipped: this fdtrain has no CUDA backend"; finish; exit 0
 fi
 
@@ -63,10 +63,15 @@ fi
 grep -q "^cpu_baseline -march=" "$TMP/bundle/BUILD_INFO" || { echo "FAIL: no BUILD_INFO"; FAILURES=$((FAILURES + 1)); }
 
 # The op tests ran (from the bundle, the CUDA libraries found by the check): every GPU test
-# skips, saying why, but one: BlasLibrary loads cuBLASLt, which needs no GPU.
-n_gpu_tests=$(env -i PATH=/usr/bin:/bin "$TMP/bundle/bin/gpu_tests" --gtest_list_tests | grep -v DISABLED_ | grep -c '^  ')
-if [[ $n_gpu_tests -lt 17 ]]; then echo "FAIL: gpu_tests lists $n_gpu_tests tests"; FAILURES=$((FAILURES + 1)); fi
-for pattern in "SKIPPED \] $((n_gpu_tests - 1)) tests" "PASSED  \] 1 test" "no usable GPU"; do
+# skips, saying why, but those of the libraries loaded on first use, which need no GPU:
+# BlasLibrary (cuBLASLt) and NcclLibrary (NCCL; its death test too).
+listed=$(env -i PATH=/usr/bin:/bin "$TMP/bundle/bin/gpu_tests" --gtest_list_tests)
+n_gpu_tests=$(grep -v DISABLED_ <<<"$listed" | grep -c '^  ')
+n_no_gpu=$(awk '/^[^ ]/ { suite = $1 } /^  / && suite ~ /^(BlasLibrary|NcclLibrary)/ { ++n } END { print n + 0 }' <<<"$listed")
+if [[ $n_gpu_tests -lt 17 || $n_no_gpu -lt 3 ]]; then
+  echo "FAIL: gpu_tests lists $n_gpu_tests tests, $n_no_gpu of them without a GPU"; FAILURES=$((FAILURES + 1))
+fi
+for pattern in "SKIPPED \] $((n_gpu_tests - n_no_gpu)) tests" "PASSED  \] $n_no_gpu tests" "no usable GPU"; do
   if ! grep -q "$pattern" "$TMP/out/parity.txt"; then
     echo "FAIL: parity.txt lacks /$pattern/"; FAILURES=$((FAILURES + 1))
   fi

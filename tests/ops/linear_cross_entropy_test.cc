@@ -73,6 +73,12 @@ TEST(LinearCrossEntropy, MatchesMatmulPlusCrossEntropyF32) {
                   (long long)bitwise_equal(got.loss, ref.loss),
                   (long long)bitwise_equal(got.dh, ref.dh), ref.dh.size(),
                   (long long)bitwise_equal(got.dw, ref.dw), ref.dw.size());
+      if (chunk >= R) {
+        // One chunk: the forward's softmax is kept and the backward runs no logits GEMM; its
+        // gradients are the bits of matmul + cross_entropy, as the recomputing path's were.
+        EXPECT_EQ(bitwise_equal(got.dh, ref.dh), int64_t(ref.dh.size()));
+        EXPECT_EQ(bitwise_equal(got.dw, ref.dw), int64_t(ref.dw.size()));
+      }
       for (int64_t r = 0; r < R; ++r) {
         if (int(tg[size_t(r)]) != ignore) continue;
         for (int64_t c = 0; c < C; ++c)
@@ -143,6 +149,52 @@ Bytes activation_peak(Device device, int64_t R, int64_t C, int64_t V, int64_t ch
   return acct.peak(MemCategory::kActivations) - base;
 }
 
+// The chunk plan: one chunk whenever every row's fp32 logits fit the budget (at least 64 MiB),
+// else chunks of a multiple of 16 rows, at least 16, each within the budget.
+TEST(HeadChunkPlan, OneChunkWhenTheLogitsFitElseChunksWithinTheBudget) {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  // Llama-S: 1024 rows x 32000 = 125 MiB of logits; the blocks keep more than that.
+  HeadChunkPlan p = head_chunk_plan(1024, 32000, 280 * MiB);
+  EXPECT_TRUE(p.one_chunk());
+  EXPECT_EQ(p.chunk_rows, 1024);
+  EXPECT_EQ(p.chunks, 1);
+  EXPECT_EQ(p.logits_bytes, 1024 * 32000 * 4);
+  // A budget under the minimum is the minimum: 64 MiB / (32000 x 4) = 524 rows -> 512.
+  for (int64_t held : {int64_t{0}, int64_t{-5}, 10 * MiB}) {
+    p = head_chunk_plan(1024, 32000, held);
+    EXPECT_EQ(p.budget_bytes, kHeadMinBudgetBytes);
+    EXPECT_EQ(p.chunk_rows, 512);
+    EXPECT_EQ(p.chunks, 2);
+    EXPECT_FALSE(p.one_chunk());
+  }
+  // Qwen's vocabulary: 96 rows per chunk at 64 MiB, 11 chunks for 1024 rows (the last short).
+  p = head_chunk_plan(1024, 151936, 0);
+  EXPECT_EQ(p.chunk_rows, 96);
+  EXPECT_EQ(p.chunks, 11);
+  EXPECT_LE(p.logits_bytes, p.budget_bytes);
+  // Exactly at the budget is one chunk; one byte under is not.
+  p = head_chunk_plan(4096, 8192, 4096 * 8192 * 4);
+  EXPECT_TRUE(p.one_chunk());
+  p = head_chunk_plan(4096, 8192, 4096 * 8192 * 4 - 1);
+  EXPECT_EQ(p.chunks, 2);
+  EXPECT_EQ(p.chunk_rows, 4080);  // 4095 rows fit: the multiple of 16 below
+  // A vocabulary too large for 16 rows in the budget still takes 16 rows a chunk.
+  p = head_chunk_plan(100, int64_t{8} << 20, 0);
+  EXPECT_EQ(p.chunk_rows, 16);
+  EXPECT_EQ(p.chunks, 7);
+  // Small heads, and no rows at all: one chunk.
+  EXPECT_TRUE(head_chunk_plan(21, 37, 0).one_chunk());
+  EXPECT_EQ(head_chunk_plan(0, 37, 0).chunks, 1);
+  // Every row count up to 4 chunks' worth: chunks x chunk_rows covers the rows, one chunk less
+  // would not, and every chunk's logits are within the budget.
+  for (int64_t rows = 1; rows <= 2100; rows += 13) {
+    p = head_chunk_plan(rows, 32000, 0);
+    EXPECT_GE(p.chunks * p.chunk_rows, rows);
+    EXPECT_LT((p.chunks - 1) * p.chunk_rows, rows);
+    EXPECT_LE(std::min(p.chunk_rows, rows) * 32000 * 4, p.budget_bytes);
+  }
+}
+
 // Qwen's vocabulary, 4 x 256 rows: the chunked head's activation peak is about one
 // chunk of fp32 logits, against two full (R, V) tensors (logits and their gradient).
 TEST(LinearCrossEntropy, ActivationPeakIsAChunkNotTheLogits) {
@@ -163,6 +215,14 @@ TEST(LinearCrossEntropy, ActivationPeakIsAChunkNotTheLogits) {
   EXPECT_GE(unchunked, logits);
   // One chunk of logits plus dh, lse and targets (R * (C + 2) * 4).
   EXPECT_LE(chunked, scratch + R * (C + 2) * 4 + 4096);
+  // One chunk over every row keeps its softmax from the forward to the backward, which then
+  // allocates no scratch of its own: the peak is still one buffer of logits.
+  const Bytes one = activation_peak(Device::cpu(), R, C, V, R);
+  EXPECT_EQ(activation_peak(Device::meta(), R, C, V, R), one);
+  std::printf("  linear_cross_entropy/%-4lld  %12lld bytes (one chunk, kept)\n", (long long)R,
+              (long long)one);
+  EXPECT_GE(one, logits);
+  EXPECT_LE(one, logits + R * (C + 2) * 4 + 4096);
 }
 
 // linear_token_logps against float64: the per-row log-probabilities of log_softmax(h @ w^T),

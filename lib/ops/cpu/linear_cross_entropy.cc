@@ -8,6 +8,13 @@
 // reductions are those of cpu/cross_entropy.cc, so on f32 inputs the loss
 // matches matmul + cross_entropy up to the GEMM's rounding.
 //
+// One chunk over every row (the common case: head_chunk_plan), while recording:
+// the forward turns its logits in place into the softmax right after each
+// row's logsumexp and keeps the buffer; the backward scales it into dlogits and
+// runs its two GEMMs at full K, with no second logits GEMM. The softmax is the
+// same exp(x - lse) the backward would compute from recomputed logits, so the
+// gradients are those bits either way.
+//
 // The same loops serve the vocabulary-parallel head (a VocabShard with a
 // group): the scratch is (chunk, V_local); each row's local max and local sum
 // of exp(x - local max) are combined over the group as an online softmax
@@ -77,10 +84,12 @@ void for_each_chunk(int64_t rows, int64_t chunk_rows, ChunkFn fn) {
 // each live row's logsumexp over the full vocabulary into lse_t (0 for ignored rows), and
 // `row(r, logit_of_target, lse)` for each live row. Returns the live rows (every row on meta,
 // where nothing is read).
+// keep (one chunk over every row): each live row's logits are replaced by its softmax and the
+// buffer is moved into *kept (on meta too, where it is only counted).
 template <typename RowFn>
 int64_t forward_rows(const Tensor& h, const Tensor& weight, const Tensor& targets, int ignore_index,
                      int64_t chunk_rows, const VocabShard& shard, const Tensor& lse_t,
-                     const char* op, RowFn row) {
+                     const char* op, Tensor* kept, RowFn row) {
   const bool meta = h.is_meta();
   const int64_t rows = h.shape().rows();
   const int64_t C = h.shape().cols();
@@ -91,10 +100,16 @@ int64_t forward_rows(const Tensor& h, const Tensor& weight, const Tensor& target
   F32In W(weight);
   Tensor scratch = logits_scratch(h, chunk_rows, V);
   Tensor stats = group != nullptr ? row_stats(h, chunk_rows) : Tensor();
+  const bool keep = kept != nullptr && chunk_rows >= rows && rows > 0;
+  // exp(x - lse) over a row in place: the softmax the backward scales into dlogits.
+  auto to_softmax = [V](float* __restrict x, float lse) {
+    for (int64_t j = 0; j < V; ++j) x[j] = exp_f32(x[j] - lse);
+  };
   if (meta) {
     if (group != nullptr)
       for_each_chunk(rows, chunk_rows,
                      [&](int64_t, int64_t n) { combine_row_stats(*group, nullptr, n, n); });
+    if (keep) *kept = std::move(scratch);
     return rows;
   }
   int64_t count = 0;
@@ -117,13 +132,18 @@ int64_t forward_rows(const Tensor& h, const Tensor& weight, const Tensor& target
       for (int64_t i = 0; i < n; ++i) {
         const int32_t t = tg[r0 + i];
         if (t == ignore_index) continue;  // its logsumexp is never used
-        const float* __restrict x = logits + i * V;
-        const float m = max_f32(x, V);
-        const float sum = sum_over(V, [x, m](int64_t j) { return exp_f32(x[j] - m); });
-        const float lse = m + std::log(sum);
+        float lse = 0.0f, x_t = 0.0f;
+        {
+          const float* __restrict x = logits + i * V;
+          const float m = max_f32(x, V);
+          const float sum = sum_over(V, [x, m](int64_t j) { return exp_f32(x[j] - m); });
+          lse = m + std::log(sum);
+          x_t = x[t];
+        }
         lse_out[r0 + i] = lse;
-        row(r0 + i, x[t], lse);
+        row(r0 + i, x_t, lse);
         ++count;
+        if (keep) to_softmax(logits + i * V, lse);
       }
       return;
     }
@@ -152,17 +172,20 @@ int64_t forward_rows(const Tensor& h, const Tensor& weight, const Tensor& target
       lse_out[r0 + i] = lse;
       row(r0 + i, sum[n + i], lse);  // the target logits follow the sums (combine_row_stats)
       ++count;
+      if (keep) to_softmax(logits + i * V, lse);
     }
   });
+  // Nothing counts (every target ignored): the backward has nothing to do, so nothing is kept.
+  if (keep && count > 0) *kept = std::move(scratch);
   return count;
 }
 
 LinearCrossEntropySaved saved_for_backward(const Tensor& h, const Tensor& weight,
                                            const Tensor& targets, int ignore_index,
                                            int64_t chunk_rows, const Tensor& lse, int64_t count,
-                                           bool record) {
-  LinearCrossEntropySaved saved{h,        weight, Tensor(),     lse,
-                                Tensor(), count,  ignore_index, chunk_rows};
+                                           bool record, Tensor kept) {
+  LinearCrossEntropySaved saved{
+      h, weight, Tensor(), lse, Tensor(), count, ignore_index, chunk_rows, std::move(kept)};
   if (record) {
     saved.targets = Tensor::empty(targets.shape(), DType::kI32);
     saved.targets.copy_from(targets);
@@ -192,7 +215,9 @@ void backward_rows(const LinearCrossEntropySaved& s, const VocabShard& shard,
   std::optional<F32Out> dH, dW;
   if (want_dh) dH.emplace(F32Out::accumulate(dh_slot->grad));
   if (want_dw) dW.emplace(F32Out::accumulate(dw_slot->grad));
-  Tensor scratch = logits_scratch(s.h, s.chunk_rows, V);
+  // The forward's softmax when it kept it (one chunk over every row), else a chunk's scratch.
+  const bool kept = s.dlogits.defined();
+  Tensor scratch = kept ? s.dlogits : logits_scratch(s.h, s.chunk_rows, V);
   dist::Communicator* group = shard.group;
   // want_dh is the same on every rank of a group (h is replicated), so all issue these or none.
   const bool reduce_dh = want_dh && group != nullptr && shard.reduce_dh;
@@ -213,7 +238,7 @@ void backward_rows(const LinearCrossEntropySaved& s, const VocabShard& shard,
   for_each_chunk(rows, s.chunk_rows, [&](int64_t r0, int64_t n) {
     if (std::all_of(tg + r0, tg + r0 + n, [&](int32_t t) { return t == s.ignore_index; })) return;
     const float* h_chunk = H.get() + r0 * C;
-    gemm(false, true, n, V, C, 1.0f, h_chunk, C, W.get(), C, 0.0f, dlogits, V);
+    if (!kept) gemm(false, true, n, V, C, 1.0f, h_chunk, C, W.get(), C, 0.0f, dlogits, V);
     for (int64_t i = 0; i < n; ++i) {
       float* __restrict d = dlogits + i * V;
       const int32_t t = tg[r0 + i];
@@ -223,7 +248,11 @@ void backward_rows(const LinearCrossEntropySaved& s, const VocabShard& shard,
       }
       const float f = factor(r0 + i);
       const float l = lse[r0 + i];
-      for (int64_t j = 0; j < V; ++j) d[j] = f * exp_f32(d[j] - l);
+      if (kept) {
+        for (int64_t j = 0; j < V; ++j) d[j] = f * d[j];
+      } else {
+        for (int64_t j = 0; j < V; ++j) d[j] = f * exp_f32(d[j] - l);
+      }
       const int64_t j = int64_t(t) - shard.begin;  // the one-hot, on the rank holding it
       if (j >= 0 && j < V) d[j] -= f;
     }
@@ -251,12 +280,15 @@ Tensor linear_cross_entropy_forward(const Tensor& h, const Tensor& weight, const
                                     int ignore_index, int64_t chunk_rows, const Tensor& lse_t,
                                     bool record, LinearCrossEntropySaved* saved) {
   double total = 0.0;
-  const int64_t count = forward_rows(
-      h, weight, targets, ignore_index, chunk_rows, VocabShard{}, lse_t, "linear_cross_entropy",
-      [&](int64_t, float x_t, float lse) { total += double(lse) - double(x_t); });
+  Tensor kept;
+  const int64_t count =
+      forward_rows(h, weight, targets, ignore_index, chunk_rows, VocabShard{}, lse_t,
+                   "linear_cross_entropy", record ? &kept : nullptr,
+                   [&](int64_t, float x_t, float lse) { total += double(lse) - double(x_t); });
   Tensor loss = Tensor::empty(Shape{}, DType::kF32);
   if (!h.is_meta()) loss.data<float>()[0] = count > 0 ? float(total / double(count)) : 0.0f;
-  *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record);
+  *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record,
+                              std::move(kept));
   return loss;
 }
 
@@ -272,12 +304,15 @@ Tensor vocab_parallel_cross_entropy_forward(const Tensor& h, const Tensor& weigh
                                             LinearCrossEntropySaved* saved) {
   // Every rank sums the same lse - x_t in the same order: the loss is identical on all.
   double total = 0.0;
-  const int64_t count = forward_rows(
-      h, weight, targets, ignore_index, chunk_rows, shard, lse_t, "vocab_parallel_cross_entropy",
-      [&](int64_t, float x_t, float lse) { total += double(lse) - double(x_t); });
+  Tensor kept;
+  const int64_t count =
+      forward_rows(h, weight, targets, ignore_index, chunk_rows, shard, lse_t,
+                   "vocab_parallel_cross_entropy", record ? &kept : nullptr,
+                   [&](int64_t, float x_t, float lse) { total += double(lse) - double(x_t); });
   Tensor loss = Tensor::empty(Shape{}, DType::kF32);
   if (!h.is_meta()) loss.data<float>()[0] = count > 0 ? float(total / double(count)) : 0.0f;
-  *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record);
+  *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record,
+                              std::move(kept));
   return loss;
 }
 
@@ -298,11 +333,14 @@ void linear_token_logps_forward(const Tensor& h, const Tensor& weight, const Ten
                                 LinearCrossEntropySaved* saved) {
   float* out = h.is_meta() ? nullptr : logps.data<float>();
   if (out != nullptr) std::fill(out, out + logps.numel(), 0.0f);
+  Tensor kept;
   const int64_t count = forward_rows(
       h, weight, targets, ignore_index, chunk_rows, shard, lse_t,
       shard.group != nullptr ? "vocab_parallel_token_logps" : "linear_token_logps",
+      record ? &kept : nullptr,
       [out](int64_t r, float x_t, float lse) { out[r] = float(double(x_t) - double(lse)); });
-  *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record);
+  *saved = saved_for_backward(h, weight, targets, ignore_index, chunk_rows, lse_t, count, record,
+                              std::move(kept));
 }
 
 void linear_token_logps_backward(const LinearCrossEntropySaved& s, const VocabShard& shard,
