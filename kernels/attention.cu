@@ -660,8 +660,14 @@ void dispatch(DT dt, int hs, F&& f) {
 }
 
 std::atomic<AttentionKernels> g_attention_kernels{AttentionKernels::kTensorCores};
+// attention_launches(): forward on tensor cores, forward SIMT, backward ditto.
+std::atomic<int64_t> g_launches[4];
 
 }  // namespace
+
+AttentionLaunches attention_launches() {
+  return {g_launches[0].load(), g_launches[1].load(), g_launches[2].load(), g_launches[3].load()};
+}
 
 void set_attention_kernels(AttentionKernels which) { g_attention_kernels.store(which); }
 AttentionKernels attention_kernels() { return g_attention_kernels.load(); }
@@ -681,8 +687,10 @@ void attention_forward(const void* q, const void* k, const void* v, void* out, f
           "attention_forward", "null pointer");
   if (attention_on_tensor_cores(dt, a, q, k, v, out)) {
     attention_forward_mma(q, k, v, out, lse, dt, a.B, g);
+    g_launches[0].fetch_add(1);
     return;
   }
+  g_launches[1].fetch_add(1);
   dispatch(dt, g.hs,
            [&]<DT kDt, int kHs>() { launch_forward<kDt, kHs>(q, k, v, out, lse, a.B, g); });
 }
@@ -703,8 +711,10 @@ void attention_backward(const void* q, const void* k, const void* v, const void*
   check_launch("attention_backward (D)");
   if (attention_on_tensor_cores(dt, a, q, k, v, dout)) {
     attention_backward_mma(q, k, v, dout, lse, D.floats(), dt, dq, dk, dv, grad_dt, a.B, g);
+    g_launches[2].fetch_add(1);
     return;
   }
+  g_launches[3].fetch_add(1);
   dispatch(dt, g.hs, [&]<DT kDt, int kHs>() {
     launch_backward<kDt, kHs>(q, k, v, dout, lse, D.floats(), dq, dk, dv, grad_dt, a.B, g);
   });

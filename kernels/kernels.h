@@ -62,7 +62,7 @@ void* compute_stream();
 void synchronize();
 
 // Events order work between the compute stream and a communication stream.
-void* event_create();  // an opaque cudaEvent_t (timing disabled)
+void* event_create();         // an opaque cudaEvent_t (timing disabled)
 void* timing_event_create();  // an event that records a time (for event_elapsed_ms)
 // Milliseconds between two recorded timing events; waits for `stop`.
 float event_elapsed_ms(void* start, void* stop);
@@ -225,6 +225,14 @@ AttentionKernels attention_kernels();
 // Whether a call with dtype dt, shape a and these operand pointers takes the tensor-core kernels.
 bool attention_on_tensor_cores(DT dt, const AttentionShape& a, const void* q, const void* k,
                                const void* v, const void* out);
+// The attention calls this process has made, by direction and by the kernels that ran them
+// (process-wide counters, never reset): what a run's summary.json reports as `gpu` and the
+// device check reads, so that a silent fall-back to the SIMT kernels is seen.
+struct AttentionLaunches {
+  int64_t forward_tensor_cores = 0, forward_simt = 0;
+  int64_t backward_tensor_cores = 0, backward_simt = 0;
+};
+AttentionLaunches attention_launches();
 
 // lse: B * n_head * T fp32, the logsumexp of each score row (natural log,
 // scores scaled by 1/sqrt(hs)). q, k, v and out in dt.

@@ -47,6 +47,7 @@
 #include "lib/ops/blas_setup.h"
 #include "lib/optim/schedule.h"
 #include "lib/precision/loss_scaler.h"
+#include "lib/tensor/device.h"
 #include "lib/zero/zero_engine.h"
 
 namespace fd::engine {
@@ -1074,6 +1075,31 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
         {"optimizer", est.optimizer},
         {"total", est.total()}}},
   });
+  // The head + loss's chunk plan (the last training step's; null where rank 0 runs no head).
+  if (const ops::HeadChunkPlan& h = model_->head_plan(); h.rows > 0) {
+    summary["head_plan"] = {{"rows", h.rows},
+                            {"vocab", h.vocab},
+                            {"chunk_rows", h.chunk_rows},
+                            {"chunks", h.chunks},
+                            {"logits_bytes", h.logits_bytes},
+                            {"budget_bytes", h.budget_bytes},
+                            {"kept", h.one_chunk() && recipe_.device != config::DeviceName::kCuda}};
+  } else {
+    summary["head_plan"] = nullptr;
+  }
+  // GPU runs: which kernels ran (rank 0's process): the device check proves its paths with it.
+  if (recipe_.device == config::DeviceName::kCuda) {
+    const CudaAttentionLaunches a = cuda_attention_launches();
+    summary["gpu"] = {{"device", cuda_device_name()},
+                      {"attention_launches",
+                       {{"forward_tensor_cores", a.forward_tensor_cores},
+                        {"forward_simt", a.forward_simt},
+                        {"backward_tensor_cores", a.backward_tensor_cores},
+                        {"backward_simt", a.backward_simt}}},
+                      {"graph_capture", false}};
+  } else {
+    summary["gpu"] = nullptr;
+  }
   if (status == "completed") {
     const SampleOptions so = sample_options(recipe_);
     // Every rank generates (identical weights, identical sampling), so that

@@ -23,10 +23,14 @@ std::string cuda_blas_library() {
   runtime_error("no GEMM library to load: {}", cuda_unavailable_reason());
 }
 
+CudaAttentionLaunches cuda_attention_launches() { return {}; }
+
 void set_cuda_tf32(bool) {}
 void cuda_synchronize() {}
 
-DeviceTimer::DeviceTimer() { runtime_error("a GPU timer was requested, but {}", cuda_unavailable_reason()); }
+DeviceTimer::DeviceTimer() {
+  runtime_error("a GPU timer was requested, but {}", cuda_unavailable_reason());
+}
 DeviceTimer::~DeviceTimer() = default;
 void DeviceTimer::start() {}
 void DeviceTimer::stop() {}

@@ -56,6 +56,14 @@ std::string cuda_device_name();
 // when the library cannot be loaded, or this binary was built without CUDA.
 std::string cuda_blas_library();
 
+// The GPU attention calls of this process by the kernels that ran them (kernels/kernels.h's
+// attention_launches): all 0 without CUDA or before the first.
+struct CudaAttentionLaunches {
+  int64_t forward_tensor_cores = 0, forward_simt = 0;
+  int64_t backward_tensor_cores = 0, backward_simt = 0;
+};
+CudaAttentionLaunches cuda_attention_launches();
+
 // fp32 GEMMs on the GPU on TF32 tensor cores (the recipe's `tf32`), or exact
 // fp32 (the default until called); nothing without CUDA.
 void set_cuda_tf32(bool allow);

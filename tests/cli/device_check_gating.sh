@@ -7,7 +7,8 @@
 #   - a driver too old for CUDA 13, or no GPU: stops in preflight, exit 1;
 #   - op tests skipped, or a parity test failed: stage 1 FAILED, exit 1;
 #   - the loss not falling: stage 2 FAILED, exit 1;
-#   - the kernel timings failing: stage 3 FAILED, exit 1;
+#   - the kernel timings failing, an MFU below the floor, or attention on the SIMT
+#     kernels (summary.json's gpu.attention_launches): stage 3 FAILED, exit 1;
 #   - a GPU resume that differs, or a CPU step-21 loss off by more than 1e-2,
 #     or step 21 not logged: stage 4 FAILED, exit 1;
 #   - offloaded runs that differ: stage 5 FAILED, exit 1.
@@ -83,9 +84,15 @@ sha=sha$steps
 [[ -n ${FAKE_RESUME_DIFF:-} && -n $resume ]] && sha=different
 [[ -n ${FAKE_OFFLOAD_DIFF:-} && $offload == nvme ]] && sha=different
 pinned=0; [[ $offload != none ]] && pinned=4096
+tps=400000; [[ -n ${FAKE_SLOW:-} ]] && tps=150000
+simt=0; [[ -n ${FAKE_SIMT:-} ]] && simt=12
 cat > "$dir/summary.json" <<J
-{"status": "completed", "weights_sha256": "$sha", "tokens_per_s": 400000, "num_params": 124475904,
- "ms_per_step": 10.0, "profile": null, "offload": {"optimizer_pinned_bytes": $pinned}}
+{"status": "completed", "weights_sha256": "$sha", "tokens_per_s": $tps, "num_params": 124475904,
+ "ms_per_step": 10.0, "profile": null, "offload": {"optimizer_pinned_bytes": $pinned},
+ "head_plan": {"rows": 16384, "vocab": 50257, "chunk_rows": 320, "chunks": 52, "kept": false},
+ "gpu": {"device": "cuda:0 (fake)", "graph_capture": false,
+         "attention_launches": {"forward_tensor_cores": 360, "forward_simt": $simt,
+                                "backward_tensor_cores": 360, "backward_simt": $simt}}}
 J
 mkdir -p "$dir/checkpoints/step_00000020"
 EOF
@@ -104,7 +111,7 @@ check() {
 }
 
 check all_good 0 "^\| 1. op parity \| passed \| 21 tests" "^\| 2. config M \| passed" \
-  "^\| 3. GPT-2 124M \| passed \| 400,000 tokens/s.*% of 989 TFLOP/s .*% of 790 TFLOP/s.*attention B16" \
+  "^\| 3. GPT-2 124M \| passed \| 400,000 tokens/s.*% of 989 TFLOP/s .*% of 790 TFLOP/s.*attention: tensor cores 360 fwd / 360 bwd, SIMT 0 fwd / 0 bwd; head: 52 chunk\(s\) of 320 rows x 50257; graph capture: no.*attention B16" \
   "^\| 4. resume \| passed \| GPU resume bitwise: True; step 21 loss" "^\| 5. offload \| passed" \
   "^\| 1b. fast-math reciprocal \| passed \| mismatches per binade: 2\^0 0" "device_check: PASSED"
 FAKE_CUDA=12.4 check old_driver 1 "driver supports CUDA 12.4, this build needs CUDA 13" "device_check: FAILED"
@@ -114,6 +121,8 @@ FAKE_PARITY_FAIL=1 check parity_failed 1 "^\| 1. op parity \| FAILED .*1 failed"
 FAKE_PROBE_FAIL=1 check probe_failed 1 "^\| 1b. fast-math reciprocal \| FAILED \| exit 2" "device_check: FAILED"
 FAKE_FLAT=1 check loss_flat 1 "^\| 2. config M \| FAILED .*falls by > 1.0: False" "device_check: FAILED"
 FAKE_NO_TIMINGS=1 check no_timings 1 "^\| 3. GPT-2 124M \| FAILED" "device_check: FAILED"
+FAKE_SLOW=1 check mfu_below_floor 1 "^\| 3. GPT-2 124M \| FAILED .*FAILED: MFU 12.2% is below the floor of 20%" "device_check: FAILED"
+FAKE_SIMT=1 check simt_attention 1 "^\| 3. GPT-2 124M \| FAILED .*SIMT 12 fwd / 12 bwd.*FAILED: attention ran on the SIMT kernels" "device_check: FAILED"
 FAKE_RESUME_DIFF=1 check resume_differs 1 "^\| 4. resume \| FAILED .*bitwise: False" "device_check: FAILED"
 FAKE_CPU_OFF=1 check cpu_loss_off 1 "^\| 4. resume \| FAILED .*relative .*bound 1e-2" "device_check: FAILED"
 FAKE_OFFLOAD_DIFF=1 check offload_differs 1 "^\| 5. offload \| FAILED .*one weights_sha256 .*: False" "device_check: FAILED"

@@ -26,7 +26,11 @@
 #      --profile synchronises the GPU at every phase): tokens/s and
 #      MFU = tokens/s x (6N + 6 L C T) against both 989 TFLOP/s (the H100/H200
 #      dense bf16 spec, as llm.c reports MFU) and 790 TFLOP/s (a measured
-#      dense bf16 GEMM rate); and attention forward and backward and the head
+#      dense bf16 GEMM rate); fails below an MFU floor (FD_MFU_FLOOR, 20% of
+#      989 by default) or when any attention call ran on the SIMT kernels
+#      (summary.json's gpu.attention_launches); prints the head's chunk plan
+#      and whether the step was captured in a CUDA graph (not yet: no); and
+#      attention forward and backward and the head
 #      (classifier + cross-entropy) timed with CUDA events at that shape and
 #      at a Llama-3-8B layer's (gpu_tests' GpuOpBench), attention both on
 #      tensor cores and on the SIMT kernels (old vs new).
@@ -247,7 +251,11 @@ judge "2. config M" "$rc" "$verdict" "$OUT/train_m.log"
 
 # --- 3. GPT-2 124M bf16 benchmark, and the attention and head kernels -----------------
 STAGE="3. GPT-2 124M"
-say "== 3. GPT-2 124M, bf16, T=1024, micro batch 16: tokens/s and MFU; kernel times"
+# Below this MFU (% of 989 TFLOP/s) stage 3 fails: under the review's 23-34% estimate for this
+# design (issue 42) with a margin for clocks and the H100/H200 difference; a fall-back path (SIMT
+# attention, a chunked head) or a broken launch shows here.
+MFU_FLOOR=${FD_MFU_FLOOR:-20}
+say "== 3. GPT-2 124M, bf16, T=1024, micro batch 16: tokens/s and MFU (floor ${MFU_FLOOR}%); kernel times"
 t0=$(date +%s)
 rm -rf "$OUT/bench_124m"
 limited 90 train bench/recipes/m_fortunes.yaml model=configs/models/gpt2-124m.yaml \
@@ -255,8 +263,8 @@ limited 90 train bench/recipes/m_fortunes.yaml model=configs/models/gpt2-124m.ya
   batch.micro=16 zero.stage=1 logging.every=10 logging.eval_every=0 logging.sample_tokens=0 \
   checkpoint.every=0 --run-dir "$OUT/bench_124m" --no-progress > "$OUT/bench_124m.log" 2>&1
 rc=$?
-figures=$(python3 - "$OUT/bench_124m/summary.json" <<'PY' 2>&1
-import json, sys
+figures=$(MFU_FLOOR=$MFU_FLOOR python3 - "$OUT/bench_124m/summary.json" <<'PY' 2>&1
+import json, os, sys
 try:
     s = json.load(open(sys.argv[1]))
 except OSError as e:
@@ -265,9 +273,31 @@ L, C, T, V = 12, 768, 1024, 50257
 N = s.get("num_params") or (V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C)
 tps = s["tokens_per_s"]
 flops = 6 * N + 6 * L * C * T
-print(f"{tps:,.0f} tokens/s, {flops/1e9:.3f} GFLOP/token, MFU {100*tps*flops/989e12:.1f}% of "
-      f"989 TFLOP/s (spec, as llm.c) = {100*tps*flops/790e12:.1f}% of 790 TFLOP/s (measured GEMM "
-      f"rate); ms/step {s.get('ms_per_step', 0):.1f}")
+mfu = 100 * tps * flops / 989e12
+floor = float(os.environ["MFU_FLOOR"])
+out = (f"{tps:,.0f} tokens/s, {flops/1e9:.3f} GFLOP/token, MFU {mfu:.1f}% of "
+       f"989 TFLOP/s (spec, as llm.c) = {100*tps*flops/790e12:.1f}% of 790 TFLOP/s (measured GEMM "
+       f"rate); ms/step {s.get('ms_per_step', 0):.1f}")
+# The paths taken: which attention kernels ran, the head's chunks, the graph capture.
+problems = []
+gpu = s.get("gpu") or {}
+a = gpu.get("attention_launches")
+if a is None:
+    problems.append("summary.json has no gpu.attention_launches")
+else:
+    out += (f"; attention: tensor cores {a['forward_tensor_cores']} fwd / "
+            f"{a['backward_tensor_cores']} bwd, SIMT {a['forward_simt']} fwd / {a['backward_simt']} bwd")
+    if a["forward_simt"] or a["backward_simt"] or not a["forward_tensor_cores"]:
+        problems.append("attention ran on the SIMT kernels (hs 64 bf16 fits the tensor cores)")
+h = s.get("head_plan")
+out += (f"; head: {h['chunks']} chunk(s) of {h['chunk_rows']} rows x {h['vocab']}"
+        if h else "; head: no plan reported")
+out += f"; graph capture: {'yes' if gpu.get('graph_capture') else 'no'}"
+if mfu < floor:
+    problems.append(f"MFU {mfu:.1f}% is below the floor of {floor:g}% (the review's estimate for "
+                    f"this design is 23-34%; FD_MFU_FLOOR sets the floor)")
+print(out + "".join(f"; FAILED: {p}" for p in problems))
+sys.exit(1 if problems else 0)
 PY
 )
 frc=$?

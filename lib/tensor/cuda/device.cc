@@ -35,6 +35,11 @@ std::string cuda_blas_library() {
   }
 }
 
+CudaAttentionLaunches cuda_attention_launches() {
+  const kernels::AttentionLaunches l = kernels::attention_launches();
+  return {l.forward_tensor_cores, l.forward_simt, l.backward_tensor_cores, l.backward_simt};
+}
+
 void set_cuda_tf32(bool allow) { kernels::set_tf32(allow); }
 
 void cuda_synchronize() {
