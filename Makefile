@@ -126,6 +126,7 @@ bench:
 	./bench/tensor_parallel_bench.sh $(BUILD_DIR)
 	./bench/zeropp_bench.sh $(BUILD_DIR)
 	./bench/checkpoint_bench.sh $(BUILD_DIR)
+	./bench/packing_bench.sh $(BUILD_DIR)
 
 # docs/RECIPES.md, the reference of every recipe key, from `fdtrain schema --markdown`.
 docs: build

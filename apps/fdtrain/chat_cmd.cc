@@ -1,13 +1,15 @@
 // fdtrain template --tokenizer DIR --messages FILE.json [--chat-template SPEC]
-//                  [--generation-prompt] [--json]
+//                  [--template-vars JSON] [--generation-prompt] [--json]
 // fdtrain data preview RECIPE [--n N] [--color auto|always|never] [KEY=VALUE ...]
 //
 // See what the model sees. `template` renders a conversation with a chat
 // template (lib/data/chat_template.h: the tokenizer's own, a built-in chatml /
 // llama3 / alpaca, or a file) exactly as Hugging Face's apply_chat_template
 // does, and prints the string as it is (no newline added). FILE.json holds a
-// list of {role, content} messages or one chat record ({"messages": [...]} or
-// ShareGPT's {"conversations": [...]}). --json prints {"text", "targets"
+// list of messages or one chat record ({"messages": [...], "tools": [...]} or
+// ShareGPT's {"conversations": [...]}), tool calls and results as data.format chat
+// reads them (lib/data/sft_records.h); --template-vars passes variables as
+// data.template_vars does. --json prints {"text", "targets"
 // ([begin, end) byte ranges of the assistant answers and their end-of-turn
 // tokens; [] with --generation-prompt), "tokens"}.
 //
@@ -45,14 +47,18 @@ struct TemplateOptions {
   std::string tokenizer;
   std::string chat_template;
   std::string messages;
+  std::string template_vars;  // a JSON object, "" for none
   bool generation_prompt = false;
   bool json = false;
 };
 
 data::Record read_conversation(const std::string& path) {
-  // A regular file of at most kMaxConfigFileBytes, nested at most kMaxJsonDepth deep.
-  nlohmann::json j = read_json_file(path, "--messages");
-  if (j.is_array()) j = nlohmann::json{{"messages", j}};
+  // A regular file of at most kMaxConfigFileBytes, nested at most kMaxJsonDepth deep; keys
+  // kept in order (a tool call's arguments reach the template as written).
+  nlohmann::ordered_json j;
+  if (const std::string err = try_parse_json(read_input_file(path, "--messages"), j); !err.empty())
+    usage_error("--messages {}: {}", path, err);
+  if (j.is_array()) j = nlohmann::ordered_json{{"messages", j}};
   data::Record r;
   data::RecordOptions o;
   o.format = data::RecordFormat::kChat;
@@ -64,7 +70,19 @@ data::Record read_conversation(const std::string& path) {
 }
 
 int run_template(const TemplateOptions& o) {
-  const data::ChatTemplate t = data::ChatTemplate::load(o.chat_template, o.tokenizer);
+  data::ChatTemplate t = data::ChatTemplate::load(o.chat_template, o.tokenizer);
+  if (!o.template_vars.empty()) {
+    nlohmann::ordered_json vars;
+    if (const std::string err = try_parse_json(o.template_vars, vars); !err.empty())
+      usage_error("--template-vars: {} (a JSON object, e.g. '{{\"enable_thinking\": false}}')",
+                  err);
+    for (const std::string& name : t.set_variables(vars, "--template-vars")) {
+      print_warnings(
+          {fmt::format("--template-vars.{}: {} never reads \"{}\"; the variable "
+                       "changes nothing",
+                       name, t.name(), name)});
+    }
+  }
   const data::Record r = read_conversation(o.messages);
   if (!o.json) {
     const std::string text = t.render(r, o.generation_prompt);
@@ -227,6 +245,9 @@ void add_chat_commands(CLI::App& app, std::vector<Subcommand>* out) {
       ->required();
   cmd->add_option("--chat-template", t->chat_template,
                   "chatml, llama3, alpaca or a template file (default: the tokenizer's own)");
+  cmd->add_option("--template-vars", t->template_vars,
+                  "template variables as a JSON object, as apply_chat_template(**kwargs) takes "
+                  "them, e.g. '{\"enable_thinking\": false}'");
   cmd->add_flag("--generation-prompt", t->generation_prompt,
                 "end with the prompt for the assistant's answer (add_generation_prompt)");
   cmd->add_flag("--json", t->json, "print {text, targets, tokens, template} instead of the text");

@@ -17,7 +17,8 @@
 // timing goes to stderr.
 // --chat: the prompt is a user message, rendered with the chat template
 // (--chat-template, else the run's data.chat_template, else the tokenizer's
-// own; lib/data/chat_template.h) with the generation prompt; generation also
+// own; lib/data/chat_template.h; with the run's data.template_vars unless
+// --chat-template is given) with the generation prompt; generation also
 // stops at the template's end-of-turn token, and only the answer is printed.
 #include <fmt/format.h>
 
@@ -129,7 +130,12 @@ int run_generate(const GenerateOptions& o) {
     const std::string spec = !o.chat_template.empty()
                                  ? o.chat_template
                                  : (m.recipe ? m.recipe->data.chat_template : std::string());
-    const data::ChatTemplate t = data::ChatTemplate::load(spec, tokenizer_dir);
+    data::ChatTemplate t = data::ChatTemplate::load(spec, tokenizer_dir);
+    // The run's data.template_vars (Qwen 3's enable_thinking: false), as it trained.
+    if (m.recipe && !m.recipe->data.template_vars.empty() && o.chat_template.empty()) {
+      t.set_variables(nlohmann::ordered_json::parse(m.recipe->data.template_vars),
+                      "the run's data.template_vars");
+    }
     data::Record r;
     r.messages = {{"user", o.prompt}};
     r.where = "--prompt";

@@ -18,13 +18,13 @@ std::string non_regular_kind(const std::string& path) {
 }
 
 std::string read_input_file(const std::string& path, std::string_view what, int64_t max_bytes) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     usage_error("{} {}: {} (check the path)", what, path,
                 errno == ENOENT ? "no such file" : std::strerror(errno));
   if (!S_ISREG(st.st_mode))
-    usage_error("{} {}: is {}, not a regular file (give the path of the file itself)", what,
-                path, describe_file_type(path));
+    usage_error("{} {}: is {}, not a regular file (give the path of the file itself)", what, path,
+                describe_file_type(path));
   if (st.st_size > max_bytes)
     usage_error("{} {}: {} bytes, more than the {} bytes such a file may have", what, path,
                 int64_t(st.st_size), max_bytes);
@@ -105,12 +105,11 @@ std::string too_deep(int max_depth) {
       max_depth);
 }
 
-}  // namespace
-
-std::string try_parse_json(std::string_view text, nlohmann::json& out, int max_depth) {
+template <class Json>
+std::string try_parse(std::string_view text, Json& out, int max_depth) {
   if (json_nesting_depth(text, max_depth) > max_depth) return too_deep(max_depth);
   try {
-    out = nlohmann::json::parse(text);
+    out = Json::parse(text);
     return "";
   } catch (const nlohmann::json::parse_error& e) {
     const size_t at = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
@@ -124,6 +123,16 @@ std::string try_parse_json(std::string_view text, nlohmann::json& out, int max_d
     if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     return fmt::format("not valid JSON: {}", what);
   }
+}
+
+}  // namespace
+
+std::string try_parse_json(std::string_view text, nlohmann::json& out, int max_depth) {
+  return try_parse(text, out, max_depth);
+}
+
+std::string try_parse_json(std::string_view text, nlohmann::ordered_json& out, int max_depth) {
+  return try_parse(text, out, max_depth);
 }
 
 nlohmann::json parse_json_input(std::string_view text, const std::string& where, int max_depth) {

@@ -12,9 +12,8 @@
 // Failures throw fd::Error (usage, exit 2) whose message names the file.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -23,7 +22,7 @@ namespace fd {
 // Default caps. Configuration-sized JSON (config.json, tokenizer_config.json,
 // generation_config.json, a safetensors index, a --messages file) is small;
 // tokenizer.json of a 256k vocabulary is tens of MB.
-inline constexpr int64_t kMaxConfigFileBytes = int64_t(64) << 20;   // 64 MiB
+inline constexpr int64_t kMaxConfigFileBytes = int64_t(64) << 20;    // 64 MiB
 inline constexpr int64_t kMaxTokenizerFileBytes = int64_t(1) << 30;  // 1 GiB
 // Deeper than any real file (Hugging Face's tokenizer.json nests ~8 levels,
 // config.json 3), shallow enough for any recursive walk over the tree.
@@ -53,6 +52,10 @@ nlohmann::json parse_json_input(std::string_view text, const std::string& where,
 // The same without throwing: the empty string on success, else the reason
 // (without `where`), for readers that collect errors per line (JSONL).
 std::string try_parse_json(std::string_view text, nlohmann::json& out,
+                           int max_depth = kMaxJsonDepth);
+// The same keeping each object's keys in the text's order (what a chat template's tojson
+// writes back).
+std::string try_parse_json(std::string_view text, nlohmann::ordered_json& out,
                            int max_depth = kMaxJsonDepth);
 
 // read_input_file + parse_json_input.

@@ -126,8 +126,10 @@ std::vector<RecipeField> recipe_fields(const Recipe& r) {
   add("data.seq_len", std::to_string(d.seq_len));
   add("data.tokenizer", str(d.tokenizer));
   add("data.chat_template", str(d.chat_template));
+  add("data.template_vars", d.template_vars.empty() ? "{}" : d.template_vars);
   add("data.train_on_prompt", d.train_on_prompt ? "true" : "false");
   add("data.packing", d.packing ? "true" : "false");
+  add("data.packing_order", std::string(to_string(d.packing_order)));
   add("data.truncation", std::string(to_string(d.truncation)));
   add("data.on_bad_record", std::string(to_string(d.on_bad_record)));
   add("data.max_length", std::to_string(d.max_length));

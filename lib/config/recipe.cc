@@ -118,6 +118,16 @@ std::string_view to_string(BadRecordName v) {
   return "?";
 }
 
+std::string_view to_string(PackingOrderName v) {
+  switch (v) {
+    case PackingOrderName::kBestFit:
+      return "best_fit";
+    case PackingOrderName::kFirstCome:
+      return "first_come";
+  }
+  return "?";
+}
+
 std::string_view to_string(OptimizerName v) {
   switch (v) {
     case OptimizerName::kAdamW:

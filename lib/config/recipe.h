@@ -32,6 +32,7 @@ enum class DataFormat {
 };
 enum class TruncationName { kError, kRight, kLeft };
 enum class BadRecordName { kError, kSkip };
+enum class PackingOrderName { kBestFit, kFirstCome };
 enum class OptimizerName { kAdamW };
 enum class ScheduleName { kConstant, kCosine };
 enum class Precision { kFp32, kBf16, kFp16 };
@@ -46,6 +47,7 @@ std::string_view to_string(RopeScalingName v);
 std::string_view to_string(DataFormat v);
 std::string_view to_string(TruncationName v);
 std::string_view to_string(BadRecordName v);
+std::string_view to_string(PackingOrderName v);
 std::string_view to_string(OptimizerName v);
 std::string_view to_string(ScheduleName v);
 std::string_view to_string(Precision v);
@@ -127,8 +129,13 @@ struct DataOptions {
   // Fine-tuning examples (format chat or instruct, or text with packing; example_dataset.h).
   // The chat template: "" = the tokenizer's own, a built-in (chatml, llama3, alpaca) or a file.
   std::string chat_template;
+  // Variables for the chat template (Qwen 3's enable_thinking, Llama 3's date_string), as
+  // apply_chat_template(**kwargs) passes them: a JSON object's text, "" for none.
+  std::string template_vars;
   bool train_on_prompt = false;  // targets on every token, not only the answers
   bool packing = false;          // several examples per row, attention kept inside each
+  // With packing: which examples share a row (best fit decreasing, or first come first served).
+  PackingOrderName packing_order = PackingOrderName::kBestFit;
   TruncationName truncation = TruncationName::kError;   // an example longer than seq_len + 1
   BadRecordName on_bad_record = BadRecordName::kError;  // a record that breaks the rules
   // format preference: tokens per sequence (prompt + answer), the rest cut; a pair whose

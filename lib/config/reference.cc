@@ -128,6 +128,10 @@ const std::vector<KeyDoc>& key_reference() {
       {"data.chat_template", "string", "\"\"", "\"\", chatml, llama3, alpaca, or a file",
        "chat, instruct and preference: the Jinja chat template; \"\" = data.tokenizer's own "
        "(tokenizer_config.json chat_template), rendered as Hugging Face's apply_chat_template"},
+      {"data.template_vars", "map", "{}", "names to values",
+       "chat, instruct and preference: variables for the chat template, as Hugging Face's "
+       "apply_chat_template(**kwargs) passes them (Qwen 3's enable_thinking: false, Llama 3's "
+       "date_string); a name the template never reads is a warning"},
       {"data.train_on_prompt", "bool", "false", "true, false",
        "chat and instruct: loss on every token, not only on the assistant's answers and their "
        "end-of-turn tokens"},
@@ -135,6 +139,11 @@ const std::vector<KeyDoc>& key_reference() {
        "chat, instruct, and text with data.tokenizer: several examples (documents) per row of "
        "seq_len tokens, attention and positions restarting at each; false: one example per row, "
        "padded; preference: several pairs per row (a pair never split)"},
+      {"data.packing_order", "string", "best_fit", "best_fit, first_come",
+       "with data.packing: which examples share a row; best_fit: best fit decreasing over "
+       "windows of 8192 examples of a seeded shuffle (rows as full as the examples' lengths "
+       "allow); first_come: that "
+       "shuffle in order, an example that does not fit starting the next row"},
       {"data.truncation", "string", "error", "error, right, left",
        "an example longer than seq_len + 1 tokens: an error naming it, or keep its first "
        "(right) / last (left) seq_len + 1 tokens"},

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <utility>
@@ -164,6 +165,34 @@ std::optional<bool> parse_bool(std::string_view s) {
     if (s == f) return false;
   }
   return std::nullopt;
+}
+
+// A YAML value as JSON: maps and lists as such, an unquoted scalar as a boolean, null or
+// number when it reads as one (as every other recipe value does), else a string.
+nlohmann::ordered_json node_json(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::kNull:
+      return nullptr;
+    case Node::Kind::kList: {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      for (const Node& item : n.items) a.push_back(node_json(item));
+      return a;
+    }
+    case Node::Kind::kMap: {
+      nlohmann::ordered_json o = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : n.entries) o[key] = node_json(value);
+      return o;
+    }
+    case Node::Kind::kScalar:
+      break;
+  }
+  if (n.quoted) return n.scalar;
+  if (n.scalar == "null" || n.scalar == "~" || n.scalar == "Null" || n.scalar == "NULL")
+    return nullptr;
+  if (std::optional<bool> b = parse_bool(n.scalar)) return *b;
+  if (Parsed<int64_t> i = parse_int(n.scalar); i.ok()) return i.value;
+  if (Parsed<double> d = parse_double(n.scalar); d.ok()) return d.value;
+  return n.scalar;
 }
 
 std::string current_dir() {
@@ -808,8 +837,23 @@ void Builder::data(const Node& root) {
           "data.tokenizer, or set data.format: text)");
   }
   get_string(s, "data", "chat_template", &d.chat_template);
+  {
+    std::string path;
+    const Node* n = field(s, "data", "template_vars", &path);
+    if (n != nullptr && n->is_map()) {
+      d.template_vars = n->entries.empty() ? "" : node_json(*n).dump();
+    } else if (n != nullptr && !n->is_null()) {
+      error(n->loc, path,
+            fmt::format("expected a map of template variables (as apply_chat_template(**kwargs) "
+                        "takes them, e.g. {{enable_thinking: false}}), got {}",
+                        n->describe()));
+    }
+  }
   get_bool(s, "data", "train_on_prompt", &d.train_on_prompt);
   get_bool(s, "data", "packing", &d.packing);
+  get_enum(s, "data", "packing_order",
+           std::vector<PackingOrderName>{PackingOrderName::kBestFit, PackingOrderName::kFirstCome},
+           &d.packing_order);
   get_enum(s, "data", "truncation",
            std::vector<TruncationName>{TruncationName::kError, TruncationName::kRight,
                                        TruncationName::kLeft},
@@ -860,6 +904,8 @@ void Builder::data(const Node& root) {
                      "prompt alone is that long is dropped, as TRL does; set data.max_length");
   only_for("chat_template", !d.chat_template.empty(), chat_like || preference,
            "data.format chat, instruct and preference");
+  only_for("template_vars", !d.template_vars.empty(), chat_like || preference,
+           "data.format chat, instruct and preference");
   if (!preference) {
     only_for("train_on_prompt", d.train_on_prompt, chat_like, "data.format chat and instruct");
   }
@@ -886,6 +932,11 @@ void Builder::data(const Node& root) {
            "data.format text");
   only_for("packing", d.packing, d.format != DataFormat::kTokens,
            "data.format chat, instruct and text (token files are one stream)");
+  if (is_set("data.packing_order") && d.packing_order != defaults.packing_order && !d.packing &&
+      !bad("data.packing_order") && !bad("data.packing")) {
+    error(loc_of("data.packing_order"), "data.packing_order",
+          "applies to packed rows; set data.packing: true (or remove data.packing_order)");
+  }
   if (!preference)
     only_for("truncation", d.truncation != defaults.truncation, d.examples(), examples);
   only_for("on_bad_record", d.on_bad_record != defaults.on_bad_record, d.examples(), examples);
@@ -1792,6 +1843,7 @@ std::string check_key_path(std::string_view key_path) {
   if (path == "activation_checkpointing.layers") nested.push_back("every");
   for (const KeyDoc& k : key_reference())
     if (k.path.rfind(path + ".", 0) == 0) nested.push_back(k.path.substr(path.size() + 1));
+  if (path == "data.template_vars") return "";  // the template's variables: any names
   if (nested.empty())
     return fmt::format("{}: unknown key ({} takes a value, not keys)", key_path, path);
   if (std::find(nested.begin(), nested.end(), parts[2]) == nested.end())

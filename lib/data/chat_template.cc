@@ -83,28 +83,87 @@ std::string token_text(const json& config, const char* key) {
   return "";
 }
 
-// Tags are message indices; untagged strings carry -1.
-jinja::Value context_of(const Record& r, bool add_generation_prompt, const std::string& bos,
-                        const std::string& eos, bool tag_assistants) {
-  jinja::Value messages = jinja::Value::array();
-  for (size_t i = 0; i < r.messages.size(); ++i) {
-    const Message& m = r.messages[i];
-    jinja::Value msg = jinja::Value::object();
-    msg.set("role", jinja::Value::string(m.role));
-    const bool tag = tag_assistants && m.role == "assistant";
-    msg.set("content", jinja::Value::string(m.content, tag ? int32_t(i) : -1));
-    if (m.role == "user" && !r.instruction.empty()) {  // an instruct record's fields
-      msg.set("instruction", jinja::Value::string(r.instruction));
-      msg.set("input", jinja::Value::string(r.input));
+// Tags: message i's content is 2i, its tool calls' names and ids 2i + 1; untagged strings
+// carry -1.
+int32_t content_tag(size_t i) { return int32_t(2 * i); }
+size_t message_of(int32_t tag) { return size_t(tag / 2); }
+
+jinja::Value json_value(const std::string& text) {
+  return jinja::Value::from_json(nlohmann::ordered_json::parse(text));
+}
+
+jinja::Value message_value(const Message& m, const Record& r, int32_t tag, bool pass_parts) {
+  const int32_t content = tag, calls = tag < 0 ? -1 : tag + 1;  // content_tag(i), 2i + 1
+  jinja::Value msg = jinja::Value::object();
+  msg.set("role", jinja::Value::string(m.role));
+  if (m.has_parts && pass_parts) {
+    jinja::Value parts = jinja::Value::array();
+    for (const std::string& p : m.parts) {
+      parts.push_back(jinja::Value::object()
+                          .set("type", jinja::Value::string("text"))
+                          .set("text", jinja::Value::string(p, content)));
     }
-    messages.push_back(std::move(msg));
+    msg.set("content", std::move(parts));
+  } else {
+    msg.set("content", jinja::Value::string(m.content, content));
   }
+  if (!m.tool_calls.empty()) {
+    jinja::Value list = jinja::Value::array();
+    for (const ToolCall& c : m.tool_calls) {
+      jinja::Value call = jinja::Value::object();
+      if (!c.id.empty()) call.set("id", jinja::Value::string(c.id, calls));
+      call.set("type", jinja::Value::string("function"));
+      call.set("function", jinja::Value::object()
+                               .set("name", jinja::Value::string(c.name, calls))
+                               .set("arguments", json_value(c.arguments)));
+      list.push_back(std::move(call));
+    }
+    msg.set("tool_calls", std::move(list));
+  }
+  if (!m.tool_call_id.empty()) msg.set("tool_call_id", jinja::Value::string(m.tool_call_id));
+  if (!m.name.empty()) msg.set("name", jinja::Value::string(m.name));
+  if (m.role == "user" && !r.instruction.empty()) {  // an instruct record's fields
+    msg.set("instruction", jinja::Value::string(r.instruction));
+    msg.set("input", jinja::Value::string(r.input));
+  }
+  return msg;
+}
+
+// The context of messages [0, count); `tag`: tag every message (content_tag(i), and 2i + 1
+// for its tool calls).
+jinja::Value context_of(const Record& r, size_t count, bool add_generation_prompt,
+                        const std::string& bos, const std::string& eos, bool tag, bool pass_parts,
+                        const std::vector<std::pair<std::string, jinja::Value>>* variables) {
+  jinja::Value messages = jinja::Value::array();
+  for (size_t i = 0; i < count; ++i)
+    messages.push_back(message_value(r.messages[i], r, tag ? content_tag(i) : -1, pass_parts));
   jinja::Value ctx = jinja::Value::object();
   ctx.set("messages", std::move(messages));
   ctx.set("bos_token", jinja::Value::string(bos));
   ctx.set("eos_token", jinja::Value::string(eos));
   ctx.set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+  if (!r.tools.empty()) ctx.set("tools", json_value(r.tools));
+  if (variables)
+    for (const auto& [key, value] : *variables) ctx.set(key, value);
   return ctx;
+}
+
+// The names a context sets itself, and Jinja's globals: not template variables.
+bool reserved_name(const std::string& name) {
+  static const char* const kNames[] = {
+      "messages", "bos_token",    "eos_token", "add_generation_prompt",
+      "tools",    "true",         "false",     "none",
+      "True",     "False",        "None",      "raise_exception",
+      "range",    "strftime_now", "namespace", "loop"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
+// The type a variable of the real templates must have ("" for any).
+const char* expected_type(const std::string& name) {
+  if (name == "enable_thinking" || name == "tools_in_user_message") return "a boolean";
+  if (name == "date_string") return "a string";
+  if (name == "custom_tools" || name == "builtin_tools" || name == "documents") return "a list";
+  return "";
 }
 
 // The end of the first special token in text[from, to), or -1.
@@ -126,6 +185,10 @@ int64_t first_special_end(const std::string& text, int64_t from, int64_t to,
 
 }  // namespace
 
+struct ChatTemplate::Variables {
+  std::vector<std::pair<std::string, jinja::Value>> entries;
+};
+
 const std::vector<std::string>& ChatTemplate::builtin_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
@@ -146,7 +209,80 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const std::str
   t.bos_ = bos_token;
   t.eos_ = eos_token;
   t.template_ = std::make_unique<jinja::Template>(jinja::Template::parse(source, name));
+  // Does the template iterate a content given as parts? Qwen 2.5 prints the list itself,
+  // Qwen 3 and Llama 3.2 fail on it; Gemma 3 writes each text part.
+  Record probe;
+  Message parts{"user", "fdPartAlpha7fdPartBeta7"};
+  parts.parts = {"fdPartAlpha7", "fdPartBeta7"};
+  parts.has_parts = true;
+  probe.messages = {parts, {"assistant", "Hello."}};
+  try {
+    const std::string text =
+        t.template_
+            ->render(context_of(probe, 2, false, t.bos_, t.eos_, false, true, nullptr),
+                     render_options())
+            .text;
+    t.iterates_parts_ = text.find("fdPartAlpha7") != std::string::npos &&
+                        text.find("fdPartBeta7") != std::string::npos &&
+                        text.find("\"type\"") == std::string::npos &&
+                        text.find("'type'") == std::string::npos;
+  } catch (const Error&) {
+    t.iterates_parts_ = false;
+  }
   return t;
+}
+
+std::vector<std::string> ChatTemplate::set_variables(const nlohmann::ordered_json& vars,
+                                                     const std::string& where) {
+  if (!vars.is_object()) {
+    usage_error(
+        "{}: is not a mapping of variable names to values (as "
+        "apply_chat_template(**kwargs) takes them)",
+        where);
+  }
+  auto out = std::make_shared<Variables>();
+  std::vector<std::string> unread;
+  for (const auto& [key, value] : vars.items()) {
+    if (reserved_name(key)) {
+      usage_error("{}.{}: \"{}\" is set by fdtrain itself{}; it cannot be a template variable",
+                  where, key, key,
+                  key == "tools" ? " (from each record's \"tools\" list)"
+                  : key == "messages" || key == "bos_token" || key == "eos_token" ||
+                          key == "add_generation_prompt"
+                      ? ""
+                      : " (a Jinja global)");
+    }
+    const std::string want = expected_type(key);
+    const bool ok = want.empty() || (want == "a boolean" && value.is_boolean()) ||
+                    (want == "a string" && value.is_string()) ||
+                    (want == "a list" && value.is_array());
+    if (!ok) {
+      usage_error("{}.{}: is {}; the chat templates that read {} want {}", where, key,
+                  value.is_null()      ? "null"
+                  : value.is_boolean() ? "a boolean"
+                  : value.is_number()  ? "a number"
+                  : value.is_string()  ? "a string"
+                  : value.is_array()   ? "a list"
+                                       : "a mapping",
+                  key, want);
+    }
+    if (!template_->names_variable(key)) unread.push_back(key);
+    out->entries.emplace_back(key, jinja::Value::from_json(value));
+  }
+  variables_ = out->entries.empty() ? nullptr : std::move(out);
+  return unread;
+}
+
+jinja::Rendered ChatTemplate::render_prefix(const Record& r, size_t count,
+                                            bool add_generation_prompt, bool tag) const {
+  try {
+    return template_->render(
+        context_of(r, count, add_generation_prompt, bos_, eos_, tag, iterates_parts_,
+                   variables_ ? &variables_->entries : nullptr),
+        render_options());
+  } catch (const Error& e) {
+    usage_error("{}: {}", r.where.empty() ? name_ : r.where, e.what());
+  }
 }
 
 ChatTemplate ChatTemplate::load(const std::string& spec, const std::string& tokenizer) {
@@ -211,67 +347,125 @@ ChatTemplate ChatTemplate::load(const std::string& spec, const std::string& toke
 }
 
 std::string ChatTemplate::render(const Record& record, bool add_generation_prompt) const {
-  try {
-    return template_
-        ->render(context_of(record, add_generation_prompt, bos_, eos_, false), render_options())
-        .text;
-  } catch (const Error& e) {
-    usage_error("{}: {}", record.where.empty() ? name_ : record.where, e.what());
-  }
+  return render_prefix(record, record.messages.size(), add_generation_prompt, false).text;
 }
+
+namespace {
+
+// Where each message's tagged bytes lie in a rendering: [first, last) over its content (and
+// its tool calls), and whether its tool calls left any.
+struct Extent {
+  int64_t first = -1, last = -1;
+  bool calls = false;
+};
+std::vector<Extent> extents(const jinja::Rendered& r, size_t messages) {
+  std::vector<Extent> e(messages);
+  for (const jinja::Span& s : r.spans) {
+    const size_t m = message_of(s.tag);
+    if (s.tag < 0 || m >= messages) continue;
+    Extent& x = e[m];
+    x.first = x.first < 0 ? s.begin : std::min(x.first, s.begin);
+    x.last = std::max(x.last, s.end);
+    if (s.tag % 2 == 1) x.calls = true;
+  }
+  return e;
+}
+
+// The end of the last tagged byte of messages before `i` ending at or before `limit`
+// (0 for none).
+int64_t prior_end(const std::vector<Extent>& e, size_t i, int64_t limit) {
+  int64_t end = 0;
+  for (size_t k = 0; k < i; ++k)
+    if (e[k].last >= 0 && e[k].last <= limit) end = std::max(end, e[k].last);
+  return end;
+}
+
+}  // namespace
 
 RenderedChat ChatTemplate::render_targets(const Record& record,
                                           const std::vector<std::string>& special_tokens) const {
-  jinja::Rendered r;
-  try {
-    r = template_->render(context_of(record, false, bos_, eos_, true), render_options());
-  } catch (const Error& e) {
-    usage_error("{}: {}", record.where.empty() ? name_ : record.where, e.what());
-  }
+  const size_t n = record.messages.size();
+  jinja::Rendered full = render_prefix(record, n, false, true);
   const std::string where = record.where.empty() ? name_ : record.where;
-  // Each assistant message's extent in the text: from its first to its last tagged byte.
-  std::map<int32_t, TextSpan> extent;
-  for (const jinja::Span& s : r.spans) {
-    auto [it, fresh] = extent.try_emplace(s.tag, TextSpan{s.begin, s.end});
-    if (!fresh) {
-      it->second.begin = std::min(it->second.begin, s.begin);
-      it->second.end = std::max(it->second.end, s.end);
-    }
-  }
+  const std::vector<Extent> ext = extents(full, n);
   RenderedChat out;
-  out.text = std::move(r.text);
-  std::vector<std::pair<int32_t, TextSpan>> turns;
-  for (size_t i = 0; i < record.messages.size(); ++i) {
-    if (record.messages[i].role != "assistant") continue;
-    auto it = extent.find(int32_t(i));
-    if (it == extent.end()) {
+  out.text = std::move(full.text);
+  const std::string& text = out.text;
+  std::string eot;  // the end-of-turn token, found once for turns with tool calls
+  for (size_t i = 0; i < n; ++i) {
+    const Message& m = record.messages[i];
+    if (m.role != "assistant") continue;
+    const Extent& x = ext[i];
+    const bool calls = !m.tool_calls.empty();
+    if (calls && !x.calls) {
+      usage_error(
+          "{}: messages[{}] (assistant): {} does not write this message's tool calls (no "
+          "call's name or id appears in its rendering), so they cannot be trained on; use a "
+          "template that supports tool calls",
+          where, i, name_);
+    }
+    if (x.first < 0) {
       usage_error(
           "{}: messages[{}] (assistant): {} does not write this message's content as "
           "given (it drops it or rewrites it), so its tokens cannot be labelled; use "
           "another data.chat_template or data.train_on_prompt: true",
           where, i, name_);
     }
-    turns.emplace_back(int32_t(i), it->second);
-  }
-  for (size_t t = 0; t < turns.size(); ++t) {
-    const auto& [index, span] = turns[t];
-    const int64_t limit =
-        t + 1 < turns.size() ? turns[t + 1].second.begin : int64_t(out.text.size());
-    if (t > 0 && span.begin < out.targets.back().end) {
+    // The generation prompt: from the end of the messages before this one, the rendering
+    // of those messages with add_generation_prompt agrees with the whole conversation's up
+    // to the target's start, and covers what the same messages render to without it.
+    int64_t start = -1;
+    try {
+      const jinja::Rendered with = render_prefix(record, i, true, true);
+      const jinja::Rendered without = render_prefix(record, i, false, true);
+      const int64_t from = prior_end(ext, i, x.first);
+      const int64_t from_with = prior_end(extents(with, i), i, int64_t(with.text.size()));
+      const int64_t from_without = prior_end(extents(without, i), i, int64_t(without.text.size()));
+      int64_t agree = 0;
+      while (from + agree < int64_t(text.size()) && from_with + agree < int64_t(with.text.size()) &&
+             text[size_t(from + agree)] == with.text[size_t(from_with + agree)])
+        ++agree;
+      if (agree >= int64_t(without.text.size()) - from_without) start = from + agree;
+    } catch (const Error&) {  // the conversation cut here does not render: no prompt to compare
+    }
+    if (start < 0 && calls) {
+      usage_error(
+          "{}: messages[{}] (assistant): {} renders the conversation before this message "
+          "differently when it ends there, so where the model's tool call begins cannot be "
+          "told; use another data.chat_template or data.train_on_prompt: true",
+          where, i, name_);
+    }
+    // The first tagged byte at the latest (content that starts like the prompt's end).
+    start = start < 0 ? x.first : std::min(start, x.first);
+    if (!out.targets.empty() && start < out.targets.back().end) {
       usage_error(
           "{}: messages[{}] (assistant): {} writes assistant messages out of order or "
           "overlapping; their tokens cannot be labelled",
-          where, index, name_);
+          where, i, name_);
     }
-    const int64_t end = first_special_end(out.text, span.end, limit, special_tokens);
+    // The end: within the text before the next message's first tagged byte.
+    int64_t limit = int64_t(text.size());
+    for (size_t k = i + 1; k < n; ++k)
+      if (ext[k].first >= 0 && ext[k].first >= x.last) limit = std::min(limit, ext[k].first);
+    const int64_t after = std::max(x.last, start);
+    int64_t end = -1;
+    if (calls) {
+      if (eot.empty()) eot = end_of_turn(special_tokens);
+      const size_t at = eot.empty() ? std::string::npos : text.find(eot, size_t(after));
+      if (at != std::string::npos && int64_t(at + eot.size()) <= limit)
+        end = int64_t(at + eot.size());
+    } else {
+      end = first_special_end(text, after, limit, special_tokens);
+    }
     if (end < 0) {
       usage_error(
-          "{}: messages[{}] (assistant): {} writes no special token after the "
-          "assistant's content, so there is no end-of-turn token to train on (the "
-          "model would not learn to stop); use a template that ends each turn with one",
-          where, index, name_);
+          "{}: messages[{}] (assistant): {} writes no {} after the assistant's {}, so "
+          "there is no end-of-turn token to train on (the model would not learn to stop); use "
+          "a template that ends each turn with one",
+          where, i, name_, calls ? "end-of-turn token " + eot : std::string("special token"),
+          calls ? "tool calls" : "content");
     }
-    out.targets.push_back({span.begin, end});
+    out.targets.push_back({start, end});
   }
   return out;
 }

@@ -178,15 +178,14 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
     part.clear();
     part.shrink_to_fit();
   }
-  // Row order: shuffled for packing (so a row mixes examples from the whole dataset),
-  // file order otherwise.
-  split.order = fill_order(examples, o.packing, o.seed, is_train);
+  // Which examples share a row (row_order.h): packed rows mix examples from the whole
+  // dataset; unpacked rows are the examples in file order.
   std::vector<int64_t> positions(static_cast<size_t>(examples));
-  for (int64_t k = 0; k < examples; ++k) {
-    const int32_t e = split.order[size_t(k)];
-    positions[size_t(k)] = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 1;
-  }
-  split.rows = fill_rows(positions, T, o.packing);
+  for (int64_t e = 0; e < examples; ++e)
+    positions[size_t(e)] = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 1;
+  RowFill fill = fill_rows(positions, T, o.packing, o.pack_order, o.seed, is_train);
+  split.order = std::move(fill.order);
+  split.rows = std::move(fill.rows);
   if (split.rows.empty()) split.rows.push_back(0);
   int64_t target_positions = 0;
   const int64_t positions_total = std::accumulate(positions.begin(), positions.end(), int64_t{0});
@@ -278,10 +277,11 @@ std::string ExampleDataset::summary() const {
   const ExampleStats& s = stats_;
   std::string line = fmt::format(
       "{}: {} training examples -> {} {}rows of {} ({:.1f}% of positions hold tokens, {} "
-      "targets)",
+      "targets, {:.1f} a row)",
       format_name(options_.records.format), s.train_examples, s.train_rows,
-      options_.packing ? "packed " : "", options_.seq_len, 100.0 * s.efficiency,
-      s.train_target_tokens);
+      options_.packing ? fmt::format("packed ({}) ", pack_order_name(options_.pack_order)) : "",
+      options_.seq_len, 100.0 * s.efficiency, s.train_target_tokens,
+      s.train_rows > 0 ? double(s.train_target_tokens) / double(s.train_rows) : 0.0);
   if (s.val_examples > 0) line += fmt::format(", {} validation examples", s.val_examples);
   if (s.records.skipped > 0) line += fmt::format(", {} bad records skipped", s.records.skipped);
   const auto of_which_val = [](int64_t n) {

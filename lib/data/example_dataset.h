@@ -23,10 +23,11 @@
 // which no example is left are an error (the run would have no eval_loss).
 //
 // Rows. Without packing each example is one row, padded (token: EOS or 0,
-// target -1). With packing, examples in a seeded shuffled order fill rows
-// first come first served: an example that does not fit in what is left of
-// a row starts the next one; doc_starts say where each example begins, so
-// attention stays inside it and positions restart (BatchSource::packed()).
+// target -1). With packing, whole examples share rows as pack_order says
+// (row_order.h: best fit decreasing over windows of a seeded shuffle, or
+// first come first served in that shuffle); doc_starts say where each
+// example begins, so attention stays inside it and positions restart
+// (BatchSource::packed()).
 //
 // Sampling. Training row g of step s is row perm_e(i mod R) with i = s * G + g
 // over the R training rows, e = i div R the epoch and perm_e a seeded
@@ -43,6 +44,7 @@
 
 #include "lib/data/batch_source.h"
 #include "lib/data/chat_template.h"
+#include "lib/data/row_order.h"
 #include "lib/data/sft_records.h"
 #include "lib/text/tokenizer.h"
 
@@ -51,19 +53,20 @@ namespace fd::data {
 enum class Truncation { kError, kRight, kLeft };
 
 struct ExampleOptions {
-  std::vector<std::string> train_files;        // data.train, expanded
-  std::vector<std::string> val_files;          // data.val; empty: hold out the last val_fraction
-  double val_fraction = 0.05;                  // of the records, when val_files is empty
-  RecordOptions records;                       // format, field names, on_bad_record
-  int seq_len = 0;                             // positions per row
-  int64_t vocab_size = 0;                      // every id must be below it
+  std::vector<std::string> train_files;  // data.train, expanded
+  std::vector<std::string> val_files;    // data.val; empty: hold out the last val_fraction
+  double val_fraction = 0.05;            // of the records, when val_files is empty
+  RecordOptions records;                 // format, field names, on_bad_record
+  int seq_len = 0;                       // positions per row
+  int64_t vocab_size = 0;                // every id must be below it
   std::shared_ptr<const text::Tokenizer> tokenizer;   // required
   std::shared_ptr<const ChatTemplate> chat_template;  // chat and instruct: required
   bool train_on_prompt = false;                       // chat/instruct: targets everywhere
   Truncation truncation = Truncation::kError;
   bool packing = false;
-  uint64_t seed = 0;  // the packing order and the epochs' permutations
-  int threads = 1;    // encoding threads
+  PackOrder pack_order = PackOrder::kBestFit;  // with packing: which examples share a row
+  uint64_t seed = 0;                           // the packing order and the epochs' permutations
+  int threads = 1;                             // encoding threads
 };
 
 // What summary.json reports about the data (docs/RUN_DIR.md).
@@ -105,6 +108,7 @@ class ExampleDataset : public BatchSource {
 
   // BatchSource.
   bool packed() const override { return options_.packing; }
+  PackOrder pack_order() const { return options_.pack_order; }
   void train_batch(const MicroBatch& m, int seq_len, const BatchBuffers& out) const override;
   int64_t train_targets(int64_t step, int64_t global_batch, int seq_len) const override;
   bool has_val() const override { return val_.num_rows() > 0; }

@@ -190,13 +190,12 @@ void PreferenceDataset::build(Split& split, const std::vector<Record>& records, 
     part.shrink_to_fit();
   }
   const int64_t pairs = split.num_pairs();
-  split.order = fill_order(pairs, o.packing, o.seed, is_train);
   std::vector<int64_t> positions(static_cast<size_t>(pairs));
-  for (int64_t k = 0; k < pairs; ++k) {
-    const int32_t e = split.order[size_t(k)];
-    positions[size_t(k)] = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 2;
-  }
-  split.rows = fill_rows(positions, o.seq_len, o.packing);
+  for (int64_t e = 0; e < pairs; ++e)
+    positions[size_t(e)] = split.offsets[size_t(e) + 1] - split.offsets[size_t(e)] - 2;
+  RowFill fill = fill_rows(positions, o.seq_len, o.packing, o.pack_order, o.seed, is_train);
+  split.order = std::move(fill.order);
+  split.rows = std::move(fill.rows);
   if (split.rows.empty()) split.rows.push_back(0);
   if (is_train) {
     stats_.train_pairs = pairs;
@@ -350,8 +349,9 @@ std::string PreferenceDataset::summary() const {
   std::string line = fmt::format(
       "preference: {} training pairs -> {} {}rows of {} ({:.1f}% of positions hold tokens), "
       "max_length {}",
-      s.train_pairs, s.train_rows, options_.packing ? "packed " : "", options_.seq_len,
-      100.0 * s.efficiency, max_length_);
+      s.train_pairs, s.train_rows,
+      options_.packing ? fmt::format("packed ({}) ", pack_order_name(options_.pack_order)) : "",
+      options_.seq_len, 100.0 * s.efficiency, max_length_);
   if (s.val_pairs > 0) line += fmt::format(", {} validation pairs", s.val_pairs);
   if (s.records.skipped > 0) line += fmt::format(", {} bad records skipped", s.records.skipped);
   const auto of_which_val = [](int64_t n) {

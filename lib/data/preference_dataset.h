@@ -21,7 +21,8 @@
 // marking each (packed() is always true). Targets lie only on completion tokens (target
 // index >= len(P)); with prompt_targets also on the chosen prompt's tokens 1 .. len(P)-1
 // (ORPO's NLL). Without packing one pair per row, padded (EOS or 0, target -1); with
-// packing pairs fill rows first come first served in a seeded shuffled order, never split.
+// packing whole pairs share rows as pack_order says (row_order.h: best fit decreasing, or
+// first come first served, in a seeded shuffled order), never split.
 // A pair takes at most 2 * (max_length - 1) positions: max_length <= seq_len / 2 + 1.
 //
 // Sampling is ExampleDataset's (row_order.h): training row g of step s is a pure function
@@ -36,6 +37,7 @@
 
 #include "lib/data/batch_source.h"
 #include "lib/data/chat_template.h"
+#include "lib/data/row_order.h"
 #include "lib/data/sft_records.h"
 #include "lib/text/tokenizer.h"
 
@@ -56,8 +58,9 @@ struct PreferenceDatasetOptions {
   std::shared_ptr<const ChatTemplate> chat_template;  // required by conversational records
   bool prompt_targets = false;  // also targets on the chosen prompt (set by the objective)
   bool packing = false;
-  uint64_t seed = 0;  // the packing order and the epochs' permutations
-  int threads = 1;    // encoding threads
+  PackOrder pack_order = PackOrder::kBestFit;  // with packing: which examples share a row
+  uint64_t seed = 0;                           // the packing order and the epochs' permutations
+  int threads = 1;                             // encoding threads
 };
 
 // What summary.json reports about the pairs (docs/RUN_DIR.md).
@@ -95,6 +98,7 @@ class PreferenceDataset : public BatchSource {
   const PreferenceStats& stats() const { return stats_; }
   int max_length() const { return max_length_; }
   bool packing() const { return options_.packing; }  // several pairs per row
+  PackOrder pack_order() const { return options_.pack_order; }
   // One line for the log: "preference: 1200 training pairs -> 1200 rows of 1024 ...".
   std::string summary() const;
 

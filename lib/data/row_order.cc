@@ -1,5 +1,7 @@
 #include "lib/data/row_order.h"
 
+#include <map>
+
 #include "lib/base/rng.h"
 
 namespace fd::data {
@@ -32,28 +34,77 @@ uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
   return x;
 }
 
-std::vector<int32_t> fill_order(int64_t n, bool shuffle, uint64_t seed, bool is_train) {
+namespace {
+
+// Best fit decreasing of units order[begin, end) into new rows, appended to `out`.
+void best_fit_window(std::span<const int32_t> units, std::span<const int64_t> positions,
+                     int64_t capacity, RowFill& out) {
+  std::vector<int32_t> by_length(units.begin(), units.end());
+  std::stable_sort(by_length.begin(), by_length.end(), [&](int32_t a, int32_t b) {
+    return positions[size_t(a)] > positions[size_t(b)];
+  });
+  std::vector<std::vector<int32_t>> bins;
+  std::multimap<int64_t, size_t> room;  // room left -> bin (ties: the earlier bin first)
+  for (int32_t u : by_length) {
+    const int64_t need = positions[size_t(u)];
+    auto it = room.lower_bound(need);
+    size_t bin;
+    int64_t left;
+    if (it == room.end()) {
+      bin = bins.size();
+      bins.emplace_back();
+      left = capacity;
+    } else {
+      bin = it->second;
+      left = it->first;
+      room.erase(it);
+    }
+    bins[bin].push_back(u);
+    if (left - need > 0) room.emplace(left - need, bin);
+  }
+  for (const std::vector<int32_t>& b : bins) {
+    out.order.insert(out.order.end(), b.begin(), b.end());
+    out.rows.push_back(int64_t(out.order.size()));
+  }
+}
+
+}  // namespace
+
+const char* pack_order_name(PackOrder p) {
+  return p == PackOrder::kBestFit ? "best_fit" : "first_come";
+}
+
+RowFill fill_rows(std::span<const int64_t> positions, int64_t capacity, bool packing,
+                  PackOrder pack_order, uint64_t seed, bool is_train) {
+  const int64_t n = int64_t(positions.size());
+  RowFill out;
+  if (n == 0) return out;
   std::vector<int32_t> order(static_cast<size_t>(n));
   const uint64_t key = hash_words(seed, kPackStream, is_train ? 0 : 1);
   for (int64_t e = 0; e < n; ++e)
-    order[size_t(e)] = int32_t(shuffle ? permute(uint64_t(e), uint64_t(n), key) : uint64_t(e));
-  return order;
-}
-
-std::vector<int64_t> fill_rows(std::span<const int64_t> positions, int64_t capacity, bool packing) {
-  std::vector<int64_t> rows;
-  if (positions.empty()) return rows;
-  rows.push_back(0);
+    order[size_t(e)] = int32_t(packing ? permute(uint64_t(e), uint64_t(n), key) : uint64_t(e));
+  out.rows.push_back(0);
+  if (packing && pack_order == PackOrder::kBestFit) {
+    out.order.reserve(size_t(n));
+    for (int64_t b = 0; b < n; b += kPackWindow) {
+      const int64_t e = std::min(n, b + kPackWindow);
+      best_fit_window(std::span<const int32_t>(order).subspan(size_t(b), size_t(e - b)), positions,
+                      capacity, out);
+    }
+    return out;
+  }
   int64_t used = 0;
-  for (size_t k = 0; k < positions.size(); ++k) {
-    if (k > 0 && (!packing || used + positions[k] > capacity)) {
-      rows.push_back(int64_t(k));
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t need = positions[size_t(order[size_t(k)])];
+    if (k > 0 && (!packing || used + need > capacity)) {
+      out.rows.push_back(k);
       used = 0;
     }
-    used += positions[k];
+    used += need;
   }
-  rows.push_back(int64_t(positions.size()));
-  return rows;
+  out.rows.push_back(n);
+  out.order = std::move(order);
+  return out;
 }
 
 int64_t epoch_row(uint64_t seed, int64_t step, int64_t g, int64_t global_batch, int64_t rows) {

@@ -17,14 +17,31 @@ namespace fd::data {
 // A permutation of [0, n) keyed by `key` (a Feistel network: nothing stored).
 uint64_t permute(uint64_t i, uint64_t n, uint64_t key);
 
-// The order in which n units (examples, pairs) fill rows: 0 .. n-1, or with `shuffle` a
-// permutation seeded by (seed, is_train), so that a packed row mixes the whole dataset.
-std::vector<int32_t> fill_order(int64_t n, bool shuffle, uint64_t seed, bool is_train);
+// How units fill rows when several share one (data.packing_order).
+//   kFirstCome  in a permutation seeded by (seed, is_train), each unit starts a new row when
+//               it does not fit in what is left of the current one.
+//   kBestFit    best fit decreasing over windows of kPackWindow units of that permutation:
+//               within a window the longest unit goes first, each into the open row it
+//               leaves the least room in (a new row when none has room); a window's rows
+//               are closed when the next window starts. Rows come out in the order they were
+//               opened. Training rows are read in a new seeded order every epoch
+//               (epoch_row), so a step sees rows from the whole dataset, not a run of rows
+//               of similar lengths.
+enum class PackOrder { kFirstCome, kBestFit };
+inline constexpr int64_t kPackWindow = 8192;
+// "best_fit", "first_come" (the recipe's spelling).
+const char* pack_order_name(PackOrder p);
 
-// Rows filled first come first served: unit k (in fill order) of `positions[k]` positions
-// starts a new row when `packing` is false or it does not fit in what is left of
-// `capacity`. Returns the row starts: row r holds units [rows[r], rows[r + 1]) ({} for none).
-std::vector<int64_t> fill_rows(std::span<const int64_t> positions, int64_t capacity, bool packing);
+// Which units share a row. n units, unit u taking positions[u] positions (<= capacity)
+// of a row of `capacity`. Without `packing` one unit per row in unit order. Returns the
+// units in row order and the row starts: row r holds order[rows[r] .. rows[r + 1])
+// (rows empty for n == 0).
+struct RowFill {
+  std::vector<int32_t> order;
+  std::vector<int64_t> rows;
+};
+RowFill fill_rows(std::span<const int64_t> positions, int64_t capacity, bool packing,
+                  PackOrder pack_order, uint64_t seed, bool is_train);
 
 // The training row sample g of step `step` reads of `rows` rows: perm_e(i mod rows) with
 // i = step * global_batch + g, e = i div rows the epoch, perm_e seeded by (seed, e).

@@ -14,7 +14,7 @@
 namespace fd::data {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // A JSON value's type in words, for messages.
 std::string type_of(const json& j) {
@@ -53,25 +53,116 @@ std::string string_member(const json& obj, const std::string& key, const std::st
   return "";
 }
 
+// A message's content: a string, or OpenAI's list of text parts; null or absent only where
+// `optional` (an assistant message with tool calls).
+std::string parse_content(const json& m, const char* key, bool parts_allowed, bool optional,
+                          Message* msg) {
+  auto it = m.find(key);
+  if (it == m.end() || it->is_null()) {
+    if (optional) return "";
+    if (it == m.end()) return fmt::format("missing \"{}\" (each message needs a {})", key, key);
+    return fmt::format(
+        "\"{}\" is null (only an assistant message with tool_calls may have no "
+        "content)",
+        key);
+  }
+  if (it->is_string()) {
+    msg->content = it->get<std::string>();
+    return "";
+  }
+  if (!it->is_array() || !parts_allowed) {
+    return fmt::format(
+        "\"{}\" is {}, not a string{}", key, type_of(*it),
+        parts_allowed ? " or a list of {\"type\": \"text\", \"text\": ...} parts" : "");
+  }
+  msg->has_parts = true;
+  for (size_t p = 0; p < it->size(); ++p) {
+    const json& part = (*it)[p];
+    if (!part.is_object())
+      return fmt::format("{}[{}] is {}, not a {{\"type\", ...}} part", key, p, type_of(part));
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string())
+      return fmt::format("{}[{}] has no \"type\" string", key, p);
+    if (*type != "text") {
+      return fmt::format(
+          "{}[{}]: part type \"{}\" is not supported (fdtrain trains on text: only "
+          "{{\"type\": \"text\", \"text\": ...}} parts)",
+          key, p, type->get<std::string>());
+    }
+    std::string text;
+    if (std::string err = string_member(part, "text", "a text part needs a text", false, &text);
+        !err.empty())
+      return fmt::format("{}[{}]: {}", key, p, err);
+    msg->content += text;
+    msg->parts.push_back(std::move(text));
+  }
+  return "";
+}
+
+// An assistant message's "tool_calls" (OpenAI's and Hugging Face's spelling).
+std::string parse_tool_calls(const json& list, Message* msg) {
+  if (!list.is_array() || list.empty())
+    return fmt::format("\"tool_calls\" is {}, not a list of calls",
+                       list.is_array() ? "empty" : type_of(list));
+  for (size_t c = 0; c < list.size(); ++c) {
+    const json& call = list[c];
+    const std::string at = fmt::format("tool_calls[{}]", c);
+    if (!call.is_object()) return fmt::format("{} is {}, not an object", at, type_of(call));
+    ToolCall tc;
+    if (std::string err = string_member(call, "id", "a call's id", true, &tc.id); !err.empty())
+      return fmt::format("{}: {}", at, err);
+    if (auto type = call.find("type"); type != call.end() && *type != "function")
+      return fmt::format("{}: \"type\" is {}, not \"function\"", at, type->dump());
+    auto fn = call.find("function");
+    if (fn == call.end() || !fn->is_object()) {
+      return fmt::format(
+          "{}: missing \"function\": {{\"name\": ..., \"arguments\": ...}} (a call is "
+          "{{\"id\": ..., \"type\": \"function\", \"function\": {{...}}}})",
+          at);
+    }
+    if (std::string err = string_member(*fn, "name", "the function's name", false, &tc.name);
+        !err.empty())
+      return fmt::format("{}.function: {}", at, err);
+    if (tc.name.empty()) return fmt::format("{}.function: \"name\" is empty", at);
+    auto args = fn->find("arguments");
+    if (args == fn->end())
+      return fmt::format("{}.function: missing \"arguments\" (an object, or a string holding one)",
+                         at);
+    json parsed;
+    if (args->is_string()) {
+      if (std::string err = try_parse_json(args->get<std::string>(), parsed); !err.empty())
+        return fmt::format("{}.function.arguments: the string is not valid JSON: {}", at, err);
+    } else {
+      parsed = *args;
+    }
+    if (!parsed.is_object()) {
+      return fmt::format("{}.function.arguments is {}{}, not an object of the function's arguments",
+                         at, args->is_string() ? "a string holding " : "", type_of(parsed));
+    }
+    tc.arguments = parsed.dump();
+    msg->tool_calls.push_back(std::move(tc));
+  }
+  return "";
+}
+
 // A list of messages (a record's "messages", ShareGPT's "conversations", a preference
-// record's prompt or answer): appended to `out`, or what is wrong.
-std::string parse_messages(const json& list, const std::string& list_key, bool sharegpt,
+// record's prompt or answer): appended to `out`, or what is wrong. `tools`: function calls
+// and tool results are allowed (chat records).
+std::string parse_messages(const json& list, const std::string& list_key, bool sharegpt, bool tools,
                            std::vector<Message>* out) {
   const char* role_key = sharegpt ? "from" : "role";
   const char* content_key = sharegpt ? "value" : "content";
+  const size_t first = out->size();
   for (size_t i = 0; i < list.size(); ++i) {
     const json& m = list[i];
     const std::string at = fmt::format("{}[{}]", list_key, i);
     if (!m.is_object()) return fmt::format("{} is {}, not an object", at, type_of(m));
     Message msg;
     std::string role;
-    std::string err =
-        string_member(m, role_key, fmt::format("each message needs a {}", role_key), false, &role);
-    if (err.empty()) {
-      err = string_member(m, content_key, fmt::format("each message needs a {}", content_key),
-                          false, &msg.content);
-    }
-    if (!err.empty()) return fmt::format("{}: {}", at, err);
+    if (std::string err = string_member(
+            m, role_key, fmt::format("each message needs a {}", role_key), false, &role);
+        !err.empty())
+      return fmt::format("{}: {}", at, err);
     if (sharegpt) {
       msg.role = sharegpt_role(role);
       if (msg.role.empty()) {
@@ -81,10 +172,66 @@ std::string parse_messages(const json& list, const std::string& list_key, bool s
             at, role);
       }
     } else {
-      if (role != "system" && role != "user" && role != "assistant") {
-        return fmt::format("{}: role \"{}\" is not one of system, user, assistant", at, role);
+      const bool known =
+          role == "system" || role == "user" || role == "assistant" || (role == "tool" && tools);
+      if (!known) {
+        return fmt::format("{}: role \"{}\" is not one of system, user, assistant{}", at, role,
+                           tools            ? ", tool"
+                           : role == "tool" ? " (tool results are read in data.format chat)"
+                                            : "");
       }
       msg.role = role;
+    }
+    auto calls = sharegpt ? m.end() : m.find("tool_calls");
+    const bool has_calls = calls != m.end() && !calls->is_null();
+    if (has_calls && (!tools || msg.role != "assistant")) {
+      return fmt::format("{}: \"tool_calls\" on a{} message{}", at,
+                         msg.role == "assistant" ? "n assistant" : " " + msg.role,
+                         tools ? " (only an assistant calls tools)"
+                               : " (tool calls are read in data.format chat)");
+    }
+    if (std::string err = parse_content(m, content_key, !sharegpt, has_calls, &msg); !err.empty())
+      return fmt::format("{}: {}", at, err);
+    if (has_calls) {
+      if (std::string err = parse_tool_calls(*calls, &msg); !err.empty())
+        return fmt::format("{}: {}", at, err);
+    }
+    for (auto [key, field] :
+         {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name}}) {
+      if (sharegpt || !m.contains(key)) continue;
+      if (msg.role != "tool") {
+        return fmt::format("{}: \"{}\" on a{} message (it names a tool result: role \"tool\")", at,
+                           key, msg.role == "assistant" ? "n assistant" : " " + msg.role);
+      }
+      if (std::string err = string_member(m, key, "a tool result's", true, field); !err.empty())
+        return fmt::format("{}: {}", at, err);
+    }
+    if (msg.role == "tool") {
+      // The result of a call of the nearest assistant message before it, with only other
+      // results in between.
+      const Message* caller = nullptr;
+      for (size_t k = out->size(); k > first; --k) {
+        const Message& prev = (*out)[k - 1];
+        if (prev.role == "tool") continue;
+        if (prev.role == "assistant" && !prev.tool_calls.empty()) caller = &prev;
+        break;
+      }
+      if (!caller) {
+        return fmt::format(
+            "{}: a tool result with no tool call before it (a \"tool\" message follows an "
+            "assistant message with \"tool_calls\", or that message's other results)",
+            at);
+      }
+      if (!msg.tool_call_id.empty()) {
+        const bool found = std::any_of(caller->tool_calls.begin(), caller->tool_calls.end(),
+                                       [&](const ToolCall& c) { return c.id == msg.tool_call_id; });
+        if (!found) {
+          return fmt::format(
+              "{}: tool_call_id \"{}\" is not the id of a call of the assistant message before "
+              "it",
+              at, msg.tool_call_id);
+        }
+      }
     }
     if (msg.role == "system" && i != 0)
       return fmt::format("{}: a system message may only come first", at);
@@ -111,8 +258,19 @@ std::string parse_chat(const json& j, const RecordOptions& o, Record* out, bool*
   }
   if (!it->is_array()) return fmt::format("\"{}\" is {}, not an array", list_key, type_of(*it));
   if (it->empty()) return fmt::format("\"{}\" is empty", list_key);
-  if (std::string err = parse_messages(*it, list_key, sharegpt, &out->messages); !err.empty())
+  if (std::string err = parse_messages(*it, list_key, sharegpt, true, &out->messages); !err.empty())
     return err;
+  if (auto tools = j.find("tools"); tools != j.end() && !tools->is_null()) {
+    if (!tools->is_array()) {
+      return fmt::format("\"tools\" is {}, not a list of tools (JSON schemas)", type_of(*tools));
+    }
+    for (size_t t = 0; t < tools->size(); ++t) {
+      if (!(*tools)[t].is_object())
+        return fmt::format("tools[{}] is {}, not a tool (a JSON schema object)", t,
+                           type_of((*tools)[t]));
+    }
+    out->tools = tools->dump();
+  }
   const bool any_assistant = std::any_of(out->messages.begin(), out->messages.end(),
                                          [](const Message& m) { return m.role == "assistant"; });
   if (!any_assistant && o.require_assistant) {
@@ -174,7 +332,8 @@ std::string parse_preference(const json& j, Record* out, bool* wrong_format) {
     return "";
   }
   if (j["prompt"].empty()) return "\"prompt\" is empty (it needs a user message)";
-  if (std::string err = parse_messages(j["prompt"], "prompt", false, &out->messages); !err.empty())
+  if (std::string err = parse_messages(j["prompt"], "prompt", false, false, &out->messages);
+      !err.empty())
     return err;
   if (out->messages.back().role != "user") {
     return fmt::format(
@@ -186,7 +345,8 @@ std::string parse_preference(const json& j, Record* out, bool* wrong_format) {
        {std::pair{"chosen", &out->chosen}, std::pair{"rejected", &out->rejected}}) {
     if (j[key].empty())
       return fmt::format("\"{}\" is empty (it needs the assistant's answer)", key);
-    if (std::string err = parse_messages(j[key], key, false, answer); !err.empty()) return err;
+    if (std::string err = parse_messages(j[key], key, false, false, answer); !err.empty())
+      return err;
     for (size_t i = 0; i < answer->size(); ++i) {
       if ((*answer)[i].role != "assistant") {
         return fmt::format("{}[{}]: role \"{}\": \"{}\" holds the assistant's answer only", key, i,

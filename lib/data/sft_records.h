@@ -3,10 +3,23 @@
 // line) or JSON (.json: one array of objects) files and validated one by one.
 //
 // Shapes (data.format):
-//   chat      {"messages": [{"role": R, "content": C}, ...]}, R one of system,
-//             user, assistant; or ShareGPT's {"conversations": [{"from": F,
-//             "value": C}, ...]} with F mapped by sharegpt_role() (human -> user,
-//             gpt -> assistant, system -> system, ...).
+//   chat      {"messages": [{"role": R, "content": C}, ...], "tools": [...] (optional)}, R
+//             one of system, user, assistant, tool; or ShareGPT's {"conversations":
+//             [{"from": F, "value": C}, ...]} with F mapped by sharegpt_role() (human ->
+//             user, gpt -> assistant, system -> system, ...). Function calling as OpenAI and
+//             Hugging Face write it:
+//               an assistant message may carry "tool_calls": [{"id": ... (optional),
+//               "type": "function" (optional), "function": {"name": N, "arguments": A}}],
+//               A a JSON object or a string holding one (OpenAI's spelling: it is parsed,
+//               so every template sees an object, as transformers asks); its content may
+//               then be null or absent ("");
+//               a "tool" message holds a call's result: "content", and optionally
+//               "tool_call_id" and "name"; it must follow an assistant message with
+//               tool_calls (and the results of that message's other calls), and a
+//               tool_call_id must be one of those calls' ids;
+//               the record's "tools" (a list of JSON schemas) is the template's `tools`.
+//             C is a string or OpenAI's list of parts [{"type": "text", "text": T}, ...]
+//             (only text parts; the texts are the content, concatenated).
 //   instruct  Alpaca: {"instruction": I, "input": X (optional), "output": O},
 //             field names configurable; becomes [user: I (+ "\n\n" + X), assistant: O]
 //             and keeps I and X apart for templates that want them (alpaca).
@@ -47,14 +60,27 @@ struct RecordFields {
 
 enum class BadRecords { kError, kSkip };
 
+struct ToolCall {
+  std::string id;         // "" when the record gives none
+  std::string name;       // the function's
+  std::string arguments;  // a JSON object as text, keys in the record's order
+};
+
 struct Message {
-  std::string role;  // system, user or assistant
-  std::string content;
+  std::string role;     // system, user, assistant or tool
+  std::string content;  // given as text parts: their concatenation
+  // content given as a list of text parts: each part's text (chat_template.h decides whether
+  // the template sees the list or the concatenation).
+  std::vector<std::string> parts{};
+  bool has_parts = false;
+  std::vector<ToolCall> tool_calls{};  // assistant
+  std::string tool_call_id{}, name{};  // tool: which call this is the result of ("" if not given)
 };
 
 struct Record {
   std::vector<Message> messages;  // chat and instruct; conversational preference: the prompt
   std::string text;               // text; standard preference: the prompt
+  std::string tools;              // chat: the record's "tools" list as JSON text ("" for none)
   // instruct only: the instruction and input as given (the alpaca template's fields).
   std::string instruction, input;
   // preference only: the shape, and the two answers (messages when conversational, else text).

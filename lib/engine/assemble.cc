@@ -8,6 +8,7 @@
 
 #include "lib/base/check.h"
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/config/model_dir.h"
 #include "lib/data/token_file.h"
 #include "lib/engine/tokenizer_fit.h"
@@ -271,8 +272,9 @@ data::RecordFormat record_format(config::DataFormat f) {
 std::shared_ptr<const data::ChatTemplate> recipe_chat_template(const config::Recipe& r,
                                                                bool optional = false) {
   const config::DataOptions& d = r.data;
+  std::shared_ptr<data::ChatTemplate> t;
   try {
-    return std::make_shared<const data::ChatTemplate>(
+    t = std::make_shared<data::ChatTemplate>(
         data::ChatTemplate::load(d.chat_template, d.tokenizer));
   } catch (const Error& e) {
     if (optional && d.chat_template.empty() && e.kind() == ErrorKind::kUsage) return nullptr;
@@ -281,6 +283,20 @@ std::shared_ptr<const data::ChatTemplate> recipe_chat_template(const config::Rec
                                                                       : "data.chat_template"),
                                       e.what()));
   }
+  if (!d.template_vars.empty()) {
+    const std::string where = r.where("data.template_vars") + ": data.template_vars";
+    for (const std::string& name :
+         t->set_variables(nlohmann::ordered_json::parse(d.template_vars), where)) {
+      log::warn("{}.{}: {} never reads \"{}\"; the variable changes nothing", where, name,
+                t->name(), name);
+    }
+  }
+  return t;
+}
+
+data::PackOrder pack_order(const config::DataOptions& d) {
+  return d.packing_order == config::PackingOrderName::kFirstCome ? data::PackOrder::kFirstCome
+                                                                 : data::PackOrder::kBestFit;
 }
 
 data::BadRecords bad_records(const config::DataOptions& d) {
@@ -303,6 +319,7 @@ data::PreferenceDatasetOptions preference_options(const config::Recipe& r) {
   o.tokenizer = recipe_tokenizer(r);
   o.chat_template = recipe_chat_template(r, /*optional=*/true);
   o.packing = d.packing;
+  o.pack_order = pack_order(d);
   o.seed = uint64_t(r.seed);
   o.threads = r.threads;
   // ORPO's NLL term scores the chosen sequence's prompt too (docs/OBJECTIVES.md).
@@ -332,6 +349,7 @@ data::ExampleOptions example_options(const config::Recipe& r) {
                  : d.truncation == config::TruncationName::kLeft ? data::Truncation::kLeft
                                                                  : data::Truncation::kError;
   o.packing = d.packing;
+  o.pack_order = pack_order(d);
   o.seed = uint64_t(r.seed);
   o.threads = r.threads;
   return o;
@@ -376,6 +394,9 @@ nlohmann::json TrainingData::stats_json() const {
             {"tokens", s.train_tokens},
             {"efficiency", s.efficiency},
             {"packing", preference->packing()},
+            {"packing_order", preference->packing()
+                                  ? nlohmann::json(data::pack_order_name(preference->pack_order()))
+                                  : nlohmann::json(nullptr)},
             {"max_length", preference->max_length()},
             {"dropped", s.dropped},
             {"truncated", s.truncated},
@@ -393,6 +414,11 @@ nlohmann::json TrainingData::stats_json() const {
           {"target_tokens", s.train_target_tokens},
           {"efficiency", s.efficiency},
           {"packing", examples->packed()},
+          {"packing_order", examples->packed()
+                                ? nlohmann::json(data::pack_order_name(examples->pack_order()))
+                                : nlohmann::json(nullptr)},
+          {"targets_per_row",
+           s.train_rows > 0 ? double(s.train_target_tokens) / double(s.train_rows) : 0.0},
           {"truncated", s.truncated},
           {"without_targets", s.without_targets},
           {"records", s.records.records},

@@ -20,4 +20,8 @@ Rendered Template::render(const Value& context, const RenderOptions& options) co
 
 const std::string& Template::name() const { return program_->name; }
 
+bool Template::names_variable(std::string_view variable) const {
+  return program_->slot_of.contains(std::string(variable));
+}
+
 }  // namespace fd::jinja

@@ -187,6 +187,10 @@ class Template {
 
   const std::string& name() const;
 
+  // Whether the template names `variable` anywhere as a variable (not as an attribute,
+  // `x.variable`): a context variable it never names cannot change a rendering.
+  bool names_variable(std::string_view variable) const;
+
   struct Program;  // the parsed template (lib/jinja/jinja_ast.h)
 
  private:

@@ -153,6 +153,42 @@ PY
 "$FDTRAIN" generate "$TMP/qsft" --chat --prompt "Hi" --temperature 0 --max-tokens 40 > "$TMP/qgen.txt" 2>&1 &&
   echo "ok: generate --chat on the QLoRA run" || { echo "FAIL: generate on QLoRA sft"; tail -3 "$TMP/qgen.txt"; FAILURES=$((FAILURES + 1)); }
 
+# Best-fit packed rows of conversations of many lengths (rows of 1 to 6 conversations, some
+# full, some not): every step's loss is the same to 1e-5 relative whether the step's 4 rows are
+# one micro-batch, 4 accumulated micro-batches, or split over 2 or 4 ranks (the loss is the mean
+# over the step's targets, wherever they lie).
+python3 - "$TMP/varied.jsonl" <<'PY'
+import json, sys
+words = "the quick brown fox jumps over a lazy dog while seven wizards box".split()
+with open(sys.argv[1], "w") as f:
+    for i in range(48):
+        q = " ".join(words[(i + k) % len(words)] for k in range(1 + i % 5))
+        a = " ".join(words[(3 * i + k) % len(words)] for k in range(1 + (7 * i) % 13))
+        f.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+PY
+split_ok=1
+for layout in "1 batch.micro=4" "1 batch.micro=1 batch.accumulation=4" "2 batch.micro=2" "4 batch.micro=1"; do
+  read -r n args <<<"$layout"
+  # shellcheck disable=SC2086
+  timeout 300 $MPI -n "$n" "$FDTRAIN" train "$TMP/sft.yaml" "data.train=[$TMP/varied.jsonl]" data.val_fraction=0 \
+    model.max_seq_len=128 data.seq_len=128 steps=8 logging.every=1 logging.eval_every=0 checkpoint.every=0 checkpoint.at_end=false $args \
+    --run-dir "$TMP/split_$n${args// /_}" --no-progress > "$TMP/split.log" 2>&1 ||
+    { echo "FAIL: packed split run $layout"; tail -5 "$TMP/split.log"; FAILURES=$((FAILURES + 1)); split_ok=0; }
+done
+[ "$split_ok" = 1 ] && python3 - "$TMP" <<'PY' && echo "ok: best-fit packed SFT: the loss of every step is the same over micro-batch, accumulation and rank splits" || { echo "FAIL: packed SFT loss depends on the split"; FAILURES=$((FAILURES + 1)); }
+import glob, json, sys
+runs = sorted(glob.glob(f"{sys.argv[1]}/split_*"))
+assert len(runs) == 4, runs
+loss = {r: [json.loads(l)["loss"] for l in open(f"{r}/metrics.jsonl") if '"loss"' in l] for r in runs}
+s = json.load(open(f"{runs[0]}/summary.json"))["data"]
+assert s["packing_order"] == "best_fit" and s["rows"]["train"] < 48, s
+ref = loss[runs[0]]
+assert len(ref) == 8, ref
+worst = max(abs(a - b) / abs(a) for r in runs for a, b in zip(ref, loss[r]))
+print(f"    {s['rows']['train']} rows of {s['examples']['train']} conversations, {100 * s['efficiency']:.1f}% full; largest relative difference {worst:.2g}")
+assert worst <= 1e-5, (worst, loss)
+PY
+
 # --- bad input.
 printf '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}\n{"messages": [\n' > "$TMP/broken.jsonl"
 expect_fail 2 "broken.jsonl:2: not valid JSON" train "$TMP/sft.yaml" "data.train=[$TMP/broken.jsonl]" --run-dir "$TMP/bad1"

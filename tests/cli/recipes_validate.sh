@@ -21,7 +21,7 @@ while IFS= read -r f; do
     cat > "$TMP/$init/config.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
  "head_dim": 32, "hidden_act": "silu", "hidden_size": 128, "intermediate_size": 352,
- "max_position_embeddings": 256, "mlp_bias": false, "model_type": "llama",
+ "max_position_embeddings": 512, "mlp_bias": false, "model_type": "llama",
  "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2,
  "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
  "tie_word_embeddings": false, "vocab_size": 320}

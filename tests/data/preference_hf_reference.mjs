@@ -15,20 +15,12 @@
 //   standard: the answer gets tokenizer_config's eos_token appended unless it ends with it;
 //     P = encode(prompt), PC = encode(prompt + answer), with the tokenizer's special tokens.
 import { readFileSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join } from "node:path";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const npm = join(here, "../fixtures/npm");
-const require = createRequire(join(npm, "package.json"));
-const { Template } = await import(pathToFileURL(require.resolve("@huggingface/jinja")).href);
+import { parseArgs, require, Template, token } from "../jinja/hf_common.mjs";
+
 const { Tokenizer } = require(require.resolve("@huggingface/tokenizers"));
-
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, "")] = process.argv[i + 1];
-
-const token = (t) => (t === undefined || t === null ? null : typeof t === "string" ? t : t.content);
+const args = parseArgs();
 const models = new Map();
 function model(name) {
   if (!models.has(name)) {

@@ -16,29 +16,11 @@
 //   node hf_jinja_reference.mjs --inline constructs.json --out renders.jsonl
 //     For each {name, template, context} of the file: {name, ok, text | error}.
 import { readFileSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join } from "node:path";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const npm = join(here, "../fixtures/npm");
-const require = createRequire(join(npm, "package.json"));
-const { Template } = await import(pathToFileURL(require.resolve("@huggingface/jinja")).href);
+import { parseArgs, render, token } from "./hf_common.mjs";
 
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, "")] = process.argv[i + 1];
-
-// A rendering with half a surrogate pair (s[i] of a character outside the BMP)
-// is not UTF-8; it is reported as such ("lone_surrogate"), with U+FFFD for it.
-function render(source, context) {
-  try {
-    const text = new Template(source).render(context);
-    if (!text.isWellFormed()) return { ok: true, lone_surrogate: true, text: text.toWellFormed() };
-    return { ok: true, text };
-  } catch (e) {
-    return { ok: false, error: String(e && e.message !== undefined ? e.message : e) };
-  }
-}
+const args = parseArgs();
 
 const lines = [];
 if (args.inline) {
@@ -47,7 +29,6 @@ if (args.inline) {
   }
 } else {
   const cases = JSON.parse(readFileSync(args.cases, "utf8"));
-  const token = (t) => (t === undefined || t === null ? null : typeof t === "string" ? t : t.content);
   for (const name of args.templates.split(",")) {
     const config = JSON.parse(
       readFileSync(join(args.models, `tokenizer-${name}`, "models", "tokenizer_config.json"), "utf8"),
