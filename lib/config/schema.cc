@@ -841,7 +841,11 @@ void Builder::data(const Node& root) {
     std::string path;
     const Node* n = field(s, "data", "template_vars", &path);
     if (n != nullptr && n->is_map()) {
-      d.template_vars = n->entries.empty() ? "" : node_json(*n).dump();
+      try {
+        d.template_vars = n->entries.empty() ? "" : node_json(*n).dump();
+      } catch (const nlohmann::json::exception&) {  // a string that is not UTF-8
+        error(n->loc, path, "holds text that is not valid UTF-8");
+      }
     } else if (n != nullptr && !n->is_null()) {
       error(n->loc, path,
             fmt::format("expected a map of template variables (as apply_chat_template(**kwargs) "

@@ -183,6 +183,19 @@ int64_t first_special_end(const std::string& text, int64_t from, int64_t to,
   return best_end;
 }
 
+// The end of the last special token lying wholly in text[from, to), or -1.
+int64_t last_special_end(const std::string& text, int64_t from, int64_t to,
+                         const std::vector<std::string>& special) {
+  int64_t best = -1;
+  for (const std::string& s : special) {
+    if (s.empty() || int64_t(s.size()) > to - from) continue;
+    const size_t at = text.rfind(s, size_t(to) - s.size());
+    if (at != std::string::npos && int64_t(at) >= from)
+      best = std::max(best, int64_t(at + s.size()));
+  }
+  return best;
+}
+
 }  // namespace
 
 struct ChatTemplate::Variables {
@@ -450,11 +463,26 @@ RenderedChat ChatTemplate::render_targets(const Record& record,
     const int64_t after = std::max(x.last, start);
     int64_t end = -1;
     if (calls) {
+      // The last special token of the turn's own rendering: the conversation cut after it
+      // agrees with the whole one up to the turn's end (Qwen's <|im_end|>, Mistral's </s>,
+      // Llama's <|eom_id|> after a built-in tool's call), so the search never reaches a tool's
+      // result that carries no tag (Llama writes it through tojson).
+      try {
+        const std::string upto = render_prefix(record, i + 1, false, false).text;
+        int64_t own = 0;
+        while (own < int64_t(std::min(upto.size(), text.size())) &&
+               upto[size_t(own)] == text[size_t(own)])
+          ++own;
+        if (own > after) end = last_special_end(text, after, std::min(own, limit), special_tokens);
+      } catch (const Error&) {  // no rendering to compare: the end-of-turn token below
+      }
+    }
+    if (calls && end < 0) {
       if (eot.empty()) eot = end_of_turn(special_tokens);
       const size_t at = eot.empty() ? std::string::npos : text.find(eot, size_t(after));
       if (at != std::string::npos && int64_t(at + eot.size()) <= limit)
         end = int64_t(at + eot.size());
-    } else {
+    } else if (!calls) {
       end = first_special_end(text, after, limit, special_tokens);
     }
     if (end < 0) {

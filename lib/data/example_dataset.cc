@@ -131,13 +131,32 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
   const ExampleOptions& o = options_;
   // Encode on threads, kept in record order.
   std::vector<std::vector<EncodedExample>> parts = map_on_threads<EncodedExample>(
-      records.size(), o.threads,
-      [&](size_t i, text::EncodeCache& cache) { return encode_with(records[i], o, cache); });
+      records.size(), o.threads, [&](size_t i, text::EncodeCache& cache) {
+        if (o.records.bad != BadRecords::kSkip) return encode_with(records[i], o, cache);
+        // on_bad_record: skip: a record the template refuses (its raise_exception, labels
+        // that cannot be found) is left out and counted, as a malformed one is.
+        try {
+          return encode_with(records[i], o, cache);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::kUsage) throw;
+          EncodedExample bad;
+          bad.where = records[i].where;
+          bad.error = e.what();
+          return bad;
+        }
+      });
   const int64_t T = o.seq_len;
   split.offsets.push_back(0);
   int64_t examples = 0;
   for (std::vector<EncodedExample>& part : parts) {
     for (EncodedExample& e : part) {
+      if (!e.error.empty()) {
+        const std::string prefix = e.where + ": ";
+        reject_record(e.where,
+                      e.error.starts_with(prefix) ? e.error.substr(prefix.size()) : e.error,
+                      o.records, &stats_.records);
+        continue;
+      }
       for (int32_t id : e.tokens) {
         if (id < 0 || id >= o.vocab_size) {
           usage_error(

@@ -89,6 +89,7 @@ struct EncodedExample {
   std::string where;  // the record's FILE:LINE
   std::vector<int32_t> tokens;
   std::vector<uint8_t> target;  // per token: 1 if the model is trained to produce it
+  std::string error;            // the dataset's own encoding: why it was refused (skip)
 };
 
 // Encodes one record as the dataset does (preview and tests).

@@ -9,6 +9,7 @@ namespace {
 
 constexpr uint64_t kPackStream = 0x7061'636b'0000'0003ULL;   // "pack"
 constexpr uint64_t kEpochStream = 0x6570'6f63'6800'0004ULL;  // "epoch"
+constexpr uint64_t kRowStream = 0x726f'7773'0000'0005ULL;    // "rows"
 
 }  // namespace
 
@@ -37,8 +38,11 @@ uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
 namespace {
 
 // Best fit decreasing of units order[begin, end) into new rows, appended to `out`.
+// The window's rows come out in a seeded order (`key`), not in the order they were opened
+// (longest units first): validation rows are read from the first, and an evaluation that
+// reads only some of them must not see only the longest examples.
 void best_fit_window(std::span<const int32_t> units, std::span<const int64_t> positions,
-                     int64_t capacity, RowFill& out) {
+                     int64_t capacity, uint64_t key, RowFill& out) {
   std::vector<int32_t> by_length(units.begin(), units.end());
   std::stable_sort(by_length.begin(), by_length.end(), [&](int32_t a, int32_t b) {
     return positions[size_t(a)] > positions[size_t(b)];
@@ -62,7 +66,8 @@ void best_fit_window(std::span<const int32_t> units, std::span<const int64_t> po
     bins[bin].push_back(u);
     if (left - need > 0) room.emplace(left - need, bin);
   }
-  for (const std::vector<int32_t>& b : bins) {
+  for (size_t r = 0; r < bins.size(); ++r) {
+    const std::vector<int32_t>& b = bins[permute(r, bins.size(), key)];
     out.order.insert(out.order.end(), b.begin(), b.end());
     out.rows.push_back(int64_t(out.order.size()));
   }
@@ -89,7 +94,7 @@ RowFill fill_rows(std::span<const int64_t> positions, int64_t capacity, bool pac
     for (int64_t b = 0; b < n; b += kPackWindow) {
       const int64_t e = std::min(n, b + kPackWindow);
       best_fit_window(std::span<const int32_t>(order).subspan(size_t(b), size_t(e - b)), positions,
-                      capacity, out);
+                      capacity, hash_words(key, kRowStream, uint64_t(b)), out);
     }
     return out;
   }

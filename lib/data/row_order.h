@@ -23,8 +23,9 @@ uint64_t permute(uint64_t i, uint64_t n, uint64_t key);
 //   kBestFit    best fit decreasing over windows of kPackWindow units of that permutation:
 //               within a window the longest unit goes first, each into the open row it
 //               leaves the least room in (a new row when none has room); a window's rows
-//               are closed when the next window starts. Rows come out in the order they were
-//               opened. Training rows are read in a new seeded order every epoch
+//               are closed when the next window starts, and come out in a seeded order (not
+//               longest first: validation rows are read in row order). Training rows are
+//               read in a new seeded order every epoch
 //               (epoch_row), so a step sees rows from the whole dataset, not a run of rows
 //               of similar lengths.
 enum class PackOrder { kFirstCome, kBestFit };

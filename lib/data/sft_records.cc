@@ -183,7 +183,9 @@ std::string parse_messages(const json& list, const std::string& list_key, bool s
       msg.role = role;
     }
     auto calls = sharegpt ? m.end() : m.find("tool_calls");
-    const bool has_calls = calls != m.end() && !calls->is_null();
+    // null and [] are no calls (exports write them on every message).
+    const bool has_calls =
+        calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty());
     if (has_calls && (!tools || msg.role != "assistant")) {
       return fmt::format("{}: \"tool_calls\" on a{} message{}", at,
                          msg.role == "assistant" ? "n assistant" : " " + msg.role,
@@ -198,7 +200,7 @@ std::string parse_messages(const json& list, const std::string& list_key, bool s
     }
     for (auto [key, field] :
          {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name}}) {
-      if (sharegpt || !m.contains(key)) continue;
+      if (sharegpt || !m.contains(key) || m[key].is_null()) continue;
       if (msg.role != "tool") {
         return fmt::format("{}: \"{}\" on a{} message (it names a tool result: role \"tool\")", at,
                            key, msg.role == "assistant" ? "n assistant" : " " + msg.role);
@@ -269,7 +271,7 @@ std::string parse_chat(const json& j, const RecordOptions& o, Record* out, bool*
         return fmt::format("tools[{}] is {}, not a tool (a JSON schema object)", t,
                            type_of((*tools)[t]));
     }
-    out->tools = tools->dump();
+    if (!tools->empty()) out->tools = tools->dump();  // [] is no tools, as null
   }
   const bool any_assistant = std::any_of(out->messages.begin(), out->messages.end(),
                                          [](const Message& m) { return m.role == "assistant"; });

@@ -159,9 +159,10 @@ TokenFile TokenFile::from_tokens(std::string path, std::vector<int32_t> tokens,
   if (tokens.empty()) usage_error("{}: no tokens (the file is empty)", t.path_);
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size) {
-      usage_error("{}: token id {} at position {} is not below model.vocab_size = {}; the "
-                  "tokenizer has more ids than the model",
-                  t.path_, tokens[i], i, vocab_size);
+      usage_error(
+          "{}: token id {} at position {} is not below model.vocab_size = {}; the "
+          "tokenizer has more ids than the model",
+          t.path_, tokens[i], i, vocab_size);
     }
   }
   t.owned_ = std::make_shared<const std::vector<int32_t>>(std::move(tokens));

@@ -35,8 +35,8 @@ std::optional<TokenFormat> token_format_from_name(std::string_view name);
 
 // llm.c token-file header constants.
 constexpr int32_t kLlmcMagic = 20240520;
-constexpr int32_t kLlmcVersion = 1;        // uint16 tokens
-constexpr int32_t kLlmcVersionU32 = 2;     // uint32 tokens
+constexpr int32_t kLlmcVersion = 1;             // uint16 tokens
+constexpr int32_t kLlmcVersionU32 = 2;          // uint32 tokens
 constexpr int32_t kLlmcLlama3Magic = 20240801;  // llm.c's LLaMA-3 files: uint32 tokens
 constexpr int32_t kLlmcLlama3Version = 7;
 constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
@@ -68,7 +68,7 @@ class TokenFile {
   int32_t u32_at(int64_t i) const;
 
   std::string path_;
-  std::shared_ptr<const MappedFile> file_;              // a file's tokens, or
+  std::shared_ptr<const MappedFile> file_;             // a file's tokens, or
   std::shared_ptr<const std::vector<int32_t>> owned_;  // tokens in memory
   TokenFormat format_ = TokenFormat::kText;
   const uint8_t* tokens_ = nullptr;  // first token byte

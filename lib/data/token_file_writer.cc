@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -62,9 +62,10 @@ void TokenFileWriter::write(std::span<const int32_t> ids) {
     std::fclose(file_);
     file_ = nullptr;
     std::remove(tmp_.c_str());
-    runtime_error("{}: more than {} tokens, the most an llm.c token file can count; split the "
-                  "input into several files",
-                  path_, INT32_MAX);
+    runtime_error(
+        "{}: more than {} tokens, the most an llm.c token file can count; split the "
+        "input into several files",
+        path_, INT32_MAX);
   }
   for (const int32_t id : ids) {
     FD_CHECK(id >= 0 && id < vocab_size_, "token id {} outside [0, {})", id, vocab_size_);

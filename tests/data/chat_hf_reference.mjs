@@ -94,7 +94,7 @@ function normalize(record, how) {
     if (!["system", "user", "assistant", "tool"].includes(m.role)) fail(`${at}.role is not system, user, assistant or tool`);
     if (m.role === "system" && i !== 0) fail(`${at}: a system message may only come first`);
     const out = { role: m.role, content: normalizeContent(m, at, how) };
-    if (m.tool_calls !== undefined && m.tool_calls !== null) {
+    if (m.tool_calls !== undefined && m.tool_calls !== null && !(Array.isArray(m.tool_calls) && m.tool_calls.length === 0)) {
       if (m.role !== "assistant") fail(`${at}.tool_calls on a ${m.role} message`);
       if (!Array.isArray(m.tool_calls) || m.tool_calls.length === 0) fail(`${at}.tool_calls is not a non-empty list`);
       out.tool_calls = m.tool_calls.map((t, k) => normalizeToolCall(t, `${at}.tool_calls[${k}]`));
@@ -109,10 +109,11 @@ function normalize(record, how) {
     }
     return out;
   });
-  if (record.tools !== undefined) {
+  if (record.tools !== undefined && record.tools !== null) {
     if (!Array.isArray(record.tools) || !record.tools.every(isObject)) fail('"tools" is not a list of objects');
   }
-  return { messages, tools: record.tools };
+  // null and [] are no tools.
+  return { messages, tools: record.tools === null || record.tools?.length === 0 ? undefined : record.tools };
 }
 
 const records = readFileSync(args.records, "utf8").split("\n");

