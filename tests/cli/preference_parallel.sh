@@ -30,15 +30,15 @@ train() {
   "${MPI[@]}" -n "$n" "$FDTRAIN" train "$R" "${BASE[@]}" "$@" --run-dir "$TMP/$name" --no-progress \
     > "$TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TMP/$name.log" | sed 's/^/    /'; }
 }
-# same_as REF NAME EVAL: every step's loss and objective metrics of NAME are REF's to 1e-5
-# relative (and the evaluations' when EVAL is 1). A reward or log-odds is a difference of
+# same_as REF NAME EVAL [TOL]: every step's loss and objective metrics of NAME are REF's to TOL
+# (default 1e-5) relative (and the evaluations' when EVAL is 1). A reward or log-odds is a difference of
 # log-probabilities (DPO: beta (logp - ref); margins and log-odds: chosen - rejected) and passes
 # near 0 (ORPO's rewards/margins is 0.0013 at step 2): it is compared relative to the size of
 # those terms, whose fp32 rounding it carries (rewards/chosen to beta |logps/chosen|,
 # rewards/margins to beta (|logps/chosen| + |logps/rejected|), log_odds_chosen to |logps/chosen|
 # + |logps/rejected|); the log-probs themselves, the losses and the rest to their own size.
 same_as() {
-  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" <<'PY'
+  if python3 - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$3" "${4:-1e-5}" <<'PY'
 import json, sys
 BETA = 0.1  # objective.beta in write_preference's recipe
 def steps(path):
@@ -70,9 +70,9 @@ for s in a:
             worst, where = d, (s, k, x, y)
 print(f"    {n} values over 20 steps, largest relative difference {worst:.2g}"
       + (f" (step {where[0]} {where[1]}: {where[2]!r} vs {where[3]!r})" if worst else ""))
-assert worst <= 1e-5, worst
+assert worst <= float(sys.argv[4]), worst
 PY
-  then echo "ok: $2: the losses and metrics of $1 to 1e-5"; else fail "$2: differs from $1"; fi
+  then echo "ok: $2: the losses and metrics of $1 to ${4:-1e-5}"; else fail "$2: differs from $1"; fi
 }
 # step1_ln2 NAME: DPO under LoRA's first step is ln 2, every reward 0.
 step1_ln2() {
@@ -115,7 +115,10 @@ same_as dpo-1 dpo-s2p2 0
 # Hostile: packed rows split over the Ulysses slices; Megatron's sequence parallelism.
 train pack-1 1 data.packing=true batch.accumulation=2
 train pack-s2t2 4 data.packing=true parallel.sequence=2 parallel.tensor=2 batch.accumulation=2
-same_as pack-1 pack-s2t2 1
+# Best-fit rows (data.packing_order's default) hold more pairs each: 20 steps at lr 1e-2 carried
+# the layouts' fp32 rounding to 1.4e-5 relative by step 19 in a CI run (the other layouts here
+# stay under 1e-5 with first-come's or one pair per row).
+same_as pack-1 pack-s2t2 1 3e-5
 train dpo-t2sp 2 parallel.tensor=2 parallel.sequence_parallel=true batch.accumulation=2
 same_as dpo-1 dpo-t2sp 1
 train orpo-t2sp 2 objective.name=orpo parallel.tensor=2 parallel.sequence_parallel=true \
