@@ -11,7 +11,9 @@
 // reads them (lib/data/sft_records.h); --template-vars passes variables as
 // data.template_vars does. --json prints {"text", "targets"
 // ([begin, end) byte ranges of the assistant answers and their end-of-turn
-// tokens; [] with --generation-prompt), "tokens"}.
+// tokens; [] with --generation-prompt), "not_written" ([{"message": i, "key": K}]: the
+// message texts the template dropped, K "content" or another key such as
+// "reasoning_content"; absent with --generation-prompt), "tokens", "template"}.
 //
 // `data preview` reads a recipe's first N training records as the run would
 // (data.format chat, instruct or text), renders and encodes them, and prints
@@ -99,6 +101,9 @@ int run_template(const TemplateOptions& o) {
     j["text"] = c.text;
     j["targets"] = nlohmann::json::array();
     for (const data::TextSpan& s : c.targets) j["targets"].push_back({s.begin, s.end});
+    j["not_written"] = nlohmann::json::array();
+    for (const data::NotWritten& n : c.not_written)
+      j["not_written"].push_back({{"message", n.message}, {"key", n.key}});
   }
   j["tokens"] = tok->encode(j["text"].get<std::string>(), false).size();
   j["template"] = t.name();
@@ -214,14 +219,17 @@ int run_preview(const PreviewOptions& o) {
     const data::EncodedExample e = data::encode_example(rec, eo);
     int64_t targets = 0;
     for (size_t i = 1; i < e.target.size(); ++i) targets += e.target[i];
+    std::string notes;
+    if (int64_t(e.tokens.size()) > d.seq_len + 1) {
+      notes += fmt::format(" (longer than data.seq_len + 1 = {}: data.truncation {})",
+                           d.seq_len + 1, config::to_string(d.truncation));
+    }
+    if (!e.not_written.empty()) {
+      notes += fmt::format(" (the template does not write: {}; the first at {})",
+                           fmt::join(e.not_written, ", "), e.not_written_at);
+    }
     std::printf("%s=== example %d: %s: %zu tokens, %lld targets%s%s\n", m.bold, shown + 1,
-                rec.where.c_str(), e.tokens.size(), (long long)targets,
-                int64_t(e.tokens.size()) > d.seq_len + 1
-                    ? fmt::format(" (longer than data.seq_len + 1 = {}: data.truncation {})",
-                                  d.seq_len + 1, config::to_string(d.truncation))
-                          .c_str()
-                    : "",
-                m.plain);
+                rec.where.c_str(), e.tokens.size(), (long long)targets, notes.c_str(), m.plain);
     const std::string out = marked_text(*eo.tokenizer, e.tokens, e.target, m);
     std::printf("%s\n", out.c_str());
     ++shown;

@@ -61,6 +61,7 @@ void to_file_locked(const std::string& line) {
 void set_level(Level l) { g_level = static_cast<int>(l); }
 Level level() { return static_cast<Level>(g_level.load()); }
 void set_rank(int rank) { g_rank = rank; }
+int rank() { return g_rank.load(); }
 
 void write(Level l, std::string_view message) {
   const std::string line = line_of(l, message);

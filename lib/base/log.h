@@ -26,6 +26,7 @@ void set_level(Level level);
 Level level();
 // Rank shown in every message; -1 (the default) or 0 shows none.
 void set_rank(int rank);
+int rank();
 void write(Level level, std::string_view message);
 // To the log file only (nothing when none is open), e.g. step lines that the
 // terminal shows as a progress line instead.
@@ -52,6 +53,12 @@ void info(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 void warn(fmt::format_string<Args...> f, Args&&... args) {
   if (level() <= Level::kWarn) write(Level::kWarn, fmt::format(f, std::forward<Args>(args)...));
+}
+// A warning every rank would give alike (about the recipe or the data, which all ranks
+// read): given by rank 0 (or a process with no rank) only, so a job shows it once.
+template <typename... Args>
+void warn_shared(fmt::format_string<Args...> f, Args&&... args) {
+  if (rank() <= 0) warn(f, std::forward<Args>(args)...);
 }
 template <typename... Args>
 void error(fmt::format_string<Args...> f, Args&&... args) {

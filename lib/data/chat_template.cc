@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "lib/base/error.h"
@@ -83,17 +84,20 @@ std::string token_text(const json& config, const char* key) {
   return "";
 }
 
-// Tags: message i's content is 2i, its tool calls' names and ids 2i + 1; untagged strings
-// carry -1.
-int32_t content_tag(size_t i) { return int32_t(2 * i); }
-size_t message_of(int32_t tag) { return size_t(tag / 2); }
+// Tags: message i's content is kTagStride * i, its tool calls' names and ids that + 1, the
+// string value of its k-th other key (Message::extra) that + 2 + k (the first kTagStride - 2
+// of them); untagged strings carry -1.
+constexpr int32_t kTagStride = 16;
+int32_t content_tag(size_t i) { return int32_t(kTagStride * i); }
+size_t message_of(int32_t tag) { return size_t(tag / kTagStride); }
+bool is_call_tag(int32_t tag) { return tag % kTagStride == 1; }
 
 jinja::Value json_value(const std::string& text) {
   return jinja::Value::from_json(nlohmann::ordered_json::parse(text));
 }
 
 jinja::Value message_value(const Message& m, const Record& r, int32_t tag, bool pass_parts) {
-  const int32_t content = tag, calls = tag < 0 ? -1 : tag + 1;  // content_tag(i), 2i + 1
+  const int32_t content = tag, calls = tag < 0 ? -1 : tag + 1;  // content_tag(i), that + 1
   jinja::Value msg = jinja::Value::object();
   msg.set("role", jinja::Value::string(m.role));
   if (m.has_parts && pass_parts) {
@@ -122,6 +126,16 @@ jinja::Value message_value(const Message& m, const Record& r, int32_t tag, bool 
   }
   if (!m.tool_call_id.empty()) msg.set("tool_call_id", jinja::Value::string(m.tool_call_id));
   if (!m.name.empty()) msg.set("name", jinja::Value::string(m.name));
+  if (!m.extra.empty()) {
+    int32_t k = 0;
+    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(m.extra);
+    for (const auto& [key, value] : extra.items()) {
+      const int32_t key_tag = tag < 0 || k >= kTagStride - 2 ? -1 : tag + 2 + k;
+      ++k;
+      msg.set(key, value.is_string() ? jinja::Value::string(value.get<std::string>(), key_tag)
+                                     : jinja::Value::from_json(value));
+    }
+  }
   if (m.role == "user" && !r.instruction.empty()) {  // an instruct record's fields
     msg.set("instruction", jinja::Value::string(r.instruction));
     msg.set("input", jinja::Value::string(r.input));
@@ -211,6 +225,14 @@ const std::vector<std::string>& ChatTemplate::builtin_names() {
   return names;
 }
 
+struct ChatTemplate::EndOfTurn {
+  std::mutex mutex;
+  bool found = false;
+  std::vector<std::string> special_tokens;  // what `token` was found for
+  std::string token;
+};
+
+ChatTemplate::ChatTemplate() : end_of_turn_(std::make_shared<EndOfTurn>()) {}
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;
@@ -264,6 +286,13 @@ std::vector<std::string> ChatTemplate::set_variables(const nlohmann::ordered_jso
                           key == "add_generation_prompt"
                       ? ""
                       : " (a Jinja global)");
+    }
+    if (std::string at_number = jinja::Value::inexact_number(value); !at_number.empty()) {
+      usage_error(
+          "{}.{}{}: the number is beyond 2^53 (or 2^64 written as a float), which the "
+          "template's numbers (doubles, as in @huggingface/jinja) cannot hold exactly; give it "
+          "as a string",
+          where, key, at_number);
     }
     const std::string want = expected_type(key);
     const bool ok = want.empty() || (want == "a boolean" && value.is_boolean()) ||
@@ -370,6 +399,7 @@ namespace {
 struct Extent {
   int64_t first = -1, last = -1;
   bool calls = false;
+  uint32_t slots = 0;  // bit t % kTagStride for each tag t seen
 };
 std::vector<Extent> extents(const jinja::Rendered& r, size_t messages) {
   std::vector<Extent> e(messages);
@@ -379,9 +409,56 @@ std::vector<Extent> extents(const jinja::Rendered& r, size_t messages) {
     Extent& x = e[m];
     x.first = x.first < 0 ? s.begin : std::min(x.first, s.begin);
     x.last = std::max(x.last, s.end);
-    if (s.tag % 2 == 1) x.calls = true;
+    if (is_call_tag(s.tag)) x.calls = true;
+    x.slots |= uint32_t{1} << (s.tag % kTagStride);
   }
   return e;
+}
+
+// Whether `value` (a message's text) is in the rendering: by its tag (`slot` of the
+// message's Extent), or, 8 bytes or longer (shorter ones are found by chance: "en" in
+// <|im_end|>), as given or as JSON writes it (a tool result through tojson, which keeps no
+// tag).
+bool written(const Extent& x, int32_t slot, const std::string& value, const std::string& text) {
+  if (value.empty() || (slot >= 0 && (x.slots >> slot & 1u))) return true;
+  if (value.size() < 8) return false;
+  if (text.find(value) != std::string::npos) return true;
+  const std::string quoted = nlohmann::json(value).dump();
+  return text.find(quoted.substr(1, quoted.size() - 2)) != std::string::npos;
+}
+
+// The messages' texts the rendering does not hold: content and string-valued other keys.
+std::vector<NotWritten> not_written(const Record& r, const std::vector<Extent>& ext,
+                                    const std::string& text) {
+  std::vector<NotWritten> out;
+  for (size_t i = 0; i < r.messages.size(); ++i) {
+    const Message& m = r.messages[i];
+    if (!written(ext[i], 0, m.content, text)) out.push_back({i, "content"});
+    if (m.extra.empty()) continue;
+    int32_t k = 0;
+    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(m.extra);
+    for (const auto& [key, value] : extra.items()) {
+      const int32_t slot = k < kTagStride - 2 ? 2 + k : -1;
+      ++k;
+      if (value.is_string() && !written(ext[i], slot, value.get<std::string>(), text))
+        out.push_back({i, key});
+    }
+  }
+  return out;
+}
+
+// `at` moved back to the start of a special token it lies inside (a generation prompt that
+// ends within one: the model writes the whole token), else `at`.
+int64_t special_token_start(const std::string& text, int64_t at,
+                            const std::vector<std::string>& special) {
+  int64_t start = at;
+  for (const std::string& s : special) {
+    const int64_t len = int64_t(s.size());
+    for (int64_t p = std::max<int64_t>(0, at - len + 1); p < at && len > 1; ++p)
+      if (p + len <= int64_t(text.size()) && text.compare(size_t(p), size_t(len), s) == 0)
+        start = std::min(start, p);
+  }
+  return start;
 }
 
 // The end of the last tagged byte of messages before `i` ending at or before `limit`
@@ -450,6 +527,7 @@ RenderedChat ChatTemplate::render_targets(const Record& record,
     }
     // The first tagged byte at the latest (content that starts like the prompt's end).
     start = start < 0 ? x.first : std::min(start, x.first);
+    start = special_token_start(text, start, special_tokens);
     if (!out.targets.empty() && start < out.targets.back().end) {
       usage_error(
           "{}: messages[{}] (assistant): {} writes assistant messages out of order or "
@@ -495,10 +573,21 @@ RenderedChat ChatTemplate::render_targets(const Record& record,
     }
     out.targets.push_back({start, end});
   }
+  out.not_written = not_written(record, ext, text);
   return out;
 }
 
 std::string ChatTemplate::end_of_turn(const std::vector<std::string>& special_tokens) const {
+  std::lock_guard lock(end_of_turn_->mutex);
+  if (end_of_turn_->found && end_of_turn_->special_tokens == special_tokens)
+    return end_of_turn_->token;
+  end_of_turn_->token = probe_end_of_turn(special_tokens);
+  end_of_turn_->special_tokens = special_tokens;
+  end_of_turn_->found = true;
+  return end_of_turn_->token;
+}
+
+std::string ChatTemplate::probe_end_of_turn(const std::vector<std::string>& special_tokens) const {
   Record probe;
   probe.messages = {{"user", "Hi."}, {"assistant", "Hello."}};
   probe.where = name_ + " (probe conversation)";

@@ -12,8 +12,9 @@
 // the two agree up to the start of the target (Qwen 3's "<think>\n\n</think>\n\n" of a
 // last answer, Qwen's "<tool_call>\n{\"name\": \"", Mistral's "[TOOL_CALLS][" are the
 // model's to write; with enable_thinking false, Qwen 3's empty think block is the
-// prompt's). It never starts after the first byte of the content. Where the renderings
-// do not agree on the text between the two messages (a template that places text by what
+// prompt's). It never starts after the first byte of the content, nor inside a special
+// token (a generation prompt ending within one: the target starts at the token). Where the
+// renderings do not agree on the text between the two messages (a template that places text by what
 // comes last), the target starts at the content's first byte; a turn with tool calls is
 // then refused, as its start could only be guessed. The target ends with the first special
 // token written after the content (Llama 3's <|eot_id|>, ChatML's <|im_end|>, Gemma's
@@ -24,11 +25,12 @@
 // only be guessed. Tool results (role tool) are never targets.
 //
 // Context: messages (role, content, and tool_calls, tool_call_id, name where given, in
-// that order, as Hugging Face's templates read them; a tool call as {id, type: "function",
-// function: {name, arguments: an object}}), bos_token, eos_token, add_generation_prompt,
-// the record's tools when it has some, then data.template_vars (set_variables()). Content
-// given as text parts reaches the template as the list of parts when the template iterates
-// them (Gemma 3's does), else as one string (their concatenation).
+// that order, then the message's other keys as the record gives them (Message::extra:
+// Qwen 3's reasoning_content), as Hugging Face's templates read them; a tool call as {id, type:
+// "function", function: {name, arguments: an object}}), bos_token, eos_token,
+// add_generation_prompt, the record's tools when it has some, then data.template_vars
+// (set_variables()). Content given as text parts reaches the template as the list of parts when the
+// template iterates them (Gemma 3's does), else as one string (their concatenation).
 //
 // strftime_now() (Llama 3.2's "Today Date") renders 26 Jul 2024 in every rendering, so
 // that a run's data never depend on the day it runs (date_string in data.template_vars sets
@@ -56,9 +58,21 @@ struct TextSpan {
   int64_t begin = 0, end = 0;
 };
 
+// A message's text the rendering does not hold (the template dropped it): `key` is
+// "content" or another key of the message (Message::extra: "reasoning_content", ...).
+struct NotWritten {
+  size_t message = 0;
+  std::string key;
+};
+
 struct RenderedChat {
   std::string text;
   std::vector<TextSpan> targets;  // one per assistant message, in order (render_targets only)
+  // render_targets only: each non-empty content, and each non-empty string of a message's
+  // other keys, found neither by its tag nor as written (plain or JSON-escaped) in the text:
+  // Qwen 3's reasoning_content of turns before the last user message, a key no template
+  // reads. Not an error (apply_chat_template drops them the same way); the dataset warns.
+  std::vector<NotWritten> not_written;
 };
 
 class ChatTemplate {
@@ -113,13 +127,14 @@ class ChatTemplate {
                               const std::vector<std::string>& special_tokens) const;
 
   // The special token that ends an assistant turn, found by rendering a probe
-  // conversation (user "Hi.", assistant "Hello."); "" when the template writes none.
-  // generate --chat stops at it.
+  // conversation (user "Hi.", assistant "Hello.") the first time it is asked for given
+  // special tokens; "" when the template writes none. generate --chat stops at it.
   std::string end_of_turn(const std::vector<std::string>& special_tokens) const;
 
  private:
-  ChatTemplate() = default;
+  ChatTemplate();
 
+  std::string probe_end_of_turn(const std::vector<std::string>& special_tokens) const;
   // A rendering of messages [0, count) (tag: with provenance, chat_template.cc).
   jinja::Rendered render_prefix(const Record& r, size_t count, bool add_generation_prompt,
                                 bool tag) const;
@@ -130,6 +145,8 @@ class ChatTemplate {
   struct Variables;                             // data.template_vars, as template values
   std::shared_ptr<const Variables> variables_;  // null: none
   bool iterates_parts_ = false;
+  struct EndOfTurn;  // end_of_turn()'s answer, found once (threads share it)
+  std::shared_ptr<EndOfTurn> end_of_turn_;
 };
 
 }  // namespace fd::data

@@ -72,6 +72,10 @@ EncodedExample encode_with(const Record& record, const ExampleOptions& o,
     return e;
   }
   const RenderedChat r = o.chat_template->render_targets(record, tok.special_tokens());
+  for (const NotWritten& n : r.not_written) {
+    if (e.not_written.empty()) e.not_written_at = fmt::format("messages[{}]", n.message);
+    e.not_written.push_back(record.messages[n.message].role + " " + n.key);
+  }
   int64_t at = 0;
   for (const TextSpan& t : r.targets) {
     encode_range(tok, r.text, at, t.begin, e.tokens, cache);
@@ -157,6 +161,9 @@ void ExampleDataset::build(Split& split, const std::vector<Record>& records, boo
                       o.records, &stats_.records);
         continue;
       }
+      if (!e.not_written.empty() && stats_.not_written_where.empty())
+        stats_.not_written_where = e.where + " " + e.not_written_at;
+      for (const std::string& what : e.not_written) ++stats_.not_written[what];
       for (int32_t id : e.tokens) {
         if (id < 0 || id >= o.vocab_size) {
           usage_error(
@@ -277,6 +284,19 @@ int64_t ExampleDataset::train_targets(int64_t step, int64_t global_batch, int) c
   for (int64_t g = 0; g < global_batch; ++g)
     n += train_.row_targets[size_t(train_row(step, g, global_batch))];
   return n;
+}
+
+std::string ExampleDataset::not_written_warning() const {
+  if (stats_.not_written.empty()) return "";
+  std::string what;
+  for (const auto& [key, count] : stats_.not_written)
+    what += fmt::format("{}{} {}", what.empty() ? "" : ", ", count, key);
+  return fmt::format(
+      "{} does not write these message texts: {} (messages; the first at {}), so the model "
+      "never sees them (Hugging Face's apply_chat_template drops them alike; Qwen 3 writes "
+      "reasoning_content only after the last user message)",
+      options_.chat_template ? options_.chat_template->name() : std::string("the chat template"),
+      what, stats_.not_written_where);
 }
 
 void ExampleDataset::val_batch(int64_t batch_index, int rank, int world, int batch, int seq_len,

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +83,11 @@ struct ExampleStats {
   int64_t val_without_targets = 0;  // of `without_targets`, validation examples
   // train_tokens / (train_rows * seq_len): how full the rows are (packing or padding).
   double efficiency = 0.0;
+  // Messages whose text the chat template did not write (RenderedChat::not_written), by
+  // "ROLE KEY" ("assistant reasoning_content", "system content"), over the kept examples;
+  // and the first such message, "FILE:LINE messages[i]".
+  std::map<std::string, int64_t> not_written;
+  std::string not_written_where;
 };
 
 // One example as the model sees it, for `fdtrain data preview`.
@@ -90,6 +96,10 @@ struct EncodedExample {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> target;  // per token: 1 if the model is trained to produce it
   std::string error;            // the dataset's own encoding: why it was refused (skip)
+  // "ROLE KEY" of each message text the template did not write, and where the first is
+  // ("messages[i]").
+  std::vector<std::string> not_written;
+  std::string not_written_at;
 };
 
 // Encodes one record as the dataset does (preview and tests).
@@ -106,6 +116,9 @@ class ExampleDataset : public BatchSource {
   const ExampleStats& stats() const { return stats_; }
   // One line for the log: "chat: 1200 examples -> 310 packed rows of 512 (94.1% full), ...".
   std::string summary() const;
+  // "" or one line: which message texts the chat template did not write, how many, the
+  // first's FILE:LINE (stats().not_written), for a warning.
+  std::string not_written_warning() const;
 
   // BatchSource.
   bool packed() const override { return options_.packing; }

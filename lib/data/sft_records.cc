@@ -10,6 +10,7 @@
 #include "lib/base/error.h"
 #include "lib/base/input_file.h"
 #include "lib/data/line_reader.h"
+#include "lib/jinja/jinja.h"
 
 namespace fd::data {
 namespace {
@@ -99,6 +100,39 @@ std::string parse_content(const json& m, const char* key, bool parts_allowed, bo
   return "";
 }
 
+// A number jinja::Value::inexact_number() found at "PATH: VALUE".
+std::string inexact_error(const std::string& at) {
+  return fmt::format(
+      "{}: the number is beyond 2^53 (or 2^64 written as a float), which the template's numbers "
+      "(doubles, as in @huggingface/jinja) cannot hold exactly, so it would render changed; "
+      "give it as a string",
+      at);
+}
+
+// Keys of a message (OpenAI's spelling) that parse_messages reads itself.
+bool message_key(const std::string& key) {
+  return key == "role" || key == "content" || key == "tool_calls" || key == "tool_call_id" ||
+         key == "name";
+}
+
+// A message's other keys, passed to the template (Message::extra), or what is wrong.
+std::string parse_extra(const json& m, const std::string& at, Message* msg) {
+  json extra = json::object();
+  for (const auto& [key, value] : m.items()) {
+    if (message_key(key)) continue;
+    if ((key == "reasoning_content" || key == "reasoning" || key == "thinking") &&
+        !value.is_string() && !value.is_null()) {
+      return fmt::format("{}: \"{}\" is {}, not a string (the model's reasoning, as text)", at, key,
+                         type_of(value));
+    }
+    if (std::string at_number = jinja::Value::inexact_number(value); !at_number.empty())
+      return inexact_error(at + "." + key + at_number);
+    extra[key] = value;
+  }
+  if (!extra.empty()) msg->extra = extra.dump();
+  return "";
+}
+
 // An assistant message's "tool_calls" (OpenAI's and Hugging Face's spelling).
 std::string parse_tool_calls(const json& list, Message* msg) {
   if (!list.is_array() || list.empty())
@@ -139,6 +173,8 @@ std::string parse_tool_calls(const json& list, Message* msg) {
       return fmt::format("{}.function.arguments is {}{}, not an object of the function's arguments",
                          at, args->is_string() ? "a string holding " : "", type_of(parsed));
     }
+    if (std::string at_number = jinja::Value::inexact_number(parsed); !at_number.empty())
+      return inexact_error(at + ".function.arguments" + at_number);
     tc.arguments = parsed.dump();
     msg->tool_calls.push_back(std::move(tc));
   }
@@ -235,6 +271,9 @@ std::string parse_messages(const json& list, const std::string& list_key, bool s
         }
       }
     }
+    if (!sharegpt) {
+      if (std::string err = parse_extra(m, at, &msg); !err.empty()) return err;
+    }
     if (msg.role == "system" && i != 0)
       return fmt::format("{}: a system message may only come first", at);
     out->push_back(std::move(msg));
@@ -271,6 +310,8 @@ std::string parse_chat(const json& j, const RecordOptions& o, Record* out, bool*
         return fmt::format("tools[{}] is {}, not a tool (a JSON schema object)", t,
                            type_of((*tools)[t]));
     }
+    if (std::string at_number = jinja::Value::inexact_number(*tools); !at_number.empty())
+      return inexact_error("tools" + at_number);
     if (!tools->empty()) out->tools = tools->dump();  // [] is no tools, as null
   }
   const bool any_assistant = std::any_of(out->messages.begin(), out->messages.end(),

@@ -18,6 +18,11 @@
 //               tool_calls (and the results of that message's other calls), and a
 //               tool_call_id must be one of those calls' ids;
 //               the record's "tools" (a list of JSON schemas) is the template's `tools`.
+//             A message's other keys reach the template as given (Qwen 3 reads an
+//             assistant's "reasoning_content"; "reasoning_content", "reasoning" and
+//             "thinking" must be strings or null). Numbers in tool arguments, tools and
+//             other keys must be exact as doubles (jinja::Value::inexact_number(): an
+//             integer beyond 2^53 is refused; give it as a string).
 //             C is a string or OpenAI's list of parts [{"type": "text", "text": T}, ...]
 //             (only text parts; the texts are the content, concatenated).
 //   instruct  Alpaca: {"instruction": I, "input": X (optional), "output": O},
@@ -75,6 +80,10 @@ struct Message {
   bool has_parts = false;
   std::vector<ToolCall> tool_calls{};  // assistant
   std::string tool_call_id{}, name{};  // tool: which call this is the result of ("" if not given)
+  // The message's other keys (reasoning_content, thinking, anything else), as a JSON
+  // object's text in the record's order ("" for none): the template sees them as Hugging
+  // Face's apply_chat_template passes them (chat_template.h says which it did not write).
+  std::string extra{};
 };
 
 struct Record {

@@ -287,8 +287,8 @@ std::shared_ptr<const data::ChatTemplate> recipe_chat_template(const config::Rec
     const std::string where = r.where("data.template_vars") + ": data.template_vars";
     for (const std::string& name :
          t->set_variables(nlohmann::ordered_json::parse(d.template_vars), where)) {
-      log::warn("{}.{}: {} never reads \"{}\"; the variable changes nothing", where, name,
-                t->name(), name);
+      log::warn_shared("{}.{}: {} never reads \"{}\"; the variable changes nothing", where, name,
+                       t->name(), name);
     }
   }
   return t;
@@ -421,6 +421,7 @@ nlohmann::json TrainingData::stats_json() const {
            s.train_rows > 0 ? double(s.train_target_tokens) / double(s.train_rows) : 0.0},
           {"truncated", s.truncated},
           {"without_targets", s.without_targets},
+          {"not_written", s.not_written},
           {"records", s.records.records},
           {"skipped_records", s.records.skipped},
           {"skip_reasons", s.records.skip_reasons}};
@@ -434,6 +435,8 @@ TrainingData open_dataset(const config::Recipe& r) {
   }
   if (r.data.examples()) {
     out.examples = open_located<data::ExampleDataset>(r, example_options(r));
+    if (std::string w = out.examples->not_written_warning(); !w.empty())
+      log::warn_shared("{}: {}", r.where("data.train"), w);
     return out;
   }
   out.stream = open_stream(r);

@@ -92,6 +92,14 @@ class Value {
   // ("0", "17") come first in ascending order, then the others in order.
   // Strings are untagged.
   static Value from_json(const nlohmann::ordered_json& j);
+  // The first number of `j` (depth first, in order) that from_json would change: an
+  // integer beyond +-2^53, which a double holds inexactly (9007199254740993 would render as
+  // 9007199254740992, as in @huggingface/jinja; Python's Jinja would keep it), or any number
+  // of magnitude 2^64 or more (parsed as a double, 123456789012345678901234567890 cannot be
+  // told from 1.2345678901234568e29). Returned as "PATH: VALUE",
+  // PATH as `.key[2].name` ("" when every number is exact). Callers refuse such data and
+  // ask for the number as a string.
+  static std::string inexact_number(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
   // How deep arrays and objects nest in this value: 0 for a scalar or a

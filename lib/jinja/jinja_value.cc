@@ -200,6 +200,35 @@ Value convert(const nlohmann::ordered_json& j, int depth) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) { return convert(j, 0); }
 
+std::string Value::inexact_number(const nlohmann::ordered_json& j) {
+  using T = nlohmann::ordered_json::value_t;
+  switch (j.type()) {
+    case T::number_integer: {
+      const int64_t v = j.get<int64_t>();
+      return v > int64_t{1} << 53 || v < -(int64_t{1} << 53) ? fmt::format(": {}", j.dump()) : "";
+    }
+    case T::number_unsigned:
+      return j.get<uint64_t>() > uint64_t{1} << 53 ? fmt::format(": {}", j.dump()) : "";
+    case T::number_float: {
+      // A number beyond what int64/uint64 hold parses as a double: an integer written out
+      // (123456789012345678901234567890) cannot be told from 1.2345678901234568e29.
+      const double d = j.get<double>();
+      return std::isfinite(d) && std::fabs(d) >= 0x1p64 ? fmt::format(": {}", j.dump()) : "";
+    }
+    case T::array:
+      for (size_t i = 0; i < j.size(); ++i)
+        if (std::string at = inexact_number(j[i]); !at.empty()) return fmt::format("[{}]{}", i, at);
+      return "";
+    case T::object:
+      for (const auto& [key, value] : j.items())
+        if (std::string at = inexact_number(value); !at.empty())
+          return fmt::format(".{}{}", key, at);
+      return "";
+    default:
+      return "";
+  }
+}
+
 void TextBuilder::add_tag(Span span) {
   if (!tags.empty()) {
     Span& last = tags.back();

@@ -5,7 +5,9 @@
 # whole assistant turn from <tool_call> to <|im_end|>; --template-vars reaches the template
 # (Qwen 3's enable_thinking) and names a variable it never reads; `data preview` marks the
 # calls; data.template_vars in a recipe is checked; a template without tool calls, malformed
-# calls and a tool result with no call are refused with FILE:LINE, or skipped and counted.
+# calls and a tool result with no call are refused with FILE:LINE, or skipped and counted;
+# Qwen 3 writes the last answer's reasoning_content in its target, and what a template drops
+# is warned about once and counted in summary.json; an integer beyond 2^53 is refused.
 source "$(dirname "$0")/common.bash"
 NPM=tests/fixtures/npm/node_modules/@lenml
 [[ -f $NPM/tokenizer-qwen2_5/models/tokenizer.json ]] ||
@@ -88,6 +90,34 @@ expect_fail 2 'data.template_vars.tools: "tools" is set by fdtrain itself' \
   validate "$TMP/tools.yaml" 'data.template_vars={tools: []}'
 expect_fail 2 'tools.jsonl:1: messages\[1\] \(assistant\): .* does not write this message.s tool calls' \
   validate "$TMP/tools.yaml" data.chat_template=chatml
+
+# --- reasoning_content and other keys of a message: written where Qwen 3 writes them, the
+# rest named once (the run's summary.json counts them as data.not_written).
+cp tests/data/chat_reasoning_records.jsonl "$TMP/reason.jsonl"
+sed -e "s|train: \[$TMP/tools.jsonl\]|train: [$TMP/reason.jsonl]|" -e "s|tokenizer: $QWEN25|tokenizer: $QWEN3|" \
+  -e '/template_vars/d' "$TMP/tools.yaml" > "$TMP/reason.yaml"
+preview=$("$FDTRAIN" data preview "$TMP/reason.yaml" --n 1 --color never 2>"$TMP/reason.err")
+if grep -qF 'the template does not write: assistant reasoning_content; the first at messages[1]' <<<"$preview" &&
+   grep -qF '[[<think>' <<<"$preview" && grep -qF '51 + 17 = 68.' <<<"$preview" &&
+   ! grep -qF '17 * 3 = 51, checking' <<<"$preview"; then
+  echo "ok: data preview: Qwen 3 writes the last answer's reasoning_content in its target, the earlier one is named as not written"
+else echo "FAIL: data preview of reasoning_content"; echo "$preview" | sed 's/^/    /'; FAILURES=$((FAILURES + 1)); fi
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -n 2 "$FDTRAIN" train "$TMP/reason.yaml" \
+  data.packing=false --run-dir "$TMP/reason_run" > "$TMP/reason.out" 2>&1
+warned=$(grep -c 'does not write these message texts: 1 assistant reasoning_content, 1 user lang' "$TMP/reason.out")
+if [ "$warned" = 1 ] && grep -q 'reason.jsonl:1 messages\[1\]' "$TMP/reason.out" &&
+   python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["data"]["not_written"]; sys.exit(d != {"assistant reasoning_content": 1, "user lang": 1})' \
+     "$TMP/reason_run/summary.json"; then
+  echo "ok: a 2-rank run warns once about the texts the template drops (the first's FILE:LINE); summary.json counts them"
+else echo "FAIL: the not-written warning ($warned times)"; cat "$TMP/reason.out"; FAILURES=$((FAILURES + 1)); fi
+python3 - "$TMP/big.jsonl" <<'PY'
+import json, sys
+rec = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [
+    {"id": "c1", "function": {"name": "f", "arguments": {"user_id": 9007199254740993}}}]}]}
+open(sys.argv[1], "w").write(json.dumps(rec) + "\n")
+PY
+expect_fail 2 'big.jsonl:1: messages\[1\]: tool_calls\[0\].function.arguments.user_id: 9007199254740993: the number is beyond 2\^53.*give it as a string' \
+  validate "$TMP/reason.yaml" "data.train=[$TMP/big.jsonl]"
 
 # --- malformed records: FILE:LINE and the reason, or skipped and counted.
 python3 - "$TMP/bad.jsonl" <<'PY'

@@ -16,8 +16,9 @@
 //     record's "tools", when it has that key), then --vars.
 //
 // Normalization (fdtrain's):
-//   message     {role, content, tool_calls?, tool_call_id?, name?} in that key order, role
-//               one of system (first only), user, assistant, tool; other keys are dropped.
+//   message     {role, content, tool_calls?, tool_call_id?, name?} in that key order, then
+//               the message's other keys as given (reasoning_content, ...); role one of
+//               system (first only), user, assistant, tool.
 //   content     a string; null or absent on an assistant message with tool_calls: "";
 //               a list of parts {"type": "text", "text": S}: with --parts NAME=pass the list
 //               as given (keys type then text), with join (the default) the texts joined
@@ -107,6 +108,8 @@ function normalize(record, how) {
         out[key] = m[key];
       }
     }
+    for (const [key, value] of Object.entries(m))
+      if (!["role", "content", "tool_calls", "tool_call_id", "name"].includes(key)) out[key] = value;
     return out;
   });
   if (record.tools !== undefined && record.tools !== null) {

@@ -313,6 +313,19 @@ TEST(ChatTools, MalformedToolRecordsAreRefusedWithTheirLine) {
        {"tool_calls[0].function: missing \"name\""}},
       {ok_user + R"(, {"role": "assistant", "content": "x", "tool_call_id": "a"})",
        {"messages[1]: \"tool_call_id\" on an assistant message"}},
+      // Numbers a double cannot hold would render changed.
+      {ok_user + ", " + with_args(R"({"id": 9007199254740993})"),
+       {"messages[1]: tool_calls[0].function.arguments.id: 9007199254740993: the number is "
+        "beyond 2^53",
+        "give it as a string"}},
+      {ok_user + ", " + with_args(R"("{\"n\": [1, -9007199254740993]}")"),
+       {"tool_calls[0].function.arguments.n[1]: -9007199254740993: the number is beyond 2^53"}},
+      {ok_user + ", " + with_args(R"({"big": 123456789012345678901234567890})"),
+       {"tool_calls[0].function.arguments.big: 1.2345678901234568e+29"}},
+      {ok_user + R"(, {"role": "assistant", "content": "x", "reasoning_content": 7})",
+       {"messages[1]: \"reasoning_content\" is a number, not a string"}},
+      {ok_user + R"(, {"role": "assistant", "content": "x", "meta": {"n": 18446744073709551615}})",
+       {"messages[1].meta.n: 18446744073709551615: the number is beyond 2^53"}},
   };
   std::string file_text;
   for (const auto& c : cases) file_text += "{\"messages\": [" + c.messages + "]}\n";
@@ -336,6 +349,24 @@ TEST(ChatTools, MalformedToolRecordsAreRefusedWithTheirLine) {
   RecordStats stats;
   EXPECT_TRUE(read_records({path}, skip, &stats).empty());
   EXPECT_EQ(stats.skipped, int64_t(std::size(cases)) + 1);
+  expect_usage_error(
+      [&] {
+        read_records(
+            {write_bytes("tools_big.jsonl",
+                         R"({"messages": [{"role": "user", "content": "x"}, )"
+                         R"({"role": "assistant", "content": "y"}], "tools": [{"type": )"
+                         R"("function", "function": {"name": "f", "max": 9007199254740993}}]})"
+                         "\n")},
+            RecordOptions{}, nullptr);
+      },
+      {"tools_big.jsonl:1:", "tools[0].function.max: 9007199254740993: the number is beyond 2^53"});
+  // 2^53 itself, and a number with a fraction, are held exactly: kept.
+  Record exact;
+  EXPECT_EQ(parse_record(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", )"
+                         R"("tool_calls": [{"function": {"name": "f", "arguments": )"
+                         R"({"a": 9007199254740992, "b": -9007199254740992, "c": 0.25}}}]}]})",
+                         RecordOptions{}, &exact),
+            "");
   expect_usage_error(
       [&] {
         read_records({write_bytes("tools.jsonl",
@@ -375,6 +406,93 @@ TEST(ChatTools, ATemplateWithoutToolCallsIsRefused) {
                      {"chat_tools_records.jsonl:1", "messages[1] (assistant)",
                       "does not write this message's "
                       "tool calls"});
+}
+
+// A message's other keys reach the template as Hugging Face passes them: Qwen 3 writes an
+// assistant's reasoning_content in its think block (after the last user message only).
+TEST(ChatTools, ReasoningAndOtherKeysRenderAsHuggingFace) {
+  if (!npm_installed()) GTEST_SKIP() << "tests/fixtures/npm is not installed";
+  std::vector<const Family*> all;
+  for (const Family& f : kFamilies) all.push_back(&f);
+  check_file("chat_reasoning_records.jsonl", all, R"({"date_string": "26 Jul 2024"})");
+}
+
+// The reasoning the template writes is the model's to write (in the target); what it drops
+// is named, message by message, and counted by the dataset.
+TEST(ChatTools, ReasoningIsTrainedWhereWrittenAndDroppedTextsAreNamed) {
+  const std::string path = (kSource / "tests/data/chat_reasoning_records.jsonl").string();
+  const std::vector<Record> records = read_records({path}, RecordOptions{}, nullptr);
+  ASSERT_EQ(records.size(), 4u);
+  auto key_list = [](const RenderedChat& rc) {
+    std::vector<std::string> out;
+    for (const NotWritten& n : rc.not_written)
+      out.push_back(fmt::format("{} {}", n.message, n.key));
+    return out;
+  };
+  const ChatTemplate qwen3 = ChatTemplate::load("", model_dir("qwen3"));
+  const std::vector<std::string> special = tokenizer("qwen3")->special_tokens();
+  RenderedChat rc = qwen3.render_targets(records[0], special);
+  ASSERT_EQ(rc.targets.size(), 2u);
+  auto span = [&](size_t i) {
+    return rc.text.substr(size_t(rc.targets[i].begin),
+                          size_t(rc.targets[i].end - rc.targets[i].begin));
+  };
+  EXPECT_EQ(span(0), "51.<|im_end|>");
+  EXPECT_EQ(span(1), "<think>\n51 + 17 = 68.\n</think>\n\n68.<|im_end|>");
+  EXPECT_EQ(key_list(rc), std::vector<std::string>{"1 reasoning_content"});
+  // A call turn after the last user message keeps its reasoning, before its call.
+  rc = qwen3.render_targets(records[1], special);
+  ASSERT_EQ(rc.targets.size(), 2u);
+  EXPECT_TRUE(
+      span(0).starts_with("<think>\nThe user wants the weather; call get_weather.\n"
+                          "</think>\n\n<tool_call>\n"))
+      << span(0);
+  EXPECT_EQ(span(1), "<think>\nThe tool says 3 C.\n</think>\n\nIt is 3 C in Oslo.<|im_end|>");
+  EXPECT_TRUE(rc.not_written.empty());
+  // A string key no template reads is named; a number or null is not looked for.
+  rc = qwen3.render_targets(records[2], special);
+  EXPECT_EQ(key_list(rc), std::vector<std::string>{"0 lang"});
+  // Llama 3.2 writes no reasoning.
+  const ChatTemplate llama = ChatTemplate::load("", model_dir("llama3_2"));
+  rc = llama.render_targets(records[0], tokenizer("llama3_2")->special_tokens());
+  EXPECT_EQ(key_list(rc), (std::vector<std::string>{"1 reasoning_content", "3 reasoning_content"}));
+
+  // The dataset counts them by role and key, and says where the first is.
+  ExampleOptions o;
+  o.train_files = {path};
+  o.val_fraction = 0;
+  o.seq_len = 512;
+  o.tokenizer = tokenizer("qwen3");
+  o.vocab_size = o.tokenizer->vocab_size();
+  o.chat_template =
+      std::make_shared<const ChatTemplate>(ChatTemplate::load("", model_dir("qwen3")));
+  ExampleDataset d(o);
+  EXPECT_EQ(d.stats().not_written,
+            (std::map<std::string, int64_t>{{"assistant reasoning_content", 1}, {"user lang", 1}}));
+  const std::string warning = d.not_written_warning();
+  EXPECT_NE(warning.find("1 assistant reasoning_content, 1 user lang"), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("chat_reasoning_records.jsonl:1 messages[1]"), std::string::npos)
+      << warning;
+}
+
+// A generation prompt that ends inside a special token: the target starts at the token, so
+// that the model is trained to write all of it and the text is not tokenized apart.
+TEST(ChatTools, ATargetNeverStartsInsideASpecialToken) {
+  const ChatTemplate t = ChatTemplate::from_source(
+      "{%- for m in messages -%}"
+      "{%- if m.role == 'user' -%}<|user|>{{ m.content }}<|end|>"
+      "{%- else -%}<|assistant|>{{ m.content }}<|end|>{%- endif -%}"
+      "{%- endfor -%}"
+      "{%- if add_generation_prompt -%}<|assistant|><|thi{%- endif -%}",
+      "test template", "", "");
+  Record r;
+  r.messages = {{"user", "Q"}, {"assistant", "<|think|>R<|/think|>A"}};
+  r.where = "test";
+  const RenderedChat rc =
+      t.render_targets(r, {"<|user|>", "<|assistant|>", "<|end|>", "<|think|>", "<|/think|>"});
+  ASSERT_EQ(rc.targets.size(), 1u);
+  EXPECT_EQ(rc.text.substr(size_t(rc.targets[0].begin)), "<|think|>R<|/think|>A<|end|>");
 }
 
 }  // namespace
