@@ -31,6 +31,7 @@
 #include "lib/engine/assemble.h"
 #include "lib/engine/build_run.h"
 #include "lib/engine/checkpointing.h"
+#include "lib/engine/estimate.h"
 #include "lib/engine/generate.h"
 #include "lib/engine/process_memory.h"
 #include "lib/engine/rank_agreement.h"
@@ -1076,17 +1077,8 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
         {"total", est.total()}}},
   });
   // The head + loss's chunk plan (the last training step's; null where rank 0 runs no head).
-  if (const ops::HeadChunkPlan& h = model_->head_plan(); h.rows > 0) {
-    summary["head_plan"] = {{"rows", h.rows},
-                            {"vocab", h.vocab},
-                            {"chunk_rows", h.chunk_rows},
-                            {"chunks", h.chunks},
-                            {"logits_bytes", h.logits_bytes},
-                            {"budget_bytes", h.budget_bytes},
-                            {"kept", h.one_chunk() && recipe_.device != config::DeviceName::kCuda}};
-  } else {
-    summary["head_plan"] = nullptr;
-  }
+  summary["head_plan"] =
+      head_plan_json(model_->head_plan(), recipe_.device == config::DeviceName::kCuda);
   // GPU runs: which kernels ran (rank 0's process): the device check proves its paths with it.
   if (recipe_.device == config::DeviceName::kCuda) {
     const CudaAttentionLaunches a = cuda_attention_launches();
