@@ -5,7 +5,9 @@
 // Deterministic: cross_entropy_forward writes each row's loss term (fp64, as
 // the CPU sums them) to scratch, and one block sums them in a fixed order.
 // linear_cross_entropy_forward runs the same row kernel on each chunk's
-// logits (rows offset into the same scratch) and the same final sum; its
+// logits (rows offset into the same scratch) and the same final sum (the _kept
+// pair: one chunk, logits in the operands' dtype, kept for the backward, which
+// turns them into dlogits in place: no second logits GEMM); its
 // backward turns each chunk's recomputed logits into dlogits with the
 // cross-entropy backward kernel in its overwriting form, and the GEMMs
 // accumulate dh and dweight chunk after chunk (cuBLASLt's fixed algorithm per
@@ -199,8 +201,8 @@ void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, c
 
 void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, const int32_t* targets,
                                   int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
-                                  int ignore_index, float* scratch, float* lse, float* loss,
-                                  int32_t* count) {
+                                  int ignore_index, float* scratch, void* kept, float* lse,
+                                  float* loss, int32_t* count) {
   constexpr const char* kWhat = "linear_cross_entropy_forward";
   require(rows >= 0 && C >= 0 && V >= 0, kWhat, "negative size");
   require(chunk_rows > 0, kWhat, "chunk_rows must be positive");
@@ -218,18 +220,24 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, cons
   require_ptr(h, kWhat, "h");
   require_ptr(weight, kWhat, "weight");
   require_ptr(targets, kWhat, "targets");
-  require_ptr(scratch, kWhat, "scratch");
+  require_ptr(kept != nullptr ? kept : scratch, kWhat, kept != nullptr ? "kept" : "scratch");
   require_ptr(lse, kWhat, "lse");
+  require(kept == nullptr || chunk_rows >= rows, kWhat, "kept logits need one chunk");
   const size_t row_bytes = size_t(C) * dt_size(dt);
   const int64_t ld = head_stride(V);  // the scratch's padded rows
   DeviceScratch term(size_t(rows) * sizeof(double));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = chunk_rows < rows - r0 ? chunk_rows : rows - r0;
     const void* h_chunk = static_cast<const char*>(h) + size_t(r0) * row_bytes;
-    // logits (n, V) = h_chunk (n, C) @ weight^T (C, V), fp32, rows ld apart
-    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, ld, DT::kF32);
-    cross_entropy_rows_kernel<DT::kF32><<<capped_grid(n), kCeBlock, 0, s>>>(
-        scratch, ld, targets + r0, n, V, ignore_index, lse + r0, term.as<double>() + r0);
+    // logits (n, V) = h_chunk (n, C) @ weight^T (C, V), rows ld apart: fp32 into the scratch,
+    // or in dt into `kept`
+    const DT logits_dt = kept != nullptr ? dt : DT::kF32;
+    void* logits = kept != nullptr ? kept : static_cast<void*>(scratch);
+    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, logits, ld, logits_dt);
+    dispatch_dt(logits_dt, [&]<DT kL>() {
+      cross_entropy_rows_kernel<kL><<<capped_grid(n), kCeBlock, 0, s>>>(
+          logits, ld, targets + r0, n, V, ignore_index, lse + r0, term.as<double>() + r0);
+    });
     check_launch(kWhat);
   }
   cross_entropy_loss_kernel<<<1, kCeFinalBlock, 0, s>>>(targets, term.as<double>(), rows,
@@ -240,8 +248,8 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, cons
 void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, const int32_t* targets,
                                    const float* lse, const float* dloss, const int32_t* count,
                                    int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
-                                   int ignore_index, float* scratch, void* scratch16, void* dh,
-                                   DT dh_dt, void* dweight, DT dw_dt) {
+                                   int ignore_index, float* scratch, void* scratch16, void* kept,
+                                   void* dh, DT dh_dt, void* dweight, DT dw_dt) {
   constexpr const char* kWhat = "linear_cross_entropy_backward";
   require(rows >= 0 && C >= 0 && V >= 0, kWhat, "negative size");
   require(chunk_rows > 0, kWhat, "chunk_rows must be positive");
@@ -253,22 +261,31 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
   require_ptr(lse, kWhat, "lse");
   require_ptr(dloss, kWhat, "dloss");
   require_ptr(count, kWhat, "count");
-  require_ptr(scratch, kWhat, "scratch");
-  require(dt == DT::kF32 || scratch16 != nullptr, kWhat, "16-bit operands need scratch16");
+  require(kept == nullptr || chunk_rows >= rows, kWhat, "kept logits need one chunk");
+  if (kept == nullptr) {
+    require_ptr(scratch, kWhat, "scratch");
+    require(dt == DT::kF32 || scratch16 != nullptr, kWhat, "16-bit operands need scratch16");
+  }
   const size_t row_bytes = size_t(C) * dt_size(dt);
   const size_t dh_row_bytes = size_t(C) * dt_size(dh_dt);
-  void* dlogits = dt == DT::kF32 ? static_cast<void*>(scratch) : scratch16;
-  const int64_t ld = head_stride(V);  // both scratches' padded rows
+  // The logits (fp32 scratch, recomputed; or the forward's, kept in dt) and the dlogits (in
+  // dt: in place where the two dtypes agree).
+  const DT logits_dt = kept != nullptr ? dt : DT::kF32;
+  void* logits = kept != nullptr ? kept : static_cast<void*>(scratch);
+  void* dlogits = kept != nullptr || dt == DT::kF32 ? logits : scratch16;
+  const int64_t ld = head_stride(V);  // every buffer's padded rows
   cudaStream_t s = stream();
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = chunk_rows < rows - r0 ? chunk_rows : rows - r0;
     const void* h_chunk = static_cast<const char*>(h) + size_t(r0) * row_bytes;
-    gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, scratch, ld, DT::kF32);
-    dispatch_dt(dt, [&]<DT kD>() {
+    if (kept == nullptr) {
+      gemm(false, true, n, V, C, 1.0f, h_chunk, C, weight, C, dt, 0.0f, logits, ld, DT::kF32);
+    }
+    dispatch_dt(logits_dt, dt, [&]<DT kL, DT kD>() {
       const VecSplit split =
-          vec_split_rows(V, ld, vec_width_of<DT::kF32, kD>(), all_vec_aligned(scratch, dlogits));
-      cross_entropy_backward_kernel<DT::kF32, kD, true><<<capped_grid(n), kCeBlock, 0, s>>>(
-          scratch, ld, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits, split);
+          vec_split_rows(V, ld, vec_width_of<kL, kD>(), all_vec_aligned(logits, dlogits));
+      cross_entropy_backward_kernel<kL, kD, true><<<capped_grid(n), kCeBlock, 0, s>>>(
+          logits, ld, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits, split);
     });
     check_launch(kWhat);
     // dh_chunk (n, C) += dlogits (n, V) @ weight (V, C)
@@ -276,7 +293,7 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
       void* dh_chunk = static_cast<char*>(dh) + size_t(r0) * dh_row_bytes;
       gemm(false, false, n, C, V, 1.0f, dlogits, ld, weight, C, dt, 1.0f, dh_chunk, C, dh_dt);
     }
-    // dweight (V, C) += dlogits^T (V, n) @ h_chunk (n, C)
+    // dweight (V, C) += dlogits^T (V, n) @ h_chunk (n, C): K is every row with one chunk
     if (dweight != nullptr) {
       gemm(true, false, V, C, n, 1.0f, dlogits, ld, h_chunk, C, dt, 1.0f, dweight, C, dw_dt);
     }

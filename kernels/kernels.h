@@ -268,22 +268,28 @@ constexpr int64_t head_stride(int64_t V) { return (V + 127) / 128 * 128; }
 // h (rows, C) and weight (V, C) share dt. For each chunk of chunk_rows rows, logits =
 // h_chunk weight^T (gemm, fp32 into `scratch`: min(chunk_rows, rows) rows of
 // head_stride(V) floats, V of them used), then the row pass of cross_entropy_forward; at
-// the end the same fixed-order loss pass.
+// the end the same fixed-order loss pass. With `kept` (llm.c's head: one chunk,
+// chunk_rows >= rows, while recording) the logits of every row go into `kept` instead, in
+// dt (rows x head_stride(V); fp32 accumulation rounded once to dt), for the backward; the
+// scratch is then unused (may be null).
 // Writes lse, *loss and *count as cross_entropy_forward (lse 0 for ignored rows).
 void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, const int32_t* targets,
                                   int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
-                                  int ignore_index, float* scratch, float* lse, float* loss,
-                                  int32_t* count);
+                                  int ignore_index, float* scratch, void* kept, float* lse,
+                                  float* loss, int32_t* count);
 // Recomputes each chunk's logits into `scratch`, turns them into dlogits =
 // (*dloss / *count) (softmax - onehot) (0 for ignored rows, and for every row when
 // count is 0), in place for f32 and into `scratch16` (the same shape and stride in dt) for 16-bit
 // operands, then dh_chunk += dlogits weight and dweight += dlogits^T h_chunk (gemm,
-// fp32 accumulation). dh or dweight may be null to skip; each is dt or f32.
+// fp32 accumulation). With `kept` (the forward's) there is no logits GEMM: one pass turns
+// the kept logits into dlogits in place, then the two GEMMs over every row (dweight's at
+// full K); scratch and scratch16 are unused. dh or dweight may be null to skip; each is dt
+// or f32.
 void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, const int32_t* targets,
                                    const float* lse, const float* dloss, const int32_t* count,
                                    int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
-                                   int ignore_index, float* scratch, void* scratch16, void* dh,
-                                   DT dh_dt, void* dweight, DT dw_dt);
+                                   int ignore_index, float* scratch, void* scratch16, void* kept,
+                                   void* dh, DT dh_dt, void* dweight, DT dw_dt);
 
 // Column sums for the bias gradient: dbias[j] += sum over i < M of dy[i, j].
 void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT db_dt);

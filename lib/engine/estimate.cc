@@ -517,11 +517,8 @@ Estimate estimate(const config::Recipe& r, int world, int nodes) {
     act.peak = most.activations;
     act.peak_at = most.peak_at;
     act.eval_peak = most.eval_peak;
-    // The counting device plans as the CPU does; a GPU run plans at the 64 MiB minimum.
     act.head_on_gpu = r.device == config::DeviceName::kCuda;
-    act.head_plan = act.head_on_gpu && most.head_plan.rows > 0
-                        ? ops::head_chunk_plan(most.head_plan.rows, most.head_plan.vocab, 0)
-                        : most.head_plan;
+    act.head_plan = most.head_plan;
     // What each segment's forward added to the saved set (micro-batch 0), by
     // its role: the embedding, the blocks, then the head and the loss (all
     // that was saved after the segment before it).
@@ -1042,25 +1039,21 @@ std::string format_estimate(const Estimate& e) {
         "", "  ", 96);
   }
   if (const ops::HeadChunkPlan& h = e.activations.head_plan; h.rows > 0) {
-    const std::string budget =
-        e.activations.head_on_gpu
-            ? fmt::format("budget {}: a GPU run recomputes each chunk's logits in backward",
-                          human(h.budget_bytes))
-            : fmt::format(
-                  "budget {}: 16 x hidden x layers x rows fp32 words, about what the blocks keep "
-                  "without checkpointing, at least {}",
-                  human(h.budget_bytes), human(ops::kHeadMinBudgetBytes));
+    const std::string budget = fmt::format(
+        "budget {}: 16 x hidden x layers x rows fp32 words, about what the blocks keep without "
+        "checkpointing, at least {}",
+        human(h.budget_bytes), human(ops::kHeadMinBudgetBytes));
+    const char* kept = e.activations.head_on_gpu
+                           ? "kept in the compute dtype and turned into the gradient in place"
+                           : "kept as the softmax";
     out += wrapped(
-        h.one_chunk() && !e.activations.head_on_gpu
-            ? fmt::format("Head + loss: {} rows x {} logits in one chunk ({} of fp32 logits; {}), "
-                          "kept as the softmax for the backward (no second logits GEMM; a GPU "
-                          "run chunks at {} and recomputes).",
-                          h.rows, h.vocab, human(h.logits_bytes), budget,
-                          human(ops::kHeadMinBudgetBytes))
-            : fmt::format("Head + loss: {} rows x {} logits in {} chunk{} of {} rows ({} of fp32 "
+        h.one_chunk()
+            ? fmt::format("Head + loss: {} rows x {} logits in one chunk ({} as fp32 logits; {}), "
+                          "{} for the backward (no second logits GEMM; dW over every row).",
+                          h.rows, h.vocab, human(h.logits_bytes), budget, kept)
+            : fmt::format("Head + loss: {} rows x {} logits in {} chunks of {} rows ({} of fp32 "
                           "logits each; {}), each chunk's logits recomputed in backward.",
-                          h.rows, h.vocab, h.chunks, h.chunks == 1 ? "" : "s", h.chunk_rows,
-                          human(h.logits_bytes), budget),
+                          h.rows, h.vocab, h.chunks, h.chunk_rows, human(h.logits_bytes), budget),
         "", "  ", 96);
   }
   line("");
@@ -1069,7 +1062,7 @@ std::string format_estimate(const Estimate& e) {
   return out;
 }
 
-nlohmann::ordered_json head_plan_json(const ops::HeadChunkPlan& h, bool on_gpu) {
+nlohmann::ordered_json head_plan_json(const ops::HeadChunkPlan& h) {
   if (h.rows == 0) return nullptr;
   return {{"rows", h.rows},
           {"vocab", h.vocab},
@@ -1077,7 +1070,7 @@ nlohmann::ordered_json head_plan_json(const ops::HeadChunkPlan& h, bool on_gpu) 
           {"chunks", h.chunks},
           {"logits_bytes", h.logits_bytes},
           {"budget_bytes", h.budget_bytes},
-          {"kept", h.one_chunk() && !on_gpu}};
+          {"kept", h.one_chunk()}};
 }
 
 nlohmann::ordered_json estimate_json(const Estimate& e) {
@@ -1144,8 +1137,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                       {"peak", e.activations.peak},
                       {"peak_at", e.activations.peak_at},
                       {"eval_peak", e.activations.eval_peak}};
-  if (e.activations.head_plan.rows > 0)
-    j["head_plan"] = head_plan_json(e.activations.head_plan, e.activations.head_on_gpu);
+  if (e.activations.head_plan.rows > 0) j["head_plan"] = head_plan_json(e.activations.head_plan);
   // The per-rank memory figures both tables give, in this order.
   auto memory = [](nlohmann::ordered_json& o, const StageEstimate& s) {
     o["params"] = s.model_states.params;

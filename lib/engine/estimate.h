@@ -60,16 +60,15 @@ struct ActivationEstimate {
   std::string peak_at;    // the moment of the peak, e.g. "block 1 backward (matmul)"
   int64_t eval_peak = 0;  // the highest point of an evaluation batch (no grad)
   // The training step's head + loss: its rows, chunks and logits (ops::head_chunk_plan; rows 0
-  // when no rank ran one), as the recipe's device plans it (Decoder::head_chunk_rows: a GPU
-  // run keeps the 64 MiB minimum and recomputes each chunk).
+  // when no rank ran one). The GPU plans alike (Decoder::head_chunk_rows).
   ops::HeadChunkPlan head_plan;
-  bool head_on_gpu = false;  // device: cuda
+  bool head_on_gpu = false;  // device: cuda (what is kept: the logits in the compute dtype)
 };
 
 // The head_plan object of summary.json and `estimate --json` (docs/RUN_DIR.md): rows, vocab,
-// chunk_rows, chunks, logits_bytes, budget_bytes, kept (one chunk on the CPU: the softmax is
-// kept for the backward; a GPU run recomputes); null when rows is 0 (no head on this rank).
-nlohmann::ordered_json head_plan_json(const ops::HeadChunkPlan& h, bool on_gpu);
+// chunk_rows, chunks, logits_bytes, budget_bytes, kept (one chunk: the logits are kept for the
+// backward, no second logits GEMM); null when rows is 0 (no head on this rank).
+nlohmann::ordered_json head_plan_json(const ops::HeadChunkPlan& h);
 
 struct StageEstimate {
   int stage = 0;

@@ -132,8 +132,7 @@ Variable PreferenceHead::head(const Variable& h, const Variable& weight, const T
   const Tensor my_targets = mine(targets);
   // The model's plan (one chunk, its logits kept, when they fit what the forward holds).
   const int64_t chunk_rows =
-      chunk_rows_ > 0 ? chunk_rows_
-                      : model_->head_chunk_rows(h.shape().rows(), weight.value().is_cuda());
+      chunk_rows_ > 0 ? chunk_rows_ : model_->head_chunk_rows(h.shape().rows());
   // Tensor parallelism: this rank's rows of the head; with Megatron's sequence parallelism h
   // is the gathered sequence, whose backward sums the dh partials.
   Variable logps = tp_.enabled() ? ops::vocab_parallel_token_logps(

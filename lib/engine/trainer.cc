@@ -1077,8 +1077,7 @@ nlohmann::json Trainer::finish(RunReport& report, const Ending& end) {
         {"total", est.total()}}},
   });
   // The head + loss's chunk plan (the last training step's; null where rank 0 runs no head).
-  summary["head_plan"] =
-      head_plan_json(model_->head_plan(), recipe_.device == config::DeviceName::kCuda);
+  summary["head_plan"] = head_plan_json(model_->head_plan());
   // GPU runs: which kernels ran (rank 0's process): the device check proves its paths with it.
   if (recipe_.device == config::DeviceName::kCuda) {
     const CudaAttentionLaunches a = cuda_attention_launches();

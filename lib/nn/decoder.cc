@@ -940,7 +940,7 @@ Variable Decoder::final_norm(const Variable& x) const { return norm(x, final_w_,
 
 Variable Decoder::head_weight() const { return base_var(lm_head_ ? *lm_head_ : *embed_w_); }
 
-int64_t Decoder::head_chunk_rows(int64_t rows, bool gpu) const {
+int64_t Decoder::head_chunk_rows(int64_t rows) const {
   // A vocabulary-parallel head plans for the largest shard, the same on every rank of the group.
   const int64_t vocab =
       tp_.enabled() ? (config_.vocab_size + tp_.size - 1) / tp_.size : config_.vocab_size;
@@ -948,11 +948,10 @@ int64_t Decoder::head_chunk_rows(int64_t rows, bool gpu) const {
   // holds (activation checkpointing, a pipeline's split, ZeRO stage) nor differ between the ranks
   // of a group that issue collectives per chunk. 16 x C x L x R fp32 words: about what the
   // blocks keep for their backward without checkpointing (docs/ZERO.md: a GPT-2 block keeps
-  // 16RC + 4R + HR words; a Llama block about as much). The GPU head recomputes its chunks and
-  // holds three buffers of a chunk in backward, so it keeps the 64 MiB minimum.
+  // 16RC + 4R + HR words; a Llama block about as much). The same on the GPU, whose one-chunk
+  // head keeps its logits in the operands' dtype (half the fp32 plan's bytes for 16-bit).
   const int64_t budget =
-      gpu ? 0
-          : int64_t{16} * config_.hidden_size * config_.num_layers * rows * int64_t(sizeof(float));
+      int64_t{16} * config_.hidden_size * config_.num_layers * rows * int64_t(sizeof(float));
   head_plan_ = ops::head_chunk_plan(rows, vocab, budget);
   return head_plan_.chunk_rows;
 }
@@ -1057,7 +1056,7 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
         const Variable w = head_weight();
         if (sp_.enabled()) {  // this rank's share of the micro-batch's mean
           const Variable h = final_norm(in);
-          const int64_t chunk = head_chunk_rows(h.shape().rows(), w.value().is_cuda());
+          const int64_t chunk = head_chunk_rows(h.shape().rows());
           const Variable mean = tp_.enabled() ? ops::vocab_parallel_cross_entropy(
                                                     h, w, targets, vocab_begin_, config_.vocab_size,
                                                     *tp_.group, -1, chunk)
@@ -1070,13 +1069,12 @@ Variable Decoder::stage_loss(int first, int last, const Tensor& tokens, const Te
           const bool sp = tp_.sequence_parallel;
           const Variable h =
               sp ? ops::gather_from_sequence_region(final_norm(in), *tp_.group) : final_norm(in);
-          return ops::vocab_parallel_cross_entropy(
-              h, w, targets, vocab_begin_, config_.vocab_size, *tp_.group, -1,
-              head_chunk_rows(h.shape().rows(), w.value().is_cuda()), !sp);
+          return ops::vocab_parallel_cross_entropy(h, w, targets, vocab_begin_, config_.vocab_size,
+                                                   *tp_.group, -1,
+                                                   head_chunk_rows(h.shape().rows()), !sp);
         }
         const Variable h = final_norm(in);
-        return ops::linear_cross_entropy(h, w, targets, -1,
-                                         head_chunk_rows(h.shape().rows(), w.value().is_cuda()));
+        return ops::linear_cross_entropy(h, w, targets, -1, head_chunk_rows(h.shape().rows()));
       },
       first, last, input);
 }

@@ -319,10 +319,10 @@ class Decoder : public Module {
   // vocabulary-parallel group plans alike: the budget is 16 x hidden x layers x rows fp32
   // words (about what the blocks keep for their backward without checkpointing), at least
   // 64 MiB; the head's rows are the vocabulary's (the largest shard's under tensor
-  // parallelism). On the GPU (gpu: the weight is there), which recomputes each chunk in
-  // backward, the 64 MiB minimum. Records the plan (head_plan()). A head installed by
+  // parallelism). The same on the GPU (its one-chunk head keeps the logits in the operands'
+  // dtype). Records the plan (head_plan()). A head installed by
   // set_head_loss calls it from within.
-  int64_t head_chunk_rows(int64_t rows, bool gpu) const;
+  int64_t head_chunk_rows(int64_t rows) const;
   // The plan of the last head + loss this model ran (training or evaluation): `fdtrain
   // estimate` shows it. Empty (rows 0, chunks 0) before the first.
   const ops::HeadChunkPlan& head_plan() const { return head_plan_; }

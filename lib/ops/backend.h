@@ -73,10 +73,11 @@ struct LinearCrossEntropySaved {
   int64_t host_count;  // CPU: the same count; meta: every row (targets are not read)
   int ignore_index;
   int64_t chunk_rows;
-  // CPU, one chunk over every row while recording: the forward's logits turned in place into
-  // softmax - onehot (fp32, rows x V, zero rows where the target is ignored), kept for the
-  // backward, which then needs no second logits GEMM. Undefined otherwise (the backward
-  // recomputes each chunk's logits).
+  // One chunk over every row while recording, kept for the backward, which then needs no
+  // second logits GEMM. CPU: the forward's logits turned in place into softmax - onehot
+  // (fp32, rows x V, zero rows where the target is ignored). CUDA: the logits in the
+  // operands' dtype (rows x kernels::head_stride(V)), which the backward turns into dlogits
+  // in place. Undefined otherwise (the backward recomputes each chunk's logits).
   Tensor dlogits = Tensor();
 };
 

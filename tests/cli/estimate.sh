@@ -239,15 +239,18 @@ else
     [ "$comm" = "$(stage_field 2 comm_bytes_per_step)" ]
 fi
 
-# The head's plan as the recipe's device makes it (summary.json's head_plan is the same
-# object): one chunk kept as the softmax on the CPU; a GPU run plans at the 64 MiB minimum
-# and recomputes, so nothing is kept.
-head=$(sed -E 's/.*"head_plan":\{([^}]*)\}.*/\1/' <<<"$flat")
-check "--json head_plan on the CPU: one chunk, kept ($head)" grep -q '"chunks":1,.*"kept":true' <<<"$head"
+# The head's plan (summary.json's head_plan is the same object): one chunk whose logits are
+# kept for the backward, on the CPU (the softmax) and on the GPU alike (the logits in the
+# compute dtype, turned into the gradient in place): the same plan for device: cuda.
+cpu=$("$FDTRAIN" estimate "$Q" "$TINY" --world-size 4 --json 2>&1 | tr -d ' \n')
 gpu=$("$FDTRAIN" estimate "$Q" "$TINY" device=cuda --world-size 4 --json 2>&1 | tr -d ' \n')
-head=$(sed -E 's/.*"head_plan":\{([^}]*)\}.*/\1/' <<<"$gpu")
-check "--json head_plan with device: cuda: the 64 MiB budget, not kept ($head)" \
-  grep -q '"budget_bytes":67108864,"kept":false' <<<"$head"
+head_cpu=$(sed -E 's/.*"head_plan":\{([^}]*)\}.*/\1/' <<<"$cpu")
+head_gpu=$(sed -E 's/.*"head_plan":\{([^}]*)\}.*/\1/' <<<"$gpu")
+check "--json head_plan: one chunk, kept ($head_cpu)" grep -q '"chunks":1,.*"kept":true' <<<"$head_cpu"
+check "--json head_plan with device: cuda: the same plan ($head_gpu)" [ "$head_gpu" = "$head_cpu" ]
+out=$("$FDTRAIN" estimate "$Q" "$TINY" device=cuda --world-size 4 2>&1 | tr '\n' ' ' | tr -s ' ')
+check "device: cuda: the head keeps its logits in the compute dtype" \
+  grep -q 'kept in the compute dtype and turned into the gradient in place' <<<"$out"
 
 # A world size below 1, or one the recipe's global batch does not fit, is refused.
 expect_fail 2 "--world-size must be >= 1, got 0" estimate "$Q" --world-size 0

@@ -355,7 +355,9 @@ TEST_P(GpuParity, Rope) {
 
 TEST_P(GpuParity, LinearCrossEntropy) {
   REQUIRE_GPU();
-  // 70 rows in chunks of 16 (the last one partial); rows 16-31 (a whole chunk) and
+  // 70 rows in chunks of 16 (the last one partial: fp32 logits per chunk, recomputed in the
+  // backward), and in one chunk (1024: the logits kept in the operands' dtype and turned
+  // into the gradient in place, the kernels' `kept` path); rows 16-31 (a whole chunk) and
   // every seventh row are ignored.
   const int64_t B = 2, T = 35, C = 48, V = 300, R = B * T;
   constexpr int kIgnore = -100;

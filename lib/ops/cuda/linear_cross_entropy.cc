@@ -4,11 +4,20 @@
 //
 // cuBLASLt wants both GEMM operands in one dtype. When h and weight agree that
 // dtype is theirs; otherwise both are computed in fp32 (a converted copy of
-// the 16-bit one: exact, as the CPU's fp32 copies). The chunk's logits are
-// always fp32 (one chunk x V scratch, as on the CPU, its rows padded to a
-// multiple of 128 elements: aligned for cuBLASLt); for 16-bit operands the
-// backward writes the chunk's dlogits in that dtype into a second scratch of
-// half the size, the operand of the two gradient GEMMs.
+// the 16-bit one: exact, as the CPU's fp32 copies).
+//
+// One chunk while recording (the plan's common case, as on the CPU): llm.c's head. The
+// logits of every row are computed once in the operands' dtype (bf16 logits for bf16
+// operands, fp32 accumulation) and kept; the backward turns them in place into dlogits in
+// one pass and runs the dh and dweight GEMMs over every row (dweight at full K). No
+// second logits GEMM, no fp32 logits. The loss is then that of the rounded logits, as
+// PyTorch's autocast computes it.
+//
+// Otherwise (several chunks, or no recording) each chunk's logits are fp32 (one chunk x V
+// scratch, as on the CPU, its rows padded to a multiple of 128 elements: aligned for
+// cuBLASLt), recomputed in the backward; for 16-bit operands the backward writes the
+// chunk's dlogits in that dtype into a second scratch of half the size, the operand of
+// the two gradient GEMMs.
 #include <algorithm>
 
 #include "lib/ops/backend.h"
@@ -46,13 +55,17 @@ Tensor linear_cross_entropy_forward(const Tensor& h, const Tensor& weight, const
   Tensor tg = gpu::device_ids(targets, V, kOp, true, ignore_index);
   const DType cdt = operand_dtype(h, weight);
   const Tensor hh = as_dtype(h, cdt), ww = as_dtype(weight, cdt);
-  Tensor scratch = chunk_scratch(h, chunk_rows, V, DType::kF32);
   Tensor loss = Tensor::empty(Shape{}, DType::kF32);
   Tensor count = Tensor::empty(Shape{}, DType::kI32);
+  *saved = {h, weight, Tensor(), lse, count, 0, ignore_index, chunk_rows};
+  // One chunk while recording: the logits in the operands' dtype, kept for the backward.
+  const bool keep = record && rows > 0 && chunk_rows >= rows;
+  Tensor scratch = keep ? Tensor() : chunk_scratch(h, chunk_rows, V, DType::kF32);
+  if (keep) saved->dlogits = chunk_scratch(h, rows, V, cdt);
   kernels::linear_cross_entropy_forward(
       hh.raw(), ww.raw(), gpu::dt(cdt), tg.data<int32_t>(), rows, C, V, chunk_rows, ignore_index,
-      scratch.data<float>(), lse.data<float>(), loss.data<float>(), count.data<int32_t>());
-  *saved = {h, weight, Tensor(), lse, count, 0, ignore_index, chunk_rows};
+      keep ? nullptr : scratch.data<float>(), keep ? saved->dlogits.raw() : nullptr,
+      lse.data<float>(), loss.data<float>(), count.data<int32_t>());
   if (record) {
     saved->targets = Tensor::empty(targets.shape(), DType::kI32);
     saved->targets.copy_from(tg);
@@ -78,14 +91,18 @@ void linear_cross_entropy_backward(const LinearCrossEntropySaved& s, const Tenso
   const int64_t C = s.h.shape().cols();
   const int64_t V = s.weight.shape()[0];
   const Tensor hh = as_dtype(s.h, cdt), ww = as_dtype(s.weight, cdt);
-  Tensor scratch = chunk_scratch(s.h, s.chunk_rows, V, DType::kF32);
-  Tensor scratch16 = cdt == DType::kF32 ? Tensor() : chunk_scratch(s.h, s.chunk_rows, V, cdt);
+  // The forward's logits when it kept them (turned into dlogits in place), else scratch.
+  const bool kept = s.dlogits.defined();
+  Tensor scratch = kept ? Tensor() : chunk_scratch(s.h, s.chunk_rows, V, DType::kF32);
+  Tensor scratch16 =
+      kept || cdt == DType::kF32 ? Tensor() : chunk_scratch(s.h, s.chunk_rows, V, cdt);
   kernels::linear_cross_entropy_backward(
       hh.raw(), ww.raw(), gpu::dt(cdt), s.targets.data<int32_t>(), s.lse.data<float>(),
       dloss.data<float>(), s.count.data<int32_t>(), rows, C, V, s.chunk_rows, s.ignore_index,
-      scratch.data<float>(), scratch16.defined() ? scratch16.raw() : nullptr,
-      want_dh ? dh.raw() : nullptr, gpu::dt(want_dh ? dh.dtype() : cdt),
-      want_dw ? dw.raw() : nullptr, gpu::dt(want_dw ? dw.dtype() : cdt));
+      kept ? nullptr : scratch.data<float>(), scratch16.defined() ? scratch16.raw() : nullptr,
+      kept ? s.dlogits.raw() : nullptr, want_dh ? dh.raw() : nullptr,
+      gpu::dt(want_dh ? dh.dtype() : cdt), want_dw ? dw.raw() : nullptr,
+      gpu::dt(want_dw ? dw.dtype() : cdt));
 }
 
 }  // namespace fd::ops::cuda
