@@ -180,8 +180,9 @@ class Template {
  public:
   // Parses `source` once. Throws jinja::Error for a syntax error, an
   // unsupported statement ("NAME:LINE:COL: unsupported statement 'extends'")
-  // or a filter or test @huggingface/jinja does not have ("unsupported filter
-  // 'count'"). Lines and columns count from 1; columns count code points.
+  // or a test @huggingface/jinja does not have ("unsupported test 'frob'"). A
+  // filter it does not have ("unsupported filter 'reject(...)'") fails where it
+  // runs, as there. Lines and columns count from 1; columns count code points.
   static Template parse(std::string_view source, std::string_view name,
                         TemplateOptions options = {});
 

@@ -468,8 +468,10 @@ StmtPtr Parser::parse_filter_block(Pos pos) {
   } else {
     filter->bad_filter = "unsupported filter expression";
   }
+  // A filter @huggingface/jinja has for no type fails where it runs, as there (a template
+  // that names one only on a path a conversation never takes still renders it).
   if (filter->bad_filter.empty() && !known_filter(filter->name, filter->has_args))
-    fail(filter->pos, "unsupported filter '" + filter->name + "'");
+    filter->bad_filter = "unsupported filter '" + filter->name + "'";
   s->expr = std::move(filter);
   expect(TokenType::kCloseStatement);
   parse_body(s->body, {"endfilter"}, "filter", pos);
@@ -680,8 +682,10 @@ ExprPtr Parser::parse_filter() {
         e->bad_filter = "unsupported filter expression after '" + e->name + "'";
       }
     }
+    // Unknown to @huggingface/jinja: an error where it runs, as there (Llama 3.1's template
+    // filters builtin_tools with reject(), which only a conversation with them reaches).
     if (e->bad_filter.empty() && !known_filter(e->name, e->has_args))
-      fail(e->pos, "unsupported filter '" + e->name + (e->has_args ? "(...)'" : "'"));
+      e->bad_filter = "unsupported filter '" + e->name + (e->has_args ? "(...)'" : "'");
     operand = std::move(e);
   }
   return operand;

@@ -31,8 +31,29 @@ using test_util::write_bytes;
 const fs::path kSource = FD_SOURCE_DIR;
 const fs::path kModels = kSource / "tests/fixtures/npm/node_modules/@lenml";
 
+// Llama 3.1's template with tools comes from @huggingface/ollama-utils, over Llama 3.2's
+// tokenizer (make_llama3_1_fixture.mjs), in a directory of this process's own.
+fs::path models_root(const std::string& name) {
+  if (name != "llama3_1") return kModels;
+  // Made once, removed when the process ends.
+  struct Fixture {
+    fs::path dir = fs::temp_directory_path() / fmt::format("fd_llama3_1_{}", ::getpid());
+    Fixture() {
+      const std::string cmd = fmt::format(
+          "node {} {}", (kSource / "tests/data/make_llama3_1_fixture.mjs").string(), dir.string());
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+    ~Fixture() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  };
+  static const Fixture fixture;
+  return fixture.dir;
+}
+
 std::string model_dir(const std::string& name) {
-  return (kModels / ("tokenizer-" + name) / "models").string();
+  return (models_root(name) / ("tokenizer-" + name) / "models").string();
 }
 
 std::shared_ptr<const text::Tokenizer> tokenizer(const std::string& name) {
@@ -50,12 +71,13 @@ bool npm_installed() {
 std::map<std::pair<std::string, int>, json> reference(const std::string& templates,
                                                       const std::string& records,
                                                       const std::string& vars,
-                                                      const std::string& parts = "") {
+                                                      const std::string& parts = "",
+                                                      const fs::path& models = kModels) {
   const fs::path out =
       fs::temp_directory_path() / fmt::format("fd_chat_tools_{}.jsonl", ::getpid());
   std::string cmd = fmt::format("node {} --models {} --templates {} --records {} --out {}",
                                 (kSource / "tests/data/chat_hf_reference.mjs").string(),
-                                kModels.string(), templates, records, out.string());
+                                models.string(), templates, records, out.string());
   if (!vars.empty()) cmd += " --vars '" + vars + "'";
   if (!parts.empty()) cmd += " --parts " + parts;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -79,6 +101,7 @@ struct Family {
   const char* eot;
 };
 const Family kFamilies[] = {
+    {"llama3_1", {"<|start_header_id|>assistant<|end_header_id|>\n\n"}, "<|eot_id|>"},
     {"llama3_2", {"<|start_header_id|>assistant<|end_header_id|>\n\n"}, "<|eot_id|>"},
     {"qwen2_5", {"<|im_start|>assistant\n"}, "<|im_end|>"},
     {"qwen3", {"<|im_start|>assistant\n"}, "<|im_end|>"},
@@ -93,19 +116,19 @@ void check_file(const std::string& file, const std::vector<const Family*>& famil
   const std::string path = (kSource / "tests/data" / file).string();
   RecordOptions o;
   const std::vector<Record> records = read_records({path}, o, nullptr);
-  std::string names;
-  for (const Family* f : families) names += (names.empty() ? "" : ",") + std::string(f->name);
-  const auto ref = reference(names, path, vars);
+  std::map<std::pair<std::string, int>, json> ref;
+  for (const Family* f : families)
+    ref.merge(reference(f->name, path, vars, "", models_root(f->name)));
   int compared = 0;
   for (const Family* f : families) {
     ChatTemplate t = ChatTemplate::load("", model_dir(f->name));
     EXPECT_FALSE(t.iterates_parts()) << f->name;
     if (!vars.empty()) {
-      // Only Llama 3.2 reads date_string: the others name it as unread.
+      // Only Llama 3.1 and 3.2 read date_string: the others name it as unread.
       const std::vector<std::string> unread =
           t.set_variables(nlohmann::ordered_json::parse(vars), "vars");
       const bool date = vars.find("date_string") != std::string::npos;
-      EXPECT_EQ(unread, date && std::string(f->name) != "llama3_2"
+      EXPECT_EQ(unread, date && !std::string(f->name).starts_with("llama3_")
                             ? std::vector<std::string>{"date_string"}
                             : std::vector<std::string>{});
     }
@@ -173,13 +196,16 @@ TEST(ChatTools, Qwen3WithoutThinkingRendersAsHuggingFace) {
 
 TEST(ChatTools, ParallelCallsRenderAsHuggingFace) {
   if (!npm_installed()) GTEST_SKIP() << "tests/fixtures/npm is not installed";
-  check_file("chat_tools_parallel.jsonl", {&kFamilies[1], &kFamilies[2], &kFamilies[3]}, "");
-  // Llama 3.2 allows one call per message: its own raise_exception, with the record's line.
+  check_file("chat_tools_parallel.jsonl", {&kFamilies[2], &kFamilies[3], &kFamilies[4]}, "");
+  // Llama 3.1 and 3.2 allow one call per message: their raise_exception, with the record's
+  // line.
   const std::string path = (kSource / "tests/data/chat_tools_parallel.jsonl").string();
   const std::vector<Record> records = read_records({path}, RecordOptions{}, nullptr);
-  ChatTemplate t = ChatTemplate::load("", model_dir("llama3_2"));
-  expect_usage_error([&] { t.render(records[0], false); },
-                     {"chat_tools_parallel.jsonl:1", "only supports single tool-calls"});
+  for (const char* name : {"llama3_1", "llama3_2"}) {
+    ChatTemplate t = ChatTemplate::load("", model_dir(name));
+    expect_usage_error([&] { t.render(records[0], false); },
+                       {"chat_tools_parallel.jsonl:1", "only supports single tool-calls"});
+  }
 }
 
 // Qwen 3's last answer: with thinking on (the default) the model writes its (empty) think
