@@ -416,12 +416,14 @@ std::vector<Extent> extents(const jinja::Rendered& r, size_t messages) {
 }
 
 // Whether `value` (a message's text) is in the rendering: by its tag (`slot` of the
-// message's Extent), or, 8 bytes or longer (shorter ones are found by chance: "en" in
-// <|im_end|>), as given or as JSON writes it (a tool result through tojson, which keeps no
-// tag).
-bool written(const Extent& x, int32_t slot, const std::string& value, const std::string& text) {
+// message's Extent), or as given or as JSON writes it (a tool result through tojson, which
+// keeps no tag: Llama 3's templates write every tool result so). `any_length` false: only
+// a value of 8 bytes or more is searched for (a short one of another key is found by
+// chance: "en" in <|im_end|>); a message's content is searched for whatever its length.
+bool written(const Extent& x, int32_t slot, const std::string& value, const std::string& text,
+             bool any_length) {
   if (value.empty() || (slot >= 0 && (x.slots >> slot & 1u))) return true;
-  if (value.size() < 8) return false;
+  if (!any_length && value.size() < 8) return false;
   if (text.find(value) != std::string::npos) return true;
   const std::string quoted = nlohmann::json(value).dump();
   return text.find(quoted.substr(1, quoted.size() - 2)) != std::string::npos;
@@ -433,14 +435,14 @@ std::vector<NotWritten> not_written(const Record& r, const std::vector<Extent>& 
   std::vector<NotWritten> out;
   for (size_t i = 0; i < r.messages.size(); ++i) {
     const Message& m = r.messages[i];
-    if (!written(ext[i], 0, m.content, text)) out.push_back({i, "content"});
+    if (!written(ext[i], 0, m.content, text, true)) out.push_back({i, "content"});
     if (m.extra.empty()) continue;
     int32_t k = 0;
     const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(m.extra);
     for (const auto& [key, value] : extra.items()) {
       const int32_t slot = k < kTagStride - 2 ? 2 + k : -1;
       ++k;
-      if (value.is_string() && !written(ext[i], slot, value.get<std::string>(), text))
+      if (value.is_string() && !written(ext[i], slot, value.get<std::string>(), text, false))
         out.push_back({i, key});
     }
   }

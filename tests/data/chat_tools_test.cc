@@ -478,10 +478,22 @@ TEST(ChatTools, ReasoningIsTrainedWhereWrittenAndDroppedTextsAreNamed) {
   // A string key no template reads is named; a number or null is not looked for.
   rc = qwen3.render_targets(records[2], special);
   EXPECT_EQ(key_list(rc), std::vector<std::string>{"0 lang"});
-  // Llama 3.2 writes no reasoning.
+  // Llama 3.2 writes no reasoning; its tool results go through tojson (no tags), and are
+  // found as JSON writes them, short ones too.
   const ChatTemplate llama = ChatTemplate::load("", model_dir("llama3_2"));
   rc = llama.render_targets(records[0], tokenizer("llama3_2")->special_tokens());
   EXPECT_EQ(key_list(rc), (std::vector<std::string>{"1 reasoning_content", "3 reasoning_content"}));
+  Record short_result;
+  ASSERT_EQ(parse_record(R"({"messages": [{"role": "user", "content": "Weather?"}, )"
+                         R"({"role": "assistant", "tool_calls": [{"id": "c1", "function": )"
+                         R"({"name": "w", "arguments": {"city": "Oslo"}}}]}, )"
+                         R"({"role": "tool", "tool_call_id": "c1", "content": "3 C"}, )"
+                         R"({"role": "assistant", "content": "It is 3 C."}]})",
+                         RecordOptions{}, &short_result),
+            "");
+  short_result.where = "short";
+  rc = llama.render_targets(short_result, tokenizer("llama3_2")->special_tokens());
+  EXPECT_TRUE(rc.not_written.empty()) << key_list(rc).front();
 
   // The dataset counts them by role and key, and says where the first is.
   ExampleOptions o;
