@@ -91,6 +91,8 @@ constexpr int32_t kTagStride = 16;
 int32_t content_tag(size_t i) { return int32_t(kTagStride * i); }
 size_t message_of(int32_t tag) { return size_t(tag / kTagStride); }
 bool is_call_tag(int32_t tag) { return tag % kTagStride == 1; }
+// The tag slot of a message's k-th other key, -1 past the ones that get a tag.
+int32_t extra_slot(int32_t k) { return k < kTagStride - 2 ? 2 + k : -1; }
 
 jinja::Value json_value(const std::string& text) {
   return jinja::Value::from_json(nlohmann::ordered_json::parse(text));
@@ -130,7 +132,7 @@ jinja::Value message_value(const Message& m, const Record& r, int32_t tag, bool 
     int32_t k = 0;
     const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(m.extra);
     for (const auto& [key, value] : extra.items()) {
-      const int32_t key_tag = tag < 0 || k >= kTagStride - 2 ? -1 : tag + 2 + k;
+      const int32_t key_tag = tag < 0 || extra_slot(k) < 0 ? -1 : tag + extra_slot(k);
       ++k;
       msg.set(key, value.is_string() ? jinja::Value::string(value.get<std::string>(), key_tag)
                                      : jinja::Value::from_json(value));
@@ -440,7 +442,7 @@ std::vector<NotWritten> not_written(const Record& r, const std::vector<Extent>& 
     int32_t k = 0;
     const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(m.extra);
     for (const auto& [key, value] : extra.items()) {
-      const int32_t slot = k < kTagStride - 2 ? 2 + k : -1;
+      const int32_t slot = extra_slot(k);
       ++k;
       if (value.is_string() && !written(ext[i], slot, value.get<std::string>(), text, false))
         out.push_back({i, key});

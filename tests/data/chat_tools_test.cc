@@ -108,6 +108,12 @@ const Family kFamilies[] = {
     {"mistral_nemo", {"[/INST]", "[/TOOL_RESULTS]"}, "</s>"},
 };
 
+std::vector<const Family*> all_families() {
+  std::vector<const Family*> all;
+  for (const Family& f : kFamilies) all.push_back(&f);
+  return all;
+}
+
 // Renders every record as the reference does, and checks the labels: one target per
 // assistant message, starting right after the family's assistant header, ending with its
 // end-of-turn token, holding the turn's calls (name and arguments) and no tool result.
@@ -178,10 +184,8 @@ void check_file(const std::string& file, const std::vector<const Family*>& famil
 
 TEST(ChatTools, RecordsRenderAsHuggingFaceAndLabelEachTurnWithItsCalls) {
   if (!npm_installed()) GTEST_SKIP() << "tests/fixtures/npm is not installed";
-  std::vector<const Family*> all;
-  for (const Family& f : kFamilies) all.push_back(&f);
   // Llama 3.2 dates its system prompt with strftime_now: both sides get the same date.
-  check_file("chat_tools_records.jsonl", all, R"({"date_string": "26 Jul 2024"})");
+  check_file("chat_tools_records.jsonl", all_families(), R"({"date_string": "26 Jul 2024"})");
 }
 
 TEST(ChatTools, Qwen3WithoutThinkingRendersAsHuggingFace) {
@@ -438,9 +442,7 @@ TEST(ChatTools, ATemplateWithoutToolCallsIsRefused) {
 // assistant's reasoning_content in its think block (after the last user message only).
 TEST(ChatTools, ReasoningAndOtherKeysRenderAsHuggingFace) {
   if (!npm_installed()) GTEST_SKIP() << "tests/fixtures/npm is not installed";
-  std::vector<const Family*> all;
-  for (const Family& f : kFamilies) all.push_back(&f);
-  check_file("chat_reasoning_records.jsonl", all, R"({"date_string": "26 Jul 2024"})");
+  check_file("chat_reasoning_records.jsonl", all_families(), R"({"date_string": "26 Jul 2024"})");
 }
 
 // The reasoning the template writes is the model's to write (in the target); what it drops
