@@ -1,0 +1,481 @@
+// attention_mma.cuh: the kernels of causal attention on tensor cores, FlashAttention-2 style, for
+// bf16 and fp16 q, k, v (fp32 accumulation): mma.sync.m16n8k16 (sm_80 and
+// later), operands staged in shared memory by cp.async and read by ldmatrix.
+// The index math (tile walk, swizzle, lane addresses, fragments) is in
+// kernels/flash_layout.h and checked on the CPU by tests/ops/flash_layout_test.cc.
+//
+// Blocks are 4 warps; a block owns 64 rows of one side (queries in forward and
+// dQ, keys in dK/dV), 16 per warp, and streams 64-row tiles of the other side.
+// A warp's 16 x 64 score tile is 8 accumulator tiles of m16n8; the softmax is
+// taken on the accumulators in registers (a row's 64 values are spread over
+// the quad of 4 lanes that share it: two shuffles reduce it), and the
+// probabilities, rounded to 16 bits, are already the A operand of the next
+// product (flash::a_from_c_tile): no trip through shared memory.
+//
+// forward     grid (B * n_head, query tiles), the last (longest) query tiles
+//             first. Q is loaded once; K and V tiles are double-buffered
+//             (the next tile's cp.async runs while this one is computed). Key
+//             tiles above the diagonal are skipped; the diagonal tile (and,
+//             with packed rows, any tile) is masked per element. Online
+//             softmax in base 2 with a running max and per-lane partial sums
+//             (the quad's sums are added once, at the end). Writes out and the
+//             natural-log logsumexp lse[(b * n_head + h) * T + t].
+// backward    deterministic, no atomics (as the SIMT kernels): D = rowsum(dO * O)
+//             (attention.cu), then
+//             dK, dV  grid (B * n_kv_head, key tiles): each warp holds 16 keys'
+//                     dK and dV (fp32 accumulators) and walks the group's query
+//                     heads in order and, for each, the query tiles at or below
+//                     the diagonal: S^T = K Q^T, dP^T = V dO^T,
+//                     P^T = exp2(S^T - lse), dS^T = P^T (dP^T - D),
+//                     dV += P^T dO, dK += dS^T Q. The sum over queries and over
+//                     the group's heads runs in one fixed order.
+//             dQ      grid (B * n_head, query tiles): S and dP again, then
+//                     dQ += dS K over the key tiles in order.
+//             Results are added into dq, dk, dv in grad_dt (+=), scaled by
+//             1/sqrt(hs) where the chain rule puts it.
+//
+// Head sizes: the tile is 64 or 128 columns (flash::head_tile); columns past
+// hs are loaded as zeros (cp.async's zero fill) and never stored. Rows past T
+// are zeros, masked out of every softmax, never stored.
+//
+// Work per (query, key) pair visited, in products of hs multiply-adds: forward
+// 2 (S, O), backward 4 (S^T, dP^T, dV, dK in the dK/dV kernel) + 3 (S, dP, dQ)
+// = 7 against FlashAttention-2's 5 with an atomic dQ: the price of bitwise
+// reproducible gradients.
+//
+// The launchers are in attention_mma.cu. This header is also compiled for the
+// CPU by tests/ops/flash_emu_test.cc, over tests/ops/simt_emu.h's emulation of
+// the primitives (kernels/mma_ops.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.cuh"
+#include "kernels/flash_layout.h"
+#include "kernels/kernels.h"
+#if !defined(FD_SIMT_EMU)
+#include "kernels/mma_ops.cuh"
+#endif
+
+namespace fd::kernels::mma {
+
+using flash::kThreads;
+using flash::kTile;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ------------------------------------------------------- tiles and products --
+
+// A 64-row swizzled tile of kHs 16-bit columns in shared memory.
+template <int kHs>
+struct Tile {
+  uint16_t* base;
+  __device__ uint32_t addr(int row, int col) const {
+    return smem_addr(base + flash::tile_offset(kHs, row, col));
+  }
+};
+
+// Starts the asynchronous load of rows [row0, row0 + 64) of one head of a
+// row-major operand (element (r, d) at src[offset + r * ld + d]) into `tile`;
+// rows at or past T and columns at or past hs are zero-filled. All threads
+// of the block call it; the caller commits and waits.
+template <int kHs>
+__device__ __forceinline__ void load_tile_async(const void* src, int64_t offset, int64_t ld,
+                                                int row0, int T, int hs, Tile<kHs> tile) {
+  constexpr int kChunks = kHs / 8;  // 16-byte chunks per row
+  static_assert(kTile * kChunks % kThreads == 0, "chunks split evenly over the threads");
+  const uint16_t* base = static_cast<const uint16_t*>(src);
+#pragma unroll
+  for (int it = 0; it < kTile * kChunks / kThreads; ++it) {
+    const int e = threadIdx.x + it * kThreads;
+    const int r = e / kChunks, c = e % kChunks;
+    const bool valid = row0 + r < T && c * 8 < hs;
+    const uint16_t* from = valid ? base + offset + int64_t(row0 + r) * ld + c * 8 : base;
+    cp_async16(tile.addr(r, c * 8), from, valid);
+  }
+}
+
+// dst[r] = factor * src[row0 + r] for r < 64, zero past T.
+__device__ __forceinline__ void load_row_values(const float* src, int row0, int T, float factor,
+                                                float* dst) {
+  for (int r = threadIdx.x; r < kTile; r += kThreads)
+    dst[r] = row0 + r < T ? factor * src[row0 + r] : 0.0f;
+}
+
+// acc (16 x 64: 8 accumulator tiles) = rows [x0, x0 + 16) of X times rows
+// [0, 64) of Y, transposed: acc[j][i] = X[x0 + row] . Y[8 j + col] over kHs
+// columns, (row, col) = flash::frag_c(lane, i).
+template <DT kDt, int kHs>
+__device__ __forceinline__ void product_xyt(Tile<kHs> X, int x0, Tile<kHs> Y, int lane,
+                                            float (&acc)[8][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < kHs / 16; ++kk) {
+    uint32_t a[4];
+    const flash::RowCol pa = flash::ldm_a(lane, x0, 16 * kk);
+    ldmatrix_x4(a, X.addr(pa.row, pa.col));
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      const flash::RowCol pb = flash::ldm_b(lane, 16 * np, 16 * kk);
+      ldmatrix_x4(b, Y.addr(pb.row, pb.col));
+      mma16816<kDt>(acc[2 * np], a, b[0], b[1]);
+      mma16816<kDt>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// The 16 x 64 accumulators p (fp32) as four A operands of 16 x 16, rounded to kDt.
+template <DT kDt>
+__device__ __forceinline__ void to_a_operands(const float (&p)[8][4], uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float(&c)[4] = p[flash::a_from_c_tile(j, i)];
+      a[j][i] = pack2<kDt>(c[flash::a_from_c_value(i, 0)], c[flash::a_from_c_value(i, 1)]);
+    }
+}
+
+// acc (16 x kHs: kHs / 8 accumulator tiles) += P (16 x 64, as A operands)
+// times rows [0, 64) of Y (64 x kHs).
+template <DT kDt, int kHs>
+__device__ __forceinline__ void product_py(const uint32_t (&p)[4][4], Tile<kHs> Y, int lane,
+                                           float (&acc)[kHs / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int np = 0; np < kHs / 16; ++np) {
+      uint32_t b[4];
+      const flash::RowCol pb = flash::ldm_bt(lane, 16 * kk, 16 * np);
+      ldmatrix_x4_trans(b, Y.addr(pb.row, pb.col));
+      mma16816<kDt>(acc[2 * np], p[kk], b[0], b[1]);
+      mma16816<kDt>(acc[2 * np + 1], p[kk], b[2], b[3]);
+    }
+  }
+}
+
+// Max and sum over the quad of four lanes that share a row.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, shfl_xor(v, 1));
+  return fmaxf(v, shfl_xor(v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += shfl_xor(v, 1);
+  return v + shfl_xor(v, 2);
+}
+
+// The first key row r of batch row b sees (0 without packed rows); r < T.
+__device__ __forceinline__ int row_start(const Geometry& g, int b, int r) {
+  return g.starts == nullptr ? 0 : g.starts[int64_t(b) * g.T + r];
+}
+
+// dst (grad_dt) += factor * acc for a warp's 16 x kHs accumulators at rows
+// [r0, r0 + 16) of a row-major operand (element (r, d) at offset + r * ld + d);
+// rows at or past T and columns at or past hs are not written.
+template <int kHs>
+__device__ __forceinline__ void add_rows(void* dst, DT grad_dt, int64_t offset, int64_t ld, int r0,
+                                         const Geometry& g, int lane, float factor,
+                                         const float (&acc)[kHs / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < kHs / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const flash::RowCol rc = flash::frag_c(lane, i);
+      const int r = r0 + rc.row, d = 8 * j + rc.col;
+      if (r >= g.T || d >= g.hs) continue;
+      const int64_t at = offset + int64_t(r) * ld + d;
+      store_from_float(dst, grad_dt, at, load_as_float(dst, grad_dt, at) + factor * acc[j][i]);
+    }
+}
+
+// ------------------------------------------------------------------ forward --
+
+template <DT kDt, int kHs>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(const void* q, const void* k, const void* v, void* out, float* lse,
+                         Geometry g) {
+  uint16_t* smem = dynamic_smem<uint16_t>();
+  constexpr int kElems = kTile * kHs;
+  // Q, then K and V double-buffered: buffer i of K at 1 + i, of V at 3 + i tiles.
+  const Tile<kHs> Qs{smem};
+  const auto Ks = [&](int i) { return Tile<kHs>{smem + (1 + i) * kElems}; };
+  const auto Vs = [&](int i) { return Tile<kHs>{smem + (3 + i) * kElems}; };
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head, kvh = h / g.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
+  const int T = g.T;
+  const int64_t q_off = g.head(b, h, g.ldq);
+  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
+
+  const int kt_first = flash::first_key_tile(g.first_key(b, q0));
+  const int kt_last = flash::last_key_tile(q0, T);
+
+  load_tile_async<kHs>(q, q_off, g.ldq, q0, T, g.hs, Qs);
+  load_tile_async<kHs>(k, k_off, g.ldk, kt_first * kTile, T, g.hs, Ks(0));
+  load_tile_async<kHs>(v, v_off, g.ldv, kt_first * kTile, T, g.hs, Vs(0));
+  cp_async_commit();
+
+  // This lane's two rows (g and g + 8 of the warp's 16) and where they start.
+  const int r0 = q0 + flash::kRowsPerWarp * warp;
+  int rows[2], starts[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    rows[half] = r0 + flash::frag_c(lane, 2 * half).row;
+    starts[half] = rows[half] < T ? row_start(g, b, rows[half]) : 0;
+  }
+
+  float o[kHs / 8][4];
+#pragma unroll
+  for (int j = 0; j < kHs / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[j][i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};  // this lane's part of each row's sum
+
+  for (int kt = kt_first; kt <= kt_last; ++kt) {
+    const int buf = (kt - kt_first) % 2;
+    if (kt < kt_last) {  // the next tile travels while this one is computed
+      load_tile_async<kHs>(k, k_off, g.ldk, (kt + 1) * kTile, T, g.hs, Ks(buf ^ 1));
+      load_tile_async<kHs>(v, v_off, g.ldv, (kt + 1) * kTile, T, g.hs, Vs(buf ^ 1));
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    sync_threads();  // this tile (and Q) visible to every warp
+
+    float s[8][4];
+    product_xyt<kDt, kHs>(Qs, flash::kRowsPerWarp * warp, Ks(buf), lane, s);
+
+    const int k0 = kt * kTile;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int half = i / 2;
+        const int c = k0 + 8 * j + flash::frag_c(lane, i).col;
+        const int r = rows[half];
+        const bool seen = r < T && c <= r && c >= starts[half];
+        s[j][i] = seen ? s[j][i] * g.scale_log2 : -INFINITY;
+        mx[half] = fmaxf(mx[half], s[j][i]);
+      }
+    float corr[2], m_use[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m_new = fmaxf(m[half], quad_max(mx[half]));
+      // A row that sees no key of this tile (packed rows, or a row past T) keeps
+      // m = -inf: subtract 0 instead, so no inf - inf.
+      m_use[half] = m_new == -INFINITY ? 0.0f : m_new;
+      corr[half] = exp2f(m[half] - m_use[half]);
+      m[half] = m_new;
+      l[half] *= corr[half];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[j][i] = exp2f(s[j][i] - m_use[i / 2]);
+        l[i / 2] += s[j][i];
+      }
+#pragma unroll
+    for (int j = 0; j < kHs / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[j][i] *= corr[i / 2];
+
+    uint32_t p[4][4];
+    to_a_operands<kDt>(s, p);
+    product_py<kDt, kHs>(p, Vs(buf), lane, o);
+    sync_threads();  // every warp done with this buffer before it is refilled
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float total = quad_sum(l[half]);
+    inv[half] = total > 0.0f ? 1.0f / total : 0.0f;
+    if (lane % 4 == 0 && rows[half] < T) {
+      lse[int64_t(bh) * T + rows[half]] = (m[half] + log2f(total)) * kLn2;
+    }
+  }
+  const int64_t o_off = int64_t(b) * T * g.C + int64_t(h) * g.hs;
+#pragma unroll
+  for (int j = 0; j < kHs / 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const flash::RowCol rc = flash::frag_c(lane, 2 * half);
+      const int r = r0 + rc.row, d = 8 * j + rc.col;  // d even: (d, d + 1) is one 32-bit word
+      if (r >= T || d >= g.hs) continue;
+      *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out) + o_off + int64_t(r) * g.C + d) =
+          pack2<kDt>(o[j][2 * half] * inv[half], o[j][2 * half + 1] * inv[half]);
+    }
+}
+
+// ----------------------------------------------------------------- backward --
+
+// Scores to probabilities and their gradients on a warp's 16 x 64 tile:
+// s = exp2(s * scale_log2 - lse2) where the key is visible to the query,
+// else 0; dp = s * (dp - D). `query` and `key` give an accumulator's query and
+// key row; lse2 and D are per query (base-2 lse), visible() as Geometry's.
+template <typename QueryOf, typename KeyOf, typename Lse2Of, typename DOf, typename StartOf>
+__device__ __forceinline__ void probabilities(float (&s)[8][4], float (&dp)[8][4],
+                                              const Geometry& g, int lane, QueryOf query, KeyOf key,
+                                              Lse2Of lse2, DOf d_of, StartOf start) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const flash::RowCol rc = flash::frag_c(lane, i);
+      const int r = query(j, rc), c = key(j, rc);
+      const bool seen = r < g.T && c <= r && c >= start(j, rc);
+      const float p = seen ? exp2f(s[j][i] * g.scale_log2 - lse2(j, rc)) : 0.0f;
+      s[j][i] = p;
+      dp[j][i] = p * (dp[j][i] - d_of(j, rc));
+    }
+}
+
+// grid (B * n_kv_head, key tiles), key tile 0 (the most query tiles) first.
+template <DT kDt, int kHs>
+__global__ void __launch_bounds__(kThreads)
+    flash_dkdv_kernel(const void* q, const void* k, const void* v, const void* dout,
+                      const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
+                      Geometry g) {
+  uint16_t* smem = dynamic_smem<uint16_t>();
+  constexpr int kElems = kTile * kHs;
+  const Tile<kHs> Ks{smem}, Vs{smem + kElems}, Qs{smem + 2 * kElems}, dOs{smem + 3 * kElems};
+  float* lse2 = reinterpret_cast<float*>(smem + 4 * kElems);  // [64], base 2
+  float* Ds = lse2 + kTile;                                   // [64]
+  int* starts = reinterpret_cast<int*>(Ds + kTile);           // [64]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int b = blockIdx.x / g.n_kv_head, kvh = blockIdx.x % g.n_kv_head;
+  const int k0 = blockIdx.y * kTile;
+  const int T = g.T;
+  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
+  const int x0 = flash::kRowsPerWarp * warp;  // this warp's keys: k0 + x0 .. + 15
+
+  load_tile_async<kHs>(k, k_off, g.ldk, k0, T, g.hs, Ks);
+  load_tile_async<kHs>(v, v_off, g.ldv, k0, T, g.hs, Vs);
+  cp_async_commit();
+
+  float dk[kHs / 8][4], dv[kHs / 8][4];
+#pragma unroll
+  for (int j = 0; j < kHs / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[j][i] = dv[j][i] = 0.0f;
+
+  for (int h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
+    const int64_t bh = int64_t(b) * g.n_head + h;
+    const int64_t q_off = g.head(b, h, g.ldq), o_off = g.head(b, h, g.C);
+    for (int qt = flash::first_query_tile(k0); qt < flash::tiles(T); ++qt) {
+      const int q0 = qt * kTile;
+      sync_threads();  // the previous query tile is no longer read
+      load_tile_async<kHs>(q, q_off, g.ldq, q0, T, g.hs, Qs);
+      load_tile_async<kHs>(dout, o_off, g.C, q0, T, g.hs, dOs);
+      cp_async_commit();
+      load_row_values(lse + bh * T, q0, T, kLog2e, lse2);
+      load_row_values(D + bh * T, q0, T, 1.0f, Ds);
+      for (int r = threadIdx.x; r < kTile; r += kThreads)
+        starts[r] = q0 + r < T ? row_start(g, b, q0 + r) : 0;
+      cp_async_wait<0>();
+      sync_threads();
+
+      float s[8][4], dp[8][4];  // transposed: rows are this warp's keys, columns queries
+      product_xyt<kDt, kHs>(Ks, x0, Qs, lane, s);
+      product_xyt<kDt, kHs>(Vs, x0, dOs, lane, dp);
+      const auto local = [](int j, flash::RowCol rc) { return 8 * j + rc.col; };
+      probabilities(
+          s, dp, g, lane, [&](int j, flash::RowCol rc) { return q0 + local(j, rc); },
+          [&](int, flash::RowCol rc) { return k0 + x0 + rc.row; },
+          [&](int j, flash::RowCol rc) { return lse2[local(j, rc)]; },
+          [&](int j, flash::RowCol rc) { return Ds[local(j, rc)]; },
+          [&](int j, flash::RowCol rc) { return starts[local(j, rc)]; });
+
+      uint32_t pt[4][4], dst[4][4];
+      to_a_operands<kDt>(s, pt);
+      to_a_operands<kDt>(dp, dst);
+      product_py<kDt, kHs>(pt, dOs, lane, dv);
+      product_py<kDt, kHs>(dst, Qs, lane, dk);
+    }
+  }
+
+  if (dk_out != nullptr)
+    add_rows<kHs>(dk_out, grad_dt, k_off, g.ldk, k0 + x0, g, lane, g.scale, dk);
+  if (dv_out != nullptr) add_rows<kHs>(dv_out, grad_dt, v_off, g.ldv, k0 + x0, g, lane, 1.0f, dv);
+}
+
+// grid (B * n_head, query tiles), the last query tiles first. dq += scale dS K.
+template <DT kDt, int kHs>
+__global__ void __launch_bounds__(kThreads)
+    flash_dq_kernel(const void* q, const void* k, const void* v, const void* dout, const float* lse,
+                    const float* D, void* dq_out, DT grad_dt, Geometry g) {
+  uint16_t* smem = dynamic_smem<uint16_t>();
+  constexpr int kElems = kTile * kHs;
+  const Tile<kHs> Qs{smem}, dOs{smem + kElems}, Ks{smem + 2 * kElems}, Vs{smem + 3 * kElems};
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head, kvh = h / g.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
+  const int T = g.T;
+  const int64_t q_off = g.head(b, h, g.ldq), o_off = g.head(b, h, g.C);
+  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
+  const int x0 = flash::kRowsPerWarp * warp;  // this warp's queries: q0 + x0 .. + 15
+
+  load_tile_async<kHs>(q, q_off, g.ldq, q0, T, g.hs, Qs);
+  load_tile_async<kHs>(dout, o_off, g.C, q0, T, g.hs, dOs);
+  cp_async_commit();
+
+  // This lane's two query rows, their base-2 lse, D and document start.
+  float lse2[2], Dr[2];
+  int rows[2], starts[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = q0 + x0 + flash::frag_c(lane, 2 * half).row;
+    const bool in = r < T;
+    rows[half] = r;
+    lse2[half] = in ? lse[int64_t(bh) * T + r] * kLog2e : 0.0f;
+    Dr[half] = in ? D[int64_t(bh) * T + r] : 0.0f;
+    starts[half] = in ? row_start(g, b, r) : 0;
+  }
+
+  float dq[kHs / 8][4];
+#pragma unroll
+  for (int j = 0; j < kHs / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dq[j][i] = 0.0f;
+
+  const int kt_first = flash::first_key_tile(g.first_key(b, q0));
+  const int kt_last = flash::last_key_tile(q0, T);
+  for (int kt = kt_first; kt <= kt_last; ++kt) {
+    const int k0 = kt * kTile;
+    sync_threads();  // the previous key tile is no longer read
+    load_tile_async<kHs>(k, k_off, g.ldk, k0, T, g.hs, Ks);
+    load_tile_async<kHs>(v, v_off, g.ldv, k0, T, g.hs, Vs);
+    cp_async_commit();
+    cp_async_wait<0>();
+    sync_threads();
+
+    float s[8][4], dp[8][4];
+    product_xyt<kDt, kHs>(Qs, x0, Ks, lane, s);
+    product_xyt<kDt, kHs>(dOs, x0, Vs, lane, dp);
+    probabilities(
+        s, dp, g, lane, [&](int, flash::RowCol rc) { return rows[rc.row / 8]; },
+        [&](int j, flash::RowCol rc) { return k0 + 8 * j + rc.col; },
+        [&](int, flash::RowCol rc) { return lse2[rc.row / 8]; },
+        [&](int, flash::RowCol rc) { return Dr[rc.row / 8]; },
+        [&](int, flash::RowCol rc) { return starts[rc.row / 8]; });
+
+    uint32_t ds[4][4];
+    to_a_operands<kDt>(dp, ds);
+    product_py<kDt, kHs>(ds, Ks, lane, dq);
+  }
+
+  add_rows<kHs>(dq_out, grad_dt, q_off, g.ldq, q0 + x0, g, lane, g.scale, dq);
+}
+
+}  // namespace fd::kernels::mma

@@ -1,0 +1,289 @@
+// The tensor-core attention kernels' own code (kernels/attention_mma.cuh), run
+// on the CPU under tests/ops/simt_emu.h's emulation of the CUDA execution
+// model and of the PTX primitives, against float64 attention from the
+// definitions (the GPU parity test's bf16 bound) and against the kernels'
+// algorithm at tile level in fp32 (flash_reference.h's tiled(), far tighter:
+// the same roundings, only the summation order differs). Head sizes 40 (a
+// 64-column tile, zero-filled past 40), 64 and 128; T not a multiple of 64;
+// grouped-query heads; packed rows; bf16 and f16; gradients added into f32
+// and bf16 buffers. Every case runs three times, which must give the same
+// bits: cp.async copies landing at their wait (a read before the wait sees
+// NaN) with the warps in lockstep, and copies landing at once with each warp
+// running as far as it can before the next, from the first warp or from the
+// last (a refill racing another warp's reads corrupts them).
+//
+// The emulator's own checks are tested first: a deadlock, an out-of-bounds
+// shared-memory access and a read before cp.async's wait are each caught.
+// clang-format off
+#include "tests/ops/simt_emu.h"  // first: defines FD_SIMT_EMU and the primitives
+// clang-format on
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_mma.cuh"
+#include "kernels/flash_layout.h"
+#include "tests/ops/flash_reference.h"
+
+namespace fd::kernels {
+namespace {
+
+using flash_ref::Grads;
+using flash_ref::Problem;
+using simt_emu::Landing;
+using simt_emu::Mode;
+using simt_emu::Schedule;
+
+// ------------------------------------------------------- the emulator itself --
+
+TEST(SimtEmu, ADeadlockIsReported) {
+  // Warp 1 skips the barrier warp 0 waits at.
+  const auto body = [] {
+    if (threadIdx.x < 32) mma::sync_threads();
+  };
+  try {
+    simt_emu::launch({1, 1, 1}, {64, 1, 1}, 0, body);
+    FAIL() << "no deadlock reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlocked"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SimtEmu, AnOutOfBoundsSharedAccessIsReported) {
+  const auto body = [] {
+    uint32_t r[4];
+    mma::ldmatrix_x4(r, 1024 + 16 * uint32_t(threadIdx.x));  // the last lanes read past 1 KiB
+  };
+  try {
+    simt_emu::launch({1, 1, 1}, {32, 1, 1}, 1024, body);
+    FAIL() << "no bad access reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("past the launch's 1024 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SimtEmu, ACopyLandsAtItsWaitAndLdmatrixAndMmaFollowThePtxLayouts) {
+  // A 16 x 16 identity-like A and a B of known values through ldmatrix and mma:
+  // C = A B computed by the warp equals the matrix product.
+  std::vector<uint16_t> a(16 * 16), b(8 * 16);  // a row-major 16 x 16; b stored n-major (8 x 16)
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) a[size_t(r * 16 + c)] = f32_to_bf16(float((r + 2 * c) % 5) - 2);
+  for (int n = 0; n < 8; ++n)
+    for (int k = 0; k < 16; ++k) b[size_t(n * 16 + k)] = f32_to_bf16(float((3 * n + k) % 7) - 3);
+  std::vector<float> c(16 * 8, 0.0f);
+  bool stale_seen = false;
+  const auto body = [&] {
+    uint16_t* s = mma::dynamic_smem<uint16_t>();
+    const int l = int(threadIdx.x);
+    // Rows of a at 0 .. 511, rows of b at 512 ..: 16-byte chunks, one per lane (and a second).
+    for (int e = l; e < 48; e += 32) {
+      const bool is_a = e < 32;
+      const int row = is_a ? e / 2 : (e - 32) / 2, half = e % 2;
+      const uint16_t* src =
+          is_a ? &a[size_t(row * 16 + 8 * half)] : &b[size_t(row * 16 + 8 * half)];
+      mma::cp_async16(mma::smem_addr(s + (is_a ? 0 : 256) + row * 16 + 8 * half), src, true);
+    }
+    mma::cp_async_commit();
+    if (l == 0 && std::isnan(bf16_to_f32(s[0]))) stale_seen = true;  // not landed yet
+    mma::cp_async_wait<0>();
+    mma::sync_threads();
+    uint32_t ar[4], br[4];
+    // A: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+    mma::ldmatrix_x4(ar, mma::smem_addr(s + (l % 16) * 16 + 8 * (l / 16)));
+    // B[k][n] = b[n][k]: matrices (n 0-7, k 0-7), (n 0-7, k 8-15); lanes 16.. repeat them.
+    mma::ldmatrix_x4(br, mma::smem_addr(s + 256 + (l % 8) * 16 + 8 * ((l / 8) % 2)));
+    float acc[4] = {0, 0, 0, 0};
+    mma::mma16816<DT::kBF16>(acc, ar, br[0], br[1]);
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) c[size_t((g + 8 * (i / 2)) * 8 + 2 * t + i % 2)] = acc[i];
+  };
+  simt_emu::launch({1, 1, 1}, {32, 1, 1}, 1024, body);
+  EXPECT_TRUE(stale_seen) << "a copy landed before its wait";
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      float want = 0;
+      for (int k = 0; k < 16; ++k)
+        want += bf16_to_f32(a[size_t(r * 16 + k)]) * bf16_to_f32(b[size_t(n * 16 + k)]);
+      EXPECT_EQ(c[size_t(r * 8 + n)], want) << r << " " << n;
+    }
+}
+
+// ------------------------------------------------------------ the kernels --
+
+struct KernelRun {
+  Grads got;  // out, dq, dk, dv as the kernels wrote them
+  std::vector<uint16_t> out16;
+  std::vector<float> lse;
+};
+
+std::vector<uint16_t> to16(const std::vector<float>& x, DT dt) {
+  std::vector<uint16_t> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = dt == DT::kBF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+  return y;
+}
+
+// Forward, D = rowsum(dO * O) as kernels/attention.cu takes it, then dK/dV and dQ,
+// launched as kernels/attention_mma.cu launches them.
+template <DT kDt, int kHs>
+KernelRun run_kernels(const Problem& p, DT grad_dt, Mode mode) {
+  const std::vector<uint16_t> q = to16(p.q, kDt), k = to16(p.k, kDt), v = to16(p.v, kDt),
+                              dout = to16(p.dout, kDt);
+  Geometry g{};
+  g.T = p.T;
+  g.C = p.H * p.hs;
+  g.n_head = p.H;
+  g.n_kv_head = p.KV;
+  g.group = p.H / p.KV;
+  g.hs = p.hs;
+  g.ldq = p.H * p.hs;
+  g.ldk = g.ldv = p.KV * p.hs;
+  g.scale = 1.0f / std::sqrt(float(p.hs));
+  g.scale_log2 = g.scale * 1.4426950408889634f;
+  g.starts = p.starts.empty() ? nullptr : p.starts.data();
+
+  KernelRun run;
+  run.out16.assign(q.size(), 0);
+  run.lse.assign(size_t(p.B) * p.H * p.T, 0.0f);
+  const unsigned tiles = unsigned(flash::tiles(p.T));
+  simt_emu::launch(
+      {unsigned(p.B * p.H), tiles, 1}, {flash::kThreads, 1, 1}, flash::forward_smem(kHs),
+      [&] {
+        mma::flash_forward_kernel<kDt, kHs>(q.data(), k.data(), v.data(), run.out16.data(),
+                                            run.lse.data(), g);
+      },
+      mode);
+
+  std::vector<float> D(run.lse.size());
+  for (int b = 0; b < p.B; ++b)
+    for (int h = 0; h < p.H; ++h)
+      for (int t = 0; t < p.T; ++t) {
+        float acc = 0;
+        for (int d = 0; d < p.hs; ++d) {
+          const size_t at = ((size_t(b) * p.T + t) * p.H + h) * p.hs + d;
+          acc += simt_emu::to_float<kDt>(dout[at]) * simt_emu::to_float<kDt>(run.out16[at]);
+        }
+        D[(size_t(b) * p.H + h) * p.T + t] = acc;
+      }
+
+  const size_t width = grad_dt == DT::kF32 ? 4 : 2;
+  std::vector<unsigned char> dq(q.size() * width, 0), dk(k.size() * width, 0),
+      dv(v.size() * width, 0);
+  simt_emu::launch(
+      {unsigned(p.B * p.KV), tiles, 1}, {flash::kThreads, 1, 1}, flash::backward_smem(kHs),
+      [&] {
+        mma::flash_dkdv_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(), run.lse.data(),
+                                         D.data(), dk.data(), dv.data(), grad_dt, g);
+      },
+      mode);
+  simt_emu::launch(
+      {unsigned(p.B * p.H), tiles, 1}, {flash::kThreads, 1, 1}, flash::backward_smem(kHs),
+      [&] {
+        mma::flash_dq_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(), run.lse.data(),
+                                       D.data(), dq.data(), grad_dt, g);
+      },
+      mode);
+
+  auto widen = [&](const std::vector<unsigned char>& x, size_t n) {
+    std::vector<double> y(n);
+    for (size_t i = 0; i < n; ++i) y[i] = mma::load_as_float(x.data(), grad_dt, int64_t(i));
+    return y;
+  };
+  run.got.dq = widen(dq, q.size());
+  run.got.dk = widen(dk, k.size());
+  run.got.dv = widen(dv, v.size());
+  run.got.out.resize(q.size());
+  for (size_t i = 0; i < q.size(); ++i) run.got.out[i] = simt_emu::to_float<kDt>(run.out16[i]);
+  return run;
+}
+
+float f16_round(float x) { return f16_to_f32(f32_to_f16(x)); }
+
+struct Case {
+  const char* name;
+  DT dt;
+  int hs;
+  bool packed;
+  DT grad_dt;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class FlashEmu : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+#if defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "ThreadSanitizer does not follow the emulator's fibers (ucontext)";
+#endif
+  }
+};
+
+TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
+  const Case c = GetParam();
+  // T = 130: three query tiles, the last with 2 rows; H 4 over KV 2.
+  Problem p = flash_ref::make_problem(c.packed, 1, 130, 4, 2, c.hs);
+  if (c.dt == DT::kF16) {  // inputs exact in f16 too
+    for (auto* x : {&p.q, &p.k, &p.v, &p.dout})
+      for (float& e : *x) e = f16_round(e);
+  }
+  const Grads want = flash_ref::reference(p);
+  const Grads tiled = flash_ref::tiled(p, c.dt == DT::kBF16 ? flash_ref::bf16 : f16_round);
+
+  auto run = [&](Mode mode) {
+    const int tile = flash::head_tile(c.hs);
+    if (c.dt == DT::kBF16) {
+      return tile == 64 ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, mode)
+                        : run_kernels<DT::kBF16, 128>(p, c.grad_dt, mode);
+    }
+    return tile == 64 ? run_kernels<DT::kF16, 64>(p, c.grad_dt, mode)
+                      : run_kernels<DT::kF16, 128>(p, c.grad_dt, mode);
+  };
+  // The reference run, and two in which one warp at a time runs ahead with every
+  // copy landing at once (a refill not fenced off from another warp's reads shows).
+  const KernelRun late = run({Landing::kLate, Schedule::kLockstep});
+  const KernelRun low = run({Landing::kEarly, Schedule::kLowWarpsFirst});
+  const KernelRun high = run({Landing::kEarly, Schedule::kHighWarpsFirst});
+
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  const std::vector<double>* got[] = {&late.got.out, &late.got.dq, &late.got.dk, &late.got.dv};
+  const std::vector<double>* f64[] = {&want.out, &want.dq, &want.dk, &want.dv};
+  const std::vector<double>* tiled_parts[] = {&tiled.out, &tiled.dq, &tiled.dk, &tiled.dv};
+  const std::vector<double>* low_parts[] = {&low.got.out, &low.got.dq, &low.got.dk, &low.got.dv};
+  const std::vector<double>* high_parts[] = {&high.got.out, &high.got.dq, &high.got.dk,
+                                             &high.got.dv};
+  // The 16-bit gradient buffers add one rounding of the result.
+  const double tight = c.grad_dt == DT::kF32 ? 2e-3 : 8e-3;
+  for (size_t i = 0; i < 4; ++i) {
+    const char* name = names[i];
+    const double to_f64 = flash_ref::rel_error(*got[i], *f64[i]);
+    const double to_tiled = flash_ref::rel_error(*got[i], *tiled_parts[i]);
+    EXPECT_LT(to_f64, 1e-2) << name;
+    EXPECT_LT(to_tiled, i == 0 ? 2e-3 : tight) << name;
+    EXPECT_EQ(*got[i], *low_parts[i]) << name << ": warps running ahead (from warp 0) changed it";
+    EXPECT_EQ(*got[i], *high_parts[i])
+        << name << ": warps running ahead (from the last) changed it";
+    std::printf("  %s: against float64 %.2e, against the tiled algorithm %.2e\n", name, to_f64,
+                to_tiled);
+  }
+  EXPECT_EQ(late.lse, low.lse);
+  EXPECT_EQ(late.lse, high.lse);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, FlashEmu,
+    ::testing::Values(Case{"bf16_hs64", DT::kBF16, 64, false, DT::kF32},
+                      Case{"bf16_hs64_packed", DT::kBF16, 64, true, DT::kF32},
+                      Case{"bf16_hs40_packed_bf16_grads", DT::kBF16, 40, true, DT::kBF16},
+                      Case{"f16_hs64", DT::kF16, 64, false, DT::kF32},
+                      Case{"bf16_hs128", DT::kBF16, 128, false, DT::kF32},
+                      Case{"bf16_hs96_packed", DT::kBF16, 96, true, DT::kF32}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace fd::kernels
