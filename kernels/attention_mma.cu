@@ -14,8 +14,8 @@ namespace fd::kernels {
 namespace {
 
 using flash::kThreads;
-using mma::flash_dkdv_kernel;
-using mma::flash_dq_kernel;
+using mma::flash_backward_kernel;
+using mma::flash_dq_finish_kernel;
 using mma::flash_forward_kernel;
 
 // ----------------------------------------------------------------- launchers --
@@ -59,8 +59,8 @@ void attention_forward_mma(const void* q, const void* k, const void* v, void* ou
     constexpr size_t kSmem = flash::forward_smem(kHs);
     constexpr auto kernel = flash_forward_kernel<kDt, kHs>;
     allow_smem<kernel>(kSmem, "attention_forward (tensor cores): shared memory");
-    const dim3 grid(unsigned(B * g.n_head), unsigned(flash::tiles(g.T)));
-    kernel<<<grid, kThreads, kSmem, s>>>(q, k, v, out, lse, g);
+    const flash::Grid grid = flash::forward_grid(B, g.n_head, g.T);
+    kernel<<<dim3(grid.x, grid.y), kThreads, kSmem, s>>>(q, k, v, out, lse, g);
     check_launch("attention_forward (tensor cores)");
   });
 }
@@ -68,22 +68,34 @@ void attention_forward_mma(const void* q, const void* k, const void* v, void* ou
 void attention_backward_mma(const void* q, const void* k, const void* v, const void* dout,
                             const float* lse, const float* D, DT dt, void* dq, void* dk, void* dv,
                             DT grad_dt, int64_t B, const Geometry& g) {
+  if (dq == nullptr && dk == nullptr && dv == nullptr) return;
   dispatch_mma(dt, g.hs, [&]<DT kDt, int kHs>() {
     const cudaStream_t s = stream();
     constexpr size_t kSmem = flash::backward_smem(kHs);
-    const unsigned tiles = unsigned(flash::tiles(g.T));
-    if (dk != nullptr || dv != nullptr) {
-      constexpr auto kernel = flash_dkdv_kernel<kDt, kHs>;
-      allow_smem<kernel>(kSmem, "attention_backward (tensor cores): shared memory");
-      kernel<<<dim3(unsigned(B * g.n_kv_head), tiles), kThreads, kSmem, s>>>(q, k, v, dout, lse, D,
-                                                                             dk, dv, grad_dt, g);
-      check_launch("attention_backward (tensor cores, dK, dV)");
+    constexpr auto kernel = flash_backward_kernel<kDt, kHs>;
+    allow_smem<kernel>(kSmem, "attention_backward (tensor cores): shared memory");
+    const flash::Grid grid = flash::backward_grid(B, g.n_kv_head, g.T);
+    // dQ's fp32 accumulator needs no zeros (each query tile's first key tile
+    // stores); its counts do.
+    const size_t accum_bytes =
+        dq == nullptr ? 0 : flash::dq_accum_floats(B, g.n_head, g.T, kHs) * 4;
+    const size_t count_bytes = dq == nullptr ? 0 : flash::dq_counts(B, g.n_head, g.T) * 4;
+    DeviceScratch scratch(accum_bytes + count_bytes);
+    float* accum = dq == nullptr ? nullptr : scratch.as<float>();
+    int* counts =
+        dq == nullptr ? nullptr : reinterpret_cast<int*>(scratch.as<char>() + accum_bytes);
+    if (counts != nullptr) {
+      check_cuda(cudaMemsetAsync(counts, 0, count_bytes, s),
+                 "attention_backward (tensor cores): clearing dQ's counts");
     }
+    kernel<<<dim3(grid.x, grid.y), flash::kBwdThreads, kSmem, s>>>(q, k, v, dout, lse, D, dk, dv,
+                                                                   grad_dt, accum, counts, g);
+    check_launch("attention_backward (tensor cores)");
     if (dq != nullptr) {
-      constexpr auto kernel = flash_dq_kernel<kDt, kHs>;
-      allow_smem<kernel>(kSmem, "attention_backward (tensor cores): shared memory");
-      kernel<<<dim3(unsigned(B * g.n_head), tiles), kThreads, kSmem, s>>>(q, k, v, dout, lse, D, dq,
-                                                                          grad_dt, g);
+      const int64_t total = B * g.n_head * g.T * g.hs;
+      flash_dq_finish_kernel<kHs>
+          <<<grid_for(total, flash::kBwdThreads), flash::kBwdThreads, 0, s>>>(accum, dq, grad_dt, B,
+                                                                              g);
       check_launch("attention_backward (tensor cores, dQ)");
     }
   });

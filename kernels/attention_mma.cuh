@@ -20,17 +20,19 @@
 //             softmax in base 2 with a running max and per-lane partial sums
 //             (the quad's sums are added once, at the end). Writes out and the
 //             natural-log logsumexp lse[(b * n_head + h) * T + t].
-// backward    deterministic, no atomics (as the SIMT kernels): D = rowsum(dO * O)
-//             (attention.cu), then
-//             dK, dV  grid (B * n_kv_head, key tiles): each warp holds 16 keys'
-//                     dK and dV (fp32 accumulators) and walks the group's query
-//                     heads in order and, for each, the query tiles at or below
-//                     the diagonal: S^T = K Q^T, dP^T = V dO^T,
-//                     P^T = exp2(S^T - lse), dS^T = P^T (dP^T - D),
-//                     dV += P^T dO, dK += dS^T Q. The sum over queries and over
-//                     the group's heads runs in one fixed order.
-//             dQ      grid (B * n_head, query tiles): S and dP again, then
-//                     dQ += dS K over the key tiles in order.
+// backward    FlashAttention-2's, deterministic, no atomics: D = rowsum(dO * O)
+//             (attention.cu), then one kernel, grid (B * n_kv_head, key
+//             tiles), 8 warps: each block holds one 64-key tile's dK and dV
+//             (fp32, split over the warps) and walks the group's query heads
+//             in order and, for each, the query tiles at or below the
+//             diagonal, the next tile's Q and dO loading while this one is
+//             computed: S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T - lse),
+//             dS^T = P^T (dP^T - D) (rounded to 16 bits into shared memory),
+//             dV += P^T dO, dK += dS^T Q, and dQ's part dS K, added into an
+//             fp32 accumulator in key tile order (each block waits for the
+//             block of the previous key tile, which CUDA started first); a
+//             last pass adds the accumulator into dq. Every sum (over
+//             queries, the group's heads, key tiles) runs in one fixed order.
 //             Results are added into dq, dk, dv in grad_dt (+=), scaled by
 //             1/sqrt(hs) where the chain rule puts it.
 //
@@ -39,9 +41,7 @@
 // are zeros, masked out of every softmax, never stored.
 //
 // Work per (query, key) pair visited, in products of hs multiply-adds: forward
-// 2 (S, O), backward 4 (S^T, dP^T, dV, dK in the dK/dV kernel) + 3 (S, dP, dQ)
-// = 7 against FlashAttention-2's 5 with an atomic dQ: the price of bitwise
-// reproducible gradients.
+// 2 (S, O), backward 5 (S^T, dP^T, dV, dK, dQ), as FlashAttention-2's.
 //
 // The launchers are in attention_mma.cu. This header is also compiled for the
 // CPU by tests/ops/flash_emu_test.cc, over tests/ops/simt_emu.h's emulation of
@@ -78,16 +78,16 @@ struct Tile {
 // Starts the asynchronous load of rows [row0, row0 + 64) of one head of a
 // row-major operand (element (r, d) at src[offset + r * ld + d]) into `tile`;
 // rows at or past T and columns at or past hs are zero-filled. All threads
-// of the block call it; the caller commits and waits.
-template <int kHs>
+// of the block (kBlockThreads) call it; the caller commits and waits.
+template <int kHs, int kBlockThreads = kThreads>
 __device__ __forceinline__ void load_tile_async(const void* src, int64_t offset, int64_t ld,
                                                 int row0, int T, int hs, Tile<kHs> tile) {
   constexpr int kChunks = kHs / 8;  // 16-byte chunks per row
-  static_assert(kTile * kChunks % kThreads == 0, "chunks split evenly over the threads");
+  static_assert(kTile * kChunks % kBlockThreads == 0, "chunks split evenly over the threads");
   const uint16_t* base = static_cast<const uint16_t*>(src);
 #pragma unroll
-  for (int it = 0; it < kTile * kChunks / kThreads; ++it) {
-    const int e = threadIdx.x + it * kThreads;
+  for (int it = 0; it < kTile * kChunks / kBlockThreads; ++it) {
+    const int e = threadIdx.x + it * kBlockThreads;
     const int r = e / kChunks, c = e % kChunks;
     const bool valid = row0 + r < T && c * 8 < hs;
     const uint16_t* from = valid ? base + offset + int64_t(row0 + r) * ld + c * 8 : base;
@@ -95,21 +95,15 @@ __device__ __forceinline__ void load_tile_async(const void* src, int64_t offset,
   }
 }
 
-// dst[r] = factor * src[row0 + r] for r < 64, zero past T.
-__device__ __forceinline__ void load_row_values(const float* src, int row0, int T, float factor,
-                                                float* dst) {
-  for (int r = threadIdx.x; r < kTile; r += kThreads)
-    dst[r] = row0 + r < T ? factor * src[row0 + r] : 0.0f;
-}
-
-// acc (16 x 64: 8 accumulator tiles) = rows [x0, x0 + 16) of X times rows
-// [0, 64) of Y, transposed: acc[j][i] = X[x0 + row] . Y[8 j + col] over kHs
-// columns, (row, col) = flash::frag_c(lane, i).
-template <DT kDt, int kHs>
-__device__ __forceinline__ void product_xyt(Tile<kHs> X, int x0, Tile<kHs> Y, int lane,
-                                            float (&acc)[8][4]) {
+// acc (16 x 8 kN: kN accumulator tiles) = rows [x0, x0 + 16) of X times rows
+// [y0, y0 + 8 kN) of Y, transposed: acc[j][i] = X[x0 + row] . Y[y0 + 8 j + col]
+// over kHs columns, (row, col) = flash::frag_c(lane, i).
+template <DT kDt, int kHs, int kN>
+__device__ __forceinline__ void product_xyt(Tile<kHs> X, int x0, Tile<kHs> Y, int y0, int lane,
+                                            float (&acc)[kN][4]) {
+  static_assert(kN % 2 == 0, "n tiles come in pairs (one ldmatrix.x4)");
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kN; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
 #pragma unroll
@@ -118,9 +112,9 @@ __device__ __forceinline__ void product_xyt(Tile<kHs> X, int x0, Tile<kHs> Y, in
     const flash::RowCol pa = flash::ldm_a(lane, x0, 16 * kk);
     ldmatrix_x4(a, X.addr(pa.row, pa.col));
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < kN / 2; ++np) {
       uint32_t b[4];
-      const flash::RowCol pb = flash::ldm_b(lane, 16 * np, 16 * kk);
+      const flash::RowCol pb = flash::ldm_b(lane, y0 + 16 * np, 16 * kk);
       ldmatrix_x4(b, Y.addr(pb.row, pb.col));
       mma16816<kDt>(acc[2 * np], a, b[0], b[1]);
       mma16816<kDt>(acc[2 * np + 1], a, b[2], b[3]);
@@ -140,20 +134,47 @@ __device__ __forceinline__ void to_a_operands(const float (&p)[8][4], uint32_t (
     }
 }
 
-// acc (16 x kHs: kHs / 8 accumulator tiles) += P (16 x 64, as A operands)
-// times rows [0, 64) of Y (64 x kHs).
-template <DT kDt, int kHs>
-__device__ __forceinline__ void product_py(const uint32_t (&p)[4][4], Tile<kHs> Y, int lane,
-                                           float (&acc)[kHs / 8][4]) {
+// acc (16 x 8 kN: kN accumulator tiles) += P (16 x 64, as A operands) times
+// rows [0, 64), columns [c0, c0 + 8 kN) of Y.
+template <DT kDt, int kHs, int kN>
+__device__ __forceinline__ void product_py(const uint32_t (&p)[4][4], Tile<kHs> Y, int c0, int lane,
+                                           float (&acc)[kN][4]) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-    for (int np = 0; np < kHs / 16; ++np) {
+    for (int np = 0; np < kN / 2; ++np) {
       uint32_t b[4];
-      const flash::RowCol pb = flash::ldm_bt(lane, 16 * kk, 16 * np);
+      const flash::RowCol pb = flash::ldm_bt(lane, 16 * kk, c0 + 16 * np);
       ldmatrix_x4_trans(b, Y.addr(pb.row, pb.col));
       mma16816<kDt>(acc[2 * np], p[kk], b[0], b[1]);
       mma16816<kDt>(acc[2 * np + 1], p[kk], b[2], b[3]);
+    }
+  }
+}
+
+// The same with P read from a 64 x 64 tile in shared memory, 16 x 16 at a time:
+// rows [x0, x0 + 16) of the tile, or with kTransposed the transpose of its
+// columns [x0, x0 + 16) (P[r][c] = tile[c][x0 + r]).
+template <DT kDt, int kHs, int kN, bool kTransposed>
+__device__ __forceinline__ void product_tile_y(Tile<kTile> A, int x0, Tile<kHs> Y, int c0, int lane,
+                                               float (&acc)[kN][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t a[4];
+    if constexpr (kTransposed) {
+      const flash::RowCol pa = flash::ldm_a_trans(lane, x0, 16 * kk);
+      ldmatrix_x4_trans(a, A.addr(pa.row, pa.col));
+    } else {
+      const flash::RowCol pa = flash::ldm_a(lane, x0, 16 * kk);
+      ldmatrix_x4(a, A.addr(pa.row, pa.col));
+    }
+#pragma unroll
+    for (int np = 0; np < kN / 2; ++np) {
+      uint32_t b[4];
+      const flash::RowCol pb = flash::ldm_bt(lane, 16 * kk, c0 + 16 * np);
+      ldmatrix_x4_trans(b, Y.addr(pb.row, pb.col));
+      mma16816<kDt>(acc[2 * np], a, b[0], b[1]);
+      mma16816<kDt>(acc[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
@@ -173,19 +194,20 @@ __device__ __forceinline__ int row_start(const Geometry& g, int b, int r) {
   return g.starts == nullptr ? 0 : g.starts[int64_t(b) * g.T + r];
 }
 
-// dst (grad_dt) += factor * acc for a warp's 16 x kHs accumulators at rows
-// [r0, r0 + 16) of a row-major operand (element (r, d) at offset + r * ld + d);
-// rows at or past T and columns at or past hs are not written.
-template <int kHs>
+// dst (grad_dt) += factor * acc for a warp's 16 x 8 kN accumulators at rows
+// [r0, r0 + 16), columns [c0, c0 + 8 kN) of a row-major operand (element
+// (r, d) at offset + r * ld + d); rows at or past T and columns at or past hs
+// are not written.
+template <int kN>
 __device__ __forceinline__ void add_rows(void* dst, DT grad_dt, int64_t offset, int64_t ld, int r0,
-                                         const Geometry& g, int lane, float factor,
-                                         const float (&acc)[kHs / 8][4]) {
+                                         int c0, const Geometry& g, int lane, float factor,
+                                         const float (&acc)[kN][4]) {
 #pragma unroll
-  for (int j = 0; j < kHs / 8; ++j)
+  for (int j = 0; j < kN; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const flash::RowCol rc = flash::frag_c(lane, i);
-      const int r = r0 + rc.row, d = 8 * j + rc.col;
+      const int r = r0 + rc.row, d = c0 + 8 * j + rc.col;
       if (r >= g.T || d >= g.hs) continue;
       const int64_t at = offset + int64_t(r) * ld + d;
       store_from_float(dst, grad_dt, at, load_as_float(dst, grad_dt, at) + factor * acc[j][i]);
@@ -250,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
     sync_threads();  // this tile (and Q) visible to every warp
 
     float s[8][4];
-    product_xyt<kDt, kHs>(Qs, flash::kRowsPerWarp * warp, Ks(buf), lane, s);
+    product_xyt<kDt, kHs, 8>(Qs, flash::kRowsPerWarp * warp, Ks(buf), 0, lane, s);
 
     const int k0 = kt * kTile;
     float mx[2] = {-INFINITY, -INFINITY};
@@ -290,7 +312,7 @@ __global__ void __launch_bounds__(kThreads)
 
     uint32_t p[4][4];
     to_a_operands<kDt>(s, p);
-    product_py<kDt, kHs>(p, Vs(buf), lane, o);
+    product_py<kDt, kHs, kHs / 8>(p, Vs(buf), 0, lane, o);
     sync_threads();  // every warp done with this buffer before it is refilled
   }
 
@@ -318,16 +340,16 @@ __global__ void __launch_bounds__(kThreads)
 
 // ----------------------------------------------------------------- backward --
 
-// Scores to probabilities and their gradients on a warp's 16 x 64 tile:
+// Scores to probabilities and their gradients on a warp's 16 x 8 kN tile:
 // s = exp2(s * scale_log2 - lse2) where the key is visible to the query,
 // else 0; dp = s * (dp - D). `query` and `key` give an accumulator's query and
 // key row; lse2 and D are per query (base-2 lse), visible() as Geometry's.
-template <typename QueryOf, typename KeyOf, typename Lse2Of, typename DOf, typename StartOf>
-__device__ __forceinline__ void probabilities(float (&s)[8][4], float (&dp)[8][4],
+template <int kN, typename QueryOf, typename KeyOf, typename Lse2Of, typename DOf, typename StartOf>
+__device__ __forceinline__ void probabilities(float (&s)[kN][4], float (&dp)[kN][4],
                                               const Geometry& g, int lane, QueryOf query, KeyOf key,
                                               Lse2Of lse2, DOf d_of, StartOf start) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kN; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const flash::RowCol rc = flash::frag_c(lane, i);
@@ -339,143 +361,185 @@ __device__ __forceinline__ void probabilities(float (&s)[8][4], float (&dp)[8][4
     }
 }
 
-// grid (B * n_kv_head, key tiles), key tile 0 (the most query tiles) first.
+// A warp's 16 x 8 kN accumulators, rounded to kDt, into rows [r0, r0 + 16),
+// columns [c0, c0 + 8 kN) of a 64 x 64 tile (two neighbouring values per store).
+template <DT kDt, int kN>
+__device__ __forceinline__ void store_tile(Tile<kTile> A, int r0, int c0, int lane,
+                                           const float (&acc)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const flash::RowCol rc = flash::frag_c(lane, 2 * half);  // rc.col even
+      *reinterpret_cast<uint32_t*>(A.base +
+                                   flash::tile_offset(kTile, r0 + rc.row, c0 + 8 * j + rc.col)) =
+          pack2<kDt>(acc[j][2 * half], acc[j][2 * half + 1]);
+    }
+}
+
+// grid flash::backward_grid (B * n_kv_head, key tiles; key tile 0, which has the
+// most query tiles, first), flash::kBwdThreads threads. One block holds one
+// 64-key tile of one KV head, its dK and dV, and walks (head, query tile)
+// pairs: the group's heads in order and, for each, the query tiles from its
+// own on that see any of its keys. Per pair, five products:
+//   S^T = K Q^T and dP^T = V dO^T   warp w: keys 16 (w % 4) .., queries 32 (w / 4) ..
+//   P^T, dS^T                      rounded to 16 bits into shared memory
+//   dV += P^T dO, dK += dS^T Q     warp w: keys 16 (w % 4) .., head columns kHs / 2 (w / 4) ..
+//   dQ part = dS K                 warp w: queries 16 (w % 4) .., the same columns
+// The dQ parts of a query tile are added into dq_accum (fp32, rows padded to
+// whole tiles, kHs columns) in key tile order: the first key tile the query
+// tile sees stores its part, each later one waits until dq_count (one per
+// head and query tile, zero at launch) says its predecessor has added, adds,
+// and counts on. So dQ's sums run in one fixed order, with no atomics.
+// The next pair's Q and dO tiles load while this pair is computed.
 template <DT kDt, int kHs>
-__global__ void __launch_bounds__(kThreads)
-    flash_dkdv_kernel(const void* q, const void* k, const void* v, const void* dout,
-                      const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
-                      Geometry g) {
+__global__ void __launch_bounds__(flash::kBwdThreads)
+    flash_backward_kernel(const void* q, const void* k, const void* v, const void* dout,
+                          const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
+                          float* dq_accum, int* dq_count, Geometry g) {
   uint16_t* smem = dynamic_smem<uint16_t>();
   constexpr int kElems = kTile * kHs;
-  const Tile<kHs> Ks{smem}, Vs{smem + kElems}, Qs{smem + 2 * kElems}, dOs{smem + 3 * kElems};
-  float* lse2 = reinterpret_cast<float*>(smem + 4 * kElems);  // [64], base 2
-  float* Ds = lse2 + kTile;                                   // [64]
-  int* starts = reinterpret_cast<int*>(Ds + kTile);           // [64]
+  constexpr int kCols = kHs / 2;  // head columns per warp in dK, dV and dQ
+  constexpr int kN = kCols / 8;   // their accumulator tiles
+  const Tile<kHs> Ks{smem}, Vs{smem + kElems};
+  const auto Qs = [&](int i) { return Tile<kHs>{smem + (2 + i) * kElems}; };
+  const auto dOs = [&](int i) { return Tile<kHs>{smem + (4 + i) * kElems}; };
+  const Tile<kTile> Pt{smem + 6 * kElems}, dSt{smem + 6 * kElems + kTile * kTile};
+  // Two buffers of the query tile's base-2 lse, D and document starts.
+  float* values = reinterpret_cast<float*>(smem + 6 * kElems + 2 * kTile * kTile);
+  const auto lse2s = [&](int i) { return values + 3 * kTile * i; };
+  const auto Ds = [&](int i) { return values + 3 * kTile * i + kTile; };
+  const auto starts = [&](int i) {
+    return reinterpret_cast<int*>(values + 3 * kTile * i + 2 * kTile);
+  };
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int x0 = flash::kRowsPerWarp * (warp % 4);  // keys k0 + x0 .. (and dQ's queries q0 + x0 ..)
+  const int half = warp / 4;                        // which half of the queries, of the columns
   const int b = blockIdx.x / g.n_kv_head, kvh = blockIdx.x % g.n_kv_head;
-  const int k0 = blockIdx.y * kTile;
-  const int T = g.T;
+  const int kt = blockIdx.y, k0 = kt * kTile;
+  const int T = g.T, tiles = flash::tiles(T);
   const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
-  const int x0 = flash::kRowsPerWarp * warp;  // this warp's keys: k0 + x0 .. + 15
+  // Pair n: head kvh * group + n / per_head, query tile kt + n % per_head.
+  const int per_head = tiles - kt, pairs = g.group * per_head;
+  const auto head_of = [&](int n) { return kvh * g.group + n / per_head; };
+  const auto tile_of = [&](int n) { return kt + n % per_head; };
+  // The first key tile query tile qt sees (packed rows: its first query's document start).
+  const auto first_tile = [&](int qt) { return flash::first_key_tile(g.first_key(b, qt * kTile)); };
+  const auto next_pair = [&](int n) {  // the first pair from n on that sees this block's keys
+    while (n < pairs && first_tile(tile_of(n)) > kt) ++n;
+    return n;
+  };
+  const auto load_pair = [&](int n, int buf) {
+    const int h = head_of(n), q0 = tile_of(n) * kTile;
+    load_tile_async<kHs, flash::kBwdThreads>(q, g.head(b, h, g.ldq), g.ldq, q0, T, g.hs, Qs(buf));
+    load_tile_async<kHs, flash::kBwdThreads>(dout, g.head(b, h, g.C), g.C, q0, T, g.hs, dOs(buf));
+  };
 
-  load_tile_async<kHs>(k, k_off, g.ldk, k0, T, g.hs, Ks);
-  load_tile_async<kHs>(v, v_off, g.ldv, k0, T, g.hs, Vs);
+  load_tile_async<kHs, flash::kBwdThreads>(k, k_off, g.ldk, k0, T, g.hs, Ks);
+  load_tile_async<kHs, flash::kBwdThreads>(v, v_off, g.ldv, k0, T, g.hs, Vs);
+  int n = next_pair(0);
+  if (n < pairs) load_pair(n, 0);
   cp_async_commit();
 
-  float dk[kHs / 8][4], dv[kHs / 8][4];
+  float dk[kN][4], dv[kN][4];
 #pragma unroll
-  for (int j = 0; j < kHs / 8; ++j)
+  for (int j = 0; j < kN; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) dk[j][i] = dv[j][i] = 0.0f;
 
-  for (int h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
+  for (int buf = 0; n < pairs; buf ^= 1) {
+    const int h = head_of(n), qt = tile_of(n), q0 = qt * kTile;
     const int64_t bh = int64_t(b) * g.n_head + h;
-    const int64_t q_off = g.head(b, h, g.ldq), o_off = g.head(b, h, g.C);
-    for (int qt = flash::first_query_tile(k0); qt < flash::tiles(T); ++qt) {
-      const int q0 = qt * kTile;
-      sync_threads();  // the previous query tile is no longer read
-      load_tile_async<kHs>(q, q_off, g.ldq, q0, T, g.hs, Qs);
-      load_tile_async<kHs>(dout, o_off, g.C, q0, T, g.hs, dOs);
+    const int next = next_pair(n + 1);
+    if (next < pairs) {  // the next pair's tiles travel while this one is computed
+      load_pair(next, buf ^ 1);
       cp_async_commit();
-      load_row_values(lse + bh * T, q0, T, kLog2e, lse2);
-      load_row_values(D + bh * T, q0, T, 1.0f, Ds);
-      for (int r = threadIdx.x; r < kTile; r += kThreads)
-        starts[r] = q0 + r < T ? row_start(g, b, q0 + r) : 0;
+      cp_async_wait<1>();
+    } else {
       cp_async_wait<0>();
-      sync_threads();
-
-      float s[8][4], dp[8][4];  // transposed: rows are this warp's keys, columns queries
-      product_xyt<kDt, kHs>(Ks, x0, Qs, lane, s);
-      product_xyt<kDt, kHs>(Vs, x0, dOs, lane, dp);
-      const auto local = [](int j, flash::RowCol rc) { return 8 * j + rc.col; };
-      probabilities(
-          s, dp, g, lane, [&](int j, flash::RowCol rc) { return q0 + local(j, rc); },
-          [&](int, flash::RowCol rc) { return k0 + x0 + rc.row; },
-          [&](int j, flash::RowCol rc) { return lse2[local(j, rc)]; },
-          [&](int j, flash::RowCol rc) { return Ds[local(j, rc)]; },
-          [&](int j, flash::RowCol rc) { return starts[local(j, rc)]; });
-
-      uint32_t pt[4][4], dst[4][4];
-      to_a_operands<kDt>(s, pt);
-      to_a_operands<kDt>(dp, dst);
-      product_py<kDt, kHs>(pt, dOs, lane, dv);
-      product_py<kDt, kHs>(dst, Qs, lane, dk);
     }
+    for (int r = threadIdx.x; r < kTile; r += flash::kBwdThreads) {
+      const bool in = q0 + r < T;
+      lse2s(buf)[r] = in ? lse[bh * T + q0 + r] * kLog2e : 0.0f;
+      Ds(buf)[r] = in ? D[bh * T + q0 + r] : 0.0f;
+      starts(buf)[r] = in ? row_start(g, b, q0 + r) : 0;
+    }
+    sync_threads();  // this pair's tiles and values visible to every warp
+
+    // S^T and dP^T: this warp's 16 keys (rows) by 32 queries (columns).
+    float s[4][4], dp[4][4];
+    product_xyt<kDt, kHs, 4>(Ks, x0, Qs(buf), 32 * half, lane, s);
+    product_xyt<kDt, kHs, 4>(Vs, x0, dOs(buf), 32 * half, lane, dp);
+    const auto local = [&](int j, flash::RowCol rc) { return 32 * half + 8 * j + rc.col; };
+    probabilities(
+        s, dp, g, lane, [&](int j, flash::RowCol rc) { return q0 + local(j, rc); },
+        [&](int, flash::RowCol rc) { return k0 + x0 + rc.row; },
+        [&](int j, flash::RowCol rc) { return lse2s(buf)[local(j, rc)]; },
+        [&](int j, flash::RowCol rc) { return Ds(buf)[local(j, rc)]; },
+        [&](int j, flash::RowCol rc) { return starts(buf)[local(j, rc)]; });
+    store_tile<kDt>(Pt, x0, 32 * half, lane, s);
+    store_tile<kDt>(dSt, x0, 32 * half, lane, dp);
+    sync_threads();  // P^T and dS^T whole
+
+    product_tile_y<kDt, kHs, kN, false>(Pt, x0, dOs(buf), kCols * half, lane, dv);
+    product_tile_y<kDt, kHs, kN, false>(dSt, x0, Qs(buf), kCols * half, lane, dk);
+    if (dq_accum != nullptr) {
+      float dq[kN][4];
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dq[j][i] = 0.0f;
+      product_tile_y<kDt, kHs, kN, true>(dSt, x0, Ks, kCols * half, lane, dq);
+      int* count = dq_count + bh * tiles + qt;
+      const bool first = first_tile(qt) == kt;
+      if (!first) {
+        if (threadIdx.x == 0) wait_count(count, kt);
+        sync_threads();
+      }
+      float* rows = dq_accum + (bh * tiles * kTile + q0) * kHs;
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const flash::RowCol rc = flash::frag_c(lane, i);
+          float* at = rows + (x0 + rc.row) * kHs + kCols * half + 8 * j + rc.col;
+          store_l2(at, first ? dq[j][i] : load_l2(at) + dq[j][i]);
+        }
+      sync_threads();  // every part added; P^T, dS^T, Q and dO no longer read
+      if (threadIdx.x == 0) release_count(count, kt + 1);
+    } else {
+      sync_threads();  // P^T, dS^T, Q and dO no longer read
+    }
+    n = next;
   }
 
-  if (dk_out != nullptr)
-    add_rows<kHs>(dk_out, grad_dt, k_off, g.ldk, k0 + x0, g, lane, g.scale, dk);
-  if (dv_out != nullptr) add_rows<kHs>(dv_out, grad_dt, v_off, g.ldv, k0 + x0, g, lane, 1.0f, dv);
+  if (dk_out != nullptr) {
+    add_rows<kN>(dk_out, grad_dt, k_off, g.ldk, k0 + x0, kCols * half, g, lane, g.scale, dk);
+  }
+  if (dv_out != nullptr) {
+    add_rows<kN>(dv_out, grad_dt, v_off, g.ldv, k0 + x0, kCols * half, g, lane, 1.0f, dv);
+  }
 }
 
-// grid (B * n_head, query tiles), the last query tiles first. dq += scale dS K.
-template <DT kDt, int kHs>
-__global__ void __launch_bounds__(kThreads)
-    flash_dq_kernel(const void* q, const void* k, const void* v, const void* dout, const float* lse,
-                    const float* D, void* dq_out, DT grad_dt, Geometry g) {
-  uint16_t* smem = dynamic_smem<uint16_t>();
-  constexpr int kElems = kTile * kHs;
-  const Tile<kHs> Qs{smem}, dOs{smem + kElems}, Ks{smem + 2 * kElems}, Vs{smem + 3 * kElems};
-
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int bh = blockIdx.x, b = bh / g.n_head, h = bh % g.n_head, kvh = h / g.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
-  const int T = g.T;
-  const int64_t q_off = g.head(b, h, g.ldq), o_off = g.head(b, h, g.C);
-  const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
-  const int x0 = flash::kRowsPerWarp * warp;  // this warp's queries: q0 + x0 .. + 15
-
-  load_tile_async<kHs>(q, q_off, g.ldq, q0, T, g.hs, Qs);
-  load_tile_async<kHs>(dout, o_off, g.C, q0, T, g.hs, dOs);
-  cp_async_commit();
-
-  // This lane's two query rows, their base-2 lse, D and document start.
-  float lse2[2], Dr[2];
-  int rows[2], starts[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = q0 + x0 + flash::frag_c(lane, 2 * half).row;
-    const bool in = r < T;
-    rows[half] = r;
-    lse2[half] = in ? lse[int64_t(bh) * T + r] * kLog2e : 0.0f;
-    Dr[half] = in ? D[int64_t(bh) * T + r] : 0.0f;
-    starts[half] = in ? row_start(g, b, r) : 0;
+// dq (grad_dt) += scale * dq_accum over the B * n_head * T * hs elements
+// (flash_backward_kernel's layout), grid-stride.
+template <int kHs>
+__global__ void __launch_bounds__(flash::kBwdThreads)
+    flash_dq_finish_kernel(const float* dq_accum, void* dq, DT grad_dt, int64_t B, Geometry g) {
+  const int tiles = flash::tiles(g.T);
+  const int64_t total = B * g.n_head * g.T * g.hs;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int d = int(e % g.hs);
+    const int64_t row = e / g.hs;  // (b * n_head + h) * T + t
+    const int t = int(row % g.T);
+    const int64_t bh = row / g.T;
+    const int b = int(bh / g.n_head), h = int(bh % g.n_head);
+    const float part = dq_accum[(bh * tiles * kTile + t) * kHs + d];
+    const int64_t at = g.head(b, h, g.ldq) + int64_t(t) * g.ldq + d;
+    store_from_float(dq, grad_dt, at, load_as_float(dq, grad_dt, at) + g.scale * part);
   }
-
-  float dq[kHs / 8][4];
-#pragma unroll
-  for (int j = 0; j < kHs / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dq[j][i] = 0.0f;
-
-  const int kt_first = flash::first_key_tile(g.first_key(b, q0));
-  const int kt_last = flash::last_key_tile(q0, T);
-  for (int kt = kt_first; kt <= kt_last; ++kt) {
-    const int k0 = kt * kTile;
-    sync_threads();  // the previous key tile is no longer read
-    load_tile_async<kHs>(k, k_off, g.ldk, k0, T, g.hs, Ks);
-    load_tile_async<kHs>(v, v_off, g.ldv, k0, T, g.hs, Vs);
-    cp_async_commit();
-    cp_async_wait<0>();
-    sync_threads();
-
-    float s[8][4], dp[8][4];
-    product_xyt<kDt, kHs>(Qs, x0, Ks, lane, s);
-    product_xyt<kDt, kHs>(dOs, x0, Vs, lane, dp);
-    probabilities(
-        s, dp, g, lane, [&](int, flash::RowCol rc) { return rows[rc.row / 8]; },
-        [&](int j, flash::RowCol rc) { return k0 + 8 * j + rc.col; },
-        [&](int, flash::RowCol rc) { return lse2[rc.row / 8]; },
-        [&](int, flash::RowCol rc) { return Dr[rc.row / 8]; },
-        [&](int, flash::RowCol rc) { return starts[rc.row / 8]; });
-
-    uint32_t ds[4][4];
-    to_a_operands<kDt>(dp, ds);
-    product_py<kDt, kHs>(ds, Ks, lane, dq);
-  }
-
-  add_rows<kHs>(dq_out, grad_dt, q_off, g.ldq, q0 + x0, g, lane, g.scale, dq);
 }
 
 }  // namespace fd::kernels::mma

@@ -23,10 +23,16 @@ namespace fd::kernels::flash {
 
 // ---------------------------------------------------------------- the plan --
 
-constexpr int kWarps = 4;              // per block
+constexpr int kWarps = 4;              // per forward block
 constexpr int kThreads = 32 * kWarps;  // 128
 constexpr int kRowsPerWarp = 16;       // the M of m16n8k16
-constexpr int kTile = kWarps * kRowsPerWarp;  // 64: queries (or keys) per block and per streamed tile
+constexpr int kTile =
+    kWarps * kRowsPerWarp;  // 64: queries (or keys) per block and per streamed tile
+// The backward's blocks: 8 warps over one 64-key tile, warps w and w + 4 on the
+// same 16 keys (w % 4), each on half of the query tile (scores) and half of
+// the head tile (dK, dV, dQ): the accumulators a warp holds are halved.
+constexpr int kBwdWarps = 8;
+constexpr int kBwdThreads = 32 * kBwdWarps;  // 256
 
 // The head-size tile for head size hs: 64 or 128 (shared-memory rows of 128
 // or 256 bytes, which the swizzle below needs); 0 when hs is not a multiple of
@@ -45,11 +51,14 @@ FD_HD constexpr bool shapes_fit(int64_t hs, int64_t ld_q, int64_t ld_k, int64_t 
 }
 
 // Shared memory of each kernel, in bytes, for head tile kHs: 64-row tiles of
-// kHs 16-bit values (forward: Q, and K and V double-buffered; dK/dV and dQ:
-// four tiles, plus 64 floats of lse and of D and 64 ints of document starts).
+// kHs 16-bit values (forward: Q, and K and V double-buffered; backward: K and
+// V, Q and dO double-buffered, the 64 x 64 tiles of P^T and dS^T, and two
+// buffers of the query tile's 64 lse, D and document starts, 4 bytes each).
 constexpr size_t tile_bytes(int kHs) { return size_t(kTile) * kHs * 2; }
 constexpr size_t forward_smem(int kHs) { return 5 * tile_bytes(kHs); }
-constexpr size_t backward_smem(int kHs) { return 4 * tile_bytes(kHs) + 3 * kTile * 4; }
+constexpr size_t backward_smem(int kHs) {
+  return 6 * tile_bytes(kHs) + 2 * tile_bytes(kTile) + 2 * 3 * kTile * 4;
+}
 
 // The key tiles query tile [q0, q0 + 64) visits under the causal mask: from
 // the tile holding first_key (0, or with packed rows the first query's
@@ -63,6 +72,25 @@ FD_HD constexpr int last_key_tile(int q0, int T) {
 // k0 (queries before k0 see none of these keys) to the last.
 FD_HD constexpr int first_query_tile(int k0) { return k0 / kTile; }
 FD_HD constexpr int tiles(int T) { return (T + kTile - 1) / kTile; }
+
+// The launches: forward grid (B * n_head, query tiles); backward grid
+// (B * n_kv_head, key tiles) with its fp32 dQ accumulator (rows padded to whole
+// tiles, head-tile columns) and one count per (batch row, head, query tile).
+struct Grid {
+  unsigned x, y;
+};
+FD_HD constexpr Grid forward_grid(int64_t B, int n_head, int T) {
+  return {unsigned(B * n_head), unsigned(tiles(T))};
+}
+FD_HD constexpr Grid backward_grid(int64_t B, int n_kv_head, int T) {
+  return {unsigned(B * n_kv_head), unsigned(tiles(T))};
+}
+constexpr size_t dq_accum_floats(int64_t B, int n_head, int T, int kHs) {
+  return size_t(B) * size_t(n_head) * size_t(tiles(T)) * kTile * size_t(kHs);
+}
+constexpr size_t dq_counts(int64_t B, int n_head, int T) {
+  return size_t(B) * size_t(n_head) * size_t(tiles(T));
+}
 
 // ------------------------------------------------------ shared-memory tiles --
 
@@ -111,6 +139,14 @@ FD_HD constexpr RowCol ldm_b(int lane, int n0, int k0) {
 // loaded with .trans, which are b0, b1 of the first mma and b0, b1 of the second.
 FD_HD constexpr RowCol ldm_bt(int lane, int k0, int n0) {
   return {k0 + lane % 8 + 8 * ((lane / 8) % 2), n0 + 8 * (lane / 16)};
+}
+
+// An A operand (16 x 16) taken transposed from a tile: A[r][c] = tile[c][r]
+// for r from r0, c from c0 (the tile's rows are A's columns: dS = (dS^T)^T in
+// dQ = dS K), loaded with .trans: matrix i (A rows 8 (i % 2) .., columns
+// 8 (i / 2) ..) is the tile's rows c0 + 8 (i / 2) .., columns r0 + 8 (i % 2) ..
+FD_HD constexpr RowCol ldm_a_trans(int lane, int r0, int c0) {
+  return {c0 + lane % 8 + 8 * (lane / 16), r0 + 8 * ((lane / 8) % 2)};
 }
 
 // ------------------------------------------------------- mma.m16n8k16 fragments --

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
@@ -94,5 +95,44 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 }
 
 __device__ __forceinline__ void sync_threads() { __syncthreads(); }
+
+// fp32 loads and stores that bypass L1 (which is not coherent between SMs):
+// for data another block wrote (the ordered dQ accumulation).
+__device__ __forceinline__ float load_l2(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ void store_l2(float* p, float v) { __stcg(p, v); }
+
+// Waits until *count == value (acquire: what the releasing block wrote before
+// is visible after the caller's next __syncthreads). The releasing block is
+// always one launched earlier, which CUDA starts first: the wait ends. If it
+// has not after 10 s, the kernel stops with a message (the launch fails)
+// rather than hang.
+// The end of a wait that did not end: a message (printed when the host next
+// synchronises) and a failed launch. Out of line, so that the waiting
+// kernel keeps no registers or stack for it.
+__device__ __noinline__ void stalled(int value, int seen) {
+  printf("fdtrain: attention backward: block (%d, %d) waited 10 s for count %d (at %d)\n",
+         int(blockIdx.x), int(blockIdx.y), value, seen);
+  __trap();
+}
+
+__device__ __forceinline__ void wait_count(const int* count, int value) {
+  uint64_t t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+    if (v == value) return;
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > 10000000000ull) stalled(value, v);
+    __nanosleep(64);
+  }
+}
+// Publishes this block's writes, then *count = value. Call from one thread
+// after a __syncthreads that follows every thread's writes.
+__device__ __forceinline__ void release_count(int* count, int value) {
+  __threadfence();
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(count), "r"(value) : "memory");
+}
 
 }  // namespace fd::kernels::mma

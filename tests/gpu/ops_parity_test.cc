@@ -221,7 +221,7 @@ TEST_P(GpuParity, CausalAttention) {
 }
 
 // Separate q, k, v with grouped (GQA) and single (MQA) key/value heads: dk and dv sum
-// over each group's query heads, in the dK/dV kernel's registers.
+// over each group's query heads, in the backward kernel's registers.
 TEST_P(GpuParity, CausalAttentionGroupedKv) {
   REQUIRE_GPU();
   for (auto [T, n_head, n_kv_head, hs] : {std::tuple{70, 4, 2, 64}, std::tuple{33, 6, 3, 32},

@@ -4,13 +4,15 @@
 // definitions (the GPU parity test's bf16 bound) and against the kernels'
 // algorithm at tile level in fp32 (flash_reference.h's tiled(), far tighter:
 // the same roundings, only the summation order differs). Head sizes 40 (a
-// 64-column tile, zero-filled past 40), 64 and 128; T not a multiple of 64;
-// grouped-query heads; packed rows; bf16 and f16; gradients added into f32
-// and bf16 buffers. Every case runs three times, which must give the same
-// bits: cp.async copies landing at their wait (a read before the wait sees
-// NaN) with the warps in lockstep, and copies landing at once with each warp
-// running as far as it can before the next, from the first warp or from the
-// last (a refill racing another warp's reads corrupts them).
+// 64-column tile, zero-filled past 40), 64, 96 and 128; T not a multiple of 64;
+// grouped-query heads and one KV head for all; packed rows; bf16 and f16;
+// gradients added into f32 and bf16 buffers. The backward's dQ accumulator
+// starts as NaN and its ordered accumulation is checked by the emulator (a
+// block waiting for a count an earlier block did not leave fails the launch). Every case runs three
+// times, which must give the same bits: cp.async copies landing at their wait (a read before the
+// wait sees NaN) with the warps in lockstep, and copies landing at once with each warp running as
+// far as it can before the next, from the first warp or from the last (a refill racing another
+// warp's reads corrupts them).
 //
 // The emulator's own checks are tested first: a deadlock, an out-of-bounds
 // shared-memory access and a read before cp.async's wait are each caught.
@@ -129,8 +131,8 @@ std::vector<uint16_t> to16(const std::vector<float>& x, DT dt) {
   return y;
 }
 
-// Forward, D = rowsum(dO * O) as kernels/attention.cu takes it, then dK/dV and dQ,
-// launched as kernels/attention_mma.cu launches them.
+// Forward, D = rowsum(dO * O) as kernels/attention.cu takes it, then the
+// backward and dQ's last pass, launched as kernels/attention_mma.cu launches them.
 template <DT kDt, int kHs>
 KernelRun run_kernels(const Problem& p, DT grad_dt, Mode mode) {
   const std::vector<uint16_t> q = to16(p.q, kDt), k = to16(p.k, kDt), v = to16(p.v, kDt),
@@ -151,9 +153,9 @@ KernelRun run_kernels(const Problem& p, DT grad_dt, Mode mode) {
   KernelRun run;
   run.out16.assign(q.size(), 0);
   run.lse.assign(size_t(p.B) * p.H * p.T, 0.0f);
-  const unsigned tiles = unsigned(flash::tiles(p.T));
+  const flash::Grid fwd = flash::forward_grid(p.B, p.H, p.T);
   simt_emu::launch(
-      {unsigned(p.B * p.H), tiles, 1}, {flash::kThreads, 1, 1}, flash::forward_smem(kHs),
+      {fwd.x, fwd.y, 1}, {flash::kThreads, 1, 1}, flash::forward_smem(kHs),
       [&] {
         mma::flash_forward_kernel<kDt, kHs>(q.data(), k.data(), v.data(), run.out16.data(),
                                             run.lse.data(), g);
@@ -175,20 +177,21 @@ KernelRun run_kernels(const Problem& p, DT grad_dt, Mode mode) {
   const size_t width = grad_dt == DT::kF32 ? 4 : 2;
   std::vector<unsigned char> dq(q.size() * width, 0), dk(k.size() * width, 0),
       dv(v.size() * width, 0);
+  // dQ's accumulator starts as NaN: every element read must have been stored first.
+  std::vector<float> accum(flash::dq_accum_floats(p.B, p.H, p.T, kHs), NAN);
+  std::vector<int> counts(flash::dq_counts(p.B, p.H, p.T), 0);
+  const flash::Grid bwd = flash::backward_grid(p.B, p.KV, p.T);
   simt_emu::launch(
-      {unsigned(p.B * p.KV), tiles, 1}, {flash::kThreads, 1, 1}, flash::backward_smem(kHs),
+      {bwd.x, bwd.y, 1}, {flash::kBwdThreads, 1, 1}, flash::backward_smem(kHs),
       [&] {
-        mma::flash_dkdv_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(), run.lse.data(),
-                                         D.data(), dk.data(), dv.data(), grad_dt, g);
+        mma::flash_backward_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(),
+                                             run.lse.data(), D.data(), dk.data(), dv.data(),
+                                             grad_dt, accum.data(), counts.data(), g);
       },
       mode);
   simt_emu::launch(
-      {unsigned(p.B * p.H), tiles, 1}, {flash::kThreads, 1, 1}, flash::backward_smem(kHs),
-      [&] {
-        mma::flash_dq_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(), run.lse.data(),
-                                       D.data(), dq.data(), grad_dt, g);
-      },
-      mode);
+      {3, 1, 1}, {flash::kBwdThreads, 1, 1}, 0,
+      [&] { mma::flash_dq_finish_kernel<kHs>(accum.data(), dq.data(), grad_dt, p.B, g); }, mode);
 
   auto widen = [&](const std::vector<unsigned char>& x, size_t n) {
     std::vector<double> y(n);
@@ -211,6 +214,7 @@ struct Case {
   int hs;
   bool packed;
   DT grad_dt;
+  int B = 1, T = 130, KV = 2;  // over 4 query heads
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -226,8 +230,8 @@ class FlashEmu : public ::testing::TestWithParam<Case> {
 
 TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
   const Case c = GetParam();
-  // T = 130: three query tiles, the last with 2 rows; H 4 over KV 2.
-  Problem p = flash_ref::make_problem(c.packed, 1, 130, 4, 2, c.hs);
+  // T = 130: three query tiles, the last with 2 rows.
+  Problem p = flash_ref::make_problem(c.packed, c.B, c.T, 4, c.KV, c.hs);
   if (c.dt == DT::kF16) {  // inputs exact in f16 too
     for (auto* x : {&p.q, &p.k, &p.v, &p.dout})
       for (float& e : *x) e = f16_round(e);
@@ -282,7 +286,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"bf16_hs40_packed_bf16_grads", DT::kBF16, 40, true, DT::kBF16},
                       Case{"f16_hs64", DT::kF16, 64, false, DT::kF32},
                       Case{"bf16_hs128", DT::kBF16, 128, false, DT::kF32},
-                      Case{"bf16_hs96_packed", DT::kBF16, 96, true, DT::kF32}),
+                      Case{"bf16_hs96_packed", DT::kBF16, 96, true, DT::kF32},
+                      // Two batch rows, one KV head for four query heads, four tiles.
+                      Case{"bf16_hs64_mqa_b2_packed", DT::kBF16, 64, true, DT::kF32, 2, 200, 1}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -128,8 +128,9 @@ inline Grads reference(const Problem& p) {
 
 // The kernels' algorithm in fp32 at tile level, walking tiles with the flash:: plan:
 // forward with the online softmax (base 2) over the visited key tiles, P rounded to
-// bf16 for P V; backward as the dK/dV kernel (query tiles from the diagonal, the
-// group's heads in order) and the dQ kernel (key tiles up to the diagonal), P and
+// bf16 for P V; backward with dK, dV summed as the backward kernel's blocks sum
+// them (query tiles from the diagonal, the group's heads in order) and dQ over
+// the key tiles up to the diagonal in order (its ordered accumulation), P and
 // dS rounded to bf16 before their products, lse and D as the kernels take them.
 // round16: how the kernels round to 16 bits (bf16 by default, as P, dS and out are
 // rounded in a bf16 call); q, k, v and dout must already be exact in it.

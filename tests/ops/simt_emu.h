@@ -397,6 +397,20 @@ inline void sync_threads() {
   simt_emu::block_barrier();
 }
 
+inline float load_l2(const float* p) { return *p; }
+inline void store_l2(float* p, float v) { *p = v; }
+
+// Blocks run one after another in launch order here: the block that releases
+// `count` ran before, so the value must already be there.
+inline void wait_count(const int* count, int value) {
+  if (*count != value) {
+    simt_emu::fail("wait_count: waits for " + std::to_string(value) +
+                   " but an earlier block left " + std::to_string(*count) +
+                   " (the order of the releases is broken)");
+  }
+}
+inline void release_count(int* count, int value) { *count = value; }
+
 inline float shfl_xor(float v, int mask) {
   simt_emu::Warp& w = simt_emu::this_warp();
   const int l = simt_emu::lane();
