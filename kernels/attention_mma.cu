@@ -2,7 +2,10 @@
 // (kernels/attention_mma.cuh, where the design is described).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "kernels/attention.cuh"
 #include "kernels/attention_mma.cuh"
@@ -15,6 +18,7 @@ namespace {
 
 using flash::kThreads;
 using mma::flash_backward_kernel;
+using mma::flash_dkv_finish_kernel;
 using mma::flash_dq_finish_kernel;
 using mma::flash_forward_kernel;
 
@@ -31,6 +35,25 @@ void allow_smem(size_t bytes, const char* what) {
     return true;
   }();
   (void)done;
+}
+
+std::atomic<int> g_backward_splits{0};  // set_attention_backward_splits
+
+// The current device's multiprocessor count (asked once per device).
+int multiprocessors() {
+  static std::mutex mutex;
+  static std::map<int, int> counts;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "attention_backward (tensor cores): cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = counts.find(device);
+  if (it == counts.end()) {
+    int sms = 0;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "attention_backward (tensor cores): multiprocessor count");
+    it = counts.emplace(device, sms).first;
+  }
+  return it->second;
 }
 
 // Calls f.template operator()<kDt, kHs>() for a 16-bit dt and the head tile of hs.
@@ -51,6 +74,8 @@ void dispatch_mma(DT dt, int hs, F&& f) {
 }
 
 }  // namespace
+
+void set_attention_backward_splits(int splits) { g_backward_splits.store(splits < 0 ? 0 : splits); }
 
 void attention_forward_mma(const void* q, const void* k, const void* v, void* out, float* lse,
                            DT dt, int64_t B, const Geometry& g) {
@@ -74,23 +99,38 @@ void attention_backward_mma(const void* q, const void* k, const void* v, const v
     constexpr size_t kSmem = flash::backward_smem(kHs);
     constexpr auto kernel = flash_backward_kernel<kDt, kHs>;
     allow_smem<kernel>(kSmem, "attention_backward (tensor cores): shared memory");
-    const flash::Grid grid = flash::backward_grid(B, g.n_kv_head, g.T);
+    const int asked = g_backward_splits.load();
+    const int splits = asked == 0
+                           ? flash::head_splits(B, g.n_kv_head, g.group, g.T, multiprocessors())
+                       : g.group % asked == 0 ? asked
+                                              : 1;
+    const flash::Grid grid = flash::backward_grid(B, g.n_kv_head, g.T, splits);
     // dQ's fp32 accumulator needs no zeros (each query tile's first key tile
-    // stores); its counts do.
+    // stores), nor do dK's and dV's parts (each written once); dQ's counts do.
     const size_t accum_bytes =
         dq == nullptr ? 0 : flash::dq_accum_floats(B, g.n_head, g.T, kHs) * 4;
     const size_t count_bytes = dq == nullptr ? 0 : flash::dq_counts(B, g.n_head, g.T) * 4;
-    DeviceScratch scratch(accum_bytes + count_bytes);
-    float* accum = dq == nullptr ? nullptr : scratch.as<float>();
-    int* counts =
-        dq == nullptr ? nullptr : reinterpret_cast<int*>(scratch.as<char>() + accum_bytes);
+    const size_t part_bytes = flash::dkv_part_floats(B, g.n_kv_head, g.T, kHs, splits) * 4;
+    DeviceScratch scratch(accum_bytes + count_bytes + part_bytes);
+    char* base = scratch.as<char>();
+    float* accum = dq == nullptr ? nullptr : reinterpret_cast<float*>(base);
+    int* counts = dq == nullptr ? nullptr : reinterpret_cast<int*>(base + accum_bytes);
+    float* parts =
+        splits > 1 ? reinterpret_cast<float*>(base + accum_bytes + count_bytes) : nullptr;
     if (counts != nullptr) {
       check_cuda(cudaMemsetAsync(counts, 0, count_bytes, s),
                  "attention_backward (tensor cores): clearing dQ's counts");
     }
-    kernel<<<dim3(grid.x, grid.y), flash::kBwdThreads, kSmem, s>>>(q, k, v, dout, lse, D, dk, dv,
-                                                                   grad_dt, accum, counts, g);
+    kernel<<<dim3(grid.x, grid.y), flash::kBwdThreads, kSmem, s>>>(
+        q, k, v, dout, lse, D, dk, dv, grad_dt, accum, counts, splits, parts, g);
     check_launch("attention_backward (tensor cores)");
+    if (splits > 1 && (dk != nullptr || dv != nullptr)) {
+      const int64_t total = B * g.n_kv_head * g.T * g.hs;
+      flash_dkv_finish_kernel<kHs>
+          <<<grid_for(total, flash::kBwdThreads), flash::kBwdThreads, 0, s>>>(
+              parts, dk, dv, grad_dt, B, splits, g);
+      check_launch("attention_backward (tensor cores, dK and dV of split heads)");
+    }
     if (dq != nullptr) {
       const int64_t total = B * g.n_head * g.T * g.hs;
       flash_dq_finish_kernel<kHs>

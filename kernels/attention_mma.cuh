@@ -377,11 +377,13 @@ __device__ __forceinline__ void store_tile(Tile<kTile> A, int r0, int c0, int la
     }
 }
 
-// grid flash::backward_grid (B * n_kv_head, key tiles; key tile 0, which has the
-// most query tiles, first), flash::kBwdThreads threads. One block holds one
-// 64-key tile of one KV head, its dK and dV, and walks (head, query tile)
-// pairs: the group's heads in order and, for each, the query tiles from its
-// own on that see any of its keys. Per pair, five products:
+// grid flash::backward_grid (B * n_kv_head * splits, key tiles; key tile 0,
+// which has the most query tiles, first), flash::kBwdThreads threads. One block
+// holds one 64-key tile of one KV head, its dK and dV, and walks (head, query
+// tile) pairs: its part of the group's heads (all of them when splits is 1) in
+// order and, for each, the query tiles from its own on that see any of its
+// keys. With splits > 1 its dK and dV go to dkv_parts for
+// flash_dkv_finish_kernel to add up. Per pair, five products:
 //   S^T = K Q^T and dP^T = V dO^T   warp w: keys 16 (w % 4) .., queries 32 (w / 4) ..
 //   P^T, dS^T                      rounded to 16 bits into shared memory
 //   dV += P^T dO, dK += dS^T Q     warp w: keys 16 (w % 4) .., head columns kHs / 2 (w / 4) ..
@@ -396,7 +398,8 @@ template <DT kDt, int kHs>
 __global__ void __launch_bounds__(flash::kBwdThreads)
     flash_backward_kernel(const void* q, const void* k, const void* v, const void* dout,
                           const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
-                          float* dq_accum, int* dq_count, Geometry g) {
+                          float* dq_accum, int* dq_count, int splits, float* dkv_parts,
+                          Geometry g) {
   uint16_t* smem = dynamic_smem<uint16_t>();
   constexpr int kElems = kTile * kHs;
   constexpr int kCols = kHs / 2;  // head columns per warp in dK, dV and dQ
@@ -416,13 +419,14 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int x0 = flash::kRowsPerWarp * (warp % 4);  // keys k0 + x0 .. (and dQ's queries q0 + x0 ..)
   const int half = warp / 4;                        // which half of the queries, of the columns
-  const int b = blockIdx.x / g.n_kv_head, kvh = blockIdx.x % g.n_kv_head;
+  const int bkv = blockIdx.x / splits, split = blockIdx.x % splits;
+  const int b = bkv / g.n_kv_head, kvh = bkv % g.n_kv_head;
   const int kt = blockIdx.y, k0 = kt * kTile;
   const int T = g.T, tiles = flash::tiles(T);
   const int64_t k_off = g.head(b, kvh, g.ldk), v_off = g.head(b, kvh, g.ldv);
-  // Pair n: head kvh * group + n / per_head, query tile kt + n % per_head.
-  const int per_head = tiles - kt, pairs = g.group * per_head;
-  const auto head_of = [&](int n) { return kvh * g.group + n / per_head; };
+  // Pair n: head kvh * group + split * heads + n / per_head, query tile kt + n % per_head.
+  const int heads = g.group / splits, per_head = tiles - kt, pairs = heads * per_head;
+  const auto head_of = [&](int n) { return kvh * g.group + split * heads + n / per_head; };
   const auto tile_of = [&](int n) { return kt + n % per_head; };
   // The first key tile query tile qt sees (packed rows: its first query's document start).
   const auto first_tile = [&](int qt) { return flash::first_key_tile(g.first_key(b, qt * kTile)); };
@@ -514,11 +518,60 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
     n = next;
   }
 
+  if (splits > 1) {  // this part's sums, for flash_dkv_finish_kernel
+    const int64_t rows = int64_t(tiles) * kTile;
+    float* dk_part = dkv_parts + (int64_t(blockIdx.x) * rows + k0) * kHs;
+    float* dv_part = dk_part + int64_t(gridDim.x) * rows * kHs;
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const flash::RowCol rc = flash::frag_c(lane, i);
+        const int64_t at = int64_t(x0 + rc.row) * kHs + kCols * half + 8 * j + rc.col;
+        dk_part[at] = dk[j][i];
+        dv_part[at] = dv[j][i];
+      }
+    return;
+  }
   if (dk_out != nullptr) {
     add_rows<kN>(dk_out, grad_dt, k_off, g.ldk, k0 + x0, kCols * half, g, lane, g.scale, dk);
   }
   if (dv_out != nullptr) {
     add_rows<kN>(dv_out, grad_dt, v_off, g.ldv, k0 + x0, kCols * half, g, lane, 1.0f, dv);
+  }
+}
+
+// With the group's heads split over `splits` blocks: dk += scale * (the sum of
+// the parts' dK in part order), dv += the same of dV, over the
+// B * n_kv_head * T * hs elements, grid-stride.
+template <int kHs>
+__global__ void __launch_bounds__(flash::kBwdThreads)
+    flash_dkv_finish_kernel(const float* dkv_parts, void* dk, void* dv, DT grad_dt, int64_t B,
+                            int splits, Geometry g) {
+  const int64_t rows = int64_t(flash::tiles(g.T)) * kTile;
+  const int64_t dv_offset = B * g.n_kv_head * splits * rows * kHs;
+  const int64_t total = B * g.n_kv_head * g.T * g.hs;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int d = int(e % g.hs);
+    const int64_t row = e / g.hs;  // (b * n_kv_head + kvh) * T + t
+    const int t = int(row % g.T);
+    const int64_t bkv = row / g.T;
+    const int b = int(bkv / g.n_kv_head), kvh = int(bkv % g.n_kv_head);
+    float sk = 0.0f, sv = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const int64_t at = ((bkv * splits + s) * rows + t) * kHs + d;
+      sk += dkv_parts[at];
+      sv += dkv_parts[dv_offset + at];
+    }
+    if (dk != nullptr) {
+      const int64_t at = g.head(b, kvh, g.ldk) + int64_t(t) * g.ldk + d;
+      store_from_float(dk, grad_dt, at, load_as_float(dk, grad_dt, at) + g.scale * sk);
+    }
+    if (dv != nullptr) {
+      const int64_t at = g.head(b, kvh, g.ldv) + int64_t(t) * g.ldv + d;
+      store_from_float(dv, grad_dt, at, load_as_float(dv, grad_dt, at) + sv);
+    }
   }
 }
 

@@ -73,23 +73,41 @@ FD_HD constexpr int last_key_tile(int q0, int T) {
 FD_HD constexpr int first_query_tile(int k0) { return k0 / kTile; }
 FD_HD constexpr int tiles(int T) { return (T + kTile - 1) / kTile; }
 
+// How many parts the backward splits each KV head's group of query heads into,
+// so that its blocks fill a GPU of `sms` multiprocessors (two blocks each)
+// when few KV heads and a short sequence leave it idle: MQA at B 1, T 1024 is
+// 16 blocks for 132 SMs. The smallest divisor of group that gives 2 sms
+// blocks, else group; 1 when B * n_kv_head * tiles already does. Each part
+// sums its heads' dK and dV, and a last pass adds the parts in order.
+FD_HD constexpr int head_splits(int64_t B, int n_kv_head, int group, int T, int sms) {
+  const int64_t blocks = B * n_kv_head * tiles(T), want = 2 * int64_t(sms);
+  for (int s = 1; s < group; ++s)
+    if (group % s == 0 && blocks * s >= want) return s;
+  return group < 1 ? 1 : group;
+}
+
 // The launches: forward grid (B * n_head, query tiles); backward grid
-// (B * n_kv_head, key tiles) with its fp32 dQ accumulator (rows padded to whole
-// tiles, head-tile columns) and one count per (batch row, head, query tile).
+// (B * n_kv_head * splits, key tiles) with its fp32 dQ accumulator (rows padded
+// to whole tiles, head-tile columns), one count per (batch row, head, query
+// tile), and with splits > 1 the parts' fp32 dK and dV (the same row layout).
 struct Grid {
   unsigned x, y;
 };
 FD_HD constexpr Grid forward_grid(int64_t B, int n_head, int T) {
   return {unsigned(B * n_head), unsigned(tiles(T))};
 }
-FD_HD constexpr Grid backward_grid(int64_t B, int n_kv_head, int T) {
-  return {unsigned(B * n_kv_head), unsigned(tiles(T))};
+FD_HD constexpr Grid backward_grid(int64_t B, int n_kv_head, int T, int splits) {
+  return {unsigned(B * n_kv_head * splits), unsigned(tiles(T))};
 }
 constexpr size_t dq_accum_floats(int64_t B, int n_head, int T, int kHs) {
   return size_t(B) * size_t(n_head) * size_t(tiles(T)) * kTile * size_t(kHs);
 }
 constexpr size_t dq_counts(int64_t B, int n_head, int T) {
   return size_t(B) * size_t(n_head) * size_t(tiles(T));
+}
+// dK's parts, then dV's.
+constexpr size_t dkv_part_floats(int64_t B, int n_kv_head, int T, int kHs, int splits) {
+  return splits <= 1 ? 0 : 2 * dq_accum_floats(B, n_kv_head * splits, T, kHs);
 }
 
 // ------------------------------------------------------ shared-memory tiles --

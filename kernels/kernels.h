@@ -222,6 +222,11 @@ enum class AttentionKernels : uint8_t { kTensorCores, kSimt };
 // Process-wide; kTensorCores until set (the device check and GpuOpBench time both).
 void set_attention_kernels(AttentionKernels which);
 AttentionKernels attention_kernels();
+// The tensor-core backward splits each KV head's group of query heads over several blocks
+// when too few blocks would run otherwise (MQA at batch 1: kernels/flash_layout.h's
+// head_splits). 0, the default, lets it choose; n > 0 asks for n parts wherever n divides the
+// group (1 part elsewhere): the parity test runs each grouped case both ways. Process-wide.
+void set_attention_backward_splits(int splits);
 // Whether a call with dtype dt, shape a and these operand pointers takes the tensor-core kernels.
 bool attention_on_tensor_cores(DT dt, const AttentionShape& a, const void* q, const void* k,
                                const void* v, const void* out);

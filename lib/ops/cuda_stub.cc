@@ -1,6 +1,9 @@
 // The GPU backend of lib/ops in a build without CUDA (CMake compiles this file
 // instead of cuda/*.cc). No GPU tensor can exist in such a build (lib/tensor
 // refuses to make one), so these are never reached; each throws all the same.
+#include <atomic>
+
+#include "kernels/kernels.h"
 #include "lib/base/error.h"
 #include "lib/ops/backend.h"
 
@@ -102,3 +105,20 @@ void linear_cross_entropy_backward(const LinearCrossEntropySaved&, const Tensor&
 }
 
 }  // namespace fd::ops::cuda
+
+// kernels/' process-wide switches, which the GPU tests set around cases that skip
+// without a GPU (tests/gpu links in every build): held, with nothing to switch. Without
+// these, a build on a machine without nvcc could not link gpu_tests.
+namespace fd::kernels {
+namespace {
+std::atomic<AttentionKernels> g_attention_kernels{AttentionKernels::kTensorCores};
+std::atomic<bool> g_tf32{false};
+}  // namespace
+
+void set_attention_kernels(AttentionKernels which) { g_attention_kernels.store(which); }
+AttentionKernels attention_kernels() { return g_attention_kernels.load(); }
+void set_attention_backward_splits(int) {}
+void set_tf32(bool allow) { g_tf32.store(allow); }
+bool tf32_allowed() { return g_tf32.load(); }
+
+}  // namespace fd::kernels

@@ -19,7 +19,6 @@
 #include "kernels/kernels.h"
 #include "lib/autograd/tape.h"
 #include "lib/ops/adamw.h"
-#include "lib/optim/adamw.h"
 #include "lib/ops/attention.h"
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/dropout.h"
@@ -33,10 +32,11 @@
 #include "lib/ops/rms_norm.h"
 #include "lib/ops/rope.h"
 #include "lib/ops/swiglu.h"
+#include "lib/optim/adamw.h"
 #include "lib/tensor/device.h"
-#include "tests/gpu/require_gpu.h"
 #include "lib/tensor/host_link.h"
 #include "lib/tensor/tensor.h"
+#include "tests/gpu/require_gpu.h"
 
 namespace fd {
 namespace {
@@ -193,8 +193,8 @@ TEST_P(GpuParity, Embedding) {
 // then, for 16-bit dtypes, the SIMT fp32 kernels (suffix "_simt"), so both are held to
 // the bound and the device check shows both. The bf16 run also covers f16 (suffix "_f16":
 // the tensor-core kernels' other mma type).
-void for_each_attention_kernels(
-    DType dt, const std::function<void(const std::string&, DType)>& body) {
+void for_each_attention_kernels(DType dt,
+                                const std::function<void(const std::string&, DType)>& body) {
   body("", dt);
   if (dt == DType::kF32) return;
   kernels::set_attention_kernels(kernels::AttentionKernels::kSimt);
@@ -211,8 +211,8 @@ TEST_P(GpuParity, CausalAttention) {
         std::tuple{1024, 2, 64}, std::tuple{1024, 1, 128}}) {
     const int64_t B = 2, C = int64_t(n_head) * hs;
     for_each_attention_kernels(GetParam(), [&](const std::string& impl, DType dtype) {
-      check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs) + impl,
-                   dtype, {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
+      check_parity("attention_T" + std::to_string(T) + "_hs" + std::to_string(hs) + impl, dtype,
+                   {{randn(B * T * 3 * C, 13), Shape{B, T, 3 * C}}},
                    [n_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
                      return ops::causal_attention(v[0], n_head);
                    });
@@ -221,26 +221,32 @@ TEST_P(GpuParity, CausalAttention) {
 }
 
 // Separate q, k, v with grouped (GQA) and single (MQA) key/value heads: dk and dv sum
-// over each group's query heads, in the backward kernel's registers.
+// over each group's query heads, in the backward kernel's registers; each case runs with
+// the group's heads in one block (splits 1) and split as the kernel chooses for this GPU
+// (these small shapes leave it idle, so it splits them: kernels::set_attention_backward_splits).
 TEST_P(GpuParity, CausalAttentionGroupedKv) {
   REQUIRE_GPU();
-  for (auto [T, n_head, n_kv_head, hs] : {std::tuple{70, 4, 2, 64}, std::tuple{33, 6, 3, 32},
-                                          std::tuple{130, 4, 1, 128}, std::tuple{65, 2, 2, 16},
-                                          std::tuple{1024, 4, 1, 128}}) {
-    const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;
-    for_each_attention_kernels(GetParam(), [&](const std::string& impl, DType dtype) {
-      check_parity("attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) +
-                       "_kv" + std::to_string(n_kv_head) + "_hs" + std::to_string(hs) + impl,
-                   dtype,
-                   {{randn(B * T * Cq, 15), Shape{B, T, Cq}},
-                    {randn(B * T * Ckv, 16), Shape{B, T, Ckv}},
-                    {randn(B * T * Ckv, 17), Shape{B, T, Ckv}}},
-                   [n_head, n_kv_head](const std::vector<Variable>& v,
-                                       const std::vector<Tensor>&) {
-                     return ops::causal_attention(v[0], v[1], v[2], n_head, n_kv_head);
-                   });
-    });
-  }
+  for (auto [T, n_head, n_kv_head, hs] :
+       {std::tuple{70, 4, 2, 64}, std::tuple{33, 6, 3, 32}, std::tuple{130, 4, 1, 128},
+        std::tuple{65, 2, 2, 16}, std::tuple{1024, 4, 1, 128}})
+    for (int splits : {1, 0}) {
+      kernels::set_attention_backward_splits(splits);
+      const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;
+      for_each_attention_kernels(GetParam(), [&](const std::string& impl, DType dtype) {
+        check_parity(
+            "attention_gqa_T" + std::to_string(T) + "_h" + std::to_string(n_head) + "_kv" +
+                std::to_string(n_kv_head) + "_hs" + std::to_string(hs) +
+                (splits == 1 ? "_one_block_per_group" : "") + impl,
+            dtype,
+            {{randn(B * T * Cq, 15), Shape{B, T, Cq}},
+             {randn(B * T * Ckv, 16), Shape{B, T, Ckv}},
+             {randn(B * T * Ckv, 17), Shape{B, T, Ckv}}},
+            [n_head, n_kv_head](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+              return ops::causal_attention(v[0], v[1], v[2], n_head, n_kv_head);
+            });
+      });
+      kernels::set_attention_backward_splits(0);
+    }
 }
 
 // Packed rows (doc_starts, host i32 ids): documents crossing the kernels' 64-row tiles,
@@ -418,9 +424,10 @@ TEST(GpuParityState, ReductionsAndAdamW) {
   EXPECT_LE(r16, 1e-2);
   // Bitwise, in fact: the kernel rounds every operation as the CPU reference
   // does (what host offload's weights_sha256 equality rests on).
-  const bool same = dp.to_vector() == cp.to_vector() && dm.to_vector() == cm.to_vector() &&
-                    dv.to_vector() == cv.to_vector() &&
-                    d16.to(DType::kF32).to_vector() == cp.to(DType::kBF16).to(DType::kF32).to_vector();
+  const bool same =
+      dp.to_vector() == cp.to_vector() && dm.to_vector() == cm.to_vector() &&
+      dv.to_vector() == cv.to_vector() &&
+      d16.to(DType::kF32).to_vector() == cp.to(DType::kBF16).to(DType::kF32).to_vector();
   std::printf("PARITY op=adamw_bitwise dtype=f32 same=%d (bound: identical)\n", same ? 1 : 0);
   EXPECT_TRUE(same);
 }
@@ -450,7 +457,7 @@ TEST(GpuParityState, HostOffloadedAdamWIsTheGpusBitwise) {
     optim::AdamW gpu({{&a, 0, n, master, g, mixed ? pa : Tensor()}}, o);
     optim::AdamWOffload off;
     off.stream.buffer_bytes = 3 * (12 * 2048 + 4096);  // host memory: path empty
-    off.link = make_host_link(Device::cuda(0), 2);       // pinned buffers, a transfer stream
+    off.link = make_host_link(Device::cuda(0), 2);     // pinned buffers, a transfer stream
     optim::AdamW host({{&b, 0, n, Tensor(), g, pb}}, o, off);
     EXPECT_GT(host.host_bytes(), 0);
     EXPECT_EQ(host.link_bytes(), n * int64_t(dtype_size(dtype)) * 2);

@@ -122,6 +122,7 @@ struct KernelRun {
   Grads got;  // out, dq, dk, dv as the kernels wrote them
   std::vector<uint16_t> out16;
   std::vector<float> lse;
+  int splits = 1;  // the backward's head splits
 };
 
 std::vector<uint16_t> to16(const std::vector<float>& x, DT dt) {
@@ -134,7 +135,7 @@ std::vector<uint16_t> to16(const std::vector<float>& x, DT dt) {
 // Forward, D = rowsum(dO * O) as kernels/attention.cu takes it, then the
 // backward and dQ's last pass, launched as kernels/attention_mma.cu launches them.
 template <DT kDt, int kHs>
-KernelRun run_kernels(const Problem& p, DT grad_dt, Mode mode) {
+KernelRun run_kernels(const Problem& p, DT grad_dt, int sms, Mode mode) {
   const std::vector<uint16_t> q = to16(p.q, kDt), k = to16(p.k, kDt), v = to16(p.v, kDt),
                               dout = to16(p.dout, kDt);
   Geometry g{};
@@ -180,18 +181,30 @@ KernelRun run_kernels(const Problem& p, DT grad_dt, Mode mode) {
   // dQ's accumulator starts as NaN: every element read must have been stored first.
   std::vector<float> accum(flash::dq_accum_floats(p.B, p.H, p.T, kHs), NAN);
   std::vector<int> counts(flash::dq_counts(p.B, p.H, p.T), 0);
-  const flash::Grid bwd = flash::backward_grid(p.B, p.KV, p.T);
+  const int splits = flash::head_splits(p.B, p.KV, p.H / p.KV, p.T, sms);
+  std::vector<float> parts(flash::dkv_part_floats(p.B, p.KV, p.T, kHs, splits), NAN);
+  const flash::Grid bwd = flash::backward_grid(p.B, p.KV, p.T, splits);
   simt_emu::launch(
       {bwd.x, bwd.y, 1}, {flash::kBwdThreads, 1, 1}, flash::backward_smem(kHs),
       [&] {
-        mma::flash_backward_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(),
-                                             run.lse.data(), D.data(), dk.data(), dv.data(),
-                                             grad_dt, accum.data(), counts.data(), g);
+        mma::flash_backward_kernel<kDt, kHs>(
+            q.data(), k.data(), v.data(), dout.data(), run.lse.data(), D.data(), dk.data(),
+            dv.data(), grad_dt, accum.data(), counts.data(), splits, parts.data(), g);
       },
       mode);
   simt_emu::launch(
       {3, 1, 1}, {flash::kBwdThreads, 1, 1}, 0,
       [&] { mma::flash_dq_finish_kernel<kHs>(accum.data(), dq.data(), grad_dt, p.B, g); }, mode);
+  if (splits > 1) {
+    simt_emu::launch(
+        {3, 1, 1}, {flash::kBwdThreads, 1, 1}, 0,
+        [&] {
+          mma::flash_dkv_finish_kernel<kHs>(parts.data(), dk.data(), dv.data(), grad_dt, p.B,
+                                            splits, g);
+        },
+        mode);
+  }
+  run.splits = splits;
 
   auto widen = [&](const std::vector<unsigned char>& x, size_t n) {
     std::vector<double> y(n);
@@ -215,6 +228,7 @@ struct Case {
   bool packed;
   DT grad_dt;
   int B = 1, T = 130, KV = 2;  // over 4 query heads
+  int sms = 1;                 // the GPU's size, for the backward's head splits
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -242,11 +256,11 @@ TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
   auto run = [&](Mode mode) {
     const int tile = flash::head_tile(c.hs);
     if (c.dt == DT::kBF16) {
-      return tile == 64 ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, mode)
-                        : run_kernels<DT::kBF16, 128>(p, c.grad_dt, mode);
+      return tile == 64 ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, c.sms, mode)
+                        : run_kernels<DT::kBF16, 128>(p, c.grad_dt, c.sms, mode);
     }
-    return tile == 64 ? run_kernels<DT::kF16, 64>(p, c.grad_dt, mode)
-                      : run_kernels<DT::kF16, 128>(p, c.grad_dt, mode);
+    return tile == 64 ? run_kernels<DT::kF16, 64>(p, c.grad_dt, c.sms, mode)
+                      : run_kernels<DT::kF16, 128>(p, c.grad_dt, c.sms, mode);
   };
   // The reference run, and two in which one warp at a time runs ahead with every
   // copy landing at once (a refill not fenced off from another warp's reads shows).
@@ -275,20 +289,27 @@ TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
     std::printf("  %s: against float64 %.2e, against the tiled algorithm %.2e\n", name, to_f64,
                 to_tiled);
   }
+  if (c.sms > 1) {
+    EXPECT_GT(late.splits, 1) << "the case meant to split the heads did not";
+  }
   EXPECT_EQ(late.lse, low.lse);
   EXPECT_EQ(late.lse, high.lse);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, FlashEmu,
-    ::testing::Values(Case{"bf16_hs64", DT::kBF16, 64, false, DT::kF32},
-                      Case{"bf16_hs64_packed", DT::kBF16, 64, true, DT::kF32},
-                      Case{"bf16_hs40_packed_bf16_grads", DT::kBF16, 40, true, DT::kBF16},
-                      Case{"f16_hs64", DT::kF16, 64, false, DT::kF32},
-                      Case{"bf16_hs128", DT::kBF16, 128, false, DT::kF32},
-                      Case{"bf16_hs96_packed", DT::kBF16, 96, true, DT::kF32},
-                      // Two batch rows, one KV head for four query heads, four tiles.
-                      Case{"bf16_hs64_mqa_b2_packed", DT::kBF16, 64, true, DT::kF32, 2, 200, 1}),
+    ::testing::Values(
+        Case{"bf16_hs64", DT::kBF16, 64, false, DT::kF32},
+        Case{"bf16_hs64_packed", DT::kBF16, 64, true, DT::kF32},
+        Case{"bf16_hs40_packed_bf16_grads", DT::kBF16, 40, true, DT::kBF16},
+        Case{"f16_hs64", DT::kF16, 64, false, DT::kF32},
+        // A 132-SM GPU: the backward splits the two heads per KV head in 2.
+        Case{"bf16_hs128_split", DT::kBF16, 128, false, DT::kF32, 1, 130, 2, 132},
+        Case{"bf16_hs96_packed", DT::kBF16, 96, true, DT::kF32},
+        // Two batch rows, one KV head for four query heads, four tiles.
+        Case{"bf16_hs64_mqa_b2_packed", DT::kBF16, 64, true, DT::kF32, 2, 200, 1},
+        // The same split over the four heads (2 x 4 tiles x 4 = 32 blocks for 16 SMs).
+        Case{"bf16_hs64_mqa_b2_packed_split", DT::kBF16, 64, true, DT::kF32, 2, 200, 1, 16}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

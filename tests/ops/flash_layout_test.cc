@@ -50,6 +50,34 @@ TEST(FlashLayout, HeadTileAndWhichShapesFit) {
   EXPECT_LE(backward_smem(128), 163u * 1024);
 }
 
+TEST(FlashLayout, TheBackwardSplitsHeadsOnlyWhenTooFewBlocksWouldRun) {
+  // GPT-2 124M, B 16, T 1024 on an H100 (132 SMs): 3,072 blocks, no split.
+  EXPECT_EQ(head_splits(16, 12, 1, 1024, 132), 1);
+  // Llama 3 8B, B 1, T 4096: 8 KV heads x 64 key tiles = 512 blocks, no split.
+  EXPECT_EQ(head_splits(1, 8, 4, 4096, 132), 1);
+  // MQA, B 1, T 1024, 32 query heads: 16 blocks; 32 parts of one head give 512 (17 does not
+  // divide 32).
+  EXPECT_EQ(head_splits(1, 1, 32, 1024, 132), 32);
+  // Llama 3 8B, B 1, T 1024: 128 blocks; 2 parts give 256, 4 give 512 >= 264.
+  EXPECT_EQ(head_splits(1, 8, 4, 1024, 132), 4);
+  EXPECT_EQ(head_splits(1, 8, 4, 1024, 64), 1);  // 128 blocks fill 64 SMs twice
+  // No group to split (MHA), or one head.
+  EXPECT_EQ(head_splits(1, 12, 1, 64, 132), 1);
+  for (int group : {1, 2, 3, 4, 6, 8, 32})
+    for (int sms : {1, 16, 132})
+      for (int T : {1, 100, 1024}) {
+        const int s = head_splits(1, 2, group, T, sms);
+        EXPECT_EQ(group % s, 0) << group << " " << sms << " " << T;
+        EXPECT_GE(s, 1);
+      }
+  // The grids and scratch sizes follow.
+  EXPECT_EQ(backward_grid(2, 1, 200, 4).x, 8u);
+  EXPECT_EQ(backward_grid(2, 1, 200, 4).y, 4u);
+  EXPECT_EQ(dkv_part_floats(2, 1, 200, 64, 1), 0u);
+  EXPECT_EQ(dkv_part_floats(2, 1, 200, 64, 4), 2u * 2 * 4 * 256 * 64);
+  EXPECT_EQ(dq_accum_floats(2, 4, 200, 128), 2u * 4 * 256 * 128);
+}
+
 TEST(FlashLayout, CausalTileWalkVisitsEveryVisiblePairAndSkipsTheRest) {
   for (int T : {1, 63, 64, 65, 130, 1024, 1000}) {
     for (int qt = 0; qt < tiles(T); ++qt) {
