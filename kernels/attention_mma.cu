@@ -60,10 +60,15 @@ int multiprocessors() {
 template <typename F>
 void dispatch_mma(DT dt, int hs, F&& f) {
   auto by_hs = [&]<DT kDt>() {
-    if (flash::head_tile(hs) == 64) {
-      f.template operator()<kDt, 64>();
-    } else {
-      f.template operator()<kDt, 128>();
+    switch (flash::head_tile(hs)) {
+      case 64:
+        f.template operator()<kDt, 64>();
+        break;
+      case 96:
+        f.template operator()<kDt, 96>();
+        break;
+      default:
+        f.template operator()<kDt, 128>();
     }
   };
   if (dt == DT::kBF16) {

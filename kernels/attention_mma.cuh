@@ -36,7 +36,7 @@
 //             Results are added into dq, dk, dv in grad_dt (+=), scaled by
 //             1/sqrt(hs) where the chain rule puts it.
 //
-// Head sizes: the tile is 64 or 128 columns (flash::head_tile); columns past
+// Head sizes: the tile is 64, 96 or 128 columns (flash::head_tile); columns past
 // hs are loaded as zeros (cp.async's zero fill) and never stored. Rows past T
 // are zeros, masked out of every softmax, never stored.
 //

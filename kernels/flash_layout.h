@@ -26,20 +26,21 @@ namespace fd::kernels::flash {
 constexpr int kWarps = 4;              // per forward block
 constexpr int kThreads = 32 * kWarps;  // 128
 constexpr int kRowsPerWarp = 16;       // the M of m16n8k16
-constexpr int kTile =
-    kWarps * kRowsPerWarp;  // 64: queries (or keys) per block and per streamed tile
+// 64: queries (or keys) per block and per streamed tile
+constexpr int kTile = kWarps * kRowsPerWarp;
 // The backward's blocks: 8 warps over one 64-key tile, warps w and w + 4 on the
 // same 16 keys (w % 4), each on half of the query tile (scores) and half of
 // the head tile (dK, dV, dQ): the accumulators a warp holds are halved.
 constexpr int kBwdWarps = 8;
 constexpr int kBwdThreads = 32 * kBwdWarps;  // 256
 
-// The head-size tile for head size hs: 64 or 128 (shared-memory rows of 128
-// or 256 bytes, which the swizzle below needs); 0 when hs is not a multiple of
-// 8 in 8..128 (the SIMT kernels take those).
+// The head-size tile for head size hs: 64, 96 or 128 columns (shared-memory
+// rows of 128, 192 or 256 bytes, which the swizzle below is made for: head
+// sizes 80 and 96 take 96, not 128, so a tile wastes at most 16 columns); 0
+// when hs is not a multiple of 8 in 8..128 (the SIMT kernels take those).
 FD_HD constexpr int head_tile(int64_t hs) {
   if (hs <= 0 || hs > 128 || hs % 8 != 0) return 0;
-  return hs <= 64 ? 64 : 128;
+  return hs <= 64 ? 64 : hs <= 96 ? 96 : 128;
 }
 
 // Whether a 16-bit attention call can take the tensor-core kernels: a head
@@ -114,15 +115,24 @@ constexpr size_t dkv_part_floats(int64_t B, int n_kv_head, int T, int kHs, int s
 
 // A tile holds rows of kHs 16-bit values, row r's 16-byte chunk c (elements
 // 8c .. 8c + 7) stored at chunk c ^ (r % 8) of the row: eight consecutive rows'
-// chunk c then fall into eight different groups of four 4-byte banks, so
-// ldmatrix (eight 16-byte row reads per 8x8 matrix) and the cp.async stores
-// meet no bank conflict. Needs kHs / 8 >= 8 chunks per row.
-FD_HD constexpr int swizzled_chunk(int row, int chunk) { return chunk ^ (row & 7); }
+// chunk c then fall into eight different groups of four 4-byte banks (a group
+// is a 16-byte column of the 128-byte bank period), so ldmatrix (eight 16-byte
+// row reads per 8x8 matrix) and the cp.async stores meet no bank conflict.
+// A 96-column tile has 12 chunks a row: the first 8 swizzle as above (a row of
+// 192 bytes moves the groups by 4 every other row, which the XOR absorbs), the
+// last 4 as 8 + ((c - 8) ^ ((r / 2) % 4)): four values on the even rows, four
+// on the odd ones, whose groups differ by 4; its cp.async stores meet two-way
+// conflicts in some phases (a row's last 4 chunks against the next row's first
+// 4). (tests/ops/flash_layout_test.cc checks every phase for 64, 96 and 128.)
+FD_HD constexpr int swizzled_chunk(int kHs, int row, int chunk) {
+  if (kHs == 96 && chunk >= 8) return 8 + ((chunk - 8) ^ ((row >> 1) & 3));
+  return chunk ^ (row & 7);
+}
 
 // Element offset of (row, col) in a swizzled tile of head tile kHs; col % 8
 // is kept (chunks move whole).
 FD_HD constexpr int tile_offset(int kHs, int row, int col) {
-  return row * kHs + swizzled_chunk(row, col / 8) * 8 + col % 8;
+  return row * kHs + swizzled_chunk(kHs, row, col / 8) * 8 + col % 8;
 }
 
 // ------------------------------------------------- ldmatrix lane addresses --

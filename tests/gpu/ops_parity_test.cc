@@ -228,7 +228,8 @@ TEST_P(GpuParity, CausalAttentionGroupedKv) {
   REQUIRE_GPU();
   for (auto [T, n_head, n_kv_head, hs] :
        {std::tuple{70, 4, 2, 64}, std::tuple{33, 6, 3, 32}, std::tuple{130, 4, 1, 128},
-        std::tuple{65, 2, 2, 16}, std::tuple{1024, 4, 1, 128}})
+        std::tuple{65, 2, 2, 16}, std::tuple{1024, 4, 1, 128}, std::tuple{130, 4, 2, 80},
+        std::tuple{200, 2, 1, 96}})
     for (int splits : {1, 0}) {
       kernels::set_attention_backward_splits(splits);
       const int64_t B = 2, Cq = int64_t(n_head) * hs, Ckv = int64_t(n_kv_head) * hs;

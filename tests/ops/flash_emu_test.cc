@@ -4,15 +4,17 @@
 // definitions (the GPU parity test's bf16 bound) and against the kernels'
 // algorithm at tile level in fp32 (flash_reference.h's tiled(), far tighter:
 // the same roundings, only the summation order differs). Head sizes 40 (a
-// 64-column tile, zero-filled past 40), 64, 96 and 128; T not a multiple of 64;
-// grouped-query heads and one KV head for all; packed rows; bf16 and f16;
-// gradients added into f32 and bf16 buffers. The backward's dQ accumulator
-// starts as NaN and its ordered accumulation is checked by the emulator (a
-// block waiting for a count an earlier block did not leave fails the launch). Every case runs three
-// times, which must give the same bits: cp.async copies landing at their wait (a read before the
-// wait sees NaN) with the warps in lockstep, and copies landing at once with each warp running as
-// far as it can before the next, from the first warp or from the last (a refill racing another
-// warp's reads corrupts them).
+// 64-column tile, zero-filled past 40), 64, 80 (a 96-column tile), 96 and
+// 128; T not a multiple of 64; grouped-query heads and one KV head for all;
+// packed rows; heads split over blocks; bf16 and f16; gradients added into f32
+// and bf16 buffers. The backward's dQ accumulator starts as NaN and its
+// ordered accumulation is checked by the emulator (a block waiting for a count
+// an earlier block did not leave fails the launch). Every case runs three
+// times, which must give the same bits: cp.async copies landing at their
+// wait (a read before the wait sees NaN) with the warps in lockstep, and
+// copies landing at once with each warp running as far as it can before the
+// next, from the first warp or from the last (a refill racing another warp's
+// reads corrupts them).
 //
 // The emulator's own checks are tested first: a deadlock, an out-of-bounds
 // shared-memory access and a read before cp.async's wait are each caught.
@@ -256,11 +258,13 @@ TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
   auto run = [&](Mode mode) {
     const int tile = flash::head_tile(c.hs);
     if (c.dt == DT::kBF16) {
-      return tile == 64 ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, c.sms, mode)
-                        : run_kernels<DT::kBF16, 128>(p, c.grad_dt, c.sms, mode);
+      return tile == 64   ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, c.sms, mode)
+             : tile == 96 ? run_kernels<DT::kBF16, 96>(p, c.grad_dt, c.sms, mode)
+                          : run_kernels<DT::kBF16, 128>(p, c.grad_dt, c.sms, mode);
     }
-    return tile == 64 ? run_kernels<DT::kF16, 64>(p, c.grad_dt, c.sms, mode)
-                      : run_kernels<DT::kF16, 128>(p, c.grad_dt, c.sms, mode);
+    return tile == 64   ? run_kernels<DT::kF16, 64>(p, c.grad_dt, c.sms, mode)
+           : tile == 96 ? run_kernels<DT::kF16, 96>(p, c.grad_dt, c.sms, mode)
+                        : run_kernels<DT::kF16, 128>(p, c.grad_dt, c.sms, mode);
   };
   // The reference run, and two in which one warp at a time runs ahead with every
   // copy landing at once (a refill not fenced off from another warp's reads shows).
@@ -306,6 +310,8 @@ INSTANTIATE_TEST_SUITE_P(
         // A 132-SM GPU: the backward splits the two heads per KV head in 2.
         Case{"bf16_hs128_split", DT::kBF16, 128, false, DT::kF32, 1, 130, 2, 132},
         Case{"bf16_hs96_packed", DT::kBF16, 96, true, DT::kF32},
+        // 80 columns in the 96-column tile, heads split in 2.
+        Case{"f16_hs80_split", DT::kF16, 80, false, DT::kF32, 1, 130, 2, 132},
         // Two batch rows, one KV head for four query heads, four tiles.
         Case{"bf16_hs64_mqa_b2_packed", DT::kBF16, 64, true, DT::kF32, 2, 200, 1},
         // The same split over the four heads (2 x 4 tiles x 4 = 32 blocks for 16 SMs).

@@ -36,7 +36,9 @@ TEST(FlashLayout, HeadTileAndWhichShapesFit) {
   EXPECT_EQ(head_tile(64), 64);    // GPT-2, TinyLlama
   EXPECT_EQ(head_tile(128), 128);  // Llama, Qwen
   EXPECT_EQ(head_tile(32), 64);
-  EXPECT_EQ(head_tile(96), 128);
+  EXPECT_EQ(head_tile(96), 96);  // Phi, some vision towers
+  EXPECT_EQ(head_tile(80), 96);  // Qwen-VL, StableLM
+  EXPECT_EQ(head_tile(104), 128);
   EXPECT_EQ(head_tile(8), 64);
   EXPECT_EQ(head_tile(0), 0);
   EXPECT_EQ(head_tile(12), 0);                             // not a multiple of 8: SIMT
@@ -104,7 +106,7 @@ TEST(FlashLayout, CausalTileWalkVisitsEveryVisiblePairAndSkipsTheRest) {
 }
 
 TEST(FlashLayout, SwizzledTileIsABijectionAndLdmatrixPhasesAreConflictFree) {
-  for (int kHs : {64, 128}) {
+  for (int kHs : {64, 96, 128}) {
     std::vector<int> seen(size_t(kTile) * kHs, 0);
     for (int r = 0; r < kTile; ++r)
       for (int c = 0; c < kHs; ++c) {
@@ -127,7 +129,8 @@ TEST(FlashLayout, SwizzledTileIsABijectionAndLdmatrixPhasesAreConflictFree) {
           const RowCol rc = address(8 * m + j, r0, c0);
           groups.insert(tile_offset(kHs, rc.row, rc.col) * 2 / 16 % 8);
         }
-        EXPECT_EQ(groups.size(), 8u) << what << " kHs " << kHs << " matrix " << m;
+        EXPECT_EQ(groups.size(), 8u)
+            << what << " kHs " << kHs << " matrix " << m << " at " << r0 << ", " << c0;
       }
     };
     for (int r0 = 0; r0 < kTile; r0 += 16)
@@ -143,7 +146,11 @@ TEST(FlashLayout, SwizzledTileIsABijectionAndLdmatrixPhasesAreConflictFree) {
         const int r = e / (kHs / 8), c = e % (kHs / 8);
         groups.insert(tile_offset(kHs, r, 8 * c) * 2 / 16 % 8);
       }
-      EXPECT_EQ(groups.size(), 8u);
+      // A 96-column row ends with 4 chunks in groups 4 apart from the next row's first 4 only
+      // every other pair of rows: those phases store with two-way conflicts (once per tile;
+      // the ldmatrix reads above, many per tile, have none).
+      EXPECT_GE(groups.size(), kHs == 96 ? 4u : 8u)
+          << "cp.async, kHs " << kHs << " from chunk " << e0;
     }
   }
 }
@@ -208,7 +215,7 @@ float at(const std::vector<float>& tile, int kHs, int r, int c) {
 }
 
 TEST(FlashLayout, LdmatrixAndMmaComposeToTheKernelsProducts) {
-  for (int kHs : {64, 128}) {
+  for (int kHs : {64, 96, 128}) {
     const std::vector<float> X = random_tile(kHs, 1), Y = random_tile(kHs, 2);
     for (int x0 = 0; x0 < kTile; x0 += 16) {
       // S = X[x0 .. x0 + 16) Y^T, the loop of product_xyt.
