@@ -43,7 +43,8 @@ if [[ -n ${FAKE_SKIP:-} ]]; then
   echo "[  PASSED  ] 20 tests."; echo "[  SKIPPED ] 1 test, listed below:"; exit 0
 fi
 echo "PARITY op=matmul dtype=f32 out=1.00e-07 grad0=2.00e-07 (bound 1e-05)"
-echo "PARITY op=attention_T1024_hs64 dtype=bf16 out=3.00e-03 grad0=4.00e-03 (bound 1e-02)"
+echo "PARITY op=attention_T1024_hs64 dtype=bf16 out=3.00e-03 grad0=4.00e-03 attention=tensor_cores (bound 1e-02)"
+echo "PARITY op=attention_T1024_hs64_simt dtype=bf16 out=3.00e-03 grad0=4.00e-03 attention=simt (bound 1e-02)"
 if [[ -n ${FAKE_PARITY_FAIL:-} ]]; then
   echo "[  PASSED  ] 20 tests."; echo "[  FAILED  ] 1 test, listed below:"; exit 1
 fi
@@ -110,7 +111,7 @@ check() {
   else echo "ok: $name: exit $rc"; fi
 }
 
-check all_good 0 "^\| 1. op parity \| passed \| 21 tests" "^\| 2. config M \| passed" \
+check all_good 0 "^\| 1. op parity \| passed \| 21 tests.*attention cases: 1 on tensor cores, 1 SIMT, 0 mixed" "^\| 2. config M \| passed" \
   "^\| 3. GPT-2 124M \| passed \| 400,000 tokens/s.*% of 989 TFLOP/s .*% of 790 TFLOP/s.*attention: tensor cores 360 fwd / 360 bwd, SIMT 0 fwd / 0 bwd; head: 52 chunk\(s\) of 320 rows x 50257; graph capture: no.*attention B16" \
   "^\| 4. resume \| passed \| GPU resume bitwise: True; step 21 loss" "^\| 5. offload \| passed" \
   "^\| 1b. fast-math reciprocal \| passed \| mismatches per binade: 2\^0 0" "device_check: PASSED"

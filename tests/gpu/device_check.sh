@@ -203,8 +203,11 @@ for line in open(sys.argv[1]):
 print(", ".join(f"{d} {v:.1e} ({op})" for d, (v, op) in sorted(worst.items())))
 PY
 )
+# Which attention kernels each attention case took (its PARITY line says): a 16-bit case of a
+# shape the tensor cores take shows tensor_cores, the "_simt" twins simt.
+paths="attention cases: $(grep -c 'attention=tensor_cores' "$OUT/parity.txt") on tensor cores, $(grep -c 'attention=simt' "$OUT/parity.txt") SIMT, $(grep -c 'attention=mixed' "$OUT/parity.txt") mixed"
 if (( rc == 0 && skipped == 0 && failed == 0 )); then
-  row "1. op parity" passed "$passed tests, $n_parity parity figures, worst relative error per dtype: ${worst:-?}; $(elapsed_since "$t0") s"
+  row "1. op parity" passed "$passed tests, $n_parity parity figures, worst relative error per dtype: ${worst:-?}; $paths; $(elapsed_since "$t0") s"
 else
   row "1. op parity" FAILED "exit $rc ($( ((rc == 124)) && echo "timed out after 120 s; " )$passed passed, $skipped skipped, $failed failed; see parity.txt)"
 fi

@@ -109,9 +109,23 @@ void check_parity(
     ASSERT_TRUE(nonzero) << name << ": an all-zero input";
   }
   std::vector<Tensor> cpu = run_on(Device::cpu(), dtype, inputs, op, 77);
+  const kernels::AttentionLaunches before = kernels::attention_launches();
   std::vector<Tensor> gpu = run_on(Device::cuda(0), dtype, inputs, op, 77);
+  const kernels::AttentionLaunches after = kernels::attention_launches();
   ASSERT_EQ(cpu.size(), gpu.size());
   std::string line = "PARITY op=" + name + " dtype=" + std::string(dtype_name(dtype));
+  // Which attention kernels the GPU run took (the device check's table shows it per case).
+  const int64_t tensor_cores = after.forward_tensor_cores - before.forward_tensor_cores +
+                               after.backward_tensor_cores - before.backward_tensor_cores;
+  const int64_t simt = after.forward_simt - before.forward_simt + after.backward_simt -
+                       before.backward_simt;
+  if (tensor_cores + simt > 0) {
+    line += std::string(" attention=") +
+            (simt == 0 ? "tensor_cores" : tensor_cores == 0 ? "simt" : "mixed");
+    if (kernels::attention_kernels() == kernels::AttentionKernels::kSimt) {
+      EXPECT_EQ(tensor_cores, 0) << name << ": tensor cores ran while SIMT was asked for";
+    }
+  }
   for (size_t i = 0; i < cpu.size(); ++i) {
     const double r = rel_diff(gpu[i], cpu[i]);
     char buf[64];
