@@ -115,8 +115,9 @@ enum class Norm { kLayer, kRms };
 // RMSNorm: with n = x * rstd and dn = dy * w, dx += rstd * (dn - n * mean(dn * n)),
 // dw += dy * round_to(x_dt, n); no mean, no bias.
 // Warp g of `groups` takes rows g, g + groups, ...; its dw/db terms go to row
-// g of dw_part/db_part (zeroed by the caller; either may be null; db_part is
-// null for RMSNorm, and so is `mean`), and dx may be null. x and weight in
+// g of dw_part/db_part (stored by row g, added to by the later rows: the
+// scratch needs no zero fill; either may be null; db_part is null for
+// RMSNorm, and so is `mean`), and dx may be null. x and weight in
 // kX, dout and dx in kG (the launcher's typed case;
 // norm_backward_mixed_kernel takes any other mix). The means are summed lane
 // by lane in strides of 32 (the reductions' order); the per-element pass goes
@@ -158,6 +159,7 @@ __global__ void norm_backward_kernel(const void* x, const void* weight, const fl
         dnn_mean = warp_sum(s2) * inv_c;
       }
     }
+    const bool first = r == g;  // this warp's first row: stores its dw/db terms
     auto elems = [=]<int kN>(int64_t c) {
       float n[kN], dy[kN];
       load_floats<kX>(x, base + c, n);
@@ -171,7 +173,12 @@ __global__ void norm_backward_kernel(const void* x, const void* weight, const fl
       }
       if (dw_row != nullptr) {
         float acc[kN];
-        load_floats<DT::kF32>(dw_row, c, acc);
+        if (first) {
+#pragma unroll
+          for (int j = 0; j < kN; ++j) acc[j] = 0.0f;
+        } else {
+          load_floats<DT::kF32>(dw_row, c, acc);
+        }
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
           if constexpr (kLayer)
@@ -183,7 +190,12 @@ __global__ void norm_backward_kernel(const void* x, const void* weight, const fl
       }
       if (db_row != nullptr) {
         float acc[kN];
-        load_floats<DT::kF32>(db_row, c, acc);
+        if (first) {
+#pragma unroll
+          for (int j = 0; j < kN; ++j) acc[j] = 0.0f;
+        } else {
+          load_floats<DT::kF32>(db_row, c, acc);
+        }
 #pragma unroll
         for (int j = 0; j < kN; ++j) acc[j] += dy[j];
         store_floats<DT::kF32>(db_row, c, acc);
@@ -252,8 +264,11 @@ __global__ void norm_backward_mixed_kernel(const void* x, DT x_dt, const void* w
       const float n = kLayer ? (load_as_float(x, x_dt, base + c) - mu) * rs
                              : load_as_float(x, x_dt, base + c) * rs;
       const float dy = load_as_float(dout, dout_dt, base + c);
-      if (dw_row != nullptr) dw_row[c] += dy * (kLayer ? n : round_through(x_dt, n));
-      if (db_row != nullptr) db_row[c] += dy;
+      // The warp's first row (r == g) stores, as the typed kernel (0 + term: the same bits).
+      if (dw_row != nullptr) {
+        dw_row[c] = (r == g ? 0.0f : dw_row[c]) + dy * (kLayer ? n : round_through(x_dt, n));
+      }
+      if (db_row != nullptr) db_row[c] = (r == g ? 0.0f : db_row[c]) + dy;
       if (dx != nullptr) {
         const float dn = dy * load_as_float(weight, w_dt, c);
         const float d = load_as_float(dx, dx_dt, base + c);
@@ -283,8 +298,7 @@ void launch_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, c
   cudaStream_t s = stream();
   DeviceScratch dw_part(dweight != nullptr ? part_bytes : 0);
   DeviceScratch db_part(dbias != nullptr ? part_bytes : 0);
-  if (dweight != nullptr) check_cuda(cudaMemsetAsync(dw_part.as<void>(), 0, part_bytes, s), what);
-  if (dbias != nullptr) check_cuda(cudaMemsetAsync(db_part.as<void>(), 0, part_bytes, s), what);
+  // No zero fill: each warp's first row stores its row of the scratch.
 
   const unsigned grid = static_cast<unsigned>((groups + kRowWarps - 1) / kRowWarps);
   float* dw = dweight != nullptr ? dw_part.as<float>() : nullptr;
