@@ -118,6 +118,7 @@ std::atomic<bool> g_tf32{false};
 void set_attention_kernels(AttentionKernels which) { g_attention_kernels.store(which); }
 AttentionKernels attention_kernels() { return g_attention_kernels.load(); }
 void set_attention_backward_splits(int) {}
+AttentionLaunches attention_launches() { return {}; }  // none: no GPU
 void set_tf32(bool allow) { g_tf32.store(allow); }
 bool tf32_allowed() { return g_tf32.load(); }
 
