@@ -541,6 +541,18 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
   }
 }
 
+// Element e of a walk over (batch row b, head h of `heads`, t, d < hs), d fastest
+// (the last passes' order: coalesced for the fp32 scratch and for the gradient).
+struct HeadElement {
+  int b, h, t, d;
+  int64_t bh;  // b * heads + h
+};
+__device__ __forceinline__ HeadElement head_element(int64_t e, int heads, const Geometry& g) {
+  const int64_t row = e / g.hs;  // bh * T + t
+  const int64_t bh = row / g.T;
+  return {int(bh / heads), int(bh % heads), int(row % g.T), int(e % g.hs), bh};
+}
+
 // With the group's heads split over `splits` blocks: dk += scale * (the sum of
 // the parts' dK in part order), dv += the same of dV, over the
 // B * n_kv_head * T * hs elements, grid-stride.
@@ -553,23 +565,19 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
   const int64_t total = B * g.n_kv_head * g.T * g.hs;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
-    const int d = int(e % g.hs);
-    const int64_t row = e / g.hs;  // (b * n_kv_head + kvh) * T + t
-    const int t = int(row % g.T);
-    const int64_t bkv = row / g.T;
-    const int b = int(bkv / g.n_kv_head), kvh = int(bkv % g.n_kv_head);
+    const HeadElement x = head_element(e, g.n_kv_head, g);
     float sk = 0.0f, sv = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      const int64_t at = ((bkv * splits + s) * rows + t) * kHs + d;
+      const int64_t at = ((x.bh * splits + s) * rows + x.t) * kHs + x.d;
       sk += dkv_parts[at];
       sv += dkv_parts[dv_offset + at];
     }
     if (dk != nullptr) {
-      const int64_t at = g.head(b, kvh, g.ldk) + int64_t(t) * g.ldk + d;
+      const int64_t at = g.head(x.b, x.h, g.ldk) + int64_t(x.t) * g.ldk + x.d;
       store_from_float(dk, grad_dt, at, load_as_float(dk, grad_dt, at) + g.scale * sk);
     }
     if (dv != nullptr) {
-      const int64_t at = g.head(b, kvh, g.ldv) + int64_t(t) * g.ldv + d;
+      const int64_t at = g.head(x.b, x.h, g.ldv) + int64_t(x.t) * g.ldv + x.d;
       store_from_float(dv, grad_dt, at, load_as_float(dv, grad_dt, at) + sv);
     }
   }
@@ -584,13 +592,9 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
   const int64_t total = B * g.n_head * g.T * g.hs;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
-    const int d = int(e % g.hs);
-    const int64_t row = e / g.hs;  // (b * n_head + h) * T + t
-    const int t = int(row % g.T);
-    const int64_t bh = row / g.T;
-    const int b = int(bh / g.n_head), h = int(bh % g.n_head);
-    const float part = dq_accum[(bh * tiles * kTile + t) * kHs + d];
-    const int64_t at = g.head(b, h, g.ldq) + int64_t(t) * g.ldq + d;
+    const HeadElement x = head_element(e, g.n_head, g);
+    const float part = dq_accum[(x.bh * tiles * kTile + x.t) * kHs + x.d];
+    const int64_t at = g.head(x.b, x.h, g.ldq) + int64_t(x.t) * g.ldq + x.d;
     store_from_float(dq, grad_dt, at, load_as_float(dq, grad_dt, at) + g.scale * part);
   }
 }
