@@ -1,9 +1,9 @@
 // attention: fused causal multi-head attention, FlashAttention-2 style, in fp32
 // FMA arithmetic (no tensor cores): the kernels for fp32 inputs and for shapes the
 // tensor-core kernels (attention_mma.cu) do not take, and for every call while
-// set_attention_kernels(kSimt) (comparisons). The public entry points below choose. q, k and v are read through a base pointer
-// and a row stride each (GPT-2's packed qkv: thirds of one tensor, stride 3C),
-// and query head h reads key/value head h / group (group = n_head / n_kv_head:
+// set_attention_kernels(kSimt) (comparisons). The public entry points below choose. q, k and v are
+// read through a base pointer and a row stride each (GPT-2's packed qkv: thirds of one tensor,
+// stride 3C), and query head h reads key/value head h / group (group = n_head / n_kv_head:
 // grouped-query and multi-query attention).
 //
 // The T x T scores never exist: a block holds one tile of rows in shared
@@ -24,7 +24,7 @@
 //                sum over the group stays in registers: still no atomics.
 //             3. dQ: one block per query tile, looping over the key tiles up to
 //                the diagonal; dQ += scale dS K (P and dS recomputed again).
-//             The results are added into dq, dk, dv (+= ...), in their dtype.
+//             The results are added to dq's, dk's and dv's priors (GradOut), in their dtype.
 //
 // Tiles. 128 threads = 8 (ty) x 16 (tx). A block's own tile (the "X" side:
 // queries in forward and dQ, keys in dK/dV) has 8*kXR rows, thread (ty, tx)
@@ -359,13 +359,13 @@ constexpr size_t dkdv_smem() {
 }
 
 // grid (B * n_kv_head, key tiles of 8*kXR keys); key tile 0 (the most query
-// tiles) is scheduled first. dk += scale dS^T Q, dv += P^T dO, summed over the
-// group's query heads; a null dk or dv is not written.
+// tiles) is scheduled first. dk = prior + scale dS^T Q, dv = prior + P^T dO, summed over
+// the group's query heads; a dk or dv with a null out is not written.
 template <DT kDt, int kHs>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const void* q, const void* k, const void* v, const void* dout,
-                          const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
-                          Geometry g) {
+                          const float* lse, const float* D, GradOut dk_out, GradOut dv_out,
+                          DT grad_dt, Geometry g) {
   constexpr int kXR = bwd_xr<kHs>();
   constexpr int kBc = 8 * kXR;
   constexpr int kLd = row_stride<kHs>();
@@ -444,12 +444,13 @@ __global__ void __launch_bounds__(kThreads)
       const int col = out_col<kHs>(tx, u);
       if (col >= g.hs) continue;
       const int64_t kk = k_at + col, vv = v_at + col;
-      if (dk_out != nullptr) {
-        store_from_float(dk_out, grad_dt, kk,
-                         load_as_float(dk_out, grad_dt, kk) + g.scale * dk[i][u]);
+      if (dk_out.out != nullptr) {
+        store_from_float(dk_out.out, grad_dt, kk,
+                         load_as_float_or_zero(dk_out.prior, grad_dt, kk) + g.scale * dk[i][u]);
       }
-      if (dv_out != nullptr) {
-        store_from_float(dv_out, grad_dt, vv, load_as_float(dv_out, grad_dt, vv) + dv[i][u]);
+      if (dv_out.out != nullptr) {
+        store_from_float(dv_out.out, grad_dt, vv,
+                         load_as_float_or_zero(dv_out.prior, grad_dt, vv) + dv[i][u]);
       }
     }
   }
@@ -465,11 +466,11 @@ constexpr size_t dq_smem() {
 }
 
 // grid (B * n_head, query tiles of 8*kXR queries); the last query tiles first.
-// dq += scale dS K.
+// dq = prior + scale dS K.
 template <DT kDt, int kHs>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const void* q, const void* k, const void* v, const void* dout,
-                        const float* lse, const float* D, void* dq_out, DT grad_dt, Geometry g) {
+                        const float* lse, const float* D, GradOut dq_out, DT grad_dt, Geometry g) {
   constexpr int kXR = bwd_xr<kHs>();
   constexpr int kBr = 8 * kXR;
   constexpr int kLd = row_stride<kHs>();
@@ -541,8 +542,8 @@ __global__ void __launch_bounds__(kThreads)
       const int col = out_col<kHs>(tx, u);
       if (col >= g.hs) continue;
       const int64_t qq = q_at + col;
-      store_from_float(dq_out, grad_dt, qq,
-                       load_as_float(dq_out, grad_dt, qq) + g.scale * dq[i][u]);
+      store_from_float(dq_out.out, grad_dt, qq,
+                       load_as_float_or_zero(dq_out.prior, grad_dt, qq) + g.scale * dq[i][u]);
     }
   }
 }
@@ -620,12 +621,12 @@ void launch_forward(const void* q, const void* k, const void* v, void* out, floa
 
 template <DT kDt, int kHs>
 void launch_backward(const void* q, const void* k, const void* v, const void* dout,
-                     const float* lse, const float* D, void* dq, void* dk, void* dv, DT grad_dt,
-                     int64_t B, const Geometry& g) {
+                     const float* lse, const float* D, GradOut dq, GradOut dk, GradOut dv,
+                     DT grad_dt, int64_t B, const Geometry& g) {
   const cudaStream_t s = stream();
   constexpr int kTile = 8 * bwd_xr<kHs>();
   const unsigned tiles = unsigned((g.T + kTile - 1) / kTile);
-  if (dk != nullptr || dv != nullptr) {
+  if (dk.out != nullptr || dv.out != nullptr) {
     constexpr size_t kSmem = dkdv_smem<kHs>();
     auto kernel = attention_dkdv_kernel<kDt, kHs>;
     allow_smem(kernel, kSmem, "attention_backward: shared memory");
@@ -633,7 +634,7 @@ void launch_backward(const void* q, const void* k, const void* v, const void* do
                                                                            dk, dv, grad_dt, g);
     check_launch("attention_backward (dK, dV)");
   }
-  if (dq != nullptr) {
+  if (dq.out != nullptr) {
     constexpr size_t kSmem = dq_smem<kHs>();
     auto kernel = attention_dq_kernel<kDt, kHs>;
     allow_smem(kernel, kSmem, "attention_backward: shared memory");
@@ -696,11 +697,11 @@ void attention_forward(const void* q, const void* k, const void* v, void* out, f
 }
 
 void attention_backward(const void* q, const void* k, const void* v, const void* out,
-                        const float* lse, const void* dout, DT dt, void* dq, void* dk, void* dv,
-                        DT grad_dt, const AttentionShape& a) {
+                        const float* lse, const void* dout, DT dt, GradOut dq, GradOut dk,
+                        GradOut dv, DT grad_dt, const AttentionShape& a) {
   const Geometry g = check_shapes("attention_backward", dt, a);
   require_float(grad_dt, "attention_backward (gradients)");
-  if (a.B == 0 || a.T == 0 || (dq == nullptr && dk == nullptr && dv == nullptr)) return;
+  if (a.B == 0 || a.T == 0 || (dq.out == nullptr && dk.out == nullptr && dv.out == nullptr)) return;
   require(q != nullptr && k != nullptr && v != nullptr && out != nullptr && lse != nullptr &&
               dout != nullptr,
           "attention_backward", "null pointer");

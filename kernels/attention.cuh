@@ -41,7 +41,7 @@ struct Geometry {
 void attention_forward_mma(const void* q, const void* k, const void* v, void* out, float* lse,
                            DT dt, int64_t B, const Geometry& g);
 void attention_backward_mma(const void* q, const void* k, const void* v, const void* dout,
-                            const float* lse, const float* D, DT dt, void* dq, void* dk, void* dv,
-                            DT grad_dt, int64_t B, const Geometry& g);
+                            const float* lse, const float* D, DT dt, GradOut dq, GradOut dk,
+                            GradOut dv, DT grad_dt, int64_t B, const Geometry& g);
 
 }  // namespace fd::kernels

@@ -96,9 +96,9 @@ void attention_forward_mma(const void* q, const void* k, const void* v, void* ou
 }
 
 void attention_backward_mma(const void* q, const void* k, const void* v, const void* dout,
-                            const float* lse, const float* D, DT dt, void* dq, void* dk, void* dv,
-                            DT grad_dt, int64_t B, const Geometry& g) {
-  if (dq == nullptr && dk == nullptr && dv == nullptr) return;
+                            const float* lse, const float* D, DT dt, GradOut dq, GradOut dk,
+                            GradOut dv, DT grad_dt, int64_t B, const Geometry& g) {
+  if (dq.out == nullptr && dk.out == nullptr && dv.out == nullptr) return;
   dispatch_mma(dt, g.hs, [&]<DT kDt, int kHs>() {
     const cudaStream_t s = stream();
     constexpr size_t kSmem = flash::backward_smem(kHs);
@@ -113,13 +113,13 @@ void attention_backward_mma(const void* q, const void* k, const void* v, const v
     // dQ's fp32 accumulator needs no zeros (each query tile's first key tile
     // stores), nor do dK's and dV's parts (each written once); dQ's counts do.
     const size_t accum_bytes =
-        dq == nullptr ? 0 : flash::dq_accum_floats(B, g.n_head, g.T, kHs) * 4;
-    const size_t count_bytes = dq == nullptr ? 0 : flash::dq_counts(B, g.n_head, g.T) * 4;
+        dq.out == nullptr ? 0 : flash::dq_accum_floats(B, g.n_head, g.T, kHs) * 4;
+    const size_t count_bytes = dq.out == nullptr ? 0 : flash::dq_counts(B, g.n_head, g.T) * 4;
     const size_t part_bytes = flash::dkv_part_floats(B, g.n_kv_head, g.T, kHs, splits) * 4;
     DeviceScratch scratch(accum_bytes + count_bytes + part_bytes);
     char* base = scratch.as<char>();
-    float* accum = dq == nullptr ? nullptr : reinterpret_cast<float*>(base);
-    int* counts = dq == nullptr ? nullptr : reinterpret_cast<int*>(base + accum_bytes);
+    float* accum = dq.out == nullptr ? nullptr : reinterpret_cast<float*>(base);
+    int* counts = dq.out == nullptr ? nullptr : reinterpret_cast<int*>(base + accum_bytes);
     float* parts =
         splits > 1 ? reinterpret_cast<float*>(base + accum_bytes + count_bytes) : nullptr;
     if (counts != nullptr) {
@@ -129,14 +129,14 @@ void attention_backward_mma(const void* q, const void* k, const void* v, const v
     kernel<<<dim3(grid.x, grid.y), flash::kBwdThreads, kSmem, s>>>(
         q, k, v, dout, lse, D, dk, dv, grad_dt, accum, counts, splits, parts, g);
     check_launch("attention_backward (tensor cores)");
-    if (splits > 1 && (dk != nullptr || dv != nullptr)) {
+    if (splits > 1 && (dk.out != nullptr || dv.out != nullptr)) {
       const int64_t total = B * g.n_kv_head * g.T * g.hs;
       flash_dkv_finish_kernel<kHs>
           <<<grid_for(total, flash::kBwdThreads), flash::kBwdThreads, 0, s>>>(
               parts, dk, dv, grad_dt, B, splits, g);
       check_launch("attention_backward (tensor cores, dK and dV of split heads)");
     }
-    if (dq != nullptr) {
+    if (dq.out != nullptr) {
       const int64_t total = B * g.n_head * g.T * g.hs;
       flash_dq_finish_kernel<kHs>
           <<<grid_for(total, flash::kBwdThreads), flash::kBwdThreads, 0, s>>>(accum, dq, grad_dt, B,

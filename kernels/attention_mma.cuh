@@ -33,7 +33,8 @@
 //             block of the previous key tile, which CUDA started first); a
 //             last pass adds the accumulator into dq. Every sum (over
 //             queries, the group's heads, key tiles) runs in one fixed order.
-//             Results are added into dq, dk, dv in grad_dt (+=), scaled by
+//             Results are added to dq's, dk's and dv's priors (GradOut: none,
+//             the gradient in place, or another) in grad_dt, scaled by
 //             1/sqrt(hs) where the chain rule puts it.
 //
 // Head sizes: the tile is 64, 96 or 128 columns (flash::head_tile); columns past
@@ -194,13 +195,18 @@ __device__ __forceinline__ int row_start(const Geometry& g, int b, int r) {
   return g.starts == nullptr ? 0 : g.starts[int64_t(b) * g.T + r];
 }
 
-// dst (grad_dt) += factor * acc for a warp's 16 x 8 kN accumulators at rows
-// [r0, r0 + 16), columns [c0, c0 + 8 kN) of a row-major operand (element
-// (r, d) at offset + r * ld + d); rows at or past T and columns at or past hs
-// are not written.
+// Element `at` of a gradient's prior (GradOut): 0 where it has none.
+__device__ __forceinline__ float prior_at(GradOut dst, DT grad_dt, int64_t at) {
+  return dst.prior != nullptr ? load_as_float(dst.prior, grad_dt, at) : 0.0f;
+}
+
+// dst (grad_dt) = its prior + factor * acc for a warp's 16 x 8 kN accumulators
+// at rows [r0, r0 + 16), columns [c0, c0 + 8 kN) of a row-major operand
+// (element (r, d) at offset + r * ld + d); rows at or past T and columns at or
+// past hs are not written.
 template <int kN>
-__device__ __forceinline__ void add_rows(void* dst, DT grad_dt, int64_t offset, int64_t ld, int r0,
-                                         int c0, const Geometry& g, int lane, float factor,
+__device__ __forceinline__ void add_rows(GradOut dst, DT grad_dt, int64_t offset, int64_t ld,
+                                         int r0, int c0, const Geometry& g, int lane, float factor,
                                          const float (&acc)[kN][4]) {
 #pragma unroll
   for (int j = 0; j < kN; ++j)
@@ -210,7 +216,7 @@ __device__ __forceinline__ void add_rows(void* dst, DT grad_dt, int64_t offset, 
       const int r = r0 + rc.row, d = c0 + 8 * j + rc.col;
       if (r >= g.T || d >= g.hs) continue;
       const int64_t at = offset + int64_t(r) * ld + d;
-      store_from_float(dst, grad_dt, at, load_as_float(dst, grad_dt, at) + factor * acc[j][i]);
+      store_from_float(dst.out, grad_dt, at, prior_at(dst, grad_dt, at) + factor * acc[j][i]);
     }
 }
 
@@ -397,8 +403,8 @@ __device__ __forceinline__ void store_tile(Tile<kTile> A, int r0, int c0, int la
 template <DT kDt, int kHs>
 __global__ void __launch_bounds__(flash::kBwdThreads)
     flash_backward_kernel(const void* q, const void* k, const void* v, const void* dout,
-                          const float* lse, const float* D, void* dk_out, void* dv_out, DT grad_dt,
-                          float* dq_accum, int* dq_count, int splits, float* dkv_parts,
+                          const float* lse, const float* D, GradOut dk_out, GradOut dv_out,
+                          DT grad_dt, float* dq_accum, int* dq_count, int splits, float* dkv_parts,
                           Geometry g) {
   uint16_t* smem = dynamic_smem<uint16_t>();
   constexpr int kElems = kTile * kHs;
@@ -533,10 +539,10 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
       }
     return;
   }
-  if (dk_out != nullptr) {
+  if (dk_out.out != nullptr) {
     add_rows<kN>(dk_out, grad_dt, k_off, g.ldk, k0 + x0, kCols * half, g, lane, g.scale, dk);
   }
-  if (dv_out != nullptr) {
+  if (dv_out.out != nullptr) {
     add_rows<kN>(dv_out, grad_dt, v_off, g.ldv, k0 + x0, kCols * half, g, lane, 1.0f, dv);
   }
 }
@@ -553,12 +559,12 @@ __device__ __forceinline__ HeadElement head_element(int64_t e, int heads, const 
   return {int(bh / heads), int(bh % heads), int(row % g.T), int(e % g.hs), bh};
 }
 
-// With the group's heads split over `splits` blocks: dk += scale * (the sum of
-// the parts' dK in part order), dv += the same of dV, over the
-// B * n_kv_head * T * hs elements, grid-stride.
+// With the group's heads split over `splits` blocks: dk = its prior + scale *
+// (the sum of the parts' dK in part order), dv = its prior + the same of dV,
+// over the B * n_kv_head * T * hs elements, grid-stride.
 template <int kHs>
 __global__ void __launch_bounds__(flash::kBwdThreads)
-    flash_dkv_finish_kernel(const float* dkv_parts, void* dk, void* dv, DT grad_dt, int64_t B,
+    flash_dkv_finish_kernel(const float* dkv_parts, GradOut dk, GradOut dv, DT grad_dt, int64_t B,
                             int splits, Geometry g) {
   const int64_t rows = int64_t(flash::tiles(g.T)) * kTile;
   const int64_t dv_offset = B * g.n_kv_head * splits * rows * kHs;
@@ -572,22 +578,22 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
       sk += dkv_parts[at];
       sv += dkv_parts[dv_offset + at];
     }
-    if (dk != nullptr) {
+    if (dk.out != nullptr) {
       const int64_t at = g.head(x.b, x.h, g.ldk) + int64_t(x.t) * g.ldk + x.d;
-      store_from_float(dk, grad_dt, at, load_as_float(dk, grad_dt, at) + g.scale * sk);
+      store_from_float(dk.out, grad_dt, at, prior_at(dk, grad_dt, at) + g.scale * sk);
     }
-    if (dv != nullptr) {
+    if (dv.out != nullptr) {
       const int64_t at = g.head(x.b, x.h, g.ldv) + int64_t(x.t) * g.ldv + x.d;
-      store_from_float(dv, grad_dt, at, load_as_float(dv, grad_dt, at) + sv);
+      store_from_float(dv.out, grad_dt, at, prior_at(dv, grad_dt, at) + sv);
     }
   }
 }
 
-// dq (grad_dt) += scale * dq_accum over the B * n_head * T * hs elements
-// (flash_backward_kernel's layout), grid-stride.
+// dq (grad_dt) = its prior + scale * dq_accum over the B * n_head * T * hs
+// elements (flash_backward_kernel's layout), grid-stride.
 template <int kHs>
 __global__ void __launch_bounds__(flash::kBwdThreads)
-    flash_dq_finish_kernel(const float* dq_accum, void* dq, DT grad_dt, int64_t B, Geometry g) {
+    flash_dq_finish_kernel(const float* dq_accum, GradOut dq, DT grad_dt, int64_t B, Geometry g) {
   const int tiles = flash::tiles(g.T);
   const int64_t total = B * g.n_head * g.T * g.hs;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -595,7 +601,7 @@ __global__ void __launch_bounds__(flash::kBwdThreads)
     const HeadElement x = head_element(e, g.n_head, g);
     const float part = dq_accum[(x.bh * tiles * kTile + x.t) * kHs + x.d];
     const int64_t at = g.head(x.b, x.h, g.ldq) + int64_t(x.t) * g.ldq + x.d;
-    store_from_float(dq, grad_dt, at, load_as_float(dq, grad_dt, at) + g.scale * part);
+    store_from_float(dq.out, grad_dt, at, prior_at(dq, grad_dt, at) + g.scale * part);
   }
 }
 

@@ -274,6 +274,23 @@ __device__ __forceinline__ void load_floats(const void* p, int64_t i, float (&ou
   }
 }
 
+// load_floats, or zeros where p is null: a gradient's prior value when it has
+// none yet (the kernel writes 0 + term: no zero fill before it).
+template <DT kDt, int kN>
+__device__ __forceinline__ void load_floats_or_zero(const void* p, int64_t i, float (&out)[kN]) {
+  if (p != nullptr) {
+    load_floats<kDt>(p, i, out);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j) out[j] = 0.0f;
+}
+
+// load_as_float, or 0 where p is null (load_floats_or_zero's scalar form).
+__device__ __forceinline__ float load_as_float_or_zero(const void* p, DT dt, int64_t i) {
+  return p != nullptr ? load_as_float(p, dt, i) : 0.0f;
+}
+
 // Stores v[0 .. kN) as elements i .. i + kN - 1 of a kDt array, each rounded
 // to nearest even for 16 bits; 128-bit stores under load_floats' rule.
 template <DT kDt, int kN>

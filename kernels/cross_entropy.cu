@@ -249,7 +249,7 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
                                    const float* lse, const float* dloss, const int32_t* count,
                                    int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
                                    int ignore_index, float* scratch, void* scratch16, void* kept,
-                                   void* dh, DT dh_dt, void* dweight, DT dw_dt) {
+                                   void* dh, DT dh_dt, bool dh_fresh, void* dweight, DT dw_dt) {
   constexpr const char* kWhat = "linear_cross_entropy_backward";
   require(rows >= 0 && C >= 0 && V >= 0, kWhat, "negative size");
   require(chunk_rows > 0, kWhat, "chunk_rows must be positive");
@@ -288,10 +288,11 @@ void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, con
           logits, ld, targets + r0, lse + r0, dloss, count, n, V, ignore_index, dlogits, split);
     });
     check_launch(kWhat);
-    // dh_chunk (n, C) += dlogits (n, V) @ weight (V, C)
+    // dh_chunk (n, C) += dlogits (n, V) @ weight (V, C); = when dh is fresh (its rows once each)
     if (dh != nullptr) {
       void* dh_chunk = static_cast<char*>(dh) + size_t(r0) * dh_row_bytes;
-      gemm(false, false, n, C, V, 1.0f, dlogits, ld, weight, C, dt, 1.0f, dh_chunk, C, dh_dt);
+      gemm(false, false, n, C, V, 1.0f, dlogits, ld, weight, C, dt, dh_fresh ? 0.0f : 1.0f,
+           dh_chunk, C, dh_dt);
     }
     // dweight (V, C) += dlogits^T (V, n) @ h_chunk (n, C): K is every row with one chunk
     if (dweight != nullptr) {

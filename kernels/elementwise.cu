@@ -104,15 +104,16 @@ __global__ void gelu_forward_kernel(const void* x, void* out, int64_t n, VecSpli
   for_each_step<vec_width_of<kDt>()>(n, s, grid_start(), grid_step(), elems);
 }
 
-// dx += dy * gelu'(x); x and dy in kDt, dx in kDx.
+// dx = dx_prior + dy * gelu'(x) (no prior: 0 + ...); x and dy in kDt, dx and
+// dx_prior in kDx.
 template <DT kDt, DT kDx>
-__global__ void gelu_backward_kernel(const void* x, const void* dy, void* dx, int64_t n,
-                                     VecSplit s) {
+__global__ void gelu_backward_kernel(const void* x, const void* dy, const void* dx_prior, void* dx,
+                                     int64_t n, VecSplit s) {
   auto elems = [=]<int kN>(int64_t i) {
     float v[kN], g[kN], d[kN];
     load_floats<kDt>(x, i, v);
     load_floats<kDt>(dy, i, g);
-    load_floats<kDx>(dx, i, d);
+    load_floats_or_zero<kDx>(dx_prior, i, d);
 #pragma unroll
     for (int j = 0; j < kN; ++j) d[j] = d[j] + g[j] * gelu_grad(v[j]);
     store_floats<kDx>(dx, i, d);
@@ -138,12 +139,14 @@ __global__ void swiglu_forward_kernel(const void* gate, const void* up, void* ou
 }
 
 // d silu(g) / dg = s (1 + g (1 - s)) with s = sigmoid(g):
-// dgate += dy * up * silu'(gate), dup += dy * silu(gate); either may be null.
-// gate and up in kIn, dy in kDy, dgate and dup in kGrad (the launcher's
-// typed case; swiglu_backward_mixed_kernel takes any other mix).
+// dgate = prior + dy * up * silu'(gate), dup = prior + dy * silu(gate) (each
+// prior: the gradient there, another, or null for 0); either gradient may be
+// null. gate and up in kIn, dy in kDy, the gradients and their priors in kGrad
+// (the launcher's typed case; swiglu_backward_mixed_kernel takes any other mix).
 template <DT kIn, DT kDy, DT kGrad>
 __global__ void swiglu_backward_kernel(const void* gate, const void* up, const void* dy,
-                                       void* dgate, void* dup, int64_t n, VecSplit s) {
+                                       const void* dgate_prior, void* dgate, const void* dup_prior,
+                                       void* dup, int64_t n, VecSplit s) {
   auto elems = [=]<int kN>(int64_t i) {
     float g[kN], d[kN], sg[kN];
     load_floats<kIn>(gate, i, g);
@@ -153,7 +156,7 @@ __global__ void swiglu_backward_kernel(const void* gate, const void* up, const v
     if (dgate != nullptr) {
       float u[kN], acc[kN];
       load_floats<kIn>(up, i, u);
-      load_floats<kGrad>(dgate, i, acc);
+      load_floats_or_zero<kGrad>(dgate_prior, i, acc);
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
         acc[j] = acc[j] + d[j] * u[j] * sg[j] * (1.0f + g[j] * (1.0f - sg[j]));
@@ -162,7 +165,7 @@ __global__ void swiglu_backward_kernel(const void* gate, const void* up, const v
     }
     if (dup != nullptr) {
       float acc[kN];
-      load_floats<kGrad>(dup, i, acc);
+      load_floats_or_zero<kGrad>(dup_prior, i, acc);
 #pragma unroll
       for (int j = 0; j < kN; ++j) acc[j] = acc[j] + d[j] * g[j] * sg[j];
       store_floats<kGrad>(dup, i, acc);
@@ -174,7 +177,8 @@ __global__ void swiglu_backward_kernel(const void* gate, const void* up, const v
 // swiglu_backward_kernel for dtype mixes it is not instantiated for (gate and
 // up in different dtypes, or dgate and dup): the runtime switch per element.
 __global__ void swiglu_backward_mixed_kernel(const void* gate, DT g_dt, const void* up, DT u_dt,
-                                             const void* dy, DT dy_dt, void* dgate, DT dg_dt,
+                                             const void* dy, DT dy_dt, const void* dgate_prior,
+                                             void* dgate, DT dg_dt, const void* dup_prior,
                                              void* dup, DT du_dt, int64_t n) {
   for (int64_t i = grid_start(); i < n; i += grid_step()) {
     const float g = load_as_float(gate, g_dt, i);
@@ -182,11 +186,11 @@ __global__ void swiglu_backward_mixed_kernel(const void* gate, DT g_dt, const vo
     const float s = sigmoid(g);
     if (dgate != nullptr) {
       const float u = load_as_float(up, u_dt, i);
-      const float acc = load_as_float(dgate, dg_dt, i);
+      const float acc = load_as_float_or_zero(dgate_prior, dg_dt, i);
       store_from_float(dgate, dg_dt, i, acc + d * u * s * (1.0f + g * (1.0f - s)));
     }
     if (dup != nullptr) {
-      const float acc = load_as_float(dup, du_dt, i);
+      const float acc = load_as_float_or_zero(dup_prior, du_dt, i);
       store_from_float(dup, du_dt, i, acc + d * g * s);
     }
   }
@@ -230,12 +234,12 @@ __global__ void dropout_forward_kernel(const void* x, void* out, int64_t n, floa
 }
 
 template <DT kDt, DT kDx>
-__global__ void dropout_backward_kernel(const void* dy, void* dx, int64_t n, float p,
-                                        float keep_scale, uint64_t prefix, VecSplit s) {
+__global__ void dropout_backward_kernel(const void* dy, const void* dx_prior, void* dx, int64_t n,
+                                        float p, float keep_scale, uint64_t prefix, VecSplit s) {
   auto elems = [=]<int kN>(int64_t i) {
     float v[kN], d[kN];
     load_floats<kDt>(dy, i, v);
-    load_floats<kDx>(dx, i, d);
+    load_floats_or_zero<kDx>(dx_prior, i, d);
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
       d[j] = d[j] + v[j] * dropout_multiplier(prefix, i + j, p, keep_scale);
@@ -419,7 +423,8 @@ void gelu_forward(const void* x, void* out, DT dt, int64_t n) {
   check_launch(kWhat);
 }
 
-void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int64_t n) {
+void gelu_backward(const void* x, const void* dy, DT dt, const void* dx_prior, void* dx, DT dx_dt,
+                   int64_t n) {
   constexpr const char* kWhat = "gelu_backward";
   require_count(n, kWhat);
   if (n == 0) return;
@@ -429,9 +434,9 @@ void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int
   require_ptr(dy, kWhat, "dy");
   require_ptr(dx, kWhat, "dx");
   dispatch_dt(dt, dx_dt, [&]<DT kDt, DT kDx>() {
-    const VecSplit s = vec_split(n, vec_width_of<kDt, kDx>(), all_vec_aligned(x, dy, dx));
+    const VecSplit s = vec_split(n, vec_width_of<kDt, kDx>(), all_vec_aligned(x, dy, dx_prior, dx));
     gelu_backward_kernel<kDt, kDx>
-        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(x, dy, dx, n, s);
+        <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(x, dy, dx_prior, dx, n, s);
   });
   check_launch(kWhat);
 }
@@ -455,8 +460,9 @@ void swiglu_forward(const void* gate, DT g_dt, const void* up, DT u_dt, void* ou
   check_launch(kWhat);
 }
 
-void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const void* dy,
-                     DT dy_dt, void* dgate, DT dg_dt, void* dup, DT du_dt, int64_t n) {
+void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const void* dy, DT dy_dt,
+                     const void* dgate_prior, void* dgate, DT dg_dt, const void* dup_prior,
+                     void* dup, DT du_dt, int64_t n) {
   constexpr const char* kWhat = "swiglu_backward";
   require_count(n, kWhat);
   if (n == 0 || (dgate == nullptr && dup == nullptr)) return;
@@ -475,13 +481,14 @@ void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const v
   if (g_dt == u_dt && (dgate == nullptr || dup == nullptr || dg_dt == du_dt)) {
     dispatch_dt(g_dt, dy_dt, grad_dt, [&]<DT kIn, DT kDy, DT kGrad>() {
       const VecSplit s =
-          vec_split(n, vec_width_of<kIn, kDy, kGrad>(), all_vec_aligned(gate, up, dy, dgate, dup));
-      swiglu_backward_kernel<kIn, kDy, kGrad>
-          <<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(gate, up, dy, dgate, dup, n, s);
+          vec_split(n, vec_width_of<kIn, kDy, kGrad>(),
+                    all_vec_aligned(gate, up, dy, dgate_prior, dgate, dup_prior, dup));
+      swiglu_backward_kernel<kIn, kDy, kGrad><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(
+          gate, up, dy, dgate_prior, dgate, dup_prior, dup, n, s);
     });
   } else {
     swiglu_backward_mixed_kernel<<<grid_for(n), kBlock, 0, stream()>>>(
-        gate, g_dt, up, u_dt, dy, dy_dt, dgate, dg_dt, dup, du_dt, n);
+        gate, g_dt, up, u_dt, dy, dy_dt, dgate_prior, dgate, dg_dt, dup_prior, dup, du_dt, n);
   }
   check_launch(kWhat);
 }
@@ -503,8 +510,8 @@ void dropout_forward(const void* x, void* out, DT dt, int64_t n, float p, uint64
   check_launch(kWhat);
 }
 
-void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, float p, uint64_t seed,
-                      uint64_t stream_id) {
+void dropout_backward(const void* dy, DT dt, const void* dx_prior, void* dx, DT dx_dt, int64_t n,
+                      float p, uint64_t seed, uint64_t stream_id) {
   constexpr const char* kWhat = "dropout_backward";
   require_count(n, kWhat);
   const DropoutConsts k = dropout_consts(p, seed, stream_id, kWhat);
@@ -514,9 +521,9 @@ void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, floa
   require_ptr(dy, kWhat, "dy");
   require_ptr(dx, kWhat, "dx");
   dispatch_dt(dt, dx_dt, [&]<DT kDt, DT kDx>() {
-    const VecSplit s = vec_split(n, vec_width_of<kDt, kDx>(), all_vec_aligned(dy, dx));
+    const VecSplit s = vec_split(n, vec_width_of<kDt, kDx>(), all_vec_aligned(dy, dx_prior, dx));
     dropout_backward_kernel<kDt, kDx><<<grid_for(vec_items(s, n)), kBlock, 0, stream()>>>(
-        dy, dx, n, p, k.keep_scale, k.prefix, s);
+        dy, dx_prior, dx, n, p, k.keep_scale, k.prefix, s);
   });
   check_launch(kWhat);
 }

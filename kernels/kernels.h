@@ -133,24 +133,28 @@ void add(const void* a, DT a_dt, const void* b, DT b_dt, void* out, DT out_dt, i
 
 // GELU, tanh approximation (lib/ops/gelu.h). x and out share dt.
 void gelu_forward(const void* x, void* out, DT dt, int64_t n);
-// dx += dy * gelu'(x); dx may have another dtype than x/dy.
-void gelu_backward(const void* x, const void* dy, DT dt, void* dx, DT dx_dt, int64_t n);
+// dx = dx_prior + dy * gelu'(x); dx may have another dtype than x/dy, and
+// dx_prior is in dx's (null: 0 + ..., no zero fill; dx itself: += in place).
+void gelu_backward(const void* x, const void* dy, DT dt, const void* dx_prior, void* dx, DT dx_dt,
+                   int64_t n);
 
 // SwiGLU (lib/ops/swiglu.h): out = gate * sigmoid(gate) * up, each array in its own dtype.
 void swiglu_forward(const void* gate, DT g_dt, const void* up, DT u_dt, void* out, DT out_dt,
                     int64_t n);
-// dgate += dy * up * silu'(gate); dup += dy * silu(gate). Either gradient may be null.
+// dgate = dgate_prior + dy * up * silu'(gate); dup = dup_prior + dy * silu(gate).
+// Either gradient may be null; each prior as gelu_backward's dx_prior.
 void swiglu_backward(const void* gate, DT g_dt, const void* up, DT u_dt, const void* dy, DT dy_dt,
-                     void* dgate, DT dg_dt, void* dup, DT du_dt, int64_t n);
+                     const void* dgate_prior, void* dgate, DT dg_dt, const void* dup_prior,
+                     void* dup, DT du_dt, int64_t n);
 
 // Dropout with the counter-based mask of lib/ops/dropout.h: element i is kept
 // when uniform01(hash_words(seed, stream, i)) >= p (lib/base/rng.h), bitwise the
 // same mask as the CPU. out = x * keep / (1 - p).
 void dropout_forward(const void* x, void* out, DT dt, int64_t n, float p, uint64_t seed,
                      uint64_t stream);
-// dx += dy * keep / (1 - p).
-void dropout_backward(const void* dy, DT dt, void* dx, DT dx_dt, int64_t n, float p, uint64_t seed,
-                      uint64_t stream);
+// dx = dx_prior + dy * keep / (1 - p) (dx_prior as gelu_backward's).
+void dropout_backward(const void* dy, DT dt, const void* dx_prior, void* dx, DT dx_dt, int64_t n,
+                      float p, uint64_t seed, uint64_t stream);
 
 // ---------------------------------------------------------------- layers --
 
@@ -168,23 +172,37 @@ void embedding_backward(const void* dout, DT dt, const int32_t* ids, void* dweig
 void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* bias, DT w_dt,
                        void* out, DT out_dt, float* mean, float* rstd, int64_t rows, int64_t C,
                        float eps);
-// dx += ...; dweight += ...; dbias += ... (each may be null to skip). Weight
-// gradients are reduced over rows in fp32 in a fixed order (deterministic).
+// The residual add and the LayerNorm after it in one pass: sum = x + residual
+// (x, residual and sum in x_dt, rounded as the add kernel), then
+// layernorm_forward over sum: the same bits as the two, with one pass less.
+void add_layernorm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                           const void* weight, const void* bias, DT w_dt, void* out, DT out_dt,
+                           float* mean, float* rstd, int64_t rows, int64_t C, float eps);
+// dx = dx_prior + ... (dx_prior null: 0 + ...; dx_prior == dx: += in place;
+// else another gradient, in dx_dt, read and not written); dweight += ...;
+// dbias += ... (dx, dweight, dbias may be null to skip). Weight gradients are
+// reduced over rows in fp32 in a fixed order (deterministic).
 void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* mean,
-                        const float* rstd, const void* dout, DT dout_dt, void* dx, DT dx_dt,
-                        void* dweight, void* dbias, DT dw_dt, int64_t rows, int64_t C);
+                        const float* rstd, const void* dout, DT dout_dt, const void* dx_prior,
+                        void* dx, DT dx_dt, void* dweight, void* dbias, DT dw_dt, int64_t rows,
+                        int64_t C);
 
 // RMSNorm (lib/ops/rms_norm.h) over rows of C consecutive elements:
 // out = weight * round_to(x_dt, x * rstd), rstd = 1 / sqrt(mean(x^2) + eps),
 // written to rstd[r] (rows fp32 values) for backward.
 void rms_norm_forward(const void* x, DT x_dt, const void* weight, DT w_dt, void* out, DT out_dt,
                       float* rstd, int64_t rows, int64_t C, float eps);
-// dx += rstd * (dn - n * mean(dn * n)) with n = x * rstd, dn = dy * weight;
-// dweight += dy * round_to(x_dt, n), reduced over rows as layernorm_backward
-// (deterministic). dx or dweight may be null to skip.
+// The residual add and the RMSNorm after it in one pass, as add_layernorm_forward.
+void add_rms_norm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                          const void* weight, DT w_dt, void* out, DT out_dt, float* rstd,
+                          int64_t rows, int64_t C, float eps);
+// dx = dx_prior + rstd * (dn - n * mean(dn * n)) with n = x * rstd,
+// dn = dy * weight (dx_prior as layernorm_backward's); dweight += dy *
+// round_to(x_dt, n), reduced over rows as layernorm_backward (deterministic).
+// dx or dweight may be null to skip.
 void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* rstd,
-                       const void* dout, DT dout_dt, void* dx, DT dx_dt, void* dweight, DT dw_dt,
-                       int64_t rows, int64_t C);
+                       const void* dout, DT dout_dt, const void* dx_prior, void* dx, DT dx_dt,
+                       void* dweight, DT dw_dt, int64_t rows, int64_t C);
 
 // Rotary embeddings with rotate_half pairing (lib/ops/rope.h) on x viewed as
 // (B, T, C), C a multiple of the head size D (even); cos, sin: fp32 (P >= T, D),
@@ -243,12 +261,20 @@ AttentionLaunches attention_launches();
 // scores scaled by 1/sqrt(hs)). q, k, v and out in dt.
 void attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, DT dt,
                        const AttentionShape& a);
-// dq, dk, dv (in grad_dt) += the gradients of out given dout; out and lse from
-// the forward. dk, dv sum over each group's query heads. A null gradient
-// pointer: not wanted (not written).
+// A gradient a kernel writes: out = prior + term. prior null: 0 + term (out's
+// old contents unread: no zero fill before); prior == out: += in place; else
+// another gradient in out's layout (a borrowed one), read and not written.
+// out null: not wanted (not written).
+struct GradOut {
+  void* out = nullptr;
+  const void* prior = nullptr;
+};
+
+// dq, dk, dv (in grad_dt) = their priors + the gradients of out given dout;
+// out and lse from the forward. dk, dv sum over each group's query heads.
 void attention_backward(const void* q, const void* k, const void* v, const void* out,
-                        const float* lse, const void* dout, DT dt, void* dq, void* dk, void* dv,
-                        DT grad_dt, const AttentionShape& a);
+                        const float* lse, const void* dout, DT dt, GradOut dq, GradOut dk,
+                        GradOut dv, DT grad_dt, const AttentionShape& a);
 
 // Fused log-softmax + NLL over rows of V logits (lib/ops/cross_entropy.h).
 // Writes lse[r] for every row, *count = number of targets != ignore_index, and
@@ -289,12 +315,13 @@ void linear_cross_entropy_forward(const void* h, const void* weight, DT dt, cons
 // fp32 accumulation). With `kept` (the forward's) there is no logits GEMM: one pass turns
 // the kept logits into dlogits in place, then the two GEMMs over every row (dweight's at
 // full K); scratch and scratch16 are unused. dh or dweight may be null to skip; each is dt
-// or f32.
+// or f32. dh_fresh: dh holds no gradient yet, and each chunk's GEMM overwrites its rows
+// (beta 0: no zero fill before).
 void linear_cross_entropy_backward(const void* h, const void* weight, DT dt, const int32_t* targets,
                                    const float* lse, const float* dloss, const int32_t* count,
                                    int64_t rows, int64_t C, int64_t V, int64_t chunk_rows,
                                    int ignore_index, float* scratch, void* scratch16, void* kept,
-                                   void* dh, DT dh_dt, void* dweight, DT dw_dt);
+                                   void* dh, DT dh_dt, bool dh_fresh, void* dweight, DT dw_dt);
 
 // Column sums for the bias gradient: dbias[j] += sum over i < M of dy[i, j].
 void bias_grad(const void* dy, DT dy_dt, int64_t M, int64_t N, void* dbias, DT db_dt);

@@ -25,16 +25,35 @@
 namespace fd::kernels {
 namespace {
 
+// Element i of a norm's input row: x's, or with a residual, x + residual
+// rounded to kX (the add kernel's arithmetic), stored to sum[i] on the way.
+template <DT kX>
+__device__ __forceinline__ float row_elem(const void* x, const void* residual, void* sum,
+                                          int64_t i) {
+  const float v = load_elem<kX>(x, i);
+  if (residual == nullptr) return v;
+  const float t = round_elem<kX>(v + load_elem<kX>(residual, i));
+  store_elem<kX>(sum, i, t);
+  return t;
+}
+
 // -------------------------------------------------------------- layernorm --
 
 // One warp per row: fp32 mean, then the biased variance around it (two
 // passes, as lib/ops/layernorm.cc; lane by lane in strides of 32, the order
 // the reductions were written for), then the normalised output in steps of
 // `split` (whole packs when every row starts 16-byte aligned).
+//
+// With `residual` (add_layernorm_forward): the row is x + residual, rounded
+// to kX and stored to `sum` by the first pass (the add kernel's arithmetic),
+// and the later passes read it there: the same bits as the add, then this
+// kernel over its output, with one pass less over memory. x and sum are then
+// the same pointer only when the add is in place.
 template <DT kX, DT kW, DT kOut>
-__global__ void layernorm_forward_kernel(const void* x, const void* weight, const void* bias,
-                                         void* out, float* mean, float* rstd, int64_t rows,
-                                         int64_t C, float eps, VecSplit split) {
+__global__ void layernorm_forward_kernel(const void* x, const void* residual, void* sum,
+                                         const void* weight, const void* bias, void* out,
+                                         float* mean, float* rstd, int64_t rows, int64_t C,
+                                         float eps, VecSplit split) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const float inv_c = 1.0f / float(C);
@@ -42,7 +61,11 @@ __global__ void layernorm_forward_kernel(const void* x, const void* weight, cons
   for (int64_t r = int64_t(blockIdx.x) * kRowWarps + warp; r < rows; r += step) {
     const int64_t base = r * C;
     float s = 0.0f;
-    for (int64_t c = lane; c < C; c += kWarp) s += load_elem<kX>(x, base + c);
+    for (int64_t c = lane; c < C; c += kWarp) s += row_elem<kX>(x, residual, sum, base + c);
+    if (residual != nullptr) {
+      __syncwarp();  // the sum's elements, stored lane by lane, are read by other lanes below
+      x = sum;
+    }
     const float mu = warp_sum(s) * inv_c;
     float v = 0.0f;
     for (int64_t c = lane; c < C; c += kWarp) {
@@ -78,9 +101,12 @@ __global__ void layernorm_forward_kernel(const void* x, const void* weight, cons
 // One warp per row, as layernorm_forward_kernel: rstd from the fp32 mean of
 // squares (lane by lane), then weight * (x * rstd rounded to x's dtype), as
 // lib/ops/cpu/rms_norm.cc, in steps of `split`.
+// With `residual` (add_rms_norm_forward): x + residual first, as
+// layernorm_forward_kernel.
 template <DT kX, DT kW, DT kOut>
-__global__ void rms_norm_forward_kernel(const void* x, const void* weight, void* out, float* rstd,
-                                        int64_t rows, int64_t C, float eps, VecSplit split) {
+__global__ void rms_norm_forward_kernel(const void* x, const void* residual, void* sum,
+                                        const void* weight, void* out, float* rstd, int64_t rows,
+                                        int64_t C, float eps, VecSplit split) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const float inv_c = 1.0f / float(C);
@@ -89,8 +115,12 @@ __global__ void rms_norm_forward_kernel(const void* x, const void* weight, void*
     const int64_t base = r * C;
     float s = 0.0f;
     for (int64_t c = lane; c < C; c += kWarp) {
-      const float v = load_elem<kX>(x, base + c);
+      const float v = row_elem<kX>(x, residual, sum, base + c);
       s += v * v;
+    }
+    if (residual != nullptr) {
+      __syncwarp();  // as layernorm_forward_kernel
+      x = sum;
     }
     const float rs = 1.0f / sqrtf(warp_sum(s) * inv_c + eps);
     auto elems = [=]<int kN>(int64_t c) {
@@ -124,9 +154,9 @@ enum class Norm { kLayer, kRms };
 // in steps of `split`.
 template <Norm kNorm, DT kX, DT kG>
 __global__ void norm_backward_kernel(const void* x, const void* weight, const float* mean,
-                                     const float* rstd, const void* dout, void* dx, float* dw_part,
-                                     float* db_part, int64_t rows, int64_t C, int64_t groups,
-                                     VecSplit split) {
+                                     const float* rstd, const void* dout, const void* dx_prior,
+                                     void* dx, float* dw_part, float* db_part, int64_t rows,
+                                     int64_t C, int64_t groups, VecSplit split) {
   constexpr bool kLayer = kNorm == Norm::kLayer;
   const int lane = threadIdx.x % kWarp;
   const int64_t g = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
@@ -203,7 +233,7 @@ __global__ void norm_backward_kernel(const void* x, const void* weight, const fl
       if (dx != nullptr) {
         float w[kN], d[kN];
         load_floats<kX>(weight, c, w);
-        load_floats<kG>(dx, base + c, d);
+        load_floats_or_zero<kG>(dx_prior, base + c, d);
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
           const float dn = dy[j] * w[j];
@@ -225,8 +255,8 @@ __global__ void norm_backward_kernel(const void* x, const void* weight, const fl
 template <Norm kNorm>
 __global__ void norm_backward_mixed_kernel(const void* x, DT x_dt, const void* weight, DT w_dt,
                                            const float* mean, const float* rstd, const void* dout,
-                                           DT dout_dt, void* dx, DT dx_dt, float* dw_part,
-                                           float* db_part, int64_t rows, int64_t C,
+                                           DT dout_dt, const void* dx_prior, void* dx, DT dx_dt,
+                                           float* dw_part, float* db_part, int64_t rows, int64_t C,
                                            int64_t groups) {
   constexpr bool kLayer = kNorm == Norm::kLayer;
   const int lane = threadIdx.x % kWarp;
@@ -271,7 +301,7 @@ __global__ void norm_backward_mixed_kernel(const void* x, DT x_dt, const void* w
       if (db_row != nullptr) db_row[c] = (r == g ? 0.0f : db_row[c]) + dy;
       if (dx != nullptr) {
         const float dn = dy * load_as_float(weight, w_dt, c);
-        const float d = load_as_float(dx, dx_dt, base + c);
+        const float d = load_as_float_or_zero(dx_prior, dx_dt, base + c);
         store_from_float(
             dx, dx_dt, base + c,
             kLayer ? d + (dn - dn_mean - n * dnn_mean) * rs : d + (dn - n * dnn_mean) * rs);
@@ -289,9 +319,9 @@ __global__ void norm_backward_mixed_kernel(const void* x, DT x_dt, const void* w
 // the per-element switch.
 template <Norm kNorm>
 void launch_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* mean,
-                          const float* rstd, const void* dout, DT dout_dt, void* dx, DT dx_dt,
-                          void* dweight, void* dbias, DT dw_dt, int64_t rows, int64_t C,
-                          const char* what) {
+                          const float* rstd, const void* dout, DT dout_dt, const void* dx_prior,
+                          void* dx, DT dx_dt, void* dweight, void* dbias, DT dw_dt, int64_t rows,
+                          int64_t C, const char* what) {
   constexpr int64_t kMaxGroups = 1024;
   const int64_t groups = rows < kMaxGroups ? rows : kMaxGroups;
   const size_t part_bytes = size_t(groups) * size_t(C) * sizeof(float);
@@ -306,13 +336,14 @@ void launch_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, c
   if (w_dt == x_dt && (dx == nullptr || dx_dt == dout_dt)) {
     dispatch_dt(x_dt, dout_dt, [&]<DT kX, DT kG>() {
       const VecSplit split = vec_split_rows(C, C, vec_width_of<kX, kG>(),
-                                            all_vec_aligned(x, weight, dout, dx, dw, db));
+                                            all_vec_aligned(x, weight, dout, dx_prior, dx, dw, db));
       norm_backward_kernel<kNorm, kX, kG><<<grid, kRowWarps * kWarp, 0, s>>>(
-          x, weight, mean, rstd, dout, dx, dw, db, rows, C, groups, split);
+          x, weight, mean, rstd, dout, dx_prior, dx, dw, db, rows, C, groups, split);
     });
   } else {
-    norm_backward_mixed_kernel<kNorm><<<grid, kRowWarps * kWarp, 0, s>>>(
-        x, x_dt, weight, w_dt, mean, rstd, dout, dout_dt, dx, dx_dt, dw, db, rows, C, groups);
+    norm_backward_mixed_kernel<kNorm>
+        <<<grid, kRowWarps * kWarp, 0, s>>>(x, x_dt, weight, w_dt, mean, rstd, dout, dout_dt,
+                                            dx_prior, dx, dx_dt, dw, db, rows, C, groups);
   }
   check_launch(what);
   if (dweight != nullptr) add_column_partials(dw_part.as<float>(), groups, C, dweight, dw_dt, what);
@@ -321,10 +352,12 @@ void launch_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, c
 
 }  // namespace
 
-void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* bias, DT w_dt,
-                       void* out, DT out_dt, float* mean, float* rstd, int64_t rows, int64_t C,
-                       float eps) {
-  constexpr const char* kWhat = "layernorm_forward";
+namespace {
+
+void launch_layernorm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                              const void* weight, const void* bias, DT w_dt, void* out, DT out_dt,
+                              float* mean, float* rstd, int64_t rows, int64_t C, float eps,
+                              const char* kWhat) {
   require(rows >= 0 && C >= 0, kWhat, "negative size");
   if (rows == 0) return;
   require(C > 0, kWhat, "rows of zero length");
@@ -336,17 +369,60 @@ void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* b
   require_ptr(out, kWhat, "out");
   const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
   dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
-    const VecSplit split =
-        vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(), all_vec_aligned(x, weight, bias, out));
+    const VecSplit split = vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(),
+                                          all_vec_aligned(x, sum, weight, bias, out));
     layernorm_forward_kernel<kX, kW, kOut><<<grid, kRowWarps * kWarp, 0, stream()>>>(
-        x, weight, bias, out, mean, rstd, rows, C, eps, split);
+        x, residual, sum, weight, bias, out, mean, rstd, rows, C, eps, split);
   });
   check_launch(kWhat);
 }
 
+void launch_rms_norm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                             const void* weight, DT w_dt, void* out, DT out_dt, float* rstd,
+                             int64_t rows, int64_t C, float eps, const char* kWhat) {
+  require(rows >= 0 && C >= 0, kWhat, "negative size");
+  if (rows == 0) return;
+  require(C > 0, kWhat, "rows of zero length");
+  require_float(x_dt, kWhat);
+  require_float(w_dt, kWhat);
+  require_float(out_dt, kWhat);
+  require_ptr(x, kWhat, "x");
+  require_ptr(weight, kWhat, "weight");
+  require_ptr(out, kWhat, "out");
+  if (residual != nullptr) require_ptr(sum, kWhat, "sum");
+  const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
+  dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
+    const VecSplit split =
+        vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(), all_vec_aligned(x, sum, weight, out));
+    rms_norm_forward_kernel<kX, kW, kOut><<<grid, kRowWarps * kWarp, 0, stream()>>>(
+        x, residual, sum, weight, out, rstd, rows, C, eps, split);
+  });
+  check_launch(kWhat);
+}
+
+}  // namespace
+
+void layernorm_forward(const void* x, DT x_dt, const void* weight, const void* bias, DT w_dt,
+                       void* out, DT out_dt, float* mean, float* rstd, int64_t rows, int64_t C,
+                       float eps) {
+  launch_layernorm_forward(x, nullptr, nullptr, x_dt, weight, bias, w_dt, out, out_dt, mean, rstd,
+                           rows, C, eps, "layernorm_forward");
+}
+
+void add_layernorm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                           const void* weight, const void* bias, DT w_dt, void* out, DT out_dt,
+                           float* mean, float* rstd, int64_t rows, int64_t C, float eps) {
+  constexpr const char* kWhat = "add_layernorm_forward";
+  require_ptr(residual, kWhat, "residual");
+  require_ptr(sum, kWhat, "sum");
+  launch_layernorm_forward(x, residual, sum, x_dt, weight, bias, w_dt, out, out_dt, mean, rstd,
+                           rows, C, eps, kWhat);
+}
+
 void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* mean,
-                        const float* rstd, const void* dout, DT dout_dt, void* dx, DT dx_dt,
-                        void* dweight, void* dbias, DT dw_dt, int64_t rows, int64_t C) {
+                        const float* rstd, const void* dout, DT dout_dt, const void* dx_prior,
+                        void* dx, DT dx_dt, void* dweight, void* dbias, DT dw_dt, int64_t rows,
+                        int64_t C) {
   constexpr const char* kWhat = "layernorm_backward";
   require(rows >= 0 && C >= 0, kWhat, "negative size");
   if (rows == 0 || C == 0) return;
@@ -361,35 +437,29 @@ void layernorm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, con
   require_ptr(mean, kWhat, "mean");
   require_ptr(rstd, kWhat, "rstd");
   require_ptr(dout, kWhat, "dout");
-  launch_norm_backward<Norm::kLayer>(x, x_dt, weight, w_dt, mean, rstd, dout, dout_dt, dx, dx_dt,
-                                     dweight, dbias, dw_dt, rows, C, kWhat);
+  launch_norm_backward<Norm::kLayer>(x, x_dt, weight, w_dt, mean, rstd, dout, dout_dt, dx_prior, dx,
+                                     dx_dt, dweight, dbias, dw_dt, rows, C, kWhat);
 }
 
 void rms_norm_forward(const void* x, DT x_dt, const void* weight, DT w_dt, void* out, DT out_dt,
                       float* rstd, int64_t rows, int64_t C, float eps) {
-  constexpr const char* kWhat = "rms_norm_forward";
-  require(rows >= 0 && C >= 0, kWhat, "negative size");
-  if (rows == 0) return;
-  require(C > 0, kWhat, "rows of zero length");
-  require_float(x_dt, kWhat);
-  require_float(w_dt, kWhat);
-  require_float(out_dt, kWhat);
-  require_ptr(x, kWhat, "x");
-  require_ptr(weight, kWhat, "weight");
-  require_ptr(out, kWhat, "out");
-  const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
-  dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
-    const VecSplit split =
-        vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(), all_vec_aligned(x, weight, out));
-    rms_norm_forward_kernel<kX, kW, kOut>
-        <<<grid, kRowWarps * kWarp, 0, stream()>>>(x, weight, out, rstd, rows, C, eps, split);
-  });
-  check_launch(kWhat);
+  launch_rms_norm_forward(x, nullptr, nullptr, x_dt, weight, w_dt, out, out_dt, rstd, rows, C, eps,
+                          "rms_norm_forward");
+}
+
+void add_rms_norm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                          const void* weight, DT w_dt, void* out, DT out_dt, float* rstd,
+                          int64_t rows, int64_t C, float eps) {
+  constexpr const char* kWhat = "add_rms_norm_forward";
+  require_ptr(residual, kWhat, "residual");
+  require_ptr(sum, kWhat, "sum");
+  launch_rms_norm_forward(x, residual, sum, x_dt, weight, w_dt, out, out_dt, rstd, rows, C, eps,
+                          kWhat);
 }
 
 void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, const float* rstd,
-                       const void* dout, DT dout_dt, void* dx, DT dx_dt, void* dweight, DT dw_dt,
-                       int64_t rows, int64_t C) {
+                       const void* dout, DT dout_dt, const void* dx_prior, void* dx, DT dx_dt,
+                       void* dweight, DT dw_dt, int64_t rows, int64_t C) {
   constexpr const char* kWhat = "rms_norm_backward";
   require(rows >= 0 && C >= 0, kWhat, "negative size");
   if (rows == 0 || C == 0) return;
@@ -403,8 +473,8 @@ void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, cons
   require_ptr(weight, kWhat, "weight");
   require_ptr(rstd, kWhat, "rstd");
   require_ptr(dout, kWhat, "dout");
-  launch_norm_backward<Norm::kRms>(x, x_dt, weight, w_dt, nullptr, rstd, dout, dout_dt, dx, dx_dt,
-                                   dweight, nullptr, dw_dt, rows, C, kWhat);
+  launch_norm_backward<Norm::kRms>(x, x_dt, weight, w_dt, nullptr, rstd, dout, dout_dt, dx_prior,
+                                   dx, dx_dt, dweight, nullptr, dw_dt, rows, C, kWhat);
 }
 
 }  // namespace fd::kernels

@@ -19,22 +19,26 @@ Variable record_recomputed(const MultiFn& fn, const std::vector<Variable>& input
   // the parameters it reads) is unknown without recording: assume it does.
   // backward() then finds out, and adds nothing when it does not.
   Variable out = Variable::op_output(y.value(), true);
-  current_tape().record(Node{
-      name, {out.slot()}, [fn, inputs, out_slot = out.slot(), hooks = std::move(hooks)] {
-        if (hooks.before_backward) hooks.before_backward();
-        Tape inner;
-        Variable again;
-        {
-          EnableGradGuard grad_on;  // backward runs with recording off; recompute needs it
-          TapeScope scope(inner);
-          again = fn(inputs);
-        }
-        if (again.requires_grad()) {
-          again.slot()->grad = out_slot->grad;  // the gradient backward brought to the output
-          inner.run_backward();
-        }
-        if (hooks.after_backward) hooks.after_backward();
-      }});
+  current_tape().record(
+      Node{name, {out.slot()}, [fn, inputs, out_slot = out.slot(), hooks = std::move(hooks)] {
+             if (hooks.before_backward) hooks.before_backward();
+             Tape inner;
+             Variable again;
+             {
+               EnableGradGuard grad_on;  // backward runs with recording off; recompute needs it
+               TapeScope scope(inner);
+               again = fn(inputs);
+             }
+             if (again.requires_grad()) {
+               // The gradient backward brought to the output, shared (the tape drops out_slot's
+               // next).
+               const bool taken = again.slot()->take_shared(out_slot->grad);
+               FD_CHECK(taken,
+                        "a recomputed segment's output differs in dtype or device from the first");
+               inner.run_backward();
+             }
+             if (hooks.after_backward) hooks.after_backward();
+           }});
   return out;
 }
 

@@ -2,15 +2,46 @@
 
 namespace fd::autograd {
 
+void GradSlot::own_grad() {
+  if (!borrowed) return;
+  Tensor mine = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+  mine.copy_from(grad);
+  grad = mine;
+  borrowed = false;
+}
+
 const Tensor& GradSlot::ensure_grad() {
   if (!grad.defined()) grad = Tensor::zeros(shape, dtype, MemCategory::kActivations, device);
+  own_grad();
   return grad;
 }
 
 const Tensor& GradSlot::grad_to_write(bool* first) {
   *first = !grad.defined();
   if (*first) grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+  own_grad();
   return grad;
+}
+
+GradSlot::Update GradSlot::grad_update() {
+  if (!grad.defined()) {
+    grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+    return {grad, Tensor()};
+  }
+  if (!borrowed) return {grad, grad};
+  Tensor prior = grad;
+  grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+  borrowed = false;
+  return {grad, prior};
+}
+
+bool GradSlot::take_shared(const Tensor& g) {
+  FD_CHECK(g.numel() == shape.numel(), "a gradient of {} elements for a slot of shape {}",
+           g.numel(), shape.str());
+  if (grad.defined() || g.dtype() != dtype || !(g.device() == device)) return false;
+  grad = g.reshape(shape);
+  borrowed = true;
+  return true;
 }
 
 Variable::Variable(Tensor value, bool requires_grad) : value_(std::move(value)) {

@@ -8,6 +8,12 @@
 // Gradients always accumulate (+=). A leaf's slot can be bound to a
 // caller-provided buffer (a view into a flat gradient buffer); then backward
 // adds into that buffer and the caller decides when to zero it.
+//
+// No zero fills: a gradient is created by the first op that writes it
+// (grad_update, grad_to_write), and an op whose gradient passes through
+// unchanged (a residual add, an identity region) hands the same tensor to
+// its inputs (take_shared): the receiving slots mark it borrowed and copy it
+// only if something later writes into them (copy on write).
 #pragma once
 
 #include <memory>
@@ -23,9 +29,13 @@ struct GradSlot {
   Device device;  // the value's: a gradient lives where its value does
   bool requires_grad = false;
   bool is_leaf = true;
-  // Defined once a gradient exists (lazily zero-allocated for non-leaves,
-  // or the caller's buffer for bound leaves).
+  // Defined once a gradient exists (created by its first writer, taken
+  // from another slot, or the caller's buffer for bound leaves).
   Tensor grad;
+  // `grad` is another slot's gradient too (take_shared): never written in
+  // place; ensure_grad, grad_to_write and grad_update make it this slot's own
+  // first.
+  bool borrowed = false;
 
   // The gradient buffer, zero-allocated on first use. Non-leaf gradients are
   // activation memory, in the value's dtype, on the value's device.
@@ -35,7 +45,26 @@ struct GradSlot {
   // true (overwrite it: beta = 0, no fill and no read of zeros); else the
   // gradient there and *first false (accumulate into it).
   const Tensor& grad_to_write(bool* first);
+  // For an op that adds a term to every element of the gradient without
+  // reading it otherwise: `out` is the gradient to write (this slot's own
+  // afterwards) and `prior` what to add the term to: undefined when the slot
+  // had no gradient (write 0 + term: no fill, no read), `out` itself when it
+  // owns one (+= in place), or the borrowed gradient (out = prior + term: no
+  // copy first).
+  struct Update {
+    Tensor out;
+    Tensor prior;
+  };
+  Update grad_update();
+  // Hands `g` (this slot's shape in elements, dtype and device) to a slot with
+  // no gradient yet, without a copy: `grad` becomes a view of it, borrowed.
+  // False, and nothing done, when the slot has a gradient already or g's dtype
+  // or device differ: the caller adds g into ensure_grad() then.
+  bool take_shared(const Tensor& g);
   bool has_grad() const { return grad.defined(); }
+
+ private:
+  void own_grad();  // a borrowed gradient becomes a private copy
 };
 
 class Variable {

@@ -81,11 +81,7 @@ Variable with_backward_prelude(const Variable& y, std::function<void()> before) 
   auto ys = y.slot();
   autograd::current_tape().record({"pipeline_tied_gradient", {os}, [os, ys, before] {
                                      before();
-                                     if (!ys->has_grad()) {
-                                       ys->grad = os->grad;
-                                     } else {
-                                       ops::add_(ys->grad, os->grad);
-                                     }
+                                     ops::pass_grad(*ys, os->grad);
                                    }});
   return out;
 }

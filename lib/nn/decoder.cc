@@ -772,6 +772,14 @@ Variable Decoder::norm(const Variable& x, const Parameter* w, const Parameter* b
   return ops::rms_norm(x, sequence_norm_var(*w), float(config_.norm_eps));
 }
 
+ops::AddNorm Decoder::add_norm(const Variable& x, const Variable& y, const Parameter* w,
+                               const Parameter* b) const {
+  if (config_.norm == NormKind::kLayerNorm)
+    return ops::add_layernorm(x, y, sequence_norm_var(*w), sequence_norm_var(*b),
+                              float(config_.norm_eps));
+  return ops::add_rms_norm(x, y, sequence_norm_var(*w), float(config_.norm_eps));
+}
+
 void Decoder::ensure_rope_tables(int64_t positions) const {
   if (rope_cos_.defined() && rope_cos_.shape()[0] >= positions &&
       rope_cos_.device() == default_device())
@@ -865,8 +873,10 @@ Variable Decoder::mlp(int layer, const Variable& h) const {
 
 Variable Decoder::block_forward(int layer, const Variable& x, const Packing& packing) const {
   const BlockParams& b = blocks_[size_t(layer)];
-  Variable x2 = ops::add(x, attention(layer, norm(x, b.norm1_w, b.norm1_b), packing));
-  return ops::add(x2, mlp(layer, norm(x2, b.norm2_w, b.norm2_b)));
+  // x2 = x + attention(norm1(x)) and norm2(x2) in one op; then x2 + mlp(norm2(x2)).
+  const ops::AddNorm x2 =
+      add_norm(x, attention(layer, norm(x, b.norm1_w, b.norm1_b), packing), b.norm2_w, b.norm2_b);
+  return ops::add(x2.sum, mlp(layer, x2.normed));
 }
 
 Decoder::Packing Decoder::packing(const Tensor& tokens, const Tensor& doc_starts) const {

@@ -39,6 +39,7 @@
 #include "lib/nn/module.h"
 #include "lib/nn/parameter.h"
 #include "lib/nn/segment_runner.h"
+#include "lib/ops/elementwise.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/rope.h"
 #include "lib/quant/quantized_weight.h"
@@ -353,6 +354,10 @@ class Decoder : public Module {
   // norm(x) with weight w (and bias b for LayerNorm).
   autograd::Variable norm(const autograd::Variable& x, const Parameter* w,
                           const Parameter* b) const;
+  // {x + y, norm(x + y)} as one op (ops::add_layernorm / add_rms_norm): the residual add
+  // before a block's second norm.
+  ops::AddNorm add_norm(const autograd::Variable& x, const autograd::Variable& y,
+                        const Parameter* w, const Parameter* b) const;
   autograd::Variable attention(int layer, const autograd::Variable& h,
                                const Packing& packing) const;
   autograd::Variable mlp(int layer, const autograd::Variable& h) const;

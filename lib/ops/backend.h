@@ -205,6 +205,15 @@ void vocab_parallel_cross_entropy_backward(const LinearCrossEntropySaved& saved,
 
 namespace cuda {
 FD_OPS_BACKEND_ENTRY_POINTS
+
+// The residual add fused with the norm after it (add_layernorm, add_rms_norm; x and y in one
+// dtype): sum = x + y, then the norm's forward over sum, in one pass (the CPU runs add, then the
+// norm: the same bits).
+void add_layernorm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
+                           const Tensor& bias, float eps, const Tensor& sum, const Tensor& out,
+                           const Tensor& mean, const Tensor& rstd);
+void add_rms_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                          const Tensor& sum, const Tensor& out, const Tensor& rstd);
 }  // namespace cuda
 
 #undef FD_OPS_BACKEND_ENTRY_POINTS

@@ -33,6 +33,14 @@ void layernorm_forward(const Tensor&, const Tensor&, const Tensor&, float, const
                        const Tensor&, const Tensor&) {
   no_cuda("layernorm");
 }
+void add_layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float,
+                           const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("add_layernorm");
+}
+void add_rms_norm_forward(const Tensor&, const Tensor&, const Tensor&, float, const Tensor&,
+                          const Tensor&, const Tensor&) {
+  no_cuda("add_rms_norm");
+}
 void layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         autograd::GradSlot*, autograd::GradSlot*, autograd::GradSlot*) {
   no_cuda("layernorm");

@@ -14,6 +14,11 @@ void accumulate(const Tensor& dst, const Tensor& src, float factor) {
 
 }  // namespace
 
+void pass_grad(autograd::GradSlot& slot, const Tensor& g) {
+  if (!slot.requires_grad || slot.take_shared(g)) return;
+  accumulate(slot.ensure_grad(), g, 1.0f);
+}
+
 Variable add(const Variable& a, const Variable& b) {
   FD_CHECK(a.shape() == b.shape(), "add: shapes {} and {}", a.shape().str(), b.shape().str());
   Tensor out = Tensor::empty(a.shape(), a.dtype());
@@ -29,13 +34,30 @@ Variable add(const Variable& a, const Variable& b) {
     auto as = a.slot();
     auto bs = b.slot();
     autograd::current_tape().record({"add", {ys}, [ys, as, bs] {
-                                       if (as->requires_grad)
-                                         accumulate(as->ensure_grad(), ys->grad, 1.0f);
-                                       if (bs->requires_grad)
-                                         accumulate(bs->ensure_grad(), ys->grad, 1.0f);
+                                       pass_grad(*as, ys->grad);
+                                       pass_grad(*bs, ys->grad);
                                      }});
   }
   return y;
+}
+
+void add_norm_backward(autograd::GradSlot& sum_slot, const autograd::GradSlot& normed_slot,
+                       autograd::GradSlot& xs, autograd::GradSlot& ys,
+                       const std::function<void(autograd::GradSlot*)>& norm_backward) {
+  autograd::GradSlot d;  // the sum's whole gradient, written in place only where sum_slot owns it
+  d.shape = sum_slot.shape;
+  d.dtype = sum_slot.dtype;
+  d.device = sum_slot.device;
+  d.is_leaf = false;
+  d.requires_grad = xs.requires_grad || ys.requires_grad;
+  if (sum_slot.has_grad()) {
+    d.grad = sum_slot.grad;
+    d.borrowed = sum_slot.borrowed;
+  }
+  if (normed_slot.has_grad()) norm_backward(&d);  // the weight's gradient even when d needs none
+  if (!d.has_grad() || !d.requires_grad) return;
+  pass_grad(xs, d.grad);
+  pass_grad(ys, d.grad);
 }
 
 Variable scale(const Variable& x, float factor) {

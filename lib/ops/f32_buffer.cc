@@ -1,5 +1,7 @@
 #include "lib/ops/f32_buffer.h"
 
+#include <cstring>
+
 namespace fd::ops {
 namespace {
 
@@ -42,6 +44,21 @@ F32Out::F32Out(const Tensor& dst, bool load) : dst_(dst), meta_(dst.is_meta()) {
   if (meta_) return;
   p_ = copy_.data<float>();
   if (load) convert_to_f32(dst.dtype(), dst.raw(), p_, size_t(dst.numel()));
+}
+
+F32Out F32Out::update(const autograd::GradSlot::Update& u, bool zero_when_new) {
+  F32Out o(u.out, false);
+  o.fresh_ = !u.prior.defined();
+  if (o.meta_) return o;
+  const size_t n = size_t(u.out.numel());
+  if (o.fresh_) {
+    if (zero_when_new) std::memset(o.p_, 0, n * sizeof(float));
+  } else if (u.prior.dtype() == DType::kF32) {
+    if (u.prior.data<float>() != o.p_) std::memcpy(o.p_, u.prior.data<float>(), n * sizeof(float));
+  } else {
+    convert_to_f32(u.prior.dtype(), u.prior.raw(), o.p_, n);
+  }
+  return o;
 }
 
 float* F32Out::get() const {

@@ -10,6 +10,7 @@
 // failure: the op must skip its arithmetic on meta (lib/ops/backend.h).
 #pragma once
 
+#include "lib/autograd/variable.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::ops {
@@ -33,6 +34,14 @@ class F32Out {
   static F32Out overwrite(const Tensor& dst) { return F32Out(dst, false); }
   // Starts as dst's values, so the op can add (+=) into it (gradients).
   static F32Out accumulate(const Tensor& dst) { return F32Out(dst, true); }
+  // A gradient update (autograd::GradSlot::grad_update): starts as the prior
+  // gradient's values, or zeros where there is none, so that the op adds
+  // (+=) into it, and ends up in u.out. With zero_when_new false and no prior
+  // the contents are unspecified instead: the op overwrites every element
+  // (fresh(): a GEMM with beta 0).
+  static F32Out update(const autograd::GradSlot::Update& u, bool zero_when_new = true);
+  // The update had no prior gradient: the op writes 0 + term.
+  bool fresh() const { return fresh_; }
 
   float* get() const;
   // Writes the fp32 values into dst (a no-op for f32). Call once, after computing.
@@ -41,6 +50,7 @@ class F32Out {
  private:
   F32Out(const Tensor& dst, bool load);
   Tensor dst_;
+  bool fresh_ = false;
   Tensor copy_;  // defined only when dst is not f32
   float* p_ = nullptr;
   bool meta_ = false;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "lib/autograd/variable.h"
+#include "lib/ops/elementwise.h"
 
 namespace fd::ops {
 
@@ -16,5 +17,13 @@ using autograd::Variable;
 // Saves x, weight, and fp32 mean and rstd (one per row) for backward.
 Variable layernorm(const Variable& x, const Variable& weight, const Variable& bias,
                    float eps = 1e-5f);
+
+// The residual add and the LayerNorm after it (a block's x2 = x + attn; h = norm2(x2)):
+// {x + y, layernorm(x + y, weight, bias)}, the same bits as add then layernorm. y has x's
+// shape; the sum has x's dtype. On the GPU one kernel where x and y share a dtype; backward is
+// one node that adds the norm's input gradient to the sum's and hands it to x and y without a
+// copy or a zero fill.
+AddNorm add_layernorm(const Variable& x, const Variable& y, const Variable& weight,
+                      const Variable& bias, float eps = 1e-5f);
 
 }  // namespace fd::ops

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "lib/autograd/variable.h"
+#include "lib/ops/elementwise.h"
 
 namespace fd::ops {
 
@@ -20,5 +21,13 @@ using autograd::Variable;
 // weight and the fp32 rstd of each row for backward; the rounding to x's dtype
 // is the identity there (straight through), as in autograd.
 Variable rms_norm(const Variable& x, const Variable& weight, float eps = 1e-6f);
+
+// The residual add and the RMSNorm after it (a block's x2 = x + attn; h = norm2(x2)):
+// {x + y, rms_norm(x + y, weight)}, the same bits as add then rms_norm. y has x's shape; the
+// sum has x's dtype. On the GPU one kernel where x and y share a dtype; backward is one node
+// that adds the norm's input gradient to the sum's and hands it to x and y without a copy or a
+// zero fill.
+AddNorm add_rms_norm(const Variable& x, const Variable& y, const Variable& weight,
+                     float eps = 1e-6f);
 
 }  // namespace fd::ops

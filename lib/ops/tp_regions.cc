@@ -2,6 +2,7 @@
 
 #include "lib/autograd/tape.h"
 #include "lib/ops/collective_op_util.h"
+#include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
 
 namespace fd::ops {
@@ -29,9 +30,9 @@ void gather_sequence(const Tensor& local, const Tensor& out, dist::Communicator&
 
 // `full` (B, S*Ts, C) packed rank-major, one reduce_scatter kSum over the S ranks of `group`
 // into `out` (B, Ts, C): positions [r*Ts, (r+1)*Ts) summed over the ranks, on rank r.
-// Scratch: the packed (S, B, Ts, C) buffer, freed on return. `behind` (gather_from_sequence_region's
-// backward): the region's deferred weight gradients (weight_grads_behind) are computed while the
-// sum runs; a forward never takes them.
+// Scratch: the packed (S, B, Ts, C) buffer, freed on return. `behind`
+// (gather_from_sequence_region's backward): the region's deferred weight gradients
+// (weight_grads_behind) are computed while the sum runs; a forward never takes them.
 void reduce_scatter_sequence(const Tensor& full, const Tensor& out, dist::Communicator& group,
                              bool behind = false) {
   const int S = group.size();
@@ -95,11 +96,8 @@ Variable weight_grads_behind(const Variable& x) {
     autograd::current_tape().record({"weight_grads_behind", {ys}, [ys, xs] {
                                        autograd::begin_deferring();
                                        if (!xs->requires_grad) return;
-                                       if (xs->has_grad()) {
-                                         add_into(*xs, ys->ensure_grad());
-                                       } else {  // handed over: the tape drops ys's next
-                                         xs->grad = ys->ensure_grad();
-                                       }
+                                       // Handed over where xs has none: the tape drops ys's next.
+                                       pass_grad(*xs, ys->ensure_grad());
                                      }});
   }
   return y;

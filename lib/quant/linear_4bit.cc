@@ -75,7 +75,7 @@ void backward(const QuantizedWeight& w, const Tensor& dy, int64_t m, int64_t n, 
   const bool meta = dy.is_meta();
   ops::F32In dY(dy);
   if (xs != nullptr && xs->requires_grad) {
-    ops::F32Out dX = ops::F32Out::accumulate(xs->ensure_grad());
+    ops::F32Out dX = ops::F32Out::update(xs->grad_update());
     Panels p(w, panel_rows);
     if (!meta) {
       for (int64_t r0 = 0; r0 < n; r0 += p.rows) {
@@ -88,7 +88,7 @@ void backward(const QuantizedWeight& w, const Tensor& dy, int64_t m, int64_t n, 
     }
   }
   if (biass != nullptr && biass->requires_grad) {
-    ops::F32Out db = ops::F32Out::accumulate(biass->ensure_grad());
+    ops::F32Out db = ops::F32Out::update(biass->grad_update());
     if (!meta) {
       float* __restrict g = db.get();
       const float* __restrict y = dY.get();

@@ -26,6 +26,62 @@ TEST(GradSlot, GradToWriteIsFirstOnlyForAGradientNotYetThere) {
   EXPECT_FALSE(first) << "a bound leaf's buffer accumulates (micro-batches, tied weights)";
 }
 
+// grad_update: a slot with no gradient gets a fresh buffer and no prior (the op
+// writes 0 + term: no zero fill); one that owns its gradient updates it in
+// place; a borrowed one gets a fresh buffer to write and the borrowed gradient
+// as the prior, which is not written.
+TEST(GradSlot, GradUpdateWritesFreshInPlaceOrBesideABorrowedGradient) {
+  Variable y = Variable::op_output(Tensor::from_vector({1, 2, 3}, Shape{3}), true);
+  GradSlot::Update u = y.slot()->grad_update();
+  EXPECT_FALSE(u.prior.defined());
+  ASSERT_TRUE(u.out.defined());
+  EXPECT_EQ(u.out.raw(), y.grad().raw());
+  const void* own = u.out.raw();
+  u = y.slot()->grad_update();
+  EXPECT_EQ(u.out.raw(), own);
+  EXPECT_EQ(u.prior.raw(), own);
+
+  Tensor g = Tensor::from_vector({4, 5, 6}, Shape{3});
+  Variable z = Variable::op_output(Tensor::from_vector({1, 2, 3}, Shape{3}), true);
+  ASSERT_TRUE(z.slot()->take_shared(g));
+  EXPECT_TRUE(z.slot()->borrowed);
+  EXPECT_EQ(z.grad().raw(), g.raw());
+  u = z.slot()->grad_update();
+  EXPECT_EQ(u.prior.raw(), g.raw());
+  EXPECT_NE(u.out.raw(), g.raw());
+  EXPECT_EQ(z.grad().raw(), u.out.raw());
+  EXPECT_FALSE(z.slot()->borrowed);
+}
+
+// take_shared hands a gradient over without a copy; writing into either slot
+// afterwards (ensure_grad, grad_to_write) copies it first, so the other
+// slot's gradient, and the tensor given, keep their values.
+TEST(GradSlot, ASharedGradientIsCopiedBeforeAWrite) {
+  Tensor g = Tensor::from_vector({1, 2, 3, 4}, Shape{2, 2});
+  Variable a = Variable::op_output(Tensor::zeros(Shape{4}), true);
+  Variable b = Variable::op_output(Tensor::zeros(Shape{4}), true);
+  ASSERT_TRUE(a.slot()->take_shared(g));
+  ASSERT_TRUE(b.slot()->take_shared(g));
+  EXPECT_EQ(a.grad().shape(), Shape{4}) << "a view in the slot's shape";
+  EXPECT_EQ(a.grad().raw(), g.raw());
+  EXPECT_FALSE(a.slot()->take_shared(g)) << "a slot with a gradient takes none";
+  const Tensor& ga = a.slot()->ensure_grad();
+  EXPECT_NE(ga.raw(), g.raw());
+  ga.f32()[0] += 10.0f;
+  bool first = true;
+  const Tensor& gb = b.slot()->grad_to_write(&first);
+  EXPECT_FALSE(first);
+  EXPECT_NE(gb.raw(), g.raw());
+  gb.f32()[3] += 100.0f;
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{11, 2, 3, 4}));
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{1, 2, 3, 104}));
+  EXPECT_EQ(g.to_vector(), (std::vector<float>{1, 2, 3, 4}));
+
+  Variable h = Variable::op_output(Tensor::zeros(Shape{4}, DType::kBF16), true);
+  EXPECT_FALSE(h.slot()->take_shared(g)) << "another dtype is converted by the caller";
+  EXPECT_FALSE(h.slot()->has_grad());
+}
+
 // y = x * 3 recorded by hand, to test the tape mechanics without ops.
 Variable times_three(const Variable& x) {
   Tensor out = Tensor::empty(x.shape());

@@ -117,11 +117,12 @@ void check_parity(
   // Which attention kernels the GPU run took (the device check's table shows it per case).
   const int64_t tensor_cores = after.forward_tensor_cores - before.forward_tensor_cores +
                                after.backward_tensor_cores - before.backward_tensor_cores;
-  const int64_t simt = after.forward_simt - before.forward_simt + after.backward_simt -
-                       before.backward_simt;
+  const int64_t simt =
+      after.forward_simt - before.forward_simt + after.backward_simt - before.backward_simt;
   if (tensor_cores + simt > 0) {
-    line += std::string(" attention=") +
-            (simt == 0 ? "tensor_cores" : tensor_cores == 0 ? "simt" : "mixed");
+    line += std::string(" attention=") + (simt == 0           ? "tensor_cores"
+                                          : tensor_cores == 0 ? "simt"
+                                                              : "mixed");
     if (kernels::attention_kernels() == kernels::AttentionKernels::kSimt) {
       EXPECT_EQ(tensor_cores, 0) << name << ": tensor cores ran while SIMT was asked for";
     }
@@ -345,6 +346,65 @@ TEST_P(GpuParity, RmsNorm) {
                [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
                  return ops::rms_norm(v[0], v[1], 1e-6f);
                });
+}
+
+// The residual add fused with the norm after it (one kernel on the GPU where x and y share a
+// dtype): both outputs feed the result, so both gradients reach the op, as in a decoder block
+// (the sum goes on to the next residual add, the normed value to the MLP).
+Variable add_norm_both(const ops::AddNorm& r) {
+  return ops::add(ops::scale(r.sum, 0.5f), r.normed);
+}
+
+TEST_P(GpuParity, AddLayerNormAndAddRmsNorm) {
+  REQUIRE_GPU();
+  const int64_t R = 45, C = 96;
+  check_parity("add_layernorm", GetParam(),
+               {{randn(R * C, 61, 2.0f), Shape{R, C}},
+                {randn(R * C, 62), Shape{R, C}},
+                {randn(C, 63), Shape{C}},
+                {randn(C, 64), Shape{C}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return add_norm_both(ops::add_layernorm(v[0], v[1], v[2], v[3]));
+               });
+  check_parity("add_rms_norm", GetParam(),
+               {{randn(R * C, 65, 2.0f), Shape{R, C}},
+                {randn(R * C, 66), Shape{R, C}},
+                {randn(C, 67), Shape{C}}},
+               [](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+                 return add_norm_both(ops::add_rms_norm(v[0], v[1], v[2], 1e-6f));
+               });
+}
+
+// On the GPU the fused kernels are the add kernel then the norm's, bit for bit (the same
+// roundings in the same order), forward and backward, at a row length with a vector tail.
+TEST_P(GpuParity, AddNormFusedIsAddThenNormBitForBit) {
+  REQUIRE_GPU();
+  const int64_t R = 33, C = 76;
+  for (bool layer : {true, false}) {
+    std::vector<Input> in{{randn(R * C, 71, 2.0f), Shape{R, C}},
+                          {randn(R * C, 72), Shape{R, C}},
+                          {randn(C, 73), Shape{C}}};
+    if (layer) in.push_back({randn(C, 74), Shape{C}});  // the bias
+    std::vector<Tensor> runs[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      runs[fused] = run_on(
+          Device::cuda(0), GetParam(), in,
+          [layer, fused](const std::vector<Variable>& v, const std::vector<Tensor>&) {
+            if (fused == 1)
+              return add_norm_both(layer ? ops::add_layernorm(v[0], v[1], v[2], v[3])
+                                         : ops::add_rms_norm(v[0], v[1], v[2]));
+            Variable sum = ops::add(v[0], v[1]);
+            return add_norm_both(
+                {sum, layer ? ops::layernorm(sum, v[2], v[3]) : ops::rms_norm(sum, v[2])});
+          },
+          78);
+    }
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_EQ(runs[0][i].to_vector(), runs[1][i].to_vector())
+          << (layer ? "add_layernorm" : "add_rms_norm") << " tensor " << i;
+    }
+  }
 }
 
 TEST_P(GpuParity, SwiGlu) {

@@ -132,7 +132,8 @@ TEST(SimtEmu, ACopyLandsAtItsWaitAndLdmatrixAndMmaFollowThePtxLayouts) {
 // ------------------------------------------------------------ the kernels --
 
 struct KernelRun {
-  Grads got;  // out, dq, dk, dv as the kernels wrote them
+  Grads got;                          // out, dq, dk, dv as the kernels wrote them (less the priors)
+  std::vector<unsigned char> raw[3];  // dq, dk, dv's bytes
   std::vector<uint16_t> out16;
   std::vector<float> lse;
   int splits = 1;  // the backward's head splits
@@ -145,10 +146,21 @@ std::vector<uint16_t> to16(const std::vector<float>& x, DT dt) {
   return y;
 }
 
+// Where the gradients' priors are (kernels.h's GradOut): none (the outputs
+// start as NaN: a kernel reading them fails the comparison), the outputs
+// themselves (starting at the prior values: +=), or a separate buffer of those
+// values (read; the outputs start as NaN). With a prior, `got` is the output
+// minus the prior.
+enum class Prior { kNone, kInPlace, kSeparate };
+
+// A prior's elements: small, so that a 16-bit gradient keeps most of the term.
+double prior_value(size_t i) { return double(int(i % 13) - 6) / 1024.0; }
+
 // Forward, D = rowsum(dO * O) as kernels/attention.cu takes it, then the
 // backward and dQ's last pass, launched as kernels/attention_mma.cu launches them.
 template <DT kDt, int kHs>
-KernelRun run_kernels(const Problem& p, DT grad_dt, int sms, Mode mode) {
+KernelRun run_kernels(const Problem& p, DT grad_dt, int sms, Mode mode,
+                      Prior prior_at = Prior::kNone) {
   const std::vector<uint16_t> q = to16(p.q, kDt), k = to16(p.k, kDt), v = to16(p.v, kDt),
                               dout = to16(p.dout, kDt);
   Geometry g{};
@@ -189,8 +201,28 @@ KernelRun run_kernels(const Problem& p, DT grad_dt, int sms, Mode mode) {
       }
 
   const size_t width = grad_dt == DT::kF32 ? 4 : 2;
-  std::vector<unsigned char> dq(q.size() * width, 0), dk(k.size() * width, 0),
-      dv(v.size() * width, 0);
+  // NaN in f32, bf16 and f16 alike.
+  std::vector<unsigned char> dq(q.size() * width, 0xFF), dk(k.size() * width, 0xFF),
+      dv(v.size() * width, 0xFF);
+  auto prior_of = [&](size_t n) {
+    std::vector<unsigned char> x(n * width);
+    for (size_t i = 0; i < n; ++i)
+      mma::store_from_float(x.data(), grad_dt, int64_t(i), float(prior_value(i)));
+    return x;
+  };
+  std::vector<unsigned char> pq = prior_of(q.size()), pk = prior_of(k.size()),
+                             pv = prior_of(v.size());
+  if (prior_at == Prior::kInPlace) {
+    dq = pq;
+    dk = pk;
+    dv = pv;
+  }
+  auto grad = [&](std::vector<unsigned char>& out, const std::vector<unsigned char>& prior) {
+    return GradOut{out.data(), prior_at == Prior::kNone      ? nullptr
+                               : prior_at == Prior::kInPlace ? out.data()
+                                                             : prior.data()};
+  };
+  const GradOut gq = grad(dq, pq), gk = grad(dk, pk), gv = grad(dv, pv);
   // dQ's accumulator starts as NaN: every element read must have been stored first.
   std::vector<float> accum(flash::dq_accum_floats(p.B, p.H, p.T, kHs), NAN);
   std::vector<int> counts(flash::dq_counts(p.B, p.H, p.T), 0);
@@ -200,33 +232,37 @@ KernelRun run_kernels(const Problem& p, DT grad_dt, int sms, Mode mode) {
   simt_emu::launch(
       {bwd.x, bwd.y, 1}, {flash::kBwdThreads, 1, 1}, flash::backward_smem(kHs),
       [&] {
-        mma::flash_backward_kernel<kDt, kHs>(
-            q.data(), k.data(), v.data(), dout.data(), run.lse.data(), D.data(), dk.data(),
-            dv.data(), grad_dt, accum.data(), counts.data(), splits, parts.data(), g);
+        mma::flash_backward_kernel<kDt, kHs>(q.data(), k.data(), v.data(), dout.data(),
+                                             run.lse.data(), D.data(), gk, gv, grad_dt,
+                                             accum.data(), counts.data(), splits, parts.data(), g);
       },
       mode);
   simt_emu::launch(
       {3, 1, 1}, {flash::kBwdThreads, 1, 1}, 0,
-      [&] { mma::flash_dq_finish_kernel<kHs>(accum.data(), dq.data(), grad_dt, p.B, g); }, mode);
+      [&] { mma::flash_dq_finish_kernel<kHs>(accum.data(), gq, grad_dt, p.B, g); }, mode);
   if (splits > 1) {
     simt_emu::launch(
         {3, 1, 1}, {flash::kBwdThreads, 1, 1}, 0,
-        [&] {
-          mma::flash_dkv_finish_kernel<kHs>(parts.data(), dk.data(), dv.data(), grad_dt, p.B,
-                                            splits, g);
-        },
+        [&] { mma::flash_dkv_finish_kernel<kHs>(parts.data(), gk, gv, grad_dt, p.B, splits, g); },
         mode);
   }
   run.splits = splits;
 
-  auto widen = [&](const std::vector<unsigned char>& x, size_t n) {
+  auto widen = [&](const std::vector<unsigned char>& x, const std::vector<unsigned char>& prior,
+                   size_t n) {
     std::vector<double> y(n);
-    for (size_t i = 0; i < n; ++i) y[i] = mma::load_as_float(x.data(), grad_dt, int64_t(i));
+    for (size_t i = 0; i < n; ++i) {
+      y[i] = mma::load_as_float(x.data(), grad_dt, int64_t(i));
+      if (prior_at != Prior::kNone) y[i] -= mma::load_as_float(prior.data(), grad_dt, int64_t(i));
+    }
     return y;
   };
-  run.got.dq = widen(dq, q.size());
-  run.got.dk = widen(dk, k.size());
-  run.got.dv = widen(dv, v.size());
+  run.raw[0] = dq;
+  run.raw[1] = dk;
+  run.raw[2] = dv;
+  run.got.dq = widen(dq, pq, q.size());
+  run.got.dk = widen(dk, pk, k.size());
+  run.got.dv = widen(dv, pv, v.size());
   run.got.out.resize(q.size());
   for (size_t i = 0; i < q.size(); ++i) run.got.out[i] = simt_emu::to_float<kDt>(run.out16[i]);
   return run;
@@ -262,16 +298,16 @@ TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
   const Grads want = flash_ref::reference(p);
   const Grads tiled = flash_ref::tiled(p, c.dt == DT::kBF16 ? flash_ref::bf16 : f16_round);
 
-  auto run = [&](Mode mode) {
+  auto run = [&](Mode mode, Prior prior = Prior::kNone) {
     const int tile = flash::head_tile(c.hs);
     if (c.dt == DT::kBF16) {
-      return tile == 64   ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, c.sms, mode)
-             : tile == 96 ? run_kernels<DT::kBF16, 96>(p, c.grad_dt, c.sms, mode)
-                          : run_kernels<DT::kBF16, 128>(p, c.grad_dt, c.sms, mode);
+      return tile == 64   ? run_kernels<DT::kBF16, 64>(p, c.grad_dt, c.sms, mode, prior)
+             : tile == 96 ? run_kernels<DT::kBF16, 96>(p, c.grad_dt, c.sms, mode, prior)
+                          : run_kernels<DT::kBF16, 128>(p, c.grad_dt, c.sms, mode, prior);
     }
-    return tile == 64   ? run_kernels<DT::kF16, 64>(p, c.grad_dt, c.sms, mode)
-           : tile == 96 ? run_kernels<DT::kF16, 96>(p, c.grad_dt, c.sms, mode)
-                        : run_kernels<DT::kF16, 128>(p, c.grad_dt, c.sms, mode);
+    return tile == 64   ? run_kernels<DT::kF16, 64>(p, c.grad_dt, c.sms, mode, prior)
+           : tile == 96 ? run_kernels<DT::kF16, 96>(p, c.grad_dt, c.sms, mode, prior)
+                        : run_kernels<DT::kF16, 128>(p, c.grad_dt, c.sms, mode, prior);
   };
   // The reference run, and two in which one warp at a time runs ahead with every
   // copy landing at once (a refill not fenced off from another warp's reads shows).
@@ -305,6 +341,22 @@ TEST_P(FlashEmu, KernelsMatchFloat64AttentionAndTheirTiledAlgorithm) {
   }
   EXPECT_EQ(late.lse, low.lse);
   EXPECT_EQ(late.lse, high.lse);
+
+  // The gradients added to priors: in place (+=) and from a separate buffer (a borrowed
+  // gradient, read only) give the same bits, and less the prior, the gradient (one more
+  // rounding of the sum in the gradient's dtype).
+  const KernelRun in_place = run({Landing::kLate, Schedule::kLockstep}, Prior::kInPlace);
+  const KernelRun separate = run({Landing::kLate, Schedule::kLockstep}, Prior::kSeparate);
+  const double sum_rounding = c.grad_dt == DT::kF32 ? 1e-5 : 1e-2;
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(in_place.raw[i - 1], separate.raw[i - 1]) << names[i];
+    const std::vector<double>* with_prior[] = {nullptr, &separate.got.dq, &separate.got.dk,
+                                               &separate.got.dv};
+    const double e = flash_ref::rel_error(*with_prior[i], *got[i]);
+    EXPECT_LT(e, sum_rounding) << names[i] << " added to a prior";
+    std::printf("  %s added to a prior, less the prior: %.2e from the gradient alone\n", names[i],
+                e);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

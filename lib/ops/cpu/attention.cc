@@ -203,7 +203,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Attent
 void attention_backward(const Tensor& qkv, const Tensor& /*out*/, const Tensor& lse,
                         const Tensor& dy, AttentionDims d, autograd::GradSlot* dqkv) {
   F32In X(qkv), dY(dy);
-  F32Out dX = F32Out::accumulate(dqkv->ensure_grad());
+  F32Out dX = F32Out::update(dqkv->grad_update());
   const int64_t block = std::min(d.T, kBlock) * d.T;
   Tensor scratch = backward_scratch(d, device_of(qkv));
   if (qkv.is_meta()) return;
@@ -221,9 +221,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (!wanted(dq) && !wanted(dk) && !wanted(dv)) return;
   F32In Q(q), K(k), V(v), dY(dy);
   std::optional<F32Out> dQ, dK, dV;
-  if (wanted(dq)) dQ = F32Out::accumulate(dq->ensure_grad());
-  if (wanted(dk)) dK = F32Out::accumulate(dk->ensure_grad());
-  if (wanted(dv)) dV = F32Out::accumulate(dv->ensure_grad());
+  if (wanted(dq)) dQ = F32Out::update(dq->grad_update());
+  if (wanted(dk)) dK = F32Out::update(dk->grad_update());
+  if (wanted(dv)) dV = F32Out::update(dv->grad_update());
   const int64_t block = std::min(d.T, kBlock) * d.T;
   Tensor scratch = backward_scratch(d, device_of(q));
   if (q.is_meta()) return;

@@ -29,7 +29,7 @@ void dropout_forward(const Tensor& x, const Tensor& out, float p, uint64_t seed,
 void dropout_backward(const Tensor& dy, autograd::GradSlot* dx, float p, uint64_t seed,
                       uint64_t stream) {
   F32In dY(dy);
-  F32Out dX = F32Out::accumulate(dx->ensure_grad());
+  F32Out dX = F32Out::update(dx->grad_update());
   if (dy.is_meta()) return;
   apply(DropoutMask(p, seed, stream), dY.get(), dX.get(), dy.numel(), true);
   dX.store();

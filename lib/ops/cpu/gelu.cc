@@ -40,7 +40,7 @@ void gelu_forward(const Tensor& x, const Tensor& out) {
 
 void gelu_backward(const Tensor& x, const Tensor& dy, autograd::GradSlot* dx) {
   F32In X(x), dY(dy);
-  F32Out dX = F32Out::accumulate(dx->ensure_grad());
+  F32Out dX = F32Out::update(dx->grad_update());
   if (x.is_meta()) return;
   backward(X.get(), dY.get(), dX.get(), x.numel());
   dX.store();

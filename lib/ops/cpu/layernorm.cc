@@ -62,7 +62,7 @@ void layernorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& m
                        : Tensor::zeros(Shape{C}, DType::kF32, MemCategory::kActivations, where);
   F32Out dW = F32Out::accumulate(dw_t), dB = F32Out::accumulate(db_t);
   std::optional<F32Out> dX;
-  if (need_x) dX = F32Out::accumulate(xs->ensure_grad());
+  if (need_x) dX = F32Out::update(xs->grad_update());
   Tensor norm_t = Tensor::empty(Shape{C}, DType::kF32, MemCategory::kActivations, where);
   if (meta) return;
   float* __restrict norm = norm_t.data<float>();

@@ -62,8 +62,8 @@ void rms_norm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& rs
   if (!need_x && !need_w) return;
   F32In X(x_t), W(weight), dY(dy_t);
   std::optional<F32Out> dW, dX;
-  if (need_w) dW = F32Out::accumulate(ws->ensure_grad());
-  if (need_x) dX = F32Out::accumulate(xs->ensure_grad());
+  if (need_w) dW = F32Out::update(ws->grad_update());
+  if (need_x) dX = F32Out::update(xs->grad_update());
   if (meta) return;
   const float* __restrict w = W.get();
   const float inv_c = 1.0f / float(C);

@@ -73,7 +73,7 @@ void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, const
   const int64_t B = dy.shape()[0], T = dy.shape()[1];
   const int64_t C = dy.numel() / (B * T), D = cos.shape().cols();
   F32In dY(dy);
-  F32Out dX = F32Out::accumulate(dx->ensure_grad());
+  F32Out dX = F32Out::update(dx->grad_update());
   if (dy.is_meta()) return;
   rotate<true, true>(dY.get(), cos.data<float>(), sin.data<float>(), rows_of(positions), dX.get(),
                      B, T, C, D);

@@ -33,8 +33,8 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, aut
   if (!need_g && !need_u) return;
   F32In G(gate), U(up), dY(dy);
   std::optional<F32Out> dG, dU;
-  if (need_g) dG = F32Out::accumulate(gs->ensure_grad());
-  if (need_u) dU = F32Out::accumulate(us->ensure_grad());
+  if (need_g) dG = F32Out::update(gs->grad_update());
+  if (need_u) dU = F32Out::update(us->grad_update());
   if (gate.is_meta()) return;
   const float* __restrict g = G.get();
   const float* __restrict u = U.get();

@@ -51,11 +51,17 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Attent
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dy,
                         AttentionDims d, autograd::GradSlot* dqkv) {
   expect_gradient(dy, qkv);
-  const Tensor& dx = dqkv->ensure_grad();
+  // dqkv = prior + the gradient: no zero fill, no copy of a borrowed prior (its thirds as q, k, v).
+  const autograd::GradSlot::Update u = dqkv->grad_update();
+  const Tensor& dx = u.out;
+  const void* prior = gpu::prior(u);
+  auto third = [&](int i) {
+    const int64_t col = i * d.C;
+    return kernels::GradOut{column(dx, col), prior == nullptr ? nullptr : column(u.prior, col)};
+  };
   kernels::attention_backward(qkv.raw(), column(qkv, d.C), column(qkv, 2 * d.C), out.raw(),
-                              lse.data<float>(), dy.raw(), gpu::dt(dy.dtype()), dx.raw(),
-                              column(dx, d.C), column(dx, 2 * d.C), gpu::dt(dx.dtype()),
-                              shape_of(d, 3 * d.C, 3 * d.C));
+                              lse.data<float>(), dy.raw(), gpu::dt(dy.dtype()), third(0), third(1),
+                              third(2), gpu::dt(dx.dtype()), shape_of(d, 3 * d.C, 3 * d.C));
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -63,20 +69,24 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         autograd::GradSlot* dq, autograd::GradSlot* dk, autograd::GradSlot* dv) {
   if (!wanted(dq) && !wanted(dk) && !wanted(dv)) return;
   expect_gradient(dy, q);
-  const Tensor none;
-  const Tensor& gq = wanted(dq) ? dq->ensure_grad() : none;
-  const Tensor& gk = wanted(dk) ? dk->ensure_grad() : none;
-  const Tensor& gv = wanted(dv) ? dv->ensure_grad() : none;
+  // Each gradient = prior + term: no zero fill, no copy of a borrowed prior.
+  const autograd::GradSlot::Update none;
+  const autograd::GradSlot::Update uq = wanted(dq) ? dq->grad_update() : none;
+  const autograd::GradSlot::Update uk = wanted(dk) ? dk->grad_update() : none;
+  const autograd::GradSlot::Update uv = wanted(dv) ? dv->grad_update() : none;
+  const Tensor &gq = uq.out, &gk = uk.out, &gv = uv.out;
   // The kernels store every gradient in one dtype.
   const DType grad_dtype = (gq.defined() ? gq : gk.defined() ? gk : gv).dtype();
   for (const Tensor* g : {&gq, &gk, &gv}) {
     FD_CHECK(!g->defined() || g->dtype() == grad_dtype,
              "causal_attention: the gradients of q, k and v differ in dtype");
   }
-  auto raw = [](const Tensor& g) { return g.defined() ? g.raw() : nullptr; };
+  auto grad = [](const autograd::GradSlot::Update& u) {
+    return kernels::GradOut{u.out.defined() ? u.out.raw() : nullptr, gpu::prior(u)};
+  };
   kernels::attention_backward(q.raw(), k.raw(), v.raw(), out.raw(), lse.data<float>(), dy.raw(),
-                              gpu::dt(dy.dtype()), raw(gq), raw(gk), raw(gv), gpu::dt(grad_dtype),
-                              shape_of(d, d.C, d.n_kv_head * d.hs));
+                              gpu::dt(dy.dtype()), grad(uq), grad(uk), grad(uv),
+                              gpu::dt(grad_dtype), shape_of(d, d.C, d.n_kv_head * d.hs));
 }
 
 }  // namespace fd::ops::cuda

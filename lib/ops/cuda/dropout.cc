@@ -10,9 +10,9 @@ void dropout_forward(const Tensor& x, const Tensor& out, float p, uint64_t seed,
 
 void dropout_backward(const Tensor& dy, autograd::GradSlot* dx_slot, float p, uint64_t seed,
                       uint64_t stream) {
-  const Tensor& dx = dx_slot->ensure_grad();
-  kernels::dropout_backward(dy.raw(), gpu::dt(dy.dtype()), dx.raw(), gpu::dt(dx.dtype()),
-                            dy.numel(), p, seed, stream);
+  const autograd::GradSlot::Update u = dx_slot->grad_update();  // dx = prior + term: no zero fill
+  kernels::dropout_backward(dy.raw(), gpu::dt(dy.dtype()), gpu::prior(u), u.out.raw(),
+                            gpu::dt(u.out.dtype()), dy.numel(), p, seed, stream);
 }
 
 }  // namespace fd::ops::cuda

@@ -12,9 +12,9 @@ void gelu_backward(const Tensor& x, const Tensor& dy, autograd::GradSlot* dx_slo
   gpu::expect_cuda(dy, "gelu", "the output gradient");
   FD_CHECK(dy.dtype() == x.dtype(), "gelu: gradient dtype {} for x {}", dtype_name(dy.dtype()),
            dtype_name(x.dtype()));
-  const Tensor& dx = dx_slot->ensure_grad();
-  kernels::gelu_backward(x.raw(), dy.raw(), gpu::dt(dy.dtype()), dx.raw(), gpu::dt(dx.dtype()),
-                         x.numel());
+  const autograd::GradSlot::Update u = dx_slot->grad_update();  // dx = prior + term: no zero fill
+  kernels::gelu_backward(x.raw(), dy.raw(), gpu::dt(dy.dtype()), gpu::prior(u), u.out.raw(),
+                         gpu::dt(u.out.dtype()), x.numel());
 }
 
 }  // namespace fd::ops::cuda

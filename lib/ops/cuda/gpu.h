@@ -7,11 +7,18 @@
 #pragma once
 
 #include "kernels/kernels.h"
+#include "lib/autograd/variable.h"
 #include "lib/tensor/tensor.h"
 
 namespace fd::ops::gpu {
 
 inline kernels::DT dt(DType t) { return static_cast<kernels::DT>(t); }
+
+// A gradient update's prior for a kernel writing out = prior + term: null when the slot had no
+// gradient (the kernel writes 0 + term), else the prior's memory (out's own, or a borrowed one).
+inline const void* prior(const autograd::GradSlot::Update& u) {
+  return u.prior.defined() ? u.prior.raw() : nullptr;
+}
 
 // Checks that `t` (when defined) is on the GPU, for an op running there.
 void expect_cuda(const Tensor& t, const char* op, const char* what);

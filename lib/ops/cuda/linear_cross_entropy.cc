@@ -79,7 +79,8 @@ void linear_cross_entropy_backward(const LinearCrossEntropySaved& s, const Tenso
   const bool want_dw = dw_slot != nullptr && dw_slot->requires_grad;
   if (!want_dh && !want_dw) return;
   gpu::expect_cuda(dloss, kOp, "the loss gradient");
-  Tensor dh = want_dh ? dh_slot->ensure_grad() : Tensor();
+  bool dh_fresh = false;  // no gradient there yet: the GEMMs write it (beta 0), no zero fill
+  Tensor dh = want_dh ? dh_slot->grad_to_write(&dh_fresh) : Tensor();
   Tensor dw = want_dw ? dw_slot->ensure_grad() : Tensor();
   const DType cdt = operand_dtype(s.h, s.weight);
   for (const Tensor* g : {&dh, &dw}) {
@@ -101,7 +102,7 @@ void linear_cross_entropy_backward(const LinearCrossEntropySaved& s, const Tenso
       dloss.data<float>(), s.count.data<int32_t>(), rows, C, V, s.chunk_rows, s.ignore_index,
       kept ? nullptr : scratch.data<float>(), scratch16.defined() ? scratch16.raw() : nullptr,
       kept ? s.dlogits.raw() : nullptr, want_dh ? dh.raw() : nullptr,
-      gpu::dt(want_dh ? dh.dtype() : cdt), want_dw ? dw.raw() : nullptr,
+      gpu::dt(want_dh ? dh.dtype() : cdt), dh_fresh, want_dw ? dw.raw() : nullptr,
       gpu::dt(want_dw ? dw.dtype() : cdt));
 }
 

@@ -16,12 +16,15 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, aut
   const bool want_u = us != nullptr && us->requires_grad;
   if (!want_g && !want_u) return;
   gpu::expect_cuda(dy, "swiglu", "the output gradient");
-  Tensor dg = want_g ? gs->ensure_grad() : Tensor();
-  Tensor du = want_u ? us->ensure_grad() : Tensor();
+  // Each gradient = prior + term: no zero fill, no copy of a borrowed one.
+  const autograd::GradSlot::Update ug = want_g ? gs->grad_update() : autograd::GradSlot::Update{};
+  const autograd::GradSlot::Update uu = want_u ? us->grad_update() : autograd::GradSlot::Update{};
   kernels::swiglu_backward(gate.raw(), gpu::dt(gate.dtype()), up.raw(), gpu::dt(up.dtype()),
-                           dy.raw(), gpu::dt(dy.dtype()), want_g ? dg.raw() : nullptr,
-                           gpu::dt(want_g ? dg.dtype() : DType::kF32), want_u ? du.raw() : nullptr,
-                           gpu::dt(want_u ? du.dtype() : DType::kF32), gate.numel());
+                           dy.raw(), gpu::dt(dy.dtype()), gpu::prior(ug),
+                           want_g ? ug.out.raw() : nullptr,
+                           gpu::dt(want_g ? ug.out.dtype() : DType::kF32), gpu::prior(uu),
+                           want_u ? uu.out.raw() : nullptr,
+                           gpu::dt(want_u ? uu.out.dtype() : DType::kF32), gate.numel());
 }
 
 }  // namespace fd::ops::cuda

@@ -18,8 +18,8 @@
 
 #include "kernels/kernels.h"
 #include "lib/tensor/device.h"
-#include "tests/gpu/require_gpu.h"
 #include "lib/tensor/dtype.h"
+#include "tests/gpu/require_gpu.h"
 
 namespace fd {
 namespace {
@@ -181,20 +181,30 @@ TEST(GpuVecPaths, AddGeluSwiglu) {
         expect_paths_agree("gelu_backward " + tag, [&](Operands& o) {
           void* x = o.add(a, randn(n, 12, 2.0f));
           void* dy = o.add(a, randn(n, 13));
-          kernels::gelu_backward(x, dy, a, o.add(b, randn(n, 14), true), b, n);
+          void* dx = o.add(b, randn(n, 14), true);
+          kernels::gelu_backward(x, dy, a, dx, dx, b, n);
+        });
+        // No prior (a fresh gradient: 0 + term, the output's old contents unread) and a prior
+        // elsewhere (a borrowed gradient, read, not written).
+        expect_paths_agree("gelu_backward priors " + tag, [&](Operands& o) {
+          void* x = o.add(a, randn(n, 12, 2.0f));
+          void* dy = o.add(a, randn(n, 13));
+          const void* prior = o.add(b, randn(n, 26));
+          kernels::gelu_backward(x, dy, a, nullptr, o.add(b, randn(n, 14), true), b, n);
+          kernels::gelu_backward(x, dy, a, prior, o.add(b, randn(n, 27), true), b, n);
         });
         // The typed case (gate, up in one dtype, both gradients in one) and,
         // with up in b != a, the mixed kernel; each with one gradient skipped too.
         for (int want = 1; want <= 3; ++want) {
-          expect_paths_agree("swiglu_backward " + tag + " want " + std::to_string(want),
-                             [&](Operands& o) {
-                               void* g = o.add(a, randn(n, 15, 2.0f));
-                               void* u = o.add(b, randn(n, 16));
-                               void* dy = o.add(DT::kF32, randn(n, 17));
-                               void* dg = (want & 1) != 0 ? o.add(b, randn(n, 18), true) : nullptr;
-                               void* du = (want & 2) != 0 ? o.add(b, randn(n, 19), true) : nullptr;
-                               kernels::swiglu_backward(g, a, u, b, dy, DT::kF32, dg, b, du, b, n);
-                             });
+          expect_paths_agree(
+              "swiglu_backward " + tag + " want " + std::to_string(want), [&](Operands& o) {
+                void* g = o.add(a, randn(n, 15, 2.0f));
+                void* u = o.add(b, randn(n, 16));
+                void* dy = o.add(DT::kF32, randn(n, 17));
+                void* dg = (want & 1) != 0 ? o.add(b, randn(n, 18), true) : nullptr;
+                void* du = (want & 2) != 0 ? o.add(b, randn(n, 19), true) : nullptr;
+                kernels::swiglu_backward(g, a, u, b, dy, DT::kF32, dg, dg, b, du, du, b, n);
+              });
         }
       }
       expect_paths_agree("gelu_forward " + name(a), [&](Operands& o) {
@@ -217,7 +227,8 @@ TEST(GpuVecPaths, DropoutAndAdamW) {
         const std::string tag = name(a) + "," + name(b) + " n " + std::to_string(n);
         expect_paths_agree("dropout_backward " + tag, [&](Operands& o) {
           void* dy = o.add(a, randn(n, 24));
-          kernels::dropout_backward(dy, a, o.add(b, randn(n, 25), true), b, n, 0.3f, 1234, 7);
+          void* dx = o.add(b, randn(n, 25), true);
+          kernels::dropout_backward(dy, a, dx, dx, b, n, 0.3f, 1234, 7);
         });
         for (bool with16 : {false, true}) {
           expect_paths_agree("adamw " + tag + (with16 ? " out16" : ""), [&](Operands& o) {
@@ -256,6 +267,19 @@ TEST(GpuVecPaths, NormsForwardAndBackward) {
           float* rstd = static_cast<float*>(o.add(DT::kF32, randn(R, 36), true));
           kernels::layernorm_forward(xp, x, wp, bp, w, out, x, mean, rstd, R, C, 1e-5f);
         });
+        expect_paths_agree("add_norm_forward " + tag, [&](Operands& o) {
+          void* xp = o.add(x, randn(R * C, 57, 2.0f));
+          void* rp = o.add(x, randn(R * C, 58));
+          void* wp = o.add(w, randn(C, 59));
+          void* bp = o.add(w, randn(C, 60));
+          float* mean = static_cast<float*>(o.add(DT::kF32, randn(R, 35), true));
+          float* rstd = static_cast<float*>(o.add(DT::kF32, randn(R, 36), true));
+          kernels::add_layernorm_forward(xp, rp, o.add(x, randn(R * C, 61), true), x, wp, bp, w,
+                                         o.add(x, randn(R * C, 62), true), x, mean, rstd, R, C,
+                                         1e-5f);
+          kernels::add_rms_norm_forward(xp, rp, o.add(x, randn(R * C, 63), true), x, wp, w,
+                                        o.add(x, randn(R * C, 64), true), x, rstd, R, C, 1e-5f);
+        });
         expect_paths_agree("rms_norm_forward " + tag, [&](Operands& o) {
           void* xp = o.add(x, randn(R * C, 37, 2.0f));
           void* wp = o.add(w, randn(C, 38));
@@ -274,8 +298,8 @@ TEST(GpuVecPaths, NormsForwardAndBackward) {
             void* dx = o.add(g, randn(R * C, 46), true);
             void* dw = o.add(DT::kF32, randn(C, 47), true);
             void* db = o.add(DT::kF32, randn(C, 48), true);
-            kernels::layernorm_backward(xp, x, wp, w, mean, rstd, dy, g, dx, g, dw, db, DT::kF32, R,
-                                        C);
+            kernels::layernorm_backward(xp, x, wp, w, mean, rstd, dy, g, dx, dx, g, dw, db,
+                                        DT::kF32, R, C);
           });
           expect_paths_agree("rms_norm_backward " + bt, [&](Operands& o) {
             void* xp = o.add(x, randn(R * C, 49, 2.0f));
@@ -284,7 +308,20 @@ TEST(GpuVecPaths, NormsForwardAndBackward) {
             void* dy = o.add(g, randn(R * C, 52));
             void* dx = o.add(g, randn(R * C, 53), true);
             void* dw = o.add(w, randn(C, 54), true);
-            kernels::rms_norm_backward(xp, x, wp, w, rstd, dy, g, dx, g, dw, w, R, C);
+            kernels::rms_norm_backward(xp, x, wp, w, rstd, dy, g, dx, dx, g, dw, w, R, C);
+          });
+          expect_paths_agree("norm_backward priors " + bt, [&](Operands& o) {
+            void* xp = o.add(x, randn(R * C, 49, 2.0f));
+            void* wp = o.add(w, randn(C, 50));
+            const float* mean = static_cast<const float*>(o.add(DT::kF32, randn(R, 43)));
+            const float* rstd = static_cast<const float*>(o.add(DT::kF32, abs_randn(R, 51)));
+            void* dy = o.add(g, randn(R * C, 52));
+            const void* prior = o.add(g, randn(R * C, 55));
+            kernels::rms_norm_backward(xp, x, wp, w, rstd, dy, g, nullptr,
+                                       o.add(g, randn(R * C, 53), true), g, nullptr, w, R, C);
+            kernels::layernorm_backward(xp, x, wp, w, mean, rstd, dy, g, prior,
+                                        o.add(g, randn(R * C, 56), true), g, nullptr, nullptr,
+                                        DT::kF32, R, C);
           });
         }
       }
