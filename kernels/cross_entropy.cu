@@ -178,7 +178,7 @@ void cross_entropy_forward(const void* logits, DT dt, const int32_t* targets, in
 
 void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, const float* lse,
                             const float* dloss, const int32_t* count, int64_t rows, int64_t V,
-                            int ignore_index, void* dlogits, DT dl_dt) {
+                            int ignore_index, void* dlogits, DT dl_dt, bool fresh) {
   constexpr const char* kWhat = "cross_entropy_backward";
   require(rows >= 0 && V >= 0, kWhat, "negative size");
   if (rows == 0 || V == 0) return;
@@ -193,8 +193,11 @@ void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, c
   dispatch_dt(dt, dl_dt, [&]<DT kL, DT kD>() {
     const VecSplit split =
         vec_split_rows(V, V, vec_width_of<kL, kD>(), all_vec_aligned(logits, dlogits));
-    cross_entropy_backward_kernel<kL, kD, false><<<capped_grid(rows), kCeBlock, 0, stream()>>>(
-        logits, V, targets, lse, dloss, count, rows, V, ignore_index, dlogits, split);
+    // A fresh gradient is written whole (ignored rows 0): no zero fill before.
+    auto kernel = fresh ? cross_entropy_backward_kernel<kL, kD, true>
+                        : cross_entropy_backward_kernel<kL, kD, false>;
+    kernel<<<capped_grid(rows), kCeBlock, 0, stream()>>>(logits, V, targets, lse, dloss, count,
+                                                         rows, V, ignore_index, dlogits, split);
   });
   check_launch(kWhat);
 }

@@ -210,10 +210,10 @@ void rms_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, cons
 // out = the rotation of x (overwritten).
 void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, const int32_t* pos,
                   void* out, DT out_dt, int64_t B, int64_t T, int64_t C, int64_t D);
-// dx += the transposed rotation of dout.
+// dx = dx_prior + the transposed rotation of dout (dx_prior as gelu_backward's).
 void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin,
-                   const int32_t* pos, void* dx, DT dx_dt, int64_t B, int64_t T, int64_t C,
-                   int64_t D);
+                   const int32_t* pos, const void* dx_prior, void* dx, DT dx_dt, int64_t B,
+                   int64_t T, int64_t C, int64_t D);
 
 // Fused causal attention (lib/ops/attention.h) over q, k and v given as base
 // pointers and row strides: head h of row (b, t) of q is the hs elements from
@@ -283,10 +283,12 @@ void attention_backward(const void* q, const void* k, const void* v, const void*
 void cross_entropy_forward(const void* logits, DT dt, const int32_t* targets, int64_t rows,
                            int64_t V, int ignore_index, float* lse, float* loss, int32_t* count);
 // dlogits[r, :] += (*dloss / count) * (softmax(logits[r]) - onehot(target)) for
-// rows whose target is not ignored. dloss, count: device scalars.
+// rows whose target is not ignored. dloss, count: device scalars. fresh:
+// dlogits holds no gradient yet and is written whole (= instead of +=, ignored
+// rows 0), with no zero fill before.
 void cross_entropy_backward(const void* logits, DT dt, const int32_t* targets, const float* lse,
                             const float* dloss, const int32_t* count, int64_t rows, int64_t V,
-                            int ignore_index, void* dlogits, DT dl_dt);
+                            int ignore_index, void* dlogits, DT dl_dt, bool fresh);
 
 // The row stride of the chunked head's logits and dlogits scratch: V rounded up to a
 // multiple of 128 elements (GPT-2's 50,257 -> 50,304), so that every row starts 512 B

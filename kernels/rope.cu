@@ -1,8 +1,7 @@
-// Rotary position embeddings, forward and backward (the transpose, which
-// accumulates into dx), over the (B, T, C) view with head size D. Per-element
-// passes with the dtypes as template arguments, whole packs of pairs where the
-// half head is a whole number of them and every pointer is 16-byte aligned
-// (kernels/vec_plan.h).
+// Rotary position embeddings, forward and backward (the transpose, added to
+// dx's prior: none, dx itself, or a borrowed gradient), over the (B, T, C) view with head size D.
+// Per-element passes with the dtypes as template arguments, whole packs of pairs where the half
+// head is a whole number of them and every pointer is 16-byte aligned (kernels/vec_plan.h).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -24,11 +23,13 @@ namespace {
 //   y[i] = x[i] c[i] - x[i+h] s[i],   y[i+h] = x[i+h] c[i+h] + x[i] s[i+h];
 // the transpose (backward) pairs each sin with the other half's position:
 //   y[i] = x[i] c[i] + x[i+h] s[i+h], y[i+h] = x[i+h] c[i+h] - x[i] s[i].
-// kAccumulate adds into y (gradients) instead of overwriting it.
+// kAccumulate: y = y_prior + the result (gradients; y_prior null: 0 + the
+// result, y's old contents unread) instead of the result alone.
 // pos: null (row bt uses table row t) or each (b, t)'s table row (packed rows).
 template <DT kX, DT kY, bool kTranspose, bool kAccumulate>
 __global__ void rope_kernel(const void* x, const float* cos, const float* sin, const int32_t* pos,
-                            void* y, int64_t B, int64_t T, int64_t C, int64_t D, VecSplit split) {
+                            const void* y_prior, void* y, int64_t B, int64_t T, int64_t C,
+                            int64_t D, VecSplit split) {
   const int64_t h = D / 2;
   const int64_t pairs_per_row = C / 2;  // (C / D) heads of h pairs
   const int64_t n = B * T * pairs_per_row;
@@ -60,8 +61,8 @@ __global__ void rope_kernel(const void* x, const float* cos, const float* sin, c
     }
     if constexpr (kAccumulate) {
       float yl[kN], yh[kN];
-      load_floats<kY>(y, lo_at, yl);
-      load_floats<kY>(y, hi_at, yh);
+      load_floats_or_zero<kY>(y_prior, lo_at, yl);
+      load_floats_or_zero<kY>(y_prior, hi_at, yh);
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
         lo[j] += yl[j];
@@ -100,13 +101,14 @@ int64_t rope_pairs(const void* x, DT x_dt, const float* cos, const float* sin, c
 // every pointer is 16-byte aligned.
 template <bool kTranspose, bool kAccumulate>
 void launch_rope(const void* x, DT x_dt, const float* cos, const float* sin, const int32_t* pos,
-                 void* y, DT y_dt, int64_t B, int64_t T, int64_t C, int64_t D, int64_t pairs) {
+                 const void* y_prior, void* y, DT y_dt, int64_t B, int64_t T, int64_t C, int64_t D,
+                 int64_t pairs) {
   dispatch_dt(x_dt, y_dt, [&]<DT kX, DT kY>() {
     const VecSplit split =
-        rope_vec_split(pairs, D, vec_width_of<kX, kY>(), all_vec_aligned(x, cos, sin, y));
+        rope_vec_split(pairs, D, vec_width_of<kX, kY>(), all_vec_aligned(x, cos, sin, y_prior, y));
     rope_kernel<kX, kY, kTranspose, kAccumulate>
-        <<<grid_for(vec_items(split, pairs)), kBlock, 0, stream()>>>(x, cos, sin, pos, y, B, T, C,
-                                                                     D, split);
+        <<<grid_for(vec_items(split, pairs)), kBlock, 0, stream()>>>(x, cos, sin, pos, y_prior, y,
+                                                                     B, T, C, D, split);
   });
 }
 
@@ -117,17 +119,17 @@ void rope_forward(const void* x, DT x_dt, const float* cos, const float* sin, co
   constexpr const char* kWhat = "rope_forward";
   const int64_t pairs = rope_pairs(x, x_dt, cos, sin, out, out_dt, B, T, C, D, kWhat);
   if (pairs == 0) return;
-  launch_rope<false, false>(x, x_dt, cos, sin, pos, out, out_dt, B, T, C, D, pairs);
+  launch_rope<false, false>(x, x_dt, cos, sin, pos, nullptr, out, out_dt, B, T, C, D, pairs);
   check_launch(kWhat);
 }
 
 void rope_backward(const void* dout, DT dout_dt, const float* cos, const float* sin,
-                   const int32_t* pos, void* dx, DT dx_dt, int64_t B, int64_t T, int64_t C,
-                   int64_t D) {
+                   const int32_t* pos, const void* dx_prior, void* dx, DT dx_dt, int64_t B,
+                   int64_t T, int64_t C, int64_t D) {
   constexpr const char* kWhat = "rope_backward";
   const int64_t pairs = rope_pairs(dout, dout_dt, cos, sin, dx, dx_dt, B, T, C, D, kWhat);
   if (pairs == 0) return;
-  launch_rope<true, true>(dout, dout_dt, cos, sin, pos, dx, dx_dt, B, T, C, D, pairs);
+  launch_rope<true, true>(dout, dout_dt, cos, sin, pos, dx_prior, dx, dx_dt, B, T, C, D, pairs);
   check_launch(kWhat);
 }
 

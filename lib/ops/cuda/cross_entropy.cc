@@ -26,11 +26,12 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int ig
 void cross_entropy_backward(const CrossEntropySaved& s, const Tensor& dloss,
                             autograd::GradSlot* dlogits) {
   gpu::expect_cuda(dloss, "cross_entropy", "the loss gradient");
-  const Tensor& dx = dlogits->ensure_grad();
+  bool fresh = false;  // no gradient there yet: the kernel writes it whole, no zero fill
+  const Tensor& dx = dlogits->grad_to_write(&fresh);
   kernels::cross_entropy_backward(
       s.logits.raw(), gpu::dt(s.logits.dtype()), s.targets.data<int32_t>(), s.lse.data<float>(),
       dloss.data<float>(), s.count.data<int32_t>(), s.logits.shape().rows(),
-      s.logits.shape().cols(), s.ignore_index, dx.raw(), gpu::dt(dx.dtype()));
+      s.logits.shape().cols(), s.ignore_index, dx.raw(), gpu::dt(dx.dtype()), fresh);
 }
 
 }  // namespace fd::ops::cuda

@@ -20,11 +20,13 @@ void rope_backward(const Tensor& dy, const Tensor& cos, const Tensor& sin, const
                    autograd::GradSlot* dx) {
   gpu::expect_cuda(dy, "rope", "the output gradient");
   if (positions.defined()) gpu::expect_cuda(positions, "rope", "the positions");
-  const Tensor& g = dx->ensure_grad();
+  const autograd::GradSlot::Update u = dx->grad_update();  // dx = prior + term: no zero fill
+  const Tensor& g = u.out;
   const int64_t B = dy.shape()[0], T = dy.shape()[1];
   kernels::rope_backward(dy.raw(), gpu::dt(dy.dtype()), cos.data<float>(), sin.data<float>(),
-                         positions.defined() ? positions.data<int32_t>() : nullptr, g.raw(),
-                         gpu::dt(g.dtype()), B, T, dy.numel() / (B * T), cos.shape().cols());
+                         positions.defined() ? positions.data<int32_t>() : nullptr, gpu::prior(u),
+                         g.raw(), gpu::dt(g.dtype()), B, T, dy.numel() / (B * T),
+                         cos.shape().cols());
 }
 
 }  // namespace fd::ops::cuda

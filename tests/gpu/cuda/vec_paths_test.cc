@@ -371,8 +371,13 @@ TEST(GpuVecPaths, EmbeddingRopeCrossEntropy) {
           void* dy = o.add(a, randn(B * T * H * D, 63));
           const auto* c = static_cast<const float*>(o.add(DT::kF32, randn(T * D, 64)));
           const auto* s = static_cast<const float*>(o.add(DT::kF32, randn(T * D, 65)));
-          kernels::rope_backward(dy, a, c, s, nullptr, o.add(b, randn(B * T * H * D, 66), true), b,
-                                 B, T, H * D, D);
+          void* dx = o.add(b, randn(B * T * H * D, 66), true);
+          kernels::rope_backward(dy, a, c, s, nullptr, dx, dx, b, B, T, H * D, D);
+          // No prior (0 + term, the output unread), then a prior elsewhere (read only).
+          kernels::rope_backward(dy, a, c, s, nullptr, nullptr,
+                                 o.add(b, randn(B * T * H * D, 67), true), b, B, T, H * D, D);
+          kernels::rope_backward(dy, a, c, s, nullptr, dx, o.add(b, randn(B * T * H * D, 68), true),
+                                 b, B, T, H * D, D);
         });
       }
     }
@@ -391,7 +396,10 @@ TEST(GpuVecPaths, EmbeddingRopeCrossEntropy) {
           const auto* dloss = static_cast<const float*>(o.add(DT::kF32, {0.7f}));
           const auto* count = static_cast<const int32_t*>(o.add_i32({5}));
           kernels::cross_entropy_backward(logits, a, t, lse, dloss, count, rows, Vc, -100,
-                                          o.add(b, randn(rows * Vc, 69), true), b);
+                                          o.add(b, randn(rows * Vc, 69), true), b, false);
+          // A fresh gradient: written whole, the ignored row's 0 included.
+          kernels::cross_entropy_backward(logits, a, t, lse, dloss, count, rows, Vc, -100,
+                                          o.add(b, randn(rows * Vc, 70), true), b, true);
         });
       }
     }
