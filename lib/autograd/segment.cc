@@ -31,10 +31,13 @@ Variable record_recomputed(const MultiFn& fn, const std::vector<Variable>& input
              }
              if (again.requires_grad()) {
                // The gradient backward brought to the output, shared (the tape drops out_slot's
-               // next).
-               const bool taken = again.slot()->take_shared(out_slot->grad);
-               FD_CHECK(taken,
-                        "a recomputed segment's output differs in dtype or device from the first");
+               // next); it replaces whatever the recomputed output held.
+               GradSlot& s = *again.slot();
+               s.grad = Tensor();
+               const bool taken = s.take_shared(out_slot->grad);
+               FD_CHECK(taken, "a recomputed segment's output is {} on {}, the first was {} on {}",
+                        dtype_name(s.dtype), s.device.str(), dtype_name(out_slot->grad.dtype()),
+                        out_slot->grad.device().str());
                inner.run_backward();
              }
              if (hooks.after_backward) hooks.after_backward();

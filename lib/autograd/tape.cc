@@ -97,8 +97,11 @@ void Tape::run_backward() {
       if (t_observer != nullptr) t_observer->node_done(it->name, depth, index);
     }
     for (const auto& s : it->outputs)
-      if (!s->is_leaf) s->grad = Tensor();  // consumed: free it now
-    it->backward = nullptr;                 // drop saved tensors early
+      if (!s->is_leaf) {  // consumed: free it now
+        s->grad = Tensor();
+        s->borrowed = false;
+      }
+    it->backward = nullptr;  // drop saved tensors early
   }
   run_deferred();  // what no node asked for: every leaf gradient is complete when backward ends
   nodes_.clear();

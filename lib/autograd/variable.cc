@@ -11,14 +11,20 @@ void GradSlot::own_grad() {
 }
 
 const Tensor& GradSlot::ensure_grad() {
-  if (!grad.defined()) grad = Tensor::zeros(shape, dtype, MemCategory::kActivations, device);
+  if (!grad.defined()) {
+    grad = Tensor::zeros(shape, dtype, MemCategory::kActivations, device);
+    borrowed = false;
+  }
   own_grad();
   return grad;
 }
 
 const Tensor& GradSlot::grad_to_write(bool* first) {
   *first = !grad.defined();
-  if (*first) grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+  if (*first) {
+    grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+    borrowed = false;
+  }
   own_grad();
   return grad;
 }
@@ -26,6 +32,7 @@ const Tensor& GradSlot::grad_to_write(bool* first) {
 GradSlot::Update GradSlot::grad_update() {
   if (!grad.defined()) {
     grad = Tensor::empty(shape, dtype, MemCategory::kActivations, device);
+    borrowed = false;
     return {grad, Tensor()};
   }
   if (!borrowed) return {grad, grad};

@@ -277,7 +277,9 @@ tm_status tm_zero_grad(tm_tensor* t) {
   return guarded([&] {
     const Variable& v = need_float(t, "tm_zero_grad", "t");
     if (!v.requires_grad()) fail(TM_ERR_ARG, "tm_zero_grad: t does not require grad");
-    if (v.slot()->has_grad() && v.grad().storage()->resident()) v.grad().zero_();
+    // Through ensure_grad: a gradient shared with another slot (a residual add's two inputs)
+    // is copied before it is cleared, so the other keeps its values.
+    if (v.slot()->has_grad() && v.grad().storage()->resident()) v.slot()->ensure_grad().zero_();
   });
 }
 

@@ -165,6 +165,40 @@ static void test_errors(void) {
   tm_free(b);
 }
 
+/* ---- Gradients handed on ---- */
+
+/* c = a + b hands c's gradient to a and b as one tensor (no copy); clearing a's must not
+ * clear b's, and a later backward adds into each on its own. */
+static void test_shared_gradients(void) {
+  tm_tensor* a = make1(3, TM_F32, 1);
+  tm_tensor* b = make1(3, TM_F32, 1);
+  const float va[3] = {1, 2, 3}, vb[3] = {4, 5, 6};
+  tm_write_f32(a, va, 3);
+  tm_write_f32(b, vb, 3);
+  tm_tensor* c = tm_add(a, b);
+  EXPECT(c != NULL && tm_backward(c) == TM_OK, "%s", fd_last_error());
+  EXPECT(tm_zero_grad(a) == TM_OK, "%s", fd_last_error());
+  float ga[3] = {9, 9, 9}, gb[3] = {0, 0, 0};
+  tm_read_grad_f32(a, ga, 3);
+  tm_read_grad_f32(b, gb, 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT(ga[i] == 0.0f, "a's gradient [%d] after tm_zero_grad: %g", i, ga[i]);
+    EXPECT(gb[i] == 1.0f, "b's gradient [%d] after a's was cleared: %g", i, gb[i]);
+  }
+  tm_tensor* d = tm_add(a, b);
+  EXPECT(d != NULL && tm_backward(d) == TM_OK, "%s", fd_last_error());
+  tm_read_grad_f32(a, ga, 3);
+  tm_read_grad_f32(b, gb, 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT(ga[i] == 1.0f && gb[i] == 2.0f, "after a second backward [%d]: a %g, b %g", i, ga[i],
+           gb[i]);
+  }
+  tm_free(d);
+  tm_free(c);
+  tm_free(b);
+  tm_free(a);
+}
+
 /* ---- The MLP ---- */
 
 typedef struct {
@@ -331,6 +365,7 @@ int main(int argc, char** argv) {
 
   test_collectives(world);
   test_errors();
+  test_shared_gradients();
 
   tm_tensor* x = make2(kBatch, kIn, TM_F32, 0);
   tm_tensor* y = make1(kBatch, TM_I32, 0);

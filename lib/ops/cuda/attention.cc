@@ -69,11 +69,17 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         autograd::GradSlot* dq, autograd::GradSlot* dk, autograd::GradSlot* dv) {
   if (!wanted(dq) && !wanted(dk) && !wanted(dv)) return;
   expect_gradient(dy, q);
-  // Each gradient = prior + term: no zero fill, no copy of a borrowed prior.
-  const autograd::GradSlot::Update none;
-  const autograd::GradSlot::Update uq = wanted(dq) ? dq->grad_update() : none;
-  const autograd::GradSlot::Update uk = wanted(dk) ? dk->grad_update() : none;
-  const autograd::GradSlot::Update uv = wanted(dv) ? dv->grad_update() : none;
+  // Each gradient = prior + term: no zero fill, no copy of a borrowed prior. One slot given
+  // twice (q and k the same variable) is updated in place from zeros instead, so that the
+  // second term adds to the first rather than to a buffer not yet written.
+  const bool aliased = (wanted(dq) && (dq == dk || dq == dv)) || (wanted(dk) && dk == dv);
+  auto update = [aliased](autograd::GradSlot* s) {
+    if (!wanted(s)) return autograd::GradSlot::Update{};
+    if (!aliased) return s->grad_update();
+    const Tensor& g = s->ensure_grad();
+    return autograd::GradSlot::Update{g, g};
+  };
+  const autograd::GradSlot::Update uq = update(dq), uk = update(dk), uv = update(dv);
   const Tensor &gq = uq.out, &gk = uk.out, &gv = uv.out;
   // The kernels store every gradient in one dtype.
   const DType grad_dtype = (gq.defined() ? gq : gk.defined() ? gk : gv).dtype();
