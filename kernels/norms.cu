@@ -354,12 +354,12 @@ void launch_norm_backward(const void* x, DT x_dt, const void* weight, DT w_dt, c
 
 namespace {
 
-void launch_layernorm_forward(const void* x, const void* residual, void* sum, DT x_dt,
-                              const void* weight, const void* bias, DT w_dt, void* out, DT out_dt,
-                              float* mean, float* rstd, int64_t rows, int64_t C, float eps,
-                              const char* kWhat) {
+// Both norms' forward arguments (sum only with a residual); false when there are no rows.
+bool check_forward(const void* x, const void* residual, const void* sum, DT x_dt,
+                   const void* weight, DT w_dt, const void* out, DT out_dt, int64_t rows, int64_t C,
+                   const char* kWhat) {
   require(rows >= 0 && C >= 0, kWhat, "negative size");
-  if (rows == 0) return;
+  if (rows == 0) return false;
   require(C > 0, kWhat, "rows of zero length");
   require_float(x_dt, kWhat);
   require_float(w_dt, kWhat);
@@ -367,6 +367,15 @@ void launch_layernorm_forward(const void* x, const void* residual, void* sum, DT
   require_ptr(x, kWhat, "x");
   require_ptr(weight, kWhat, "weight");
   require_ptr(out, kWhat, "out");
+  if (residual != nullptr) require_ptr(sum, kWhat, "sum");
+  return true;
+}
+
+void launch_layernorm_forward(const void* x, const void* residual, void* sum, DT x_dt,
+                              const void* weight, const void* bias, DT w_dt, void* out, DT out_dt,
+                              float* mean, float* rstd, int64_t rows, int64_t C, float eps,
+                              const char* kWhat) {
+  if (!check_forward(x, residual, sum, x_dt, weight, w_dt, out, out_dt, rows, C, kWhat)) return;
   const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
   dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
     const VecSplit split = vec_split_rows(C, C, vec_width_of<kX, kW, kOut>(),
@@ -380,16 +389,7 @@ void launch_layernorm_forward(const void* x, const void* residual, void* sum, DT
 void launch_rms_norm_forward(const void* x, const void* residual, void* sum, DT x_dt,
                              const void* weight, DT w_dt, void* out, DT out_dt, float* rstd,
                              int64_t rows, int64_t C, float eps, const char* kWhat) {
-  require(rows >= 0 && C >= 0, kWhat, "negative size");
-  if (rows == 0) return;
-  require(C > 0, kWhat, "rows of zero length");
-  require_float(x_dt, kWhat);
-  require_float(w_dt, kWhat);
-  require_float(out_dt, kWhat);
-  require_ptr(x, kWhat, "x");
-  require_ptr(weight, kWhat, "weight");
-  require_ptr(out, kWhat, "out");
-  if (residual != nullptr) require_ptr(sum, kWhat, "sum");
+  if (!check_forward(x, residual, sum, x_dt, weight, w_dt, out, out_dt, rows, C, kWhat)) return;
   const unsigned grid = capped_grid((rows + kRowWarps - 1) / kRowWarps);
   dispatch_dt(x_dt, w_dt, out_dt, [&]<DT kX, DT kW, DT kOut>() {
     const VecSplit split =

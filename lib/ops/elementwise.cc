@@ -14,6 +14,11 @@ void accumulate(const Tensor& dst, const Tensor& src, float factor) {
 
 }  // namespace
 
+void add_values(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (a.is_cuda()) return cuda::add(a, b, out);
+  cpu::add(a, b, out);
+}
+
 void pass_grad(autograd::GradSlot& slot, const Tensor& g) {
   if (!slot.requires_grad || slot.take_shared(g)) return;
   accumulate(slot.ensure_grad(), g, 1.0f);
@@ -22,11 +27,7 @@ void pass_grad(autograd::GradSlot& slot, const Tensor& g) {
 Variable add(const Variable& a, const Variable& b) {
   FD_CHECK(a.shape() == b.shape(), "add: shapes {} and {}", a.shape().str(), b.shape().str());
   Tensor out = Tensor::empty(a.shape(), a.dtype());
-  if (a.value().is_cuda()) {
-    cuda::add(a.value(), b.value(), out);
-  } else {
-    cpu::add(a.value(), b.value(), out);
-  }
+  add_values(a.value(), b.value(), out);
   bool rec = autograd::should_record({&a, &b});
   Variable y = Variable::op_output(out, rec);
   if (rec) {

@@ -15,6 +15,10 @@ using autograd::Variable;
 // zero fill, where they have no gradient yet).
 Variable add(const Variable& a, const Variable& b);
 
+// out = a + b on a's device, without recording (the add op's arithmetic: fp32 sum, rounded to
+// out's dtype).
+void add_values(const Tensor& a, const Tensor& b, const Tensor& out);
+
 // Gives `g`, a gradient its producer is done with (an op output's, about to
 // be released by the tape), to `slot`: shared without a copy when the slot has
 // none yet and g has its dtype (GradSlot::take_shared), else added into its

@@ -77,11 +77,7 @@ AddNorm add_layernorm(const Variable& x, const Variable& y, const Variable& weig
     cuda::add_layernorm_forward(x.value(), y.value(), weight.value(), bias_t, eps, sum, out,
                                 st.mean, st.rstd);
   } else {
-    if (x.value().is_cuda()) {
-      cuda::add(x.value(), y.value(), sum);
-    } else {
-      cpu::add(x.value(), y.value(), sum);
-    }
+    add_values(x.value(), y.value(), sum);
     forward(sum, weight.value(), bias_t, eps, out, st);
   }
 

@@ -65,11 +65,7 @@ AddNorm add_rms_norm(const Variable& x, const Variable& y, const Variable& weigh
   if (x.value().is_cuda() && y.dtype() == x.dtype()) {
     cuda::add_rms_norm_forward(x.value(), y.value(), weight.value(), eps, sum, out, rstd_t);
   } else {
-    if (x.value().is_cuda()) {
-      cuda::add(x.value(), y.value(), sum);
-    } else {
-      cpu::add(x.value(), y.value(), sum);
-    }
+    add_values(x.value(), y.value(), sum);
     forward(sum, weight.value(), eps, out, rstd_t);
   }
 
